@@ -1,0 +1,163 @@
+/* CPU backend: device, host buffers, and the ops table. Ops live in ops_*.c beside this file. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cpu.h"
+
+static kvs_status cpu_device_count(int *count) {
+    *count = 1;
+    return KVS_OK;
+}
+
+static void cpu_read_model_name(char *dst, size_t n) {
+    snprintf(dst, n, "host CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10) == 0) {
+            char *c = strchr(line, ':');
+            if (c) {
+                c++;
+                while (*c == ' ') c++;
+                c[strcspn(c, "\n")] = '\0';
+                snprintf(dst, n, "%s", c);
+            }
+            break;
+        }
+    }
+    fclose(f);
+}
+
+static kvs_status cpu_device_describe(int index, kvs_device_info *info) {
+    (void)index;
+    info->type = KVS_DEVICE_CPU;
+    cpu_read_model_name(info->name, sizeof info->name);
+    snprintf(info->vendor, sizeof info->vendor, "host");
+    snprintf(info->driver, sizeof info->driver, "kvsieve cpu backend (OpenBLAS GEMM%s)",
+             KVS_HAVE_OPENMP ? ", OpenMP" : "");
+    return KVS_OK;
+}
+
+static int cpu_online_cores(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+static kvs_status cpu_set_threads(kvs_device *dev, int n_threads) {
+    kvs_cpu *c = dev->impl;
+    c->n_threads = n_threads;
+    dev->caps.n_threads = n_threads;
+    return KVS_OK;
+}
+
+static kvs_status cpu_device_open(kvs_device *dev, const kvs_device_params *p) {
+    kvs_cpu *c = calloc(1, sizeof *c);
+    if (!c) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "cpu backend: out of host memory");
+    dev->impl = c;
+    cpu_device_describe(0, &dev->info);
+    int cores = cpu_online_cores();
+    kvs_caps *caps = &dev->caps;
+    caps->fp16_storage = 1;
+    caps->fp16_arith = 0;
+    caps->bf16_storage = 1;
+    caps->int8_arith = 1;
+    caps->max_workgroup_size = 1;
+    caps->max_buffer_bytes = INT64_MAX / 2;
+    caps->max_binding_bytes = INT64_MAX / 2;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    caps->total_memory_bytes = (pages > 0 && page > 0) ? (int64_t)pages * page : 0;
+    caps->compute_units = cores;
+    caps->unified_memory = 1;
+    cpu_set_threads(dev, p->n_threads > 0 ? p->n_threads : cores);
+    return KVS_OK;
+}
+
+static void cpu_device_close(kvs_device *dev) {
+    kvs_cpu *c = dev->impl;
+    if (c) free(c->scratch);
+    free(c);
+    dev->impl = NULL;
+}
+
+static kvs_status cpu_device_sync(kvs_device *dev) {
+    (void)dev;
+    return KVS_OK;
+}
+
+static kvs_status cpu_buffer_alloc(kvs_device *dev, size_t nbytes, void **handle) {
+    (void)dev;
+    /* 64-byte alignment for AVX-512 loads; rounded up so aligned_alloc accepts the size. */
+    size_t sz = (nbytes + 63) & ~(size_t)63;
+    void *p = aligned_alloc(64, sz ? sz : 64);
+    if (!p) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "cpu backend: cannot allocate %zu bytes", nbytes);
+    *handle = p;
+    return KVS_OK;
+}
+
+static void cpu_buffer_free(kvs_device *dev, void *handle) {
+    (void)dev;
+    free(handle);
+}
+
+static kvs_status cpu_upload(kvs_device *dev, void *handle, size_t offset, const void *src, size_t n) {
+    (void)dev;
+    memcpy((char *)handle + offset, src, n);
+    return KVS_OK;
+}
+
+static kvs_status cpu_download(kvs_device *dev, void *handle, size_t offset, void *dst, size_t n) {
+    (void)dev;
+    memcpy(dst, (const char *)handle + offset, n);
+    return KVS_OK;
+}
+
+static kvs_status cpu_fill32(kvs_device *dev, void *handle, size_t offset, uint32_t word, size_t n) {
+    (void)dev;
+    uint32_t *p = (uint32_t *)((char *)handle + offset);
+    for (size_t i = 0; i < n; i++) p[i] = word;
+    return KVS_OK;
+}
+
+void *kvs_cpu_scratch(kvs_device *dev, size_t nbytes) {
+    kvs_cpu *c = dev->impl;
+    if (c->scratch_bytes < nbytes) {
+        free(c->scratch);
+        c->scratch = aligned_alloc(64, (nbytes + 63) & ~(size_t)63);
+        c->scratch_bytes = c->scratch ? nbytes : 0;
+    }
+    return c->scratch;
+}
+
+const kvs_backend_ops kvs_cpu_backend = {
+    .id = KVS_BACKEND_CPU,
+    .name = "cpu",
+    .device_count = cpu_device_count,
+    .device_describe = cpu_device_describe,
+    .device_open = cpu_device_open,
+    .device_close = cpu_device_close,
+    .device_sync = cpu_device_sync,
+    .set_threads = cpu_set_threads,
+    .buffer_alloc = cpu_buffer_alloc,
+    .buffer_free = cpu_buffer_free,
+    .upload = cpu_upload,
+    .download = cpu_download,
+    .fill32 = cpu_fill32,
+    .matmul = kvs_cpu_matmul,
+    .add = kvs_cpu_add,
+    .copy = kvs_cpu_copy,
+    .rmsnorm = kvs_cpu_rmsnorm,
+    .swiglu = kvs_cpu_swiglu,
+    .softmax = kvs_cpu_softmax,
+    .embedding = kvs_cpu_embedding,
+    .rope = kvs_cpu_rope,
+    .attention = kvs_cpu_attention,
+    .dwt = kvs_cpu_dwt,
+    .idwt = kvs_cpu_idwt,
+    .topk = kvs_cpu_topk,
+    .topk_global = kvs_cpu_topk_global,
+    .gather = kvs_cpu_gather,
+    .scatter = kvs_cpu_scatter,
+    .compact = kvs_cpu_compact,
+};

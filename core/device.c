@@ -1,0 +1,142 @@
+/* Backend registry front-end and device lifetime. */
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "internal.h"
+
+static const char *const kvs_backend_names[KVS_BACKEND_COUNT] = {"cpu", "opencl", "vulkan"};
+
+const char *kvs_backend_name(kvs_backend b) {
+    return (b >= 0 && b < KVS_BACKEND_COUNT) ? kvs_backend_names[b] : "unknown";
+}
+
+kvs_status kvs_backend_from_name(const char *name, kvs_backend *out) {
+    if (!name || !out) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_backend_from_name: NULL argument");
+    for (int b = 0; b < KVS_BACKEND_COUNT; b++) {
+        if (strcasecmp(name, kvs_backend_names[b]) == 0) {
+            *out = (kvs_backend)b;
+            return KVS_OK;
+        }
+    }
+    return kvs_error(KVS_ERR_INVALID_ARGUMENT, "unknown backend '%s' (expected cpu, opencl or vulkan)", name);
+}
+
+int kvs_backend_built(kvs_backend b) { return kvs_backend_lookup(b) != NULL; }
+
+static kvs_status kvs_backend_get(kvs_backend b, const kvs_backend_ops **ops) {
+    if (b < 0 || b >= KVS_BACKEND_COUNT)
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "backend id %d out of range", (int)b);
+    *ops = kvs_backend_lookup(b);
+    if (!*ops)
+        return kvs_error(KVS_ERR_BACKEND_NOT_BUILT,
+                         "backend '%s' is not compiled into this build of kvsieve "
+                         "(configure with -D%s=enabled and its development packages installed)",
+                         kvs_backend_name(b), kvs_backend_name(b));
+    return KVS_OK;
+}
+
+kvs_status kvs_device_count(kvs_backend b, int *count) {
+    if (!count) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_device_count: count is NULL");
+    *count = 0;
+    const kvs_backend_ops *ops;
+    KVS_TRY(kvs_backend_get(b, &ops));
+    return ops->device_count(count);
+}
+
+kvs_status kvs_device_describe(kvs_backend b, int index, kvs_device_info *info) {
+    if (!info) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_device_describe: info is NULL");
+    const kvs_backend_ops *ops;
+    KVS_TRY(kvs_backend_get(b, &ops));
+    int n = 0;
+    KVS_TRY(ops->device_count(&n));
+    if (index < 0 || index >= n)
+        return kvs_error(KVS_ERR_NO_DEVICE, "%s device %d does not exist (%d found)",
+                         kvs_backend_name(b), index, n);
+    memset(info, 0, sizeof *info);
+    info->backend = b;
+    info->index = index;
+    return ops->device_describe(index, info);
+}
+
+kvs_device_params kvs_device_params_default(void) {
+    kvs_device_params p = {.backend = KVS_BACKEND_CPU, .index = 0, .n_threads = 0, .validation = -1};
+    return p;
+}
+
+kvs_status kvs_device_params_parse(const char *spec, kvs_device_params *p) {
+    if (!spec || !p) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_device_params_parse: NULL argument");
+    char name[32];
+    const char *colon = strchr(spec, ':');
+    size_t len = colon ? (size_t)(colon - spec) : strlen(spec);
+    if (len == 0 || len >= sizeof name)
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "bad device spec '%s' (expected BACKEND[:INDEX])", spec);
+    memcpy(name, spec, len);
+    name[len] = '\0';
+    kvs_backend b;
+    KVS_TRY(kvs_backend_from_name(name, &b));
+    int index = 0;
+    if (colon) {
+        char *end = NULL;
+        long v = strtol(colon + 1, &end, 10);
+        if (end == colon + 1 || *end != '\0' || v < 0 || v > 1000000)
+            return kvs_error(KVS_ERR_INVALID_ARGUMENT, "bad device index in '%s'", spec);
+        index = (int)v;
+    }
+    p->backend = b;
+    p->index = index;
+    return KVS_OK;
+}
+
+kvs_status kvs_device_open(kvs_device **out, const kvs_device_params *p) {
+    if (!out) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_device_open: out is NULL");
+    *out = NULL;
+    kvs_device_params params = p ? *p : kvs_device_params_default();
+    if (params.n_threads < 0)
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "n_threads must be >= 0 (got %d)", params.n_threads);
+    const kvs_backend_ops *ops;
+    KVS_TRY(kvs_backend_get(params.backend, &ops));
+    int n = 0;
+    KVS_TRY(ops->device_count(&n));
+    if (params.index < 0 || params.index >= n)
+        return kvs_error(KVS_ERR_NO_DEVICE, "%s device %d does not exist (%d found)",
+                         kvs_backend_name(params.backend), params.index, n);
+    kvs_device *dev = calloc(1, sizeof *dev);
+    if (!dev) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_device_open: out of host memory");
+    dev->ops = ops;
+    dev->info.backend = params.backend;
+    dev->info.index = params.index;
+    kvs_status s = ops->device_open(dev, &params);
+    if (s != KVS_OK) {
+        free(dev);
+        return s;
+    }
+    *out = dev;
+    return KVS_OK;
+}
+
+void kvs_device_destroy(kvs_device **dev) {
+    if (!dev || !*dev) return;
+    (*dev)->ops->device_close(*dev);
+    free(*dev);
+    *dev = NULL;
+}
+
+const kvs_caps *kvs_device_caps(const kvs_device *dev) { return dev ? &dev->caps : NULL; }
+const kvs_device_info *kvs_device_get_info(const kvs_device *dev) { return dev ? &dev->info : NULL; }
+kvs_backend kvs_device_backend(const kvs_device *dev) { return dev ? dev->info.backend : KVS_BACKEND_COUNT; }
+int64_t kvs_device_bytes_allocated(const kvs_device *dev) { return dev ? dev->bytes_allocated : 0; }
+
+kvs_status kvs_device_set_threads(kvs_device *dev, int n_threads) {
+    if (!dev) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_device_set_threads: dev is NULL");
+    if (n_threads < 1) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "n_threads must be >= 1 (got %d)", n_threads);
+    if (!dev->ops->set_threads)
+        return kvs_error(KVS_ERR_UNSUPPORTED, "%s backend has no thread count setting", dev->ops->name);
+    return dev->ops->set_threads(dev, n_threads);
+}
+
+kvs_status kvs_device_sync(kvs_device *dev) {
+    if (!dev) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_device_sync: dev is NULL");
+    return dev->ops->device_sync(dev);
+}

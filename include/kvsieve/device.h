@@ -1,0 +1,131 @@
+/* kvsieve — backends and devices.
+ *
+ * A kvs_device is one open backend instance: the CPU, one OpenCL device, or one Vulkan physical
+ * device. Every tensor and op lives on one device. Opening a backend that is not compiled in
+ * returns KVS_ERR_BACKEND_NOT_BUILT; an index with no device behind it returns KVS_ERR_NO_DEVICE.
+ * kvsieve never substitutes another backend or device for the one asked for.
+ *
+ * Ownership: the caller owns the device and destroys it after every tensor made on it.
+ * Thread-safety: one device per thread. Distinct devices may be used from distinct threads.
+ * Ordering: ops are enqueued in call order and run in that order; kvs_tensor_download() and
+ * kvs_device_sync() wait for all earlier work. On the CPU backend ops run synchronously.
+ */
+#ifndef KVSIEVE_DEVICE_H
+#define KVSIEVE_DEVICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvsieve/export.h"
+#include "kvsieve/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum kvs_backend {
+    KVS_BACKEND_CPU = 0,
+    KVS_BACKEND_OPENCL = 1,
+    KVS_BACKEND_VULKAN = 2,
+    KVS_BACKEND_COUNT
+} kvs_backend;
+
+/* "cpu", "opencl", "vulkan"; "unknown" for anything else. */
+KVS_API const char *kvs_backend_name(kvs_backend b);
+
+/* Parses "cpu" | "opencl" | "vulkan" (case-insensitive).
+ * Errors: KVS_ERR_INVALID_ARGUMENT for NULL pointers or an unknown name. */
+KVS_API kvs_status kvs_backend_from_name(const char *name, kvs_backend *out);
+
+/* 1 if the backend was compiled into this build, else 0. */
+KVS_API int kvs_backend_built(kvs_backend b);
+
+/* What a device can do, filled once when it is opened. A field of 0 means unsupported/unknown. */
+typedef struct kvs_caps {
+    int fp16_storage;          /* 1: f16 tensors can be read/written by kernels */
+    int fp16_arith;            /* 1: kernels may compute in f16 (cl_khr_fp16, shaderFloat16) */
+    int bf16_storage;          /* 1: bf16 tensors can be read by kernels */
+    int int8_arith;            /* 1: 8-bit integer arithmetic in kernels */
+    int subgroup_size;         /* subgroup/SIMD width used by kernels; 0: no subgroups */
+    int subgroup_ops;          /* 1: subgroup arithmetic/shuffle/ballot available */
+    int64_t shared_mem_bytes;  /* work-group local/shared memory, bytes */
+    int max_workgroup_size;    /* max invocations per work-group */
+    int64_t max_buffer_bytes;  /* largest single buffer/tensor the device accepts, bytes */
+    int64_t max_binding_bytes; /* largest range one kernel may address in one buffer, bytes */
+    int64_t total_memory_bytes;/* device memory (host RAM for CPU devices), bytes; 0: unknown */
+    int compute_units;         /* cores / compute units / SMs */
+    int unified_memory;        /* 1: device memory is host memory */
+    int n_threads;             /* CPU backend: worker threads in use; else 0 */
+} kvs_caps;
+
+typedef enum kvs_device_type {
+    KVS_DEVICE_CPU = 0,
+    KVS_DEVICE_GPU_DISCRETE = 1,
+    KVS_DEVICE_GPU_INTEGRATED = 2,
+    KVS_DEVICE_OTHER = 3
+} kvs_device_type;
+
+/* Static description of a device, readable without opening it. Strings are NUL-terminated. */
+typedef struct kvs_device_info {
+    kvs_backend backend;
+    int index;                 /* index within its backend, as given to kvs_device_open */
+    kvs_device_type type;
+    char name[128];            /* "llvmpipe (LLVM 15.0.6, 256 bits)", "NVIDIA H200", ... */
+    char vendor[64];
+    char driver[128];          /* driver / platform / API version text */
+} kvs_device_info;
+
+/* Number of devices the backend sees on this machine (may be 0).
+ * Errors: KVS_ERR_BACKEND_NOT_BUILT; KVS_ERR_BACKEND if the driver/loader fails to enumerate
+ * (e.g. no OpenCL ICD installed: reported as 0 devices, not an error). */
+KVS_API kvs_status kvs_device_count(kvs_backend b, int *count);
+
+/* Describes device `index` of backend `b` without opening it.
+ * Errors: KVS_ERR_BACKEND_NOT_BUILT, KVS_ERR_NO_DEVICE (index out of range), KVS_ERR_INVALID_ARGUMENT. */
+KVS_API kvs_status kvs_device_describe(kvs_backend b, int index, kvs_device_info *info);
+
+typedef struct kvs_device_params {
+    kvs_backend backend;  /* default KVS_BACKEND_CPU */
+    int index;            /* device index within the backend, default 0 */
+    int n_threads;        /* CPU backend worker threads; 0 (default) = all online cores */
+    int validation;       /* Vulkan: 1 enables VK_LAYER_KHRONOS_validation and turns any
+                           * validation message into an error; -1 (default) reads the
+                           * KVS_VULKAN_VALIDATION environment variable. Ignored elsewhere. */
+} kvs_device_params;
+
+/* Defaults as documented on each field. */
+KVS_API kvs_device_params kvs_device_params_default(void);
+
+/* Parses a device spec "BACKEND[:INDEX]" ("cpu", "opencl:1", "vulkan") into p->backend/p->index,
+ * leaving other fields alone. Errors: KVS_ERR_INVALID_ARGUMENT (unknown backend, bad index). */
+KVS_API kvs_status kvs_device_params_parse(const char *spec, kvs_device_params *p);
+
+typedef struct kvs_device kvs_device;
+
+/* Opens a device. On success *out is the device; on failure *out is NULL.
+ * Errors: KVS_ERR_BACKEND_NOT_BUILT, KVS_ERR_NO_DEVICE, KVS_ERR_BACKEND (driver failure, message
+ * names the failing call), KVS_ERR_OUT_OF_MEMORY, KVS_ERR_INVALID_ARGUMENT. */
+KVS_API kvs_status kvs_device_open(kvs_device **out, const kvs_device_params *p);
+
+/* Destroys a device and sets *dev = NULL. Accepts NULL and *dev == NULL. All tensors created on the
+ * device must have been destroyed first. */
+KVS_API void kvs_device_destroy(kvs_device **dev);
+
+KVS_API const kvs_caps *kvs_device_caps(const kvs_device *dev);
+KVS_API const kvs_device_info *kvs_device_get_info(const kvs_device *dev);
+KVS_API kvs_backend kvs_device_backend(const kvs_device *dev);
+
+/* CPU backend: sets the worker thread count (>= 1). Other backends: KVS_ERR_UNSUPPORTED. */
+KVS_API kvs_status kvs_device_set_threads(kvs_device *dev, int n_threads);
+
+/* Waits until all enqueued work on the device is complete.
+ * Errors: KVS_ERR_BACKEND if the device reports a failure of earlier work. */
+KVS_API kvs_status kvs_device_sync(kvs_device *dev);
+
+/* Bytes of device memory currently held by tensors of this device (live allocations). */
+KVS_API int64_t kvs_device_bytes_allocated(const kvs_device *dev);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
