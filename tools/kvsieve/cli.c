@@ -8,10 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
-
-#include "kvs_config.h"
 
 int cli_fail(int code, const char *prog, const char *fmt, ...) {
     va_list ap;
@@ -185,25 +182,6 @@ int cli_open_device(const char *prog, const char *spec, int n_threads, kvs_devic
                         kvs_status_name(s));
     }
     return CLI_EXIT_OK;
-}
-
-const char *cli_models_dir(void) {
-    static char dir[4096];
-    const char *env = getenv("KVSIEVE_MODELS");
-    if (env && *env) snprintf(dir, sizeof dir, "%s", env);
-    else snprintf(dir, sizeof dir, "%s/../shared/models", KVS_SOURCE_ROOT);
-    return dir;
-}
-
-int cli_find_model(const char *name, char *out, size_t n) {
-    struct stat st;
-    snprintf(out, n, "%s", name);
-    if (stat(out, &st) == 0) return 0;
-    if (name[0] != '/') {
-        snprintf(out, n, "%s/%s", cli_models_dir(), name);
-        if (stat(out, &st) == 0) return 0;
-    }
-    return -1;
 }
 
 double cli_now(void) {

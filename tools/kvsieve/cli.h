@@ -1,5 +1,8 @@
 /* kvsieve CLI — the small helpers every subcommand shares: option parsing, help text, device
- * opening, model lookup, timing.
+ * opening, timing.
+ *
+ * Model files are found with kvs_model_locate() (CLI path, else $KVSIEVE_MODELS, else
+ * ../shared/models next to the source tree).
  *
  * A subcommand is one function `int cmd_NAME(int argc, char **argv)` in its own cmd_NAME.c, listed
  * in cmds.h and in the table in main.c. argv[0] is the subcommand's name. It returns the process
@@ -77,15 +80,6 @@ int cli_parse_double_list(const char *s, double *out, int max, int *n);
  * returns CLI_EXIT_USAGE for a backend that is not built or a device that does not exist, else
  * CLI_EXIT_FAIL. Returns CLI_EXIT_OK and sets *out on success. */
 int cli_open_device(const char *prog, const char *spec, int n_threads, kvs_device **out);
-
-/* The directory models are looked up in: $KVSIEVE_MODELS if set and non-empty, else
- * ../shared/models next to the source tree this binary was built from. Static storage. */
-const char *cli_models_dir(void);
-
-/* Resolves a model argument: an existing path is used as given; otherwise NAME is looked up in
- * cli_models_dir(). Writes the path into out (size n). Returns 0 if found, -1 if not (out then
- * holds the last candidate tried). */
-int cli_find_model(const char *name, char *out, size_t n);
 
 /* Monotonic wall-clock seconds. */
 double cli_now(void);
