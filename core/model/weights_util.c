@@ -104,7 +104,7 @@ int64_t kvs_strhash_find_n(const kvs_strhash *h, const char *key, size_t len) {
     for (size_t i = (size_t)fnv1a(key, len) & m;; i = (i + 1) & m) {
         const char *k = h->keys[i];
         if (!k) return -1;
-        if (strncmp(k, key, len) == 0 && k[len] == '\0') return h->vals[i];
+        if (strnlen(k, len + 1) == len && memcmp(k, key, len) == 0) return h->vals[i];
     }
 }
 
