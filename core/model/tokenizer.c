@@ -603,7 +603,7 @@ kvs_status kvs_tokenizer_encode(const kvs_tokenizer *t, const char *text, size_t
     }
     if ((flags & KVS_TOKENIZE_ADD_EOS) && t->eos >= 0 && iv_push(&out, t->eos)) goto oom;
     *n_out = out.n;
-    if (out.n) memcpy(ids, out.v, (size_t)(out.n < cap ? out.n : cap) * sizeof *ids);
+    if (out.n && cap > 0) memcpy(ids, out.v, (size_t)(out.n < cap ? out.n : cap) * sizeof *ids);
     if (out.n > cap)
         s = kvs_error(KVS_ERR_OUT_OF_RANGE, "kvs_tokenizer_encode: %lld ids do not fit %lld",
                       (long long)out.n, (long long)cap);
