@@ -314,6 +314,41 @@ START_TEST(test_stories_text) {
 }
 END_TEST
 
+/* Seeded random strings never fail to encode and decode back to themselves: any bytes (invalid
+ * UTF-8, NULs) for byte-level BPE; valid UTF-8 without a literal U+2581 and without special-token
+ * texts for SPM (SPM escapes ' ' as U+2581 before splitting characters, so a literal U+2581 or an
+ * invalid byte next to an escaped space is not recoverable, as in llama.cpp and sentencepiece). */
+START_TEST(test_random_roundtrip) {
+    kvs_tokenizer *toks[3] = {tok_gguf("vocab/ggml-vocab-gpt-2.gguf"), tok_gguf("vocab/ggml-vocab-llama-spm.gguf"),
+                              tok_gguf("stories260K-llada-f32.gguf")};
+    static const char *frag[] = {" ", "  ", "a", "Z", "\xc3\xa9", "\xf0\x9f\xa6\x99", "\n", "\t", "'s",
+                                 "12", "\xe4\xbd\xa0", ".", "\xe2\x96\x81", "\xff", "\x80", "<s>", "<mask>"};
+    const int n_valid = 12;   /* the first 12 fragments are valid UTF-8 without U+2581 or specials */
+    uint64_t x = 0x2545F4914F6CDD1Dull;
+    printf("tokenizer: random round trips, seed 0x2545F4914F6CDD1D\n");
+    for (int it = 0; it < 1000; it++) {
+        int kind = it % 2;   /* 0: any bytes (BPE); 1: valid text (SPM) */
+        char buf[256];
+        size_t n = 0;
+        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+        int parts = (int)(x % 24);
+        for (int k = 0; k < parts; k++) {
+            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+            if (x % 4 == 0) {
+                buf[n++] = (char)(kind ? (x >> 8) & 0x7f : x >> 8);   /* NUL included */
+            } else {
+                const char *f = frag[(x >> 8) % (uint64_t)(kind ? n_valid : (int)(sizeof frag / sizeof frag[0]))];
+                memcpy(buf + n, f, strlen(f));
+                n += strlen(f);
+            }
+        }
+        if (kind == 0) check_roundtrip(toks[0], buf, n);
+        else for (int k = 1; k < 3; k++) check_roundtrip(toks[k], buf, n);
+    }
+    for (int k = 0; k < 3; k++) kvs_tokenizer_destroy(&toks[k]);
+}
+END_TEST
+
 /* WordPiece (bert) vocabularies load as GGUF and are refused by the tokenizer. */
 START_TEST(test_refuse_other_vocabs) {
     char path[8192];
@@ -368,6 +403,7 @@ int main(void) {
     tcase_add_test(tc, test_spm_vectors);
     tcase_add_test(tc, test_gpt2_vectors);
     tcase_add_test(tc, test_encode_api);
+    tcase_add_test(tc, test_random_roundtrip);
     tcase_add_test(tc, test_stories_prompts);
     tcase_add_test(tc, test_stories_decode);
     tcase_add_test(tc, test_stories_text);
