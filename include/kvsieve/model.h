@@ -27,6 +27,7 @@
 #include "kvsieve/cache.h"
 #include "kvsieve/device.h"
 #include "kvsieve/export.h"
+#include "kvsieve/model_file.h"
 #include "kvsieve/ops.h"
 #include "kvsieve/status.h"
 #include "kvsieve/tensor.h"
@@ -35,26 +36,7 @@
 extern "C" {
 #endif
 
-typedef enum kvs_arch {
-    KVS_ARCH_LLAMA = 0, /* causal LM (llama, llama2.c, Hugging Face LlamaForCausalLM) */
-    KVS_ARCH_LLADA = 1  /* bidirectional masked-diffusion LM (LLaDA; llama.cpp's llada keys) */
-} kvs_arch;
-
-KVS_API const char *kvs_arch_name(kvs_arch a);
-
-typedef struct kvs_model_hparams {
-    kvs_arch arch;
-    int n_layers, dim, n_heads, n_kv_heads, head_dim;
-    int ffn_dim;          /* SwiGLU hidden width */
-    int vocab;
-    int ctx;              /* trained context length, tokens */
-    float rms_eps;        /* RMSNorm epsilon */
-    float rope_base;      /* RoPE theta base */
-    int rope_dim;         /* rotated dims per head (n_rot) */
-    kvs_rope_mode rope_mode; /* layout of the loaded q/k rows (canonical: KVS_ROPE_ADJACENT) */
-    int causal;           /* 1 for llama, 0 for llada */
-    int32_t bos, eos, mask; /* special ids; -1 when absent */
-} kvs_model_hparams;
+/* kvs_arch and kvs_model_hparams (the architecture and hyperparameters) come from model_file.h. */
 
 typedef struct kvs_model kvs_model;
 
