@@ -86,7 +86,8 @@ static int cmp_u64(const void *a, const void *b) {
 static kvs_status tk_finish(kvs_tokenizer *t) {
     for (int32_t i = 0; i < t->n; i++) {
         if (t->len[i] > t->max_len) t->max_len = t->len[i];
-        if (t->len[i] > 0) kvs_strhash_put(&t->idx, t->text[i], i);   /* later duplicates win */
+        if (t->len[i] > 0 && kvs_strhash_put(&t->idx, t->text[i], i) != 0)   /* later ones win */
+            return kvs_error(KVS_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
     }
     for (int b = 0; b < 256; b++) {
         char buf[8];
@@ -158,7 +159,8 @@ static kvs_status bpe_setup(kvs_tokenizer *t, const kvs_gguf *g) {
         memcpy(c, m.data, (size_t)m.len);
         c[m.len] = '\0';
         t->merge_text[t->n_merges++] = c;
-        if (kvs_strhash_find(&t->merges, c) < 0) kvs_strhash_put(&t->merges, c, (int64_t)i);
+        if (kvs_strhash_find(&t->merges, c) < 0 && kvs_strhash_put(&t->merges, c, (int64_t)i) != 0)
+            return kvs_error(KVS_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
     }
     return KVS_OK;
 }
