@@ -301,6 +301,9 @@ static int cmp_tensor_off(const void *a, const void *b) {
 
 static kvs_status parse(kvs_gguf *g) {
     cursor c = {g, 0, "header"};
+#if defined(__BYTE_ORDER__) && defined(__ORDER_BIG_ENDIAN__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    return kvs_error(KVS_ERR_UNSUPPORTED, "gguf: %s: big-endian hosts are not supported", g->src);
+#endif
     char what[GGUF_MAX_NAME + 32];
     char magic[4];
     KVS_TRY(rd(&c, magic, 4, "magic"));
