@@ -442,7 +442,7 @@ static void q8_quantize(const float *x, int64_t n, uint8_t *out) {
         float d = amax / 127.0f;
         uint16_t dh = kvs_f32_to_f16(d);
         memcpy(out + 34 * b, &dh, 2);
-        float id = d ? 1.0f / d : 0.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
         for (int j = 0; j < 32; j++) out[34 * b + 2 + j] = (uint8_t)(int8_t)lrintf(x[32 * b + j] * id);
     }
 }
