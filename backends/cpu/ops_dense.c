@@ -229,6 +229,155 @@ static void matmul_small_n(kvs_device *dev, const kvs_matmul_args *a) {
     }
 }
 
+/* ---- own AVX-512 GEMM (used when the BLAS has no AVX-512 kernels for this CPU) ---------------- */
+
+/* OpenBLAS picks its kernels from the CPU model at load time and falls back to old SSE3 kernels
+ * ("Prescott") for models it does not know, e.g. some virtualised Xeons, where its SGEMM runs at a
+ * fraction of the machine's rate. There, and with other BLAS libraries, a register-blocked AVX-512
+ * kernel of our own is faster; with OpenBLAS's AVX-512 kernels, cblas_sgemm is used. */
+static int matmul_own_gemm(void) {
+#if KVS_CPU_HAVE_AVX512
+    static int cached = -1;
+    if (cached < 0) {
+        int own = kvs_cpu_avx512();
+#ifdef OPENBLAS_VERSION
+        const char *core = openblas_get_corename();
+        if (core && (strstr(core, "kylakex") || strstr(core, "KYLAKEX") || strstr(core, "ooperlake") ||
+                     strstr(core, "OOPERLAKE") || strstr(core, "apphire") || strstr(core, "APPHIRE")))
+            own = 0;
+#endif
+        const char *env = getenv("KVS_CPU_GEMM"); /* "blas" or "own": override, for benchmarking */
+        if (env && strcmp(env, "blas") == 0) own = 0;
+        if (env && strcmp(env, "own") == 0 && kvs_cpu_avx512()) own = 1;
+        cached = own;
+    }
+    return cached;
+#else
+    return 0;
+#endif
+}
+
+#define MM_RB 64  /* W rows per thread block */
+#define MM_KC 256 /* depth per pass */
+#define MM_NB 512 /* x rows per block */
+
+#if KVS_CPU_HAVE_AVX512
+/* C[8][32] (+)= A[8][K] . B[K][32]: A rows of stride lda, B rows of stride ldb, C rows of stride
+ * ldc; load_c = 0 starts from zero. */
+__attribute__((target("avx512f")))
+static void mm_kernel_8x32(const float *A, int64_t lda, const float *B, int64_t ldb, int64_t K, float *C, int64_t ldc,
+                           int load_c) {
+    __m512 a00, a01, a10, a11, a20, a21, a30, a31, a40, a41, a50, a51, a60, a61, a70, a71;
+#define MM_INIT(R)                                                                                     \
+    a##R##0 = load_c ? _mm512_loadu_ps(C + (R) * ldc) : _mm512_setzero_ps();                            \
+    a##R##1 = load_c ? _mm512_loadu_ps(C + (R) * ldc + 16) : _mm512_setzero_ps();
+    MM_INIT(0) MM_INIT(1) MM_INIT(2) MM_INIT(3) MM_INIT(4) MM_INIT(5) MM_INIT(6) MM_INIT(7)
+#undef MM_INIT
+    for (int64_t t = 0; t < K; t++) {
+        __m512 b0 = _mm512_loadu_ps(B + t * ldb), b1 = _mm512_loadu_ps(B + t * ldb + 16), q;
+#define MM_ROW(R)                                                                                      \
+    q = _mm512_set1_ps(A[(R) * lda + t]);                                                              \
+    a##R##0 = _mm512_fmadd_ps(q, b0, a##R##0);                                                         \
+    a##R##1 = _mm512_fmadd_ps(q, b1, a##R##1);
+        MM_ROW(0) MM_ROW(1) MM_ROW(2) MM_ROW(3) MM_ROW(4) MM_ROW(5) MM_ROW(6) MM_ROW(7)
+#undef MM_ROW
+    }
+#define MM_STORE(R)                                                                                    \
+    _mm512_storeu_ps(C + (R) * ldc, a##R##0);                                                          \
+    _mm512_storeu_ps(C + (R) * ldc + 16, a##R##1);
+    MM_STORE(0) MM_STORE(1) MM_STORE(2) MM_STORE(3) MM_STORE(4) MM_STORE(5) MM_STORE(6) MM_STORE(7)
+#undef MM_STORE
+}
+#endif
+
+/* Per thread: Wp [MM_RB][MM_KC] packed W chunk, Ct [MM_RB][MM_NB] transposed y block. Shared:
+ * xP [np/32][k][32]: x transposed in panels of 32 rows (zero-padded to np = n rounded up to 32), so
+ * the kernel streams B contiguously (a power-of-two row stride would alias in L1). */
+static kvs_status matmul_own(kvs_device *dev, const kvs_matmul_args *a) {
+#if KVS_CPU_HAVE_AVX512
+    const int64_t m = a->m, k = a->k, n = a->n;
+    const int64_t np = (n + 31) & ~(int64_t)31;
+    const float *x = kvs_tensor_host_ptr(a->x);
+    float *y = kvs_tensor_host_ptr(a->y);
+    const void *W = kvs_tensor_host_ptr(a->W);
+    const kvs_dtype dt = a->W->dtype;
+    const size_t wrow = kvs_dtype_bytes(dt, k);
+    const int64_t n_rb = (m + MM_RB - 1) / MM_RB;
+    int nt = kvs_cpu_threads(dev);
+    if (nt > n_rb) nt = (int)n_rb;
+    if (nt < 1) nt = 1;
+    const size_t per = (size_t)MM_RB * MM_KC + (size_t)MM_RB * MM_NB + (size_t)k + 32;
+    float *buf = malloc(((size_t)k * (size_t)np + (size_t)nt * per) * sizeof(float));
+    if (!buf) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_matmul (cpu): cannot allocate GEMM scratch");
+    float *xT = buf;
+    KVS_OMP(parallel num_threads(nt))
+    {
+        /* x [n][k] -> xP [np/32][k][32], zero beyond n */
+        KVS_OMP(for schedule(static))
+        for (int64_t p = 0; p < np / 32; p++) {
+            float *panel = xT + p * k * 32;
+            for (int64_t ii = 0; ii < 32; ii++) {
+                int64_t i = p * 32 + ii;
+                if (i < n)
+                    for (int64_t c = 0; c < k; c++) panel[c * 32 + ii] = x[i * k + c];
+                else
+                    for (int64_t c = 0; c < k; c++) panel[c * 32 + ii] = 0.0f;
+            }
+        }
+        float *Wp = buf + (size_t)k * (size_t)np + (size_t)kvs_omp_tid() * per;
+        float *Ct = Wp + (size_t)MM_RB * MM_KC;
+        float *row = Ct + (size_t)MM_RB * MM_NB;
+        KVS_OMP(for schedule(dynamic, 1))
+        for (int64_t rb = 0; rb < n_rb; rb++) {
+            const int64_t r0 = rb * MM_RB, nr = m - r0 < MM_RB ? m - r0 : MM_RB;
+            for (int64_t i0 = 0; i0 < np; i0 += MM_NB) {
+                const int64_t ni = np - i0 < MM_NB ? np - i0 : MM_NB;
+                for (int64_t c0 = 0; c0 < k; c0 += MM_KC) {
+                    const int64_t kc = k - c0 < MM_KC ? k - c0 : MM_KC;
+                    /* pack W rows [r0, r0+nr) x columns [c0, c0+kc) as f32, zero rows to MM_RB */
+                    for (int64_t r = 0; r < MM_RB; r++) {
+                        float *dst = Wp + r * MM_KC;
+                        if (r >= nr) {
+                            memset(dst, 0, (size_t)kc * sizeof(float));
+                        } else if (dt == KVS_F32) {
+                            memcpy(dst, (const float *)W + (r0 + r) * k + c0, (size_t)kc * sizeof(float));
+                        } else if (dt == KVS_Q8_0) {
+                            /* c0 and kc are multiples of 32: convert the blocks of this chunk */
+                            row_q8_to_f32((const uint8_t *)W + (size_t)(r0 + r) * wrow + (c0 / KVS_Q8_BLOCK) * KVS_Q8_BYTES,
+                                          dst, kc);
+                        } else if (dt == KVS_F16) {
+                            row_f16_to_f32((const uint16_t *)W + (r0 + r) * k + c0, dst, kc);
+                        } else {
+                            row_bf16_to_f32((const uint16_t *)W + (r0 + r) * k + c0, dst, kc);
+                        }
+                    }
+                    for (int64_t ib = 0; ib < ni; ib += 32)
+                        for (int64_t rr = 0; rr < MM_RB; rr += 8)
+                            mm_kernel_8x32(Wp + rr * MM_KC, MM_KC, xT + ((i0 + ib) / 32) * k * 32 + c0 * 32, 32, kc,
+                                           Ct + rr * MM_NB + ib, MM_NB, c0 > 0);
+                }
+                /* y[i][r0 + r] (+)= Ct[r][i - i0] */
+                const int64_t iend = i0 + ni < n ? i0 + ni : n;
+                for (int64_t i = i0; i < iend; i++) {
+                    float *yr = y + i * m + r0;
+                    for (int64_t r = 0; r < nr; r++) row[r] = Ct[r * MM_NB + (i - i0)];
+                    if (a->accumulate)
+                        for (int64_t r = 0; r < nr; r++) yr[r] += row[r];
+                    else
+                        memcpy(yr, row, (size_t)nr * sizeof(float));
+                }
+            }
+        }
+    }
+    free(buf);
+    return KVS_OK;
+#else
+    (void)dev;
+    (void)a;
+    return kvs_error(KVS_ERR_INTERNAL, "kvs_matmul (cpu): own GEMM not built");
+#endif
+}
+
 /* Larger n: y = x . W^T through cblas_sgemm. The threads split the rows of W (the columns of y)
  * and each calls a single-threaded SGEMM on its block, so OpenBLAS's own thread pool never competes
  * with OpenMP's for the cores. Non-f32 W is converted per thread, a panel of rows at a time, into
@@ -239,6 +388,7 @@ kvs_status kvs_cpu_matmul(kvs_device *dev, const kvs_matmul_args *a) {
         matmul_small_n(dev, a);
         return KVS_OK;
     }
+    if (matmul_own_gemm()) return matmul_own(dev, a);
     const float *x = kvs_tensor_host_ptr(a->x);
     float *y = kvs_tensor_host_ptr(a->y);
     const float beta = a->accumulate ? 1.0f : 0.0f;
