@@ -328,15 +328,15 @@ size_t kvs_ocl_wg(kvs_device *dev, size_t want) {
 
 /* ---- programs -------------------------------------------------------------------------------- */
 
-static const struct kvs_ocl_entry *ocl_find_source(const char *file) {
-    for (const struct kvs_ocl_entry *e = kvs_ocl_table; e->name; e++)
+static const struct kvs_cl_entry *ocl_find_source(const char *file) {
+    for (const struct kvs_cl_entry *e = kvs_cl_table; e->name; e++)
         if (strcmp(e->name, file) == 0) return e;
     return NULL;
 }
 
 static kvs_status ocl_build(kvs_device *dev, const char *file, const char *defines, kvs_ocl_program *pr) {
     kvs_ocl *o = dev->impl;
-    const struct kvs_ocl_entry *e = ocl_find_source(file);
+    const struct kvs_cl_entry *e = ocl_find_source(file);
     if (!e) return kvs_error(KVS_ERR_INTERNAL, "opencl: no embedded kernel source '%s'", file);
     const char *srcs[2] = {defines, e->source};
     size_t lens[2] = {strlen(defines), e->length};

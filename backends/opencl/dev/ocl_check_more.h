@@ -1,2 +1,149 @@
-/* Further checks (attention, dwt, topk, rows): filled in as the ops land. */
-#define MORE_TESTS {"none", NULL}
+/* Further checks for ocl_check.c: attention, dwt, topk, rows. Included once by ocl_check.c. */
+
+typedef struct att_case {
+    int n_q, nh, nkv, hd, cap, n_kv, causal, f16, use_qpos, use_kpos, use_kvlen, use_rowlen, use_mask;
+    int stats, unnorm, accum;
+    float qscale; /* input magnitude */
+} att_case;
+
+static void att_run(const att_case *c) {
+    int G = c->nh / c->nkv, n_kv = c->n_kv ? c->n_kv : c->cap;
+    int64_t nq = c->n_q, hd = c->hd, cap = c->cap;
+    float *q = malloc(4 * nq * c->nh * hd), *k = malloc(4 * c->nkv * cap * hd), *v = malloc(4 * c->nkv * cap * hd);
+    uint16_t *kh = malloc(2 * c->nkv * cap * hd), *vh = malloc(2 * c->nkv * cap * hd);
+    for (int64_t i = 0; i < nq * c->nh * hd; i++) q[i] = frand(c->qscale);
+    for (int64_t i = 0; i < c->nkv * cap * hd; i++) {
+        k[i] = frand(1); v[i] = frand(1);
+        if (c->f16) {
+            kh[i] = kvs_f32_to_f16(k[i]); k[i] = kvs_f16_to_f32(kh[i]);
+            vh[i] = kvs_f32_to_f16(v[i]); v[i] = kvs_f16_to_f32(vh[i]);
+        }
+    }
+    int32_t *qpos = malloc(4 * nq), *kpos = malloc(4 * c->nkv * cap), kvlen[16], *rowlen = malloc(4 * nq);
+    float *mask = malloc(4 * nq * n_kv);
+    for (int i = 0; i < nq; i++) { qpos[i] = n_kv - (int)nq + i + (c->use_qpos ? (i % 3) - 1 : 0); rowlen[i] = n_kv - (i * 7) % (n_kv / 2 + 1); }
+    for (int h = 0; h < c->nkv; h++) {
+        kvlen[h] = c->use_kvlen ? n_kv - h * 3 : n_kv;
+        if (kvlen[h] < 1) kvlen[h] = 1;
+        for (int j = 0; j < cap; j++) kpos[h * cap + j] = c->use_kpos ? j + (j % 5 == 0 ? 2 : 0) : j;
+    }
+    for (int64_t i = 0; i < nq * n_kv; i++) mask[i] = (i % 11 == 3) ? -INFINITY : frand(2);
+    if (c->use_mask) for (int j = 0; j < n_kv; j++) mask[0 * n_kv + j] = -INFINITY; /* row 0 fully masked */
+    int32_t stat_rows[3] = {0, (int32_t)nq - 1, (int32_t)nq / 2}, probe_rows[2] = {(int32_t)nq - 1, 0};
+    int n_sel = nq >= 3 ? 3 : 1, n_probe = nq >= 2 ? 2 : 1;
+    if (nq < 3) { stat_rows[0] = 0; probe_rows[0] = 0; }
+
+    /* reference */
+    double *ro = calloc(nq * c->nh * hd, 8), *rm = malloc(8 * nq * c->nh), *rl = malloc(8 * nq * c->nh);
+    double *rkm = calloc(c->nkv * cap, 8), *rpr = calloc(n_probe * c->nh * cap, 8);
+    int32_t *ram = malloc(4 * nq * c->nh);
+    double *P = malloc(8 * nq * c->nh * cap);
+    double scale = 1.0 / sqrt((double)hd);
+    for (int i = 0; i < nq; i++)
+        for (int g = 0; g < c->nh; g++) {
+            int h = g / G;
+            double *pr = P + ((int64_t)i * c->nh + g) * cap;
+            double m = -INFINITY;
+            int am = -1;
+            for (int j = 0; j < cap; j++) {
+                pr[j] = -INFINITY;
+                int lim = c->use_kvlen ? kvlen[h] : n_kv;
+                if (c->use_rowlen && rowlen[i] < lim) lim = rowlen[i];
+                if (j >= lim) continue;
+                int qp = c->use_qpos ? qpos[i] : n_kv - (int)nq + i;
+                int kp = c->use_kpos ? kpos[h * cap + j] : j;
+                if (c->causal && kp > qp) continue;
+                double d = 0;
+                for (int e = 0; e < hd; e++) d += (double)q[((int64_t)i * c->nh + g) * hd + e] * k[((int64_t)h * cap + j) * hd + e];
+                double s = scale * d + (c->use_mask ? mask[(int64_t)i * n_kv + j] : 0);
+                pr[j] = s;
+                if (s > -INFINITY && (am < 0 || s > m)) { m = s; am = j; }
+            }
+            double l = 0;
+            for (int j = 0; j < cap; j++) if (pr[j] > -INFINITY) l += exp(pr[j] - m);
+            for (int j = 0; j < cap; j++) pr[j] = (pr[j] > -INFINITY) ? exp(pr[j] - m) / l : 0;
+            rm[i * c->nh + g] = am < 0 ? -FLT_MAX : m;
+            rl[i * c->nh + g] = l;
+            ram[i * c->nh + g] = am;
+            for (int j = 0; j < cap; j++)
+                for (int e = 0; e < hd; e++)
+                    ro[((int64_t)i * c->nh + g) * hd + e] += pr[j] * (c->unnorm ? l : 1) * v[((int64_t)h * cap + j) * hd + e];
+        }
+    float *km0 = malloc(4 * c->nkv * cap);
+    for (int64_t i = 0; i < c->nkv * cap; i++) km0[i] = frand(1);
+    for (int h = 0; h < c->nkv; h++) {
+        int lim = c->use_kvlen ? kvlen[h] : n_kv;
+        for (int j = 0; j < cap; j++) {
+            if (j >= lim) { rkm[h * cap + j] = km0[h * cap + j]; continue; }
+            double s = 0;
+            for (int t = 0; t < n_sel; t++)
+                for (int gi = 0; gi < G; gi++) s += P[((int64_t)stat_rows[t] * c->nh + h * G + gi) * cap + j];
+            rkm[h * cap + j] = s / G + (c->accum ? km0[h * cap + j] : 0);
+        }
+    }
+    for (int r = 0; r < n_probe; r++)
+        for (int g = 0; g < c->nh; g++)
+            for (int j = 0; j < cap; j++) rpr[((int64_t)r * c->nh + g) * cap + j] = P[((int64_t)probe_rows[r] * c->nh + g) * cap + j];
+
+    kvs_tensor *tq = mk(KVS_F32, hd, c->nh, nq, q);
+    kvs_tensor *tk = mk(c->f16 ? KVS_F16 : KVS_F32, hd, cap, c->nkv, c->f16 ? (void *)kh : (void *)k);
+    kvs_tensor *tv = mk(c->f16 ? KVS_F16 : KVS_F32, hd, cap, c->nkv, c->f16 ? (void *)vh : (void *)v);
+    kvs_tensor *to = mk(KVS_F32, hd, c->nh, nq, NULL);
+    kvs_tensor *tqp = mk(KVS_I32, nq, 0, 0, qpos), *tkp = mk(KVS_I32, cap, c->nkv, 0, kpos);
+    kvs_tensor *tkl = mk(KVS_I32, c->nkv, 0, 0, kvlen), *trl = mk(KVS_I32, nq, 0, 0, rowlen), *tm = mk(KVS_F32, n_kv, nq, 0, mask);
+    kvs_tensor *tsr = mk(KVS_I32, n_sel, 0, 0, stat_rows), *tpr = mk(KVS_I32, n_probe, 0, 0, probe_rows);
+    kvs_tensor *tkm = mk(KVS_F32, cap, c->nkv, 0, km0), *tps = mk(KVS_F32, cap, c->nh, n_probe, NULL);
+    kvs_tensor *tam = mk(KVS_I32, c->nh, nq, 0, NULL), *trm = mk(KVS_F32, c->nh, nq, 0, NULL), *trs = mk(KVS_F32, c->nh, nq, 0, NULL);
+    kvs_attention_params p = kvs_attention_params_default();
+    p.causal = c->causal;
+    p.n_kv = c->n_kv;
+    if (c->use_qpos) p.q_pos = tqp;
+    if (c->use_kpos) p.k_pos = tkp;
+    if (c->use_kvlen) p.kv_len = tkl;
+    if (c->use_rowlen) p.row_len = trl;
+    if (c->use_mask) p.mask = tm;
+    p.unnormalised = c->unnorm;
+    if (c->stats) {
+        p.stat_rows = tsr; p.key_mass = tkm; p.key_mass_accumulate = c->accum;
+        p.probe_rows = tpr; p.probs = tps; p.argmax = tam; p.row_max = trm; p.row_sum = trs;
+    }
+    char what[160];
+    snprintf(what, sizeof what, "attn nq=%d h=%d/%d d=%d cap=%d nkv=%d c=%d f16=%d qp%d kp%d kl%d rl%d m%d un%d",
+             c->n_q, c->nh, c->nkv, c->hd, c->cap, n_kv, c->causal, c->f16, c->use_qpos, c->use_kpos, c->use_kvlen,
+             c->use_rowlen, c->use_mask, c->unnorm);
+    kvs_status s = kvs_attention(dev, tq, tk, tv, to, &p);
+    if (s != KVS_OK) { printf("  FAIL %s: %s\n", what, kvs_last_error()); failures++; }
+    else {
+        float *got = dl(to);
+        cmp(what, got, ro, nq * c->nh * hd, c->f16 ? 2e-4 : 2e-5);
+        free(got);
+        if (c->stats) {
+            got = dl(tkm); cmp("  key_mass", got, rkm, c->nkv * cap, 2e-5); free(got);
+            got = dl(tps); cmp("  probs", got, rpr, n_probe * c->nh * cap, 2e-5); free(got);
+            got = dl(trm); cmp("  row_max", got, rm, nq * c->nh, 2e-5); free(got);
+            got = dl(trs); cmp("  row_sum", got, rl, nq * c->nh, 2e-5); free(got);
+            int32_t *gi = (int32_t *)dl(tam); cmp_i("  argmax", gi, ram, nq * c->nh); free(gi);
+        }
+    }
+    kvs_tensor *ts[] = {tq, tk, tv, to, tqp, tkp, tkl, trl, tm, tsr, tpr, tkm, tps, tam, trm, trs};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) kvs_tensor_destroy(&ts[i]);
+    free(q); free(k); free(v); free(kh); free(vh); free(qpos); free(kpos); free(rowlen); free(mask);
+    free(ro); free(rm); free(rl); free(rkm); free(rpr); free(ram); free(P); free(km0);
+}
+
+static void t_attention(void) {
+    att_case cs[] = {
+        {.n_q = 13, .nh = 4, .nkv = 2, .hd = 64, .cap = 40, .n_kv = 37, .causal = 1, .qscale = 1},
+        {.n_q = 1, .nh = 8, .nkv = 2, .hd = 64, .cap = 100, .causal = 1, .qscale = 1, .stats = 1},
+        {.n_q = 33, .nh = 4, .nkv = 4, .hd = 32, .cap = 70, .n_kv = 70, .qscale = 30, .stats = 1, .use_mask = 1},
+        {.n_q = 13, .nh = 8, .nkv = 2, .hd = 128, .cap = 50, .n_kv = 45, .causal = 1, .f16 = 1, .use_qpos = 1,
+         .use_kpos = 1, .use_kvlen = 1, .use_rowlen = 1, .use_mask = 1, .stats = 1, .accum = 1, .qscale = 2},
+        {.n_q = 7, .nh = 6, .nkv = 3, .hd = 16, .cap = 129, .n_kv = 100, .causal = 1, .use_kvlen = 1, .stats = 1,
+         .unnorm = 1, .qscale = 100},
+        {.n_q = 100, .nh = 2, .nkv = 1, .hd = 64, .cap = 300, .causal = 0, .f16 = 1, .stats = 1, .qscale = 1},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) att_run(&cs[i]);
+}
+
+#undef MORE_TESTS
+#define MORE_TESTS {"attention", t_attention}
