@@ -145,5 +145,76 @@ static void t_attention(void) {
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) att_run(&cs[i]);
 }
 
+static void rows_case(kvs_dtype dt, int64_t row, int64_t G, int64_t Ns, int64_t n, int shared) {
+    size_t es = kvs_dtype_bytes(dt, 1);
+    int64_t rb = row * es;
+    unsigned char *src = malloc(G * Ns * rb), *dst0 = malloc(G * Ns * rb), *ref = malloc(G * Ns * rb), *got = malloc(G * Ns * rb);
+    for (int64_t i = 0; i < G * Ns * rb; i++) { src[i] = (unsigned char)(urand() * 256); dst0[i] = (unsigned char)(urand() * 256); }
+    int64_t ni = shared ? n : G * n;
+    int32_t *idx = malloc(4 * ni);
+    char what[128];
+    /* gather: random indices, some out of range */
+    for (int64_t i = 0; i < ni; i++) idx[i] = (int32_t)(urand() * Ns);
+    idx[0] = -1; if (ni > 2) idx[2] = (int32_t)Ns;
+    kvs_tensor *ts = mk(dt, row, Ns, G, src), *td = mk(dt, row, Ns, G, dst0);
+    kvs_tensor *ti = shared ? mk(KVS_I32, n, 0, 0, idx) : mk(KVS_I32, n, G, 0, idx);
+    memcpy(ref, dst0, G * Ns * rb);
+    for (int64_t g = 0; g < G; g++)
+        for (int64_t i = 0; i < n; i++) {
+            int32_t s = idx[(shared ? 0 : g * n) + i];
+            if (s >= 0 && s < Ns) memcpy(ref + (g * Ns + i) * rb, src + (g * Ns + s) * rb, rb);
+        }
+    snprintf(what, sizeof what, "gather %s row=%lld G=%lld n=%lld shared=%d", kvs_dtype_name(dt), (long long)row, (long long)G, (long long)n, shared);
+    CK(kvs_gather(dev, ts, ti, td));
+    kvs_tensor_download(td, got, 0, G * Ns * rb);
+    if (memcmp(got, ref, G * Ns * rb)) { printf("  FAIL %s\n", what); failures++; } else printf("  ok   %s\n", what);
+    /* scatter with duplicates, both layouts */
+    for (int tm = 0; tm < 2; tm++) {
+        kvs_tensor_upload(td, dst0, 0, G * Ns * rb);
+        for (int64_t i = 0; i < ni; i++) idx[i] = (int32_t)(urand() * Ns * 0.5);
+        idx[1] = -3;
+        kvs_tensor_upload(ti, idx, 0, 4 * ni);
+        kvs_tensor *tsrc = tm ? mk(dt, row, G, n, src) : mk(dt, row, n, G, src);
+        memcpy(ref, dst0, G * Ns * rb);
+        for (int64_t g = 0; g < G; g++)
+            for (int64_t i = 0; i < n; i++) {
+                int32_t d = idx[(shared ? 0 : g * n) + i];
+                int64_t sr = tm ? i * G + g : g * n + i;
+                if (d >= 0 && d < Ns) memcpy(ref + (g * Ns + d) * rb, src + sr * rb, rb);
+            }
+        snprintf(what, sizeof what, "scatter %s row=%lld G=%lld n=%lld shared=%d tm=%d", kvs_dtype_name(dt), (long long)row, (long long)G, (long long)n, shared, tm);
+        CK(kvs_scatter(dev, tsrc, ti, td, tm));
+        kvs_tensor_download(td, got, 0, G * Ns * rb);
+        if (memcmp(got, ref, G * Ns * rb)) { printf("  FAIL %s\n", what); failures++; } else printf("  ok   %s\n", what);
+        kvs_tensor_destroy(&tsrc);
+    }
+    /* compact: strictly increasing */
+    kvs_tensor_upload(td, src, 0, G * Ns * rb);
+    for (int64_t g = 0; g < (shared ? 1 : G); g++) {
+        int64_t c = 0;
+        for (int64_t j = 0; j < Ns && c < n; j++) if (urand() < (double)n / Ns || Ns - j <= n - c) idx[g * n + c++] = (int32_t)j;
+    }
+    kvs_tensor_upload(ti, idx, 0, 4 * ni);
+    memcpy(ref, src, G * Ns * rb);
+    for (int64_t g = 0; g < G; g++)
+        for (int64_t i = 0; i < n; i++) memcpy(ref + (g * Ns + i) * rb, src + (g * Ns + idx[(shared ? 0 : g * n) + i]) * rb, rb);
+    snprintf(what, sizeof what, "compact %s row=%lld G=%lld n=%lld shared=%d", kvs_dtype_name(dt), (long long)row, (long long)G, (long long)n, shared);
+    CK(kvs_compact(dev, td, ti));
+    kvs_tensor_download(td, got, 0, G * Ns * rb);
+    int bad = 0;
+    for (int64_t g = 0; g < G; g++) bad |= memcmp(got + g * Ns * rb, ref + g * Ns * rb, n * rb) != 0;
+    if (bad) { printf("  FAIL %s\n", what); failures++; } else printf("  ok   %s\n", what);
+    kvs_tensor_destroy(&ts); kvs_tensor_destroy(&td); kvs_tensor_destroy(&ti);
+    free(src); free(dst0); free(ref); free(got); free(idx);
+}
+
+static void t_gather(void) {
+    rows_case(KVS_F32, 64, 3, 40, 17, 0);
+    rows_case(KVS_F16, 13, 2, 33, 13, 0);
+    rows_case(KVS_BF16, 64, 4, 100, 50, 1);
+    rows_case(KVS_I32, 1, 1, 10, 7, 0);
+    rows_case(KVS_F16, 128, 8, 1000, 333, 0);
+}
+
 #undef MORE_TESTS
-#define MORE_TESTS {"attention", t_attention}
+#define MORE_TESTS {"attention", t_attention}, {"gather", t_gather}
