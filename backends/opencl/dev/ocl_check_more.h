@@ -216,5 +216,64 @@ static void t_gather(void) {
     rows_case(KVS_F16, 128, 8, 1000, 333, 0);
 }
 
+static void dwt_ref(const double *x, int64_t n, int J, kvs_wavelet w, double *y) {
+    double lo[8], hi[8];
+    int T = kvs_wavelet_filter(w, lo);
+    for (int t = 0; t < T; t++) hi[t] = (t & 1 ? -1 : 1) * lo[T - 1 - t];
+    double *c = malloc(8 * (n + 1)), *a = malloc(8 * (n + 1));
+    memcpy(c, x, 8 * n);
+    int64_t L = n;
+    for (int l = 1; l <= J; l++) {
+        int64_t Lp = L + (L & 1), half = Lp / 2;
+        if (L & 1) c[L] = c[L - 1];
+        int64_t doff = kvs_dwt_level_length(n, J);
+        for (int m = l + 1; m <= J; m++) doff += kvs_dwt_level_length(n, m);
+        for (int64_t i = 0; i < half; i++) {
+            double sa = 0, sd = 0;
+            for (int t = 0; t < T; t++) { sa += lo[t] * c[(2 * i + t) % Lp]; sd += hi[t] * c[(2 * i + t) % Lp]; }
+            a[i] = sa;
+            y[doff + i] = sd;
+        }
+        memcpy(c, a, 8 * half);
+        L = half;
+    }
+    memcpy(y, c, 8 * L);
+    free(c); free(a);
+}
+
+static void t_dwt(void) {
+    kvs_wavelet ws[] = {KVS_WAVELET_HAAR, KVS_WAVELET_DB2, KVS_WAVELET_DB4};
+    int64_t ns[] = {1, 13, 33, 64, 1000};
+    int Js[] = {1, 2, 3, 5};
+    for (int wi = 0; wi < 3; wi++)
+        for (int ni = 0; ni < 5; ni++)
+            for (int ji = 0; ji < 4; ji++) {
+                int64_t n = ns[ni], rows = 3;
+                int J = Js[ji];
+                int64_t nc = kvs_dwt_length(n, J);
+                float *x = malloc(4 * n * rows);
+                double *xd = malloc(8 * n), *ref = malloc(8 * nc * rows), *xr = malloc(8 * n * rows);
+                for (int64_t i = 0; i < n * rows; i++) { x[i] = frand(2); xr[i] = x[i]; }
+                for (int64_t r = 0; r < rows; r++) {
+                    for (int64_t i = 0; i < n; i++) xd[i] = x[r * n + i];
+                    dwt_ref(xd, n, J, ws[wi], ref + r * nc);
+                }
+                kvs_tensor *tx = mk(KVS_F32, n, rows, 0, x), *ty = mk(KVS_F32, nc, rows, 0, NULL), *tx2 = mk(KVS_F32, n, rows, 0, NULL);
+                char what[96];
+                snprintf(what, sizeof what, "dwt %s n=%lld J=%d", kvs_wavelet_name(ws[wi]), (long long)n, J);
+                CK(kvs_dwt(dev, tx, ty, ws[wi], J));
+                float *got = dl(ty);
+                cmp(what, got, ref, nc * rows, 1e-5);
+                free(got);
+                CK(kvs_idwt(dev, ty, tx2, ws[wi], J));
+                got = dl(tx2);
+                snprintf(what, sizeof what, "idwt(dwt) %s n=%lld J=%d", kvs_wavelet_name(ws[wi]), (long long)n, J);
+                cmp(what, got, xr, n * rows, 1e-5);
+                free(got);
+                kvs_tensor_destroy(&tx); kvs_tensor_destroy(&ty); kvs_tensor_destroy(&tx2);
+                free(x); free(xd); free(ref); free(xr);
+            }
+}
+
 #undef MORE_TESTS
-#define MORE_TESTS {"attention", t_attention}, {"gather", t_gather}
+#define MORE_TESTS {"attention", t_attention}, {"gather", t_gather}, {"dwt", t_dwt}
