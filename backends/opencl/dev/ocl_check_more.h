@@ -275,5 +275,86 @@ static void t_dwt(void) {
             }
 }
 
+static const float *tk_vals;
+static int tk_cmp(const void *pa, const void *pb) {
+    int32_t a = *(const int32_t *)pa, b = *(const int32_t *)pb;
+    float x = tk_vals[a], y = tk_vals[b];
+    int xn = isnan(x), yn = isnan(y);
+    if (xn != yn) return xn ? 1 : -1;
+    if (!xn && x != y) return x > y ? -1 : 1;
+    return a < b ? -1 : (a > b);
+}
+static int i32_cmp(const void *pa, const void *pb) {
+    int32_t a = *(const int32_t *)pa, b = *(const int32_t *)pb;
+    return a < b ? -1 : (a > b);
+}
+
+static void topk_case(int64_t rows, int64_t n, int64_t k, int by_index, int use_rl, int global, int ties) {
+    int64_t N = rows * n;
+    float *x = malloc(4 * N);
+    for (int64_t i = 0; i < N; i++) {
+        x[i] = ties ? (float)(int)(urand() * 7) - 3 : frand(100);
+        double u = urand();
+        if (u < 0.01) x[i] = NAN; else if (u < 0.02) x[i] = -INFINITY; else if (u < 0.03) x[i] = INFINITY;
+        else if (u < 0.04) x[i] = -0.0f; else if (u < 0.05) x[i] = 0.0f;
+    }
+    int32_t *rl = malloc(4 * rows);
+    for (int64_t r = 0; r < rows; r++) rl[r] = use_rl ? (int32_t)((r * 37) % (n + 1)) : (int32_t)n;
+    int64_t orows = global ? 1 : rows;
+    int32_t *ref = malloc(4 * orows * k), *perm = malloc(4 * (global ? N : n));
+    double *rv = malloc(8 * orows * k);
+    for (int64_t r = 0; r < orows; r++) {
+        int64_t len = global ? N : rl[r];
+        const float *xr = global ? x : x + r * n;
+        for (int64_t j = 0; j < len; j++) perm[j] = (int32_t)j;
+        tk_vals = xr;
+        qsort(perm, len, 4, tk_cmp);
+        int64_t kk = k < len ? k : len;
+        if (by_index) qsort(perm, kk, 4, i32_cmp);
+        for (int64_t t = 0; t < k; t++) {
+            ref[r * k + t] = t < kk ? perm[t] : -1;
+            rv[r * k + t] = t < kk ? xr[perm[t]] : -INFINITY;
+        }
+    }
+    kvs_tensor *tx = global ? mk(KVS_F32, n, rows, 0, x) : mk(KVS_F32, n, rows, 0, x);
+    kvs_tensor *ti = mk(KVS_I32, k, orows, 0, NULL), *tv = mk(KVS_F32, k, orows, 0, NULL), *trl = mk(KVS_I32, rows, 0, 0, rl);
+    kvs_topk_params p = kvs_topk_params_default();
+    p.k = k;
+    p.order_by_index = by_index;
+    if (use_rl) p.row_len = trl;
+    char what[128];
+    snprintf(what, sizeof what, "topk%s rows=%lld n=%lld k=%lld byidx=%d rl=%d ties=%d", global ? "_global" : "",
+             (long long)rows, (long long)n, (long long)k, by_index, use_rl, ties);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    kvs_status s = global ? kvs_topk_global(dev, tx, ti, tv, &p) : kvs_topk(dev, tx, ti, tv, &p);
+    if (s == KVS_OK) s = kvs_device_sync(dev);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (s != KVS_OK) { printf("  FAIL %s: %s\n", what, kvs_last_error()); failures++; }
+    else {
+        int32_t *gi = (int32_t *)dl(ti);
+        float *gv = dl(tv);
+        printf("       (%.1f ms)\n", 1e3 * ((t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec)));
+        cmp_i(what, gi, ref, orows * k);
+        cmp("  values", gv, rv, orows * k, 0);
+        free(gi); free(gv);
+    }
+    kvs_tensor_destroy(&tx); kvs_tensor_destroy(&ti); kvs_tensor_destroy(&tv); kvs_tensor_destroy(&trl);
+    free(x); free(rl); free(ref); free(perm); free(rv);
+}
+
+static void t_topk(void) {
+    topk_case(5, 1000, 10, 0, 0, 0, 0);
+    topk_case(5, 1000, 10, 1, 0, 0, 1);
+    topk_case(7, 13, 13, 0, 1, 0, 1);
+    topk_case(3, 1, 1, 0, 0, 0, 0);
+    topk_case(33, 100, 7, 0, 1, 0, 1);
+    topk_case(4, 100000, 5000, 0, 0, 0, 1);
+    topk_case(2, 30000, 3000, 1, 1, 0, 0);
+    topk_case(1, 1000000, 1000, 0, 0, 1, 0);
+    topk_case(8, 125000, 100000, 1, 0, 1, 1);
+    topk_case(1, 5000, 5000, 0, 0, 1, 1);
+}
+
 #undef MORE_TESTS
-#define MORE_TESTS {"attention", t_attention}, {"gather", t_gather}, {"dwt", t_dwt}
+#define MORE_TESTS {"attention", t_attention}, {"gather", t_gather}, {"dwt", t_dwt}, {"topk", t_topk}
