@@ -25,7 +25,8 @@ __kernel void dwt_level(__global const float *src, long src_off, long src_stride
     __global const float *c = src + src_off + r * src_stride;
     float sa = 0.0f, sd = 0.0f;
     for (int t = 0; t < TAPS; t++) {
-        int idx = (2 * i + t) % Lp;
+        int idx = 2 * i + t;
+        while (idx >= Lp) idx -= Lp; /* no integer division: 2i + t < Lp + TAPS */
         if (idx >= L) idx = L - 1;
         float x = c[idx];
         sa += LO[t] * x;
@@ -48,11 +49,11 @@ __kernel void idwt_level(__global const float *a, long a_off, long a_stride, __g
     __global const float *ar = a + a_off + r * a_stride;
     __global const float *dr = d + d_off + r * d_stride;
     float s = 0.0f;
-    for (int t = 0; t < TAPS; t++) {
-        int q = (m - t) % Lp;
-        if (q < 0) q += Lp;
-        if (q & 1) continue;
-        int i = q / 2;
+    /* L' is even, so (m - t) mod L' is even exactly for the taps t of m's parity. */
+    for (int t = m & 1; t < TAPS; t += 2) {
+        int q = m - t;
+        while (q < 0) q += Lp;
+        int i = q >> 1;
         s += LO[t] * ar[i] + hi_tap(t) * dr[i];
     }
     dst[dst_off + r * dst_stride + m] = s;
