@@ -136,13 +136,16 @@ static void ocl_fill_info(cl_platform_id pl, cl_device_id d, kvs_device_info *in
     ocl_str(d, CL_DEVICE_NAME, info->name, sizeof info->name);
     ocl_str(d, CL_DEVICE_VENDOR, info->vendor, sizeof info->vendor);
     ocl_str(d, CL_DEVICE_VERSION, ver, sizeof ver);
+    /* "OpenCL 3.0 PoCL HSTR: ..." -> "OpenCL 3.0": the vendor text after the version is noise. */
+    char *sp = strchr(ver, ' ');
+    if (sp && (sp = strchr(sp + 1, ' '))) *sp = '\0';
     ocl_str(d, CL_DRIVER_VERSION, drv, sizeof drv);
     plat[0] = '\0';
     if (clGetPlatformInfo(pl, CL_PLATFORM_NAME, sizeof pbuf, pbuf, NULL) == CL_SUCCESS) {
         pbuf[sizeof pbuf - 1] = '\0';
         ocl_strcpy(plat, sizeof plat, pbuf);
     }
-    snprintf(info->driver, sizeof info->driver, "%s, driver %s, platform %s", ver, drv, plat);
+    snprintf(info->driver, sizeof info->driver, "%s, driver %s, %s", ver, drv, plat);
     cl_device_type t = 0;
     cl_bool unified = CL_FALSE;
     clGetDeviceInfo(d, CL_DEVICE_TYPE, sizeof t, &t, NULL);
