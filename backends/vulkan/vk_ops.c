@@ -1,0 +1,170 @@
+/* Vulkan backend ops: argument packing (bindings + push constants) and dispatch shapes for the
+ * shaders in shaders/vulkan. Every op only records commands (see vulkan.c for batching); inputs are
+ * validated by core/ops.c. Each push-constant struct mirrors the `P` block of its shader. */
+#include <math.h>
+#include <string.h>
+
+#include "vk_internal.h"
+
+#define WG_ELEM 256u
+
+static uint32_t unit_of(kvs_dtype d) {
+    switch (d) {
+    case KVS_F16: case KVS_BF16: return 2;
+    case KVS_Q8_0: return 1;
+    default: return 4;
+    }
+}
+
+/* Workgroup size for a shader that wants `want` invocations (power of two), capped by the device. */
+static uint32_t wg_size(kvs_device *dev, uint32_t want) {
+    uint32_t maxwg = (uint32_t)dev->caps.max_workgroup_size;
+    while (want > maxwg && want > 1) want >>= 1;
+    return want;
+}
+
+static uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+
+#define BIND(t, wr, i, off) KVS_TRY(kvs_vk_bind(v, (t), (wr), unit_of((t)->dtype), &args[i], &(off), op))
+
+/* ---- element-wise ------------------------------------------------------------------------- */
+
+kvs_status kvs_vk_add(kvs_device *dev, const kvs_tensor *a, const kvs_tensor *b, kvs_tensor *y, int64_t n) {
+    const char *op = "kvs_add";
+    kvs_vk *v = kvs_vk_of(dev);
+    kvs_vk_arg args[3];
+    struct { uint32_t n, oa, ob, oy; } pc = {(uint32_t)n, 0, 0, 0};
+    BIND(a, 0, 0, pc.oa);
+    BIND(b, 0, 1, pc.ob);
+    BIND(y, 1, 2, pc.oy);
+    uint32_t wg = wg_size(dev, WG_ELEM);
+    return kvs_vk_dispatch(v, "add", &wg, 1, args, 3, &pc, sizeof pc, ceil_div((uint64_t)n, wg), op);
+}
+
+kvs_status kvs_vk_swiglu(kvs_device *dev, const kvs_tensor *gate, const kvs_tensor *up, kvs_tensor *out, int64_t n) {
+    const char *op = "kvs_swiglu";
+    kvs_vk *v = kvs_vk_of(dev);
+    kvs_vk_arg args[3];
+    struct { uint32_t n, og, ou, oo; } pc = {(uint32_t)n, 0, 0, 0};
+    BIND(gate, 0, 0, pc.og);
+    BIND(up, 0, 1, pc.ou);
+    BIND(out, 1, 2, pc.oo);
+    uint32_t wg = wg_size(dev, WG_ELEM);
+    return kvs_vk_dispatch(v, "swiglu", &wg, 1, args, 3, &pc, sizeof pc, ceil_div((uint64_t)n, wg), op);
+}
+
+kvs_status kvs_vk_copy_op(kvs_device *dev, const kvs_tensor *src, kvs_tensor *dst, int64_t n) {
+    const char *op = "kvs_copy";
+    kvs_vk *v = kvs_vk_of(dev);
+    KVS_TRY(kvs_vk_check(v, op));
+    if (src->dtype == dst->dtype) {
+        const kvs_vk_alloc *sa = kvs_vk_alloc_of(src), *da = kvs_vk_alloc_of(dst);
+        return kvs_vk_copy(v, sa->block->buf, sa->offset + src->offset, da->block->buf, da->offset + dst->offset,
+                           src->nbytes);
+    }
+    kvs_vk_arg args[2];
+    struct { uint32_t n, os, od; } pc = {(uint32_t)n, 0, 0};
+    BIND(src, 0, 0, pc.os);
+    BIND(dst, 1, 1, pc.od);
+    uint32_t spec[3] = {wg_size(dev, WG_ELEM), (uint32_t)src->dtype, (uint32_t)dst->dtype};
+    uint64_t items = dst->dtype == KVS_F32 ? (uint64_t)n : ((uint64_t)pc.od + (uint64_t)n + 1) / 2 - pc.od / 2;
+    return kvs_vk_dispatch(v, "copy", spec, 3, args, 2, &pc, sizeof pc, ceil_div(items, spec[0]), op);
+}
+
+static uint32_t row_wg(kvs_device *dev, int64_t n) {
+    uint32_t w = n <= 32 ? 32u : n <= 64 ? 64u : n <= 128 ? 128u : 256u;
+    return wg_size(dev, w);
+}
+
+kvs_status kvs_vk_rmsnorm(kvs_device *dev, const kvs_tensor *x, const kvs_tensor *w, kvs_tensor *y, int64_t rows,
+                          int64_t dim, float eps) {
+    const char *op = "kvs_rmsnorm";
+    kvs_vk *v = kvs_vk_of(dev);
+    kvs_vk_arg args[3];
+    struct { uint32_t rows, dim, ox, ow, oy; float eps; } pc = {(uint32_t)rows, (uint32_t)dim, 0, 0, 0, eps};
+    BIND(x, 0, 0, pc.ox);
+    BIND(w, 0, 1, pc.ow);
+    BIND(y, 1, 2, pc.oy);
+    uint32_t wg = row_wg(dev, dim);
+    return kvs_vk_dispatch(v, "rmsnorm", &wg, 1, args, 3, &pc, sizeof pc, (uint64_t)rows, op);
+}
+
+kvs_status kvs_vk_softmax(kvs_device *dev, const kvs_tensor *x, kvs_tensor *y, int64_t rows, int64_t n, float scale) {
+    const char *op = "kvs_softmax";
+    kvs_vk *v = kvs_vk_of(dev);
+    kvs_vk_arg args[2];
+    struct { uint32_t rows, n, ox, oy; float scale; } pc = {(uint32_t)rows, (uint32_t)n, 0, 0, scale};
+    BIND(x, 0, 0, pc.ox);
+    BIND(y, 1, 1, pc.oy);
+    uint32_t wg = row_wg(dev, n);
+    return kvs_vk_dispatch(v, "softmax", &wg, 1, args, 2, &pc, sizeof pc, (uint64_t)rows, op);
+}
+
+kvs_status kvs_vk_embedding(kvs_device *dev, const kvs_tensor *table, const int32_t *ids, int64_t n, kvs_tensor *out,
+                            int64_t dim) {
+    const char *op = "kvs_embedding";
+    kvs_vk *v = kvs_vk_of(dev);
+    KVS_TRY(kvs_vk_check(v, op));
+    kvs_vk_alloc *st;
+    VkDeviceSize so;
+    void *host;
+    KVS_TRY(kvs_vk_stage(v, (VkDeviceSize)n * 4, &st, &so, &host));
+    memcpy(host, ids, (size_t)n * 4);
+    kvs_vk_arg args[3];
+    struct { uint32_t n, dim, vocab, ot, oi, oo; } pc = {(uint32_t)n, (uint32_t)dim, (uint32_t)kvs_tensor_rows(table),
+                                                          0, 0, 0};
+    BIND(table, 0, 0, pc.ot);
+    KVS_TRY(kvs_vk_bind_alloc(v, st, so, (VkDeviceSize)n * 4, 0, 4, &args[1], &pc.oi, op));
+    BIND(out, 1, 2, pc.oo);
+    uint32_t spec[2] = {wg_size(dev, WG_ELEM), (uint32_t)table->dtype};
+    return kvs_vk_dispatch(v, "embedding", spec, 2, args, 3, &pc, sizeof pc, ceil_div((uint64_t)n * (uint64_t)dim, spec[0]),
+                           op);
+}
+
+/* ---- matmul ------------------------------------------------------------------------------- */
+
+kvs_status kvs_vk_matmul(kvs_device *dev, const kvs_matmul_args *a) {
+    const char *op = "kvs_matmul";
+    kvs_vk *v = kvs_vk_of(dev);
+    kvs_vk_arg args[3];
+    struct { uint32_t m, k, n, ow, ox, oy, accumulate, groups_m; } pc = {
+        (uint32_t)a->m, (uint32_t)a->k, (uint32_t)a->n, 0, 0, 0, (uint32_t)a->accumulate, 0};
+    BIND(a->W, 0, 0, pc.ow);
+    BIND(a->x, 0, 1, pc.ox);
+    BIND(a->y, 1, 2, pc.oy);
+    int tiled = a->n > 8 && dev->caps.max_workgroup_size >= 256;
+    if (tiled) {
+        uint32_t spec[2] = {256, (uint32_t)a->W->dtype};
+        pc.groups_m = (uint32_t)ceil_div((uint64_t)a->m, 64);
+        return kvs_vk_dispatch(v, "matmul", spec, 2, args, 3, &pc, sizeof pc,
+                               (uint64_t)pc.groups_m * ceil_div((uint64_t)a->n, 64), op);
+    }
+    /* GEMV path, 8 rows of x per dispatch */
+    uint32_t spec[2] = {wg_size(dev, 128), (uint32_t)a->W->dtype};
+    uint32_t ox = pc.ox, oy = pc.oy;
+    for (int64_t i0 = 0; i0 < a->n; i0 += 8) {
+        pc.n = (uint32_t)(a->n - i0 < 8 ? a->n - i0 : 8);
+        pc.ox = ox + (uint32_t)(i0 * a->k);
+        pc.oy = oy + (uint32_t)(i0 * a->m);
+        KVS_TRY(kvs_vk_dispatch(v, "matmul_vec", spec, 2, args, 3, &pc, sizeof pc, (uint64_t)a->m, op));
+    }
+    return KVS_OK;
+}
+
+/* ---- not yet implemented ------------------------------------------------------------------- */
+
+#define TODO_OP(fn, argt, name)                                                                    \
+    kvs_status fn(kvs_device *dev, const argt *a) {                                                \
+        (void)dev;                                                                                 \
+        (void)a;                                                                                   \
+        return kvs_error(KVS_ERR_UNSUPPORTED, "%s: not implemented on the Vulkan backend yet", name); \
+    }
+TODO_OP(kvs_vk_rope, kvs_rope_args, "kvs_rope")
+TODO_OP(kvs_vk_attention, kvs_attention_args, "kvs_attention")
+TODO_OP(kvs_vk_dwt, kvs_dwt_args, "kvs_dwt")
+TODO_OP(kvs_vk_idwt, kvs_dwt_args, "kvs_idwt")
+TODO_OP(kvs_vk_topk, kvs_topk_args, "kvs_topk")
+TODO_OP(kvs_vk_topk_global, kvs_topk_args, "kvs_topk_global")
+TODO_OP(kvs_vk_gather, kvs_rows_args, "kvs_gather")
+TODO_OP(kvs_vk_scatter, kvs_rows_args, "kvs_scatter")
+TODO_OP(kvs_vk_compact, kvs_rows_args, "kvs_compact")
