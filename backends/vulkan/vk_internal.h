@@ -114,6 +114,9 @@ typedef struct kvs_vk {
 
 /* Returns KVS_ERR_BACKEND with the pending validation message, if any (and clears it). */
 kvs_status kvs_vk_check(kvs_vk *v, const char *op);
+/* Called first by every op: the validation check, plus a submit when the command buffer is long
+ * (never in the middle of an op, so staged data an op wrote stays owned by it until it runs). */
+kvs_status kvs_vk_begin_op(kvs_vk *v, const char *op);
 
 /* Binding for tensor t: fills *arg (aligned range) and *unit_off (t's first element relative to the
  * binding start, in units of `unit` bytes). KVS_ERR_UNSUPPORTED when the tensor range exceeds
@@ -126,6 +129,10 @@ kvs_status kvs_vk_bind_alloc(kvs_vk *v, const kvs_vk_alloc *a, VkDeviceSize off,
 
 /* Scratch memory valid until the next submit completes: device-local (scratch) or host-visible
  * (staging; *host receives the mapped pointer). Offsets aligned for storage-buffer binding. */
+/* Ensures that takes totalling `scratch` and `stage` bytes (up to 8 takes each) fit without a
+ * flush: an op that takes several pieces calls this first, because a flush between its takes would
+ * let later ops reuse staging memory its recorded commands still read. */
+kvs_status kvs_vk_reserve(kvs_vk *v, VkDeviceSize scratch, VkDeviceSize stage);
 kvs_status kvs_vk_scratch(kvs_vk *v, VkDeviceSize n, kvs_vk_alloc **a, VkDeviceSize *off);
 kvs_status kvs_vk_stage(kvs_vk *v, VkDeviceSize n, kvs_vk_alloc **a, VkDeviceSize *off, void **host);
 

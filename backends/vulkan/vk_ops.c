@@ -32,6 +32,7 @@ static uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 kvs_status kvs_vk_add(kvs_device *dev, const kvs_tensor *a, const kvs_tensor *b, kvs_tensor *y, int64_t n) {
     const char *op = "kvs_add";
     kvs_vk *v = kvs_vk_of(dev);
+    KVS_TRY(kvs_vk_begin_op(v, op));
     kvs_vk_arg args[3];
     struct { uint32_t n, oa, ob, oy; } pc = {(uint32_t)n, 0, 0, 0};
     BIND(a, 0, 0, pc.oa);
@@ -44,6 +45,7 @@ kvs_status kvs_vk_add(kvs_device *dev, const kvs_tensor *a, const kvs_tensor *b,
 kvs_status kvs_vk_swiglu(kvs_device *dev, const kvs_tensor *gate, const kvs_tensor *up, kvs_tensor *out, int64_t n) {
     const char *op = "kvs_swiglu";
     kvs_vk *v = kvs_vk_of(dev);
+    KVS_TRY(kvs_vk_begin_op(v, op));
     kvs_vk_arg args[3];
     struct { uint32_t n, og, ou, oo; } pc = {(uint32_t)n, 0, 0, 0};
     BIND(gate, 0, 0, pc.og);
@@ -56,7 +58,7 @@ kvs_status kvs_vk_swiglu(kvs_device *dev, const kvs_tensor *gate, const kvs_tens
 kvs_status kvs_vk_copy_op(kvs_device *dev, const kvs_tensor *src, kvs_tensor *dst, int64_t n) {
     const char *op = "kvs_copy";
     kvs_vk *v = kvs_vk_of(dev);
-    KVS_TRY(kvs_vk_check(v, op));
+    KVS_TRY(kvs_vk_begin_op(v, op));
     if (src->dtype == dst->dtype) {
         const kvs_vk_alloc *sa = kvs_vk_alloc_of(src), *da = kvs_vk_alloc_of(dst);
         return kvs_vk_copy(v, sa->block->buf, sa->offset + src->offset, da->block->buf, da->offset + dst->offset,
@@ -80,6 +82,7 @@ kvs_status kvs_vk_rmsnorm(kvs_device *dev, const kvs_tensor *x, const kvs_tensor
                           int64_t dim, float eps) {
     const char *op = "kvs_rmsnorm";
     kvs_vk *v = kvs_vk_of(dev);
+    KVS_TRY(kvs_vk_begin_op(v, op));
     kvs_vk_arg args[3];
     struct { uint32_t rows, dim, ox, ow, oy; float eps; } pc = {(uint32_t)rows, (uint32_t)dim, 0, 0, 0, eps};
     BIND(x, 0, 0, pc.ox);
@@ -92,6 +95,7 @@ kvs_status kvs_vk_rmsnorm(kvs_device *dev, const kvs_tensor *x, const kvs_tensor
 kvs_status kvs_vk_softmax(kvs_device *dev, const kvs_tensor *x, kvs_tensor *y, int64_t rows, int64_t n, float scale) {
     const char *op = "kvs_softmax";
     kvs_vk *v = kvs_vk_of(dev);
+    KVS_TRY(kvs_vk_begin_op(v, op));
     kvs_vk_arg args[2];
     struct { uint32_t rows, n, ox, oy; float scale; } pc = {(uint32_t)rows, (uint32_t)n, 0, 0, scale};
     BIND(x, 0, 0, pc.ox);
@@ -104,10 +108,11 @@ kvs_status kvs_vk_embedding(kvs_device *dev, const kvs_tensor *table, const int3
                             int64_t dim) {
     const char *op = "kvs_embedding";
     kvs_vk *v = kvs_vk_of(dev);
-    KVS_TRY(kvs_vk_check(v, op));
+    KVS_TRY(kvs_vk_begin_op(v, op));
     kvs_vk_alloc *st;
     VkDeviceSize so;
     void *host;
+    KVS_TRY(kvs_vk_reserve(v, 0, (VkDeviceSize)n * 4));
     KVS_TRY(kvs_vk_stage(v, (VkDeviceSize)n * 4, &st, &so, &host));
     memcpy(host, ids, (size_t)n * 4);
     kvs_vk_arg args[3];
@@ -126,6 +131,7 @@ kvs_status kvs_vk_embedding(kvs_device *dev, const kvs_tensor *table, const int3
 kvs_status kvs_vk_matmul(kvs_device *dev, const kvs_matmul_args *a) {
     const char *op = "kvs_matmul";
     kvs_vk *v = kvs_vk_of(dev);
+    KVS_TRY(kvs_vk_begin_op(v, op));
     kvs_vk_arg args[3];
     struct { uint32_t m, k, n, ow, ox, oy, accumulate, groups_m; } pc = {
         (uint32_t)a->m, (uint32_t)a->k, (uint32_t)a->n, 0, 0, 0, (uint32_t)a->accumulate, 0};
@@ -151,6 +157,61 @@ kvs_status kvs_vk_matmul(kvs_device *dev, const kvs_matmul_args *a) {
     return KVS_OK;
 }
 
+/* ---- rope ---------------------------------------------------------------------------------- */
+
+kvs_status kvs_vk_rope(kvs_device *dev, const kvs_rope_args *a) {
+    const char *op = a->vec_stride_rows ? "kvs_rope_shift" : "kvs_rope";
+    kvs_vk *v = kvs_vk_of(dev);
+    KVS_TRY(kvs_vk_begin_op(v, op));
+    const int half = a->p.n_rot / 2;
+    const int64_t stride = a->vec_stride_rows ? a->vec_stride_rows : a->n_vec;
+    const int64_t nrow = a->vec_stride_rows ? a->n_rows : a->n_vec;
+    const int64_t visited = (a->n_vec / stride) * nrow;
+    /* freq_i / (2 pi) as a 64-bit fixed-point fraction, from the f64 frequency */
+    VkDeviceSize sbytes = a->x->dtype == KVS_F32 ? 0 : (VkDeviceSize)visited * (VkDeviceSize)a->p.n_rot * 4;
+    KVS_TRY(kvs_vk_reserve(v, sbytes, (VkDeviceSize)half * 8));
+    kvs_vk_alloc *fa;
+    VkDeviceSize fo;
+    void *host;
+    KVS_TRY(kvs_vk_stage(v, (VkDeviceSize)half * 8, &fa, &fo, &host));
+    uint32_t *fq = host;
+    for (int i = 0; i < half; i++) {
+        double f = (double)a->p.freq_scale * pow((double)a->p.theta_base, -2.0 * i / (double)a->p.n_rot) /
+                   (2.0 * 3.14159265358979323846);
+        f -= floor(f);
+        double t = f * 4294967296.0;
+        double hi = floor(t);
+        double lo = floor((t - hi) * 4294967296.0);
+        fq[2 * i] = (uint32_t)hi;
+        fq[2 * i + 1] = (uint32_t)(lo < 4294967296.0 ? lo : 4294967295.0);
+    }
+    kvs_vk_arg args[4];
+    struct { uint32_t total, head_dim, n_rot, pos_div, stride, n_rows, ox, op, of, os, nx; } pc = {
+        (uint32_t)(visited * half), (uint32_t)a->head_dim, (uint32_t)a->p.n_rot, (uint32_t)a->pos_div,
+        (uint32_t)stride, (uint32_t)nrow, 0, 0, 0, 0, (uint32_t)kvs_tensor_nelements(a->x)};
+    BIND(a->x, 1, 0, pc.ox);
+    BIND(a->pos, 0, 1, pc.op);
+    KVS_TRY(kvs_vk_bind_alloc(v, fa, fo, (VkDeviceSize)half * 8, 0, 4, &args[2], &pc.of, op));
+    uint32_t wg = wg_size(dev, WG_ELEM);
+    uint32_t spec[3] = {wg, 0, a->p.mode == KVS_ROPE_NEOX};
+    if (a->x->dtype == KVS_F32) {
+        args[3] = args[2];
+        return kvs_vk_dispatch(v, "rope", spec, 3, args, 4, &pc, sizeof pc, ceil_div(pc.total, wg), op);
+    }
+    kvs_vk_alloc *sa;
+    VkDeviceSize so;
+    KVS_TRY(kvs_vk_scratch(v, sbytes, &sa, &so));
+    KVS_TRY(kvs_vk_bind_alloc(v, sa, so, sbytes, 1, 4, &args[3], &pc.os, op));
+    spec[1] = 1;
+    args[0].write = 0;
+    KVS_TRY(kvs_vk_dispatch(v, "rope", spec, 3, args, 4, &pc, sizeof pc, ceil_div(pc.total, wg), op));
+    spec[1] = 2;
+    args[0].write = 1;
+    args[3].write = 0;
+    pc.total = (uint32_t)(((uint64_t)pc.ox + pc.nx + 1) / 2 - pc.ox / 2);
+    return kvs_vk_dispatch(v, "rope", spec, 3, args, 4, &pc, sizeof pc, ceil_div(pc.total, wg), op);
+}
+
 /* ---- not yet implemented ------------------------------------------------------------------- */
 
 #define TODO_OP(fn, argt, name)                                                                    \
@@ -159,7 +220,6 @@ kvs_status kvs_vk_matmul(kvs_device *dev, const kvs_matmul_args *a) {
         (void)a;                                                                                   \
         return kvs_error(KVS_ERR_UNSUPPORTED, "%s: not implemented on the Vulkan backend yet", name); \
     }
-TODO_OP(kvs_vk_rope, kvs_rope_args, "kvs_rope")
 TODO_OP(kvs_vk_attention, kvs_attention_args, "kvs_attention")
 TODO_OP(kvs_vk_dwt, kvs_dwt_args, "kvs_dwt")
 TODO_OP(kvs_vk_idwt, kvs_dwt_args, "kvs_idwt")

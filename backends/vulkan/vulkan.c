@@ -59,6 +59,13 @@ static VKAPI_ATTR VkBool32 VKAPI_CALL vk_debug_cb(VkDebugUtilsMessageSeverityFla
     return VK_FALSE;
 }
 
+static kvs_status vk_maybe_flush(kvs_vk *v);
+
+kvs_status kvs_vk_begin_op(kvs_vk *v, const char *op) {
+    KVS_TRY(kvs_vk_check(v, op));
+    return vk_maybe_flush(v);
+}
+
 kvs_status kvs_vk_check(kvs_vk *v, const char *op) {
     if (!v->val_pending) return KVS_OK;
     v->val_pending = 0;
@@ -497,6 +504,27 @@ static kvs_status vk_arena_take(kvs_vk *v, kvs_vk_arena *ar, int host, VkDeviceS
     return KVS_OK;
 }
 
+static kvs_status vk_arena_grow(kvs_vk *v, kvs_vk_arena *ar, int host, VkDeviceSize n, VkDeviceSize def) {
+    if (ar->a && n <= ar->a->size) return KVS_OK;
+    if (ar->a) vk_free(v, ar->a);
+    ar->a = NULL;
+    VkDeviceSize want = n > def ? n : def;
+    if (want > v->max_alloc) want = n;
+    return vk_alloc(v, host, want, &ar->a);
+}
+
+kvs_status kvs_vk_reserve(kvs_vk *v, VkDeviceSize scratch, VkDeviceSize stage) {
+    if (scratch) scratch = align_up(scratch, v->align) + 8 * v->align;
+    if (stage) stage = align_up(stage, v->align) + 8 * v->align;
+    int fit_s = !scratch || (v->scratch.a && v->scratch.used + scratch <= v->scratch.a->size);
+    int fit_t = !stage || (v->staging.a && v->staging.used + stage <= v->staging.a->size);
+    if (fit_s && fit_t) return KVS_OK;
+    KVS_TRY(kvs_vk_flush(v));
+    if (scratch) KVS_TRY(vk_arena_grow(v, &v->scratch, 0, scratch, v->block_size / 2));
+    if (stage) KVS_TRY(vk_arena_grow(v, &v->staging, 1, stage, VK_STAGING_DEFAULT));
+    return KVS_OK;
+}
+
 kvs_status kvs_vk_scratch(kvs_vk *v, VkDeviceSize n, kvs_vk_alloc **a, VkDeviceSize *off) {
     return vk_arena_take(v, &v->scratch, 0, n, v->block_size / 2, a, off);
 }
@@ -623,7 +651,6 @@ kvs_status kvs_vk_dispatch(kvs_vk *v, const char *name, const uint32_t *spec, in
     KVS_TRY(kvs_vk_check(v, op));
     VkPipeline pipe = VK_NULL_HANDLE;
     KVS_TRY(vk_pipeline(v, name, spec, n_spec, &pipe));
-    KVS_TRY(vk_maybe_flush(v));
     KVS_TRY(vk_begin(v));
     VkDescriptorSet set;
     KVS_TRY(vk_descriptor_set(v, &set));

@@ -1,0 +1,1 @@
+static void attn_tests(void) {}
