@@ -212,6 +212,140 @@ kvs_status kvs_vk_rope(kvs_device *dev, const kvs_rope_args *a) {
     return kvs_vk_dispatch(v, "rope", spec, 3, args, 4, &pc, sizeof pc, ceil_div(pc.total, wg), op);
 }
 
+/* ---- attention ---------------------------------------------------------------------------- */
+
+enum { AF_QPOS = 1, AF_KPOS = 2, AF_KVLEN = 4, AF_ROWLEN = 8, AF_MASK = 16, AF_ARGMAX = 32, AF_UNNORM = 64,
+       AF_CAUSAL = 128, AF_ACCUM = 256, AF_ROWS = 512 };
+
+static kvs_vk_arg dummy_arg(kvs_vk *v) {
+    kvs_vk_arg a = {v->dummy->block->buf, v->dummy->offset, 256, 0};
+    return a;
+}
+
+/* Optional tensor: binds t, or the dummy buffer (offset 0) when t is NULL. */
+static kvs_status bind_opt(kvs_vk *v, const kvs_tensor *t, int write, kvs_vk_arg *arg, uint32_t *off, const char *op) {
+    if (!t) {
+        *arg = dummy_arg(v);
+        *off = 0;
+        return KVS_OK;
+    }
+    return kvs_vk_bind(v, t, write, unit_of(t->dtype), arg, off, op);
+}
+
+kvs_status kvs_vk_attention(kvs_device *dev, const kvs_attention_args *a) {
+    const char *op = "kvs_attention";
+    kvs_vk *v = kvs_vk_of(dev);
+    KVS_TRY(kvs_vk_begin_op(v, op));
+    const kvs_attention_params *pp = &a->p;
+    const uint32_t D = (uint32_t)a->head_dim, G = (uint32_t)(a->n_heads / a->n_kv_heads);
+    /* rows per workgroup R and keys per tile TK: the largest that fit in shared memory */
+    int64_t shm = dev->caps.shared_mem_bytes - 512;
+    uint32_t R = 0, TK = 0;
+    for (uint32_t r = 16; r >= 1 && !R; r /= 2)
+        for (uint32_t tk = 32; tk >= 4; tk /= 2) {
+            int64_t bytes = 4 * (2 * (int64_t)r * D + 2 * (int64_t)tk * D + (int64_t)r * tk + 7 * (int64_t)r);
+            if (bytes <= shm) {
+                R = r;
+                TK = tk;
+                break;
+            }
+        }
+    if (!R)
+        return kvs_error(KVS_ERR_UNSUPPORTED, "%s: head_dim %u needs more shared memory than the device's %lld bytes", op,
+                         D, (long long)dev->caps.shared_mem_bytes);
+    int need_stats = pp->key_mass || pp->probs;
+    VkDeviceSize mbytes = (VkDeviceSize)a->n_q * (VkDeviceSize)a->n_heads * 4;
+    KVS_TRY(kvs_vk_reserve(v, 2 * mbytes, 0));
+    uint32_t flags = (pp->q_pos ? AF_QPOS : 0) | (pp->k_pos ? AF_KPOS : 0) | (pp->kv_len ? AF_KVLEN : 0) |
+                     (pp->row_len ? AF_ROWLEN : 0) | (pp->mask ? AF_MASK : 0) | (pp->argmax ? AF_ARGMAX : 0) |
+                     (pp->unnormalised ? AF_UNNORM : 0) | (pp->causal ? AF_CAUSAL : 0);
+    struct {
+        uint32_t oq, ok, ov, oo, oqp, okp, okl, orl, om, oam, orm, ors;
+        uint32_t n_q, n_heads, G, cap, n_kv, flags, n_kvh;
+        float scale;
+    } pc;
+    memset(&pc, 0, sizeof pc);
+    kvs_vk_arg args[12];
+    BIND(a->q, 0, 0, pc.oq);
+    BIND(a->k, 0, 1, pc.ok);
+    BIND(a->v, 0, 2, pc.ov);
+    BIND(a->out, 1, 3, pc.oo);
+    KVS_TRY(bind_opt(v, pp->q_pos, 0, &args[4], &pc.oqp, op));
+    KVS_TRY(bind_opt(v, pp->k_pos, 0, &args[5], &pc.okp, op));
+    KVS_TRY(bind_opt(v, pp->kv_len, 0, &args[6], &pc.okl, op));
+    KVS_TRY(bind_opt(v, pp->row_len, 0, &args[7], &pc.orl, op));
+    KVS_TRY(bind_opt(v, pp->mask, 0, &args[8], &pc.om, op));
+    KVS_TRY(bind_opt(v, pp->argmax, 1, &args[9], &pc.oam, op));
+    /* row_max / row_sum: the caller's tensors, else scratch (attn.comp always writes them) */
+    const kvs_tensor *rm_t[2] = {pp->row_max, pp->row_sum};
+    uint32_t *rm_off[2] = {&pc.orm, &pc.ors};
+    for (int i = 0; i < 2; i++) {
+        if (rm_t[i]) {
+            KVS_TRY(kvs_vk_bind(v, rm_t[i], 1, 4, &args[10 + i], rm_off[i], op));
+        } else {
+            kvs_vk_alloc *sa;
+            VkDeviceSize so;
+            KVS_TRY(kvs_vk_scratch(v, mbytes, &sa, &so));
+            KVS_TRY(kvs_vk_bind_alloc(v, sa, so, mbytes, 1, 4, &args[10 + i], rm_off[i], op));
+        }
+    }
+    pc.n_q = (uint32_t)a->n_q;
+    pc.n_heads = (uint32_t)a->n_heads;
+    pc.G = G;
+    pc.cap = (uint32_t)a->capacity;
+    pc.n_kv = (uint32_t)a->n_kv;
+    pc.flags = flags;
+    pc.n_kvh = (uint32_t)a->n_kv_heads;
+    pc.scale = pp->scale;
+    uint32_t kvdt = a->k->dtype == KVS_F16 ? 1u : 0u;
+    uint32_t spec[5] = {wg_size(dev, 128), kvdt, D, R, TK};
+    uint64_t blocks = ceil_div((uint64_t)a->n_q * G, R);
+    KVS_TRY(kvs_vk_dispatch(v, "attn", spec, 5, args, 12, &pc, sizeof pc, blocks * (uint64_t)a->n_kv_heads, op));
+    if (!need_stats) return KVS_OK;
+
+    struct {
+        uint32_t oq, ok, oqp, okp, okl, orl, om, orows, oout, orm, ors;
+        uint32_t n_q, n_heads, G, cap, n_kv, flags, n_kvh, n_rows;
+        float scale;
+    } sc;
+    memset(&sc, 0, sizeof sc);
+    kvs_vk_arg sa[11];
+    sa[0] = args[0], sc.oq = pc.oq;
+    sa[1] = args[1], sc.ok = pc.ok;
+    sa[2] = args[4], sc.oqp = pc.oqp;
+    sa[3] = args[5], sc.okp = pc.okp;
+    sa[4] = args[6], sc.okl = pc.okl;
+    sa[5] = args[7], sc.orl = pc.orl;
+    sa[6] = args[8], sc.om = pc.om;
+    sa[9] = args[10], sc.orm = pc.orm;
+    sa[10] = args[11], sc.ors = pc.ors;
+    sa[9].write = sa[10].write = 0;
+    sc.n_q = pc.n_q, sc.n_heads = pc.n_heads, sc.G = G, sc.cap = pc.cap, sc.n_kv = pc.n_kv, sc.n_kvh = pc.n_kvh;
+    sc.scale = pc.scale;
+    uint32_t sflags = flags & (AF_QPOS | AF_KPOS | AF_KVLEN | AF_ROWLEN | AF_MASK | AF_CAUSAL);
+    uint32_t sspec[4] = {wg_size(dev, 64), kvdt, D, 0};
+    if (pp->key_mass) {
+        KVS_TRY(bind_opt(v, pp->stat_rows, 0, &sa[7], &sc.orows, op));
+        KVS_TRY(kvs_vk_bind(v, pp->key_mass, 1, 4, &sa[8], &sc.oout, op));
+        sc.flags = sflags | (pp->stat_rows ? AF_ROWS : 0) | (pp->key_mass_accumulate ? AF_ACCUM : 0);
+        sc.n_rows = (uint32_t)a->n_stat_rows;
+        sspec[3] = 0;
+        KVS_TRY(kvs_vk_dispatch(v, "attn_stats", sspec, 4, sa, 11, &sc, sizeof sc,
+                                ceil_div((uint64_t)a->n_kv_heads * (uint64_t)a->n_kv, sspec[0]), op));
+    }
+    if (pp->probs) {
+        KVS_TRY(kvs_vk_bind(v, pp->probe_rows, 0, 4, &sa[7], &sc.orows, op));
+        KVS_TRY(kvs_vk_bind(v, pp->probs, 1, 4, &sa[8], &sc.oout, op));
+        sc.flags = sflags | AF_ROWS;
+        sc.n_rows = (uint32_t)a->n_probe;
+        sspec[3] = 1;
+        KVS_TRY(kvs_vk_dispatch(v, "attn_stats", sspec, 4, sa, 11, &sc, sizeof sc,
+                                ceil_div((uint64_t)a->n_probe * (uint64_t)a->n_heads * (uint64_t)a->capacity, sspec[0]),
+                                op));
+    }
+    return KVS_OK;
+}
+
 /* ---- not yet implemented ------------------------------------------------------------------- */
 
 #define TODO_OP(fn, argt, name)                                                                    \
@@ -220,7 +354,6 @@ kvs_status kvs_vk_rope(kvs_device *dev, const kvs_rope_args *a) {
         (void)a;                                                                                   \
         return kvs_error(KVS_ERR_UNSUPPORTED, "%s: not implemented on the Vulkan backend yet", name); \
     }
-TODO_OP(kvs_vk_attention, kvs_attention_args, "kvs_attention")
 TODO_OP(kvs_vk_dwt, kvs_dwt_args, "kvs_dwt")
 TODO_OP(kvs_vk_idwt, kvs_dwt_args, "kvs_idwt")
 TODO_OP(kvs_vk_topk, kvs_topk_args, "kvs_topk")
