@@ -68,6 +68,7 @@ static void t_rope_shift(kvs_dtype dt, int64_t kvh, int64_t cap, int64_t hd, int
 }
 
 #include "vk_check_attn.h"
+#include "vk_check_dwt.h"
 
 static void more_tests(void) {
     if (want("rope")) {
@@ -80,4 +81,5 @@ static void more_tests(void) {
         t_rope_shift(KVS_F16, 2, 9, 64, 5, 0);
     }
     attn_tests();
+    dwt_tests();
 }
