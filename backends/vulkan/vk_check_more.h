@@ -70,6 +70,7 @@ static void t_rope_shift(kvs_dtype dt, int64_t kvh, int64_t cap, int64_t hd, int
 #include "vk_check_attn.h"
 #include "vk_check_dwt.h"
 #include "vk_check_rows.h"
+#include "vk_check_topk.h"
 
 static void more_tests(void) {
     if (want("rope")) {
@@ -84,4 +85,5 @@ static void more_tests(void) {
     attn_tests();
     dwt_tests();
     rows_tests();
+    topk_tests();
 }
