@@ -259,9 +259,10 @@ KVS_API kvs_status kvs_gather(kvs_device *dev, const kvs_tensor *src, const kvs_
 KVS_API kvs_status kvs_scatter(kvs_device *dev, const kvs_tensor *src, const kvs_tensor *idx,
                                kvs_tensor *dst, int src_token_major);
 
-/* In-place compaction (eviction): t[g][i] = old t[g][idx[g][i]] for i < n, idx strictly increasing
- * within each group (a keep-set in index order, as kvs_topk with order_by_index gives); rows >= n
- * are left with unspecified contents. Backends may use scratch memory (no read-after-write hazard). */
+/* In-place compaction (eviction): t[g][i] = old t[g][idx[g][i]] for every i < n with
+ * idx[g][i] >= i (a keep-set in increasing order, as kvs_topk with order_by_index gives, satisfies
+ * this for all i); rows i with idx[g][i] < i (padding) and rows >= n get unspecified contents.
+ * Backends may use scratch memory or copy in increasing i. */
 KVS_API kvs_status kvs_compact(kvs_device *dev, kvs_tensor *t, const kvs_tensor *idx);
 
 #ifdef __cplusplus

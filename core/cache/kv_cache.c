@@ -1,0 +1,241 @@
+/* The KV cache object: per-layer K/V/pos/len tensors on the device with host mirrors. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "kvsieve/cache.h"
+
+struct kvs_kv_cache {
+    kvs_device *dev;
+    kvs_cache_params p;
+    kvs_tensor **k, **v, **pos, **len, **x; /* [n_layers] each */
+    int32_t *host_pos;                      /* [n_layers][n_kv_heads][capacity] */
+    int64_t *host_len;                      /* [n_layers][n_kv_heads] */
+    int32_t *scratch;                       /* host scratch for uploads */
+};
+
+kvs_cache_params kvs_cache_params_default(void) {
+    kvs_cache_params p;
+    memset(&p, 0, sizeof p);
+    p.dtype = KVS_F32;
+    p.mode = KVS_CACHE_POSITIONAL;
+    return p;
+}
+
+static kvs_status sync_layer(kvs_kv_cache *c, int l) {
+    const kvs_cache_params *p = &c->p;
+    size_t npos = (size_t)p->n_kv_heads * (size_t)p->capacity;
+    KVS_TRY(kvs_tensor_upload(c->pos[l], c->host_pos + (size_t)l * npos, 0, npos * 4));
+    for (int h = 0; h < p->n_kv_heads; h++) c->scratch[h] = (int32_t)c->host_len[(size_t)l * p->n_kv_heads + h];
+    return kvs_tensor_upload(c->len[l], c->scratch, 0, (size_t)p->n_kv_heads * 4);
+}
+
+void kvs_cache_destroy(kvs_kv_cache **cp) {
+    if (!cp || !*cp) return;
+    kvs_kv_cache *c = *cp;
+    for (int l = 0; l < c->p.n_layers; l++) {
+        if (c->k) kvs_tensor_destroy(&c->k[l]);
+        if (c->v) kvs_tensor_destroy(&c->v[l]);
+        if (c->pos) kvs_tensor_destroy(&c->pos[l]);
+        if (c->len) kvs_tensor_destroy(&c->len[l]);
+        if (c->x) kvs_tensor_destroy(&c->x[l]);
+    }
+    free(c->k); free(c->v); free(c->pos); free(c->len); free(c->x);
+    free(c->host_pos); free(c->host_len); free(c->scratch);
+    free(c);
+    *cp = NULL;
+}
+
+kvs_status kvs_cache_create(kvs_kv_cache **out, kvs_device *dev, const kvs_cache_params *p) {
+    if (!out) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_cache_create: out is NULL");
+    *out = NULL;
+    if (!dev || !p) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_cache_create: NULL device or params");
+    if (p->n_layers < 1 || p->n_kv_heads < 1 || p->head_dim < 1 || p->capacity < 1)
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT,
+                         "kvs_cache_create: n_layers=%d n_kv_heads=%d head_dim=%d capacity=%lld must all be >= 1",
+                         p->n_layers, p->n_kv_heads, p->head_dim, (long long)p->capacity);
+    if (p->capacity > INT32_MAX) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_cache_create: capacity above 2^31-1");
+    if (p->dtype != KVS_F32 && p->dtype != KVS_F16)
+        return kvs_error(KVS_ERR_DTYPE, "kvs_cache_create: dtype %s (want f32 or f16)", kvs_dtype_name(p->dtype));
+    if (p->dtype == KVS_F16 && !dev->caps.fp16_storage)
+        return kvs_error(KVS_ERR_UNSUPPORTED, "kvs_cache_create: device '%s' has no f16 storage", dev->info.name);
+    if (p->mode != KVS_CACHE_POSITIONAL && p->mode != KVS_CACHE_APPEND)
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_cache_create: unknown mode %d", (int)p->mode);
+    if (p->flags & ~KVS_CACHE_KEEP_X) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_cache_create: unknown flags 0x%x", p->flags);
+    if ((p->flags & KVS_CACHE_KEEP_X) && p->dim < 1)
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_cache_create: KVS_CACHE_KEEP_X needs dim >= 1");
+    kvs_kv_cache *c = calloc(1, sizeof *c);
+    if (!c) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_cache_create: out of host memory");
+    c->dev = dev;
+    c->p = *p;
+    size_t L = (size_t)p->n_layers, H = (size_t)p->n_kv_heads, cap = (size_t)p->capacity;
+    c->k = calloc(L, sizeof *c->k);
+    c->v = calloc(L, sizeof *c->v);
+    c->pos = calloc(L, sizeof *c->pos);
+    c->len = calloc(L, sizeof *c->len);
+    c->x = calloc(L, sizeof *c->x);
+    c->host_pos = malloc(L * H * cap * sizeof *c->host_pos);
+    c->host_len = calloc(L * H, sizeof *c->host_len);
+    c->scratch = malloc((H > 16 ? H : 16) * sizeof *c->scratch);
+    kvs_status s = KVS_OK;
+    if (!c->k || !c->v || !c->pos || !c->len || !c->x || !c->host_pos || !c->host_len || !c->scratch) {
+        s = kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_cache_create: out of host memory");
+        goto fail;
+    }
+    for (size_t l = 0; l < L && s == KVS_OK; l++) {
+        int64_t kv_ne[3] = {p->head_dim, p->capacity, p->n_kv_heads};
+        int64_t pos_ne[2] = {p->capacity, p->n_kv_heads};
+        int64_t len_ne[1] = {p->n_kv_heads};
+        s = kvs_tensor_create(&c->k[l], dev, p->dtype, 3, kv_ne);
+        if (s == KVS_OK) s = kvs_tensor_create(&c->v[l], dev, p->dtype, 3, kv_ne);
+        if (s == KVS_OK) s = kvs_tensor_create(&c->pos[l], dev, KVS_I32, 2, pos_ne);
+        if (s == KVS_OK) s = kvs_tensor_create(&c->len[l], dev, KVS_I32, 1, len_ne);
+        if (s == KVS_OK && (p->flags & KVS_CACHE_KEEP_X)) {
+            int64_t x_ne[2] = {p->dim, p->capacity};
+            s = kvs_tensor_create(&c->x[l], dev, KVS_F32, 2, x_ne);
+        }
+        if (s == KVS_OK) {
+            kvs_tensor_set_name(c->k[l], "cache.k");
+            kvs_tensor_set_name(c->v[l], "cache.v");
+        }
+    }
+    if (s == KVS_OK) {
+        /* K/V start as zeros so that never-written rows read as finite values. */
+        for (size_t l = 0; l < L && s == KVS_OK; l++) {
+            if (p->dtype == KVS_F32) {
+                s = kvs_tensor_fill(c->k[l], 0.0);
+                if (s == KVS_OK) s = kvs_tensor_fill(c->v[l], 0.0);
+            } else {
+                s = dev->ops->fill32(dev, c->k[l]->buf->handle, c->k[l]->offset, 0, c->k[l]->nbytes / 4);
+                if (s == KVS_OK) s = dev->ops->fill32(dev, c->v[l]->buf->handle, c->v[l]->offset, 0, c->v[l]->nbytes / 4);
+            }
+        }
+    }
+    if (s == KVS_OK) s = kvs_cache_reset(c);
+    if (s != KVS_OK) goto fail;
+    *out = c;
+    return KVS_OK;
+fail:
+    kvs_cache_destroy(&c);
+    return s;
+}
+
+kvs_status kvs_cache_reset(kvs_kv_cache *c) {
+    if (!c) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_cache_reset: NULL cache");
+    size_t n = (size_t)c->p.n_layers * c->p.n_kv_heads * c->p.capacity;
+    for (size_t i = 0; i < n; i++) c->host_pos[i] = -1;
+    memset(c->host_len, 0, (size_t)c->p.n_layers * c->p.n_kv_heads * sizeof *c->host_len);
+    for (int l = 0; l < c->p.n_layers; l++) KVS_TRY(sync_layer(c, l));
+    return KVS_OK;
+}
+
+const kvs_cache_params *kvs_cache_get_params(const kvs_kv_cache *c) { return c ? &c->p : NULL; }
+
+#define LAYER_OK(c, l) ((c) && (l) >= 0 && (l) < (c)->p.n_layers)
+kvs_tensor *kvs_cache_k(kvs_kv_cache *c, int l) { return LAYER_OK(c, l) ? c->k[l] : NULL; }
+kvs_tensor *kvs_cache_v(kvs_kv_cache *c, int l) { return LAYER_OK(c, l) ? c->v[l] : NULL; }
+kvs_tensor *kvs_cache_pos_tensor(kvs_kv_cache *c, int l) { return LAYER_OK(c, l) ? c->pos[l] : NULL; }
+kvs_tensor *kvs_cache_len_tensor(kvs_kv_cache *c, int l) { return LAYER_OK(c, l) ? c->len[l] : NULL; }
+kvs_tensor *kvs_cache_x(kvs_kv_cache *c, int l) { return LAYER_OK(c, l) ? c->x[l] : NULL; }
+
+int64_t kvs_cache_len(const kvs_kv_cache *c, int l, int h) {
+    if (!LAYER_OK(c, l) || h < 0 || h >= c->p.n_kv_heads) return -1;
+    return c->host_len[(size_t)l * c->p.n_kv_heads + h];
+}
+
+const int32_t *kvs_cache_positions(const kvs_kv_cache *c, int l, int h) {
+    if (!LAYER_OK(c, l) || h < 0 || h >= c->p.n_kv_heads) return NULL;
+    return c->host_pos + ((size_t)l * c->p.n_kv_heads + h) * c->p.capacity;
+}
+
+int64_t kvs_cache_max_len(const kvs_kv_cache *c, int l) {
+    if (!LAYER_OK(c, l)) return -1;
+    int64_t m = 0;
+    for (int h = 0; h < c->p.n_kv_heads; h++) {
+        int64_t n = c->host_len[(size_t)l * c->p.n_kv_heads + h];
+        if (n > m) m = n;
+    }
+    return m;
+}
+
+int64_t kvs_cache_bytes_used(const kvs_kv_cache *c) {
+    if (!c) return 0;
+    int64_t rows = 0, xrows = 0;
+    for (int l = 0; l < c->p.n_layers; l++) {
+        for (int h = 0; h < c->p.n_kv_heads; h++) rows += c->host_len[(size_t)l * c->p.n_kv_heads + h];
+        if (c->x[l]) xrows += kvs_cache_max_len(c, l);
+    }
+    return rows * 2 * (int64_t)kvs_dtype_bytes(c->p.dtype, c->p.head_dim) + xrows * (int64_t)c->p.dim * 4;
+}
+
+int64_t kvs_cache_bytes_allocated(const kvs_kv_cache *c) {
+    if (!c) return 0;
+    int64_t per_layer = 2 * (int64_t)kvs_dtype_bytes(c->p.dtype, c->p.head_dim) * c->p.capacity * c->p.n_kv_heads;
+    if (c->p.flags & KVS_CACHE_KEEP_X) per_layer += (int64_t)c->p.dim * 4 * c->p.capacity;
+    return per_layer * c->p.n_layers;
+}
+
+/* ---- internal: used by the forward ---------------------------------------------------------- */
+
+int32_t *kvs_cache_host_pos_mut(kvs_kv_cache *c, int l, int h);
+int64_t *kvs_cache_host_len_mut(kvs_kv_cache *c, int l);
+kvs_status kvs_cache_sync_layer(kvs_kv_cache *c, int l);
+
+int32_t *kvs_cache_host_pos_mut(kvs_kv_cache *c, int l, int h) {
+    return c->host_pos + ((size_t)l * c->p.n_kv_heads + h) * c->p.capacity;
+}
+int64_t *kvs_cache_host_len_mut(kvs_kv_cache *c, int l) { return c->host_len + (size_t)l * c->p.n_kv_heads; }
+kvs_status kvs_cache_sync_layer(kvs_kv_cache *c, int l) { return sync_layer(c, l); }
+
+kvs_status kvs_cache_keep(kvs_kv_cache *c, int layer, const int32_t *keep, const int64_t *n_keep, int64_t keep_stride) {
+    const char *op = "kvs_cache_keep";
+    if (!LAYER_OK(c, layer) || !keep || !n_keep)
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: NULL argument or bad layer %d", op, layer);
+    if (c->p.mode != KVS_CACHE_APPEND)
+        return kvs_error(KVS_ERR_STATE, "%s: only append caches are evicted (this cache is positional)", op);
+    int H = c->p.n_kv_heads;
+    int64_t nmax = 0;
+    for (int h = 0; h < H; h++) {
+        int64_t len = c->host_len[(size_t)layer * H + h];
+        if (n_keep[h] < 0 || n_keep[h] > len || n_keep[h] > keep_stride)
+            return kvs_error(KVS_ERR_OUT_OF_RANGE, "%s: layer %d head %d keeps %lld of %lld rows", op, layer, h,
+                             (long long)n_keep[h], (long long)len);
+        for (int64_t i = 0; i < n_keep[h]; i++) {
+            int32_t r = keep[h * keep_stride + i];
+            if (r < 0 || r >= len || (i > 0 && r <= keep[h * keep_stride + i - 1]))
+                return kvs_error(KVS_ERR_OUT_OF_RANGE, "%s: layer %d head %d keep[%lld] = %d (len %lld, must increase)",
+                                 op, layer, h, (long long)i, r, (long long)len);
+        }
+        if (n_keep[h] > nmax) nmax = n_keep[h];
+    }
+    if (nmax == 0) {
+        for (int h = 0; h < H; h++) c->host_len[(size_t)layer * H + h] = 0;
+        return sync_layer(c, layer);
+    }
+    /* Device index list [H][nmax]; heads keeping fewer rows are padded by repeating their last kept
+     * row (those rows lie beyond the head's new length, so their contents do not matter). */
+    int32_t *idx = malloc((size_t)H * nmax * sizeof *idx);
+    if (!idx) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
+    for (int h = 0; h < H; h++)
+        for (int64_t i = 0; i < nmax; i++)
+            idx[h * nmax + i] = n_keep[h] == 0 ? 0 : keep[h * keep_stride + (i < n_keep[h] ? i : n_keep[h] - 1)];
+    kvs_tensor *t = NULL;
+    int64_t ne[2] = {nmax, H};
+    kvs_status s = kvs_tensor_create(&t, c->dev, KVS_I32, 2, ne);
+    if (s == KVS_OK) s = kvs_tensor_upload(t, idx, 0, (size_t)H * nmax * 4);
+    if (s == KVS_OK) s = kvs_compact(c->dev, c->k[layer], t);
+    if (s == KVS_OK) s = kvs_compact(c->dev, c->v[layer], t);
+    kvs_tensor_destroy(&t);
+    if (s == KVS_OK) {
+        for (int h = 0; h < H; h++) {
+            int32_t *pos = kvs_cache_host_pos_mut(c, layer, h);
+            int64_t len = c->host_len[(size_t)layer * H + h];
+            for (int64_t i = 0; i < n_keep[h]; i++) pos[i] = pos[keep[h * keep_stride + i]];
+            for (int64_t i = n_keep[h]; i < len; i++) pos[i] = -1;
+            c->host_len[(size_t)layer * H + h] = n_keep[h];
+        }
+        s = sync_layer(c, layer);
+    }
+    free(idx);
+    return s;
+}

@@ -1,0 +1,158 @@
+/* kvs_model: a model file's weights uploaded to a device. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model_internal.h"
+
+kvs_model_params kvs_model_params_default(void) {
+    kvs_model_params p = {.weight_dtype = KVS_F32};
+    return p;
+}
+
+/* Uploads one host weight as dtype `want` (norms and F32-only uses pass KVS_F32). */
+static kvs_status upload_weight(kvs_model *m, const kvs_weight *w, kvs_dtype want, const char *name, kvs_tensor **out) {
+    int64_t n = w->ne[0] * w->ne[1];
+    int64_t ne[2] = {w->ne[0], w->ne[1]};
+    int nd = w->ne[1] > 1 ? 2 : 1;
+    if (w->dtype == want) {
+        KVS_TRY(kvs_tensor_create(out, m->dev, want, nd, ne));
+        kvs_tensor_set_name(*out, name);
+        m->weight_bytes += (int64_t)w->nbytes;
+        return kvs_tensor_upload(*out, w->data, 0, w->nbytes);
+    }
+    float *f = malloc((size_t)n * sizeof *f);
+    if (!f) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_model_load: out of host memory for %s", name);
+    kvs_status s = kvs_weight_to_f32(w, f);
+    void *buf = f;
+    uint16_t *h = NULL;
+    if (s == KVS_OK && want != KVS_F32) {
+        h = malloc((size_t)n * sizeof *h);
+        if (!h) s = kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_model_load: out of host memory for %s", name);
+        for (int64_t i = 0; s == KVS_OK && i < n; i++) h[i] = want == KVS_F16 ? kvs_f32_to_f16(f[i]) : kvs_f32_to_bf16(f[i]);
+        buf = h;
+    }
+    if (s == KVS_OK) s = kvs_tensor_create(out, m->dev, want, nd, ne);
+    if (s == KVS_OK) {
+        kvs_tensor_set_name(*out, name);
+        m->weight_bytes += (int64_t)kvs_tensor_nbytes(*out);
+        s = kvs_tensor_upload(*out, buf, 0, kvs_tensor_nbytes(*out));
+    }
+    free(f);
+    free(h);
+    return s;
+}
+
+void kvs_model_destroy(kvs_model **mp) {
+    if (!mp || !*mp) return;
+    kvs_model *m = *mp;
+    kvs_workspace_free(&m->ws);
+    if (m->layers) {
+        for (int l = 0; l < m->hp.n_layers; l++) {
+            kvs_layer_tensors *w = &m->layers[l];
+            kvs_tensor **all[] = {&w->attn_norm, &w->wq, &w->wk, &w->wv, &w->wo,
+                                  &w->ffn_norm, &w->w_gate, &w->w_down, &w->w_up};
+            for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) kvs_tensor_destroy(all[i]);
+        }
+    }
+    if (!m->output_tied) kvs_tensor_destroy(&m->output);
+    kvs_tensor_destroy(&m->tok_embd);
+    kvs_tensor_destroy(&m->out_norm);
+    for (int l = 0; l < m->hp.n_layers; l++) {
+        if (m->key_mass_host) free(m->key_mass_host[l]);
+        if (m->probs_host) free(m->probs_host[l]);
+        if (m->argmax_host) free(m->argmax_host[l]);
+    }
+    free(m->key_mass_host); free(m->probs_host); free(m->argmax_host);
+    free(m->key_mass_cap); free(m->probs_cap); free(m->argmax_cap);
+    free(m->stats);
+    free(m->logits_host);
+    free(m->layers);
+    free(m);
+    *mp = NULL;
+}
+
+kvs_status kvs_model_from_file(kvs_model **out, kvs_device *dev, const kvs_model_file *mf, const kvs_model_params *p);
+
+kvs_status kvs_model_from_file(kvs_model **out, kvs_device *dev, const kvs_model_file *mf, const kvs_model_params *p) {
+    *out = NULL;
+    kvs_model_params mp = p ? *p : kvs_model_params_default();
+    if (mp.weight_dtype != KVS_F32 && mp.weight_dtype != KVS_F16 && mp.weight_dtype != KVS_BF16)
+        return kvs_error(KVS_ERR_DTYPE, "kvs_model_load: weight dtype %s (want f32, f16 or bf16)", kvs_dtype_name(mp.weight_dtype));
+    kvs_model *m = calloc(1, sizeof *m);
+    if (!m) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_model_load: out of host memory");
+    m->dev = dev;
+    m->hp = *kvs_model_file_hparams(mf);
+    const kvs_model_weights *w = kvs_model_file_weights(mf);
+    int L = m->hp.n_layers;
+    m->layers = calloc((size_t)L, sizeof *m->layers);
+    m->stats = calloc((size_t)L, sizeof *m->stats);
+    m->key_mass_host = calloc((size_t)L, sizeof *m->key_mass_host);
+    m->probs_host = calloc((size_t)L, sizeof *m->probs_host);
+    m->argmax_host = calloc((size_t)L, sizeof *m->argmax_host);
+    m->key_mass_cap = calloc((size_t)L, sizeof *m->key_mass_cap);
+    m->probs_cap = calloc((size_t)L, sizeof *m->probs_cap);
+    m->argmax_cap = calloc((size_t)L, sizeof *m->argmax_cap);
+    kvs_status s = KVS_OK;
+    if (!m->layers || !m->stats || !m->key_mass_host || !m->probs_host || !m->argmax_host || !m->key_mass_cap ||
+        !m->probs_cap || !m->argmax_cap)
+        s = kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_model_load: out of host memory");
+    kvs_dtype wd = mp.weight_dtype;
+    char name[64];
+    if (s == KVS_OK) s = upload_weight(m, &w->token_embd, wd, "token_embd", &m->tok_embd);
+    if (s == KVS_OK) s = upload_weight(m, &w->output_norm, KVS_F32, "output_norm", &m->out_norm);
+    if (s == KVS_OK) {
+        if (m->hp.tied_output) {
+            m->output = m->tok_embd;
+            m->output_tied = 1;
+        } else {
+            s = upload_weight(m, &w->output, wd, "output", &m->output);
+        }
+    }
+    for (int l = 0; l < L && s == KVS_OK; l++) {
+        const kvs_layer_weights *lw = &w->layers[l];
+        kvs_layer_tensors *t = &m->layers[l];
+        struct { const kvs_weight *src; kvs_tensor **dst; const char *nm; kvs_dtype dt; } items[] = {
+            {&lw->attn_norm, &t->attn_norm, "attn_norm", KVS_F32}, {&lw->wq, &t->wq, "attn_q", wd},
+            {&lw->wk, &t->wk, "attn_k", wd}, {&lw->wv, &t->wv, "attn_v", wd}, {&lw->wo, &t->wo, "attn_output", wd},
+            {&lw->ffn_norm, &t->ffn_norm, "ffn_norm", KVS_F32}, {&lw->w_gate, &t->w_gate, "ffn_gate", wd},
+            {&lw->w_down, &t->w_down, "ffn_down", wd}, {&lw->w_up, &t->w_up, "ffn_up", wd},
+        };
+        for (size_t i = 0; i < sizeof items / sizeof items[0] && s == KVS_OK; i++) {
+            snprintf(name, sizeof name, "blk.%d.%s", l, items[i].nm);
+            s = upload_weight(m, items[i].src, items[i].dt, name, items[i].dst);
+        }
+    }
+    if (s != KVS_OK) {
+        kvs_model_destroy(&m);
+        return s;
+    }
+    *out = m;
+    return KVS_OK;
+}
+
+kvs_status kvs_model_load(kvs_model **out, kvs_device *dev, const char *path, const kvs_model_params *p) {
+    if (!out) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_model_load: out is NULL");
+    *out = NULL;
+    if (!dev || !path) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_model_load: NULL device or path");
+    kvs_model_file *mf = NULL;
+    KVS_TRY(kvs_model_file_open(&mf, path, NULL));
+    kvs_status s = kvs_model_from_file(out, dev, mf, p);
+    kvs_model_file_close(&mf);
+    return s;
+}
+
+const kvs_model_hparams *kvs_model_get_hparams(const kvs_model *m) { return m ? &m->hp : NULL; }
+kvs_device *kvs_model_device(const kvs_model *m) { return m ? m->dev : NULL; }
+int64_t kvs_model_weight_bytes(const kvs_model *m) { return m ? m->weight_bytes : 0; }
+
+kvs_cache_params kvs_model_cache_params(const kvs_model *m) {
+    kvs_cache_params p = kvs_cache_params_default();
+    if (!m) return p;
+    p.n_layers = m->hp.n_layers;
+    p.n_kv_heads = m->hp.n_kv_heads;
+    p.head_dim = m->hp.head_dim;
+    p.dim = m->hp.dim;
+    p.capacity = m->hp.ctx_len;
+    return p;
+}

@@ -1,0 +1,68 @@
+/* Internals of kvs_model: device weights, the forward's workspace. */
+#ifndef KVS_MODEL_INTERNAL_H
+#define KVS_MODEL_INTERNAL_H
+
+#include "internal.h"
+#include "kvsieve/model.h"
+
+typedef struct kvs_layer_tensors {
+    kvs_tensor *attn_norm;   /* [dim] F32 */
+    kvs_tensor *wq;          /* [n_heads*head_dim][dim] */
+    kvs_tensor *wk, *wv;     /* [n_kv_heads*head_dim][dim] */
+    kvs_tensor *wo;          /* [dim][n_heads*head_dim] */
+    kvs_tensor *ffn_norm;    /* [dim] F32 */
+    kvs_tensor *w_gate;      /* [ffn_dim][dim]  (w1) */
+    kvs_tensor *w_down;      /* [dim][ffn_dim]  (w2) */
+    kvs_tensor *w_up;        /* [ffn_dim][dim]  (w3) */
+} kvs_layer_tensors;
+
+/* Device tensors of one step, grown on demand (rows = max tokens seen). */
+typedef struct kvs_workspace {
+    int64_t rows;            /* row capacity of the per-token buffers */
+    kvs_tensor *x, *xn;      /* [rows][dim] */
+    kvs_tensor *q, *att;     /* [rows][n_heads*head_dim] */
+    kvs_tensor *k, *v;       /* [rows][n_kv_heads*head_dim] */
+    kvs_tensor *gate, *up;   /* [rows][ffn_dim] */
+    kvs_tensor *pos;         /* [rows] I32 positions of the layer's rows */
+    kvs_tensor *slots;       /* [n_kv_heads][rows] I32 cache rows written */
+    kvs_tensor *rowsel;      /* [rows] I32 generic row selection */
+    kvs_tensor *stat_rows;   /* [rows] I32 */
+    kvs_tensor *argmax;      /* [rows][n_heads] I32 */
+    int64_t logit_rows;
+    kvs_tensor *logits;      /* [logit_rows][vocab] */
+    int64_t kv_cap;          /* capacity the statistics buffers were sized for */
+    int64_t probe_cap;
+    kvs_tensor *key_mass;    /* [n_kv_heads][kv_cap] F32 */
+    kvs_tensor *probs;       /* [probe_cap][n_heads][kv_cap] F32 */
+    kvs_tensor *probe_rows;  /* [probe_cap] I32 */
+    kvs_tensor *ks, *vs, *ks_pos, *ks_len; /* sparse attention: gathered K/V [n_kv_heads][kv_cap][hd] */
+    kvs_tensor *keep_idx;    /* [n_kv_heads][kv_cap] I32 */
+} kvs_workspace;
+
+struct kvs_model {
+    kvs_device *dev;
+    kvs_model_hparams hp;
+    kvs_tensor *tok_embd;    /* [vocab][dim] */
+    kvs_tensor *out_norm;    /* [dim] F32 */
+    kvs_tensor *output;      /* [vocab][dim]; may be tok_embd (tied) */
+    int output_tied;
+    kvs_layer_tensors *layers; /* [n_layers] */
+    int64_t weight_bytes;
+    kvs_workspace ws;
+    /* host result buffers */
+    float *logits_host;
+    int64_t logits_host_cap;
+    kvs_layer_stats *stats;  /* [n_layers] */
+    float **key_mass_host, **probs_host;
+    int32_t **argmax_host;
+    int64_t *key_mass_cap, *probs_cap, *argmax_cap;
+};
+
+void kvs_workspace_free(kvs_workspace *ws);
+
+/* Cache internals used by the forward (core/cache/kv_cache.c). */
+int32_t *kvs_cache_host_pos_mut(kvs_kv_cache *c, int l, int h);
+int64_t *kvs_cache_host_len_mut(kvs_kv_cache *c, int l);
+kvs_status kvs_cache_sync_layer(kvs_kv_cache *c, int l);
+
+#endif

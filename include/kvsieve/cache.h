@@ -1,0 +1,96 @@
+/* kvsieve — the KV cache: per-layer K and V on a device, token positions, per-head lengths.
+ *
+ * Layout per layer l (all on the cache's device):
+ *   k[l], v[l]: [n_kv_heads][capacity][head_dim], dtype F32 or F16, keys stored after RoPE
+ *   pos[l]:     [n_kv_heads][capacity] I32, the original token position held by each row (kept
+ *               through eviction/compaction; -1 for an empty row); mirrored on the host
+ *   len[l]:     [n_kv_heads] I32, rows in use per kv head (ragged after head-wise eviction)
+ *   x[l]:       optional [capacity][dim] F32, the layer's input hidden state per row
+ *               (KVS_CACHE_KEEP_X; Elastic-Cache recomputes deeper layers from it)
+ * Two slot disciplines (kvs_cache_mode):
+ *   KVS_CACHE_POSITIONAL: row r holds token position r for every head (diffusion LMs: the whole
+ *     sequence is cached and rows are refreshed in place; eviction is not used);
+ *   KVS_CACHE_APPEND: new tokens are appended at row len[l][h] of each head (autoregressive decoding;
+ *     eviction compacts rows and keeps their positions).
+ * Ownership: the caller owns the cache; it must be destroyed before its device.
+ * Thread-safety: as its device (one thread at a time).
+ */
+#ifndef KVSIEVE_CACHE_H
+#define KVSIEVE_CACHE_H
+
+#include <stdint.h>
+
+#include "kvsieve/device.h"
+#include "kvsieve/export.h"
+#include "kvsieve/status.h"
+#include "kvsieve/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum kvs_cache_mode {
+    KVS_CACHE_POSITIONAL = 0,
+    KVS_CACHE_APPEND = 1
+} kvs_cache_mode;
+
+#define KVS_CACHE_KEEP_X 1u /* also keep each layer's input hidden state per row */
+
+typedef struct kvs_cache_params {
+    int n_layers;       /* required, >= 1 */
+    int n_kv_heads;     /* required, >= 1 */
+    int head_dim;       /* required, >= 1 */
+    int dim;            /* model width; required with KVS_CACHE_KEEP_X */
+    int64_t capacity;   /* rows per kv head per layer; required, >= 1 */
+    kvs_dtype dtype;    /* KVS_F32 (default) or KVS_F16 */
+    kvs_cache_mode mode;/* default KVS_CACHE_POSITIONAL */
+    unsigned flags;     /* KVS_CACHE_KEEP_X; default 0 */
+} kvs_cache_params;
+
+KVS_API kvs_cache_params kvs_cache_params_default(void);
+
+typedef struct kvs_kv_cache kvs_kv_cache;
+
+/* Creates an empty cache (every len 0, every pos -1) on dev.
+ * Errors: KVS_ERR_INVALID_ARGUMENT (a required field < 1, unknown mode/flags), KVS_ERR_DTYPE
+ * (dtype not F32/F16), KVS_ERR_UNSUPPORTED (F16 on a device without fp16 storage),
+ * KVS_ERR_OUT_OF_MEMORY (message gives the bytes asked for). */
+KVS_API kvs_status kvs_cache_create(kvs_kv_cache **out, kvs_device *dev, const kvs_cache_params *p);
+KVS_API void kvs_cache_destroy(kvs_kv_cache **c);
+
+/* Empties every layer (len 0, pos -1); memory is kept. */
+KVS_API kvs_status kvs_cache_reset(kvs_kv_cache *c);
+
+KVS_API const kvs_cache_params *kvs_cache_get_params(const kvs_kv_cache *c);
+
+/* Device tensors of layer l (borrowed; valid until the cache is destroyed). NULL for a bad layer
+ * or an extra the cache does not keep. */
+KVS_API kvs_tensor *kvs_cache_k(kvs_kv_cache *c, int layer);
+KVS_API kvs_tensor *kvs_cache_v(kvs_kv_cache *c, int layer);
+KVS_API kvs_tensor *kvs_cache_pos_tensor(kvs_kv_cache *c, int layer);
+KVS_API kvs_tensor *kvs_cache_len_tensor(kvs_kv_cache *c, int layer);
+KVS_API kvs_tensor *kvs_cache_x(kvs_kv_cache *c, int layer);
+
+/* Host mirrors: rows in use of (layer, head); positions [capacity] of (layer, head). -1 / NULL on
+ * bad arguments. */
+KVS_API int64_t kvs_cache_len(const kvs_kv_cache *c, int layer, int head);
+KVS_API const int32_t *kvs_cache_positions(const kvs_kv_cache *c, int layer, int head);
+/* max over heads of len (the n_kv an attention over this layer must cover). */
+KVS_API int64_t kvs_cache_max_len(const kvs_kv_cache *c, int layer);
+
+/* Bytes of K/V (and x, when kept) for the rows in use, summed over layers and heads: the cache's
+ * logical footprint; and the bytes allocated (capacity). */
+KVS_API int64_t kvs_cache_bytes_used(const kvs_kv_cache *c);
+KVS_API int64_t kvs_cache_bytes_allocated(const kvs_kv_cache *c);
+
+/* Eviction: keeps, for every kv head h of `layer`, the rows keep[h][0..n_keep[h]) (strictly
+ * increasing row indices < len), compacting them to rows 0..n_keep[h]-1 with their positions.
+ * keep: host array [n_kv_heads][keep_stride] I32. APPEND caches only.
+ * Errors: KVS_ERR_STATE (positional cache), KVS_ERR_OUT_OF_RANGE (row >= len or not increasing). */
+KVS_API kvs_status kvs_cache_keep(kvs_kv_cache *c, int layer, const int32_t *keep, const int64_t *n_keep,
+                                  int64_t keep_stride);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

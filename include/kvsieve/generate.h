@@ -1,0 +1,98 @@
+/* kvsieve — generation loops: autoregressive sampling and masked-diffusion decoding.
+ *
+ * Both loops drive kvs_model_forward with step plans. Diffusion decoding asks a *schedule*
+ * (schedule.h) for each step's plan, so every DLM cache (none, prefix, dual, delayed, elastic,
+ * wavefilter) runs through the same loop and the same unmasking rules.
+ * Thread-safety: as the model's device.
+ */
+#ifndef KVSIEVE_GENERATE_H
+#define KVSIEVE_GENERATE_H
+
+#include <stdint.h>
+
+#include "kvsieve/cache.h"
+#include "kvsieve/export.h"
+#include "kvsieve/model.h"
+#include "kvsieve/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Statistics every generation reports. */
+typedef struct kvs_gen_stats {
+    double seconds;            /* wall time of the generation (prompt + decode), s */
+    double tokens_per_s;       /* generated tokens / seconds */
+    int64_t steps;             /* forward steps (AR: tokens; DLM: denoising steps) */
+    int64_t rows_computed;     /* sum over steps and layers of rows run through a layer */
+    int64_t rows_baseline;     /* the same for the no-cache baseline (DLM: n_tokens * n_layers
+                                * per step; AR: what a cache-less recompute would run) */
+    double compute_fraction;   /* rows_computed / rows_baseline */
+    int64_t cache_bytes_peak;  /* peak of kvs_cache_bytes_used over the run, bytes */
+    int64_t cache_bytes_allocated; /* cache capacity allocated, bytes */
+} kvs_gen_stats;
+
+/* Called with each token as it is finalised (AR: every token; DLM: every token of a finished block,
+ * in order). Return non-zero to stop early. */
+typedef int (*kvs_token_cb)(void *user, int32_t token);
+
+/* ---- autoregressive ------------------------------------------------------------------------- */
+
+typedef struct kvs_ar_params {
+    int64_t max_new;      /* tokens to generate; default 256 */
+    float temperature;    /* 0 (default): greedy argmax (lowest id on ties) */
+    float top_p;          /* nucleus sampling mass in (0, 1]; default 1 (off) */
+    uint64_t seed;        /* sampler seed; default 42 */
+    int stop_at_bos;      /* 1 (default): stop when BOS is produced (llama2.c run.c) */
+    int stop_at_eos;      /* 1 (default): stop when EOS is produced */
+} kvs_ar_params;
+
+KVS_API kvs_ar_params kvs_ar_params_default(void);
+
+/* Autoregressive decoding (llama2.c run.c generate(); top-p as Holtzman et al. 2019): prefill the
+ * prompt (prompt[0..n_prompt), typically BOS first) into an APPEND cache, then sample up to
+ * max_new tokens. out: caller array of max_new ids, *n_out set to the count produced.
+ * cache: an APPEND cache with capacity >= n_prompt + max_new, reset by this call.
+ * Errors: KVS_ERR_INVALID_ARGUMENT (empty prompt, bad params, positional cache),
+ * KVS_ERR_OUT_OF_RANGE (capacity), and the forward's errors. */
+KVS_API kvs_status kvs_generate_ar(kvs_model *m, kvs_kv_cache *cache, const int32_t *prompt, int64_t n_prompt,
+                                   const kvs_ar_params *p, kvs_token_cb cb, void *user, int32_t *out,
+                                   int64_t *n_out, kvs_gen_stats *stats);
+
+/* ---- masked diffusion ------------------------------------------------------------------------ */
+
+typedef struct kvs_dlm_schedule kvs_dlm_schedule;
+
+typedef struct kvs_dlm_params {
+    int64_t gen_len;      /* masked tokens appended to the prompt; default 64 */
+    int64_t block_len;    /* block length, divides gen_len; default 32 */
+    int64_t steps;        /* denoising steps over all blocks, a multiple of gen_len/block_len;
+                           * default = gen_len (one token per step) */
+    float threshold;      /* > 0: Fast-dLLM threshold parallel decoding (commit every candidate
+                           * with confidence >= threshold, at least the most confident one; steps
+                           * ignored); 0 (default): low-confidence remasking with a fixed count */
+    kvs_dlm_schedule *schedule; /* NULL: no cache (every step recomputes every row) */
+} kvs_dlm_params;
+
+KVS_API kvs_dlm_params kvs_dlm_params_default(void);
+
+/* LLaDA-style masked-diffusion decoding (Nie et al. 2025, "Large Language Diffusion Models",
+ * alg. 4 low-confidence remasking; reference: NVlabs/Fast-dLLM llada/generate.py):
+ * x = prompt + [mask] * gen_len, blocks decoded left to right; with m masked positions at a block's
+ * start and s = steps / (gen_len / block_len) steps per block, step i commits m / s tokens plus one
+ * for the first m % s steps (LLaDA's get_num_transfer_tokens). Each step runs the schedule's plan,
+ * takes p = softmax(logits) in float64 at the candidate positions (default: the block's masked
+ * positions), token = argmax p (lowest id on ties), confidence = max p, and commits the most
+ * confident candidates (lowest position on ties). A block ends when it has no mask left.
+ * out: caller array of gen_len ids (the decoded suffix). cache: a POSITIONAL cache with capacity
+ * >= n_prompt + gen_len (flags as the schedule requires), reset by this call.
+ * Errors: KVS_ERR_INVALID_ARGUMENT (bad lengths, model is not a masked-diffusion model or has no
+ * mask id, cache mode), KVS_ERR_OUT_OF_RANGE (capacity), the schedule's and the forward's errors. */
+KVS_API kvs_status kvs_generate_dlm(kvs_model *m, kvs_kv_cache *cache, const int32_t *prompt, int64_t n_prompt,
+                                    const kvs_dlm_params *p, kvs_token_cb cb, void *user, int32_t *out,
+                                    kvs_gen_stats *stats);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,128 @@
+/* kvsieve — transformer models on a device and the step-plan forward.
+ *
+ * A kvs_model holds one checkpoint's weights on a device (architectures: llama = causal
+ * autoregressive, llada = bidirectional masked diffusion). kvs_model_forward executes one
+ * *step plan*: which token rows run through which layers, which of their K/V are written into the
+ * KV cache, which attention statistics are collected, and which rows' logits are returned. Every
+ * cache schedule (none, prefix, dual, delayed, elastic, wavefilter) and every eviction policy only
+ * changes the plan; the forward is the same.
+ *
+ * One layer l of a step (rows R_l, indices into the plan's token list; see DESIGN.md):
+ *   x = layer input of R_l -> rmsnorm -> q,k,v = x Wq^T, x Wk^T, x Wv^T -> RoPE(positions)
+ *   -> k,v written into the cache rows of their tokens -> attention(q vs the cache's k,v, stats)
+ *   -> x += attn Wo^T -> x += W2 (silu(W1 xn) * W3 xn), xn = rmsnorm(x)
+ * Layer inputs: layer 0 embeds the tokens; layer l > 0 continues the rows of layer l-1. When R_l
+ * differs from R_{l-1}, the inputs of R_l are read from the cache's kept layer inputs
+ * (KVS_CACHE_KEEP_X), which every step refreshes for the rows it computes.
+ *
+ * Ownership: the caller owns models and destroys them before their device. A model's result
+ * buffers (kvs_step_result) are owned by the model and valid until its next forward.
+ * Thread-safety: as its device.
+ */
+#ifndef KVSIEVE_MODEL_H
+#define KVSIEVE_MODEL_H
+
+#include <stdint.h>
+
+#include "kvsieve/cache.h"
+#include "kvsieve/device.h"
+#include "kvsieve/export.h"
+#include "kvsieve/model_file.h"
+#include "kvsieve/ops.h"
+#include "kvsieve/status.h"
+#include "kvsieve/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* kvs_arch and kvs_model_hparams (the architecture and hyperparameters) come from model_file.h. */
+
+typedef struct kvs_model kvs_model;
+
+typedef struct kvs_model_params {
+    kvs_dtype weight_dtype; /* dtype of the matmul weights on the device: KVS_F32 (default), KVS_F16,
+                             * KVS_BF16; norms stay F32 */
+} kvs_model_params;
+
+KVS_API kvs_model_params kvs_model_params_default(void);
+
+/* Loads a checkpoint (GGUF v1-v3, safetensors directory or file with config.json beside it, or a
+ * llama2.c .bin with tok512.bin/tokenizer.bin beside it) onto dev.
+ * Errors: KVS_ERR_NOT_FOUND / KVS_ERR_IO (file), KVS_ERR_FORMAT (malformed; message names the
+ * offset and key/tensor), KVS_ERR_UNSUPPORTED (architecture or tensor type), KVS_ERR_DTYPE,
+ * KVS_ERR_OUT_OF_MEMORY, and the device's errors. */
+KVS_API kvs_status kvs_model_load(kvs_model **out, kvs_device *dev, const char *path, const kvs_model_params *p);
+KVS_API void kvs_model_destroy(kvs_model **m);
+
+KVS_API const kvs_model_hparams *kvs_model_get_hparams(const kvs_model *m);
+KVS_API kvs_device *kvs_model_device(const kvs_model *m);
+/* Bytes of weights held on the device. */
+KVS_API int64_t kvs_model_weight_bytes(const kvs_model *m);
+
+/* A cache parameter block that fits this model (n_layers, n_kv_heads, head_dim, dim filled; the
+ * caller sets capacity, mode, dtype and flags). */
+KVS_API kvs_cache_params kvs_model_cache_params(const kvs_model *m);
+
+/* ---- step plans ------------------------------------------------------------------------------ */
+
+typedef struct kvs_layer_plan {
+    /* Rows computed at this layer: indices into the plan's tokens, strictly increasing.
+     * NULL with n_rows 0: the same rows as the previous layer (layer 0: all tokens). */
+    const int32_t *rows;
+    int64_t n_rows;
+    /* Attention statistics (indices into this layer's rows; NULL/0 = not collected). */
+    const int32_t *stat_rows;   /* -> result key_mass [n_kv_heads][n_kv] (GQA-group mean, summed
+                                 * over these query rows) */
+    int64_t n_stat_rows;
+    int stat_all_rows;          /* 1: key_mass over all rows of the layer (stat_rows ignored) */
+    const int32_t *probe_rows;  /* -> result probs [n_probe][n_heads][n_kv] */
+    int64_t n_probe;
+    int want_argmax;            /* -> result argmax [n_rows][n_heads] */
+    /* Sparse attention (WaveFilter, top-k sparse KV): for kv head h the queries see only cache rows
+     * keep[h*keep_stride + 0..n_keep[h]) (strictly increasing). NULL = all rows. Statistics are
+     * then reported over the kept rows, in cache-row indices (scattered back). */
+    const int32_t *keep;
+    const int64_t *n_keep;
+    int64_t keep_stride;
+} kvs_layer_plan;
+
+typedef struct kvs_step_plan {
+    const int32_t *tokens;      /* token ids, n_tokens of them: the whole sequence (positional
+                                 * cache) or the new tokens (append cache) */
+    int64_t n_tokens;
+    const int32_t *positions;   /* RoPE/causal position of each token; NULL: index i (positional)
+                                 * or cache length + i (append) */
+    const kvs_layer_plan *layers; /* [n_layers]; NULL: every layer computes all tokens */
+    const int32_t *logit_rows;  /* token indices whose logits are returned; each must be computed
+                                 * at the last layer */
+    int64_t n_logit_rows;
+} kvs_step_plan;
+
+typedef struct kvs_layer_stats {
+    int64_t n_kv;               /* keys covered (the cache's max length at this layer) */
+    const float *key_mass;      /* [n_kv_heads][n_kv] or NULL */
+    const float *probs;         /* [n_probe][n_heads][n_kv] or NULL */
+    const int32_t *argmax;      /* [n_rows][n_heads] or NULL */
+} kvs_layer_stats;
+
+typedef struct kvs_step_result {
+    const float *logits;        /* [n_logit_rows][vocab] */
+    int64_t n_logit_rows, vocab;
+    const kvs_layer_stats *layers; /* [n_layers] */
+    int64_t rows_computed;      /* sum over layers of rows run through the layer */
+} kvs_step_result;
+
+/* Runs one step plan against the cache and returns logits and statistics.
+ * Errors: KVS_ERR_INVALID_ARGUMENT (ids outside the vocabulary, rows not increasing or out of
+ * range, logit rows not computed at the last layer, statistics rows out of range, a layer whose
+ * rows differ from the previous layer's without KVS_CACHE_KEEP_X), KVS_ERR_OUT_OF_RANGE (a
+ * position beyond the cache capacity, an append cache that is full), KVS_ERR_SHAPE (cache built
+ * for another model), and the ops' errors. */
+KVS_API kvs_status kvs_model_forward(kvs_model *m, kvs_kv_cache *c, const kvs_step_plan *plan,
+                                     kvs_step_result *result);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,10 @@
+/* kvsieve CLI — the subcommands. Each lives in its own cmd_NAME.c; to add one, declare it here,
+ * add a row to the table in main.c and its file to tools/meson.build. */
+#ifndef KVS_TOOLS_CMDS_H
+#define KVS_TOOLS_CMDS_H
+
+/* argv[0] is the subcommand name; returns the exit status (see cli.h). */
+int cmd_devices(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+
+#endif

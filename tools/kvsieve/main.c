@@ -1,0 +1,52 @@
+/* kvsieve — command-line tool: one executable, one subcommand per file (cmd_*.c). */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "cmds.h"
+
+typedef struct command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} command;
+
+/* Subcommands in the order `kvsieve --help` lists them. */
+static const command commands[] = {
+    {"devices", cmd_devices, "list backends and devices with their capabilities"},
+    {"bench", cmd_bench, "time the ops against this machine's measured peaks (bench ops)"},
+};
+
+#define N_COMMANDS (int)(sizeof commands / sizeof commands[0])
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: kvsieve COMMAND [options]   (kvsieve COMMAND --help for its options)\n\n");
+    fprintf(f, "kvsieve %s: KV-cache compression and diffusion-LLM caching on CPU, OpenCL and Vulkan.\n\n",
+            kvs_version());
+    fprintf(f, "commands:\n");
+    for (int i = 0; i < N_COMMANDS; i++) fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\nenvironment:\n"
+               "  KVSIEVE_MODELS          model directory (default: ../shared/models next to the source tree)\n"
+               "  KVS_VULKAN_VALIDATION   1: run Vulkan with the validation layer, messages become errors\n"
+               "  VK_DRIVER_FILES         pick a Vulkan driver (e.g. lavapipe's lvp_icd.x86_64.json)\n"
+               "  POCL_CACHE_DIR          writable kernel cache directory for PoCL (OpenCL on CPU)\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return CLI_EXIT_USAGE;
+    }
+    const char *name = argv[1];
+    if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0 || strcmp(name, "help") == 0) {
+        usage(stdout);
+        return CLI_EXIT_OK;
+    }
+    if (strcmp(name, "--version") == 0 || strcmp(name, "version") == 0) {
+        printf("kvsieve %s\n", kvs_version());
+        return CLI_EXIT_OK;
+    }
+    for (int i = 0; i < N_COMMANDS; i++)
+        if (strcmp(name, commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
+    return cli_fail(CLI_EXIT_USAGE, "kvsieve", "unknown command '%s' (kvsieve --help lists them)", name);
+}

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Tests of the kvsieve CLI's contract: exit statuses (0 ok, 2 usage), one-line errors, --help for
+# every subcommand, valid JSON. Usage: cli.sh PATH/TO/kvsieve
+set -euo pipefail
+KVSIEVE="$1"
+fails=0
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+
+# expect STATUS ARGS...: runs kvsieve ARGS, checks the exit status; stdout/stderr kept in $tmp.
+expect() {
+  local want="$1" got=0
+  shift
+  "$KVSIEVE" "$@" >"$tmp/out" 2>"$tmp/err" </dev/null || got=$?
+  if [[ "$got" != "$want" ]]; then
+    echo "FAIL: kvsieve $* exited $got, expected $want; stderr:"
+    cat "$tmp/err"
+    fails=$((fails + 1))
+    return 1
+  fi
+  echo "ok: kvsieve $* -> $got"
+}
+
+# one_line_error: the last command's stderr is exactly one line naming the program.
+one_line_error() {
+  if [[ "$(wc -l <"$tmp/err")" != 1 ]] || ! grep -q '^kvsieve' "$tmp/err"; then
+    echo "FAIL: expected one error line starting with 'kvsieve', got:"
+    cat "$tmp/err"
+    fails=$((fails + 1))
+  fi
+}
+
+valid_json() {
+  if ! python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$tmp/out"; then
+    echo "FAIL: stdout is not valid JSON"
+    fails=$((fails + 1))
+  fi
+}
+
+contains() {
+  if ! grep -q -- "$1" "$tmp/out"; then
+    echo "FAIL: stdout lacks '$1'"
+    fails=$((fails + 1))
+  fi
+}
+
+expect 0 --help && contains devices
+expect 0 --version
+expect 2 || true
+expect 2 no-such-command && one_line_error
+expect 0 devices && contains 'cpu: 1 device'
+expect 0 devices --help && contains '--json'
+expect 0 devices --json && valid_json
+python3 - "$tmp/out" <<'PY' || fails=$((fails + 1))
+import json, sys
+d = json.load(open(sys.argv[1]))
+names = [b["name"] for b in d["backends"]]
+assert names == ["cpu", "opencl", "vulkan"], names
+cpu = d["backends"][0]
+assert cpu["built"] and cpu["devices"][0]["caps"]["compute_units"] >= 1, cpu
+PY
+expect 2 devices --bogus && one_line_error
+expect 2 devices extra-arg && one_line_error
+expect 2 bench && true
+expect 0 bench --help
+expect 2 bench nope && one_line_error
+expect 0 bench ops --help && contains '--backend'
+expect 2 bench ops --reps && one_line_error
+expect 2 bench ops --reps x && one_line_error
+expect 2 bench ops --json=1 && one_line_error
+expect 2 bench ops --backend nope && one_line_error
+expect 2 bench ops --backend cpu:7 && one_line_error
+expect 0 bench ops --quick --reps 1 --filter gather --json && valid_json && contains '"gather"'
+
+if ((fails > 0)); then
+  echo "$fails check(s) failed"
+  exit 1
+fi
