@@ -101,6 +101,8 @@ typedef struct kvs_vk {
     kvs_vk_arena scratch;       /* device-local scratch (topk, compact, dwt levels, ...) */
     kvs_vk_arena staging;       /* host-visible: uploads, small host tables, downloads */
     kvs_vk_alloc *dummy;        /* bound to unused bindings */
+    kvs_vk_alloc **deferred;    /* freed while commands were pending; released after the flush */
+    int n_deferred, cap_deferred;
 
     /* validation */
     int validation;

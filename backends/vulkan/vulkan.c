@@ -428,7 +428,12 @@ static void vk_track(kvs_vk *v, const kvs_vk_access *acc, int n) {
     for (int i = 0; i < n && v->n_acc < v->cap_acc; i++) v->acc[v->n_acc++] = acc[i];
 }
 
+static void vk_free(kvs_vk *v, kvs_vk_alloc *a);
+
 static void vk_reset_frame(kvs_vk *v) {
+    /* allocations freed while commands were pending can be reused now */
+    for (int i = 0; i < v->n_deferred; i++) vk_free(v, v->deferred[i]);
+    v->n_deferred = 0;
     v->scratch.used = 0;
     v->staging.used = 0;
     for (int i = 0; i < v->n_pools; i++) vkResetDescriptorPool(v->device, v->pools[i], 0);
@@ -698,6 +703,8 @@ static void vk_device_close(kvs_device *dev) {
     if (v->device) {
         if (v->recording) kvs_vk_flush(v);
         vkDeviceWaitIdle(v->device);
+        for (int i = 0; i < v->n_deferred; i++) vk_free(v, v->deferred[i]);
+        v->n_deferred = 0;
         if (v->scratch.a) vk_free(v, v->scratch.a);
         if (v->staging.a) vk_free(v, v->staging.a);
         if (v->dummy) vk_free(v, v->dummy);
@@ -729,6 +736,7 @@ static void vk_device_close(kvs_device *dev) {
     free(v->pipes);
     free(v->pools);
     free(v->acc);
+    free(v->deferred);
     free(v);
     dev->impl = NULL;
 }
@@ -916,8 +924,22 @@ static kvs_status vk_buffer_alloc(kvs_device *dev, size_t nbytes, void **handle)
 
 static void vk_buffer_free(kvs_device *dev, void *handle) {
     kvs_vk *v = dev->impl;
-    /* pending commands may still use the memory: finish them before it can be reused */
-    if (v->recording) kvs_vk_flush(v);
+    /* pending commands may still use the memory: release it after they complete */
+    if (v->recording) {
+        if (v->n_deferred == v->cap_deferred) {
+            int cap = v->cap_deferred ? 2 * v->cap_deferred : 64;
+            kvs_vk_alloc **nd = realloc(v->deferred, (size_t)cap * sizeof *nd);
+            if (!nd) {
+                kvs_vk_flush(v);
+                vk_free(v, handle);
+                return;
+            }
+            v->deferred = nd;
+            v->cap_deferred = cap;
+        }
+        v->deferred[v->n_deferred++] = handle;
+        return;
+    }
     vk_free(v, handle);
 }
 
