@@ -114,7 +114,7 @@ kvs_status kvs_evictor_create(kvs_evictor **out, const kvs_evict_params *pp, con
     }
     for (int l = 0; l < e->L && s == KVS_OK; l++) {
         e->ls[l].budget = bl[l];
-        int64_t hc = (int64_t)floor(p.head_cap * (double)bl[l]);
+        int64_t hc = (int64_t)floor(p.head_cap * (double)e->B);
         e->ls[l].head_cap = hc < bl[l] ? bl[l] : (hc > seq_len ? seq_len : hc);
         e->ls[l].needs = kvs_policy_get_needs(e->pol, l, bl[l]);
     }

@@ -189,8 +189,9 @@ typedef struct kvs_evict_params {
     kvs_budget_scope scope;/* default KVS_SCOPE_HEAD */
     int64_t buffer;        /* tokens per head above the budget before eviction triggers, >= 1;
                             * 0 (default) = max(1, min(128, budget / 8)) */
-    double head_cap;       /* pooled scopes: a head keeps at most head_cap * budget rows (this
-                            * bounds the cache capacity); default 2.0, >= 1 */
+    double head_cap;       /* pooled scopes: a head keeps at most max(its layer's budget,
+                            * head_cap * budget) rows (this bounds the cache capacity); default
+                            * 2.0, >= 1 */
 } kvs_evict_params;
 
 KVS_API kvs_evict_params kvs_evict_params_default(void);
