@@ -81,17 +81,14 @@ static void check_roundtrip(const kvs_tokenizer *t, const char *s, size_t n) {
 
 /* llama.cpp test-tokenizer-0 conventions: .inp chunks end with "\n__ggml_vocab_test__\n"; .out has
  * one line of space-separated ids per chunk; add_special = false, parse_special = false. */
-START_TEST(test_spm_vectors) {
-    if (!have_models()) return;
-    kvs_tokenizer *t = tok_gguf("vocab/ggml-vocab-llama-spm.gguf");
-    ck_assert_int_eq(kvs_tokenizer_n_vocab(t), 32000);
-    ck_assert_int_eq(kvs_tokenizer_bos(t), 1);
-    ck_assert_int_eq(kvs_tokenizer_eos(t), 2);
-    ck_assert_int_eq(kvs_tokenizer_unk(t), 0);
-    ck_assert_int_eq(kvs_tokenizer_wants_bos(t), 1);
-    ck_assert_int_eq(kvs_tokenizer_wants_eos(t), 0);
-    char *inp = slurp("vocab/ggml-vocab-llama-spm.gguf.inp", NULL);
-    char *outp = slurp("vocab/ggml-vocab-llama-spm.gguf.out", NULL);
+static void run_vectors(const char *vocab, int expect_cases) {
+    char rel[256];
+    snprintf(rel, sizeof rel, "vocab/%s", vocab);
+    kvs_tokenizer *t = tok_gguf(rel);
+    snprintf(rel, sizeof rel, "vocab/%s.inp", vocab);
+    char *inp = slurp(rel, NULL);
+    snprintf(rel, sizeof rel, "vocab/%s.out", vocab);
+    char *outp = slurp(rel, NULL);
     const char *sep = "\n__ggml_vocab_test__\n";
     char *p = inp, *o = outp;
     int n_cases = 0, n_ids = 0;
@@ -120,7 +117,7 @@ START_TEST(test_spm_vectors) {
             size_t k = 0;
             for (int64_t i = 0; i < ng && k < sizeof gs - 16; i++)
                 k += (size_t)snprintf(gs + k, sizeof gs - k, " %d", got[i]);
-            ck_abort_msg("vector %d '%.*s': expected%s, got%s", n_cases, (int)n, p, o, gs);
+            ck_abort_msg("%s vector %d '%.*s': expected%s, got%s", vocab, n_cases, (int)n, p, o, gs);
         }
         check_roundtrip(t, p, n);
         n_ids += nw;
@@ -128,17 +125,42 @@ START_TEST(test_spm_vectors) {
         p = e + strlen(sep);
         o = eol + 1;
     }
-    ck_assert_int_eq(n_cases, 46);
-    printf("tokenizer: %d llama-spm vectors (%d ids) match llama.cpp\n", n_cases, n_ids);
+    ck_assert_int_eq(n_cases, expect_cases);
+    printf("tokenizer: %d %s vectors (%d ids) match llama.cpp, decode round-trips\n", n_cases, vocab, n_ids);
     free(inp);
     free(outp);
     kvs_tokenizer_destroy(&t);
+}
+
+START_TEST(test_spm_vectors) {
+    kvs_tokenizer *t = tok_gguf("vocab/ggml-vocab-llama-spm.gguf");
+    ck_assert_int_eq(kvs_tokenizer_n_vocab(t), 32000);
+    ck_assert_int_eq(kvs_tokenizer_bos(t), 1);
+    ck_assert_int_eq(kvs_tokenizer_eos(t), 2);
+    ck_assert_int_eq(kvs_tokenizer_unk(t), 0);
+    ck_assert_int_eq(kvs_tokenizer_wants_bos(t), 1);
+    ck_assert_int_eq(kvs_tokenizer_wants_eos(t), 0);
+    kvs_tokenizer_destroy(&t);
+    run_vectors("ggml-vocab-llama-spm.gguf", 46);
+}
+END_TEST
+
+/* GPT-2 byte-level BPE (GPT-2 regex pre-tokenizer + merges by rank). */
+START_TEST(test_gpt2_vectors) {
+    kvs_tokenizer *t = tok_gguf("vocab/ggml-vocab-gpt-2.gguf");
+    ck_assert_int_eq(kvs_tokenizer_n_vocab(t), 50257);
+    ck_assert_int_eq(kvs_tokenizer_bos(t), 50256);
+    ck_assert_int_eq(kvs_tokenizer_wants_bos(t), 0);
+    /* invalid UTF-8 and NUL bytes round-trip through byte tokens */
+    const char bad[] = {'a', (char)0xff, 0, (char)0xc3, 'b', ' ', (char)0xe2, (char)0x96};
+    check_roundtrip(t, bad, sizeof bad);
+    kvs_tokenizer_destroy(&t);
+    run_vectors("ggml-vocab-gpt-2.gguf", 46);
 }
 END_TEST
 
 /* Encode flags, count queries and small buffers. */
 START_TEST(test_encode_api) {
-    if (!have_models()) return;
     kvs_tokenizer *t = tok_gguf("vocab/ggml-vocab-llama-spm.gguf");
     int32_t ids[8];
     int64_t n = -1;
@@ -176,7 +198,6 @@ END_TEST
 /* stories260K-llada-ref.json: prompt_tokens = [BOS] + spm_encode(prompt) (with the dummy prefix
  * also for the empty prompt). Every stories260K tokenizer must give them. */
 START_TEST(test_stories_prompts) {
-    if (!have_models()) return;
     char path[8192];
     snprintf(path, sizeof path, "%s/stories260K-llada-ref.json", g_models);
     json_object *ref = json_object_from_file(path);
@@ -213,7 +234,6 @@ END_TEST
 /* The published greedy output decodes to the published text, piece by piece (llama2.c's decode:
  * leading space stripped after BOS) and in one call; GGUF and tok512.bin agree on every token. */
 START_TEST(test_stories_decode) {
-    if (!have_models()) return;
     char path[8192];
     snprintf(path, sizeof path, "%s/ref_greedy_256.json", g_models);
     json_object *ref = json_object_from_file(path), *gen, *text;
@@ -267,7 +287,6 @@ END_TEST
 
 /* GGUF and tok512.bin tokenizers agree on real text; every line round-trips. */
 START_TEST(test_stories_text) {
-    if (!have_models()) return;
     char path[8192];
     snprintf(path, sizeof path, "%s/../text/tinystories-sample.txt", g_models);
     FILE *f = fopen(path, "rb");
@@ -295,28 +314,57 @@ START_TEST(test_stories_text) {
 }
 END_TEST
 
-/* Non-SPM vocabularies load as GGUF and are refused by the SPM tokenizer. */
-START_TEST(test_refuse_other_vocabs) {
-    if (!have_models()) return;
-    const char *files[] = {"vocab/ggml-vocab-gpt-2.gguf", "vocab/ggml-vocab-bert-bge.gguf"};
-    const char *names[] = {"gpt2", "bert"};
-    for (int i = 0; i < 2; i++) {
-        char path[8192];
-        snprintf(path, sizeof path, "%s/%s", g_models, files[i]);
-        kvs_gguf *g = NULL;
-        ck_assert_int_eq(kvs_gguf_open(&g, path), KVS_OK);
-        kvs_tokenizer *t = NULL;
-        ck_assert_int_eq(kvs_tokenizer_from_gguf(&t, g), KVS_ERR_UNSUPPORTED);
-        ck_assert(t == NULL);
-        ck_assert_msg(strstr(kvs_last_error(), names[i]) != NULL, "%s", kvs_last_error());
-        kvs_gguf_close(&g);
+/* Seeded random strings never fail to encode and decode back to themselves: any bytes (invalid
+ * UTF-8, NULs) for byte-level BPE; valid UTF-8 without a literal U+2581 and without special-token
+ * texts for SPM (SPM escapes ' ' as U+2581 before splitting characters, so a literal U+2581 or an
+ * invalid byte next to an escaped space is not recoverable, as in llama.cpp and sentencepiece). */
+START_TEST(test_random_roundtrip) {
+    kvs_tokenizer *toks[3] = {tok_gguf("vocab/ggml-vocab-gpt-2.gguf"), tok_gguf("vocab/ggml-vocab-llama-spm.gguf"),
+                              tok_gguf("stories260K-llada-f32.gguf")};
+    static const char *frag[] = {" ", "  ", "a", "Z", "\xc3\xa9", "\xf0\x9f\xa6\x99", "\n", "\t", "'s",
+                                 "12", "\xe4\xbd\xa0", ".", "\xe2\x96\x81", "\xff", "\x80", "<s>", "<mask>"};
+    const int n_valid = 12;   /* the first 12 fragments are valid UTF-8 without U+2581 or specials */
+    uint64_t x = 0x2545F4914F6CDD1Dull;
+    printf("tokenizer: random round trips, seed 0x2545F4914F6CDD1D\n");
+    for (int it = 0; it < 1000; it++) {
+        int kind = it % 2;   /* 0: any bytes (BPE); 1: valid text (SPM) */
+        char buf[256];
+        size_t n = 0;
+        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+        int parts = (int)(x % 24);
+        for (int k = 0; k < parts; k++) {
+            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+            if (x % 4 == 0) {
+                buf[n++] = (char)(kind ? (x >> 8) & 0x7f : x >> 8);   /* NUL included */
+            } else {
+                const char *f = frag[(x >> 8) % (uint64_t)(kind ? n_valid : (int)(sizeof frag / sizeof frag[0]))];
+                memcpy(buf + n, f, strlen(f));
+                n += strlen(f);
+            }
+        }
+        if (kind == 0) check_roundtrip(toks[0], buf, n);
+        else for (int k = 1; k < 3; k++) check_roundtrip(toks[k], buf, n);
     }
+    for (int k = 0; k < 3; k++) kvs_tokenizer_destroy(&toks[k]);
+}
+END_TEST
+
+/* WordPiece (bert) vocabularies load as GGUF and are refused by the tokenizer. */
+START_TEST(test_refuse_other_vocabs) {
+    char path[8192];
+    snprintf(path, sizeof path, "%s/vocab/ggml-vocab-bert-bge.gguf", g_models);
+    kvs_gguf *g = NULL;
+    ck_assert_int_eq(kvs_gguf_open(&g, path), KVS_OK);
+    kvs_tokenizer *t = NULL;
+    ck_assert_int_eq(kvs_tokenizer_from_gguf(&t, g), KVS_ERR_UNSUPPORTED);
+    ck_assert(t == NULL);
+    ck_assert_msg(strstr(kvs_last_error(), "bert") != NULL, "%s", kvs_last_error());
+    kvs_gguf_close(&g);
 }
 END_TEST
 
 /* Truncated / corrupt llama2.c tokenizer files give KVS_ERR_FORMAT. */
 START_TEST(test_bin_corrupt) {
-    if (!have_models()) return;
     size_t n;
     char *data = slurp("tok512.bin", &n);
     char tmp[] = "/tmp/kvs_tok_XXXXXX";
@@ -353,7 +401,9 @@ int main(void) {
     TCase *tc = tcase_create("spm");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_spm_vectors);
+    tcase_add_test(tc, test_gpt2_vectors);
     tcase_add_test(tc, test_encode_api);
+    tcase_add_test(tc, test_random_roundtrip);
     tcase_add_test(tc, test_stories_prompts);
     tcase_add_test(tc, test_stories_decode);
     tcase_add_test(tc, test_stories_text);

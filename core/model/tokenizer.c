@@ -6,6 +6,7 @@
 
 #include "internal.h"
 #include "kvsieve/tokenizer.h"
+#include "model/tokenizer_unicode.h"
 #include "model/weights.h"
 
 #define SPACE_ESC "\xe2\x96\x81"   /* U+2581 LOWER ONE EIGHTH BLOCK */
@@ -24,6 +25,13 @@ struct kvs_tokenizer {
     int add_bos, add_eos, add_space_prefix;
     int32_t *special;   /* user-defined, control, unknown token ids, longest text first */
     int32_t n_special;
+    /* byte-level BPE (GPT-2) */
+    int bpe;
+    char **merge_text;  /* [n_merges] "left right" */
+    int32_t n_merges;
+    kvs_strhash merges; /* "left right" -> rank */
+    uint16_t byte_cp[256];   /* GPT-2 bytes_to_unicode(): byte -> code point (< 512) */
+    int16_t cp_byte[512];    /* inverse; -1 where none */
 };
 
 /* ---- construction ------------------------------------------------------------------------------ */
@@ -61,6 +69,10 @@ void kvs_tokenizer_destroy(kvs_tokenizer **pt) {
     free(t->type);
     free(t->special);
     kvs_strhash_free(&t->idx);
+    if (t->merge_text)
+        for (int32_t i = 0; i < t->n_merges; i++) free(t->merge_text[i]);
+    free(t->merge_text);
+    kvs_strhash_free(&t->merges);
     free(t);
     *pt = NULL;
 }
@@ -115,6 +127,42 @@ static kvs_status tk_set_text(kvs_tokenizer *t, int32_t i, const char *s, size_t
 
 static int32_t id_or_none(int64_t v, int32_t n) { return (v >= 0 && v < n) ? (int32_t)v : -1; }
 
+/* GPT-2 byte <-> code point map (openai/gpt-2 encoder.py bytes_to_unicode) and the merge ranks. */
+static kvs_status bpe_setup(kvs_tokenizer *t, const kvs_gguf *g) {
+    int n = 0;
+    for (int b = 0; b < 512; b++) t->cp_byte[b] = -1;
+    for (int b = 0; b < 256; b++) {
+        int printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+        t->byte_cp[b] = (uint16_t)(printable ? b : 256 + n++);
+        t->cp_byte[t->byte_cp[b]] = (int16_t)b;
+    }
+    const kvs_gguf_value *mg;
+    kvs_status s = kvs_gguf_get_arr(g, "tokenizer.ggml.merges", KVS_GGUF_STRING, &mg);
+    if (s == KVS_ERR_NOT_FOUND)
+        return kvs_error(KVS_ERR_NOT_FOUND, "tokenizer: BPE vocabulary without tokenizer.ggml.merges");
+    if (s != KVS_OK) return s;
+    if (mg->arr.n > (1u << 24))
+        return kvs_error(KVS_ERR_FORMAT, "tokenizer: %llu merges", (unsigned long long)mg->arr.n);
+    t->n_merges = 0;
+    t->merge_text = calloc((size_t)mg->arr.n + 1, sizeof *t->merge_text);
+    if (!t->merge_text || kvs_strhash_init(&t->merges, (size_t)mg->arr.n) != 0)
+        return kvs_error(KVS_ERR_OUT_OF_MEMORY, "tokenizer: out of memory for merges");
+    for (uint64_t i = 0; i < mg->arr.n; i++) {
+        kvs_gguf_str m;
+        KVS_TRY(kvs_gguf_arr_str(mg, i, &m));
+        if (memchr(m.data, 0, (size_t)m.len) || !memchr(m.data, ' ', (size_t)m.len))
+            return kvs_error(KVS_ERR_FORMAT, "tokenizer: merge %llu is not \"left right\"",
+                             (unsigned long long)i);
+        char *c = malloc((size_t)m.len + 1);
+        if (!c) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
+        memcpy(c, m.data, (size_t)m.len);
+        c[m.len] = '\0';
+        t->merge_text[t->n_merges++] = c;
+        if (kvs_strhash_find(&t->merges, c) < 0) kvs_strhash_put(&t->merges, c, (int64_t)i);
+    }
+    return KVS_OK;
+}
+
 kvs_status kvs_tokenizer_from_gguf(kvs_tokenizer **out, const kvs_gguf *g) {
     if (!out || !g) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_tokenizer_from_gguf: NULL");
     *out = NULL;
@@ -124,13 +172,21 @@ kvs_status kvs_tokenizer_from_gguf(kvs_tokenizer **out, const kvs_gguf *g) {
         return kvs_error(KVS_ERR_NOT_FOUND, "tokenizer: GGUF has no tokenizer.ggml.model");
     if (s == KVS_ERR_OUT_OF_RANGE) snprintf(model, sizeof model, "(long name)");
     else if (s != KVS_OK) return s;
-    if (strcmp(model, "llama") != 0) {
-        const char *what = strcmp(model, "gpt2") == 0   ? " (GPT-2 byte-level BPE)"
-                           : strcmp(model, "bert") == 0 ? " (BERT WordPiece)"
-                                                        : "";
+    int bpe = strcmp(model, "gpt2") == 0;
+    if (bpe) {
+        /* only the GPT-2 pre-tokenizer regex is implemented */
+        char pre[64] = "gpt-2";
+        s = kvs_gguf_get_string(g, "tokenizer.ggml.pre", pre, sizeof pre);
+        if (s != KVS_OK && s != KVS_ERR_NOT_FOUND) return s;
+        if (strcmp(pre, "gpt-2") != 0)
+            return kvs_error(KVS_ERR_UNSUPPORTED,
+                             "tokenizer: byte-level BPE with pre-tokenizer '%s' is not supported "
+                             "(only 'gpt-2')", pre);
+    } else if (strcmp(model, "llama") != 0) {
+        const char *what = strcmp(model, "bert") == 0 ? " (BERT WordPiece)" : "";
         return kvs_error(KVS_ERR_UNSUPPORTED,
                          "tokenizer: tokenizer.ggml.model '%s'%s is not supported; only 'llama' "
-                         "(SentencePiece BPE) is", model, what);
+                         "(SentencePiece BPE) and 'gpt2' (byte-level BPE) are", model, what);
     }
     const kvs_gguf_value *toks, *scores = NULL, *types = NULL;
     s = kvs_gguf_get_arr(g, "tokenizer.ggml.tokens", KVS_GGUF_STRING, &toks);
@@ -153,6 +209,11 @@ kvs_status kvs_tokenizer_from_gguf(kvs_tokenizer **out, const kvs_gguf *g) {
                          (unsigned long long)types->arr.n, n);
     kvs_tokenizer *t;
     KVS_TRY(tk_alloc(&t, n));
+    if (bpe) {
+        t->bpe = 1;
+        t->add_bos = 0;            /* llama.cpp: BPE vocabularies add no BOS unless told */
+        t->add_space_prefix = 0;
+    }
     for (int32_t i = 0; i < n; i++) {
         kvs_gguf_str str;
         if ((s = kvs_gguf_arr_str(toks, (uint64_t)i, &str)) != KVS_OK) goto fail;
@@ -183,6 +244,7 @@ kvs_status kvs_tokenizer_from_gguf(kvs_tokenizer **out, const kvs_gguf *g) {
     if (kvs_gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &b) == KVS_OK) t->add_eos = b;
     if (kvs_gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &b) == KVS_OK) t->add_space_prefix = b;
     kvs_clear_error();
+    if (bpe && (s = bpe_setup(t, g)) != KVS_OK) goto fail;
     if ((s = tk_finish(t)) != KVS_OK) goto fail;
     *out = t;
     return KVS_OK;
@@ -498,6 +560,179 @@ done:
     return st;
 }
 
+/* ---- byte-level BPE (GPT-2) ---- */
+
+/* Decodes one UTF-8 code point at s[0..n): returns its byte length (>= 1); *cp = UINT32_MAX for an
+ * invalid sequence (then the length is 1). */
+static size_t utf8_decode(const unsigned char *s, size_t n, uint32_t *cp) {
+    unsigned c = s[0];
+    size_t l = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (l == 0 || l > n) {
+        *cp = UINT32_MAX;
+        return 1;
+    }
+    uint32_t v = l == 1 ? c : l == 2 ? (c & 0x1F) : l == 3 ? (c & 0x0F) : (c & 0x07);
+    for (size_t i = 1; i < l; i++) {
+        if ((s[i] & 0xC0) != 0x80) {
+            *cp = UINT32_MAX;
+            return 1;
+        }
+        v = (v << 6) | (s[i] & 0x3F);
+    }
+    *cp = v;
+    return l;
+}
+
+enum { CP_OTHER = 0, CP_LETTER = 1, CP_NUMBER = 2, CP_SPACE = 3 };
+
+static int cp_class(uint32_t cp) {
+    if (cp == UINT32_MAX) return CP_OTHER;
+    if (kvs_uni_is_space(cp)) return CP_SPACE;
+    if (kvs_uni_is_letter(cp)) return CP_LETTER;
+    if (kvs_uni_is_number(cp)) return CP_NUMBER;
+    return CP_OTHER;
+}
+
+/* BPE merges of one pre-token (raw bytes s[0..n)) into out. */
+static kvs_status bpe_word(const kvs_tokenizer *t, const unsigned char *s, size_t n, ivec *out,
+                           char *mapped, symbol *sym, char *key) {
+    /* map bytes to their code points (UTF-8, 1 or 2 bytes each); one symbol per byte */
+    size_t m = 0;
+    int count = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t cp = t->byte_cp[s[i]];
+        sym[count].start = m;
+        if (cp < 0x80) {
+            mapped[m++] = (char)cp;
+        } else {
+            mapped[m++] = (char)(0xC0 | (cp >> 6));
+            mapped[m++] = (char)(0x80 | (cp & 0x3F));
+        }
+        sym[count].n = m - sym[count].start;
+        sym[count].prev = count - 1;
+        sym[count].next = i + 1 == n ? -1 : count + 1;
+        count++;
+    }
+    bheap heap = {0};
+    kvs_status st = KVS_OK;
+#define TRY_PAIR(L, R)                                                                             \
+    do {                                                                                           \
+        int l_ = (L), r_ = (R);                                                                    \
+        if (l_ >= 0 && r_ >= 0) {                                                                  \
+            size_t ln = sym[l_].n, rn = sym[r_].n;                                                 \
+            memcpy(key, mapped + sym[l_].start, ln);                                               \
+            key[ln] = ' ';                                                                         \
+            memcpy(key + ln + 1, mapped + sym[r_].start, rn);                                      \
+            int64_t rank = kvs_strhash_find_n(&t->merges, key, ln + 1 + rn);                       \
+            if (rank >= 0) {                                                                       \
+                bigram bg_ = {l_, r_, -(float)rank, ln + rn};                                      \
+                if (bh_push(&heap, bg_)) goto oom;                                                 \
+            }                                                                                      \
+        }                                                                                          \
+    } while (0)
+    for (int i = 1; i < count; i++) TRY_PAIR(i - 1, i);
+    while (heap.n) {
+        bigram bg = bh_pop(&heap);
+        symbol *l = &sym[bg.left], *r = &sym[bg.right];
+        if (l->n == 0 || r->n == 0 || l->n + r->n != bg.size) continue;
+        l->n += r->n;
+        r->n = 0;
+        l->next = r->next;
+        if (r->next >= 0) sym[r->next].prev = bg.left;
+        TRY_PAIR(l->prev, bg.left);
+        TRY_PAIR(bg.left, l->next);
+    }
+#undef TRY_PAIR
+    for (int i = 0; i != -1; i = sym[i].next) {
+        int64_t id = kvs_strhash_find_n(&t->idx, mapped + sym[i].start, sym[i].n);
+        if (id >= 0) {
+            if (iv_push(out, (int32_t)id)) goto oom;
+            continue;
+        }
+        /* not a token: one token per mapped byte (every GPT-2 byte is one) */
+        for (size_t k = 0; k < sym[i].n;) {
+            size_t cl = ((unsigned char)mapped[sym[i].start + k] < 0x80) ? 1 : 2;
+            id = kvs_strhash_find_n(&t->idx, mapped + sym[i].start + k, cl);
+            if (id < 0) id = t->unk;
+            if (id < 0) {
+                st = kvs_error(KVS_ERR_NOT_FOUND, "tokenizer: a byte has no token and there is no "
+                                                  "unknown token");
+                goto done;
+            }
+            if (iv_push(out, (int32_t)id)) goto oom;
+            k += cl;
+        }
+    }
+    goto done;
+oom:
+    st = kvs_error(KVS_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
+done:
+    free(heap.v);
+    return st;
+}
+
+/* GPT-2 pre-tokenizer (openai/gpt-2 encoder.py regex, as llama.cpp's unicode_regex_split_custom_gpt2):
+ *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ * then byte-level BPE of each piece. */
+static kvs_status bpe_fragment(const kvs_tokenizer *t, const char *text, size_t n, ivec *out) {
+    if (n == 0) return KVS_OK;
+    const unsigned char *s = (const unsigned char *)text;
+    /* code points: byte offset and class; one extra sentinel */
+    size_t *off = malloc((n + 1) * sizeof *off);
+    uint32_t *cps = malloc((n + 1) * sizeof *cps);
+    char *mapped = malloc(2 * n + 1);
+    symbol *sym = malloc((n + 1) * sizeof *sym);
+    char *key = malloc(4 * n + 2);
+    kvs_status st = KVS_OK;
+    if (!off || !cps || !mapped || !sym || !key) {
+        st = kvs_error(KVS_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
+        goto done;
+    }
+    size_t nc = 0;
+    for (size_t i = 0; i < n;) {
+        off[nc] = i;
+        i += utf8_decode(s + i, n - i, &cps[nc]);
+        nc++;
+    }
+    off[nc] = n;
+#define CLS(k) ((k) < nc ? cp_class(cps[k]) : -1)
+    for (size_t i = 0; i < nc;) {
+        size_t j = i;
+        uint32_t c = cps[i];
+        int cl = CLS(i);
+        if (c == '\'' && i + 1 < nc) {
+            uint32_t c1 = cps[i + 1], c2 = i + 2 < nc ? cps[i + 2] : 0;
+            if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') j = i + 2;
+            else if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l'))
+                j = i + 3;
+        }
+        if (j == i) {
+            size_t k = i + (c == ' ' && i + 1 < nc && CLS(i + 1) != CP_SPACE ? 1 : 0);
+            int kc = CLS(k);
+            if (kc == CP_LETTER || kc == CP_NUMBER || kc == CP_OTHER) {
+                j = k;
+                while (j < nc && CLS(j) == kc) j++;
+            } else if (cl == CP_SPACE) {
+                j = i;
+                while (j < nc && CLS(j) == CP_SPACE) j++;
+                if (j < nc && j - i > 1) j--;   /* \s+(?!\S): leave one space for the next word */
+            } else {
+                j = i + 1;
+            }
+        }
+        if ((st = bpe_word(t, s + off[i], off[j] - off[i], out, mapped, sym, key)) != KVS_OK) goto done;
+        i = j;
+    }
+#undef CLS
+done:
+    free(off);
+    free(cps);
+    free(mapped);
+    free(sym);
+    free(key);
+    return st;
+}
+
 typedef struct {
     size_t off, n;    /* raw text range, or */
     int32_t id;       /* >= 0: a special token */
@@ -584,6 +819,11 @@ kvs_status kvs_tokenizer_encode(const kvs_tokenizer *t, const char *text, size_t
             prev_special = 1;
             continue;
         }
+        if (t->bpe) {
+            if ((s = bpe_fragment(t, text + fr.v[i].off, fr.v[i].n, &out)) != KVS_OK) goto done;
+            prev_special = 0;
+            continue;
+        }
         size_t n = 0;
         if (t->add_space_prefix && prev_special) {
             memcpy(esc, SPACE_ESC, 3);
@@ -640,6 +880,16 @@ static size_t piece(const kvs_tokenizer *t, int32_t id, char *out) {
         break;
     }
     size_t j = 0;
+    if (t->bpe) {   /* byte-level: each code point < 512 stands for one byte */
+        for (size_t i = 0; i < n;) {
+            uint32_t cp;
+            size_t l = utf8_decode((const unsigned char *)s + i, n - i, &cp);
+            if (cp < 512 && t->cp_byte[cp] >= 0) out[j++] = (char)t->cp_byte[cp];
+            else for (size_t k = 0; k < l; k++) out[j++] = s[i + k];
+            i += l;
+        }
+        return j;
+    }
     for (size_t i = 0; i < n;) {
         if (i + 3 <= n && memcmp(s + i, SPACE_ESC, 3) == 0) {
             out[j++] = ' ';

@@ -1,4 +1,4 @@
-/* kvsieve — SentencePiece-style BPE tokenizer (llama "SPM" vocabularies).
+/* kvsieve — tokenizers: SentencePiece-style BPE (llama "SPM" vocabularies) and GPT-2 byte-level BPE.
  *
  * Sources: llama.cpp's llm_tokenizer_spm (src/llama-vocab.cpp) and karpathy/llama2.c run.c encode /
  * decode. Encoding of a text:
@@ -21,7 +21,14 @@
  * .add_space_prefix) or a llama2.c tokenizer file (tok512.bin: i32 max_token_length, then per token
  * f32 score, i32 length, bytes; spaces are stored as ' ' and converted to U+2581 on load; token 0 is
  * <unk>, 1 BOS, 2 EOS, "<0xNN>" tokens are byte tokens).
- * Other GGUF tokenizer models (gpt2 byte-level BPE, bert WordPiece, ...) are refused with
+ * GPT-2 byte-level BPE (tokenizer.ggml.model = "gpt2" with tokenizer.ggml.pre "gpt-2" or absent;
+ * openai/gpt-2 encoder.py, llama.cpp llm_tokenizer_bpe): text is split by the GPT-2 regex
+ *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ * (Unicode 14 letter/number categories, White_Space), each piece's bytes are mapped to code points
+ * (bytes_to_unicode) and merged by tokenizer.ggml.merges rank (lowest first, left-most on ties); no
+ * dummy prefix, no BOS by default; decoding maps the code points back to bytes. Reproduces
+ * llama.cpp's ggml-vocab-gpt-2 test vectors.
+ * Other GGUF tokenizer models (bert WordPiece, other BPE pre-tokenizers, ...) are refused with
  * KVS_ERR_UNSUPPORTED.
  *
  * Ownership: the tokenizer copies everything it needs; the source (GGUF, file) may be closed after
@@ -55,8 +62,8 @@ typedef enum kvs_token_type {
     KVS_TOKEN_BYTE = 6
 } kvs_token_type;
 
-/* From GGUF metadata. Errors: KVS_ERR_UNSUPPORTED (tokenizer.ggml.model other than "llama"; the
- * message names it), KVS_ERR_NOT_FOUND (tokenizer.ggml.tokens missing), KVS_ERR_FORMAT (array
+/* From GGUF metadata. Errors: KVS_ERR_UNSUPPORTED (tokenizer.ggml.model other than "llama" or
+ * "gpt2", or a BPE pre-tokenizer other than "gpt-2"; the message names it), KVS_ERR_NOT_FOUND (tokenizer.ggml.tokens, or a BPE vocabulary's merges, missing), KVS_ERR_FORMAT (array
  * lengths differ, ids out of range, a token with a NUL byte), KVS_ERR_OUT_OF_MEMORY. */
 KVS_API kvs_status kvs_tokenizer_from_gguf(kvs_tokenizer **out, const kvs_gguf *g);
 
