@@ -424,6 +424,85 @@ START_TEST(test_full_budget_noop) {
 }
 END_TEST
 
+/* A user (learned) policy through kvs_policy_custom: keeps the oldest tokens (score -pos), asks to
+ * observe every step (so key mass is collected), and sees every compaction of its layer. Budget 3,
+ * buffer 2, one token per step: evictions after 5 and 7 tokens keep positions 0, 1, 2. */
+typedef struct user_pol {
+    int observed, compacted, begun, destroyed;
+    int64_t last_n_keep;
+} user_pol;
+
+static kvs_policy_needs user_needs(const void *self, int layer, int64_t budget) {
+    (void)self, (void)layer, (void)budget;
+    kvs_policy_needs n = {KVS_POLICY_NEED_OBSERVE, 0};
+    return n;
+}
+static kvs_status user_score(void *self, const kvs_policy_input *in, float *scores) {
+    (void)self;
+    for (int h = 0; h < in->n_kv_heads; h++)
+        for (int64_t r = 0; r < in->len[h]; r++) scores[h * in->stride + r] = -(float)in->pos[h * in->stride + r];
+    return KVS_OK;
+}
+static kvs_status user_begin(void *self, const kvs_policy_shape *sh) {
+    ((user_pol *)self)->begun = sh->n_layers;
+    return KVS_OK;
+}
+static kvs_status user_observe(void *self, int layer, const kvs_layer_stats *st, const int64_t *len, int64_t n_new) {
+    (void)layer, (void)len, (void)n_new;
+    ck_assert_ptr_nonnull(st->key_mass);
+    ((user_pol *)self)->observed++;
+    return KVS_OK;
+}
+static kvs_status user_compact(void *self, int layer, const int32_t *keep, const int64_t *n_keep, int64_t stride) {
+    (void)layer, (void)keep, (void)stride;
+    ((user_pol *)self)->compacted++;
+    ((user_pol *)self)->last_n_keep = n_keep[0];
+    return KVS_OK;
+}
+static void user_destroy(void *self) { ((user_pol *)self)->destroyed = 1; }
+
+START_TEST(test_custom_policy) {
+    static const kvs_policy_ops ops = {.name = "oldest", .needs = user_needs, .score = user_score, .begin = user_begin,
+                                       .observe = user_observe, .compact = user_compact, .destroy = user_destroy};
+    user_pol u = {0, 0, 0, 0, 0};
+    harness h;
+    memset(&h, 0, sizeof h);
+    ck_assert(kvs_device_open(&h.dev, &g_params) == KVS_OK);
+    h.hp = (kvs_model_hparams){.n_layers = 1, .n_heads = 2, .n_kv_heads = 1, .head_dim = 2};
+    ck_assert(kvs_policy_custom(&h.pol, &ops, &u, 0.0f, 0) == KVS_OK);
+    ck_assert_str_eq(kvs_policy_name(h.pol), "oldest");
+    kvs_evict_params ep = kvs_evict_params_default();
+    ep.policy = h.pol;
+    ep.budget = 3;
+    ep.buffer = 2;
+    ck_assert(kvs_evictor_create(&h.ev, &ep, &h.hp, 100) == KVS_OK);
+    kvs_cache_params cp = kvs_cache_params_default();
+    cp.n_layers = 1;
+    cp.n_kv_heads = 1;
+    cp.head_dim = 2;
+    cp.mode = KVS_CACHE_APPEND;
+    cp.capacity = kvs_evictor_capacity(h.ev, 1);
+    ck_assert_int_eq(cp.capacity, 5);
+    ck_assert(kvs_cache_create(&h.c, h.dev, &cp) == KVS_OK);
+    ck_assert(kvs_evictor_begin(h.ev, h.c) == KVS_OK);
+    ck_assert_int_eq(u.begun, 1);
+    static const float km[8] = {.1f, .2f, .3f, .4f, .5f, .6f, .7f, .8f};
+    const float *k[1] = {km};
+    for (int t = 0; t < 7; t++) {
+        h_plan(&h, 1);
+        ck_assert_int_eq(h.lp[0].stat_all_rows, 1);
+        h_step(&h, 1, k, NULL);
+    }
+    const int32_t w[3] = {0, 1, 2};
+    expect_pos(&h, 0, 0, w, 3);
+    ck_assert_int_eq(u.observed, 7);
+    ck_assert_int_eq(u.compacted, 2);
+    ck_assert_int_eq(u.last_n_keep, 3);
+    h_free(&h);
+    ck_assert_int_eq(u.destroyed, 1);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("policy");
     TCase *tc = tcase_create("host");
@@ -444,6 +523,7 @@ static Suite *suite(void) {
     tcase_add_test(tk, test_global_keep);
     tcase_add_test(tk, test_pyramid_layers);
     tcase_add_test(tk, test_full_budget_noop);
+    tcase_add_test(tk, test_custom_policy);
     suite_add_tcase(s, tk);
     return s;
 }

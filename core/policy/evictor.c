@@ -229,7 +229,17 @@ static void pool_measure(const kvs_evictor *e, int layer, int64_t extra, int64_t
 static int64_t steps_to_trigger(const kvs_evictor *e, int layer, int64_t n_new) {
     int64_t m, t, ps;
     pool_measure(e, layer, n_new, &m, &t, &ps);
-    return m >= t ? 0 : ceil_div(t - m, ps);
+    int64_t d = m >= t ? 0 : ceil_div(t - m, ps);
+    /* a pooled scope also evicts before any head of the pool outgrows the cache (heads are
+     * ragged there, and a head held at its cap may reach the capacity before the pool's total
+     * reaches the trigger) */
+    int l0 = e->scope == KVS_SCOPE_GLOBAL ? 0 : layer, l1 = e->scope == KVS_SCOPE_GLOBAL ? e->L : layer + 1;
+    for (int l = l0; l < l1 && d > 0; l++)
+        for (int h = 0; h < e->H; h++) {
+            int64_t room = e->cap - (kvs_cache_len(e->c, l, h) + n_new);
+            if (room < d) d = room < 0 ? 0 : room;
+        }
+    return d;
 }
 
 kvs_status kvs_evictor_plan(kvs_evictor *e, int64_t n_new, kvs_layer_plan *layers, int *any) {
