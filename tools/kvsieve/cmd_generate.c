@@ -15,6 +15,7 @@
 #include "kvsieve/model_file.h"
 #include "kvsieve/schedule.h"
 #include "kvsieve/tokenizer.h"
+#include "policy_opts.h"
 
 #define PROG "kvsieve generate"
 
@@ -63,6 +64,7 @@ static json_object *ids_json(const int32_t *ids, int64_t n) {
 int cmd_generate(int argc, char **argv) {
     gen_opts o = {.prompt = "", .backend = "cpu", .n = -1, .temp = 0.0, .top_p = 1.0, .threshold = 0.0, .seed = 42,
                   .block = 32, .steps = 0};
+    policy_opts po = POLICY_OPTS_INIT;
     const cli_opt opts[] = {
         {"model", 'm', CLI_STRING, &o.model, "MODEL", "model file or directory (GGUF, safetensors dir, llama2.c .bin); "
                                                       "a bare name is looked up in $KVSIEVE_MODELS, then ../shared/models"},
@@ -79,11 +81,13 @@ int cmd_generate(int argc, char **argv) {
                                                         "(default 0 = fixed steps)"},
         {"json", 0, CLI_FLAG, &o.json, NULL, "print one JSON object on stdout instead of streaming text"},
         {"no-stream", 0, CLI_FLAG, &o.no_stream, NULL, "print the text once at the end"},
+        POLICY_OPTS(po),
     };
     const cli_spec spec = {
         .prog = PROG,
         .usage = "-m MODEL [-p PROMPT] [-n N] [--backend B] [--temp T] [--top-p P] [--seed S] [--block B] "
-                 "[--steps S] [--threshold E] [--json]",
+                 "[--steps S] [--threshold E] [--json] [--policy NAME --budget F|N [--scope head|layer|global] "
+                 "[--sink N] [--window N]]",
         .summary = "Generate text with a llama-family (autoregressive) or llada (masked diffusion) model.",
         .opts = opts,
         .n_opts = (int)(sizeof opts / sizeof opts[0]),
@@ -102,6 +106,7 @@ int cmd_generate(int argc, char **argv) {
     kvs_device *dev = NULL;
     kvs_model *m = NULL;
     kvs_kv_cache *cache = NULL;
+    kvs_policy *pol = NULL;
     int32_t *prompt = NULL, *out = NULL;
     int exit_code = CLI_EXIT_FAIL;
     if (kvs_model_file_open(&mf, path, NULL) != KVS_OK) return cli_fail(CLI_EXIT_USAGE, PROG, "%s", kvs_last_error());
@@ -145,9 +150,21 @@ int cmd_generate(int argc, char **argv) {
                              (long long)n_prompt, (long long)n_gen, hp->ctx_len);
         goto done;
     }
+    /* AR eviction (--policy): the cache is sized to the budget + buffer */
+    kvs_ar_params ap = kvs_ar_params_default();
+    rc = policy_opts_make(PROG, &po, &pol, &ap);
+    if (rc != CLI_EXIT_OK) {
+        exit_code = rc;
+        goto done;
+    }
+    if (dlm && pol) {
+        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "--policy applies to autoregressive models only");
+        goto done;
+    }
+    ap.max_new = n_gen;
     kvs_cache_params cp = kvs_model_cache_params(m);
     cp.mode = dlm ? KVS_CACHE_POSITIONAL : KVS_CACHE_APPEND;
-    cp.capacity = n_prompt + n_gen;
+    cp.capacity = dlm ? n_prompt + n_gen : kvs_ar_capacity(m, n_prompt, &ap);
     if (kvs_cache_create(&cache, dev, &cp) != KVS_OK) {
         exit_code = cli_fail(CLI_EXIT_FAIL, PROG, "%s", kvs_last_error());
         goto done;
@@ -176,7 +193,7 @@ int cmd_generate(int argc, char **argv) {
         s = kvs_generate_dlm(m, cache, prompt, n_prompt, &p, on_token, &sc, out, &st);
         n_out = n_gen;
     } else {
-        kvs_ar_params p = kvs_ar_params_default();
+        kvs_ar_params p = ap;
         p.max_new = n_gen;
         p.temperature = (float)o.temp;
         p.top_p = (float)o.top_p;
@@ -216,6 +233,13 @@ int cmd_generate(int argc, char **argv) {
         json_object_object_add(js, "compute_fraction", json_object_new_double(st.compute_fraction));
         json_object_object_add(js, "cache_bytes_peak", json_object_new_int64(st.cache_bytes_peak));
         json_object_object_add(js, "cache_bytes_allocated", json_object_new_int64(st.cache_bytes_allocated));
+        if (pol) {
+            json_object_object_add(js, "policy", json_object_new_string(kvs_policy_name(pol)));
+            json_object_object_add(js, "budget", json_object_new_double(ap.budget));
+            json_object_object_add(js, "scope", json_object_new_string(kvs_budget_scope_name(ap.scope)));
+            json_object_object_add(js, "evictions", json_object_new_int64(st.evictions));
+            json_object_object_add(js, "rows_evicted", json_object_new_int64(st.rows_evicted));
+        }
         json_object_object_add(js, "model_bytes", json_object_new_int64(kvs_model_weight_bytes(m)));
         json_object_object_add(js, "backend", json_object_new_string(kvs_backend_name(kvs_device_backend(dev))));
         json_object_object_add(j, "stats", js);
@@ -224,6 +248,7 @@ int cmd_generate(int argc, char **argv) {
     } else {
         if (o.no_stream) printf("%s", text ? text : "");
         printf("\n");
+        fflush(stdout);
         fprintf(stderr,
                 "[%s on %s] %lld tokens in %.3f s (%.1f tokens/s), %lld %s\n"
                 "rows computed %lld of %lld without cache (compute fraction %.3f)\n"
@@ -233,6 +258,9 @@ int cmd_generate(int argc, char **argv) {
                 (long long)st.rows_computed, (long long)rows_baseline, st.compute_fraction,
                 (double)kvs_model_weight_bytes(m) / 1048576.0, (double)st.cache_bytes_peak / 1048576.0,
                 (double)st.cache_bytes_allocated / 1048576.0);
+        if (pol)
+            fprintf(stderr, "eviction: %s, budget %g, scope %s: %lld evictions, %lld K/V rows evicted\n", kvs_policy_name(pol),
+                    ap.budget, kvs_budget_scope_name(ap.scope), (long long)st.evictions, (long long)st.rows_evicted);
     }
     free(all);
     free(text);
@@ -241,6 +269,7 @@ done:
     free(prompt);
     free(out);
     kvs_cache_destroy(&cache);
+    kvs_policy_destroy(&pol);
     kvs_model_destroy(&m);
     kvs_tokenizer_destroy(&tok);
     kvs_device_destroy(&dev);
