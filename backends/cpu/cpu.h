@@ -19,6 +19,10 @@ void *kvs_cpu_scratch(kvs_device *dev, size_t nbytes);
 
 static inline int kvs_cpu_threads(const kvs_device *dev) { return ((const kvs_cpu *)dev->impl)->n_threads; }
 
+/* Sets OpenBLAS's (process-wide) thread count when it differs from the last value set; no-op for
+ * other BLAS libraries. */
+void kvs_cpu_blas_threads(int n);
+
 kvs_status kvs_cpu_matmul(kvs_device *dev, const kvs_matmul_args *a);
 kvs_status kvs_cpu_add(kvs_device *dev, const kvs_tensor *a, const kvs_tensor *b, kvs_tensor *y, int64_t n);
 kvs_status kvs_cpu_copy(kvs_device *dev, const kvs_tensor *src, kvs_tensor *dst, int64_t n);

@@ -1,4 +1,5 @@
 /* kvs_model: a model file's weights uploaded to a device. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 

@@ -1,0 +1,136 @@
+/* CPU backend: helpers shared by the ops_*.c files (not installed, not part of the API).
+ *
+ * - KVS_OMP(...): an OpenMP pragma when compiled with OpenMP, nothing otherwise.
+ * - KVS_CLONES: GCC function multiversioning (avx512f / avx2 / baseline, chosen at load time by
+ *   ifunc) for hot loops; the project is never compiled with -march=native.
+ * - Inline f16/bf16 <-> f32 conversions written as branch-free bit arithmetic, so that loops using
+ *   them vectorise; bit-identical to kvs_f16_to_f32 / kvs_f32_to_f16 / kvs_f32_to_bf16 (core/tensor.c)
+ *   for every input, NaN payloads included.
+ * - A vectorisable exp for softmax-style arguments.
+ */
+#ifndef KVS_BACKENDS_CPU_KERNELS_H
+#define KVS_BACKENDS_CPU_KERNELS_H
+
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "cpu.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#define KVS_PRAGMA_(x) _Pragma(#x)
+#ifdef _OPENMP
+#define KVS_OMP(x) KVS_PRAGMA_(omp x)
+static inline int kvs_omp_tid(void) { return omp_get_thread_num(); }
+#else
+#define KVS_OMP(x)
+static inline int kvs_omp_tid(void) { return 0; }
+#endif
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__ELF__) &&          \
+    !defined(KVS_NO_CLONES)
+#define KVS_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define KVS_CLONES
+#endif
+
+#if defined(__GNUC__)
+#define KVS_RESTRICT __restrict__
+#else
+#define KVS_RESTRICT
+#endif
+
+/* Threads for a loop of `work` units of roughly `unit_cost` cheap operations each: one thread for
+ * small jobs (an OpenMP fork costs a few microseconds), else the device's count. */
+static inline int kvs_cpu_nt(const kvs_device *dev, double total_ops) {
+    int nt = kvs_cpu_threads(dev);
+    if (total_ops < 32768.0) return 1;
+    return nt < 1 ? 1 : nt;
+}
+
+static inline float kvs_bits_f32(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline uint32_t kvs_f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+/* f16 -> f32, exact (normals by an exponent re-bias multiply, subnormals by a magic subtraction). */
+static inline float kvs_h2f(uint16_t h) {
+    uint32_t w = (uint32_t)h << 16;
+    uint32_t sign = w & 0x80000000u;
+    uint32_t two_w = w + w;
+    /* normal/inf/nan: shift exponent+mantissa into place, re-bias by 2^-112 */
+    float normal = kvs_bits_f32((two_w >> 4) + (0xE0u << 23)) * 0x1.0p-112f;
+    /* subnormal: mantissa as the low bits of a float in [0.5, 1), minus 0.5 */
+    float denorm = kvs_bits_f32((two_w >> 17) | (126u << 23)) - 0.5f;
+    uint32_t r = sign | (two_w < (1u << 27) ? kvs_f32_bits(denorm) : kvs_f32_bits(normal));
+    /* inf/NaN: exact bit pattern (the multiply above would quieten signalling NaNs) */
+    uint32_t special = sign | 0x7f800000u | ((w & 0x03ff0000u) >> 3);
+    return kvs_bits_f32(two_w >= 0xF8000000u ? special : r);
+}
+
+/* f32 -> f16, round to nearest even; overflow -> inf; NaN -> quiet NaN keeping the top payload
+ * bits (as kvs_f32_to_f16). Relies on IEEE round-to-nearest float arithmetic (no fast-math). */
+static inline uint16_t kvs_f2h(float f) {
+    uint32_t w = kvs_f32_bits(f);
+    uint32_t shl1_w = w + w;
+    uint32_t sign = w & 0x80000000u;
+    float base = (fabsf(f) * 0x1.0p+112f) * 0x1.0p-110f;
+    uint32_t bias = shl1_w & 0xFF000000u;
+    if (bias < 0x71000000u) bias = 0x71000000u;
+    base = kvs_bits_f32((bias >> 1) + 0x07800000u) + base;
+    uint32_t bits = kvs_f32_bits(base);
+    uint32_t nonsign = ((bits >> 13) & 0x00007C00u) + (bits & 0x00000FFFu);
+    uint32_t nan = 0x7E00u | ((w & 0x7FFFFFu) >> 13);
+    return (uint16_t)((sign >> 16) | (shl1_w > 0xFF000000u ? nan : nonsign));
+}
+
+static inline float kvs_bf2f(uint16_t h) { return kvs_bits_f32((uint32_t)h << 16); }
+
+static inline uint16_t kvs_f2bf(float f) {
+    uint32_t x = kvs_f32_bits(f);
+    uint32_t r = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+    uint32_t nan = (x >> 16) | 0x40u;
+    return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? nan : r);
+}
+
+/* exp(x) for x <= ~88, relative error ~2 ulp; x < -87 (and -inf) gives exactly 0 (true value
+ * < 2^-125, irrelevant next to a softmax maximum of 1). Branch-free so loops vectorise. */
+static inline float kvs_expf(float x) {
+    float xc = x < -87.0f ? -87.0f : x;
+    xc = xc > 88.0f ? 88.0f : xc;
+    const float magic = 12582912.0f; /* 1.5 * 2^23: adding and subtracting rounds to an integer */
+    float n = (xc * 1.44269504088896341f + magic) - magic;
+    float r = xc - n * 0.693145751953125f;     /* ln2 high part (exact in 16 bits) */
+    r = r - n * 1.428606765330187045e-06f;     /* ln2 low part */
+    /* e^r, |r| <= 0.347: Taylor to degree 7 (truncation < 6e-9 relative) */
+    float p = 1.98412698412698413e-04f;
+    p = p * r + 1.38888888888888889e-03f;
+    p = p * r + 8.33333333333333333e-03f;
+    p = p * r + 4.16666666666666667e-02f;
+    p = p * r + 1.66666666666666667e-01f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    int32_t ni = (int32_t)n;
+    float scale = kvs_bits_f32((uint32_t)(ni + 127) << 23);
+    float y = p * scale;
+    return x < -87.0f ? 0.0f : y;
+}
+
+/* Reads an I32 device tensor (CPU: host memory). */
+static inline const int32_t *kvs_i32(const kvs_tensor *t) {
+    return t ? (const int32_t *)kvs_tensor_host_ptr(t) : NULL;
+}
+
+#endif

@@ -1,0 +1,374 @@
+/* CPU backend: attention with GQA and statistics (contract: kvs_attention in include/kvsieve/ops.h).
+ *
+ * Design (FlashAttention, Dao et al. 2022, alg. 1, on a CPU): one task per (kv head h, tile of BQ
+ * query rows); the task packs the G = n_heads/n_kv_heads query heads of its group that read kv head h
+ * into one matrix Qp [BQ*G][d] (row r = query (r / G), head h*G + r % G), so K/V are read once per
+ * group and never expanded. For each tile of BK keys:
+ *   S  = scale * Qp . K_tile^T           (cblas_sgemm, [M][BK])
+ *   visibility (kv_len, row_len, causal positions) and the additive mask turn S into logits,
+ *   online softmax per row: m' = max(m, max_j S), O *= e^(m-m'), l = l e^(m-m') + sum_j e^(S-m'),
+ *   O += P . V_tile                       (cblas_sgemm, [M][d]).
+ * Running maxima start at -FLT_MAX; invisible keys get logit -inf, so their weight is exactly 0.
+ * Statistics needing normalised probabilities (key_mass, probs) take a second pass over the key
+ * tiles of the rows that need them, with the final (m, l) of each row: p = e^(S-m) / l.
+ * f16 K/V tiles are converted to f32 per tile. Tasks are spread over OpenMP threads; OpenBLAS runs
+ * single-threaded inside them. */
+#include <stdlib.h>
+
+#include <cblas.h>
+
+#include "cpu_kernels.h"
+
+#define ATT_BK 256       /* keys per tile */
+#define ATT_M_TARGET 64  /* packed query rows (queries x group heads) per task */
+
+typedef struct att_ctx {
+    const kvs_attention_args *a;
+    int64_t G, BQ, d;
+    const float *q;
+    const void *k, *v;
+    int kv_f16;
+    float *out;
+    const int32_t *q_pos, *k_pos, *kv_len, *row_len;
+    const float *mask;
+    float *row_max, *row_sum;
+    int32_t *argmax;
+    /* statistics */
+    const int32_t *stat_w;       /* [n_q] multiplicity of each row in stat_rows (NULL: no key_mass) */
+    const int32_t *probe_start;  /* [n_q + 1] CSR into probe_list */
+    const int32_t *probe_list;   /* probe output indices r, grouped by query row */
+    float *probs;
+} att_ctx;
+
+typedef struct att_work {
+    float *Qp, *O, *S, *Kc, *Vc;  /* [M][d], [M][d], [M][BK], [BK][d], [BK][d] */
+    float *m, *l, *bestv;         /* [M] */
+    int32_t *best, *qpos, *lim;   /* [M] */
+    float *km;                    /* [n_kv_heads][capacity] partial key_mass of this thread, or NULL */
+} att_work;
+
+static int64_t att_qpos(const att_ctx *c, int64_t i) {
+    return c->q_pos ? c->q_pos[i] : c->a->n_kv - c->a->n_q + i;
+}
+
+/* K or V tile rows [j0, j0+n) of kv head h as f32 (a pointer into the tensor, or converted). */
+static const float *att_tile(const att_ctx *c, const void *base, float *conv, int64_t h, int64_t j0, int64_t n) {
+    const int64_t d = c->d;
+    size_t off = (size_t)(h * c->a->capacity + j0) * (size_t)d;
+    if (!c->kv_f16) return (const float *)base + off;
+    const uint16_t *s = (const uint16_t *)base + off;
+    for (int64_t t = 0; t < n * d; t++) conv[t] = kvs_h2f(s[t]);
+    return conv;
+}
+
+/* Logits of one row of a tile: s[t] is key j0+t; keys at or beyond lim, or (causal) with
+ * kpos > qpos, become -inf; the mask row (from key j0) is added. */
+KVS_CLONES
+static void att_prep_row(float *KVS_RESTRICT s, int64_t n, int64_t j0, int64_t lim, const int32_t *kpos, int32_t qp,
+                         const float *mrow) {
+    for (int64_t t = 0; t < n; t++) {
+        int vis = j0 + t < lim;
+        if (kpos) vis = vis && kpos[t] <= qp;
+        float add = mrow ? mrow[t] : 0.0f;
+        s[t] = vis ? s[t] + add : -INFINITY;
+    }
+}
+
+KVS_CLONES
+static float att_row_max(const float *s, int64_t n) {
+    float m = -INFINITY;
+    for (int64_t t = 0; t < n; t++) m = s[t] > m ? s[t] : m;
+    return m;
+}
+
+/* p[t] = exp(s[t] - m) in place; returns the sum. */
+KVS_CLONES
+static float att_exp_row(float *s, int64_t n, float m) {
+    float sum = 0.0f;
+    for (int64_t t = 0; t < n; t++) {
+        float e = kvs_expf(s[t] - m);
+        s[t] = e;
+        sum += e;
+    }
+    return sum;
+}
+
+KVS_CLONES
+static void att_scale_row(float *o, int64_t d, float f) {
+    for (int64_t t = 0; t < d; t++) o[t] *= f;
+}
+
+/* Per-row limit on keys (kv_len of the head, row_len of the row), clamped to [0, n_kv]. */
+static int64_t att_row_lim(const att_ctx *c, int64_t h, int64_t i) {
+    int64_t lim = c->kv_len ? c->kv_len[h] : c->a->n_kv;
+    if (c->row_len) {
+        int64_t rl = c->row_len[i];
+        if (rl < lim) lim = rl;
+    }
+    if (lim < 0) lim = 0;
+    return lim;
+}
+
+/* Computes S for rows [0, M) against keys [j0, j0+n) of kv head h and turns it into logits.
+ * Returns 0 when the whole tile is invisible to every row (S then unspecified). */
+static int att_logits(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int64_t M, int64_t j0, int64_t n,
+                      int64_t max_qpos) {
+    const kvs_attention_args *a = c->a;
+    const int64_t d = c->d, G = c->G;
+    const int32_t *kp = c->k_pos ? c->k_pos + h * a->capacity + j0 : NULL;
+    if (a->p.causal) {
+        int64_t kmin = INT64_MAX;
+        if (kp) {
+            for (int64_t t = 0; t < n; t++) kmin = kp[t] < kmin ? kp[t] : kmin;
+        } else {
+            kmin = j0;
+        }
+        if (kmin > max_qpos) return 0;
+    }
+    const float *Kt = att_tile(c, c->k, w->Kc, h, j0, n);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)n, (int)d, a->p.scale, w->Qp, (int)d, Kt,
+                (int)d, 0.0f, w->S, ATT_BK);
+    for (int64_t r = 0; r < M; r++) {
+        int64_t i = i0 + r / G;
+        float *s = w->S + r * ATT_BK;
+        int64_t lim = w->lim[r];
+        const float *mrow = c->mask ? c->mask + i * a->n_kv + j0 : NULL;
+        int need_causal = a->p.causal;
+        if (need_causal && !kp && j0 + n - 1 <= (int64_t)w->qpos[r]) need_causal = 0;
+        if (!mrow && !need_causal && j0 + n <= lim) continue; /* fully visible, no bias */
+        int32_t kdef[ATT_BK];
+        const int32_t *kpr = NULL;
+        if (need_causal) {
+            if (kp) {
+                kpr = kp;
+            } else {
+                for (int64_t t = 0; t < n; t++) kdef[t] = (int32_t)(j0 + t);
+                kpr = kdef;
+            }
+        }
+        att_prep_row(s, n, j0, lim, kpr, w->qpos[r], mrow);
+    }
+    return 1;
+}
+
+static void att_task(const att_ctx *c, att_work *w, int64_t h, int64_t qt) {
+    const kvs_attention_args *a = c->a;
+    const int64_t d = c->d, G = c->G;
+    const int64_t i0 = qt * c->BQ, i1 = i0 + c->BQ < a->n_q ? i0 + c->BQ : a->n_q;
+    const int64_t M = (i1 - i0) * G;
+    int64_t jend = 0, max_qpos = INT64_MIN;
+    for (int64_t r = 0; r < M; r++) {
+        int64_t i = i0 + r / G, g = h * G + r % G;
+        memcpy(w->Qp + r * d, c->q + (i * a->n_heads + g) * d, (size_t)d * sizeof(float));
+        w->qpos[r] = (int32_t)att_qpos(c, i);
+        w->lim[r] = (int32_t)att_row_lim(c, h, i);
+        if (w->lim[r] > jend) jend = w->lim[r];
+        if (w->qpos[r] > max_qpos) max_qpos = w->qpos[r];
+        w->m[r] = -FLT_MAX;
+        w->l[r] = 0.0f;
+        w->bestv[r] = -FLT_MAX;
+        w->best[r] = -1;
+    }
+    memset(w->O, 0, (size_t)(M * d) * sizeof(float));
+
+    for (int64_t j0 = 0; j0 < jend; j0 += ATT_BK) {
+        int64_t n = jend - j0 < ATT_BK ? jend - j0 : ATT_BK;
+        if (!att_logits(c, w, h, i0, M, j0, n, max_qpos)) continue;
+        for (int64_t r = 0; r < M; r++) {
+            float *s = w->S + r * ATT_BK;
+            float tmax = att_row_max(s, n);
+            if (tmax > w->bestv[r] || (w->best[r] < 0 && tmax > -INFINITY)) {
+                int64_t t = 0;
+                while (s[t] != tmax) t++;
+                w->bestv[r] = tmax;
+                w->best[r] = (int32_t)(j0 + t);
+            }
+            float mold = w->m[r];
+            float mnew = tmax > mold ? tmax : mold;
+            if (mnew > mold) {
+                float alpha = kvs_expf(mold - mnew);
+                w->l[r] *= alpha;
+                att_scale_row(w->O + r * d, d, alpha);
+                w->m[r] = mnew;
+            }
+            w->l[r] += att_exp_row(s, n, mnew);
+        }
+        const float *Vt = att_tile(c, c->v, w->Vc, h, j0, n);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)d, (int)n, 1.0f, w->S, ATT_BK, Vt,
+                    (int)d, 1.0f, w->O, (int)d);
+    }
+
+    for (int64_t r = 0; r < M; r++) {
+        int64_t i = i0 + r / G, g = h * G + r % G;
+        float *o = c->out + (i * a->n_heads + g) * d;
+        const float *src = w->O + r * d;
+        float l = w->l[r];
+        if (l > 0.0f) {
+            float f = a->p.unnormalised ? 1.0f : 1.0f / l;
+            for (int64_t t = 0; t < d; t++) o[t] = src[t] * f;
+        } else {
+            memset(o, 0, (size_t)d * sizeof(float));
+        }
+        int64_t qi = i * a->n_heads + g;
+        if (c->row_max) c->row_max[qi] = w->m[r];
+        if (c->row_sum) c->row_sum[qi] = l;
+        if (c->argmax) c->argmax[qi] = w->best[r];
+    }
+
+    /* ---- second pass: normalised probabilities for key_mass and probe rows ---- */
+    if (!c->stat_w && !c->probs) return;
+    int any = 0;
+    for (int64_t i = i0; i < i1 && !any; i++)
+        any = (c->stat_w && c->stat_w[i] > 0) || (c->probs && c->probe_start[i + 1] > c->probe_start[i]);
+    if (!any) return;
+    const int64_t cap = a->capacity;
+    /* probe rows: zero their whole rows first (invisible and invalid keys read 0) */
+    if (c->probs) {
+        for (int64_t r = 0; r < M; r++) {
+            int64_t i = i0 + r / G, g = h * G + r % G;
+            for (int32_t e = c->probe_start[i]; e < c->probe_start[i + 1]; e++)
+                memset(c->probs + ((int64_t)c->probe_list[e] * a->n_heads + g) * cap, 0, (size_t)cap * sizeof(float));
+        }
+    }
+    for (int64_t j0 = 0; j0 < jend; j0 += ATT_BK) {
+        int64_t n = jend - j0 < ATT_BK ? jend - j0 : ATT_BK;
+        if (!att_logits(c, w, h, i0, M, j0, n, max_qpos)) continue;
+        for (int64_t r = 0; r < M; r++) {
+            int64_t i = i0 + r / G, g = h * G + r % G;
+            int32_t wt = c->stat_w ? c->stat_w[i] : 0;
+            int has_probe = c->probs && c->probe_start[i + 1] > c->probe_start[i];
+            if (!wt && !has_probe) continue;
+            float l = w->l[r];
+            if (!(l > 0.0f)) continue; /* nothing visible: p = 0 everywhere */
+            float *s = w->S + r * ATT_BK;
+            att_exp_row(s, n, w->m[r]);
+            att_scale_row(s, n, 1.0f / l);
+            if (wt) {
+                float *km = w->km + h * cap + j0;
+                float fw = (float)wt;
+                for (int64_t t = 0; t < n; t++) km[t] += fw * s[t];
+            }
+            if (has_probe)
+                for (int32_t e = c->probe_start[i]; e < c->probe_start[i + 1]; e++)
+                    memcpy(c->probs + ((int64_t)c->probe_list[e] * a->n_heads + g) * cap + j0, s,
+                           (size_t)n * sizeof(float));
+        }
+    }
+}
+
+kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
+    const char *op = "kvs_attention (cpu)";
+    att_ctx c;
+    memset(&c, 0, sizeof c);
+    c.a = a;
+    c.G = a->n_heads / a->n_kv_heads;
+    c.d = a->head_dim;
+    c.BQ = ATT_M_TARGET / c.G > 0 ? ATT_M_TARGET / c.G : 1;
+    c.q = kvs_tensor_host_ptr(a->q);
+    c.k = kvs_tensor_host_ptr(a->k);
+    c.v = kvs_tensor_host_ptr(a->v);
+    c.kv_f16 = a->k->dtype == KVS_F16;
+    c.out = kvs_tensor_host_ptr(a->out);
+    c.q_pos = kvs_i32(a->p.q_pos);
+    c.k_pos = kvs_i32(a->p.k_pos);
+    c.kv_len = kvs_i32(a->p.kv_len);
+    c.row_len = kvs_i32(a->p.row_len);
+    c.mask = a->p.mask ? kvs_tensor_host_ptr(a->p.mask) : NULL;
+    c.row_max = a->p.row_max ? kvs_tensor_host_ptr(a->p.row_max) : NULL;
+    c.row_sum = a->p.row_sum ? kvs_tensor_host_ptr(a->p.row_sum) : NULL;
+    c.argmax = a->p.argmax ? kvs_tensor_host_ptr(a->p.argmax) : NULL;
+    c.probs = a->p.probs ? kvs_tensor_host_ptr(a->p.probs) : NULL;
+
+    /* ---- device-side values the front-end could not check ---- */
+    if (c.kv_len)
+        for (int64_t h = 0; h < a->n_kv_heads; h++)
+            if (c.kv_len[h] < 0 || c.kv_len[h] > a->n_kv)
+                return kvs_error(KVS_ERR_OUT_OF_RANGE, "%s: kv_len[%lld] = %d outside [0, n_kv=%lld]", op,
+                                 (long long)h, c.kv_len[h], (long long)a->n_kv);
+    const int32_t *stat_rows = kvs_i32(a->p.stat_rows), *probe_rows = kvs_i32(a->p.probe_rows);
+    for (int64_t e = 0; stat_rows && e < a->n_stat_rows; e++)
+        if (stat_rows[e] < 0 || stat_rows[e] >= a->n_q)
+            return kvs_error(KVS_ERR_OUT_OF_RANGE, "%s: stat_rows[%lld] = %d outside [0, n_q=%lld)", op,
+                             (long long)e, stat_rows[e], (long long)a->n_q);
+    for (int64_t e = 0; probe_rows && e < a->n_probe; e++)
+        if (probe_rows[e] < 0 || probe_rows[e] >= a->n_q)
+            return kvs_error(KVS_ERR_OUT_OF_RANGE, "%s: probe_rows[%lld] = %d outside [0, n_q=%lld)", op,
+                             (long long)e, probe_rows[e], (long long)a->n_q);
+
+    const int64_t n_qt = (a->n_q + c.BQ - 1) / c.BQ;
+    const int64_t n_tasks = n_qt * a->n_kv_heads;
+    const int64_t M = c.BQ * c.G, d = c.d;
+    double flops = 4.0 * (double)a->n_q * (double)a->n_kv * (double)d * (double)a->n_heads;
+    int nt = kvs_cpu_nt(dev, flops / 8.0);
+    if (nt > n_tasks) nt = (int)n_tasks;
+    const int want_km = a->p.key_mass != NULL;
+    const int64_t cap = a->capacity;
+
+    /* ---- scratch: host metadata + per-thread work areas ---- */
+    const size_t off_km = (size_t)(2 * M * d + M * ATT_BK + 2 * ATT_BK * d + 6 * M + 16);
+    size_t per = off_km;
+    if (want_km) per += (size_t)(a->n_kv_heads * cap);
+    size_t meta = (size_t)(want_km ? a->n_q : 0) + (size_t)(a->n_probe ? 2 * a->n_q + 2 + a->n_probe : 0);
+    float *scr = malloc(((size_t)nt * per + meta) * sizeof(float) + 64);
+    if (!scr) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: cannot allocate scratch", op);
+    int32_t *metap = (int32_t *)(scr + (size_t)nt * per);
+    if (want_km) {
+        int32_t *sw = metap;
+        metap += a->n_q;
+        if (stat_rows) {
+            memset(sw, 0, (size_t)a->n_q * sizeof *sw);
+            for (int64_t e = 0; e < a->n_stat_rows; e++) sw[stat_rows[e]]++;
+        } else {
+            for (int64_t i = 0; i < a->n_q; i++) sw[i] = 1;
+        }
+        c.stat_w = sw;
+    }
+    if (a->n_probe) {
+        int32_t *start = metap, *list = metap + a->n_q + 1, *fill = list + a->n_probe;
+        memset(start, 0, (size_t)(a->n_q + 1) * sizeof *start);
+        for (int64_t e = 0; e < a->n_probe; e++) start[probe_rows[e] + 1]++;
+        for (int64_t i = 0; i < a->n_q; i++) start[i + 1] += start[i];
+        memcpy(fill, start, (size_t)a->n_q * sizeof *fill);
+        for (int64_t e = 0; e < a->n_probe; e++) list[fill[probe_rows[e]]++] = (int32_t)e;
+        c.probe_start = start;
+        c.probe_list = list;
+    }
+
+    kvs_cpu_blas_threads(1);
+    KVS_OMP(parallel num_threads(nt))
+    {
+        float *base = scr + (size_t)kvs_omp_tid() * per;
+        att_work w;
+        w.Qp = base;
+        w.O = w.Qp + M * d;
+        w.S = w.O + M * d;
+        w.Kc = w.S + M * ATT_BK;
+        w.Vc = w.Kc + ATT_BK * d;
+        w.m = w.Vc + ATT_BK * d;
+        w.l = w.m + M;
+        w.bestv = w.l + M;
+        w.best = (int32_t *)(w.bestv + M);
+        w.qpos = w.best + M;
+        w.lim = w.qpos + M;
+        w.km = want_km ? base + off_km : NULL;
+        if (w.km) memset(w.km, 0, (size_t)(a->n_kv_heads * cap) * sizeof(float));
+        KVS_OMP(for schedule(dynamic, 1))
+        for (int64_t t = 0; t < n_tasks; t++) att_task(&c, &w, t / n_qt, t % n_qt);
+    }
+
+    if (want_km) {
+        float *km = kvs_tensor_host_ptr(a->p.key_mass);
+        const float invG = 1.0f / (float)c.G;
+        for (int64_t h = 0; h < a->n_kv_heads; h++) {
+            int64_t len = c.kv_len ? c.kv_len[h] : a->n_kv;
+            for (int64_t j = 0; j < len; j++) {
+                float s = 0.0f;
+                for (int th = 0; th < nt; th++) s += scr[(size_t)th * per + off_km + (size_t)(h * cap + j)];
+                s *= invG;
+                km[h * cap + j] = a->p.key_mass_accumulate ? km[h * cap + j] + s : s;
+            }
+        }
+    }
+    free(scr);
+    return KVS_OK;
+}

@@ -1,0 +1,105 @@
+/* CPU backend: gather / scatter / compact of grouped rows (contract: include/kvsieve/ops.h).
+ * Rows are copied as bytes (bit-exact for any dtype). Every index is range-checked before anything
+ * is written: an index outside its valid range returns KVS_ERR_OUT_OF_RANGE and leaves the output
+ * untouched (the CPU backend's documented extra). */
+#include <stdlib.h>
+
+#include "cpu_kernels.h"
+
+/* Copies one row of rb bytes; small power-of-two rows get fixed-size copies the compiler inlines. */
+static inline void row_copy(char *KVS_RESTRICT d, const char *KVS_RESTRICT s, int64_t rb) {
+    switch (rb) {
+    case 64: memcpy(d, s, 64); break;
+    case 128: memcpy(d, s, 128); break;
+    case 256: memcpy(d, s, 256); break;
+    case 512: memcpy(d, s, 512); break;
+    default: memcpy(d, s, (size_t)rb); break;
+    }
+}
+
+static kvs_status rows_check(const char *op, const kvs_rows_args *a, const int32_t *idx, int64_t limit) {
+    int64_t total = a->idx_shared ? a->n : a->n * a->groups;
+    for (int64_t e = 0; e < total; e++)
+        if (idx[e] < 0 || idx[e] >= limit)
+            return kvs_error(KVS_ERR_OUT_OF_RANGE, "%s: idx[%lld] = %d outside [0, %lld)", op, (long long)e, idx[e],
+                             (long long)limit);
+    return KVS_OK;
+}
+
+kvs_status kvs_cpu_gather(kvs_device *dev, const kvs_rows_args *a) {
+    const int32_t *idx = kvs_i32(a->idx);
+    KVS_TRY(rows_check("kvs_gather (cpu)", a, idx, a->src_rows));
+    const char *src = kvs_tensor_host_ptr(a->src);
+    char *dst = kvs_tensor_host_ptr(a->dst);
+    const int64_t rb = a->row_bytes, n = a->n, total = a->groups * n;
+    int nt = kvs_cpu_nt(dev, (double)total * (double)rb / 4.0);
+    KVS_OMP(parallel for num_threads(nt) schedule(static))
+    for (int64_t t = 0; t < total; t++) {
+        int64_t g = t / n, i = t % n;
+        int64_t j = a->idx_shared ? idx[i] : idx[t];
+        row_copy(dst + (g * a->dst_rows + i) * rb, src + (g * a->src_rows + j) * rb, rb);
+    }
+    return KVS_OK;
+}
+
+kvs_status kvs_cpu_scatter(kvs_device *dev, const kvs_rows_args *a) {
+    const int32_t *idx = kvs_i32(a->idx);
+    KVS_TRY(rows_check("kvs_scatter (cpu)", a, idx, a->dst_rows));
+    const char *src = kvs_tensor_host_ptr(a->src);
+    char *dst = kvs_tensor_host_ptr(a->dst);
+    const int64_t rb = a->row_bytes, n = a->n, G = a->groups;
+    /* Within a group rows are written in order i = 0..n-1, so a duplicate's highest i wins;
+     * groups write disjoint memory and run in parallel. */
+    int nt = kvs_cpu_nt(dev, (double)G * (double)n * (double)rb / 4.0);
+    if (nt > G) nt = (int)G;
+    KVS_OMP(parallel for num_threads(nt) schedule(static))
+    for (int64_t g = 0; g < G; g++) {
+        const int32_t *gi = a->idx_shared ? idx : idx + g * n;
+        for (int64_t i = 0; i < n; i++) {
+            const char *s = a->src_token_major ? src + (i * G + g) * rb : src + (g * n + i) * rb;
+            row_copy(dst + (g * a->dst_rows + gi[i]) * rb, s, rb);
+        }
+    }
+    return KVS_OK;
+}
+
+kvs_status kvs_cpu_compact(kvs_device *dev, const kvs_rows_args *a) {
+    const int32_t *idx = kvs_i32(a->idx);
+    KVS_TRY(rows_check("kvs_compact (cpu)", a, idx, a->src_rows));
+    char *t = kvs_tensor_host_ptr(a->dst);
+    const int64_t rb = a->row_bytes, n = a->n, G = a->groups;
+    /* Strictly increasing lists (the contract) compact in place front to back: row i reads
+     * idx[i] >= i, never a row already overwritten. Other lists go through scratch. */
+    int64_t lists = a->idx_shared ? 1 : G;
+    int increasing = 1;
+    for (int64_t g = 0; g < lists && increasing; g++)
+        for (int64_t i = 1; i < n; i++)
+            if (idx[g * n + i] <= idx[g * n + i - 1]) {
+                increasing = 0;
+                break;
+            }
+    int nt = kvs_cpu_nt(dev, (double)G * (double)n * (double)rb / 4.0);
+    if (increasing) {
+        if (nt > G) nt = (int)G;
+        KVS_OMP(parallel for num_threads(nt) schedule(static))
+        for (int64_t g = 0; g < G; g++) {
+            const int32_t *gi = a->idx_shared ? idx : idx + g * n;
+            char *base = t + g * a->dst_rows * rb;
+            for (int64_t i = 0; i < n; i++)
+                if (gi[i] != i) memmove(base + i * rb, base + gi[i] * rb, (size_t)rb);
+        }
+        return KVS_OK;
+    }
+    char *tmp = malloc((size_t)(n * rb) * (size_t)G + 1);
+    if (!tmp) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_compact (cpu): cannot allocate scratch");
+    KVS_OMP(parallel for num_threads(nt) schedule(static))
+    for (int64_t e = 0; e < G * n; e++) {
+        int64_t g = e / n, i = e % n;
+        int64_t j = a->idx_shared ? idx[i] : idx[e];
+        memcpy(tmp + e * rb, t + (g * a->dst_rows + j) * rb, (size_t)rb);
+    }
+    KVS_OMP(parallel for num_threads(nt) schedule(static))
+    for (int64_t g = 0; g < G; g++) memcpy(t + g * a->dst_rows * rb, tmp + g * n * rb, (size_t)(n * rb));
+    free(tmp);
+    return KVS_OK;
+}

@@ -1,0 +1,133 @@
+/* Model description from a GGUF file: llama.cpp key names ({arch}.block_count, ...) and tensor
+ * names (token_embd, blk.N.attn_q, ...). q/k rows are already in the adjacent-pair RoPE layout
+ * (llama.cpp's converters permute Hugging Face weights back into Meta order). */
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+#include "model/weights.h"
+
+static kvs_status get_i(kvs_model_file *m, const char *arch, const char *suffix, int required,
+                        int *dst) {
+    char key[256];
+    int64_t v;
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    kvs_status s = kvs_gguf_get_int(m->gguf, key, &v);
+    if (s == KVS_ERR_NOT_FOUND && !required) return KVS_OK;
+    if (s == KVS_ERR_NOT_FOUND)
+        return kvs_error(KVS_ERR_NOT_FOUND, "%s: required key '%s' missing", m->path, key);
+    if (s != KVS_OK) return s;
+    if (v < 0 || v > (1 << 30))
+        return kvs_error(KVS_ERR_FORMAT, "%s: key '%s' = %lld out of range", m->path, key, (long long)v);
+    *dst = (int)v;
+    return KVS_OK;
+}
+
+static kvs_status get_f(kvs_model_file *m, const char *key, float *dst) {
+    double v;
+    kvs_status s = kvs_gguf_get_float(m->gguf, key, &v);
+    if (s == KVS_ERR_NOT_FOUND) return KVS_OK;
+    if (s != KVS_OK) return s;
+    *dst = (float)v;
+    return KVS_OK;
+}
+
+static kvs_status get_id(kvs_model_file *m, const char *key, int *dst) {
+    int64_t v;
+    kvs_status s = kvs_gguf_get_int(m->gguf, key, &v);
+    if (s == KVS_ERR_NOT_FOUND) return KVS_OK;
+    if (s != KVS_OK) return s;
+    *dst = (v >= 0 && v < m->hp.vocab) ? (int)v : -1;
+    return KVS_OK;
+}
+
+/* Looks up a tensor, checks its shape [rows][cols] (rows = 1: a vector) and dtype. */
+static kvs_status tensor(kvs_model_file *m, const char *name, int64_t rows, int64_t cols,
+                         int optional, kvs_weight *w, int *found) {
+    int64_t i = kvs_gguf_find_tensor(m->gguf, name);
+    if (found) *found = i >= 0;
+    if (i < 0) {
+        if (optional) return KVS_OK;
+        return kvs_error(KVS_ERR_NOT_FOUND, "%s: tensor '%s' missing", m->path, name);
+    }
+    const kvs_gguf_tensor_info *t = kvs_gguf_tensor(m->gguf, i);
+    int ok = t->ne[0] == cols && t->ne[1] == rows && t->ne[2] == 1 && t->ne[3] == 1;
+    if (!ok)
+        return kvs_error(KVS_ERR_SHAPE,
+                         "%s: tensor '%s' has ne = [%lld, %lld, %lld, %lld], expected [%lld, %lld]",
+                         m->path, name, (long long)t->ne[0], (long long)t->ne[1],
+                         (long long)t->ne[2], (long long)t->ne[3], (long long)cols, (long long)rows);
+    kvs_dtype dt;
+    KVS_TRY(kvs_gguf_tensor_dtype(t, &dt));
+    return kvs_mf_set_weight(m, w, dt, t->data, rows, cols);
+}
+
+kvs_status kvs_mf_load_gguf(kvs_model_file *m) {
+    KVS_TRY(kvs_gguf_open(&m->gguf, m->path));
+    kvs_model_hparams *h = &m->hp;
+    char arch[64];
+    kvs_status s = kvs_gguf_get_string(m->gguf, "general.architecture", arch, sizeof arch);
+    if (s == KVS_ERR_NOT_FOUND)
+        return kvs_error(KVS_ERR_FORMAT, "%s: no general.architecture", m->path);
+    if (s != KVS_OK) return s;
+    if (strcmp(arch, "llama") == 0) h->arch = KVS_ARCH_LLAMA;
+    else if (strcmp(arch, "llada") == 0) h->arch = KVS_ARCH_LLADA;
+    else
+        return kvs_error(KVS_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (llama, llada)",
+                         m->path, arch);
+    if (kvs_gguf_n_tensors(m->gguf) == 0)
+        return kvs_error(KVS_ERR_UNSUPPORTED, "%s: a vocab-only GGUF (no tensors) is not a model",
+                         m->path);
+    KVS_TRY(get_i(m, arch, "block_count", 1, &h->n_layers));
+    KVS_TRY(get_i(m, arch, "embedding_length", 1, &h->dim));
+    KVS_TRY(get_i(m, arch, "feed_forward_length", 1, &h->ffn_dim));
+    KVS_TRY(get_i(m, arch, "attention.head_count", 1, &h->n_heads));
+    h->n_kv_heads = h->n_heads;
+    KVS_TRY(get_i(m, arch, "attention.head_count_kv", 0, &h->n_kv_heads));
+    KVS_TRY(get_i(m, arch, "context_length", 1, &h->ctx_len));
+    KVS_TRY(get_i(m, arch, "attention.key_length", 0, &h->head_dim));
+    KVS_TRY(get_i(m, arch, "rope.dimension_count", 0, &h->rope_dim));
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", arch);
+    KVS_TRY(get_f(m, key, &h->rms_eps));
+    snprintf(key, sizeof key, "%s.rope.freq_base", arch);
+    KVS_TRY(get_f(m, key, &h->rope_base));
+    /* vocab: {arch}.vocab_size, else the tokenizer's token count, else token_embd rows */
+    h->vocab = 0;
+    KVS_TRY(get_i(m, arch, "vocab_size", 0, &h->vocab));
+    int64_t te = kvs_gguf_find_tensor(m->gguf, "token_embd.weight");
+    if (h->vocab == 0 && te >= 0) h->vocab = (int)kvs_gguf_tensor(m->gguf, te)->ne[1];
+    KVS_TRY(kvs_mf_check_hparams(m));
+    KVS_TRY(get_id(m, "tokenizer.ggml.bos_token_id", &h->bos_id));
+    KVS_TRY(get_id(m, "tokenizer.ggml.eos_token_id", &h->eos_id));
+    KVS_TRY(get_id(m, "tokenizer.ggml.mask_token_id", &h->mask_id));
+
+    const int64_t D = h->dim, Q = (int64_t)h->n_heads * h->head_dim,
+                  KV = (int64_t)h->n_kv_heads * h->head_dim, F = h->ffn_dim, V = h->vocab;
+    KVS_TRY(tensor(m, "token_embd.weight", V, D, 0, &m->w.token_embd, NULL));
+    KVS_TRY(tensor(m, "output_norm.weight", 1, D, 0, &m->w.output_norm, NULL));
+    int has_out = 0;
+    KVS_TRY(tensor(m, "output.weight", V, D, 1, &m->w.output, &has_out));
+    if (!has_out) {
+        m->w.output = m->w.token_embd;
+        h->tied_output = 1;
+    }
+    for (int l = 0; l < h->n_layers; l++) {
+        kvs_layer_weights *L = &m->layers[l];
+        char nm[96];
+#define T_(field, suffix, rows, cols)                                                              \
+    snprintf(nm, sizeof nm, "blk.%d." suffix ".weight", l);                                        \
+    KVS_TRY(tensor(m, nm, rows, cols, 0, &L->field, NULL))
+        T_(attn_norm, "attn_norm", 1, D);
+        T_(wq, "attn_q", Q, D);
+        T_(wk, "attn_k", KV, D);
+        T_(wv, "attn_v", KV, D);
+        T_(wo, "attn_output", D, Q);
+        T_(ffn_norm, "ffn_norm", 1, D);
+        T_(w_gate, "ffn_gate", F, D);
+        T_(w_down, "ffn_down", D, F);
+        T_(w_up, "ffn_up", F, D);
+#undef T_
+    }
+    return KVS_OK;
+}

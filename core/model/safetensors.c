@@ -1,0 +1,250 @@
+/* Hugging Face safetensors + config.json (llama naming).
+ *
+ * safetensors (huggingface/safetensors docs): u64 little-endian header length N, N bytes of JSON
+ * {"name": {"dtype": "F32", "shape": [rows, cols], "data_offsets": [begin, end]}, ...,
+ *  "__metadata__": {...}}, then the data; offsets are relative to byte 8 + N.
+ * config.json: hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
+ * num_key_value_heads, vocab_size, max_position_embeddings, rms_norm_eps, rope_theta,
+ * tie_word_embeddings, bos/eos_token_id, head_dim (optional).
+ * Tensor names: model.embed_tokens, model.layers.N.{input_layernorm, self_attn.{q,k,v,o}_proj,
+ * post_attention_layernorm, mlp.{gate,down,up}_proj}, model.norm, lm_head (absent when tied).
+ * q/k rows are in rotate-half order (transformers' convert_llama_weights_to_hf.py permute):
+ * HF row h*hd + p*hd/2 + i holds Meta row h*hd + 2i + p; we un-permute into Meta order. */
+#include <json-c/json.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "model/weights.h"
+
+#define ST_MAX_HEADER (100u << 20)
+
+typedef struct {
+    kvs_model_file *m;
+    const uint8_t *data;   /* data section */
+    uint64_t data_size;
+    size_t data_off;       /* file offset of the data section */
+    json_object *hdr;
+} st_file;
+
+static kvs_status cfg_int(kvs_model_file *m, json_object *cfg, const char *key, int required,
+                          int *dst) {
+    json_object *v;
+    if (!json_object_object_get_ex(cfg, key, &v) || json_object_is_type(v, json_type_null)) {
+        if (!required) return KVS_OK;
+        return kvs_error(KVS_ERR_NOT_FOUND, "%s: config.json has no '%s'", m->path, key);
+    }
+    if (!json_object_is_type(v, json_type_int))
+        return kvs_error(KVS_ERR_FORMAT, "%s: config.json '%s' is not an integer", m->path, key);
+    int64_t x = json_object_get_int64(v);
+    if (x < -1 || x > (1 << 30))
+        return kvs_error(KVS_ERR_FORMAT, "%s: config.json '%s' = %lld out of range", m->path, key,
+                         (long long)x);
+    *dst = (int)x;
+    return KVS_OK;
+}
+
+static kvs_status cfg_float(kvs_model_file *m, json_object *cfg, const char *key, float *dst) {
+    json_object *v;
+    if (!json_object_object_get_ex(cfg, key, &v) || json_object_is_type(v, json_type_null))
+        return KVS_OK;
+    if (!json_object_is_type(v, json_type_double) && !json_object_is_type(v, json_type_int))
+        return kvs_error(KVS_ERR_FORMAT, "%s: config.json '%s' is not a number", m->path, key);
+    *dst = (float)json_object_get_double(v);
+    return KVS_OK;
+}
+
+static kvs_status load_config(kvs_model_file *m, const char *cfg_path) {
+    json_object *cfg = json_object_from_file(cfg_path);
+    if (!cfg)
+        return kvs_error(KVS_ERR_FORMAT, "%s: cannot parse JSON: %s", cfg_path,
+                         json_util_get_last_err() ? json_util_get_last_err() : "?");
+    kvs_status s = KVS_OK;
+    kvs_model_hparams *h = &m->hp;
+    json_object *v;
+    if (!json_object_is_type(cfg, json_type_object)) {
+        s = kvs_error(KVS_ERR_FORMAT, "%s: not a JSON object", cfg_path);
+        goto done;
+    }
+    if (json_object_object_get_ex(cfg, "model_type", &v)) {
+        const char *mt = json_object_get_string(v);
+        if (!mt || strcmp(mt, "llama") != 0) {
+            s = kvs_error(KVS_ERR_UNSUPPORTED, "%s: model_type '%s' is not supported (llama)",
+                          cfg_path, mt ? mt : "?");
+            goto done;
+        }
+    }
+    if (json_object_object_get_ex(cfg, "rope_scaling", &v) && !json_object_is_type(v, json_type_null)) {
+        s = kvs_error(KVS_ERR_UNSUPPORTED, "%s: rope_scaling is not supported", cfg_path);
+        goto done;
+    }
+    h->arch = KVS_ARCH_LLAMA;
+    if ((s = cfg_int(m, cfg, "hidden_size", 1, &h->dim)) ||
+        (s = cfg_int(m, cfg, "intermediate_size", 1, &h->ffn_dim)) ||
+        (s = cfg_int(m, cfg, "num_hidden_layers", 1, &h->n_layers)) ||
+        (s = cfg_int(m, cfg, "num_attention_heads", 1, &h->n_heads)) ||
+        (s = cfg_int(m, cfg, "vocab_size", 1, &h->vocab)) ||
+        (s = cfg_int(m, cfg, "max_position_embeddings", 1, &h->ctx_len)))
+        goto done;
+    h->n_kv_heads = h->n_heads;
+    h->bos_id = 1;
+    h->eos_id = 2;
+    int tie = 0;
+    if ((s = cfg_int(m, cfg, "num_key_value_heads", 0, &h->n_kv_heads)) ||
+        (s = cfg_int(m, cfg, "head_dim", 0, &h->head_dim)) ||
+        (s = cfg_int(m, cfg, "bos_token_id", 0, &h->bos_id)) ||
+        (s = cfg_int(m, cfg, "eos_token_id", 0, &h->eos_id)) ||
+        (s = cfg_float(m, cfg, "rms_norm_eps", &h->rms_eps)) ||
+        (s = cfg_float(m, cfg, "rope_theta", &h->rope_base)))
+        goto done;
+    if (json_object_object_get_ex(cfg, "tie_word_embeddings", &v)) tie = json_object_get_boolean(v);
+    h->tied_output = tie;
+done:
+    json_object_put(cfg);
+    return s;
+}
+
+/* Finds tensor `name`, checks dtype/shape/offsets; *data = its bytes. */
+static kvs_status st_tensor(st_file *f, const char *name, int64_t rows, int64_t cols, int optional,
+                            kvs_dtype *dt, const void **data, int *found) {
+    kvs_model_file *m = f->m;
+    json_object *t, *v;
+    if (found) *found = 0;
+    if (!json_object_object_get_ex(f->hdr, name, &t)) {
+        if (optional) return KVS_OK;
+        return kvs_error(KVS_ERR_NOT_FOUND, "%s: tensor '%s' missing", m->path, name);
+    }
+    if (found) *found = 1;
+    if (!json_object_is_type(t, json_type_object) || !json_object_object_get_ex(t, "dtype", &v))
+        return kvs_error(KVS_ERR_FORMAT, "%s: header: tensor '%s' has no dtype", m->path, name);
+    const char *ds = json_object_get_string(v);
+    size_t esz;
+    if (strcmp(ds, "F32") == 0) { *dt = KVS_F32; esz = 4; }
+    else if (strcmp(ds, "F16") == 0) { *dt = KVS_F16; esz = 2; }
+    else if (strcmp(ds, "BF16") == 0) { *dt = KVS_BF16; esz = 2; }
+    else
+        return kvs_error(KVS_ERR_DTYPE, "%s: tensor '%s' has dtype %s (F32, F16, BF16 supported)",
+                         m->path, name, ds);
+    json_object *shape, *offs;
+    if (!json_object_object_get_ex(t, "shape", &shape) || !json_object_is_type(shape, json_type_array) ||
+        !json_object_object_get_ex(t, "data_offsets", &offs) ||
+        !json_object_is_type(offs, json_type_array) || json_object_array_length(offs) != 2)
+        return kvs_error(KVS_ERR_FORMAT, "%s: header: tensor '%s' lacks shape or data_offsets",
+                         m->path, name);
+    size_t nd = json_object_array_length(shape);
+    int64_t got[2] = {1, 1};
+    int ok = (rows == 1) ? (nd == 1) : (nd == 2);
+    for (size_t i = 0; ok && i < nd; i++) {
+        int64_t x = json_object_get_int64(json_object_array_get_idx(shape, i));
+        if (nd == 1) got[1] = x;
+        else got[i] = x;
+    }
+    /* got = [rows, cols] for 2-D; a vector is [cols] */
+    int64_t g_rows = nd == 2 ? got[0] : 1, g_cols = nd == 2 ? got[1] : got[1];
+    if (!ok || g_rows != rows || g_cols != cols)
+        return kvs_error(KVS_ERR_SHAPE, "%s: tensor '%s' has shape %s, expected [%lld, %lld]", m->path,
+                         name, json_object_to_json_string(shape), (long long)rows, (long long)cols);
+    int64_t b = json_object_get_int64(json_object_array_get_idx(offs, 0));
+    int64_t e = json_object_get_int64(json_object_array_get_idx(offs, 1));
+    uint64_t need = (uint64_t)(rows * cols) * esz;
+    if (b < 0 || e < b || (uint64_t)(e - b) != need || (uint64_t)e > f->data_size)
+        return kvs_error(KVS_ERR_FORMAT,
+                         "%s: offset %zu: tensor '%s' data_offsets [%lld, %lld] invalid (needs %llu "
+                         "bytes, data section %llu bytes)",
+                         m->path, f->data_off + (size_t)(b > 0 ? b : 0), name, (long long)b,
+                         (long long)e, (unsigned long long)need, (unsigned long long)f->data_size);
+    *data = f->data + b;
+    return KVS_OK;
+}
+
+/* Weight from tensor `name`; permute_heads > 0: un-permute rotate-half q/k rows of that many heads. */
+static kvs_status st_weight(st_file *f, const char *name, int64_t rows, int64_t cols,
+                            int permute_heads, kvs_weight *w) {
+    kvs_model_file *m = f->m;
+    kvs_dtype dt;
+    const void *data;
+    KVS_TRY(st_tensor(f, name, rows, cols, 0, &dt, &data, NULL));
+    if (permute_heads <= 0) return kvs_mf_set_weight(m, w, dt, data, rows, cols);
+    size_t esz = dt == KVS_F32 ? 4 : 2;
+    size_t row_bytes = (size_t)cols * esz;
+    uint8_t *dst = kvs_mf_alloc(m, (size_t)rows * row_bytes);
+    if (!dst) return KVS_ERR_OUT_OF_MEMORY;
+    int64_t hd = rows / permute_heads, half = hd / 2;
+    for (int64_t h = 0; h < permute_heads; h++)
+        for (int64_t i = 0; i < half; i++)
+            for (int64_t p = 0; p < 2; p++)
+                memcpy(dst + (size_t)(h * hd + 2 * i + p) * row_bytes,
+                       (const uint8_t *)data + (size_t)(h * hd + p * half + i) * row_bytes, row_bytes);
+    return kvs_mf_set_weight(m, w, dt, dst, rows, cols);
+}
+
+kvs_status kvs_mf_load_safetensors(kvs_model_file *m, const char *st_path, const char *cfg_path) {
+    KVS_TRY(load_config(m, cfg_path));
+    KVS_TRY(kvs_mf_check_hparams(m));
+    kvs_model_hparams *h = &m->hp;
+    KVS_TRY(kvs_map_file(st_path, &m->map, &m->heap, &m->map_size));
+    const uint8_t *base = m->map ? m->map : m->heap;
+    size_t size = m->map_size;
+    uint64_t n;
+    if (size < 8) return kvs_error(KVS_ERR_FORMAT, "%s: offset 0: file shorter than 8 bytes", st_path);
+    memcpy(&n, base, 8);
+    if (n > size - 8 || n > ST_MAX_HEADER)
+        return kvs_error(KVS_ERR_FORMAT, "%s: offset 0: header length %llu exceeds the file (%zu "
+                                         "bytes) or %u", st_path, (unsigned long long)n, size,
+                         ST_MAX_HEADER);
+    json_tokener *tk = json_tokener_new();
+    if (!tk) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "json tokener");
+    json_object *hdr = json_tokener_parse_ex(tk, (const char *)base + 8, (int)n);
+    enum json_tokener_error je = json_tokener_get_error(tk);
+    size_t parsed = json_tokener_get_parse_end(tk);
+    json_tokener_free(tk);
+    if (!hdr || je != json_tokener_success) {
+        if (hdr) json_object_put(hdr);
+        return kvs_error(KVS_ERR_FORMAT, "%s: offset %zu: header JSON: %s", st_path, 8 + parsed,
+                         json_tokener_error_desc(je));
+    }
+    if (!json_object_is_type(hdr, json_type_object)) {
+        json_object_put(hdr);
+        return kvs_error(KVS_ERR_FORMAT, "%s: offset 8: header is not a JSON object", st_path);
+    }
+    st_file f = {m, base + 8 + n, size - 8 - n, (size_t)(8 + n), hdr};
+    kvs_status s;
+    const int64_t D = h->dim, Q = (int64_t)h->n_heads * h->head_dim,
+                  KV = (int64_t)h->n_kv_heads * h->head_dim, F = h->ffn_dim, V = h->vocab;
+    if ((s = st_weight(&f, "model.embed_tokens.weight", V, D, 0, &m->w.token_embd))) goto done;
+    if ((s = st_weight(&f, "model.norm.weight", 1, D, 0, &m->w.output_norm))) goto done;
+    int found = 0;
+    {
+        kvs_dtype dt;
+        const void *d;
+        if ((s = st_tensor(&f, "lm_head.weight", V, D, 1, &dt, &d, &found))) goto done;
+    }
+    if (found) {
+        if ((s = st_weight(&f, "lm_head.weight", V, D, 0, &m->w.output))) goto done;
+        h->tied_output = 0;
+    } else {
+        m->w.output = m->w.token_embd;
+        h->tied_output = 1;
+    }
+    for (int l = 0; l < h->n_layers && s == KVS_OK; l++) {
+        kvs_layer_weights *L = &m->layers[l];
+        char nm[128];
+#define W_(field, suffix, rows, cols, perm)                                                        \
+    snprintf(nm, sizeof nm, "model.layers.%d." suffix ".weight", l);                               \
+    if ((s = st_weight(&f, nm, rows, cols, perm, &L->field))) break
+        W_(attn_norm, "input_layernorm", 1, D, 0);
+        W_(wq, "self_attn.q_proj", Q, D, h->n_heads);
+        W_(wk, "self_attn.k_proj", KV, D, h->n_kv_heads);
+        W_(wv, "self_attn.v_proj", KV, D, 0);
+        W_(wo, "self_attn.o_proj", D, Q, 0);
+        W_(ffn_norm, "post_attention_layernorm", 1, D, 0);
+        W_(w_gate, "mlp.gate_proj", F, D, 0);
+        W_(w_down, "mlp.down_proj", D, F, 0);
+        W_(w_up, "mlp.up_proj", F, D, 0);
+#undef W_
+    }
+done:
+    json_object_put(hdr);
+    return s;
+}

@@ -1,0 +1,223 @@
+/* Model-level tests: the published references, reproduced through the step-plan forward on one
+ * backend per run (test_generate --backend cpu|opencl|vulkan).
+ *  - stories260K greedy (llama2.c run.c, BOS-only prompt, 256 tokens) = ref_greedy_256.json, from
+ *    each of the four encodings (GGUF v1, GGUF v3, llama2.c .bin, safetensors);
+ *  - stories260K-llada diffusion decodes (no cache) = stories260K-llada-ref.json, every case;
+ *  - the forward's argument checking.
+ * Models are located with kvs_model_locate (KVSIEVE_MODELS or ../shared/models); missing fixtures
+ * or a missing backend skip the run (exit 77). */
+#include <check.h>
+#include <json-c/json.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvsieve/kvsieve.h"
+#include "kvsieve/generate.h"
+#include "kvsieve/model.h"
+#include "kvsieve/model_file.h"
+
+static kvs_device_params g_params;
+
+static kvs_device *open_dev(void) {
+    kvs_device *d = NULL;
+    kvs_status s = kvs_device_open(&d, &g_params);
+    ck_assert_msg(s == KVS_OK, "device open: %s", kvs_last_error());
+    return d;
+}
+
+static char *locate(const char *name) {
+    static char buf[4096];
+    kvs_status s = kvs_model_locate(name, buf, sizeof buf);
+    ck_assert_msg(s == KVS_OK, "locate %s: %s", name, kvs_last_error());
+    return buf;
+}
+
+static json_object *load_json(const char *name) {
+    json_object *j = json_object_from_file(locate(name));
+    ck_assert_msg(j != NULL, "cannot parse %s", name);
+    return j;
+}
+
+static const char *const encodings[] = {"stories260K-f32.v3.gguf", "stories260K-f32.v1.gguf", "stories260K.bin",
+                                        "stories260K-hf"};
+
+START_TEST(test_ar_greedy_reference) {
+    json_object *ref = load_json("ref_greedy_256.json"), *ids;
+    ck_assert(json_object_object_get_ex(ref, "generated_ids", &ids));
+    int64_t n_ref = (int64_t)json_object_array_length(ids);
+    kvs_device *dev = open_dev();
+    kvs_model *m = NULL;
+    kvs_status s = kvs_model_load(&m, dev, locate(encodings[_i]), NULL);
+    ck_assert_msg(s == KVS_OK, "%s: %s", encodings[_i], kvs_last_error());
+    kvs_cache_params cp = kvs_model_cache_params(m);
+    cp.mode = KVS_CACHE_APPEND;
+    cp.capacity = 512;
+    kvs_kv_cache *c = NULL;
+    ck_assert_msg(kvs_cache_create(&c, dev, &cp) == KVS_OK, "%s", kvs_last_error());
+    int32_t bos = 1, out[512];
+    int64_t n = 0;
+    kvs_ar_params p = kvs_ar_params_default();
+    p.max_new = 256;
+    kvs_gen_stats st;
+    s = kvs_generate_ar(m, c, &bos, 1, &p, NULL, NULL, out, &n, &st);
+    ck_assert_msg(s == KVS_OK, "%s", kvs_last_error());
+    ck_assert_int_eq(n, n_ref);
+    for (int64_t i = 0; i < n; i++)
+        ck_assert_msg(out[i] == json_object_get_int(json_object_array_get_idx(ids, (size_t)i)),
+                      "%s [%s]: token %lld is %d, reference %d", encodings[_i], kvs_backend_name(g_params.backend),
+                      (long long)i, out[i], json_object_get_int(json_object_array_get_idx(ids, (size_t)i)));
+    /* one row per layer per step with the cache; the cache holds exactly the tokens seen */
+    ck_assert_int_eq(st.rows_computed, (int64_t)256 * 5);
+    ck_assert_int_eq(st.cache_bytes_peak, (int64_t)256 * 5 * 4 * 2 * 8 * 4);
+    kvs_cache_destroy(&c);
+    kvs_model_destroy(&m);
+    kvs_device_destroy(&dev);
+    json_object_put(ref);
+}
+END_TEST
+
+START_TEST(test_dlm_reference) {
+    json_object *ref = load_json("stories260K-llada-ref.json"), *cases;
+    ck_assert(json_object_object_get_ex(ref, "cases", &cases));
+    kvs_device *dev = open_dev();
+    kvs_model *m = NULL;
+    ck_assert_msg(kvs_model_load(&m, dev, locate("stories260K-llada-f32.gguf"), NULL) == KVS_OK, "%s", kvs_last_error());
+    ck_assert_int_eq(kvs_model_get_hparams(m)->arch, KVS_ARCH_LLADA);
+    ck_assert_int_eq(kvs_model_get_hparams(m)->mask_id, 0);
+    size_t nc = json_object_array_length(cases);
+    ck_assert_int_ge(nc, 5);
+    for (size_t ci = 0; ci < nc; ci++) {
+        json_object *cj = json_object_array_get_idx(cases, ci), *v, *pt, *toks;
+        kvs_dlm_params p = kvs_dlm_params_default();
+        ck_assert(json_object_object_get_ex(cj, "gen", &v));
+        p.gen_len = json_object_get_int(v);
+        ck_assert(json_object_object_get_ex(cj, "block", &v));
+        p.block_len = json_object_get_int(v);
+        ck_assert(json_object_object_get_ex(cj, "steps", &v));
+        p.steps = json_object_get_int(v);
+        if (json_object_object_get_ex(cj, "threshold", &v) && v) p.threshold = (float)json_object_get_double(v);
+        ck_assert(json_object_object_get_ex(cj, "prompt_tokens", &pt));
+        ck_assert(json_object_object_get_ex(cj, "tokens", &toks));
+        int64_t np = (int64_t)json_object_array_length(pt);
+        int32_t prompt[512], out[1024];
+        for (int64_t i = 0; i < np; i++) prompt[i] = json_object_get_int(json_object_array_get_idx(pt, (size_t)i));
+        kvs_cache_params cp = kvs_model_cache_params(m);
+        cp.capacity = np + p.gen_len;
+        kvs_kv_cache *c = NULL;
+        ck_assert_msg(kvs_cache_create(&c, dev, &cp) == KVS_OK, "%s", kvs_last_error());
+        kvs_gen_stats st;
+        kvs_status s = kvs_generate_dlm(m, c, prompt, np, &p, NULL, NULL, out, &st);
+        ck_assert_msg(s == KVS_OK, "case %zu: %s", ci, kvs_last_error());
+        for (int64_t i = 0; i < p.gen_len; i++) {
+            int want = json_object_get_int(json_object_array_get_idx(toks, (size_t)i));
+            ck_assert_msg(out[i] == want, "case %zu [%s]: token %lld is %d, reference %d", ci,
+                          kvs_backend_name(g_params.backend), (long long)i, out[i], want);
+        }
+        ck_assert(json_object_object_get_ex(cj, "steps_run", &v));
+        ck_assert_int_eq(st.steps, json_object_get_int(v));
+        ck_assert_msg(st.compute_fraction == 1.0, "no cache computes every row (%g)", st.compute_fraction);
+        kvs_cache_destroy(&c);
+    }
+    kvs_model_destroy(&m);
+    kvs_device_destroy(&dev);
+    json_object_put(ref);
+}
+END_TEST
+
+START_TEST(test_forward_errors) {
+    kvs_device *dev = open_dev();
+    kvs_model *m = NULL;
+    ck_assert(kvs_model_load(&m, dev, locate("stories260K-llada-f32.gguf"), NULL) == KVS_OK);
+    kvs_cache_params cp = kvs_model_cache_params(m);
+    cp.capacity = 16;
+    kvs_kv_cache *c = NULL;
+    ck_assert(kvs_cache_create(&c, dev, &cp) == KVS_OK);
+    int32_t toks[8] = {1, 5, 6, 0, 0, 0, 0, 0}, rows[2] = {3, 4}, lr = 3;
+    kvs_step_result r;
+    /* token outside the vocabulary */
+    toks[1] = 9999;
+    kvs_step_plan plan = {.tokens = toks, .n_tokens = 8, .logit_rows = &lr, .n_logit_rows = 1};
+    ck_assert_int_eq(kvs_model_forward(m, c, &plan, &r), KVS_ERR_INVALID_ARGUMENT);
+    toks[1] = 5;
+    /* a partial step before the cache holds the sequence: attends never-computed positions */
+    kvs_layer_plan lp[5] = {{.rows = rows, .n_rows = 2}};
+    plan.layers = lp;
+    ck_assert_int_eq(kvs_model_forward(m, c, &plan, &r), KVS_ERR_STATE);
+    ck_assert(strlen(kvs_last_error()) > 0);
+    /* full step, then the partial step is fine */
+    plan.layers = NULL;
+    ck_assert_msg(kvs_model_forward(m, c, &plan, &r) == KVS_OK, "%s", kvs_last_error());
+    plan.layers = lp;
+    ck_assert_msg(kvs_model_forward(m, c, &plan, &r) == KVS_OK, "%s", kvs_last_error());
+    ck_assert_int_eq(r.rows_computed, 2 * 5);
+    /* logits of a row not computed at the last layer */
+    lr = 2;
+    ck_assert_int_eq(kvs_model_forward(m, c, &plan, &r), KVS_ERR_INVALID_ARGUMENT);
+    /* rows not increasing */
+    lr = 3;
+    rows[1] = 3;
+    ck_assert_int_eq(kvs_model_forward(m, c, &plan, &r), KVS_ERR_INVALID_ARGUMENT);
+    rows[1] = 4;
+    /* rows changing across layers need KVS_CACHE_KEEP_X */
+    int32_t rows2[1] = {3};
+    lp[2] = (kvs_layer_plan){.rows = rows2, .n_rows = 1};
+    ck_assert_int_eq(kvs_model_forward(m, c, &plan, &r), KVS_ERR_INVALID_ARGUMENT);
+    /* positions beyond the capacity */
+    int32_t many[32] = {0};
+    kvs_step_plan big = {.tokens = many, .n_tokens = 32};
+    ck_assert_int_eq(kvs_model_forward(m, c, &big, &r), KVS_ERR_OUT_OF_RANGE);
+    /* a cache made for another shape */
+    kvs_cache_params bad = cp;
+    bad.head_dim = 16;
+    kvs_kv_cache *c2 = NULL;
+    ck_assert(kvs_cache_create(&c2, dev, &bad) == KVS_OK);
+    plan.layers = NULL;
+    ck_assert_int_eq(kvs_model_forward(m, c2, &plan, &r), KVS_ERR_SHAPE);
+    /* diffusion decoding refuses a causal model, AR decoding a positional cache */
+    kvs_dlm_params dp = kvs_dlm_params_default();
+    int32_t out[64];
+    kvs_model *ar = NULL;
+    ck_assert(kvs_model_load(&ar, dev, locate("stories260K-f32.v3.gguf"), NULL) == KVS_OK);
+    ck_assert_int_eq(kvs_generate_dlm(ar, c, toks, 2, &dp, NULL, NULL, out, NULL), KVS_ERR_INVALID_ARGUMENT);
+    int64_t n_out;
+    ck_assert_int_eq(kvs_generate_ar(ar, c, toks, 1, NULL, NULL, NULL, out, &n_out, NULL), KVS_ERR_INVALID_ARGUMENT);
+    kvs_model_destroy(&ar);
+    kvs_cache_destroy(&c2);
+    kvs_cache_destroy(&c);
+    kvs_model_destroy(&m);
+    kvs_device_destroy(&dev);
+}
+END_TEST
+
+int main(int argc, char **argv) {
+    g_params = kvs_device_params_default();
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc && kvs_device_params_parse(argv[++i], &g_params) != KVS_OK) {
+            fprintf(stderr, "test_generate: %s\n", kvs_last_error());
+            return 2;
+        }
+    int n = 0;
+    if (kvs_device_count(g_params.backend, &n) != KVS_OK || n <= g_params.index) {
+        printf("SKIP: backend %s has no device %d (%s)\n", kvs_backend_name(g_params.backend), g_params.index,
+               kvs_last_error());
+        return 77;
+    }
+    char buf[4096];
+    if (kvs_model_locate("stories260K-f32.v3.gguf", buf, sizeof buf) != KVS_OK) {
+        printf("SKIP: model fixtures not found: %s\n", kvs_last_error());
+        return 77;
+    }
+    Suite *s = suite_create("generate");
+    TCase *tc = tcase_create("references");
+    tcase_set_timeout(tc, 600);
+    tcase_add_loop_test(tc, test_ar_greedy_reference, 0, 4);
+    tcase_add_test(tc, test_dlm_reference);
+    tcase_add_test(tc, test_forward_errors);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
