@@ -362,13 +362,15 @@ static kvs_status elastic_feedback(void *self, const kvs_dlm_view *v, const kvs_
             for (int h = 0; h < s->nkvh; h++) a += ls->key_mass[(int64_t)h * n + j];
             ms[j] = v->masked[j] ? 0.0f : (float)a;
         }
+        /* top `track` of this layer (mark bit 1: taken by this layer, 2: tracked by any layer) */
         for (int c = 0; c < s->p.track; c++) {
             int64_t best = -1;
             for (int64_t j = 0; j < n; j++)
-                if (!v->masked[j] && s->mark[j] != 2 && (best < 0 || ms[j] > ms[best])) best = j;
+                if (!v->masked[j] && !(s->mark[j] & 1) && (best < 0 || ms[j] > ms[best])) best = j;
             if (best < 0) break;
-            s->mark[best] = 2;
+            s->mark[best] |= 3;
         }
+        for (int64_t j = 0; j < n; j++) s->mark[j] &= 2;
     }
     s->have_mass = 1;
     kvs_ibuf T2 = {0};

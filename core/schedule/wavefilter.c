@@ -166,123 +166,114 @@ static int cmp_scored(const void *a, const void *b) {
     return (x->i > y->i) - (x->i < y->i);
 }
 
-/* Builds every (layer, kv head) keep-set of the block from the signals sig[L*H][n]. */
+/* Builds every (layer, kv head) keep-set of the block from the signals sig[L*H][n]:
+ *  1. always: sinks, the block, the n_recent rows before it;
+ *  2. skim: regions of 2^J rows ranked by their level-J approximation coefficient; the best whole
+ *     regions are kept while they fit in rho of the free budget;
+ *  3. focus: the m = max(1, left/2) largest detail coefficients (all levels) are transformed back
+ *     alone (approximation zeroed); rows where that reconstruction is positive are the sharp local
+ *     peaks, taken by signal height;
+ *  4. fill: the highest remaining signal up to B = ceil(budget * n) rows. */
 static kvs_status wf_build(sched_wf *s, const float *sig, int64_t n) {
     int64_t R = (int64_t)s->L * s->nkvh;
     int J = s->p.levels;
     while (J > 1 && ((int64_t)1 << J) > n) J--;
     int64_t nc = kvs_dwt_length(n, J);
     if (nc < 0) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "schedule wavefilter: %lld rows, %d levels", (long long)n, J);
-    float *coef = malloc((size_t)(R * nc) * sizeof *coef);
-    float *focus = malloc((size_t)(R * n) * sizeof *focus);
-    uint8_t *kept = malloc((size_t)n);
-    scored *sc = malloc((size_t)(n > nc ? n : nc) * sizeof *sc);
-    kvs_tensor *x = NULL, *y = NULL;
-    kvs_status st = (!coef || !focus || !kept || !sc) ? kvs_error(KVS_ERR_OUT_OF_MEMORY, "schedule wavefilter: out of host memory")
-                                                      : KVS_OK;
-    int64_t B = (int64_t)ceil((double)s->p.budget * (double)n);
+    int64_t B = (int64_t)ceil((double)s->p.budget * (double)n - 1e-3); /* f32 budgets: 0.8f * 40 = 32 */
     if (B < 1) B = 1;
     if (B > n) B = n;
-    int all = s->p.budget >= 1.0f;
-    if (st == KVS_OK && !all) {
-        if (!s->cpu) {
-            kvs_device_params dp = kvs_device_params_default();
-            dp.backend = KVS_BACKEND_CPU;
-            dp.n_threads = 1;
-            st = kvs_device_open(&s->cpu, &dp);
+    if (s->p.budget >= 1.0f) {
+        for (int64_t r = 0; r < R; r++) {
+            for (int64_t j = 0; j < n; j++) s->keep[r * n + j] = (int32_t)j;
+            s->n_keep[r] = n;
         }
-        if (st == KVS_OK) st = kvs_tensor_new(&x, s->cpu, KVS_F32, n, R, 0, 0);
-        if (st == KVS_OK) st = kvs_tensor_new(&y, s->cpu, KVS_F32, nc, R, 0, 0);
-        if (st == KVS_OK) st = kvs_tensor_upload(x, sig, 0, (size_t)(R * n) * 4);
-        if (st == KVS_OK) st = kvs_dwt(s->cpu, x, y, s->p.family, J);
-        if (st == KVS_OK) st = kvs_tensor_download(y, coef, 0, (size_t)(R * nc) * 4);
+        return KVS_OK;
     }
-    int64_t lenJ = kvs_dwt_level_length(n, J);
-    for (int64_t r = 0; r < R && st == KVS_OK && !all; r++) {
-        /* focus coefficients: the largest |detail| (the approximation zeroed), up to the budget */
-        float *c = coef + r * nc;
-        int64_t nd = nc - lenJ;
-        for (int64_t i = 0; i < nd; i++) sc[i] = (scored){fabs((double)c[lenJ + i]), (int32_t)i};
-        qsort(sc, (size_t)nd, sizeof *sc, cmp_scored);
-        int64_t m = B < nd ? B : nd;
-        for (int64_t i = m; i < nd; i++) c[lenJ + sc[i].i] = 0.0f;
+    float *coef = malloc((size_t)(R * nc) * sizeof *coef);
+    float *focus = malloc((size_t)(R * n) * sizeof *focus);
+    uint8_t *kept = malloc((size_t)(R * n));
+    int64_t *count = calloc((size_t)R, sizeof *count);
+    scored *sc = malloc((size_t)(n > nc ? n : nc) * sizeof *sc);
+    kvs_tensor *x = NULL, *y = NULL;
+    kvs_status st = (!coef || !focus || !kept || !count || !sc)
+                        ? kvs_error(KVS_ERR_OUT_OF_MEMORY, "schedule wavefilter: out of host memory")
+                        : KVS_OK;
+    if (st == KVS_OK && !s->cpu) {
+        kvs_device_params dp = kvs_device_params_default();
+        dp.backend = KVS_BACKEND_CPU;
+        dp.n_threads = 1;
+        st = kvs_device_open(&s->cpu, &dp);
     }
-    /* the approximation rows must survive for skim: copy them out before the inverse transform */
-    float *approx = NULL;
-    if (st == KVS_OK && !all) {
-        approx = malloc((size_t)(R * lenJ) * sizeof *approx);
-        if (!approx) st = kvs_error(KVS_ERR_OUT_OF_MEMORY, "schedule wavefilter: out of host memory");
-        for (int64_t r = 0; r < R && st == KVS_OK; r++) {
-            memcpy(approx + r * lenJ, coef + r * nc, (size_t)lenJ * sizeof *approx);
-            memset(coef + r * nc, 0, (size_t)lenJ * sizeof *coef);
-        }
-        if (st == KVS_OK) st = kvs_tensor_upload(y, coef, 0, (size_t)(R * nc) * 4);
-        if (st == KVS_OK) st = kvs_idwt(s->cpu, y, x, s->p.family, J);
-        if (st == KVS_OK) st = kvs_tensor_download(x, focus, 0, (size_t)(R * n) * 4);
-    }
-    int64_t region = (int64_t)1 << J;
-    for (int64_t r = 0; r < R && st == KVS_OK; r++) {
-        int32_t *keep = s->keep + r * n;
-        int64_t *nk = &s->n_keep[r];
-        if (all) {
-            for (int64_t j = 0; j < n; j++) keep[j] = (int32_t)j;
-            *nk = n;
-            continue;
-        }
-        memset(kept, 0, (size_t)n);
-        int64_t count = 0;
+    if (st == KVS_OK) st = kvs_tensor_new(&x, s->cpu, KVS_F32, n, R, 0, 0);
+    if (st == KVS_OK) st = kvs_tensor_new(&y, s->cpu, KVS_F32, nc, R, 0, 0);
+    if (st == KVS_OK) st = kvs_tensor_upload(x, sig, 0, (size_t)(R * n) * 4);
+    if (st == KVS_OK) st = kvs_dwt(s->cpu, x, y, s->p.family, J);
+    if (st == KVS_OK) st = kvs_tensor_download(y, coef, 0, (size_t)(R * nc) * 4);
+    int64_t lenJ = kvs_dwt_level_length(n, J), nd = nc - lenJ, region = (int64_t)1 << J;
 #define KEEP(j)                                                                                                        \
     do {                                                                                                               \
-        if (!kept[(j)]) {                                                                                              \
-            kept[(j)] = 1;                                                                                             \
-            count++;                                                                                                   \
+        if (!kp[(j)]) {                                                                                                \
+            kp[(j)] = 1;                                                                                               \
+            (*cnt)++;                                                                                                  \
         }                                                                                                              \
     } while (0)
-        /* always: sinks, the block, the recent rows before it */
+    for (int64_t r = 0; r < R && st == KVS_OK; r++) {
+        uint8_t *kp = kept + r * n;
+        int64_t *cnt = &count[r];
+        float *c = coef + r * nc;
+        memset(kp, 0, (size_t)n);
         for (int64_t j = 0; j < s->p.n_sink && j < n; j++) KEEP(j);
         for (int64_t j = s->block_start; j < s->block_end && j < n; j++) KEEP(j);
         for (int64_t j = s->block_start - s->p.n_recent; j < s->block_start; j++)
             if (j >= 0 && j < n) KEEP(j);
-        int64_t free_budget = B - count;
+        int64_t free_budget = B - *cnt;
         if (free_budget > 0) {
-            /* skim: whole regions by their level-J approximation, up to rho of the free budget */
             int64_t skim = (int64_t)floor((double)s->p.rho * (double)free_budget), taken = 0;
-            const float *a = approx + r * lenJ;
-            for (int64_t i = 0; i < lenJ; i++) sc[i] = (scored){a[i], (int32_t)i};
+            for (int64_t i = 0; i < lenJ; i++) sc[i] = (scored){c[i], (int32_t)i};
             qsort(sc, (size_t)lenJ, sizeof *sc, cmp_scored);
             for (int64_t i = 0; i < lenJ && taken < skim; i++) {
                 int64_t lo = (int64_t)sc[i].i * region, hi = lo + region < n ? lo + region : n, add = 0;
-                for (int64_t j = lo; j < hi; j++) add += !kept[j];
+                for (int64_t j = lo; j < hi; j++) add += !kp[j];
                 if (add == 0 || taken + add > skim) continue;
                 for (int64_t j = lo; j < hi; j++) KEEP(j);
                 taken += add;
             }
-            /* focus: sharp peaks (positive part of the detail-only reconstruction), by height */
-            const float *f = focus + r * n;
+        }
+        /* focus coefficients: the largest |detail|, the rest and the approximation zeroed */
+        int64_t left = B - *cnt, m = left / 2 > 1 ? left / 2 : 1;
+        for (int64_t i = 0; i < nd; i++) sc[i] = (scored){fabs((double)c[lenJ + i]), (int32_t)i};
+        qsort(sc, (size_t)nd, sizeof *sc, cmp_scored);
+        for (int64_t i = m; i < nd; i++) c[lenJ + sc[i].i] = 0.0f;
+        memset(c, 0, (size_t)lenJ * sizeof *c);
+    }
+    if (st == KVS_OK) st = kvs_tensor_upload(y, coef, 0, (size_t)(R * nc) * 4);
+    if (st == KVS_OK) st = kvs_idwt(s->cpu, y, x, s->p.family, J);
+    if (st == KVS_OK) st = kvs_tensor_download(x, focus, 0, (size_t)(R * n) * 4);
+    for (int64_t r = 0; r < R && st == KVS_OK; r++) {
+        uint8_t *kp = kept + r * n;
+        int64_t *cnt = &count[r];
+        const float *f = focus + r * n, *sg = sig + r * n;
+        /* focus: the peaks, by signal height; then fill by signal */
+        for (int pass = 0; pass < 2 && *cnt < B; pass++) {
             int64_t m = 0;
             for (int64_t j = 0; j < n; j++)
-                if (!kept[j] && f[j] > 0.0f) sc[m++] = (scored){f[j], (int32_t)j};
+                if (!kp[j] && (pass == 1 || f[j] > 0.0f)) sc[m++] = (scored){sg[j], (int32_t)j};
             qsort(sc, (size_t)m, sizeof *sc, cmp_scored);
-            for (int64_t i = 0; i < m && count < B; i++) KEEP(sc[i].i);
-            /* fill: the highest signal */
-            const float *sg = sig + r * n;
-            m = 0;
-            for (int64_t j = 0; j < n; j++)
-                if (!kept[j]) sc[m++] = (scored){sg[j], (int32_t)j};
-            qsort(sc, (size_t)m, sizeof *sc, cmp_scored);
-            for (int64_t i = 0; i < m && count < B; i++) KEEP(sc[i].i);
+            for (int64_t i = 0; i < m && *cnt < B; i++) KEEP(sc[i].i);
         }
-#undef KEEP
-        *nk = 0;
+        int32_t *keep = s->keep + r * n;
+        s->n_keep[r] = 0;
         for (int64_t j = 0; j < n; j++)
-            if (kept[j]) keep[(*nk)++] = (int32_t)j;
+            if (kp[j]) keep[s->n_keep[r]++] = (int32_t)j;
     }
+#undef KEEP
     kvs_tensor_destroy(&x);
     kvs_tensor_destroy(&y);
     free(coef);
     free(focus);
-    free(approx);
     free(kept);
+    free(count);
     free(sc);
     return st;
 }

@@ -173,9 +173,9 @@ KVS_API kvs_wavefilter_params kvs_wavefilter_params_default(void);
  * block's computed rows give each cache row (GQA-group mean). The keep-set of the block is built
  * from s by a J-level DWT (kvs_dwt on a CPU device): sinks, the block and the n_recent rows before
  * it are kept; skim: level-J approximation coefficients rank regions of 2^J rows, the best whole
- * regions take up to rho of the free budget; focus: the inverse transform of the largest detail
- * coefficients marks sharp peaks, taken by height; then the highest s fill the budget
- * (ceil(budget * n_kv) rows). The other steps of the block attend only the kept rows (sparse
+ * regions take up to rho of the free budget; focus: the inverse transform of the m = max(1, left/2)
+ * largest detail coefficients alone marks sharp local peaks (where it is positive), taken by
+ * signal height; then the highest s fill the budget (ceil(budget * n_kv) rows). The other steps of the block attend only the kept rows (sparse
  * gather, kvs_layer_plan.keep).
  * Errors: KVS_ERR_INVALID_ARGUMENT (NULL, parameters out of range), KVS_ERR_OUT_OF_MEMORY. */
 KVS_API kvs_status kvs_dlm_schedule_wavefilter(kvs_dlm_schedule **out, kvs_dlm_schedule *base,
