@@ -9,8 +9,9 @@
 #include "kvsieve/status.h"
 #include "kvsieve/tensor.h"
 
-/* Maps path read-only: *map = mmap'ed region, or (mmap failed) *heap = a malloc'ed copy read with
- * read(); exactly one is non-NULL on success (both NULL for an empty file). *size = file bytes.
+/* Maps path read-only: *map = mmap'ed region, or (mmap failed, or the environment variable
+ * KVSIEVE_NO_MMAP=1) *heap = a malloc'ed copy read with read(); exactly one is non-NULL on success
+ * (both NULL for an empty file). *size = file bytes.
  * Errors: KVS_ERR_IO (path + errno text), KVS_ERR_OUT_OF_MEMORY. */
 kvs_status kvs_map_file(const char *path, void **map, void **heap, size_t *size);
 void kvs_unmap_file(void *map, void *heap, size_t size);

@@ -32,7 +32,9 @@ kvs_status kvs_map_file(const char *path, void **map, void **heap, size_t *size)
         close(fd);
         return KVS_OK;
     }
-    void *p = mmap(NULL, n, PROT_READ, MAP_PRIVATE, fd, 0);
+    const char *no_mmap = getenv("KVSIEVE_NO_MMAP");   /* tests exercise the read() fallback */
+    void *p = (no_mmap && no_mmap[0] == '1') ? MAP_FAILED
+                                             : mmap(NULL, n, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p != MAP_FAILED) {
         close(fd);
         *map = p;
@@ -104,7 +106,7 @@ int64_t kvs_strhash_find_n(const kvs_strhash *h, const char *key, size_t len) {
     for (size_t i = (size_t)fnv1a(key, len) & m;; i = (i + 1) & m) {
         const char *k = h->keys[i];
         if (!k) return -1;
-        if (strncmp(k, key, len) == 0 && k[len] == '\0') return h->vals[i];
+        if (strnlen(k, len + 1) == len && memcmp(k, key, len) == 0) return h->vals[i];
     }
 }
 

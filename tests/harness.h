@@ -1,0 +1,134 @@
+/* Test harness for the op suites: one backend per process run (--backend cpu|opencl|vulkan), guarded
+ * and poisoned device tensors, seeded RNG, comparison metrics, and the skip accounting for ops a
+ * device reports KVS_ERR_UNSUPPORTED for.
+ *
+ * Every Check test calls t_begin() first (it opens the device inside the forked child: OpenCL and
+ * Vulkan objects must never be created before Check forks) and t_end() last.
+ *
+ * Guarded tensors: each tensor a test creates is a view into a larger parent buffer with
+ * T_GUARD_BYTES of poison on both sides. The whole parent is poisoned (a NaN bit pattern for float
+ * dtypes) before the op runs; downloads verify that the guard bands came back byte-identical, so any
+ * write outside a tensor fails the test. 256-byte guards keep view offsets aligned to what GPU APIs
+ * require of buffer offsets (Vulkan minStorageBufferOffsetAlignment <= 256); unaligned views are
+ * tested separately (test_ops_tensor.c).
+ *
+ * Cases: t_case("fmt", ...) names the case under test; every failure message starts with it and
+ * with the base seed, so a failing case can be re-run exactly:
+ *   KVS_TEST_SEED=<seed> test_ops --backend <b> --suite <s> --tcase <t>
+ */
+#ifndef KVS_TESTS_HARNESS_H
+#define KVS_TESTS_HARNESS_H
+
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "kvsieve/kvsieve.h"
+
+#define T_GUARD_BYTES 256
+
+/* ---- global run configuration (set by main before the runner starts) ---- */
+extern kvs_device_params t_params;   /* backend + device index under test */
+extern uint64_t t_base_seed;         /* printed at start; KVS_TEST_SEED overrides */
+
+/* ---- per-test lifetime ---- */
+kvs_device *t_begin(const char *test_name); /* opens the device under test; seeds t_rng */
+void t_seed(const char *test_name);         /* seeds the RNG only (tests without a device) */
+void t_end(void);                           /* destroys every tensor made by t_new*, then the device */
+kvs_device *t_dev(void);
+kvs_backend t_backend(void);
+
+/* ---- cases and skips ---- */
+/* Names the current case (printf-style). Closes the previous case as run (if not skipped). */
+void t_case(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+const char *t_case_str(void);
+/* If s is KVS_ERR_UNSUPPORTED: records the current case as skipped (printed with the device's
+ * reason) and returns 1. Otherwise asserts s == KVS_OK (failing with kvs_last_error()) and returns 0.
+ * Usage: if (t_op(kvs_matmul(...))) continue;  -- or return; */
+int t_op(kvs_status s);
+/* Asserts s == want, and (for errors) that kvs_last_error() is non-empty. */
+void t_expect(kvs_status s, kvs_status want, const char *what);
+
+/* Shared (cross-fork) counters, read by main after the runner finishes. */
+typedef struct t_counters {
+    long cases_run;
+    long cases_skipped;
+    char skipped[4096]; /* first skipped case names + reasons, '\n'-separated */
+} t_counters;
+t_counters *t_counters_get(void);
+void t_counters_init(void);
+
+#define T_FAIL(...) ck_abort_msg(__VA_ARGS__)
+/* Assertion whose message starts with the case string and the seed. */
+#define T_ASSERT(cond, fmt, ...)                                                                    \
+    ck_assert_msg((cond), "[%s] seed=%llu: " fmt, t_case_str(), (unsigned long long)t_base_seed,    \
+                  ##__VA_ARGS__)
+
+/* ---- RNG: xoshiro256** seeded by splitmix64(base seed ^ hash(test name)) ---- */
+uint64_t t_rand_u64(void);
+double t_rand_uniform(double lo, double hi); /* [lo, hi) */
+double t_rand_normal(void);
+int64_t t_rand_int(int64_t lo, int64_t hi);  /* [lo, hi] inclusive */
+void t_fill_uniform(float *x, int64_t n, double lo, double hi);
+void t_fill_normal(float *x, int64_t n, double sigma);
+void t_shuffle_i32(int32_t *a, int64_t n);
+
+/* ---- guarded device tensors ---- */
+typedef struct tt {
+    kvs_tensor *t;       /* the view under test */
+    kvs_tensor *parent;  /* guard | t | guard */
+    kvs_dtype dtype;
+    int64_t nel;
+    size_t nbytes;       /* bytes of t */
+    size_t guard;        /* guard bytes on each side */
+    unsigned char *shadow; /* host copy of the parent as last written by the test (guards + t) */
+} tt;
+
+/* Creates a guarded tensor of shape ne[0..ndim-1] (ne[0] fastest) and poisons all of it. */
+tt *t_new(kvs_dtype dtype, int ndim, const int64_t *ne);
+tt *t_new1(kvs_dtype dtype, int64_t ne0);
+tt *t_new2(kvs_dtype dtype, int64_t ne0, int64_t ne1);
+tt *t_new3(kvs_dtype dtype, int64_t ne0, int64_t ne1, int64_t ne2);
+/* A plain (unguarded) tensor; for Q8_0 weights and when a test needs the exact shape object. */
+kvs_tensor *t_plain(kvs_dtype dtype, int ndim, const int64_t *ne);
+
+/* Writes raw bytes (nbytes of the tensor) into t and into its shadow. */
+void t_upload(tt *t, const void *src);
+void t_upload_f32(tt *t, const float *src);   /* t must be F32 */
+void t_upload_i32(tt *t, const int32_t *src); /* t must be I32 */
+/* Converts f32 values to t's float dtype (F32/F16/BF16) with the reference rounding and uploads. */
+void t_upload_as(tt *t, const float *src);
+/* Re-poisons the tensor (and its shadow). */
+void t_poison(tt *t);
+/* Downloads the whole parent, asserts both guard bands are byte-identical to what was written,
+ * and copies the tensor bytes into dst (may be NULL). */
+void t_download(tt *t, void *dst);
+/* Downloads and asserts the tensor's bytes are unchanged since the last upload (inputs an op must
+ * not modify). */
+void t_assert_unchanged(tt *t, const char *what);
+/* Download as doubles (decoding F16/BF16/F32; I32 as integers). */
+void t_download_f64(tt *t, double *dst);
+
+/* The poison bit patterns (NaN for float dtypes). */
+uint32_t t_poison_word(kvs_dtype dt);
+
+/* ---- comparisons ---- */
+/* Compares out against ref element-wise:
+ *  - non-finite positions must agree exactly in class (NaN, +inf, -inf), checked separately;
+ *  - over the finite positions, normalised MSE = sum (out-ref)^2 / sum ref^2 must be <= tol
+ *    (test-backend-ops metric); when sum ref^2 == 0 the plain sum of squares is compared with tol.
+ * Fails with the case string, the worst element (index, out, ref) and the nmse. Returns the nmse. */
+double t_check_nmse(const char *what, const float *out, const double *ref, int64_t n, double tol);
+/* |out - ref| <= atol + rtol*|ref| per element (non-finite classes must agree). */
+void t_check_close(const char *what, const float *out, const double *ref, int64_t n, double atol, double rtol);
+/* Bit-exact float equality (any NaN matches any NaN). */
+void t_check_exact_f32(const char *what, const float *out, const float *ref, int64_t n);
+void t_check_exact_i32(const char *what, const int32_t *out, const int32_t *ref, int64_t n);
+void t_check_bytes(const char *what, const void *out, const void *ref, size_t n);
+
+/* ---- misc ---- */
+void *t_alloc(size_t nbytes); /* calloc that fails the test on OOM; freed by t_end */
+double t_f64(float f);
+
+#endif

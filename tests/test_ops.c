@@ -1,0 +1,199 @@
+/* test_ops: every op of include/kvsieve/ops.h on one backend, compared with the float64
+ * references in reference.c. The same code runs on every backend:
+ *
+ *   test_ops [--backend cpu|opencl|vulkan[:INDEX]] [--suite NAME] [--tcase NAME] [--list]
+ *
+ * The backend defaults to $KVS_TEST_BACKEND, else cpu. $KVS_TEST_SEED sets the base seed (printed).
+ * Exit status: 0 all run cases passed; 1 any failure; 77 (meson: SKIP) when the backend is not
+ * compiled in, has no device at that index, or every case of the run was reported unsupported by
+ * the device. Cases the device reports KVS_ERR_UNSUPPORTED for are counted and listed, never passed;
+ * KVS_TEST_STRICT=1 turns any such skip into a failure (for a backend that claims completeness).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "suites.h"
+
+typedef Suite *(*suite_fn)(void);
+static const struct {
+    const char *name;
+    suite_fn fn;
+} all_suites[] = {
+    {"tensor", suite_tensor},       {"matmul", suite_matmul}, {"elementwise", suite_elementwise},
+    {"embedding", suite_embedding}, {"rope", suite_rope},     {"attention", suite_attention},
+    {"dwt", suite_dwt},             {"topk", suite_topk},     {"rows", suite_rows},
+};
+#define N_SUITES (sizeof all_suites / sizeof all_suites[0])
+
+static void usage(void) {
+    fprintf(stderr, "usage: test_ops [--backend cpu|opencl|vulkan[:INDEX]] [--suite NAME] [--tcase NAME] [--list]\n"
+                    "suites:");
+    for (size_t i = 0; i < N_SUITES; i++) fprintf(stderr, " %s", all_suites[i].name);
+    fprintf(stderr, "\n");
+}
+
+static void mkdir_p(const char *path) {
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p == '/') {
+            *p = '\0';
+            mkdir(buf, 0777);
+            *p = '/';
+        }
+    }
+    mkdir(buf, 0777);
+}
+
+/* Environment defaults for the backend under test; never overrides what the caller set. */
+static void setup_env(kvs_backend b) {
+    setenv("CK_DEFAULT_TIMEOUT", b == KVS_BACKEND_CPU ? "300" : "900", 0);
+    if (b == KVS_BACKEND_VULKAN) {
+        const char *icd = getenv("KVS_TEST_VK_DEFAULT_ICD");
+        if (!getenv("VK_DRIVER_FILES") && !getenv("VK_ICD_FILENAMES") && icd && icd[0] && access(icd, R_OK) == 0) {
+            setenv("VK_DRIVER_FILES", icd, 1);
+            printf("# VK_DRIVER_FILES unset: using %s\n", icd);
+        }
+    }
+    if (b == KVS_BACKEND_OPENCL) {
+        const char *cache = getenv("POCL_CACHE_DIR");
+        if (cache && cache[0]) mkdir_p(cache);
+    }
+}
+
+/* Opens and closes the device in a child process, so no driver state exists in this process
+ * before Check forks (OpenCL/Vulkan objects do not survive fork). Returns 0 (usable), 77 (no such
+ * device), 1 (device exists but failed to open). */
+static int probe_device(void) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) return 1;
+    if (pid == 0) {
+        int count = 0;
+        kvs_status s = kvs_device_count(t_params.backend, &count);
+        if (s != KVS_OK) {
+            printf("# %s: cannot enumerate devices: %s\n", kvs_backend_name(t_params.backend), kvs_last_error());
+            fflush(stdout);
+            _exit(77);
+        }
+        if (t_params.index >= count) {
+            printf("# %s: no device %d (%d found)\n", kvs_backend_name(t_params.backend), t_params.index, count);
+            fflush(stdout);
+            _exit(77);
+        }
+        kvs_device *dev = NULL;
+        s = kvs_device_open(&dev, &t_params);
+        if (s != KVS_OK) {
+            printf("# %s device %d failed to open: %s: %s\n", kvs_backend_name(t_params.backend), t_params.index,
+                   kvs_status_name(s), kvs_last_error());
+            fflush(stdout);
+            _exit(1);
+        }
+        const kvs_device_info *info = kvs_device_get_info(dev);
+        const kvs_caps *c = kvs_device_caps(dev);
+        printf("# device: %s:%d %s (%s; %s)\n# caps: fp16_storage=%d fp16_arith=%d bf16_storage=%d subgroup=%d "
+               "shared_mem=%lld max_wg=%d max_buffer=%lld\n",
+               kvs_backend_name(info->backend), info->index, info->name, info->vendor, info->driver, c->fp16_storage,
+               c->fp16_arith, c->bf16_storage, c->subgroup_size, (long long)c->shared_mem_bytes,
+               c->max_workgroup_size, (long long)c->max_buffer_bytes);
+        fflush(stdout);
+        kvs_device_destroy(&dev);
+        _exit(0);
+    }
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    if (!WIFEXITED(st)) return 1;
+    return WEXITSTATUS(st);
+}
+
+int main(int argc, char **argv) {
+    const char *spec = getenv("KVS_TEST_BACKEND");
+    const char *suite = NULL, *tcase = NULL;
+    int list = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--backend") && i + 1 < argc) spec = argv[++i];
+        else if (!strcmp(argv[i], "--suite") && i + 1 < argc) suite = argv[++i];
+        else if (!strcmp(argv[i], "--tcase") && i + 1 < argc) tcase = argv[++i];
+        else if (!strcmp(argv[i], "--list")) list = 1;
+        else {
+            usage();
+            return 2;
+        }
+    }
+    if (!spec || !spec[0]) spec = "cpu";
+    t_params = kvs_device_params_default();
+    if (kvs_device_params_parse(spec, &t_params) != KVS_OK) {
+        fprintf(stderr, "test_ops: %s\n", kvs_last_error());
+        usage();
+        return 2;
+    }
+    if (suite) {
+        size_t i;
+        for (i = 0; i < N_SUITES; i++)
+            if (!strcmp(all_suites[i].name, suite)) break;
+        if (i == N_SUITES) {
+            fprintf(stderr, "test_ops: unknown suite '%s'\n", suite);
+            usage();
+            return 2;
+        }
+    }
+    if (list) {
+        for (size_t i = 0; i < N_SUITES; i++) printf("%s\n", all_suites[i].name);
+        return 0;
+    }
+    const char *seed = getenv("KVS_TEST_SEED");
+    if (seed && seed[0]) t_base_seed = strtoull(seed, NULL, 0);
+    printf("# kvsieve %s test_ops backend=%s:%d suite=%s seed=%llu (KVS_TEST_SEED=%llu reproduces)\n", kvs_version(),
+           kvs_backend_name(t_params.backend), t_params.index, suite ? suite : "all", (unsigned long long)t_base_seed,
+           (unsigned long long)t_base_seed);
+
+    if (!kvs_backend_built(t_params.backend)) {
+        printf("# SKIP: backend '%s' is not compiled into this build\n", kvs_backend_name(t_params.backend));
+        return 77;
+    }
+    setup_env(t_params.backend);
+    int probe = probe_device();
+    if (probe == 77) {
+        printf("# SKIP: no %s device %d on this machine\n", kvs_backend_name(t_params.backend), t_params.index);
+        return 77;
+    }
+    if (probe != 0) {
+        printf("# FAIL: the %s device exists but cannot be opened\n", kvs_backend_name(t_params.backend));
+        return 1;
+    }
+
+    t_counters_init();
+    SRunner *sr = NULL;
+    for (size_t i = 0; i < N_SUITES; i++) {
+        if (suite && strcmp(all_suites[i].name, suite)) continue;
+        if (!sr) sr = srunner_create(all_suites[i].fn());
+        else srunner_add_suite(sr, all_suites[i].fn());
+    }
+    srunner_run(sr, NULL, tcase, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    int ran = srunner_ntests_run(sr);
+    srunner_free(sr);
+
+    t_counters *c = t_counters_get();
+    printf("# %s: %d Check tests, %d failed; %ld cases passed, %ld cases skipped as unsupported\n",
+           kvs_backend_name(t_params.backend), ran, failed, c->cases_run, c->cases_skipped);
+    if (c->cases_skipped) printf("# skipped cases:\n%s", c->skipped);
+    if (failed) return 1;
+    const char *strict = getenv("KVS_TEST_STRICT");
+    if (c->cases_skipped && strict && strict[0] == '1') {
+        printf("# FAIL: KVS_TEST_STRICT=1 and %ld cases were unsupported\n", c->cases_skipped);
+        return 1;
+    }
+    if (c->cases_run == 0 && c->cases_skipped > 0) {
+        printf("# SKIP: every case was unsupported on this device\n");
+        return 77;
+    }
+    return 0;
+}

@@ -1,0 +1,446 @@
+/* Suite "attention": kvs_attention with GQA ratios 1, 2, 3, 4; causal by default positions and by
+ * q_pos/k_pos; bidirectional; ragged kv_len per head; row_len; additive masks with -INFINITY; every
+ * statistic (key_mass over stat_rows with the GQA-group mean and accumulate, probs of probe_rows,
+ * argmax, row_max/row_sum, unnormalised output); rows with no visible key; f16 k/v.
+ *
+ * Reading of ops.h used here (see the report): a key whose mask entry is -INFINITY is invisible, so
+ * a row whose visible keys are all masked is a "row with no visible key" (out 0, row_sum 0,
+ * row_max -FLT_MAX, argmax -1). probs rows are written over the whole capacity, 0 where a key is
+ * invisible or invalid. key_mass entries j >= the head's valid length stay untouched.
+ * Cache rows that are not valid keys (j >= n_kv, j >= kv_len[h]) hold NaN in the "nanpad" cases: a
+ * backend must not let them reach any output (after eviction such rows hold garbage).
+ *
+ * Tolerances (nmse, per output): f32 k/v 1e-6 (an all-f32 pass reaches ~1e-12; the budget admits
+ * approximate exp/rsqrt; the "extreme" case with logits of magnitude 100-1000 gets 1e-5 because the
+ * f32 logit error eps*|logit| enters the exponent); f16 k/v 5e-4 (test-backend-ops' flash-attention
+ * budget: admits f16 arithmetic). row_max: |m - m_ref| <= 1e-5 * B (f16: 1e-3 * B), B the largest
+ * visible scale*sum|q k| + |mask| of the row, i.e. the f32 dot-product error bound scale. row_sum
+ * and the unnormalised output are compared after rescaling by exp(m - m_ref) (the quantities
+ * merging uses: l*e^m and o*e^m), so a row_max within tolerance does not count twice. argmax: the
+ * returned key must be visible and within the row_max tolerance of the best logit (exactly the
+ * lowest index in the constructed-ties case). Exact values: rows with no visible key give out 0,
+ * row_sum 0, row_max -FLT_MAX, argmax -1; invisible probs are exactly 0.
+ */
+#include <float.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "reference.h"
+#include "suites.h"
+
+enum {
+    A_QPOS = 1 << 0,     /* explicit q_pos */
+    A_KPOS = 1 << 1,     /* explicit k_pos (non-contiguous, per head) */
+    A_KVLEN = 1 << 2,    /* ragged kv_len per head (incl. 0 and n_kv) */
+    A_ROWLEN = 1 << 3,   /* row_len per query row (incl. 0) */
+    A_MASK = 1 << 4,     /* finite additive mask */
+    A_MASKINF = 1 << 5,  /* mask with -INFINITY entries and one fully masked row */
+    A_STATS = 1 << 6,    /* key_mass, probs of probe rows, argmax, row_max, row_sum */
+    A_STATROWS = 1 << 7, /* key_mass over a subset of rows */
+    A_ACCUM = 1 << 8,    /* key_mass_accumulate onto preloaded values */
+    A_UNNORM = 1 << 9,   /* unnormalised output */
+    A_EXTREME = 1 << 10, /* logits of magnitude 100..1000 */
+    A_NANPAD = 1 << 11,  /* NaN in k/v rows that are not valid keys */
+    A_TIES = 1 << 12,    /* exact argmax ties (duplicate keys) */
+};
+
+typedef struct attn_case {
+    const char *name;
+    int n_q, H, Hkv, d, cap, n_kv; /* n_kv 0 = capacity (the default) */
+    int causal, f16;
+    unsigned flags;
+    float scale; /* 0 = default 1/sqrt(d) */
+} attn_case;
+
+static const attn_case cases[] = {
+    {"decode", 1, 4, 4, 64, 100, 0, 1, 0, 0, 0},
+    {"prefill_gqa2", 13, 8, 4, 32, 40, 33, 1, 0, A_NANPAD, 0},
+    {"prefill_gqa4", 100, 4, 1, 64, 128, 100, 1, 0, A_NANPAD, 0},
+    {"bidir_gqa2", 33, 4, 2, 128, 129, 0, 0, 0, 0, 0},
+    {"odd_headdim_gqa3", 7, 3, 1, 13, 20, 19, 0, 0, A_NANPAD, 0},
+    {"more_queries_than_keys", 20, 2, 2, 16, 13, 0, 1, 0, A_STATS, 0},
+    {"positions", 13, 8, 2, 64, 50, 45, 1, 0, A_QPOS | A_KPOS | A_STATS | A_NANPAD, 0},
+    {"ragged", 13, 4, 4, 32, 40, 37, 0, 0, A_KVLEN | A_ROWLEN | A_STATS | A_NANPAD, 0},
+    {"mask", 13, 4, 2, 32, 33, 0, 0, 0, A_MASK | A_MASKINF | A_STATS, 0},
+    {"stats", 13, 8, 2, 64, 40, 37, 1, 0, A_STATS | A_NANPAD, 0},
+    {"stats_subset_accumulate", 33, 4, 1, 32, 50, 48, 0, 0, A_STATS | A_STATROWS | A_ACCUM | A_KVLEN | A_MASK, 0},
+    {"unnormalised", 13, 4, 2, 64, 33, 0, 1, 0, A_STATS | A_UNNORM, 0},
+    {"extreme_logits", 13, 4, 2, 64, 100, 0, 0, 0, A_EXTREME | A_STATS | A_UNNORM, 0},
+    {"argmax_ties", 5, 4, 2, 32, 20, 0, 0, 0, A_TIES | A_STATS, 0},
+    {"everything", 33, 8, 2, 64, 70, 65, 1, 0,
+     A_QPOS | A_KPOS | A_KVLEN | A_ROWLEN | A_MASK | A_MASKINF | A_STATS | A_STATROWS | A_ACCUM | A_NANPAD, 0.3f},
+    {"long_kv", 4, 8, 2, 128, 1100, 1027, 1, 0, A_STATS | A_NANPAD, 0},
+    {"f16_prefill_gqa2", 13, 8, 4, 32, 40, 33, 1, 1, A_NANPAD, 0},
+    {"f16_bidir", 33, 4, 2, 128, 129, 0, 0, 1, 0, 0},
+    {"f16_stats", 13, 8, 2, 64, 40, 37, 1, 1, A_STATS | A_NANPAD, 0},
+    {"f16_everything", 33, 8, 2, 64, 70, 65, 1, 1,
+     A_QPOS | A_KPOS | A_KVLEN | A_ROWLEN | A_MASK | A_MASKINF | A_STATS | A_STATROWS | A_ACCUM | A_NANPAD, 0.3f},
+    {"f16_unnormalised_extreme", 13, 4, 2, 64, 100, 0, 0, 1, A_EXTREME | A_STATS | A_UNNORM, 0},
+};
+#define N_CASES ((int)(sizeof cases / sizeof cases[0]))
+
+static void flags_str(unsigned f, char *buf, size_t n) {
+    static const char *names[] = {"qpos", "kpos", "kvlen", "rowlen", "mask", "maskinf", "stats",
+                                  "statrows", "accum", "unnorm", "extreme", "nanpad", "ties"};
+    buf[0] = '\0';
+    for (int i = 0; i < 13; i++)
+        if (f & (1u << i)) {
+            strncat(buf, buf[0] ? "," : "", n - strlen(buf) - 1);
+            strncat(buf, names[i], n - strlen(buf) - 1);
+        }
+    if (!buf[0]) snprintf(buf, n, "none");
+}
+
+START_TEST(test_attention) {
+    const attn_case *c = &cases[_i];
+    char tname[80];
+    snprintf(tname, sizeof tname, "attention_%s", c->name);
+    t_begin(tname);
+    char fl[160];
+    flags_str(c->flags, fl, sizeof fl);
+    t_case("attention %s n_q=%d n_heads=%d n_kv_heads=%d head_dim=%d capacity=%d n_kv=%d causal=%d kv=%s "
+           "scale=%g flags=%s",
+           c->name, c->n_q, c->H, c->Hkv, c->d, c->cap, c->n_kv, c->causal, c->f16 ? "f16" : "f32", (double)c->scale,
+           fl);
+    const int64_t nq = c->n_q, H = c->H, Hkv = c->Hkv, d = c->d, cap = c->cap, G = H / Hkv;
+    const int64_t nkv = c->n_kv ? c->n_kv : c->cap;
+    const unsigned f = c->flags;
+    const kvs_dtype kdt = c->f16 ? KVS_F16 : KVS_F32;
+
+    /* ---- inputs ---- */
+    float *q = t_alloc(4 * (size_t)(nq * H * d));
+    float *k = t_alloc(4 * (size_t)(Hkv * cap * d)), *v = t_alloc(4 * (size_t)(Hkv * cap * d));
+    double sq = (f & A_EXTREME) ? 15.0 : 1.0;
+    t_fill_normal(q, nq * H * d, sq);
+    t_fill_normal(k, Hkv * cap * d, sq);
+    t_fill_normal(v, Hkv * cap * d, 1.0);
+    int32_t *qpos = NULL, *kpos = NULL, *kvlen = NULL, *rowlen = NULL;
+    float *mask = NULL;
+    if (f & A_KPOS) {
+        /* per head: increasing positions with gaps (as after eviction), then a local shuffle */
+        kpos = t_alloc(4 * (size_t)(Hkv * cap));
+        for (int64_t h = 0; h < Hkv; h++) {
+            int32_t p = (int32_t)t_rand_int(0, 5);
+            for (int64_t j = 0; j < cap; j++) {
+                kpos[h * cap + j] = p;
+                p += (int32_t)t_rand_int(1, 4);
+            }
+            for (int64_t j = 0; j + 1 < cap; j += 5) {
+                int32_t tmp = kpos[h * cap + j];
+                kpos[h * cap + j] = kpos[h * cap + j + 1];
+                kpos[h * cap + j + 1] = tmp;
+            }
+        }
+    }
+    if (f & A_QPOS) {
+        int32_t hi = kpos ? kpos[cap - 1] + 3 : (int32_t)nkv + 2;
+        qpos = t_alloc(4 * (size_t)nq);
+        for (int64_t i = 0; i < nq; i++) qpos[i] = (int32_t)t_rand_int(-2, hi);
+        qpos[0] = -1; /* sees no key */
+        if (nq > 1) qpos[nq - 1] = hi; /* sees every valid key */
+    }
+    if (f & A_KVLEN) {
+        kvlen = t_alloc(4 * (size_t)Hkv);
+        for (int64_t h = 0; h < Hkv; h++) kvlen[h] = (int32_t)t_rand_int(1, nkv);
+        kvlen[0] = (int32_t)nkv;
+        if (Hkv > 1) kvlen[Hkv - 1] = 0; /* an empty head */
+    }
+    if (f & A_ROWLEN) {
+        rowlen = t_alloc(4 * (size_t)nq);
+        for (int64_t i = 0; i < nq; i++) rowlen[i] = (int32_t)t_rand_int(0, nkv);
+        rowlen[0] = 0;
+        if (nq > 1) rowlen[1] = (int32_t)nkv;
+    }
+    if (f & (A_MASK | A_MASKINF)) {
+        mask = t_alloc(4 * (size_t)(nq * nkv));
+        for (int64_t i = 0; i < nq * nkv; i++) {
+            mask[i] = (f & A_MASK) ? (float)(2.0 * t_rand_normal()) : 0.0f;
+            if ((f & A_MASKINF) && t_rand_int(0, 4) == 0) mask[i] = -INFINITY;
+        }
+        if ((f & A_MASKINF) && nq > 2)
+            for (int64_t j = 0; j < nkv; j++) mask[2 * nkv + j] = -INFINITY; /* fully masked row */
+    }
+    if (f & A_TIES) {
+        /* every query of kv head h equals u_h; keys 3 and 11 are both 2*u_h: exact tie, argmax 3 */
+        for (int64_t h = 0; h < Hkv; h++) {
+            float *u = q + h * G * d; /* query row 0, head h*G */
+            for (int64_t i = 0; i < nq; i++)
+                for (int64_t g = h * G; g < (h + 1) * G; g++) memmove(q + (i * H + g) * d, u, 4 * (size_t)d);
+            for (int64_t t = 0; t < d; t++) k[(h * cap + 3) * d + t] = k[(h * cap + 11) * d + t] = 2.0f * u[t];
+        }
+    }
+    if (f & A_NANPAD) {
+        for (int64_t h = 0; h < Hkv; h++) {
+            int64_t valid = kvlen ? kvlen[h] : nkv;
+            for (int64_t j = valid; j < cap; j++)
+                for (int64_t t = 0; t < d; t++) k[(h * cap + j) * d + t] = v[(h * cap + j) * d + t] = NAN;
+        }
+    }
+    int32_t *stat_rows = NULL, *probe_rows = NULL;
+    int64_t n_stat = 0, n_probe = 0;
+    if ((f & A_STATS) && (f & A_STATROWS)) {
+        int32_t *perm = t_alloc(4 * (size_t)nq);
+        for (int64_t i = 0; i < nq; i++) perm[i] = (int32_t)i;
+        t_shuffle_i32(perm, nq);
+        n_stat = nq / 2 > 0 ? nq / 2 : 1;
+        stat_rows = perm;
+    }
+    if (f & A_STATS) {
+        n_probe = nq >= 3 ? 3 : nq;
+        probe_rows = t_alloc(4 * (size_t)n_probe);
+        probe_rows[0] = (int32_t)(nq - 1);
+        if (n_probe > 1) probe_rows[1] = 0;
+        if (n_probe > 2) probe_rows[2] = (int32_t)(nq / 2);
+    }
+    float *km0 = NULL;
+    if (f & A_STATS) {
+        km0 = t_alloc(4 * (size_t)(Hkv * cap));
+        t_fill_uniform(km0, Hkv * cap, 0.0, 1.0);
+    }
+
+    /* ---- device tensors ---- */
+    tt *qt = t_new3(KVS_F32, d, H, nq), *kt = t_new3(kdt, d, cap, Hkv), *vt = t_new3(kdt, d, cap, Hkv);
+    tt *ot = t_new3(KVS_F32, d, H, nq);
+    t_upload_f32(qt, q);
+    t_upload_as(kt, k);
+    t_upload_as(vt, v);
+    kvs_attention_params p = kvs_attention_params_default();
+    p.scale = c->scale;
+    p.causal = c->causal;
+    p.n_kv = c->n_kv;
+    p.unnormalised = (f & A_UNNORM) != 0;
+    tt *qpt = NULL, *kpt = NULL, *klt = NULL, *rlt = NULL, *mt = NULL, *srt = NULL, *prt = NULL;
+    tt *kmt = NULL, *pbt = NULL, *amt = NULL, *rmt = NULL, *rst = NULL;
+    if (qpos) { qpt = t_new1(KVS_I32, nq); t_upload_i32(qpt, qpos); p.q_pos = qpt->t; }
+    if (kpos) { kpt = t_new2(KVS_I32, cap, Hkv); t_upload_i32(kpt, kpos); p.k_pos = kpt->t; }
+    if (kvlen) { klt = t_new1(KVS_I32, Hkv); t_upload_i32(klt, kvlen); p.kv_len = klt->t; }
+    if (rowlen) { rlt = t_new1(KVS_I32, nq); t_upload_i32(rlt, rowlen); p.row_len = rlt->t; }
+    if (mask) { mt = t_new2(KVS_F32, nkv, nq); t_upload_f32(mt, mask); p.mask = mt->t; }
+    if (f & A_STATS) {
+        if (stat_rows) { srt = t_new1(KVS_I32, n_stat); t_upload_i32(srt, stat_rows); p.stat_rows = srt->t; }
+        prt = t_new1(KVS_I32, n_probe);
+        t_upload_i32(prt, probe_rows);
+        p.probe_rows = prt->t;
+        kmt = t_new2(KVS_F32, cap, Hkv);
+        if (f & A_ACCUM) t_upload_f32(kmt, km0);
+        p.key_mass = kmt->t;
+        p.key_mass_accumulate = (f & A_ACCUM) != 0;
+        pbt = t_new3(KVS_F32, cap, H, n_probe);
+        p.probs = pbt->t;
+        amt = t_new2(KVS_I32, H, nq);
+        p.argmax = amt->t;
+        rmt = t_new2(KVS_F32, H, nq);
+        p.row_max = rmt->t;
+        rst = t_new2(KVS_F32, H, nq);
+        p.row_sum = rst->t;
+    }
+    unsigned char *km_before = NULL;
+    if (kmt) {
+        km_before = t_alloc(kmt->nbytes);
+        memcpy(km_before, kmt->shadow + kmt->guard, kmt->nbytes);
+    }
+
+    /* ---- reference ---- */
+    ref_attn r;
+    memset(&r, 0, sizeof r);
+    r.n_q = nq; r.n_heads = H; r.n_kv_heads = Hkv; r.head_dim = d; r.capacity = cap; r.n_kv = nkv;
+    r.scale = c->scale > 0 ? (double)c->scale : (double)(float)(1.0 / sqrt((double)d));
+    r.causal = c->causal;
+    r.unnormalised = p.unnormalised;
+    double *qd = t_alloc(sizeof(double) * (size_t)(nq * H * d));
+    double *kd = t_alloc(sizeof(double) * (size_t)(Hkv * cap * d)), *vd = t_alloc(sizeof(double) * (size_t)(Hkv * cap * d));
+    for (int64_t i = 0; i < nq * H * d; i++) qd[i] = q[i];
+    for (int64_t i = 0; i < Hkv * cap * d; i++) {
+        kd[i] = ref_round_to(kdt, k[i]);
+        vd[i] = ref_round_to(kdt, v[i]);
+    }
+    r.q = qd; r.k = kd; r.v = vd;
+    r.q_pos = qpos; r.k_pos = kpos; r.kv_len = kvlen; r.row_len = rowlen;
+    double *maskd = NULL;
+    if (mask) {
+        maskd = t_alloc(sizeof(double) * (size_t)(nq * nkv));
+        for (int64_t i = 0; i < nq * nkv; i++) maskd[i] = mask[i];
+    }
+    r.mask = maskd;
+    r.stat_rows = stat_rows; r.n_stat = n_stat;
+    r.probe_rows = probe_rows; r.n_probe = n_probe;
+    r.out = t_alloc(sizeof(double) * (size_t)(nq * H * d));
+    r.logits = t_alloc(sizeof(double) * (size_t)(nq * H * nkv));
+    r.bound = t_alloc(sizeof(double) * (size_t)(nq * H));
+    r.row_max = t_alloc(sizeof(double) * (size_t)(nq * H));
+    r.row_sum = t_alloc(sizeof(double) * (size_t)(nq * H));
+    r.argmax = t_alloc(4 * (size_t)(nq * H));
+    if (f & A_STATS) {
+        r.key_mass = t_alloc(sizeof(double) * (size_t)(Hkv * cap));
+        for (int64_t i = 0; i < Hkv * cap; i++) r.key_mass[i] = (f & A_ACCUM) ? km0[i] : 0.0;
+        r.probs = t_alloc(sizeof(double) * (size_t)(n_probe * H * cap));
+    }
+    ref_attention(&r);
+
+    /* ---- run ---- */
+    if (t_op(kvs_attention(t_dev(), qt->t, kt->t, vt->t, ot->t, &p))) goto done;
+
+    const double tol = c->f16 ? 5e-4 : (f & A_EXTREME) ? 1e-5 : 1e-6;
+    const double mtol = c->f16 ? 1e-3 : 1e-5;
+    float *out = t_alloc(4 * (size_t)(nq * H * d));
+    t_download(ot, out);
+    float *rm = NULL;
+    if (rmt) {
+        rm = t_alloc(4 * (size_t)(nq * H));
+        t_download(rmt, rm);
+        for (int64_t i = 0; i < nq * H; i++) {
+            if (r.argmax[i] < 0) {
+                T_ASSERT(rm[i] == -FLT_MAX, "row_max[row %lld head %lld] = %g, want -FLT_MAX (no visible key)",
+                         (long long)(i / H), (long long)(i % H), (double)rm[i]);
+            } else {
+                double err = fabs((double)rm[i] - r.row_max[i]);
+                T_ASSERT(err <= mtol * r.bound[i] + 1e-30, "row_max[row %lld head %lld] = %.9g, want %.9g (err %.3e > %.1e*%g)",
+                         (long long)(i / H), (long long)(i % H), (double)rm[i], r.row_max[i], err, mtol, r.bound[i]);
+            }
+        }
+    }
+    /* out: rows with no visible key exactly 0; unnormalised rescaled by exp(m - m_ref) */
+    for (int64_t i = 0; i < nq * H; i++) {
+        if (r.argmax[i] < 0) {
+            for (int64_t t = 0; t < d; t++)
+                T_ASSERT(out[i * d + t] == 0.0f, "out[row %lld head %lld][%lld] = %g, want 0 (no visible key)",
+                         (long long)(i / H), (long long)(i % H), (long long)t, (double)out[i * d + t]);
+        } else if (p.unnormalised) {
+            ck_assert(rm != NULL);
+            double sc = exp((double)rm[i] - r.row_max[i]);
+            for (int64_t t = 0; t < d; t++) out[i * d + t] = (float)(out[i * d + t] * sc);
+        }
+    }
+    t_check_nmse(p.unnormalised ? "out (unnormalised, rescaled)" : "out", out, r.out, nq * H * d, tol);
+
+    if (f & A_STATS) {
+        /* row_sum (rescaled like the unnormalised output) */
+        float *rs = t_alloc(4 * (size_t)(nq * H));
+        t_download(rst, rs);
+        for (int64_t i = 0; i < nq * H; i++) {
+            if (r.argmax[i] < 0) T_ASSERT(rs[i] == 0.0f, "row_sum[%lld] = %g, want 0 (no visible key)", (long long)i, (double)rs[i]);
+            else rs[i] = (float)(rs[i] * exp((double)rm[i] - r.row_max[i]));
+        }
+        t_check_nmse("row_sum (rescaled)", rs, r.row_sum, nq * H, tol);
+
+        /* argmax */
+        int32_t *am = t_alloc(4 * (size_t)(nq * H));
+        t_download(amt, am);
+        for (int64_t i = 0; i < nq * H; i++) {
+            int64_t row = i / H, g = i % H;
+            if (r.argmax[i] < 0) {
+                T_ASSERT(am[i] == -1, "argmax[row %lld head %lld] = %d, want -1 (no visible key)", (long long)row,
+                         (long long)g, am[i]);
+                continue;
+            }
+            if (f & A_TIES) {
+                T_ASSERT(am[i] == r.argmax[i], "argmax[row %lld head %lld] = %d, want %d (exact tie: lowest index)",
+                         (long long)row, (long long)g, am[i], r.argmax[i]);
+                continue;
+            }
+            T_ASSERT(am[i] >= 0 && am[i] < nkv, "argmax[row %lld head %lld] = %d out of [0, %lld)", (long long)row,
+                     (long long)g, am[i], (long long)nkv);
+            double lg = r.logits[i * nkv + am[i]];
+            T_ASSERT(lg != -INFINITY, "argmax[row %lld head %lld] = %d is not a visible key", (long long)row, (long long)g, am[i]);
+            T_ASSERT(lg >= r.row_max[i] - mtol * r.bound[i],
+                     "argmax[row %lld head %lld] = %d (logit %.9g), best is %d (logit %.9g)", (long long)row,
+                     (long long)g, am[i], lg, r.argmax[i], r.row_max[i]);
+        }
+
+        /* probs: invisible exactly 0, rest nmse */
+        float *pb = t_alloc(4 * (size_t)(n_probe * H * cap));
+        t_download(pbt, pb);
+        for (int64_t i = 0; i < n_probe * H * cap; i++)
+            if (r.probs[i] == 0.0)
+                T_ASSERT(pb[i] == 0.0f, "probs[probe %lld head %lld key %lld] = %g, want 0 (invisible/invalid key)",
+                         (long long)(i / (H * cap)), (long long)((i / cap) % H), (long long)(i % cap), (double)pb[i]);
+        t_check_nmse("probs", pb, r.probs, n_probe * H * cap, tol);
+
+        /* key_mass: valid entries vs reference, the rest untouched */
+        unsigned char *kmb = t_alloc(kmt->nbytes);
+        t_download(kmt, kmb);
+        float *km = (float *)kmb;
+        float *kmv = t_alloc(4 * (size_t)(Hkv * cap));
+        double *kmr = t_alloc(sizeof(double) * (size_t)(Hkv * cap));
+        int64_t nv = 0;
+        for (int64_t h = 0; h < Hkv; h++) {
+            int64_t valid = ref_attn_valid(&r, h);
+            for (int64_t j = 0; j < cap; j++) {
+                if (j < valid) {
+                    kmv[nv] = km[h * cap + j];
+                    kmr[nv++] = r.key_mass[h * cap + j];
+                } else {
+                    T_ASSERT(memcmp(kmb + 4 * (h * cap + j), km_before + 4 * (h * cap + j), 4) == 0,
+                             "key_mass[head %lld][%lld] beyond the valid length %lld was written (%g)", (long long)h,
+                             (long long)j, (long long)valid, (double)km[h * cap + j]);
+                }
+            }
+        }
+        t_check_nmse("key_mass", kmv, kmr, nv, tol);
+        if (srt) t_assert_unchanged(srt, "stat_rows");
+        t_assert_unchanged(prt, "probe_rows");
+    }
+    t_assert_unchanged(qt, "q");
+    t_assert_unchanged(kt, "k");
+    t_assert_unchanged(vt, "v");
+    if (mt) t_assert_unchanged(mt, "mask");
+done:
+    t_end();
+}
+END_TEST
+
+/* Two consecutive calls with key_mass_accumulate = 1 over disjoint row sets equal one call over all
+ * rows (the H2O running sum), and the outputs of a call do not depend on earlier calls. */
+START_TEST(test_attention_accumulate_split) {
+    t_begin("attention_accumulate_split");
+    const int64_t nq = 12, H = 4, Hkv = 2, d = 32, cap = 24;
+    t_case("attention accumulate_split n_q=%lld n_heads=%lld n_kv_heads=%lld head_dim=%lld capacity=%lld causal=1",
+           (long long)nq, (long long)H, (long long)Hkv, (long long)d, (long long)cap);
+    float *q = t_alloc(4 * (size_t)(nq * H * d)), *k = t_alloc(4 * (size_t)(Hkv * cap * d)),
+          *v = t_alloc(4 * (size_t)(Hkv * cap * d));
+    t_fill_normal(q, nq * H * d, 1);
+    t_fill_normal(k, Hkv * cap * d, 1);
+    t_fill_normal(v, Hkv * cap * d, 1);
+    tt *qt = t_new3(KVS_F32, d, H, nq), *kt = t_new3(KVS_F32, d, cap, Hkv), *vt = t_new3(KVS_F32, d, cap, Hkv);
+    tt *ot = t_new3(KVS_F32, d, H, nq), *km = t_new2(KVS_F32, cap, Hkv), *km_all = t_new2(KVS_F32, cap, Hkv);
+    tt *s1 = t_new1(KVS_I32, nq / 2), *s2 = t_new1(KVS_I32, nq - nq / 2);
+    t_upload_f32(qt, q);
+    t_upload_f32(kt, k);
+    t_upload_f32(vt, v);
+    int32_t rows[12];
+    for (int i = 0; i < 12; i++) rows[i] = i;
+    t_shuffle_i32(rows, 12);
+    t_upload_i32(s1, rows);
+    t_upload_i32(s2, rows + nq / 2);
+    float *zero = t_alloc(4 * (size_t)(Hkv * cap));
+    t_upload_f32(km, zero);
+    kvs_attention_params p = kvs_attention_params_default();
+    p.causal = 1;
+    p.key_mass = km_all->t;
+    if (t_op(kvs_attention(t_dev(), qt->t, kt->t, vt->t, ot->t, &p))) goto done;
+    p.key_mass = km->t;
+    p.key_mass_accumulate = 1;
+    p.stat_rows = s1->t;
+    if (t_op(kvs_attention(t_dev(), qt->t, kt->t, vt->t, ot->t, &p))) goto done;
+    p.stat_rows = s2->t;
+    if (t_op(kvs_attention(t_dev(), qt->t, kt->t, vt->t, ot->t, &p))) goto done;
+    float *a = t_alloc(4 * (size_t)(Hkv * cap)), *b = t_alloc(4 * (size_t)(Hkv * cap));
+    double *bd = t_alloc(sizeof(double) * (size_t)(Hkv * cap));
+    t_download(km, a);
+    t_download(km_all, b);
+    for (int64_t i = 0; i < Hkv * cap; i++) bd[i] = b[i];
+    t_check_nmse("key_mass (two accumulated halves vs one call)", a, bd, Hkv * cap, 1e-10);
+done:
+    t_end();
+}
+END_TEST
+
+Suite *suite_attention(void) {
+    Suite *s = suite_create("attention");
+    TCase *tc = tcase_create("attention");
+    tcase_add_loop_test(tc, test_attention, 0, N_CASES);
+    tcase_add_test(tc, test_attention_accumulate_split);
+    suite_add_tcase(s, tc);
+    return s;
+}
