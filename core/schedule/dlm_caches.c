@@ -119,7 +119,7 @@ kvs_status kvs_dlm_schedule_delayed(kvs_dlm_schedule **out, int reload) {
 /* ---- Elastic-Cache ---------------------------------------------------------------------------- */
 
 kvs_elastic_params kvs_elastic_params_default(void) {
-    kvs_elastic_params p = {.gamma = 0.9f, .window = 16, .track = 1, .sim = KVS_ELASTIC_SIM_HEADS};
+    kvs_elastic_params p = {.gamma = 0.9f, .window = 16, .track = 1, .sim = KVS_ELASTIC_SIM_ROWS};
     return p;
 }
 
