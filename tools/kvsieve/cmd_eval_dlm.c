@@ -35,17 +35,85 @@ typedef struct agg {
     double sec, sec_base;
     int64_t rows, rows_base, agree, total;
     int64_t kept, context;
+    int64_t fid_match, fid_total; /* step fidelity (--fidelity) */
 } agg;
 
 typedef struct ctx {
     kvs_device *dev;
     kvs_model *m;
+    kvs_model *shadow;      /* --fidelity: a second copy of the model for the no-cache shadow forward */
     int64_t block;
     float threshold;
 } ctx;
 
+/* ---- step fidelity: at every step, the no-cache forward of the same state (a shadow model and
+ * cache) and the schedule's logits give the same argmax at the schedule's logit rows? Unlike
+ * positional agreement this does not cascade after a first differing token. ----------------- */
+
+typedef struct shadow {
+    kvs_dlm_schedule *inner;
+    kvs_dlm_schedule_ops ops;
+    kvs_model *m;
+    kvs_kv_cache *c;
+    const int32_t *rows;
+    int64_t n_rows;
+    int64_t match, total;
+    double seconds;         /* spent in the shadow forward (taken out of the schedule's time) */
+} shadow;
+
+static int32_t argmax_row(const float *x, int64_t n) {
+    int64_t b = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return (int32_t)b;
+}
+
+static kvs_status sh_plan(void *self, const kvs_dlm_view *v, kvs_dlm_step *out) {
+    shadow *s = self;
+    kvs_status st = s->inner->ops->plan(s->inner->self, v, out);
+    s->rows = out->plan.logit_rows;
+    s->n_rows = out->plan.n_logit_rows;
+    return st;
+}
+
+static kvs_status sh_feedback(void *self, const kvs_dlm_view *v, const kvs_step_result *r) {
+    shadow *s = self;
+    if (s->inner->ops->feedback) {
+        kvs_status st = s->inner->ops->feedback(s->inner->self, v, r);
+        if (st != KVS_OK) return st;
+    }
+    int32_t *am = malloc((size_t)(s->n_rows > 0 ? s->n_rows : 1) * sizeof *am);
+    if (!am) return KVS_ERR_OUT_OF_MEMORY;
+    for (int64_t i = 0; i < s->n_rows; i++) am[i] = argmax_row(r->logits + i * r->vocab, r->vocab);
+    kvs_step_plan plan = {.tokens = v->tokens, .n_tokens = v->n_tokens, .logit_rows = s->rows, .n_logit_rows = s->n_rows};
+    kvs_step_result sr;
+    double t0 = cli_now();
+    kvs_status st = kvs_model_forward(s->m, s->c, &plan, &sr);
+    if (st == KVS_OK)
+        for (int64_t i = 0; i < s->n_rows; i++) {
+            s->match += am[i] == argmax_row(sr.logits + i * sr.vocab, sr.vocab);
+            s->total++;
+        }
+    s->seconds += cli_now() - t0;
+    free(am);
+    return st;
+}
+
+static kvs_status sh_begin(void *self, int64_t n_tokens, int n_layers) {
+    shadow *s = self;
+    kvs_status st = kvs_cache_reset(s->c);
+    if (st == KVS_OK && s->inner->ops->begin) st = s->inner->ops->begin(s->inner->self, n_tokens, n_layers);
+    return st;
+}
+
+static void sh_stats(void *self, kvs_dlm_schedule_stats *out) {
+    shadow *s = self;
+    kvs_dlm_schedule_get_stats(s->inner, out);
+}
+
 /* One decode; out[gen]. */
-static kvs_status decode(ctx *c, const prompt *p, int64_t gen, kvs_dlm_schedule *sc, int32_t *out, kvs_gen_stats *st) {
+static kvs_status decode(ctx *c, const prompt *p, int64_t gen, kvs_dlm_schedule *sc, int32_t *out, kvs_gen_stats *st,
+                         int64_t *fid) {
     kvs_cache_params cp = kvs_model_cache_params(c->m);
     cp.capacity = p->n + gen;
     cp.flags = kvs_dlm_schedule_cache_flags(sc);
@@ -58,7 +126,26 @@ static kvs_status decode(ctx *c, const prompt *p, int64_t gen, kvs_dlm_schedule 
     dp.steps = gen;
     dp.threshold = c->threshold;
     dp.schedule = sc;
-    kvs_status s = kvs_generate_dlm(c->m, cache, p->ids, p->n, &dp, NULL, NULL, out, st);
+    kvs_status s;
+    if (fid && sc && c->shadow) {
+        shadow sh = {.inner = sc, .m = c->shadow};
+        sh.ops = (kvs_dlm_schedule_ops){.name = kvs_dlm_schedule_name(sc), .cache_flags = cp.flags, .plan = sh_plan,
+                                        .feedback = sh_feedback, .begin = sh_begin, .stats = sh_stats};
+        kvs_cache_params sp = kvs_model_cache_params(c->shadow);
+        sp.capacity = cp.capacity;
+        kvs_dlm_schedule *w = NULL;
+        s = kvs_cache_create(&sh.c, c->dev, &sp);
+        if (s == KVS_OK) s = kvs_dlm_schedule_custom(&w, &sh.ops, &sh);
+        dp.schedule = w;
+        if (s == KVS_OK) s = kvs_generate_dlm(c->m, cache, p->ids, p->n, &dp, NULL, NULL, out, st);
+        kvs_dlm_schedule_destroy(&w); /* ops.destroy is NULL: sc stays with the caller */
+        kvs_cache_destroy(&sh.c);
+        fid[0] += sh.match;
+        fid[1] += sh.total;
+        if (s == KVS_OK) st->seconds -= sh.seconds;
+    } else {
+        s = kvs_generate_dlm(c->m, cache, p->ids, p->n, &dp, NULL, NULL, out, st);
+    }
     kvs_cache_destroy(&cache);
     return s;
 }
@@ -152,16 +239,20 @@ static json_object *agg_json(const agg *a) {
     json_object_object_add(j, "speedup", json_object_new_double(a->sec > 0 ? a->sec_base / a->sec : 0));
     json_object_object_add(j, "compute_fraction", json_object_new_double((double)a->rows / (double)(a->rows_base ? a->rows_base : 1)));
     json_object_object_add(j, "agreement", json_object_new_double((double)a->agree / (double)(a->total ? a->total : 1)));
+    if (a->fid_total > 0)
+        json_object_object_add(j, "step_fidelity", json_object_new_double((double)a->fid_match / (double)a->fid_total));
     json_object_object_add(j, "kept_fraction",
                            json_object_new_double(a->context ? (double)a->kept / (double)a->context : 1.0));
     return j;
 }
 
-static void agg_print(const agg *a, int with_budget) {
+static void agg_print(const agg *a, int with_budget, int fid_col) {
     double sp = a->sec > 0 ? a->sec_base / a->sec : 0;
     printf("%-22s %5lld %7d %8.2fx %9.3f %10.3f", a->name, (long long)a->gen, a->prompts, sp,
            (double)a->rows / (double)(a->rows_base ? a->rows_base : 1), (double)a->agree / (double)(a->total ? a->total : 1));
     if (with_budget) printf(" %7.3f", a->context ? (double)a->kept / (double)a->context : 1.0);
+    if (a->fid_total > 0) printf(" %9.3f", (double)a->fid_match / (double)a->fid_total);
+    else if (fid_col) printf(" %9s", "1");
     printf("\n");
 }
 
@@ -188,7 +279,7 @@ static int run_table(ctx *c, const dlm_cache_opts *co, char **caches, int nc, co
     for (int pi = 0; pi < np && rc == 0; pi++) {
         if (ps[pi].n + gen > ctx_len) continue;
         kvs_gen_stats st0, st;
-        if (decode(c, &ps[pi], gen, NULL, base, &st0) != KVS_OK) {
+        if (decode(c, &ps[pi], gen, NULL, base, &st0, NULL) != KVS_OK) {
             rc = cli_fail(CLI_EXIT_FAIL, PROG, "none, gen %lld: %s", (long long)gen, kvs_last_error());
             break;
         }
@@ -198,7 +289,10 @@ static int run_table(ctx *c, const dlm_cache_opts *co, char **caches, int nc, co
             kvs_dlm_schedule *sc = NULL;
             rc = dlm_cache_build(PROG, co, caches[ci], g->budget, &sc);
             if (rc) break;
-            kvs_status s = decode(c, &ps[pi], gen, sc, got, &st);
+            int64_t fid[2] = {0, 0};
+            kvs_status s = decode(c, &ps[pi], gen, sc, got, &st, fid);
+            g->fid_match += fid[0];
+            g->fid_total += fid[1];
             kvs_dlm_schedule_stats ss;
             memset(&ss, 0, sizeof ss);
             if (sc) kvs_dlm_schedule_get_stats(sc, &ss);
@@ -228,7 +322,7 @@ int cmd_eval_dlm(int argc, char **argv) {
                *caches_s = "none,prefix,dual,delayed,elastic", *backend = "cpu", *plot = NULL,
                *long_text = NULL, *budgets_s = "0.25,0.5";
     int64_t block = 32, long_len = 320, long_gen = 128;
-    int long_n = 3, json = 0, threads = 0, dlm_flag = 0;
+    int long_n = 3, json = 0, threads = 0, dlm_flag = 0, fidelity = 0;
     double threshold = 0.9;
     dlm_cache_opts co = dlm_cache_opts_default();
     cli_opt opts[32] = {
@@ -248,6 +342,8 @@ int cmd_eval_dlm(int argc, char **argv) {
         {"threads", 't', CLI_INT, &threads, "N", "CPU backend threads (default: all cores)"},
         {"json", 0, CLI_FLAG, &json, NULL, "print one JSON object instead of the tables"},
         {"plot", 0, CLI_STRING, &plot, "F.svg", "write an SVG plot of speedup, compute fraction and agreement"},
+        {"fidelity", 0, CLI_FLAG, &fidelity, NULL, "also measure step fidelity: argmax agreement with a no-cache forward of "
+                                                   "the same state at every step (twice the time)"},
     };
     int n_opts = 0;
     while (opts[n_opts].name) n_opts++;
@@ -316,6 +412,10 @@ int cmd_eval_dlm(int argc, char **argv) {
         goto done;
     }
     if (kvs_model_create(&c.m, c.dev, mf, NULL) != KVS_OK) {
+        exit_code = cli_fail(CLI_EXIT_FAIL, PROG, "%s", kvs_last_error());
+        goto done;
+    }
+    if (fidelity && kvs_model_create(&c.shadow, c.dev, mf, NULL) != KVS_OK) {
         exit_code = cli_fail(CLI_EXIT_FAIL, PROG, "%s", kvs_last_error());
         goto done;
     }
@@ -429,14 +529,17 @@ int cmd_eval_dlm(int argc, char **argv) {
         json_object_put(j);
     } else {
         printf("%s on %s: %d prompts, block %lld, threshold %.2f; speedup = no-cache seconds / schedule seconds,\n"
-               "compute = rows computed / no-cache rows, agreement = tokens equal to the no-cache decode\n\n",
-               model, kvs_device_get_info(c.dev)->name, np, (long long)block, threshold);
-        printf("%-22s %5s %7s %9s %9s %10s\n", "schedule", "gen", "prompts", "speedup", "compute", "agreement");
-        for (int i = 0; i < na; i++) agg_print(&a[i], 0);
+               "compute = rows computed / no-cache rows, agreement = tokens equal to the no-cache decode%s\n\n",
+               model, kvs_device_get_info(c.dev)->name, np, (long long)block, threshold,
+               fidelity ? ",\nfidelity = steps' argmax equal to a no-cache forward of the same state" : "");
+        printf("%-22s %5s %7s %9s %9s %10s%s\n", "schedule", "gen", "prompts", "speedup", "compute", "agreement",
+               fidelity ? "  fidelity" : "");
+        for (int i = 0; i < na; i++) agg_print(&a[i], 0, fidelity);
         if (nla > 0) {
             printf("\nlong prompts: %d x %lld tokens from the text, gen %lld (kept = WaveFilter's kept context share)\n",
                    nlp, (long long)long_len, (long long)long_gen);
-            printf("%-22s %5s %7s %9s %9s %10s %7s\n", "schedule", "gen", "prompts", "speedup", "compute", "agreement", "kept");
+            printf("%-22s %5s %7s %9s %9s %10s %7s%s\n", "schedule", "gen", "prompts", "speedup", "compute", "agreement",
+                   "kept", fidelity ? "  fidelity" : "");
             for (int i = 0; i < nla; i++) {
                 char nm[128];
                 agg t = la[i];
@@ -444,7 +547,7 @@ int cmd_eval_dlm(int argc, char **argv) {
                     snprintf(nm, sizeof nm, "%.80s@%.2f", t.name, t.budget);
                     snprintf(t.name, sizeof t.name, "%.90s", nm);
                 }
-                agg_print(&t, 1);
+                agg_print(&t, 1, fidelity);
             }
         }
     }
@@ -460,6 +563,7 @@ done:
     free(la);
     free(text);
     kvs_model_destroy(&c.m);
+    kvs_model_destroy(&c.shadow);
     kvs_device_destroy(&c.dev);
     kvs_tokenizer_destroy(&tok);
     kvs_model_file_close(&mf);
