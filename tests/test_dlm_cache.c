@@ -179,6 +179,68 @@ START_TEST(test_wavefilter_budget1) {
 }
 END_TEST
 
+/* The forward's sparse keep-set path: bad keep-sets are refused with a message; a keep-set of
+ * every row gives the dense logits bit for bit; a smaller one changes them. */
+START_TEST(test_sparse_keep_forward) {
+    env e = {0};
+    env_open(&e);
+    const kvs_model_hparams *hp = kvs_model_get_hparams(e.m);
+    kvs_cache_params cp = kvs_model_cache_params(e.m);
+    cp.capacity = 16;
+    kvs_kv_cache *c = NULL;
+    ck_assert(kvs_cache_create(&c, e.dev, &cp) == KVS_OK);
+    int32_t toks[12] = {1, 45, 67, 89, 0, 0, 0, 0, 0, 0, 0, 0}, lr = 5;
+    kvs_step_plan plan = {.tokens = toks, .n_tokens = 12, .logit_rows = &lr, .n_logit_rows = 1};
+    kvs_step_result r;
+    ck_assert_msg(kvs_model_forward(e.m, c, &plan, &r) == KVS_OK, "%s", kvs_last_error());
+    float *dense = malloc((size_t)hp->vocab * sizeof *dense);
+    memcpy(dense, r.logits, (size_t)hp->vocab * sizeof *dense);
+    int H = hp->n_kv_heads;
+    int32_t keep[8 * 12];
+    int64_t nk[8];
+    ck_assert_int_le(H, 8);
+    for (int h = 0; h < H; h++) {
+        for (int j = 0; j < 12; j++) keep[h * 12 + j] = j;
+        nk[h] = 12;
+    }
+    kvs_layer_plan lp[16];
+    ck_assert_int_le(hp->n_layers, 16);
+    memset(lp, 0, sizeof lp);
+    for (int l = 0; l < hp->n_layers; l++) {
+        lp[l].keep = keep;
+        lp[l].n_keep = nk;
+        lp[l].keep_stride = 12;
+    }
+    plan.layers = lp;
+    ck_assert_msg(kvs_model_forward(e.m, c, &plan, &r) == KVS_OK, "%s", kvs_last_error());
+    for (int i = 0; i < hp->vocab; i++) ck_assert_msg(r.logits[i] == dense[i], "logit %d: %g vs %g", i, r.logits[i], dense[i]);
+    /* keep 8 of 12 rows (head-dependent): other logits */
+    for (int h = 0; h < H; h++) {
+        int n = 0;
+        for (int j = 0; j < 12; j++)
+            if (j < 2 || j >= 4 + h % 2) keep[h * 12 + n++] = j;
+        nk[h] = n;
+    }
+    ck_assert_msg(kvs_model_forward(e.m, c, &plan, &r) == KVS_OK, "%s", kvs_last_error());
+    int differ = 0;
+    for (int i = 0; i < hp->vocab; i++) differ += r.logits[i] != dense[i];
+    ck_assert_int_gt(differ, 0);
+    /* not increasing, beyond the cache length, empty */
+    keep[1] = 0;
+    ck_assert_int_eq(kvs_model_forward(e.m, c, &plan, &r), KVS_ERR_INVALID_ARGUMENT);
+    keep[1] = 1;
+    keep[nk[0] - 1] = 13;
+    ck_assert_int_eq(kvs_model_forward(e.m, c, &plan, &r), KVS_ERR_INVALID_ARGUMENT);
+    keep[nk[0] - 1] = 11;
+    nk[0] = 0;
+    ck_assert_int_eq(kvs_model_forward(e.m, c, &plan, &r), KVS_ERR_INVALID_ARGUMENT);
+    ck_assert(strstr(kvs_last_error(), "keeps") != NULL);
+    free(dense);
+    kvs_cache_destroy(&c);
+    env_close(&e);
+}
+END_TEST
+
 /* Defaults: fewer rows than the baseline, most tokens agree (gen 128, block 32, threshold 0.9). */
 START_TEST(test_defaults_save_compute) {
     env e = {0};
@@ -232,10 +294,18 @@ int main(int argc, char **argv) {
     Suite *s = suite_create("dlm_cache");
     TCase *tc = tcase_create("anchors");
     tcase_set_timeout(tc, 900);
-    tcase_add_test(tc, test_prefix_dual_one_step_per_block);
-    tcase_add_test(tc, test_delayed_reload1_and_elastic_gamma1);
-    tcase_add_test(tc, test_wavefilter_budget1);
-    tcase_add_test(tc, test_defaults_save_compute);
+    /* --only NAME runs one test (names as below) */
+    const char *only = NULL;
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
+#define ADD(t)                                                                                                         \
+    if (!only || strcmp(only, #t) == 0) tcase_add_test(tc, t)
+    ADD(test_prefix_dual_one_step_per_block);
+    ADD(test_delayed_reload1_and_elastic_gamma1);
+    ADD(test_wavefilter_budget1);
+    ADD(test_sparse_keep_forward);
+    ADD(test_defaults_save_compute);
+#undef ADD
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
