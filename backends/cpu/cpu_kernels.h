@@ -65,12 +65,19 @@ static inline int kvs_cpu_avx512(void) {
 #define KVS_RESTRICT
 #endif
 
-/* Threads for a loop of `work` units of roughly `unit_cost` cheap operations each: one thread for
- * small jobs (an OpenMP fork costs a few microseconds), else the device's count. */
+/* Threads for a job of about `total_ops` cheap operations: one thread for small jobs (an OpenMP
+ * fork costs a few microseconds), else the device's count; always 1 without OpenMP (per-thread
+ * scratch is sized by this count). */
 static inline int kvs_cpu_nt(const kvs_device *dev, double total_ops) {
+#ifdef _OPENMP
     int nt = kvs_cpu_threads(dev);
     if (total_ops < 32768.0) return 1;
     return nt < 1 ? 1 : nt;
+#else
+    (void)dev;
+    (void)total_ops;
+    return 1;
+#endif
 }
 
 static inline float kvs_bits_f32(uint32_t u) {

@@ -19,11 +19,8 @@
 
 #include "cpu_kernels.h"
 
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(KVS_NO_CLONES)
+#if KVS_CPU_HAVE_AVX512
 #include <immintrin.h>
-#define ATT_HAVE_AVX512 1
-#else
-#define ATT_HAVE_AVX512 0
 #endif
 
 #define ATT_BK 256       /* keys per tile */
@@ -32,7 +29,7 @@
 
 /* ---- AVX-512 register-blocked tile products (used when the CPU has AVX-512F, d % 16 == 0) ---- */
 
-#if ATT_HAVE_AVX512
+#if KVS_CPU_HAVE_AVX512
 /* S[r][j] = scale * sum_t Qp[r][t] K[j][t] for r < Mp (multiple of 8), j < np (multiple of 32).
  * Qp: [Mp][d]; KP: K transposed in panels of 32 keys, [np/32][d][32] (contiguous streams; a
  * power-of-two row stride would alias in L1); S: row stride ATT_BK.
@@ -199,19 +196,6 @@ static float att_exp_row_avx512(float *s, int64_t n, float m) {
 }
 #endif
 
-static int att_cpu_avx512(void) {
-#if ATT_HAVE_AVX512
-    static int cached = -1;
-    if (cached < 0) {
-        __builtin_cpu_init();
-        cached = __builtin_cpu_supports("avx512f") ? 1 : 0;
-    }
-    return cached;
-#else
-    return 0;
-#endif
-}
-
 typedef struct att_ctx {
     const kvs_attention_args *a;
     int64_t G, BQ, d;
@@ -336,7 +320,7 @@ static int att_logits(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int6
         }
         if (kmin > max_qpos) return 0;
     }
-#if ATT_HAVE_AVX512
+#if KVS_CPU_HAVE_AVX512
     if (c->fast) {
         att_qk_avx512(w->Qp, c->KT + h * d * c->ldk + j0 * d, d, (M + 7) & ~(int64_t)7, (n + 31) & ~(int64_t)31,
                       a->p.scale, w->S);
@@ -397,7 +381,7 @@ static void att_task(const att_ctx *c, att_work *w, int64_t h, int64_t qt) {
         if (!att_logits(c, w, h, i0, M, j0, n, max_qpos)) continue;
         for (int64_t r = 0; r < M; r++) {
             float *s = w->S + r * ATT_BK;
-#if ATT_HAVE_AVX512
+#if KVS_CPU_HAVE_AVX512
             float tmax = c->fast ? att_row_max_avx512(s, n) : att_row_max(s, n);
 #else
             float tmax = att_row_max(s, n);
@@ -416,13 +400,13 @@ static void att_task(const att_ctx *c, att_work *w, int64_t h, int64_t qt) {
                 att_scale_row(w->O + r * d, d, alpha);
                 w->m[r] = mnew;
             }
-#if ATT_HAVE_AVX512
+#if KVS_CPU_HAVE_AVX512
             w->l[r] += c->fast ? att_exp_row_avx512(s, n, mnew) : att_exp_row(s, n, mnew);
 #else
             w->l[r] += att_exp_row(s, n, mnew);
 #endif
         }
-#if ATT_HAVE_AVX512
+#if KVS_CPU_HAVE_AVX512
         if (c->fast) {
             att_pv_avx512(w->S, (M + 7) & ~(int64_t)7, n, c->V32 + (h * a->capacity + j0) * d, d, w->O);
         } else
@@ -536,6 +520,7 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
     const int64_t M = ((c.BQ * c.G + 7) & ~(int64_t)7), d = c.d; /* rows per task, padded to 8 */
     double flops = 4.0 * (double)a->n_q * (double)a->n_kv * (double)d * (double)a->n_heads;
     int nt = kvs_cpu_nt(dev, flops / 8.0);
+    (void)nt; /* unused without OpenMP */
     if (nt > n_tasks) nt = (int)n_tasks;
     const int want_km = a->p.key_mass != NULL;
     const int64_t cap = a->capacity;
@@ -572,7 +557,7 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
 
     /* AVX-512 path: enough query rows per kv head to amortise a transposed f32 copy of K */
     float *kt_buf = NULL, *v_buf = NULL;
-    c.fast = att_cpu_avx512() && d % 16 == 0 && a->n_q * c.G >= 8;
+    c.fast = kvs_cpu_avx512() && d % 16 == 0 && a->n_q * c.G >= 8;
     if (c.fast) {
         c.ldk = (a->n_kv + 31) & ~(int64_t)31;
         kt_buf = malloc((size_t)(a->n_kv_heads * d * c.ldk) * sizeof(float));

@@ -25,6 +25,20 @@ void kvs_cpu_blas_threads(int n) {
 #endif
 }
 
+const char *kvs_cpu_blas_name(void) {
+#ifdef OPENBLAS_VERSION
+    static char name[96];
+    if (!name[0]) {
+        const char *core = openblas_get_corename();
+        snprintf(name, sizeof name, "OpenBLAS core %s, GEMM: %s", core ? core : "?",
+                 kvs_cpu_own_gemm() ? "own AVX-512" : "OpenBLAS");
+    }
+    return name;
+#else
+    return kvs_cpu_own_gemm() ? "cblas, GEMM: own AVX-512" : "cblas GEMM";
+#endif
+}
+
 /* ---- weight rows -> f32 ------------------------------------------------------------------- */
 
 /* Q8_0 (GGUF): blocks of 32 values, each 34 bytes = f16 scale d + 32 int8 q; value = d * q. */
@@ -208,6 +222,7 @@ static void matmul_small_n(kvs_device *dev, const kvs_matmul_args *a) {
     const int fast = kvs_cpu_avx512() && k % 16 == 0;
     (void)fast;
     int nt = kvs_cpu_nt(dev, (double)m * (double)k * (double)n);
+    (void)nt; /* unused without OpenMP */
     KVS_OMP(parallel for num_threads(nt) schedule(static))
     for (int64_t r = 0; r < m; r++) {
         float acc[KVS_GEMV_MAX_N];
@@ -235,7 +250,7 @@ static void matmul_small_n(kvs_device *dev, const kvs_matmul_args *a) {
  * ("Prescott") for models it does not know, e.g. some virtualised Xeons, where its SGEMM runs at a
  * fraction of the machine's rate. There, and with other BLAS libraries, a register-blocked AVX-512
  * kernel of our own is faster; with OpenBLAS's AVX-512 kernels, cblas_sgemm is used. */
-static int matmul_own_gemm(void) {
+int kvs_cpu_own_gemm(void) {
 #if KVS_CPU_HAVE_AVX512
     static int cached = -1;
     if (cached < 0) {
@@ -303,7 +318,8 @@ static kvs_status matmul_own(kvs_device *dev, const kvs_matmul_args *a) {
     const kvs_dtype dt = a->W->dtype;
     const size_t wrow = kvs_dtype_bytes(dt, k);
     const int64_t n_rb = (m + MM_RB - 1) / MM_RB;
-    int nt = kvs_cpu_threads(dev);
+    int nt = kvs_cpu_nt(dev, 1e9);
+    (void)nt; /* unused without OpenMP */
     if (nt > n_rb) nt = (int)n_rb;
     if (nt < 1) nt = 1;
     const size_t per = (size_t)MM_RB * MM_KC + (size_t)MM_RB * MM_NB + (size_t)k + 32;
@@ -388,13 +404,14 @@ kvs_status kvs_cpu_matmul(kvs_device *dev, const kvs_matmul_args *a) {
         matmul_small_n(dev, a);
         return KVS_OK;
     }
-    if (matmul_own_gemm()) return matmul_own(dev, a);
+    if (kvs_cpu_own_gemm()) return matmul_own(dev, a);
     const float *x = kvs_tensor_host_ptr(a->x);
     float *y = kvs_tensor_host_ptr(a->y);
     const float beta = a->accumulate ? 1.0f : 0.0f;
     const void *W = kvs_tensor_host_ptr(a->W);
     const kvs_dtype dt = a->W->dtype;
     int nt = kvs_cpu_nt(dev, (double)m * (double)k * (double)n / 64.0);
+    (void)nt; /* unused without OpenMP */
     int64_t min_rows = 64;
     if ((int64_t)nt * min_rows > m) nt = (int)((m + min_rows - 1) / min_rows);
     if (nt < 1) nt = 1;
@@ -442,6 +459,7 @@ kvs_status kvs_cpu_add(kvs_device *dev, const kvs_tensor *a, const kvs_tensor *b
     const float *pa = kvs_tensor_host_ptr(a), *pb = kvs_tensor_host_ptr(b);
     float *py = kvs_tensor_host_ptr(y);
     int nt = kvs_cpu_nt(dev, (double)n);
+    (void)nt; /* unused without OpenMP */
     const int64_t chunk = 16384;
     int64_t nchunks = (n + chunk - 1) / chunk;
     KVS_OMP(parallel for num_threads(nt) schedule(static))
@@ -494,6 +512,7 @@ kvs_status kvs_cpu_copy(kvs_device *dev, const kvs_tensor *src, kvs_tensor *dst,
     const void *s = kvs_tensor_host_ptr(src);
     void *d = kvs_tensor_host_ptr(dst);
     int nt = kvs_cpu_nt(dev, (double)n);
+    (void)nt; /* unused without OpenMP */
     const int64_t chunk = 16384;
     int64_t nchunks = (n + chunk - 1) / chunk;
     KVS_OMP(parallel for num_threads(nt) schedule(static))
@@ -517,6 +536,7 @@ kvs_status kvs_cpu_rmsnorm(kvs_device *dev, const kvs_tensor *x, const kvs_tenso
     const float *px = kvs_tensor_host_ptr(x), *pw = kvs_tensor_host_ptr(w);
     float *py = kvs_tensor_host_ptr(y);
     int nt = kvs_cpu_nt(dev, (double)rows * (double)dim);
+    (void)nt; /* unused without OpenMP */
     KVS_OMP(parallel for num_threads(nt) schedule(static))
     for (int64_t r = 0; r < rows; r++) rmsnorm_row(px + r * dim, pw, py + r * dim, dim, eps);
     return KVS_OK;
@@ -532,6 +552,7 @@ kvs_status kvs_cpu_swiglu(kvs_device *dev, const kvs_tensor *gate, const kvs_ten
     const float *g = kvs_tensor_host_ptr(gate), *u = kvs_tensor_host_ptr(up);
     float *o = kvs_tensor_host_ptr(out);
     int nt = kvs_cpu_nt(dev, (double)n * 8.0);
+    (void)nt; /* unused without OpenMP */
     const int64_t chunk = 8192;
     int64_t nchunks = (n + chunk - 1) / chunk;
     KVS_OMP(parallel for num_threads(nt) schedule(static))
@@ -567,6 +588,7 @@ kvs_status kvs_cpu_softmax(kvs_device *dev, const kvs_tensor *x, kvs_tensor *y, 
     const float *px = kvs_tensor_host_ptr(x);
     float *py = kvs_tensor_host_ptr(y);
     int nt = kvs_cpu_nt(dev, (double)rows * (double)n * 8.0);
+    (void)nt; /* unused without OpenMP */
     KVS_OMP(parallel for num_threads(nt) schedule(static))
     for (int64_t r = 0; r < rows; r++) softmax_row(px + r * n, py + r * n, n, scale);
     return KVS_OK;
@@ -577,6 +599,7 @@ kvs_status kvs_cpu_embedding(kvs_device *dev, const kvs_tensor *table, const int
     const void *t = kvs_tensor_host_ptr(table);
     float *o = kvs_tensor_host_ptr(out);
     int nt = kvs_cpu_nt(dev, (double)n * (double)dim);
+    (void)nt; /* unused without OpenMP */
     KVS_OMP(parallel for num_threads(nt) schedule(static))
     for (int64_t i = 0; i < n; i++) row_to_f32(t, table->dtype, ids[i], dim, o + i * dim);
     return KVS_OK;
@@ -618,6 +641,7 @@ kvs_status kvs_cpu_rope(kvs_device *dev, const kvs_rope_args *a) {
     /* per-thread: inv_freq (f64) shared, then cos, sin, f32 staging of one vector */
     double *inv_freq = malloc((size_t)half * sizeof(double));
     int nt = kvs_cpu_nt(dev, (double)a->n_vec * (double)hd * 4.0);
+    (void)nt; /* unused without OpenMP */
     size_t per = (size_t)(2 * half + hd);
     float *work = malloc((size_t)nt * per * sizeof(float));
     if (!inv_freq || !work) {
