@@ -544,7 +544,7 @@ kvs_status kvs_cpu_rmsnorm(kvs_device *dev, const kvs_tensor *x, const kvs_tenso
 
 KVS_CLONES
 static void swiglu_chunk(const float *g, const float *u, float *o, int64_t n) {
-    for (int64_t i = 0; i < n; i++) o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    for (int64_t i = 0; i < n; i++) o[i] = g[i] / (1.0f + kvs_expf(-g[i])) * u[i];
 }
 
 kvs_status kvs_cpu_swiglu(kvs_device *dev, const kvs_tensor *gate, const kvs_tensor *up, kvs_tensor *out,
@@ -563,24 +563,42 @@ kvs_status kvs_cpu_swiglu(kvs_device *dev, const kvs_tensor *gate, const kvs_ten
     return KVS_OK;
 }
 
+KVS_CLONES
 static void softmax_row(const float *x, float *y, int64_t n, float s) {
+    float mx[16];
+    for (int l = 0; l < 16; l++) mx[l] = -INFINITY;
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16)
+        for (int l = 0; l < 16; l++) {
+            float v = s * x[j + l];
+            mx[l] = v > mx[l] ? v : mx[l];
+        }
     float m = -INFINITY;
-    for (int64_t j = 0; j < n; j++) {
+    for (; j < n; j++) {
         float v = s * x[j];
         m = v > m ? v : m;
     }
+    for (int l = 0; l < 16; l++) m = mx[l] > m ? mx[l] : m;
     if (m == -INFINITY) { /* all -inf (or empty): weight 0 everywhere */
-        for (int64_t j = 0; j < n; j++) y[j] = 0.0f;
+        for (j = 0; j < n; j++) y[j] = 0.0f;
         return;
     }
+    float acc[16] = {0};
+    for (j = 0; j + 16 <= n; j += 16)
+        for (int l = 0; l < 16; l++) {
+            float e = kvs_expf(s * x[j + l] - m);
+            y[j + l] = e;
+            acc[l] += e;
+        }
     double sum = 0.0;
-    for (int64_t j = 0; j < n; j++) {
-        float e = expf(s * x[j] - m);
+    for (; j < n; j++) {
+        float e = kvs_expf(s * x[j] - m);
         y[j] = e;
         sum += e;
     }
+    for (int l = 0; l < 16; l++) sum += acc[l];
     float inv = (float)(1.0 / sum);
-    for (int64_t j = 0; j < n; j++) y[j] *= inv;
+    for (j = 0; j < n; j++) y[j] *= inv;
 }
 
 kvs_status kvs_cpu_softmax(kvs_device *dev, const kvs_tensor *x, kvs_tensor *y, int64_t rows, int64_t n,
