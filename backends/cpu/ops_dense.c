@@ -525,8 +525,13 @@ kvs_status kvs_cpu_copy(kvs_device *dev, const kvs_tensor *src, kvs_tensor *dst,
 
 KVS_CLONES
 static void rmsnorm_row(const float *x, const float *w, float *y, int64_t dim, float eps) {
+    double acc[8] = {0}; /* 8 f64 lanes: a single accumulator would not vectorise */
+    int64_t c0 = 0;
+    for (; c0 + 8 <= dim; c0 += 8)
+        for (int l = 0; l < 8; l++) acc[l] += (double)x[c0 + l] * (double)x[c0 + l];
     double ss = 0.0;
-    for (int64_t c = 0; c < dim; c++) ss += (double)x[c] * (double)x[c];
+    for (; c0 < dim; c0++) ss += (double)x[c0] * (double)x[c0];
+    for (int l = 0; l < 8; l++) ss += acc[l];
     float inv = (float)(1.0 / sqrt(ss / (double)dim + (double)eps));
     for (int64_t c = 0; c < dim; c++) y[c] = (x[c] * inv) * w[c];
 }
