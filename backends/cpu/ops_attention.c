@@ -4,15 +4,23 @@
  * query rows); the task packs the G = n_heads/n_kv_heads query heads of its group that read kv head h
  * into one matrix Qp [BQ*G][d] (row r = query (r / G), head h*G + r % G), so K/V are read once per
  * group and never expanded. For each tile of BK keys:
- *   S  = scale * Qp . K_tile^T           (cblas_sgemm, [M][BK])
+ *   S  = scale * Qp . K_tile^T           ([M][BK])
  *   visibility (kv_len, row_len, causal positions) and the additive mask turn S into logits,
  *   online softmax per row: m' = max(m, max_j S), O *= e^(m-m'), l = l e^(m-m') + sum_j e^(S-m'),
- *   O += P . V_tile                       (cblas_sgemm, [M][d]).
+ *   O += P . V_tile                       ([M][d]).
  * Running maxima start at -FLT_MAX; invisible keys get logit -inf, so their weight is exactly 0.
+ * The argmax is the first key reaching the row's maximum logit (tiles are visited in key order).
  * Statistics needing normalised probabilities (key_mass, probs) take a second pass over the key
- * tiles of the rows that need them, with the final (m, l) of each row: p = e^(S-m) / l.
- * f16 K/V tiles are converted to f32 per tile. Tasks are spread over OpenMP threads; OpenBLAS runs
- * single-threaded inside them. */
+ * tiles of the rows that need them, with the final (m, l) of each row: p = e^(S-m) / l; key_mass
+ * is accumulated per thread and reduced at the end (rows listed twice in stat_rows count twice).
+ *
+ * The two tile products run either
+ *  - on register-blocked AVX-512 kernels (8 rows x 32 keys / 8 rows x 32 dims, FMA) when the CPU
+ *    has AVX-512F, d % 16 == 0 and there are enough query rows (n_q >= 4, n_q*G >= 8) to amortise
+ *    one f32 copy of K per call, laid out in panels of 32 keys [n_kv_heads][n_kv/32][d][32];
+ *  - or through cblas_sgemm on each tile (single-threaded OpenBLAS inside the OpenMP tasks),
+ *    f16 K/V tiles converted to f32 first (decoding, odd head sizes, other CPUs).
+ * Tasks are spread over OpenMP threads (dynamic schedule: causal tiles differ in cost). */
 #include <stdlib.h>
 
 #include <cblas.h>
@@ -557,7 +565,7 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
 
     /* AVX-512 path: enough query rows per kv head to amortise a transposed f32 copy of K */
     float *kt_buf = NULL, *v_buf = NULL;
-    c.fast = kvs_cpu_avx512() && d % 16 == 0 && a->n_q * c.G >= 8;
+    c.fast = kvs_cpu_avx512() && d % 16 == 0 && a->n_q * c.G >= 8 && a->n_q >= 4;
     if (c.fast) {
         c.ldk = (a->n_kv + 31) & ~(int64_t)31;
         kt_buf = malloc((size_t)(a->n_kv_heads * d * c.ldk) * sizeof(float));
