@@ -13,7 +13,7 @@
  * Tolerances (nmse, per output): f32 k/v 1e-6 (an all-f32 pass reaches ~1e-12; the budget admits
  * approximate exp/rsqrt; the "extreme" case with logits of magnitude 100-1000 gets 1e-5 because the
  * f32 logit error eps*|logit| enters the exponent); f16 k/v 5e-4 (test-backend-ops' flash-attention
- * budget: admits f16 arithmetic). row_max: |m - m_ref| <= 1e-5 * B (f16: 1e-3 * B), B the largest
+ * budget: admits f16 arithmetic), for the whole output and for each (row, head) alone. row_max: |m - m_ref| <= 1e-5 * B (f16: 1e-3 * B), B the largest
  * visible scale*sum|q k| + |mask| of the row, i.e. the f32 dot-product error bound scale. row_sum
  * and the unnormalised output are compared after rescaling by exp(m - m_ref) (the quantities
  * merging uses: l*e^m and o*e^m), so a row_max within tolerance does not count twice. argmax: the
@@ -317,6 +317,13 @@ START_TEST(test_attention) {
         }
     }
     t_check_nmse(p.unnormalised ? "out (unnormalised, rescaled)" : "out", out, r.out, nq * H * d, tol);
+    /* per (row, head) as well: an error confined to one row must not be diluted by the others */
+    for (int64_t i = 0; i < nq * H; i++) {
+        if (r.argmax[i] < 0) continue;
+        char what[64];
+        snprintf(what, sizeof what, "out[row %lld head %lld]", (long long)(i / H), (long long)(i % H));
+        t_check_nmse(what, out + i * d, r.out + i * d, d, tol);
+    }
 
     if (f & A_STATS) {
         /* row_sum (rescaled like the unnormalised output) */
