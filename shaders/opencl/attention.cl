@@ -30,12 +30,20 @@
 #define KM_TP 16          /* (row, head) pairs per local tile in the key-mass kernel */
 #endif
 
+/* f16 bits -> f32, exact, branch-free (see dense.cl). */
+inline float f16_to_f32(ushort h) {
+    uint em = (uint)(h & 0x7fffu);
+    float f = as_float(em << 13) * 0x1.0p112f;
+    f = em >= 0x7c00u ? as_float((em << 13) | 0x7f800000u) : f;
+    return as_float(as_uint(f) | ((uint)(h & 0x8000u) << 16));
+}
+
 #if KV_T == 0
 #define KV_PTR __global const float *
 #define LOAD_KV(p, i) ((p)[i])
 #else
-#define KV_PTR __global const half *
-#define LOAD_KV(p, i) vload_half((i), (p))
+#define KV_PTR __global const ushort *
+#define LOAD_KV(p, i) f16_to_f32((p)[i])
 #endif
 
 /* flags */
