@@ -145,14 +145,15 @@ kvs_status kvs_vk_matmul(kvs_device *dev, const kvs_matmul_args *a) {
         return kvs_vk_dispatch(v, "matmul", spec, 2, args, 3, &pc, sizeof pc,
                                (uint64_t)pc.groups_m * ceil_div((uint64_t)a->n, 64), op);
     }
-    /* GEMV path, 8 rows of x per dispatch */
-    uint32_t spec[2] = {wg_size(dev, 128), (uint32_t)a->W->dtype};
+    /* GEMV path, up to 8 rows of x per dispatch (NV = rows, a specialization constant) */
+    uint32_t spec[3] = {wg_size(dev, a->k >= 128 ? 128 : 64), (uint32_t)a->W->dtype, 8};
     uint32_t ox = pc.ox, oy = pc.oy;
     for (int64_t i0 = 0; i0 < a->n; i0 += 8) {
         pc.n = (uint32_t)(a->n - i0 < 8 ? a->n - i0 : 8);
         pc.ox = ox + (uint32_t)(i0 * a->k);
         pc.oy = oy + (uint32_t)(i0 * a->m);
-        KVS_TRY(kvs_vk_dispatch(v, "matmul_vec", spec, 2, args, 3, &pc, sizeof pc, (uint64_t)a->m, op));
+        spec[2] = pc.n;
+        KVS_TRY(kvs_vk_dispatch(v, "matmul_vec", spec, 3, args, 3, &pc, sizeof pc, (uint64_t)a->m, op));
     }
     return KVS_OK;
 }
