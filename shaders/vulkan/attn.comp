@@ -43,6 +43,7 @@ shared float sV[TK * D];
 shared float sS[R * TK];
 shared float sM[R], sL[R], sA[R], sBest[R];
 shared int sArg[R], sQpos[R], sRowlen[R];
+shared uint sJlim;
 
 float ldkv_k(uint e) { return KVDT == 0u ? F32(k, p.ok + e) : h2f(H16(k, p.ok + e)); }
 float ldkv_v(uint e) { return KVDT == 0u ? F32(v, p.ov + e) : h2f(H16(v, p.ov + e)); }
@@ -82,6 +83,20 @@ void main() {
         sRowlen[rr] = (p.flags & F_ROWLEN) != 0u ? int(rowlen.d[p.orl + i]) : int(valid);
     }
     barrier();
+    // keys no row of this block can see: beyond every row_len, and (causal with kpos(j) = j)
+    // beyond every qpos
+    if (TID == 0u) {
+        int lim = 0;
+        for (uint rr = 0u; rr < R; rr++) {
+            if (r0 + rr >= nrows) break;
+            int l = sRowlen[rr];
+            if ((p.flags & F_CAUSAL) != 0u && (p.flags & F_KPOS) == 0u) l = min(l, sQpos[rr] + 1);
+            lim = max(lim, l);
+        }
+        sJlim = uint(clamp(lim, 0, int(valid)));
+    }
+    barrier();
+    jend = min(jend, sJlim);
 
     for (uint j0 = jbeg; j0 < jend; j0 += TK) {
         for (uint e = TID; e < TK * D; e += WGX) {
