@@ -90,7 +90,7 @@ kvs_export_env() {
     export POCL_CACHE_DIR
   fi
   if [[ ! -d "$KVSIEVE_MODELS" ]]; then
-    kvs_log "note: model directory $KVSIEVE_MODELS does not exist (set KVSIEVE_MODELS); model tests will skip"
+    kvs_log "note: model directory $KVSIEVE_MODELS does not exist: set KVSIEVE_MODELS to the directory holding the test models"
   fi
 }
 

@@ -19,8 +19,198 @@
 
 #include "cpu_kernels.h"
 
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(KVS_NO_CLONES)
+#include <immintrin.h>
+#define ATT_HAVE_AVX512 1
+#else
+#define ATT_HAVE_AVX512 0
+#endif
+
 #define ATT_BK 256       /* keys per tile */
 #define ATT_M_TARGET 64  /* packed query rows (queries x group heads) per task */
+
+
+/* ---- AVX-512 register-blocked tile products (used when the CPU has AVX-512F, d % 16 == 0) ---- */
+
+#if ATT_HAVE_AVX512
+/* S[r][j] = scale * sum_t Qp[r][t] K[j][t] for r < Mp (multiple of 8), j < np (multiple of 32).
+ * Qp: [Mp][d]; KP: K transposed in panels of 32 keys, [np/32][d][32] (contiguous streams; a
+ * power-of-two row stride would alias in L1); S: row stride ATT_BK.
+ * 8 rows x 32 keys per block: 16 accumulators, 2 loads + 8 broadcasts per 16 FMAs. */
+__attribute__((target("avx512f")))
+static void att_qk_avx512(const float *Qp, const float *KP, int64_t d, int64_t Mp, int64_t np, float scale,
+                          float *S) {
+    const __m512 vs = _mm512_set1_ps(scale);
+    for (int64_t r0 = 0; r0 < Mp; r0 += 8) {
+        const float *q = Qp + r0 * d;
+        for (int64_t j = 0; j < np; j += 32) {
+            __m512 a00 = _mm512_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00, a30 = a00,
+                   a31 = a00, a40 = a00, a41 = a00, a50 = a00, a51 = a00, a60 = a00, a61 = a00, a70 = a00, a71 = a00;
+            const float *kt = KP + (j / 32) * d * 32;
+            for (int64_t t = 0; t < d; t++) {
+                __m512 k0 = _mm512_loadu_ps(kt + t * 32), k1 = _mm512_loadu_ps(kt + t * 32 + 16);
+                __m512 b;
+#define ATT_QK_ROW(R)                                                                                  \
+    b = _mm512_set1_ps(q[(R) * d + t]);                                                                \
+    a##R##0 = _mm512_fmadd_ps(b, k0, a##R##0);                                                         \
+    a##R##1 = _mm512_fmadd_ps(b, k1, a##R##1);
+                ATT_QK_ROW(0) ATT_QK_ROW(1) ATT_QK_ROW(2) ATT_QK_ROW(3)
+                ATT_QK_ROW(4) ATT_QK_ROW(5) ATT_QK_ROW(6) ATT_QK_ROW(7)
+#undef ATT_QK_ROW
+            }
+            float *s = S + r0 * ATT_BK + j;
+#define ATT_QK_STORE(R)                                                                                \
+    _mm512_storeu_ps(s + (R) * ATT_BK, _mm512_mul_ps(a##R##0, vs));                                     \
+    _mm512_storeu_ps(s + (R) * ATT_BK + 16, _mm512_mul_ps(a##R##1, vs));
+            ATT_QK_STORE(0) ATT_QK_STORE(1) ATT_QK_STORE(2) ATT_QK_STORE(3)
+            ATT_QK_STORE(4) ATT_QK_STORE(5) ATT_QK_STORE(6) ATT_QK_STORE(7)
+#undef ATT_QK_STORE
+        }
+    }
+}
+
+/* O[r][:] += sum_{j<n} P[r][j] V[j][:] for r < Mp (multiple of 8); P row stride ATT_BK, V [n][d],
+ * O [Mp][d], d % 16 == 0. 8 rows x 32 columns per block (16 accumulators). */
+__attribute__((target("avx512f")))
+static void att_pv_avx512(const float *P, int64_t Mp, int64_t n, const float *V, int64_t d, float *O) {
+    for (int64_t r0 = 0; r0 < Mp; r0 += 8) {
+        const float *p = P + r0 * ATT_BK;
+        float *o = O + r0 * d;
+        int64_t c = 0;
+        for (; c + 32 <= d; c += 32) {
+#define ATT_PV_LOAD(R)                                                                                 \
+    __m512 a##R##0 = _mm512_loadu_ps(o + (R) * d + c), a##R##1 = _mm512_loadu_ps(o + (R) * d + c + 16);
+            ATT_PV_LOAD(0) ATT_PV_LOAD(1) ATT_PV_LOAD(2) ATT_PV_LOAD(3)
+            ATT_PV_LOAD(4) ATT_PV_LOAD(5) ATT_PV_LOAD(6) ATT_PV_LOAD(7)
+#undef ATT_PV_LOAD
+            for (int64_t j = 0; j < n; j++) {
+                __m512 v0 = _mm512_loadu_ps(V + j * d + c), v1 = _mm512_loadu_ps(V + j * d + c + 16);
+                __m512 b;
+#define ATT_PV_ROW(R)                                                                                  \
+    b = _mm512_set1_ps(p[(R) * ATT_BK + j]);                                                           \
+    a##R##0 = _mm512_fmadd_ps(b, v0, a##R##0);                                                         \
+    a##R##1 = _mm512_fmadd_ps(b, v1, a##R##1);
+                ATT_PV_ROW(0) ATT_PV_ROW(1) ATT_PV_ROW(2) ATT_PV_ROW(3)
+                ATT_PV_ROW(4) ATT_PV_ROW(5) ATT_PV_ROW(6) ATT_PV_ROW(7)
+#undef ATT_PV_ROW
+            }
+#define ATT_PV_STORE(R)                                                                                \
+    _mm512_storeu_ps(o + (R) * d + c, a##R##0);                                                        \
+    _mm512_storeu_ps(o + (R) * d + c + 16, a##R##1);
+            ATT_PV_STORE(0) ATT_PV_STORE(1) ATT_PV_STORE(2) ATT_PV_STORE(3)
+            ATT_PV_STORE(4) ATT_PV_STORE(5) ATT_PV_STORE(6) ATT_PV_STORE(7)
+#undef ATT_PV_STORE
+        }
+        for (; c < d; c += 16) {
+            __m512 a0 = _mm512_loadu_ps(o + c), a1 = _mm512_loadu_ps(o + d + c), a2 = _mm512_loadu_ps(o + 2 * d + c),
+                   a3 = _mm512_loadu_ps(o + 3 * d + c), a4 = _mm512_loadu_ps(o + 4 * d + c),
+                   a5 = _mm512_loadu_ps(o + 5 * d + c), a6 = _mm512_loadu_ps(o + 6 * d + c),
+                   a7 = _mm512_loadu_ps(o + 7 * d + c);
+            for (int64_t j = 0; j < n; j++) {
+                __m512 v0 = _mm512_loadu_ps(V + j * d + c);
+                a0 = _mm512_fmadd_ps(_mm512_set1_ps(p[j]), v0, a0);
+                a1 = _mm512_fmadd_ps(_mm512_set1_ps(p[ATT_BK + j]), v0, a1);
+                a2 = _mm512_fmadd_ps(_mm512_set1_ps(p[2 * ATT_BK + j]), v0, a2);
+                a3 = _mm512_fmadd_ps(_mm512_set1_ps(p[3 * ATT_BK + j]), v0, a3);
+                a4 = _mm512_fmadd_ps(_mm512_set1_ps(p[4 * ATT_BK + j]), v0, a4);
+                a5 = _mm512_fmadd_ps(_mm512_set1_ps(p[5 * ATT_BK + j]), v0, a5);
+                a6 = _mm512_fmadd_ps(_mm512_set1_ps(p[6 * ATT_BK + j]), v0, a6);
+                a7 = _mm512_fmadd_ps(_mm512_set1_ps(p[7 * ATT_BK + j]), v0, a7);
+            }
+            _mm512_storeu_ps(o + c, a0);
+            _mm512_storeu_ps(o + d + c, a1);
+            _mm512_storeu_ps(o + 2 * d + c, a2);
+            _mm512_storeu_ps(o + 3 * d + c, a3);
+            _mm512_storeu_ps(o + 4 * d + c, a4);
+            _mm512_storeu_ps(o + 5 * d + c, a5);
+            _mm512_storeu_ps(o + 6 * d + c, a6);
+            _mm512_storeu_ps(o + 7 * d + c, a7);
+        }
+    }
+}
+
+/* max_t s[t] (-inf for n == 0). */
+__attribute__((target("avx512f")))
+static float att_row_max_avx512(const float *s, int64_t n) {
+    __m512 m0 = _mm512_set1_ps(-INFINITY), m1 = m0;
+    int64_t t = 0;
+    for (; t + 32 <= n; t += 32) {
+        m0 = _mm512_max_ps(m0, _mm512_loadu_ps(s + t));
+        m1 = _mm512_max_ps(m1, _mm512_loadu_ps(s + t + 16));
+    }
+    m0 = _mm512_max_ps(m0, m1);
+    if (t < n) {
+        __mmask16 k = (__mmask16)(n - t >= 16 ? 0xffff : (1u << (n - t)) - 1);
+        m0 = _mm512_max_ps(m0, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), k, s + t));
+        t += 16;
+    }
+    if (t < n) {
+        __mmask16 k = (__mmask16)((1u << (n - t)) - 1);
+        m0 = _mm512_max_ps(m0, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), k, s + t));
+    }
+    return _mm512_reduce_max_ps(m0);
+}
+
+/* 16 lanes of kvs_expf (same range reduction and polynomial, FMA-evaluated). */
+__attribute__((target("avx512f")))
+static inline __m512 att_exp16(__m512 x) {
+    const __m512 lo = _mm512_set1_ps(-87.0f), hi = _mm512_set1_ps(88.0f);
+    __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+    __m512 xc = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), xc);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187045e-06f), r);
+    __m512 p = _mm512_set1_ps(1.98412698412698413e-04f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.38888888888888889e-03f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.33333333333333333e-03f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.16666666666666667e-02f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.66666666666666667e-01f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    __m512 y = _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+    return _mm512_mask_mov_ps(y, under, _mm512_setzero_ps());
+}
+
+/* p[t] = exp(s[t] - m) in place; returns the sum. */
+__attribute__((target("avx512f")))
+static float att_exp_row_avx512(float *s, int64_t n, float m) {
+    const __m512 vm = _mm512_set1_ps(m);
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
+    int64_t t = 0;
+    for (; t + 32 <= n; t += 32) {
+        __m512 e0 = att_exp16(_mm512_sub_ps(_mm512_loadu_ps(s + t), vm));
+        __m512 e1 = att_exp16(_mm512_sub_ps(_mm512_loadu_ps(s + t + 16), vm));
+        _mm512_storeu_ps(s + t, e0);
+        _mm512_storeu_ps(s + t + 16, e1);
+        acc0 = _mm512_add_ps(acc0, e0);
+        acc1 = _mm512_add_ps(acc1, e1);
+    }
+    for (; t < n; t += 16) {
+        __mmask16 k = (__mmask16)(n - t >= 16 ? 0xffff : (1u << (n - t)) - 1);
+        __m512 e = att_exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + t), vm));
+        e = _mm512_maskz_mov_ps(k, e);
+        _mm512_mask_storeu_ps(s + t, k, e);
+        acc0 = _mm512_add_ps(acc0, e);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+}
+#endif
+
+static int att_cpu_avx512(void) {
+#if ATT_HAVE_AVX512
+    static int cached = -1;
+    if (cached < 0) {
+        __builtin_cpu_init();
+        cached = __builtin_cpu_supports("avx512f") ? 1 : 0;
+    }
+    return cached;
+#else
+    return 0;
+#endif
+}
 
 typedef struct att_ctx {
     const kvs_attention_args *a;
@@ -38,6 +228,10 @@ typedef struct att_ctx {
     const int32_t *probe_start;  /* [n_q + 1] CSR into probe_list */
     const int32_t *probe_list;   /* probe output indices r, grouped by query row */
     float *probs;
+    /* AVX-512 path: K as f32 panels [n_kv_heads][ldk/32][d][32] (zero-padded to ldk), V as f32 */
+    int fast;
+    const float *KT, *V32;
+    int64_t ldk;
 } att_ctx;
 
 typedef struct att_work {
@@ -74,22 +268,39 @@ static void att_prep_row(float *KVS_RESTRICT s, int64_t n, int64_t j0, int64_t l
     }
 }
 
+/* Reductions are written with 16 explicit lanes: without -ffast-math the compiler may not
+ * reassociate a single accumulator, and these loops are the softmax's whole cost. */
 KVS_CLONES
 static float att_row_max(const float *s, int64_t n) {
+    float mx[16];
+    for (int l = 0; l < 16; l++) mx[l] = -INFINITY;
+    int64_t t = 0;
+    for (; t + 16 <= n; t += 16)
+        for (int l = 0; l < 16; l++) mx[l] = s[t + l] > mx[l] ? s[t + l] : mx[l];
     float m = -INFINITY;
-    for (int64_t t = 0; t < n; t++) m = s[t] > m ? s[t] : m;
+    for (; t < n; t++) m = s[t] > m ? s[t] : m;
+    for (int l = 0; l < 16; l++) m = mx[l] > m ? mx[l] : m;
     return m;
 }
 
 /* p[t] = exp(s[t] - m) in place; returns the sum. */
 KVS_CLONES
 static float att_exp_row(float *s, int64_t n, float m) {
+    float acc[16] = {0};
+    int64_t t = 0;
+    for (; t + 16 <= n; t += 16)
+        for (int l = 0; l < 16; l++) {
+            float e = kvs_expf(s[t + l] - m);
+            s[t + l] = e;
+            acc[l] += e;
+        }
     float sum = 0.0f;
-    for (int64_t t = 0; t < n; t++) {
+    for (; t < n; t++) {
         float e = kvs_expf(s[t] - m);
         s[t] = e;
         sum += e;
     }
+    for (int l = 0; l < 16; l++) sum += acc[l];
     return sum;
 }
 
@@ -125,9 +336,17 @@ static int att_logits(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int6
         }
         if (kmin > max_qpos) return 0;
     }
-    const float *Kt = att_tile(c, c->k, w->Kc, h, j0, n);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)n, (int)d, a->p.scale, w->Qp, (int)d, Kt,
-                (int)d, 0.0f, w->S, ATT_BK);
+#if ATT_HAVE_AVX512
+    if (c->fast) {
+        att_qk_avx512(w->Qp, c->KT + h * d * c->ldk + j0 * d, d, (M + 7) & ~(int64_t)7, (n + 31) & ~(int64_t)31,
+                      a->p.scale, w->S);
+    } else
+#endif
+    {
+        const float *Kt = att_tile(c, c->k, w->Kc, h, j0, n);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)n, (int)d, a->p.scale, w->Qp, (int)d, Kt,
+                    (int)d, 0.0f, w->S, ATT_BK);
+    }
     for (int64_t r = 0; r < M; r++) {
         int64_t i = i0 + r / G;
         float *s = w->S + r * ATT_BK;
@@ -169,15 +388,21 @@ static void att_task(const att_ctx *c, att_work *w, int64_t h, int64_t qt) {
         w->bestv[r] = -FLT_MAX;
         w->best[r] = -1;
     }
-    memset(w->O, 0, (size_t)(M * d) * sizeof(float));
+    const int64_t Mp = (M + 7) & ~(int64_t)7; /* rows padded for the 8-row kernels */
+    memset(w->Qp + M * d, 0, (size_t)((Mp - M) * d) * sizeof(float));
+    memset(w->O, 0, (size_t)(Mp * d) * sizeof(float));
 
     for (int64_t j0 = 0; j0 < jend; j0 += ATT_BK) {
         int64_t n = jend - j0 < ATT_BK ? jend - j0 : ATT_BK;
         if (!att_logits(c, w, h, i0, M, j0, n, max_qpos)) continue;
         for (int64_t r = 0; r < M; r++) {
             float *s = w->S + r * ATT_BK;
+#if ATT_HAVE_AVX512
+            float tmax = c->fast ? att_row_max_avx512(s, n) : att_row_max(s, n);
+#else
             float tmax = att_row_max(s, n);
-            if (tmax > w->bestv[r] || (w->best[r] < 0 && tmax > -INFINITY)) {
+#endif
+            if (c->argmax && (tmax > w->bestv[r] || (w->best[r] < 0 && tmax > -INFINITY))) {
                 int64_t t = 0;
                 while (s[t] != tmax) t++;
                 w->bestv[r] = tmax;
@@ -191,11 +416,22 @@ static void att_task(const att_ctx *c, att_work *w, int64_t h, int64_t qt) {
                 att_scale_row(w->O + r * d, d, alpha);
                 w->m[r] = mnew;
             }
+#if ATT_HAVE_AVX512
+            w->l[r] += c->fast ? att_exp_row_avx512(s, n, mnew) : att_exp_row(s, n, mnew);
+#else
             w->l[r] += att_exp_row(s, n, mnew);
+#endif
         }
-        const float *Vt = att_tile(c, c->v, w->Vc, h, j0, n);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)d, (int)n, 1.0f, w->S, ATT_BK, Vt,
-                    (int)d, 1.0f, w->O, (int)d);
+#if ATT_HAVE_AVX512
+        if (c->fast) {
+            att_pv_avx512(w->S, (M + 7) & ~(int64_t)7, n, c->V32 + (h * a->capacity + j0) * d, d, w->O);
+        } else
+#endif
+        {
+            const float *Vt = att_tile(c, c->v, w->Vc, h, j0, n);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)d, (int)n, 1.0f, w->S, ATT_BK, Vt,
+                        (int)d, 1.0f, w->O, (int)d);
+        }
     }
 
     for (int64_t r = 0; r < M; r++) {
@@ -297,7 +533,7 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
 
     const int64_t n_qt = (a->n_q + c.BQ - 1) / c.BQ;
     const int64_t n_tasks = n_qt * a->n_kv_heads;
-    const int64_t M = c.BQ * c.G, d = c.d;
+    const int64_t M = ((c.BQ * c.G + 7) & ~(int64_t)7), d = c.d; /* rows per task, padded to 8 */
     double flops = 4.0 * (double)a->n_q * (double)a->n_kv * (double)d * (double)a->n_heads;
     int nt = kvs_cpu_nt(dev, flops / 8.0);
     if (nt > n_tasks) nt = (int)n_tasks;
@@ -332,6 +568,48 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
         for (int64_t e = 0; e < a->n_probe; e++) list[fill[probe_rows[e]]++] = (int32_t)e;
         c.probe_start = start;
         c.probe_list = list;
+    }
+
+    /* AVX-512 path: enough query rows per kv head to amortise a transposed f32 copy of K */
+    float *kt_buf = NULL, *v_buf = NULL;
+    c.fast = att_cpu_avx512() && d % 16 == 0 && a->n_q * c.G >= 8;
+    if (c.fast) {
+        c.ldk = (a->n_kv + 31) & ~(int64_t)31;
+        kt_buf = malloc((size_t)(a->n_kv_heads * d * c.ldk) * sizeof(float));
+        if (c.kv_f16) v_buf = malloc((size_t)(a->n_kv_heads * a->capacity * d) * sizeof(float));
+        if (!kt_buf || (c.kv_f16 && !v_buf)) {
+            free(kt_buf);
+            free(v_buf);
+            free(scr);
+            return kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: cannot allocate the transposed K", op);
+        }
+        const int64_t nkv = a->n_kv, ldk = c.ldk, cap_ = a->capacity, nb = (nkv + 63) / 64;
+        KVS_OMP(parallel for num_threads(nt) schedule(static))
+        for (int64_t hb = 0; hb < a->n_kv_heads * nb; hb++) {
+            int64_t h = hb / nb, j0 = (hb % nb) * 64, j1 = j0 + 64 < nkv ? j0 + 64 : nkv;
+            /* panel p = j / 32 holds keys [32p, 32p+32): dst[p][t][j % 32] */
+            float *dst = kt_buf + h * d * ldk;
+            for (int64_t j = j0; j < j1; j++) {
+                float *pj = dst + (j / 32) * d * 32 + (j % 32);
+                if (c.kv_f16) {
+                    const uint16_t *src = (const uint16_t *)c.k + (h * cap_ + j) * d;
+                    for (int64_t t = 0; t < d; t++) pj[t * 32] = kvs_h2f(src[t]);
+                } else {
+                    const float *src = (const float *)c.k + (h * cap_ + j) * d;
+                    for (int64_t t = 0; t < d; t++) pj[t * 32] = src[t];
+                }
+            }
+            if (j1 == nkv)
+                for (int64_t j = nkv; j < ldk; j++)
+                    for (int64_t t = 0; t < d; t++) dst[(j / 32) * d * 32 + t * 32 + (j % 32)] = 0.0f;
+            if (c.kv_f16) {
+                const uint16_t *src = (const uint16_t *)c.v + (h * cap_ + j0) * d;
+                float *vd = v_buf + (h * cap_ + j0) * d;
+                for (int64_t t = 0; t < (j1 - j0) * d; t++) vd[t] = kvs_h2f(src[t]);
+            }
+        }
+        c.KT = kt_buf;
+        c.V32 = c.kv_f16 ? v_buf : (const float *)c.v;
     }
 
     kvs_cpu_blas_threads(1);
@@ -370,5 +648,7 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
         }
     }
     free(scr);
+    free(kt_buf);
+    free(v_buf);
     return KVS_OK;
 }

@@ -1,87 +1,168 @@
 /* CPU backend: per-row and global top-k (contract: kvs_topk, kvs_topk_global in include/kvsieve/ops.h).
  *
  * Every score maps to an unsigned 32-bit key whose integer order is the required score order:
- * NaN -> 0 (below everything), -0 and +0 -> the same key, negatives -> ~bits, positives -> bits with
- * the sign bit set. Ties are broken by the lower index, so the selection is a pure function of x.
- * Selection is a radix select: a histogram of the top 11 key bits finds the bucket holding the k-th
- * key; the survivors of that bucket are refined on the next 11 and 10 bits, giving the exact k-th
- * key T. Every key > T is selected, plus the lowest-index entries with key == T until k are chosen.
- * The chosen entries are collected in index order (order_by_index needs nothing more), else sorted
- * by a stable LSD radix sort on the key, descending (stable = lower index first on ties). */
+ * NaN -> 0 (below everything, -INFINITY included), -0 and +0 -> the same key, negative x -> ~bits,
+ * positive x -> bits with the sign bit set. Equal keys rank by the lower index, so the result is a
+ * pure function of x.
+ *
+ * Threshold select (as in sample-select / GPU radix-select top-k):
+ *  1. a sample of the keys (blocks of 16 spread over x) gives (by radix select) a threshold t0 a margin below the k-th key
+ *     of the sample;
+ *  2. one streaming pass collects the candidates key >= t0 with their indices, in index order
+ *     (AVX-512 compress stores where available, a branch-free loop otherwise); should fewer than k
+ *     survive (an unlucky sample), the pass is repeated with a wider margin, then with t0 = 0;
+ *  3. a radix select over the candidates finds the exact k-th key T; the candidates above T, and
+ *     the lowest-index ones equal to T, are the answer, already in index order (order_by_index);
+ *  4. else they are sorted by key, descending, with a stable LSD radix sort (8-bit digits; digits
+ *     equal for every entry skipped), so ties keep index order.
+ * Global top-k runs step 2 on contiguous chunks in parallel and concatenates them in order. */
 #include <stdlib.h>
 
 #include "cpu_kernels.h"
 
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(KVS_NO_CLONES)
+#include <immintrin.h>
+#define TOPK_HAVE_AVX512 1
+#else
+#define TOPK_HAVE_AVX512 0
+#endif
+
 static inline uint32_t topk_key(float v) {
     uint32_t u = kvs_f32_bits(v);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return 0u; /* NaN */
-    if (u == 0x80000000u) u = 0u;                     /* -0 == +0 */
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    uint32_t isnan = (u & 0x7fffffffu) > 0x7f800000u;
+    u = u == 0x80000000u ? 0u : u; /* -0 == +0 */
+    uint32_t key = u ^ ((uint32_t)((int32_t)u >> 31) | 0x80000000u);
+    return isnan ? 0u : key;
 }
 
-#define TK_B1 11
-#define TK_B2 11
-#define TK_B3 10
-#define TK_H1 (1u << TK_B1)
+/* ---- step 2: candidate collection ------------------------------------------------------ */
 
-typedef struct topk_sel {
-    uint32_t thresh;   /* the k-th largest key */
-    int64_t n_eq;      /* entries with key == thresh to take (lowest index first) */
-} topk_sel;
-
-KVS_CLONES
-static void topk_hist(const float *x, int64_t n, uint32_t *h) {
-    /* four interleaved sub-histograms hide store-to-load latency on repeated buckets */
-    uint32_t *h0 = h, *h1 = h + TK_H1, *h2 = h + 2 * TK_H1, *h3 = h + 3 * TK_H1;
-    int64_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        h0[topk_key(x[i]) >> (32 - TK_B1)]++;
-        h1[topk_key(x[i + 1]) >> (32 - TK_B1)]++;
-        h2[topk_key(x[i + 2]) >> (32 - TK_B1)]++;
-        h3[topk_key(x[i + 3]) >> (32 - TK_B1)]++;
+/* Appends (key, base + i) for every x[i] with key >= t0; returns the count. Buffers hold n + 1. */
+static int64_t topk_collect_generic(const float *x, int64_t n, int64_t base, uint32_t t0, uint32_t *ck,
+                                    int32_t *ci) {
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t kk = topk_key(x[i]);
+        ck[m] = kk;
+        ci[m] = (int32_t)(base + i);
+        m += kk >= t0;
     }
-    for (; i < n; i++) h0[topk_key(x[i]) >> (32 - TK_B1)]++;
+    return m;
 }
 
-/* Among counts hist[0..nb) find bucket b (from the top) where the running count reaches k:
- * returns b; *above = count in buckets > b. */
-static uint32_t topk_find_bucket(const uint32_t *hist, uint32_t nb, int64_t k, int64_t *above) {
-    int64_t acc = 0;
-    for (uint32_t b = nb; b-- > 0;) {
-        if (acc + hist[b] >= k) {
-            *above = acc;
-            return b;
+#if TOPK_HAVE_AVX512
+__attribute__((target("avx512f")))
+static int64_t topk_collect_avx512(const float *x, int64_t n, int64_t base, uint32_t t0, uint32_t *ck,
+                                   int32_t *ci) {
+    const __m512i absmask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+    const __m512i negz = _mm512_set1_epi32((int)0x80000000u), sign = negz;
+    const __m512i vt0 = _mm512_set1_epi32((int)t0), step = _mm512_set1_epi32(16);
+    __m512i vidx = _mm512_add_epi32(_mm512_set1_epi32((int32_t)base),
+                                    _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+    int64_t m = 0, i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512i u = _mm512_loadu_si512((const void *)(x + i));
+        __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, absmask), inf);
+        __mmask16 nz = _mm512_cmpeq_epi32_mask(u, negz);
+        u = _mm512_mask_mov_epi32(u, nz, _mm512_setzero_si512());
+        __m512i flip = _mm512_or_si512(_mm512_srai_epi32(u, 31), sign);
+        __m512i key = _mm512_maskz_mov_epi32((__mmask16)~nan, _mm512_xor_si512(u, flip));
+        __mmask16 sel = _mm512_cmpge_epu32_mask(key, vt0);
+        if (sel) {
+            _mm512_mask_compressstoreu_epi32(ck + m, sel, key);
+            _mm512_mask_compressstoreu_epi32(ci + m, sel, vidx);
+            m += __builtin_popcount((unsigned)sel);
         }
-        acc += hist[b];
+        vidx = _mm512_add_epi32(vidx, step);
     }
-    *above = acc;
+    m += topk_collect_generic(x + i, n - i, base + i, t0, ck + m, ci + m);
+    return m;
+}
+#endif
+
+static int topk_use_avx512(void) {
+#if TOPK_HAVE_AVX512
+    static int cached = -1;
+    if (cached < 0) {
+        __builtin_cpu_init();
+        cached = __builtin_cpu_supports("avx512f") ? 1 : 0;
+    }
+    return cached;
+#else
     return 0;
+#endif
 }
 
-/* Exact threshold among candidate keys cand[0..nc) (all sharing their top 11 bits) for the
- * k2-th largest (1-based). */
-static topk_sel topk_refine(const uint32_t *cand, int64_t nc, int64_t k2) {
-    uint32_t hist[1u << TK_B2];
-    memset(hist, 0, sizeof hist);
-    for (int64_t i = 0; i < nc; i++) hist[(cand[i] >> TK_B3) & ((1u << TK_B2) - 1)]++;
-    int64_t above;
-    uint32_t b2 = topk_find_bucket(hist, 1u << TK_B2, k2, &above);
-    k2 -= above;
-    uint32_t hist3[1u << TK_B3];
-    memset(hist3, 0, sizeof hist3);
-    uint32_t prefix = cand[0] >> (32 - TK_B1);
-    for (int64_t i = 0; i < nc; i++)
-        if (((cand[i] >> TK_B3) & ((1u << TK_B2) - 1)) == b2) hist3[cand[i] & ((1u << TK_B3) - 1)]++;
-    uint32_t b3 = topk_find_bucket(hist3, 1u << TK_B3, k2, &above);
-    topk_sel s;
-    s.thresh = (prefix << (32 - TK_B1)) | (b2 << TK_B3) | b3;
-    s.n_eq = k2 - above;
-    return s;
+static int64_t topk_collect(const float *x, int64_t n, int64_t base, uint32_t t0, uint32_t *ck, int32_t *ci) {
+#if TOPK_HAVE_AVX512
+    if (topk_use_avx512()) return topk_collect_avx512(x, n, base, t0, ck, ci);
+#endif
+    return topk_collect_generic(x, n, base, t0, ck, ci);
 }
 
-/* Stable sort of (key, idx) pairs by key descending: LSD radix on ~key, 3 passes. */
+/* ---- step 1: threshold from a sample ------------------------------------------------------ */
+
+/* The r-th largest (0-based) of a[0..n) by radix select, 8 bits a level (a is reused as the
+ * survivor list). */
+static uint32_t topk_rselect(uint32_t *a, int64_t n, int64_t r) {
+    uint32_t prefix = 0;
+    for (int sh = 24; sh >= 0; sh -= 8) {
+        /* four interleaved histograms: concentrated keys would otherwise serialise on one
+         * counter's store-to-load latency */
+        uint32_t c4[4][256], cnt[256];
+        memset(c4, 0, sizeof c4);
+        int64_t i = 0;
+        for (; i + 4 <= n; i += 4) {
+            c4[0][(a[i] >> sh) & 0xff]++;
+            c4[1][(a[i + 1] >> sh) & 0xff]++;
+            c4[2][(a[i + 2] >> sh) & 0xff]++;
+            c4[3][(a[i + 3] >> sh) & 0xff]++;
+        }
+        for (; i < n; i++) c4[0][(a[i] >> sh) & 0xff]++;
+        for (int b = 0; b < 256; b++) cnt[b] = c4[0][b] + c4[1][b] + c4[2][b] + c4[3][b];
+        int64_t acc = 0;
+        int b = 255;
+        for (; b > 0; b--) {
+            if (acc + cnt[b] > r) break;
+            acc += cnt[b];
+        }
+        r -= acc;
+        prefix |= (uint32_t)b << sh;
+        if (sh == 0) break;
+        if (cnt[b] == (uint32_t)n) continue; /* every survivor has this digit */
+        int64_t m = 0;
+        for (i = 0; i < n; i++) {
+            a[m] = a[i];
+            m += ((a[i] >> sh) & 0xff) == (uint32_t)b;
+        }
+        n = m;
+    }
+    return prefix;
+}
+
+/* A key t0 that, with high probability, at least k of the n keys reach and not many more
+ * (attempt 0; later attempts widen the margin). Returns 0 (take everything) for short inputs, when
+ * k is a large fraction of n, or from attempt 2 on. */
+static uint32_t topk_threshold(const float *x, int64_t n, int64_t k, uint32_t *sample, int attempt) {
+    if (n <= 768 || k * 4 > n || attempt >= 2) return 0u;
+    /* s samples in blocks of 16 consecutive entries spread evenly over x: the sample touches few
+     * cache lines, and the collection pass then streams x once at full bandwidth */
+    int64_t s = n / 64;
+    if (s < 256) s = 256;
+    if (s > 2048) s = 2048;
+    const int64_t nblk = s / 16, stride = n / nblk;
+    for (int64_t b = 0; b < nblk; b++)
+        for (int64_t t = 0; t < 16; t++) sample[b * 16 + t] = topk_key(x[b * stride + t]);
+    double r = (double)k * (double)s / (double)n;
+    double rr = attempt == 0 ? r + 2.5 * sqrt(r) + 4.0 : 2.0 * r + 8.0 * sqrt(r) + 32.0;
+    if (rr >= (double)s) return 0u;
+    return topk_rselect(sample, s, (int64_t)rr);
+}
+
+/* ---- step 3: stable LSD radix sort, key descending ------------------------------------------- */
+
 static void topk_sort(uint32_t *key, int32_t *idx, uint32_t *tk, int32_t *ti, int64_t n) {
-    if (n <= 32) { /* insertion sort: stable, descending */
+    if (n <= 48) { /* insertion sort: stable, descending */
         for (int64_t i = 1; i < n; i++) {
             uint32_t kk = key[i];
             int32_t ii = idx[i];
@@ -96,75 +177,103 @@ static void topk_sort(uint32_t *key, int32_t *idx, uint32_t *tk, int32_t *ti, in
         }
         return;
     }
-    static const int shift[3] = {0, 11, 22};
-    static const uint32_t mask[3] = {0x7ffu, 0x7ffu, 0x3ffu};
-    uint32_t cnt[2048];
+    uint32_t cnt[4][256];
+    memset(cnt, 0, sizeof cnt);
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t d = ~key[i];
+        cnt[0][d & 0xff]++;
+        cnt[1][(d >> 8) & 0xff]++;
+        cnt[2][(d >> 16) & 0xff]++;
+        cnt[3][d >> 24]++;
+    }
     uint32_t *ks = key, *kd = tk;
     int32_t *is = idx, *id = ti;
-    for (int pass = 0; pass < 3; pass++) {
-        memset(cnt, 0, sizeof cnt);
-        for (int64_t i = 0; i < n; i++) cnt[((~ks[i]) >> shift[pass]) & mask[pass]]++;
+    for (int pass = 0; pass < 4; pass++) {
+        uint32_t *c = cnt[pass];
+        int skip = 0;
+        for (int b = 0; b < 256; b++)
+            if (c[b] == (uint32_t)n) skip = 1;
+        if (skip) continue;
         uint32_t sum = 0;
-        for (uint32_t b = 0; b <= mask[pass]; b++) {
-            uint32_t c = cnt[b];
-            cnt[b] = sum;
-            sum += c;
+        for (int b = 0; b < 256; b++) {
+            uint32_t v = c[b];
+            c[b] = sum;
+            sum += v;
         }
+        const int sh = 8 * pass;
         for (int64_t i = 0; i < n; i++) {
-            uint32_t pos = cnt[((~ks[i]) >> shift[pass]) & mask[pass]]++;
+            uint32_t pos = c[((~ks[i]) >> sh) & 0xff]++;
             kd[pos] = ks[i];
             id[pos] = is[i];
         }
-        uint32_t *tk2 = ks; ks = kd; kd = tk2;
-        int32_t *ti2 = is; is = id; id = ti2;
+        uint32_t *t1 = ks; ks = kd; kd = t1;
+        int32_t *t2 = is; is = id; id = t2;
     }
-    /* after 3 passes the result is in the temporaries */
-    memcpy(key, ks, (size_t)n * sizeof *key);
-    memcpy(idx, is, (size_t)n * sizeof *idx);
+    if (ks != key) {
+        memcpy(key, ks, (size_t)n * sizeof *key);
+        memcpy(idx, is, (size_t)n * sizeof *idx);
+    }
 }
 
-/* Writes the selection of (keys, idx) (in index order, k entries) to the outputs. */
-static void topk_emit(const float *x, uint32_t *key, int32_t *idx, uint32_t *tk, int32_t *ti, int64_t k,
-                      int by_index, int32_t *out_idx, float *out_val) {
-    if (!by_index) topk_sort(key, idx, tk, ti, k);
-    memcpy(out_idx, idx, (size_t)k * sizeof *idx);
-    if (out_val)
-        for (int64_t i = 0; i < k; i++) out_val[i] = x[idx[i]];
+/* ---- step 4 ------------------------------------------------------------------------------ */
+
+/* The k-th largest key among ck[0..c) (c >= k) by radix select over a copy in tk, and how many
+ * entries equal to it belong to the top k. */
+static uint32_t topk_kth(const uint32_t *ck, int64_t c, int64_t k, uint32_t *tk, int64_t *n_eq) {
+    memcpy(tk, ck, (size_t)c * sizeof *tk);
+    uint32_t T = topk_rselect(tk, c, k - 1);
+    int64_t gt = 0;
+    for (int64_t i = 0; i < c; i++) gt += ck[i] > T;
+    *n_eq = k - gt;
+    return T;
 }
 
-/* Single-threaded top-k of x[0..n) (n >= k >= 1). work: >= 4*TK_H1 + 4*n uint32. */
-static void topk_row(const float *x, int64_t n, int64_t k, int by_index, uint32_t *work, int32_t *out_idx,
-                     float *out_val) {
-    uint32_t *hist = work, *cand = work + 4 * TK_H1;
-    uint32_t *key = cand + n;
-    int32_t *idx = (int32_t *)(key + k);
-    uint32_t *tk = (uint32_t *)(idx + k);
-    int32_t *ti = (int32_t *)(tk + k);
-    memset(hist, 0, 4 * TK_H1 * sizeof *hist);
-    topk_hist(x, n, hist);
-    for (uint32_t b = 0; b < TK_H1; b++) hist[b] += hist[b + TK_H1] + hist[b + 2 * TK_H1] + hist[b + 3 * TK_H1];
-    int64_t above;
-    uint32_t b1 = topk_find_bucket(hist, TK_H1, k, &above);
-    int64_t nc = 0;
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t kk = topk_key(x[i]);
-        if ((kk >> (32 - TK_B1)) == b1) cand[nc++] = kk;
-    }
-    topk_sel s = topk_refine(cand, nc, k - above);
-    int64_t m = 0, eq = 0;
-    for (int64_t i = 0; i < n && m < k; i++) {
-        uint32_t kk = topk_key(x[i]);
-        if (kk > s.thresh || (kk == s.thresh && eq < s.n_eq)) {
-            if (kk == s.thresh) eq++;
-            key[m] = kk;
-            idx[m] = (int32_t)i;
-            m++;
+/* Candidates ck/ci[0..c) in index order, c >= k. Writes the top k to out_idx/out_val.
+ * sk/si/tk/ti: scratch of c entries each. */
+static void topk_finish(const float *x, const uint32_t *ck, const int32_t *ci, int64_t c, int64_t k, int by_index,
+                        uint32_t *sk, int32_t *si, uint32_t *tk, int32_t *ti, int32_t *out_idx, float *out_val) {
+    int64_t m = 0;
+    if (c == k) {
+        memcpy(sk, ck, (size_t)c * sizeof *sk);
+        memcpy(si, ci, (size_t)c * sizeof *si);
+        m = c;
+    } else {
+        int64_t n_eq;
+        uint32_t T = topk_kth(ck, c, k, tk, &n_eq);
+        int64_t eq = 0;
+        for (int64_t i = 0; i < c && m < k; i++) { /* the top k, in index order */
+            uint32_t kk = ck[i];
+            int take = kk > T || (kk == T && eq < n_eq);
+            eq += kk == T && take;
+            sk[m] = kk;
+            si[m] = ci[i];
+            m += take;
         }
     }
-    topk_emit(x, key, idx, tk, ti, k, by_index, out_idx, out_val);
+    if (!by_index) topk_sort(sk, si, tk, ti, k);
+    memcpy(out_idx, si, (size_t)k * sizeof *si);
+    if (out_val)
+        for (int64_t i = 0; i < k; i++) out_val[i] = x[out_idx[i]];
 }
 
-static size_t topk_work_words(int64_t n, int64_t k) { return (size_t)(4 * TK_H1 + n + 4 * k + 16); }
+/* Words of scratch one row needs: sample + candidates (key, idx) + 2 sort copies. */
+static size_t topk_work_words(int64_t n) { return (size_t)(8192 + 6 * (n + 1) + 64); }
+
+/* Single-threaded top-k of x[0..n), 1 <= k <= n. */
+static void topk_row(const float *x, int64_t n, int64_t k, int by_index, uint32_t *work, int32_t *out_idx,
+                     float *out_val) {
+    uint32_t *sample = work;
+    uint32_t *ck = work + 8192;
+    int32_t *ci = (int32_t *)(ck + n + 1);
+    uint32_t *sk = (uint32_t *)(ci + n + 1);
+    int32_t *si = (int32_t *)(sk + n + 1);
+    uint32_t *tk = (uint32_t *)(si + n + 1);
+    int32_t *ti = (int32_t *)(tk + n + 1);
+    int64_t c = 0;
+    for (int attempt = 0; c < k; attempt++)
+        c = topk_collect(x, n, 0, topk_threshold(x, n, k, sample, attempt), ck, ci);
+    topk_finish(x, ck, ci, c, k, by_index, sk, si, tk, ti, out_idx, out_val);
+}
 
 kvs_status kvs_cpu_topk(kvs_device *dev, const kvs_topk_args *a) {
     const float *x = kvs_tensor_host_ptr(a->x);
@@ -174,7 +283,7 @@ kvs_status kvs_cpu_topk(kvs_device *dev, const kvs_topk_args *a) {
     const int64_t n = a->n, k = a->k;
     int nt = kvs_cpu_nt(dev, (double)a->rows * (double)n * 4.0);
     if (nt > a->rows) nt = (int)a->rows;
-    size_t per = topk_work_words(n, k);
+    size_t per = topk_work_words(n);
     uint32_t *scr = malloc((size_t)nt * per * sizeof(uint32_t));
     if (!scr) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_topk (cpu): cannot allocate scratch");
     KVS_OMP(parallel num_threads(nt))
@@ -208,98 +317,45 @@ kvs_status kvs_cpu_topk_global(kvs_device *dev, const kvs_topk_args *a) {
     float *ov = a->val ? kvs_tensor_host_ptr(a->val) : NULL;
     const int64_t n = a->n, k = a->k;
     int nt = kvs_cpu_nt(dev, (double)n * 4.0);
-    if (nt < 2 || n < 65536) {
-        uint32_t *work = malloc(topk_work_words(n, k) * sizeof(uint32_t));
-        if (!work) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_topk_global (cpu): cannot allocate scratch");
-        topk_row(x, n, k, a->p.order_by_index, work, oi, ov);
-        free(work);
-        return KVS_OK;
-    }
-    /* Parallel: per-thread histograms over contiguous chunks, merged; per-thread candidate and
-     * selection lists, concatenated in chunk order (= index order). */
+    if (n < 65536) nt = 1;
+    if (nt > 512) nt = 512;
+    uint32_t sample[8192];
+    /* candidates in per-thread regions (chunk + 1 entries each), then compacted */
     const int64_t chunk = (n + nt - 1) / nt;
-    uint32_t *hist = calloc((size_t)nt * 4 * TK_H1, sizeof(uint32_t));
-    int64_t *cnt = calloc((size_t)nt * 3 + 3, sizeof(int64_t));
-    uint32_t *cand = malloc((size_t)n * sizeof(uint32_t));
-    uint32_t *key = malloc((size_t)(4 * k + 16) * sizeof(uint32_t));
-    if (!hist || !cnt || !cand || !key) {
-        free(hist); free(cnt); free(cand); free(key);
+    size_t region = (size_t)chunk + 1;
+    uint32_t *ck = malloc((size_t)nt * region * sizeof *ck);
+    int32_t *ci = malloc((size_t)nt * region * sizeof *ci);
+    int64_t cnt[512];
+    if (!ck || !ci) {
+        free(ck);
+        free(ci);
         return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_topk_global (cpu): cannot allocate scratch");
     }
-    int32_t *idx = (int32_t *)(key + k);
-    uint32_t *tk = (uint32_t *)(idx + k);
-    int32_t *ti = (int32_t *)(tk + k);
-    uint32_t b1 = 0;
-    int64_t above = 0;
-    topk_sel s = {0, 0};
-    KVS_OMP(parallel num_threads(nt))
-    {
-        int tid = kvs_omp_tid();
-        int64_t c0 = (int64_t)tid * chunk, c1 = c0 + chunk < n ? c0 + chunk : n;
-        if (c0 > c1) c0 = c1;
-        uint32_t *h = hist + (size_t)tid * 4 * TK_H1;
-        topk_hist(x + c0, c1 - c0, h);
-        KVS_OMP(barrier)
-        KVS_OMP(single)
-        {
-            for (int t = 0; t < nt; t++) {
-                uint32_t *ht = hist + (size_t)t * 4 * TK_H1;
-                for (uint32_t b = 0; b < TK_H1; b++) {
-                    uint32_t v = ht[b] + ht[b + TK_H1] + ht[b + 2 * TK_H1] + ht[b + 3 * TK_H1];
-                    if (t) hist[b] += v; else hist[b] = v;
-                }
+    int64_t c = 0;
+    for (int attempt = 0; c < k; attempt++) {
+        uint32_t t0 = topk_threshold(x, n, k, sample, attempt);
+        KVS_OMP(parallel for num_threads(nt) schedule(static, 1))
+        for (int t = 0; t < nt; t++) {
+            int64_t c0 = (int64_t)t * chunk, c1 = c0 + chunk < n ? c0 + chunk : n;
+            if (c0 > c1) c0 = c1;
+            cnt[t] = topk_collect(x + c0, c1 - c0, c0, t0, ck + (size_t)t * region, ci + (size_t)t * region);
+        }
+        c = 0;
+        for (int t = 0; t < nt; t++) {
+            if ((size_t)c != (size_t)t * region) {
+                memmove(ck + c, ck + (size_t)t * region, (size_t)cnt[t] * sizeof *ck);
+                memmove(ci + c, ci + (size_t)t * region, (size_t)cnt[t] * sizeof *ci);
             }
-            b1 = topk_find_bucket(hist, TK_H1, k, &above);
-        }
-        /* candidates of bucket b1, in place within this chunk's range of cand */
-        int64_t nc = 0;
-        for (int64_t i = c0; i < c1; i++) {
-            uint32_t kk = topk_key(x[i]);
-            if ((kk >> (32 - TK_B1)) == b1) cand[c0 + nc++] = kk;
-        }
-        cnt[tid] = nc;
-        KVS_OMP(barrier)
-        KVS_OMP(single)
-        {
-            int64_t tot = 0;
-            for (int t = 0; t < nt; t++) {
-                int64_t t0 = (int64_t)t * chunk;
-                if (t0 != tot) memmove(cand + tot, cand + t0, (size_t)cnt[t] * sizeof *cand);
-                tot += cnt[t];
-            }
-            s = topk_refine(cand, tot, k - above);
-        }
-        /* count, per chunk, keys > thresh and keys == thresh */
-        int64_t gt = 0, eq = 0;
-        for (int64_t i = c0; i < c1; i++) {
-            uint32_t kk = topk_key(x[i]);
-            gt += kk > s.thresh;
-            eq += kk == s.thresh;
-        }
-        cnt[nt + tid] = gt;
-        cnt[2 * nt + tid] = eq;
-        KVS_OMP(barrier)
-        int64_t out0 = 0, eq_before = 0;
-        for (int t = 0; t < tid; t++) {
-            int64_t e = cnt[2 * nt + t];
-            int64_t take = s.n_eq - eq_before < e ? s.n_eq - eq_before : e;
-            if (take < 0) take = 0;
-            out0 += cnt[nt + t] + take;
-            eq_before += e;
-        }
-        int64_t eq_allow = s.n_eq - eq_before;
-        int64_t m = out0, eqn = 0;
-        for (int64_t i = c0; i < c1; i++) {
-            uint32_t kk = topk_key(x[i]);
-            if (kk > s.thresh || (kk == s.thresh && eqn < eq_allow)) {
-                if (kk == s.thresh) eqn++;
-                key[m] = kk;
-                idx[m] = (int32_t)i;
-                m++;
-            }
+            c += cnt[t];
         }
     }
-    topk_emit(x, key, idx, tk, ti, k, a->p.order_by_index, oi, ov);
-    free(hist); free(cnt); free(cand); free(key);
+    uint32_t *sk = malloc((size_t)(2 * c + 2) * sizeof *sk);
+    int32_t *si = malloc((size_t)(2 * c + 2) * sizeof *si);
+    if (!sk || !si) {
+        free(ck); free(ci); free(sk); free(si);
+        return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_topk_global (cpu): cannot allocate scratch");
+    }
+    topk_finish(x, ck, ci, c, k, a->p.order_by_index, sk, si, sk + c + 1, si + c + 1, oi, ov);
+    free(ck); free(ci); free(sk); free(si);
     return KVS_OK;
 }

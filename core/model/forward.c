@@ -166,7 +166,7 @@ static kvs_status layer_attention(fwd_ctx *f, int l, const kvs_layer_plan *lp, i
     kvs_attention_params ap = kvs_attention_params_default();
     ap.n_kv = n_kv;
     ap.causal = hp->arch == KVS_ARCH_LLAMA;
-    kvs_tensor *qpos = NULL, *q = NULL, *out = NULL, *srows = NULL, *prow = NULL, *amax = NULL;
+    kvs_tensor *qpos = NULL, *q = NULL, *out = NULL, *srows = NULL, *prow = NULL, *amax = NULL, *kmass = NULL;
     kvs_status s = view3(&qpos, ws->pos, 0, n, 1, 1);
     if (s == KVS_OK) s = view3(&q, ws->q, 0, hp->head_dim, hp->n_heads, n);
     if (s == KVS_OK) s = view3(&out, ws->att, 0, hp->head_dim, hp->n_heads, n);
@@ -176,8 +176,10 @@ static kvs_status layer_attention(fwd_ctx *f, int l, const kvs_layer_plan *lp, i
 
     int want_mass = lp && (lp->stat_all_rows || lp->n_stat_rows > 0);
     if (s == KVS_OK && want_mass) {
-        ap.key_mass = ws->key_mass;
-        if (!lp->stat_all_rows) {
+        /* the workspace may be larger than this cache: the op wants exactly [H][capacity] */
+        s = view3(&kmass, ws->key_mass, 0, cap, H, 1);
+        ap.key_mass = kmass;
+        if (s == KVS_OK && !lp->stat_all_rows) {
             s = view3(&srows, ws->stat_rows, 0, lp->n_stat_rows, 1, 1);
             if (s == KVS_OK) s = kvs_tensor_upload(srows, lp->stat_rows, 0, (size_t)lp->n_stat_rows * 4);
             ap.stat_rows = srows;
@@ -242,6 +244,7 @@ static kvs_status layer_attention(fwd_ctx *f, int l, const kvs_layer_plan *lp, i
     kvs_tensor_destroy(&srows);
     kvs_tensor_destroy(&prow);
     kvs_tensor_destroy(&amax);
+    kvs_tensor_destroy(&kmass);
     return s;
 }
 

@@ -98,6 +98,14 @@ kvs_status kvs_mf_load_gguf(kvs_model_file *m) {
     int64_t te = kvs_gguf_find_tensor(m->gguf, "token_embd.weight");
     if (h->vocab == 0 && te >= 0) h->vocab = (int)kvs_gguf_tensor(m->gguf, te)->ne[1];
     KVS_TRY(kvs_mf_check_hparams(m));
+    /* SentencePiece llama vocabularies: BOS 1, EOS 2 unless the file says otherwise */
+    kvs_gguf_str tm;
+    if (kvs_gguf_get_str(m->gguf, "tokenizer.ggml.model", &tm) == KVS_OK && tm.len == 5 &&
+        memcmp(tm.data, "llama", 5) == 0 && h->vocab > 2) {
+        h->bos_id = 1;
+        h->eos_id = 2;
+    }
+    kvs_clear_error();
     KVS_TRY(get_id(m, "tokenizer.ggml.bos_token_id", &h->bos_id));
     KVS_TRY(get_id(m, "tokenizer.ggml.eos_token_id", &h->eos_id));
     KVS_TRY(get_id(m, "tokenizer.ggml.mask_token_id", &h->mask_id));

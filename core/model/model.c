@@ -72,10 +72,10 @@ void kvs_model_destroy(kvs_model **mp) {
     *mp = NULL;
 }
 
-kvs_status kvs_model_from_file(kvs_model **out, kvs_device *dev, const kvs_model_file *mf, const kvs_model_params *p);
-
-kvs_status kvs_model_from_file(kvs_model **out, kvs_device *dev, const kvs_model_file *mf, const kvs_model_params *p) {
+kvs_status kvs_model_create(kvs_model **out, kvs_device *dev, const kvs_model_file *mf, const kvs_model_params *p) {
+    if (!out) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_model_create: out is NULL");
     *out = NULL;
+    if (!dev || !mf) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_model_create: NULL device or model file");
     kvs_model_params mp = p ? *p : kvs_model_params_default();
     if (mp.weight_dtype != KVS_F32 && mp.weight_dtype != KVS_F16 && mp.weight_dtype != KVS_BF16)
         return kvs_error(KVS_ERR_DTYPE, "kvs_model_load: weight dtype %s (want f32, f16 or bf16)", kvs_dtype_name(mp.weight_dtype));
@@ -137,7 +137,7 @@ kvs_status kvs_model_load(kvs_model **out, kvs_device *dev, const char *path, co
     if (!dev || !path) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_model_load: NULL device or path");
     kvs_model_file *mf = NULL;
     KVS_TRY(kvs_model_file_open(&mf, path, NULL));
-    kvs_status s = kvs_model_from_file(out, dev, mf, p);
+    kvs_status s = kvs_model_create(out, dev, mf, p);
     kvs_model_file_close(&mf);
     return s;
 }

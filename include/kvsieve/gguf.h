@@ -105,7 +105,8 @@ typedef struct kvs_gguf_tensor_info {
 
 typedef struct kvs_gguf kvs_gguf;
 
-/* Opens and validates a GGUF file; maps it read-only (mmap, or read() into memory as a fallback).
+/* Opens and validates a GGUF file; maps it read-only (mmap, or read() into memory as a fallback;
+ * the environment variable KVSIEVE_NO_MMAP=1 forces the fallback).
  * Errors: KVS_ERR_INVALID_ARGUMENT (NULL), KVS_ERR_IO (cannot open/read; message has the path and
  * errno text), KVS_ERR_FORMAT (malformed; message has the byte offset and the key or tensor),
  * KVS_ERR_OUT_OF_MEMORY. */

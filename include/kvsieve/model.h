@@ -53,6 +53,11 @@ KVS_API kvs_model_params kvs_model_params_default(void);
  * offset and key/tensor), KVS_ERR_UNSUPPORTED (architecture or tensor type), KVS_ERR_DTYPE,
  * KVS_ERR_OUT_OF_MEMORY, and the device's errors. */
 KVS_API kvs_status kvs_model_load(kvs_model **out, kvs_device *dev, const char *path, const kvs_model_params *p);
+
+/* As kvs_model_load from an already opened model file (which may be closed afterwards: the
+ * weights are copied to the device). Errors: as kvs_model_load after the file is read. */
+KVS_API kvs_status kvs_model_create(kvs_model **out, kvs_device *dev, const kvs_model_file *mf,
+                                    const kvs_model_params *p);
 KVS_API void kvs_model_destroy(kvs_model **m);
 
 KVS_API const kvs_model_hparams *kvs_model_get_hparams(const kvs_model *m);

@@ -40,6 +40,7 @@ typedef struct row {
     unit unit;
     double work;     /* flops or bytes per call */
     double sec;      /* median seconds per call (ROW_OK) */
+    double best;     /* fastest sample, seconds per call (ROW_OK) */
     row_status status;
     char msg[200];
 } row;
@@ -118,6 +119,9 @@ static int cmp_double(const void *a, const void *b) {
 
 typedef kvs_status (*run_fn)(bench *b, void *state);
 
+/* Fastest sample of the last time_op call (the median is its result). */
+static double last_best;
+
 /* Warm-up, calibrate, `reps` samples, median seconds per call. */
 static kvs_status time_op(bench *b, run_fn fn, void *st, double *sec) {
     kvs_status s = fn(b, st);
@@ -141,6 +145,7 @@ static kvs_status time_op(bench *b, run_fn fn, void *st, double *sec) {
         samples[r] = (cli_now() - t0) / inner;
     }
     qsort(samples, (size_t)reps, sizeof samples[0], cmp_double);
+    last_best = samples[0];
     *sec = reps % 2 ? samples[reps / 2] : 0.5 * (samples[reps / 2 - 1] + samples[reps / 2]);
     return KVS_OK;
 }
@@ -183,6 +188,7 @@ static void finish_row(bench *b, row *r, kvs_status s, double sec) {
     if (s == KVS_OK) {
         r->status = ROW_OK;
         r->sec = sec;
+        r->best = last_best;
     } else if (s == KVS_ERR_UNSUPPORTED) {
         r->status = ROW_UNSUPPORTED;
         snprintf(r->msg, sizeof r->msg, "%s", kvs_last_error());
@@ -599,12 +605,13 @@ static json_object *peak_json(const peak *p, const char *unit_key) {
     return o;
 }
 
-static void print_json(const bench *b, const char *date) {
+static void print_json(const bench *b, const char *date, double load) {
     const kvs_device_info *info = kvs_device_get_info(b->dev);
     json_object *root = json_object_new_object();
     json_object_object_add(root, "kvsieve_version", json_object_new_string(kvs_version()));
     json_object_object_add(root, "date", json_object_new_string(date));
     json_object_object_add(root, "quick", json_object_new_boolean(b->quick));
+    json_object_object_add(root, "load_average", load >= 0 ? json_object_new_double(load) : NULL);
     json_object *dev = json_object_new_object();
     json_object_object_add(dev, "backend", json_object_new_string(kvs_backend_name(info->backend)));
     json_object_object_add(dev, "index", json_object_new_int(info->index));
@@ -627,6 +634,7 @@ static void print_json(const bench *b, const char *date) {
         if (r->status == ROW_OK) {
             const peak *pk = row_peak(b, r);
             json_object_object_add(o, "time_ms", json_object_new_double(r->sec * 1e3));
+            json_object_object_add(o, "best_ms", json_object_new_double(r->best * 1e3));
             json_object_object_add(o, "rate", json_object_new_double(row_rate(r)));
             json_object_object_add(o, "ratio", pk->valid ? json_object_new_double(row_rate(r) / pk->rate) : NULL);
         } else {
@@ -648,7 +656,7 @@ static int bench_ops(int argc, char **argv) {
         {"json", 0, CLI_FLAG, &b.json, NULL, "print one JSON object on stdout instead of the table"},
         {"quick", 'q', CLI_FLAG, &b.quick, NULL, "small sizes: finishes in seconds"},
         {"filter", 'f', CLI_STRING, &b.filter, "TEXT", "only cases whose \"op shape\" contains TEXT (peaks still run)"},
-        {"reps", 'r', CLI_INT, &reps, "N", "timed samples per case, median reported (default 5; quick 3)"},
+        {"reps", 'r', CLI_INT, &reps, "N", "timed samples per case, median reported (default 5)"},
         {"threads", 't', CLI_INT, &b.threads, "N", "CPU worker threads (default: all online cores)"},
     };
     const cli_spec spec = {
@@ -667,11 +675,17 @@ static int bench_ops(int argc, char **argv) {
     if (rc >= 0) return rc;
     if (reps < 0 || reps > MAX_REPS) return cli_fail(CLI_EXIT_USAGE, spec.prog, "--reps must be in 1..%d", MAX_REPS);
     if (b.threads < 0) return cli_fail(CLI_EXIT_USAGE, spec.prog, "--threads must be >= 1");
-    b.reps = reps ? reps : (b.quick ? 3 : 5);
-    b.min_sample_s = b.quick ? 1e-3 : 5e-3;
+    b.reps = reps ? reps : 5;
+    b.min_sample_s = b.quick ? 2e-3 : 5e-3;
     rc = cli_open_device(spec.prog, b.spec, b.threads, &b.dev);
     if (rc != CLI_EXIT_OK) return rc;
 
+    double load = -1;
+    FILE *lf = fopen("/proc/loadavg", "r");
+    if (lf) {
+        if (fscanf(lf, "%lf", &load) != 1) load = -1;
+        fclose(lf);
+    }
     char date[32];
     time_t now = time(NULL);
     strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", gmtime(&now));
@@ -681,7 +695,9 @@ static int bench_ops(int argc, char **argv) {
         printf("kvsieve %s bench ops on %s:%d  %s", kvs_version(), kvs_backend_name(info->backend), info->index,
                info->name);
         if (caps->n_threads) printf("  (%d thread%s)", caps->n_threads, caps->n_threads == 1 ? "" : "s");
-        printf("\n%s%s\n", date, b.quick ? "  --quick" : "");
+        printf("\n%s%s", date, b.quick ? "  --quick" : "");
+        if (load >= 0) printf("  load average %.2f%s", load, load > 0.5 ? " (other work running: figures may be low)" : "");
+        printf("\n");
         fflush(stdout);
     }
     /* peaks: more samples than the cases, since every ratio depends on them */
@@ -698,7 +714,7 @@ static int bench_ops(int argc, char **argv) {
         fflush(stdout);
     }
     run_suite(&b);
-    if (b.json) print_json(&b, date);
+    if (b.json) print_json(&b, date, load);
     kvs_device_destroy(&b.dev);
     if (b.n_errors) {
         fprintf(stderr, "kvsieve bench ops: %d case%s failed\n", b.n_errors, b.n_errors == 1 ? "" : "s");

@@ -6,5 +6,7 @@
 /* argv[0] is the subcommand name; returns the exit status (see cli.h). */
 int cmd_devices(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
 
 #endif

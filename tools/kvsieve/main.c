@@ -13,8 +13,10 @@ typedef struct command {
 
 /* Subcommands in the order `kvsieve --help` lists them. */
 static const command commands[] = {
+    {"generate", cmd_generate, "generate text (autoregressive or masked diffusion) with a model"},
     {"devices", cmd_devices, "list backends and devices with their capabilities"},
     {"bench", cmd_bench, "time the ops against this machine's measured peaks (bench ops)"},
+    {"eval", cmd_eval, "fidelity of KV eviction policies on a text (KL, top-1, perplexity, recall)"},
 };
 
 #define N_COMMANDS (int)(sizeof commands / sizeof commands[0])

@@ -1,0 +1,278 @@
+/* kvsieve generate: load a model and generate text — autoregressive for llama-family models,
+ * masked diffusion (LLaDA-style) for llada models. Text streams to stdout as it is finalised
+ * (AR: per token; diffusion: per block); stats go to stderr, or everything to stdout as one JSON
+ * object with --json. */
+#include <json-c/json.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "cmds.h"
+#include "kvsieve/generate.h"
+#include "kvsieve/model.h"
+#include "kvsieve/model_file.h"
+#include "kvsieve/schedule.h"
+#include "kvsieve/tokenizer.h"
+#include "policy_opts.h"
+
+#define PROG "kvsieve generate"
+
+typedef struct gen_opts {
+    const char *model, *prompt, *backend;
+    int64_t n;
+    double temp, top_p, threshold;
+    int64_t seed, block, steps;
+    int threads, json, no_stream;
+} gen_opts;
+
+typedef struct stream_ctx {
+    const kvs_tokenizer *tok;
+    int32_t prev;
+    int print;           /* stream text to stdout */
+    int progress;        /* live progress line on stderr */
+    int64_t done, total;
+} stream_ctx;
+
+static int on_token(void *user, int32_t id) {
+    stream_ctx *s = user;
+    if (s->print) {
+        char piece[256];
+        size_t len = 0;
+        if (kvs_tokenizer_token_to_piece(s->tok, s->prev, id, piece, sizeof piece, &len) == KVS_OK) {
+            fwrite(piece, 1, len, stdout);
+            fflush(stdout);
+        }
+    }
+    s->prev = id;
+    s->done++;
+    if (s->progress && s->total > 0) {
+        fprintf(stderr, "\r[%lld/%lld tokens]", (long long)s->done, (long long)s->total);
+        if (s->done == s->total) fprintf(stderr, "\r%*s\r", 40, "");
+        fflush(stderr);
+    }
+    return 0;
+}
+
+static json_object *ids_json(const int32_t *ids, int64_t n) {
+    json_object *a = json_object_new_array();
+    for (int64_t i = 0; i < n; i++) json_object_array_add(a, json_object_new_int(ids[i]));
+    return a;
+}
+
+int cmd_generate(int argc, char **argv) {
+    gen_opts o = {.prompt = "", .backend = "cpu", .n = -1, .temp = 0.0, .top_p = 1.0, .threshold = 0.0, .seed = 42,
+                  .block = 32, .steps = 0};
+    policy_opts po = POLICY_OPTS_INIT;
+    const cli_opt opts[] = {
+        {"model", 'm', CLI_STRING, &o.model, "MODEL", "model file or directory (GGUF, safetensors dir, llama2.c .bin); "
+                                                      "a bare name is looked up in $KVSIEVE_MODELS, then ../shared/models"},
+        {"prompt", 'p', CLI_STRING, &o.prompt, "TEXT", "prompt text (default: empty, BOS only)"},
+        {"n", 'n', CLI_INT64, &o.n, "N", "tokens to generate (default: 256 autoregressive, 64 diffusion)"},
+        {"backend", 'b', CLI_STRING, &o.backend, "B[:I]", "cpu | opencl | vulkan, optional device index (default cpu)"},
+        {"threads", 't', CLI_INT, &o.threads, "N", "CPU backend threads (default: all cores)"},
+        {"temp", 0, CLI_DOUBLE, &o.temp, "T", "autoregressive sampling temperature; 0 = greedy (default 0)"},
+        {"top-p", 0, CLI_DOUBLE, &o.top_p, "P", "nucleus sampling mass in (0, 1] (default 1 = off)"},
+        {"seed", 0, CLI_INT64, &o.seed, "S", "sampler seed (default 42)"},
+        {"block", 0, CLI_INT64, &o.block, "B", "diffusion block length (default 32)"},
+        {"steps", 0, CLI_INT64, &o.steps, "S", "diffusion denoising steps over all blocks (default: = N)"},
+        {"threshold", 0, CLI_DOUBLE, &o.threshold, "E", "diffusion: Fast-dLLM parallel decoding threshold in (0, 1] "
+                                                        "(default 0 = fixed steps)"},
+        {"json", 0, CLI_FLAG, &o.json, NULL, "print one JSON object on stdout instead of streaming text"},
+        {"no-stream", 0, CLI_FLAG, &o.no_stream, NULL, "print the text once at the end"},
+        POLICY_OPTS(po),
+    };
+    const cli_spec spec = {
+        .prog = PROG,
+        .usage = "-m MODEL [-p PROMPT] [-n N] [--backend B] [--temp T] [--top-p P] [--seed S] [--block B] "
+                 "[--steps S] [--threshold E] [--json] [--policy NAME --budget F|N [--scope head|layer|global] "
+                 "[--sink N] [--window N]]",
+        .summary = "Generate text with a llama-family (autoregressive) or llada (masked diffusion) model.",
+        .opts = opts,
+        .n_opts = (int)(sizeof opts / sizeof opts[0]),
+    };
+    int rc = cli_parse(&spec, argc, argv, NULL, NULL);
+    if (rc >= 0) return rc;
+    if (!o.model) return cli_fail(CLI_EXIT_USAGE, PROG, "-m MODEL is required");
+    if (o.temp < 0 || !(o.top_p > 0 && o.top_p <= 1)) return cli_fail(CLI_EXIT_USAGE, PROG, "need --temp >= 0 and --top-p in (0, 1]");
+    if (o.threshold < 0 || o.threshold > 1) return cli_fail(CLI_EXIT_USAGE, PROG, "--threshold must be in [0, 1]");
+    if (o.n == 0 || o.n < -1 || o.block < 1 || o.steps < 0) return cli_fail(CLI_EXIT_USAGE, PROG, "need -n >= 1, --block >= 1, --steps >= 0");
+
+    char path[4096];
+    if (kvs_model_locate(o.model, path, sizeof path) != KVS_OK) return cli_fail(CLI_EXIT_USAGE, PROG, "%s", kvs_last_error());
+    kvs_model_file *mf = NULL;
+    kvs_tokenizer *tok = NULL;
+    kvs_device *dev = NULL;
+    kvs_model *m = NULL;
+    kvs_kv_cache *cache = NULL;
+    kvs_policy *pol = NULL;
+    int32_t *prompt = NULL, *out = NULL;
+    int exit_code = CLI_EXIT_FAIL;
+    if (kvs_model_file_open(&mf, path, NULL) != KVS_OK) return cli_fail(CLI_EXIT_USAGE, PROG, "%s", kvs_last_error());
+    if (kvs_tokenizer_from_model_file(&tok, mf) != KVS_OK) {
+        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "%s", kvs_last_error());
+        goto done;
+    }
+    rc = cli_open_device(PROG, o.backend, o.threads, &dev);
+    if (rc != CLI_EXIT_OK) {
+        exit_code = rc;
+        goto done;
+    }
+    if (kvs_model_create(&m, dev, mf, NULL) != KVS_OK) {
+        exit_code = cli_fail(CLI_EXIT_FAIL, PROG, "%s", kvs_last_error());
+        goto done;
+    }
+    const kvs_model_hparams *hp = kvs_model_get_hparams(m);
+    int dlm = hp->arch == KVS_ARCH_LLADA;
+    int64_t n_gen = o.n > 0 ? o.n : (dlm ? 64 : 256);
+    if (dlm && n_gen % o.block) {
+        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "-n %lld must be a multiple of --block %lld", (long long)n_gen, (long long)o.block);
+        goto done;
+    }
+    /* prompt tokens: BOS + text (the diffusion references encode "" as the dummy prefix alone) */
+    unsigned flags = KVS_TOKENIZE_ADD_BOS | (dlm ? KVS_TOKENIZE_PREFIX_EMPTY : 0);
+    int64_t n_prompt = 0;
+    size_t plen = strlen(o.prompt);
+    kvs_tokenizer_encode(tok, o.prompt, plen, flags, NULL, 0, &n_prompt);
+    prompt = malloc((size_t)(n_prompt + 1) * sizeof *prompt);
+    out = malloc((size_t)n_gen * sizeof *out);
+    if (!prompt || !out) {
+        exit_code = cli_fail(CLI_EXIT_FAIL, PROG, "out of memory");
+        goto done;
+    }
+    if (kvs_tokenizer_encode(tok, o.prompt, plen, flags, prompt, n_prompt + 1, &n_prompt) != KVS_OK) {
+        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "cannot tokenize the prompt: %s", kvs_last_error());
+        goto done;
+    }
+    if (n_prompt + n_gen > hp->ctx_len) {
+        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "prompt (%lld tokens) + %lld exceeds the model context %d",
+                             (long long)n_prompt, (long long)n_gen, hp->ctx_len);
+        goto done;
+    }
+    /* AR eviction (--policy): the cache is sized to the budget + buffer */
+    kvs_ar_params ap = kvs_ar_params_default();
+    rc = policy_opts_make(PROG, &po, &pol, &ap);
+    if (rc != CLI_EXIT_OK) {
+        exit_code = rc;
+        goto done;
+    }
+    if (dlm && pol) {
+        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "--policy applies to autoregressive models only");
+        goto done;
+    }
+    ap.max_new = n_gen;
+    kvs_cache_params cp = kvs_model_cache_params(m);
+    cp.mode = dlm ? KVS_CACHE_POSITIONAL : KVS_CACHE_APPEND;
+    cp.capacity = dlm ? n_prompt + n_gen : kvs_ar_capacity(m, n_prompt, &ap);
+    if (kvs_cache_create(&cache, dev, &cp) != KVS_OK) {
+        exit_code = cli_fail(CLI_EXIT_FAIL, PROG, "%s", kvs_last_error());
+        goto done;
+    }
+    stream_ctx sc = {.tok = tok, .prev = prompt[n_prompt - 1], .print = !o.json && !o.no_stream,
+                     .progress = !o.json && isatty(STDERR_FILENO), .total = n_gen};
+    if (sc.print) {
+        /* echo the prompt the way it will continue */
+        for (int64_t i = 1; i < n_prompt; i++) {
+            char piece[256];
+            size_t len = 0;
+            if (kvs_tokenizer_token_to_piece(tok, prompt[i - 1], prompt[i], piece, sizeof piece, &len) == KVS_OK)
+                fwrite(piece, 1, len, stdout);
+        }
+        fflush(stdout);
+    }
+    kvs_gen_stats st;
+    int64_t n_out = 0;
+    kvs_status s;
+    if (dlm) {
+        kvs_dlm_params p = kvs_dlm_params_default();
+        p.gen_len = n_gen;
+        p.block_len = o.block;
+        p.steps = o.steps ? o.steps : n_gen;
+        p.threshold = (float)o.threshold;
+        s = kvs_generate_dlm(m, cache, prompt, n_prompt, &p, on_token, &sc, out, &st);
+        n_out = n_gen;
+    } else {
+        kvs_ar_params p = ap;
+        p.max_new = n_gen;
+        p.temperature = (float)o.temp;
+        p.top_p = (float)o.top_p;
+        p.seed = (uint64_t)o.seed;
+        s = kvs_generate_ar(m, cache, prompt, n_prompt, &p, on_token, &sc, out, &n_out, &st);
+    }
+    if (s != KVS_OK) {
+        if (sc.print) printf("\n");
+        exit_code = cli_fail(CLI_EXIT_FAIL, PROG, "%s: %s", kvs_status_str(s), kvs_last_error());
+        goto done;
+    }
+    /* full text: prompt + generated, decoded once */
+    int64_t n_all = n_prompt + n_out;
+    int32_t *all = malloc((size_t)n_all * sizeof *all);
+    size_t tlen = 0;
+    char *text = NULL;
+    if (all) {
+        memcpy(all, prompt, (size_t)n_prompt * sizeof *all);
+        memcpy(all + n_prompt, out, (size_t)n_out * sizeof *all);
+        /* generated text only (what follows the prompt) */
+        kvs_tokenizer_decode(tok, out, n_out, NULL, 0, &tlen);
+        text = malloc(tlen + 1);
+        if (text && kvs_tokenizer_decode(tok, out, n_out, text, tlen + 1, &tlen) != KVS_OK) text[0] = '\0';
+    }
+    int64_t rows_baseline = st.rows_baseline;
+    if (o.json) {
+        json_object *j = json_object_new_object();
+        json_object_object_add(j, "text", json_object_new_string(text ? text : ""));
+        json_object_object_add(j, "tokens", ids_json(out, n_out));
+        json_object_object_add(j, "prompt_tokens", ids_json(prompt, n_prompt));
+        json_object *js = json_object_new_object();
+        json_object_object_add(js, "tokens_per_s", json_object_new_double(st.tokens_per_s));
+        json_object_object_add(js, "seconds", json_object_new_double(st.seconds));
+        json_object_object_add(js, "steps", json_object_new_int64(st.steps));
+        json_object_object_add(js, "rows_computed", json_object_new_int64(st.rows_computed));
+        json_object_object_add(js, "rows_baseline", json_object_new_int64(rows_baseline));
+        json_object_object_add(js, "compute_fraction", json_object_new_double(st.compute_fraction));
+        json_object_object_add(js, "cache_bytes_peak", json_object_new_int64(st.cache_bytes_peak));
+        json_object_object_add(js, "cache_bytes_allocated", json_object_new_int64(st.cache_bytes_allocated));
+        if (pol) {
+            json_object_object_add(js, "policy", json_object_new_string(kvs_policy_name(pol)));
+            json_object_object_add(js, "budget", json_object_new_double(ap.budget));
+            json_object_object_add(js, "scope", json_object_new_string(kvs_budget_scope_name(ap.scope)));
+            json_object_object_add(js, "evictions", json_object_new_int64(st.evictions));
+            json_object_object_add(js, "rows_evicted", json_object_new_int64(st.rows_evicted));
+        }
+        json_object_object_add(js, "model_bytes", json_object_new_int64(kvs_model_weight_bytes(m)));
+        json_object_object_add(js, "backend", json_object_new_string(kvs_backend_name(kvs_device_backend(dev))));
+        json_object_object_add(j, "stats", js);
+        printf("%s\n", json_object_to_json_string_ext(j, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE));
+        json_object_put(j);
+    } else {
+        if (o.no_stream) printf("%s", text ? text : "");
+        printf("\n");
+        fflush(stdout);
+        fprintf(stderr,
+                "[%s on %s] %lld tokens in %.3f s (%.1f tokens/s), %lld %s\n"
+                "rows computed %lld of %lld without cache (compute fraction %.3f)\n"
+                "model %.2f MiB, cache peak %.2f MiB (allocated %.2f MiB)\n",
+                dlm ? "diffusion" : "autoregressive", kvs_device_get_info(dev)->name, (long long)n_out, st.seconds,
+                st.tokens_per_s, (long long)st.steps, dlm ? "denoising steps" : "forward steps",
+                (long long)st.rows_computed, (long long)rows_baseline, st.compute_fraction,
+                (double)kvs_model_weight_bytes(m) / 1048576.0, (double)st.cache_bytes_peak / 1048576.0,
+                (double)st.cache_bytes_allocated / 1048576.0);
+        if (pol)
+            fprintf(stderr, "eviction: %s, budget %g, scope %s: %lld evictions, %lld K/V rows evicted\n", kvs_policy_name(pol),
+                    ap.budget, kvs_budget_scope_name(ap.scope), (long long)st.evictions, (long long)st.rows_evicted);
+    }
+    free(all);
+    free(text);
+    exit_code = CLI_EXIT_OK;
+done:
+    free(prompt);
+    free(out);
+    kvs_cache_destroy(&cache);
+    kvs_policy_destroy(&pol);
+    kvs_model_destroy(&m);
+    kvs_tokenizer_destroy(&tok);
+    kvs_device_destroy(&dev);
+    kvs_model_file_close(&mf);
+    return exit_code;
+}
