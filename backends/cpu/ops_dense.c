@@ -272,9 +272,9 @@ int kvs_cpu_own_gemm(void) {
 #endif
 }
 
-#define MM_RB 64  /* W rows per thread block */
+#define MM_RB 256  /* W rows per thread block */
 #define MM_KC 256 /* depth per pass */
-#define MM_NB 512 /* x rows per block */
+#define MM_NB 128 /* x rows per block */
 
 #if KVS_CPU_HAVE_AVX512
 /* C[8][32] (+)= A[8][K] . B[K][32]: A rows of stride lda, B rows of stride ldb, C rows of stride
