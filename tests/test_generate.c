@@ -7,6 +7,7 @@
  * Models are located with kvs_model_locate (KVSIEVE_MODELS or ../shared/models); missing fixtures
  * or a missing backend skip the run (exit 77). */
 #include <check.h>
+#include <math.h>
 #include <json-c/json.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,6 +75,44 @@ START_TEST(test_ar_greedy_reference) {
     kvs_model_destroy(&m);
     kvs_device_destroy(&dev);
     json_object_put(ref);
+}
+END_TEST
+
+/* The four encodings load to identical weights, so one forward gives bit-identical logits. */
+START_TEST(test_encodings_identical_logits) {
+    kvs_device *dev = open_dev();
+    int32_t toks[6] = {1, 403, 407, 261, 378, 432}, rows[6] = {0, 1, 2, 3, 4, 5};
+    float *ref = NULL;
+    int64_t nl = 0;
+    for (int e = 0; e < 4; e++) {
+        kvs_model *m = NULL;
+        ck_assert_msg(kvs_model_load(&m, dev, locate(encodings[e]), NULL) == KVS_OK, "%s", kvs_last_error());
+        kvs_cache_params cp = kvs_model_cache_params(m);
+        cp.mode = KVS_CACHE_APPEND;
+        cp.capacity = 8;
+        kvs_kv_cache *c = NULL;
+        ck_assert(kvs_cache_create(&c, dev, &cp) == KVS_OK);
+        kvs_step_plan plan = {.tokens = toks, .n_tokens = 6, .logit_rows = rows, .n_logit_rows = 6};
+        kvs_step_result r;
+        ck_assert_msg(kvs_model_forward(m, c, &plan, &r) == KVS_OK, "%s", kvs_last_error());
+        nl = r.n_logit_rows * r.vocab;
+        ck_assert_int_eq(nl, 6 * 512);
+        if (e == 0) {
+            ref = malloc((size_t)nl * sizeof *ref);
+            memcpy(ref, r.logits, (size_t)nl * sizeof *ref);
+            int finite = 1;
+            for (int64_t i = 0; i < nl; i++) finite &= isfinite(ref[i]) != 0;
+            ck_assert(finite);
+        } else {
+            for (int64_t i = 0; i < nl; i++)
+                ck_assert_msg(memcmp(&ref[i], &r.logits[i], sizeof(float)) == 0, "%s logit %lld: %.9g vs %.9g",
+                              encodings[e], (long long)i, (double)r.logits[i], (double)ref[i]);
+        }
+        kvs_cache_destroy(&c);
+        kvs_model_destroy(&m);
+    }
+    free(ref);
+    kvs_device_destroy(&dev);
 }
 END_TEST
 
@@ -212,6 +251,7 @@ int main(int argc, char **argv) {
     TCase *tc = tcase_create("references");
     tcase_set_timeout(tc, 600);
     tcase_add_loop_test(tc, test_ar_greedy_reference, 0, 4);
+    tcase_add_test(tc, test_encodings_identical_logits);
     tcase_add_test(tc, test_dlm_reference);
     tcase_add_test(tc, test_forward_errors);
     suite_add_tcase(s, tc);

@@ -442,7 +442,7 @@ static void q8_quantize(const float *x, int64_t n, uint8_t *out) {
         float d = amax / 127.0f;
         uint16_t dh = kvs_f32_to_f16(d);
         memcpy(out + 34 * b, &dh, 2);
-        float id = d ? 1.0f / d : 0.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
         for (int j = 0; j < 32; j++) out[34 * b + 2 + j] = (uint8_t)(int8_t)lrintf(x[32 * b + j] * id);
     }
 }
@@ -582,6 +582,107 @@ START_TEST(test_gguf_dtypes) {
 }
 END_TEST
 
+/* Seeded random byte flips in the headers of every encoding: the loader returns a status (any
+ * error, or a clean load whose weights are then all read), never crashes (Check forks). */
+static uint64_t rng_state;
+static uint64_t rng(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+static double touch_model(const kvs_model_file *m) {
+    const kvs_model_weights *w = kvs_model_file_weights(m);
+    double sum = 0;
+    const kvs_weight *top[3] = {&w->token_embd, &w->output_norm, &w->output};
+    for (int i = 0; i < 3; i++) {
+        float *f = to_f32(top[i]);
+        sum += f[0] + f[top[i]->ne[0] * top[i]->ne[1] - 1];
+        free(f);
+    }
+    for (int l = 0; l < w->n_layers; l++) {
+        const kvs_layer_weights *L = &w->layers[l];
+        const kvs_weight *ws[9] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->ffn_norm, &L->w_gate, &L->w_down, &L->w_up};
+        for (int k = 0; k < 9; k++) {
+            float *f = to_f32(ws[k]);
+            sum += f[0] + f[ws[k]->ne[0] * ws[k]->ne[1] - 1];
+            free(f);
+        }
+    }
+    return sum;
+}
+
+static void flip_model(const char *rel, const char *file_in_dir, size_t region, int iters, uint64_t seed) {
+    char src[8192];
+    snprintf(src, sizeof src, "%s/%s%s%s", g_models, rel, file_in_dir ? "/" : "", file_in_dir ? file_in_dir : "");
+    FILE *f = fopen(src, "rb");
+    ck_assert(f != NULL);
+    fseek(f, 0, SEEK_END);
+    size_t n = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *data = malloc(n), *copy = malloc(n);
+    ck_assert_uint_eq(fread(data, 1, n, f), n);
+    fclose(f);
+    char dir[] = "/tmp/kvs_flip_XXXXXX";
+    ck_assert(mkdtemp(dir) != NULL);
+    char path[256], cfg[256], open_at[256];
+    const char *name = file_in_dir ? file_in_dir : "model.bin";
+    if (file_in_dir && strcmp(file_in_dir, "model.safetensors") == 0) {
+        char cfg_src[8192];
+        snprintf(cfg_src, sizeof cfg_src, "%s/%s/config.json", g_models, rel);
+        snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+        copy_file(cfg_src, cfg, -1, NULL, NULL);
+        snprintf(open_at, sizeof open_at, "%s", dir);
+    } else {
+        cfg[0] = 0;
+        snprintf(open_at, sizeof open_at, "%s/%s", dir, name);
+    }
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    rng_state = seed;
+    int counts[KVS_ERR_INTERNAL + 1] = {0};
+    for (int it = 0; it < iters; it++) {
+        memcpy(copy, data, n);
+        int flips = 1 + (int)(rng() % 3);
+        for (int k = 0; k < flips; k++) {
+            size_t pos = (size_t)(rng() % (region < n ? region : n));
+            copy[pos] = (rng() & 1) ? (uint8_t)(copy[pos] ^ (1u << (rng() % 8))) : (uint8_t)rng();
+        }
+        f = fopen(path, "wb");
+        fwrite(copy, 1, n, f);
+        fclose(f);
+        kvs_model_file *m = NULL;
+        kvs_status s = kvs_model_file_open(&m, open_at, NULL);
+        ck_assert(s >= KVS_OK && s <= KVS_ERR_INTERNAL && s != KVS_ERR_INTERNAL);
+        if (s == KVS_OK) {
+            touch_model(m);
+            kvs_model_file_close(&m);
+        } else {
+            ck_assert_msg(kvs_last_error()[0] != 0, "%s: error without a message", rel);
+        }
+        counts[s]++;
+    }
+    printf("model file: %s: %d flip sets (seed %llu): %d clean loads, %d FORMAT, %d SHAPE, %d DTYPE, "
+           "%d NOT_FOUND, %d UNSUPPORTED, %d other\n", rel, iters, (unsigned long long)seed,
+           counts[KVS_OK], counts[KVS_ERR_FORMAT], counts[KVS_ERR_SHAPE], counts[KVS_ERR_DTYPE],
+           counts[KVS_ERR_NOT_FOUND], counts[KVS_ERR_UNSUPPORTED],
+           iters - counts[KVS_OK] - counts[KVS_ERR_FORMAT] - counts[KVS_ERR_SHAPE] - counts[KVS_ERR_DTYPE] -
+               counts[KVS_ERR_NOT_FOUND] - counts[KVS_ERR_UNSUPPORTED]);
+    remove(path);
+    if (cfg[0]) remove(cfg);
+    rmdir(dir);
+    free(data);
+    free(copy);
+}
+
+START_TEST(test_flipped_models) {
+    flip_model("stories260K-f32.v3.gguf", NULL, 14144, 250, 11);
+    flip_model("stories260K-f32.v1.gguf", NULL, 11456, 250, 12);
+    flip_model("stories260K-hf", "model.safetensors", 4968, 250, 13);
+    flip_model("stories260K.bin", NULL, 28, 100, 14);
+}
+END_TEST
+
 START_TEST(test_other_files_refused) {
     kvs_model_file *m = NULL;
     char path[8192];
@@ -635,6 +736,7 @@ int main(void) {
     tcase_add_test(tc, test_safetensors_corrupt);
     tcase_add_test(tc, test_gguf_dtypes);
     tcase_add_test(tc, test_other_files_refused);
+    tcase_add_test(tc, test_flipped_models);
     tcase_add_test(tc, test_locate);
     suite_add_tcase(s, tc);
     SRunner *r = srunner_create(s);

@@ -12,10 +12,13 @@ kvs_setup
 kvs_log "KVSIEVE_MODELS=$KVSIEVE_MODELS"
 
 # ---- main job -------------------------------------------------------------------------------
-# Until text generation lands this shows the devices and a quick op benchmark. When it does,
-# replace this block with the model decodes, e.g.:
-#   "$KVSIEVE_BIN" generate -m stories260K-llada-f32.gguf ... "$@"
-#   "$KVSIEVE_BIN" generate -m stories260K-f32.v3.gguf ... "$@"
+# 1. masked diffusion: the bundled LLaDA-layout model decodes 64 tokens in blocks of 32;
+# 2. autoregressive: stories260K, greedy, the published 256-token text.
+# Extra arguments (e.g. --backend vulkan) go to both decodes.
 "$KVSIEVE_BIN" devices
 echo
-"$KVSIEVE_BIN" bench ops --quick "$@"
+kvs_log "masked diffusion: stories260K-llada-f32.gguf, 64 tokens, blocks of 32, threshold 0.9"
+"$KVSIEVE_BIN" generate -m stories260K-llada-f32.gguf -p "Once upon a time" -n 64 --block 32 --threshold 0.9 "$@"
+echo
+kvs_log "autoregressive: stories260K-f32.v3.gguf, greedy, 256 tokens"
+"$KVSIEVE_BIN" generate -m stories260K-f32.v3.gguf -n 256 "$@"

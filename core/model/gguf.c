@@ -150,6 +150,21 @@ static kvs_status rd_str(cursor *c, kvs_gguf_str *s, const char *field) {
     return KVS_OK;
 }
 
+/* Grows *arr (elements of `elem` bytes, capacity *cap) to hold at least need elements, zeroing the
+ * new part. Counts read from the file only bound the loops: memory grows with the entries actually
+ * parsed, so a corrupt count cannot make us allocate more than the file's real content needs. */
+static int grow(void **arr, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) return 0;
+    size_t nc = *cap ? *cap : 16;
+    while (nc < need) nc *= 2;
+    void *p = realloc(*arr, nc * elem);
+    if (!p) return -1;
+    memset((char *)p + *cap * elem, 0, (nc - *cap) * elem);
+    *arr = p;
+    *cap = nc;
+    return 0;
+}
+
 /* ---- values ------------------------------------------------------------------------------------- */
 
 static void value_free(kvs_gguf_value *v) {
@@ -212,14 +227,21 @@ static kvs_status read_array(cursor *c, kvs_gguf_value *v, int depth) {
         c->off += (size_t)(n * min_elem);
         return KVS_OK;
     }
-    kvs_gguf_value *items = calloc(n ? (size_t)n : 1, sizeof *items);
-    if (!items) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "gguf: %s: array of %llu values",
-                                 c->what, (unsigned long long)n);
-    v->arr.items = items;
+    /* STRING / ARRAY elements: parsed values, grown as they parse; arr.n counts the initialised
+     * ones until the end so that value_free never walks past them */
+    kvs_gguf_value *items = NULL;
+    size_t cap = 0;
+    v->arr.n = 0;
     for (uint64_t i = 0; i < n; i++) {
+        if (grow((void **)&items, &cap, (size_t)i + 1, sizeof *items)) {
+            v->arr.items = items;
+            return kvs_error(KVS_ERR_OUT_OF_MEMORY, "gguf: %s: array of %llu values", c->what,
+                             (unsigned long long)n);
+        }
+        v->arr.items = items;
+        v->arr.n = i + 1;
         kvs_status s = read_value(c, et, &items[i], depth + 1);
         if (s != KVS_OK) {
-            /* items [0, i] may own nested arrays: value_free walks all n (zeroed ones are no-ops) */
             char buf[1024];
             snprintf(buf, sizeof buf, "%s (array element %llu)", kvs_last_error(),
                      (unsigned long long)i);
@@ -227,6 +249,10 @@ static kvs_status read_array(cursor *c, kvs_gguf_value *v, int depth) {
             return s;
         }
     }
+    if (!items && grow((void **)&items, &cap, 1, sizeof *items))
+        return kvs_error(KVS_ERR_OUT_OF_MEMORY, "gguf: out of memory");
+    v->arr.items = items;
+    v->arr.n = n;
     return KVS_OK;
 }
 
@@ -275,6 +301,9 @@ static int cmp_tensor_off(const void *a, const void *b) {
 
 static kvs_status parse(kvs_gguf *g) {
     cursor c = {g, 0, "header"};
+#if defined(__BYTE_ORDER__) && defined(__ORDER_BIG_ENDIAN__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    return kvs_error(KVS_ERR_UNSUPPORTED, "gguf: %s: big-endian hosts are not supported", g->src);
+#endif
     char what[GGUF_MAX_NAME + 32];
     char magic[4];
     KVS_TRY(rd(&c, magic, 4, "magic"));
@@ -306,12 +335,9 @@ static kvs_status parse(kvs_gguf *g) {
         return fmt_err(&c, "metadata count %llu exceeds what %zu bytes can hold",
                        (unsigned long long)n_kv, g->size - at);
     }
-    g->keys = calloc(n_kv ? (size_t)n_kv : 1, sizeof *g->keys);
-    g->vals = calloc(n_kv ? (size_t)n_kv : 1, sizeof *g->vals);
-    g->tensors = calloc(n_tensors ? (size_t)n_tensors : 1, sizeof *g->tensors);
-    if (!g->keys || !g->vals || !g->tensors ||
-        kvs_strhash_init(&g->key_index, (size_t)n_kv) != 0 ||
-        kvs_strhash_init(&g->tensor_index, (size_t)n_tensors) != 0)
+    size_t cap_kv = 0, cap_vals = 0, cap_t = 0;
+    if (kvs_strhash_init(&g->key_index, n_kv < 256 ? (size_t)n_kv : 256) != 0 ||
+        kvs_strhash_init(&g->tensor_index, n_tensors < 256 ? (size_t)n_tensors : 256) != 0)
         return kvs_error(KVS_ERR_OUT_OF_MEMORY, "gguf: %s: out of memory for the header", g->src);
 
     g->alignment = 32;
@@ -333,6 +359,9 @@ static kvs_status parse(kvs_gguf *g) {
         char kname[GGUF_MAX_NAME + 1];
         safe_name(kname, sizeof kname, key.data, (size_t)key.len);
         snprintf(what, sizeof what, "key '%s'", kname);
+        if (grow((void **)&g->keys, &cap_kv, (size_t)i + 1, sizeof *g->keys) ||
+            grow((void **)&g->vals, &cap_vals, (size_t)i + 1, sizeof *g->vals))
+            return kvs_error(KVS_ERR_OUT_OF_MEMORY, "gguf: out of memory");
         g->keys[i] = str_dup_n(key.data, (size_t)key.len);
         if (!g->keys[i]) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "gguf: out of memory");
         g->n_kv = (int64_t)i + 1;   /* keys/vals [0, i] are owned from here on */
@@ -348,7 +377,8 @@ static kvs_status parse(kvs_gguf *g) {
             return fmt_err(&c, "bad value type %u (0..12 valid)", t);
         }
         KVS_TRY(read_value(&c, t, &g->vals[i], 0));
-        kvs_strhash_put(&g->key_index, g->keys[i], (int64_t)i);
+        if (kvs_strhash_put(&g->key_index, g->keys[i], (int64_t)i) != 0)
+            return kvs_error(KVS_ERR_OUT_OF_MEMORY, "gguf: out of memory");
         if (strcmp(g->keys[i], "general.alignment") == 0) {
             const kvs_gguf_value *v = &g->vals[i];
             if (t == KVS_GGUF_ARRAY || t == KVS_GGUF_STRING || t == KVS_GGUF_FLOAT32 ||
@@ -367,6 +397,8 @@ static kvs_status parse(kvs_gguf *g) {
     }
 
     for (uint64_t i = 0; i < n_tensors; i++) {
+        if (grow((void **)&g->tensors, &cap_t, (size_t)i + 1, sizeof *g->tensors))
+            return kvs_error(KVS_ERR_OUT_OF_MEMORY, "gguf: out of memory");
         kvs_gguf_tensor_info *ti = &g->tensors[i];
         kvs_gguf_str name;
         snprintf(what, sizeof what, "tensor info %llu", (unsigned long long)i);
@@ -388,7 +420,8 @@ static kvs_status parse(kvs_gguf *g) {
             c.off = at;
             return fmt_err(&c, "duplicate tensor name");
         }
-        kvs_strhash_put(&g->tensor_index, ti->name, (int64_t)i);
+        if (kvs_strhash_put(&g->tensor_index, ti->name, (int64_t)i) != 0)
+            return kvs_error(KVS_ERR_OUT_OF_MEMORY, "gguf: out of memory");
         uint32_t nd = 0;
         at = c.off;
         KVS_TRY(rd_u32(&c, &nd, "n_dims"));

@@ -25,8 +25,8 @@ struct kvs_tokenizer {
     int add_bos, add_eos, add_space_prefix;
     int32_t *special;   /* user-defined, control, unknown token ids, longest text first */
     int32_t n_special;
-    /* byte-level BPE (GPT-2) */
-    int bpe;
+    /* byte-level BPE (GPT-2) / WordPiece (BERT) */
+    int bpe, wpm;
     char **merge_text;  /* [n_merges] "left right" */
     int32_t n_merges;
     kvs_strhash merges; /* "left right" -> rank */
@@ -86,7 +86,8 @@ static int cmp_u64(const void *a, const void *b) {
 static kvs_status tk_finish(kvs_tokenizer *t) {
     for (int32_t i = 0; i < t->n; i++) {
         if (t->len[i] > t->max_len) t->max_len = t->len[i];
-        if (t->len[i] > 0) kvs_strhash_put(&t->idx, t->text[i], i);   /* later duplicates win */
+        if (t->len[i] > 0 && kvs_strhash_put(&t->idx, t->text[i], i) != 0)   /* later ones win */
+            return kvs_error(KVS_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
     }
     for (int b = 0; b < 256; b++) {
         char buf[8];
@@ -158,7 +159,8 @@ static kvs_status bpe_setup(kvs_tokenizer *t, const kvs_gguf *g) {
         memcpy(c, m.data, (size_t)m.len);
         c[m.len] = '\0';
         t->merge_text[t->n_merges++] = c;
-        if (kvs_strhash_find(&t->merges, c) < 0) kvs_strhash_put(&t->merges, c, (int64_t)i);
+        if (kvs_strhash_find(&t->merges, c) < 0 && kvs_strhash_put(&t->merges, c, (int64_t)i) != 0)
+            return kvs_error(KVS_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
     }
     return KVS_OK;
 }
@@ -182,12 +184,13 @@ kvs_status kvs_tokenizer_from_gguf(kvs_tokenizer **out, const kvs_gguf *g) {
             return kvs_error(KVS_ERR_UNSUPPORTED,
                              "tokenizer: byte-level BPE with pre-tokenizer '%s' is not supported "
                              "(only 'gpt-2')", pre);
-    } else if (strcmp(model, "llama") != 0) {
-        const char *what = strcmp(model, "bert") == 0 ? " (BERT WordPiece)" : "";
+    } else if (strcmp(model, "llama") != 0 && strcmp(model, "bert") != 0) {
         return kvs_error(KVS_ERR_UNSUPPORTED,
-                         "tokenizer: tokenizer.ggml.model '%s'%s is not supported; only 'llama' "
-                         "(SentencePiece BPE) and 'gpt2' (byte-level BPE) are", model, what);
+                         "tokenizer: tokenizer.ggml.model '%s' is not supported; only 'llama' "
+                         "(SentencePiece BPE), 'gpt2' (byte-level BPE) and 'bert' (WordPiece) are",
+                         model);
     }
+    int wpm = strcmp(model, "bert") == 0;
     const kvs_gguf_value *toks, *scores = NULL, *types = NULL;
     s = kvs_gguf_get_arr(g, "tokenizer.ggml.tokens", KVS_GGUF_STRING, &toks);
     if (s != KVS_OK) return s;
@@ -214,6 +217,11 @@ kvs_status kvs_tokenizer_from_gguf(kvs_tokenizer **out, const kvs_gguf *g) {
         t->add_bos = 0;            /* llama.cpp: BPE vocabularies add no BOS unless told */
         t->add_space_prefix = 0;
     }
+    if (wpm) {
+        t->wpm = 1;                /* llama.cpp: [CLS] text [SEP] */
+        t->add_bos = 1;
+        t->add_eos = 1;
+    }
     for (int32_t i = 0; i < n; i++) {
         kvs_gguf_str str;
         if ((s = kvs_gguf_arr_str(toks, (uint64_t)i, &str)) != KVS_OK) goto fail;
@@ -239,6 +247,9 @@ kvs_status kvs_tokenizer_from_gguf(kvs_tokenizer **out, const kvs_gguf *g) {
     if (kvs_gguf_get_int(g, "tokenizer.ggml.unknown_token_id", &v) == KVS_OK) t->unk = id_or_none(v, n);
     else t->unk = (t->type[0] == KVS_TOKEN_UNKNOWN) ? 0 : -1;
     if (kvs_gguf_get_int(g, "tokenizer.ggml.mask_token_id", &v) == KVS_OK) t->mask = id_or_none(v, n);
+    if (wpm && kvs_gguf_get_int(g, "tokenizer.ggml.cls_token_id", &v) == KVS_OK) t->bos = id_or_none(v, n);
+    if (wpm && kvs_gguf_get_int(g, "tokenizer.ggml.seperator_token_id", &v) == KVS_OK)
+        t->eos = id_or_none(v, n);
     int b;
     if (kvs_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &b) == KVS_OK) t->add_bos = b;
     if (kvs_gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &b) == KVS_OK) t->add_eos = b;
@@ -733,6 +744,97 @@ done:
     return st;
 }
 
+/* ---- WordPiece (BERT), as llama.cpp llm_tokenizer_wpm ---- */
+
+static int is_chinese_char(uint32_t c) {
+    return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) ||
+           (c >= 0x20000 && c <= 0x2A6DF) || (c >= 0x2A700 && c <= 0x2B73F) ||
+           (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B920 && c <= 0x2CEAF) ||
+           (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
+}
+
+static size_t utf8_put(uint32_t cp, char *o) {
+    if (cp < 0x80) { o[0] = (char)cp; return 1; }
+    if (cp < 0x800) { o[0] = (char)(0xC0 | (cp >> 6)); o[1] = (char)(0x80 | (cp & 0x3F)); return 2; }
+    if (cp < 0x10000) {
+        o[0] = (char)(0xE0 | (cp >> 12)); o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        o[2] = (char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    o[0] = (char)(0xF0 | (cp >> 18)); o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+    o[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); o[3] = (char)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+/* Greedy longest-match of "\u2581" + word (bytes w[0..n), w starting with the marker). */
+static kvs_status wpm_word(const kvs_tokenizer *t, const char *w, size_t n, ivec *out) {
+    int64_t start = out->n;
+    for (size_t i = 0; i < n; i++) {
+        int match = 0;
+        size_t jmax = i + t->max_len + 1 < n ? i + t->max_len + 1 : n;
+        for (size_t j = jmax; j > i; j--) {
+            int64_t id = kvs_strhash_find_n(&t->idx, w + i, j - i);
+            if (id >= 0) {
+                if (iv_push(out, (int32_t)id)) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
+                match = 1;
+                i = j - 1;
+                break;
+            }
+        }
+        if (!match) {
+            out->n = start;   /* discard the partial word */
+            break;
+        }
+    }
+    if (out->n == start) {
+        if (t->unk < 0)
+            return kvs_error(KVS_ERR_NOT_FOUND, "tokenizer: word not in the vocabulary and no unknown token");
+        if (iv_push(out, t->unk)) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
+    }
+    return KVS_OK;
+}
+
+/* BERT pre-processing (llama.cpp llm_tokenizer_wpm::preprocess): each code point -> the first code
+ * point of its NFD (accents dropped); White_Space ends a word; NUL, U+FFFD (invalid UTF-8) and
+ * control characters are dropped; lowercase; punctuation, ASCII symbols and CJK ideographs are
+ * words of their own. Each word is matched greedily, longest token first, with a U+2581 prefix. */
+static kvs_status wpm_fragment(const kvs_tokenizer *t, const char *text, size_t n, ivec *out) {
+    if (n == 0) return KVS_OK;
+    char *w = malloc(3 + 4 * n + 4);
+    if (!w) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
+    memcpy(w, SPACE_ESC, 3);
+    size_t wn = 3;
+    kvs_status st = KVS_OK;
+    for (size_t i = 0; i <= n && st == KVS_OK;) {
+        uint32_t cp = 0x20;   /* a final space flushes the last word */
+        if (i < n) {
+            i += utf8_decode((const unsigned char *)text + i, n - i, &cp);
+            if (cp == UINT32_MAX) cp = 0xFFFD;
+            cp = kvs_uni_nfd_first(cp);
+        } else {
+            i++;
+        }
+        if (kvs_uni_is_space(cp)) {
+            if (wn > 3) st = wpm_word(t, w, wn, out);
+            wn = 3;
+            continue;
+        }
+        if (cp == 0 || cp == 0xFFFD || kvs_uni_is_control(cp)) continue;
+        uint32_t lc = kvs_uni_tolower(cp);
+        if (kvs_uni_is_punct(cp) || (cp < 0x7F && kvs_uni_is_symbol(cp)) || is_chinese_char(cp)) {
+            if (wn > 3) st = wpm_word(t, w, wn, out);
+            if (st != KVS_OK) break;
+            wn = 3 + utf8_put(lc, w + 3);
+            st = wpm_word(t, w, wn, out);
+            wn = 3;
+        } else {
+            wn += utf8_put(lc, w + wn);
+        }
+    }
+    free(w);
+    return st;
+}
+
 typedef struct {
     size_t off, n;    /* raw text range, or */
     int32_t id;       /* >= 0: a special token */
@@ -819,8 +921,10 @@ kvs_status kvs_tokenizer_encode(const kvs_tokenizer *t, const char *text, size_t
             prev_special = 1;
             continue;
         }
-        if (t->bpe) {
-            if ((s = bpe_fragment(t, text + fr.v[i].off, fr.v[i].n, &out)) != KVS_OK) goto done;
+        if (t->bpe || t->wpm) {
+            s = t->bpe ? bpe_fragment(t, text + fr.v[i].off, fr.v[i].n, &out)
+                       : wpm_fragment(t, text + fr.v[i].off, fr.v[i].n, &out);
+            if (s != KVS_OK) goto done;
             prev_special = 0;
             continue;
         }

@@ -22,17 +22,18 @@ typedef struct kvs_strhash {
     const char **keys;
     int64_t *vals;
     size_t cap;   /* power of two */
+    size_t count; /* entries */
 } kvs_strhash;
 
-/* Sized for n entries (load <= 1/2). Returns 0 on success, -1 out of memory. */
+/* Sized for n entries (load <= 1/2; it grows as needed). Returns 0 on success, -1 out of memory. */
 int kvs_strhash_init(kvs_strhash *h, size_t n);
 void kvs_strhash_free(kvs_strhash *h);
 /* Value of key, or -1. */
 int64_t kvs_strhash_find(const kvs_strhash *h, const char *key);
 /* Same with an explicit length (key need not be terminated). */
 int64_t kvs_strhash_find_n(const kvs_strhash *h, const char *key, size_t len);
-/* Inserts (or replaces) key -> val. The table must have room (init with n >= entries). */
-void kvs_strhash_put(kvs_strhash *h, const char *key, int64_t val);
+/* Inserts (or replaces) key -> val, growing the table. Returns 0, or -1 out of memory. */
+int kvs_strhash_put(kvs_strhash *h, const char *key, int64_t val);
 
 /* Converts n elements of dtype (F32, F16, BF16, Q8_0; n a multiple of 32 for Q8_0) at src (any
  * alignment) to f32. Errors: KVS_ERR_DTYPE. */

@@ -85,6 +85,7 @@ int kvs_strhash_init(kvs_strhash *h, size_t n) {
     h->keys = calloc(cap, sizeof *h->keys);
     h->vals = calloc(cap, sizeof *h->vals);
     h->cap = cap;
+    h->count = 0;
     if (!h->keys || !h->vals) {
         kvs_strhash_free(h);
         return -1;
@@ -98,6 +99,7 @@ void kvs_strhash_free(kvs_strhash *h) {
     h->keys = NULL;
     h->vals = NULL;
     h->cap = 0;
+    h->count = 0;
 }
 
 int64_t kvs_strhash_find_n(const kvs_strhash *h, const char *key, size_t len) {
@@ -114,15 +116,33 @@ int64_t kvs_strhash_find(const kvs_strhash *h, const char *key) {
     return kvs_strhash_find_n(h, key, strlen(key));
 }
 
-void kvs_strhash_put(kvs_strhash *h, const char *key, int64_t val) {
+static void put_nogrow(kvs_strhash *h, const char *key, int64_t val) {
     size_t m = h->cap - 1;
     for (size_t i = (size_t)fnv1a(key, strlen(key)) & m;; i = (i + 1) & m) {
-        if (!h->keys[i] || strcmp(h->keys[i], key) == 0) {
+        if (!h->keys[i]) {
             h->keys[i] = key;
+            h->vals[i] = val;
+            h->count++;
+            return;
+        }
+        if (strcmp(h->keys[i], key) == 0) {
             h->vals[i] = val;
             return;
         }
     }
+}
+
+int kvs_strhash_put(kvs_strhash *h, const char *key, int64_t val) {
+    if (2 * (h->count + 1) > h->cap) {
+        kvs_strhash big;
+        if (kvs_strhash_init(&big, h->cap) != 0) return -1;   /* twice the capacity */
+        for (size_t i = 0; i < h->cap; i++)
+            if (h->keys[i]) put_nogrow(&big, h->keys[i], h->vals[i]);
+        kvs_strhash_free(h);
+        *h = big;
+    }
+    put_nogrow(h, key, val);
+    return 0;
 }
 
 /* ---- conversion ---- */

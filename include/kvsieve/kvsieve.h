@@ -7,5 +7,12 @@
 #include "kvsieve/device.h"
 #include "kvsieve/tensor.h"
 #include "kvsieve/ops.h"
+#include "kvsieve/gguf.h"
+#include "kvsieve/model_file.h"
+#include "kvsieve/tokenizer.h"
+#include "kvsieve/cache.h"
+#include "kvsieve/model.h"
+#include "kvsieve/generate.h"
+#include "kvsieve/schedule.h"
 
 #endif

@@ -1,4 +1,5 @@
-/* kvsieve — tokenizers: SentencePiece-style BPE (llama "SPM" vocabularies) and GPT-2 byte-level BPE.
+/* kvsieve — tokenizers: SentencePiece-style BPE (llama "SPM" vocabularies), GPT-2 byte-level BPE and
+ * BERT WordPiece.
  *
  * Sources: llama.cpp's llm_tokenizer_spm (src/llama-vocab.cpp) and karpathy/llama2.c run.c encode /
  * decode. Encoding of a text:
@@ -28,8 +29,16 @@
  * (bytes_to_unicode) and merged by tokenizer.ggml.merges rank (lowest first, left-most on ties); no
  * dummy prefix, no BOS by default; decoding maps the code points back to bytes. Reproduces
  * llama.cpp's ggml-vocab-gpt-2 test vectors.
- * Other GGUF tokenizer models (bert WordPiece, other BPE pre-tokenizers, ...) are refused with
- * KVS_ERR_UNSUPPORTED.
+ * BERT WordPiece (tokenizer.ggml.model = "bert"; llama.cpp llm_tokenizer_wpm): each code point is
+ * replaced by the first code point of its NFD decomposition (accents dropped) and lowercased;
+ * White_Space separates words, control characters, NUL and invalid UTF-8 are dropped, punctuation,
+ * ASCII symbols and CJK ideographs are words of their own; each word, prefixed with U+2581, is
+ * matched greedily longest-token-first, a word with an unmatched rest becoming [UNK]. BOS/EOS are
+ * [CLS]/[SEP] (tokenizer.ggml.cls_token_id / seperator_token_id), both added by default.
+ * Reproduces llama.cpp's ggml-vocab-bert-bge test vectors. Unicode tables: Unicode 14
+ * (core/model/tokenizer_unicode.c).
+ * Other GGUF tokenizer models (rwkv, ...) and BPE pre-tokenizers other than "gpt-2" (llama-bpe,
+ * qwen2, ...) are refused with KVS_ERR_UNSUPPORTED.
  *
  * Ownership: the tokenizer copies everything it needs; the source (GGUF, file) may be closed after
  * creation. Thread-safety: read-only after creation; concurrent encode/decode calls are safe.
@@ -62,8 +71,8 @@ typedef enum kvs_token_type {
     KVS_TOKEN_BYTE = 6
 } kvs_token_type;
 
-/* From GGUF metadata. Errors: KVS_ERR_UNSUPPORTED (tokenizer.ggml.model other than "llama" or
- * "gpt2", or a BPE pre-tokenizer other than "gpt-2"; the message names it), KVS_ERR_NOT_FOUND (tokenizer.ggml.tokens, or a BPE vocabulary's merges, missing), KVS_ERR_FORMAT (array
+/* From GGUF metadata. Errors: KVS_ERR_UNSUPPORTED (tokenizer.ggml.model other than "llama", "gpt2"
+ * or "bert", or a BPE pre-tokenizer other than "gpt-2"; the message names it), KVS_ERR_NOT_FOUND (tokenizer.ggml.tokens, or a BPE vocabulary's merges, missing), KVS_ERR_FORMAT (array
  * lengths differ, ids out of range, a token with a NUL byte), KVS_ERR_OUT_OF_MEMORY. */
 KVS_API kvs_status kvs_tokenizer_from_gguf(kvs_tokenizer **out, const kvs_gguf *g);
 

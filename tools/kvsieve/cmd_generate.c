@@ -248,6 +248,7 @@ int cmd_generate(int argc, char **argv) {
     } else {
         if (o.no_stream) printf("%s", text ? text : "");
         printf("\n");
+        fflush(stdout);
         fprintf(stderr,
                 "[%s on %s] %lld tokens in %.3f s (%.1f tokens/s), %lld %s\n"
                 "rows computed %lld of %lld without cache (compute fraction %.3f)\n"

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# CLI test of `kvsieve generate`: the published greedy text and a diffusion reference decode through
+# the command line (--json), and one-line errors with exit status 2 for bad flags and files.
+set -euo pipefail
+kvsieve="$1"
+models="${KVSIEVE_MODELS:-${KVSIEVE_SOURCE_ROOT:-.}/../shared/models}"
+export MODELS_DIR="$models"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+if ! "$kvsieve" generate -m stories260K-f32.v3.gguf -n 1 --json >/dev/null 2>&1; then
+  echo "SKIP: model fixtures not found (set KVSIEVE_MODELS)"; exit 77
+fi
+
+# AR greedy: the first tokens of ref_greedy_256 ("Once upon a time, there was a little girl named Lily.")
+out=$("$kvsieve" generate -m stories260K-f32.v3.gguf -n 256 --threads 1 --json)
+python3 - "$out" <<'PY' || fail "greedy json"
+import json, os, sys
+j = json.loads(sys.argv[1])
+ref_path = os.path.join(os.environ["MODELS_DIR"], "ref_greedy_256.json")
+assert j["prompt_tokens"] == [1], j["prompt_tokens"]
+assert j["text"].startswith("Once upon a time, there was a little girl named Lily."), j["text"][:80]
+if ref_path and os.path.exists(ref_path):
+    assert j["tokens"] == json.load(open(ref_path))["generated_ids"]
+s = j["stats"]
+assert s["steps"] == 256 and s["rows_computed"] == 256 * 5, s
+assert 0 < s["compute_fraction"] < 0.01, s
+assert s["cache_bytes_peak"] == 256 * 5 * 2 * 4 * 8 * 4, s
+PY
+
+# diffusion: reference case 1 of stories260K-llada-ref.json
+out=$("$kvsieve" generate -m stories260K-llada-f32.gguf -p "Once upon a time" -n 64 --block 32 --steps 64 --threads 1 --json)
+python3 - "$out" <<'PY' || fail "diffusion json"
+import json, sys
+j = json.loads(sys.argv[1])
+assert j["prompt_tokens"] == [1, 403, 407, 261, 378], j["prompt_tokens"]
+assert j["tokens"][:8] == [432, 383, 286, 261, 376, 298, 315, 421], j["tokens"][:8]
+assert j["text"].startswith(", there was a little girly."), j["text"][:40]
+assert j["stats"]["compute_fraction"] == 1.0 and j["stats"]["steps"] == 64
+PY
+
+# errors: one line on stderr, exit 2
+expect_usage() {
+  local rc=0 err
+  err=$("$kvsieve" generate "$@" 2>&1 >/dev/null) || rc=$?
+  [ "$rc" -eq 2 ] || fail "generate $* exited $rc, want 2"
+  [ "$(printf '%s\n' "$err" | wc -l)" -eq 1 ] || fail "generate $*: want one error line, got: $err"
+}
+expect_usage --bogus-flag
+expect_usage -m /nonexistent/model.gguf
+expect_usage -m stories260K-f32.v3.gguf --temp -1
+expect_usage -m stories260K-llada-f32.gguf -n 50 --block 32
+expect_usage -m stories260K-f32.v3.gguf --backend nosuchbackend
+tmp=$(mktemp)
+head -c 1000 "$models/stories260K-f32.v3.gguf" > "$tmp"
+expect_usage -m "$tmp"
+rm -f "$tmp"
+echo "generate CLI: all checks passed"
