@@ -279,6 +279,16 @@ static kvs_status run_layer(fwd_ctx *f, int l, const int32_t *rows, int64_t n, k
     rp.theta_base = hp->rope_base;
     rp.n_rot = hp->rope_dim;
     if (s == KVS_OK) s = kvs_rmsnorm(d, x, w->attn_norm, xn, hp->rms_eps);
+    st->x = NULL;
+    st->n_x_rows = 0;
+    if (s == KVS_OK && lp && lp->want_x) { /* learned eviction: the rows' normalised input */
+        s = host_grow((void **)&m->x_host[l], &m->x_cap[l], n * hp->dim, sizeof(float));
+        if (s == KVS_OK) s = kvs_tensor_download(xn, m->x_host[l], 0, (size_t)(n * hp->dim) * sizeof(float));
+        if (s == KVS_OK) {
+            st->x = m->x_host[l];
+            st->n_x_rows = n;
+        }
+    }
     if (s == KVS_OK) s = kvs_matmul(d, w->wq, xn, q, 0);
     if (s == KVS_OK) s = kvs_matmul(d, w->wk, xn, k, 0);
     if (s == KVS_OK) s = kvs_matmul(d, w->wv, xn, v, 0);

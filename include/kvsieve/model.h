@@ -90,6 +90,10 @@ typedef struct kvs_layer_plan {
     const int32_t *keep;
     const int64_t *n_keep;
     int64_t keep_stride;
+    /* 1: return this layer's normalised input rows xn = rmsnorm(x) * attn_norm (the hidden state
+     * the attention projections read; TRIM-KV's retention gates read the same) in result x.
+     * Learned eviction policies (issue 8) score tokens from it once, at creation. */
+    int want_x;
 } kvs_layer_plan;
 
 typedef struct kvs_step_plan {
@@ -109,6 +113,8 @@ typedef struct kvs_layer_stats {
     const float *key_mass;      /* [n_kv_heads][n_kv] or NULL */
     const float *probs;         /* [n_probe][n_heads][n_kv] or NULL */
     const int32_t *argmax;      /* [n_rows][n_heads] or NULL */
+    const float *x;             /* [n_rows][dim] normalised layer input (want_x) or NULL */
+    int64_t n_x_rows;           /* rows of x (this layer's rows) */
 } kvs_layer_stats;
 
 typedef struct kvs_step_result {

@@ -8,5 +8,6 @@ int cmd_devices(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
+int cmd_train(int argc, char **argv);
 
 #endif

@@ -17,6 +17,7 @@ static const command commands[] = {
     {"devices", cmd_devices, "list backends and devices with their capabilities"},
     {"bench", cmd_bench, "time the ops against this machine's measured peaks (bench ops)"},
     {"eval", cmd_eval, "fidelity of KV eviction policies on a text (KL, top-1, perplexity, recall)"},
+    {"train", cmd_train, "train a learned KV eviction policy (retention, indexer, rl) into a GGUF side file"},
 };
 
 #define N_COMMANDS (int)(sizeof commands / sizeof commands[0])
