@@ -71,12 +71,16 @@ static const attn_case cases[] = {
     {"everything", 33, 8, 2, 64, 70, 65, 1, 0,
      A_QPOS | A_KPOS | A_KVLEN | A_ROWLEN | A_MASK | A_MASKINF | A_STATS | A_STATROWS | A_ACCUM | A_NANPAD, 0.3f},
     {"long_kv", 4, 8, 2, 128, 1100, 1027, 1, 0, A_STATS | A_NANPAD, 0},
+    {"long_decode", 1, 8, 2, 64, 4100, 4099, 1, 0, A_STATS | A_NANPAD | A_KVLEN, 0},
+    {"head_dim_256", 5, 2, 1, 256, 300, 0, 1, 0, A_STATS, 0},
+    {"prefill_long", 129, 4, 2, 64, 300, 257, 1, 0, A_STATS | A_STATROWS | A_NANPAD, 0},
     {"f16_prefill_gqa2", 13, 8, 4, 32, 40, 33, 1, 1, A_NANPAD, 0},
     {"f16_bidir", 33, 4, 2, 128, 129, 0, 0, 1, 0, 0},
     {"f16_stats", 13, 8, 2, 64, 40, 37, 1, 1, A_STATS | A_NANPAD, 0},
     {"f16_everything", 33, 8, 2, 64, 70, 65, 1, 1,
      A_QPOS | A_KPOS | A_KVLEN | A_ROWLEN | A_MASK | A_MASKINF | A_STATS | A_STATROWS | A_ACCUM | A_NANPAD, 0.3f},
     {"f16_unnormalised_extreme", 13, 4, 2, 64, 100, 0, 0, 1, A_EXTREME | A_STATS | A_UNNORM, 0},
+    {"f16_long_decode", 1, 8, 2, 128, 2100, 2049, 1, 1, A_STATS | A_NANPAD, 0},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 

@@ -48,6 +48,9 @@ static const mm_case mm_cases[] = {
     {13, 33, 7, KVS_F16, 0, 0, 1},      {100, 128, 33, KVS_F16, 1, 1, 1},  {257, 64, 1, KVS_F16, 0, 0, 1},
     {13, 33, 7, KVS_BF16, 0, 0, 1},     {100, 96, 33, KVS_BF16, 1, 0, 1},
     {13, 32, 7, KVS_Q8_0, 0, 0, 1},     {100, 128, 33, KVS_Q8_0, 1, 1, 1}, {33, 256, 1, KVS_Q8_0, 0, 0, 1},
+    /* tile edges: nothing a multiple of a power of two */
+    {129, 333, 67, KVS_F32, 1, 0, 1},   {65, 200, 17, KVS_F16, 0, 0, 1},   {67, 352, 19, KVS_Q8_0, 1, 0, 1},
+    {1, 4097, 1, KVS_F32, 0, 0, 1},     {513, 64, 1, KVS_BF16, 1, 0, 1},
 };
 
 START_TEST(test_matmul) {
@@ -223,6 +226,7 @@ typedef struct rn_case {
 } rn_case;
 static const rn_case rn_cases[] = {
     {1, 1, 1e-5f, 0}, {13, 33, 1e-5f, 0}, {4, 4096, 1e-6f, 0}, {33, 100, 1e-5f, 1}, {3, 64, 1e-5f, 0},
+    {3, 5003, 1e-5f, 1},
 };
 
 START_TEST(test_rmsnorm) {

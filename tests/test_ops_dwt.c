@@ -31,7 +31,7 @@ static const dwt_case cases[] = {
     {4, 33, KVS_WAVELET_DB2, 3},  {2, 33, KVS_WAVELET_DB4, 5},   {3, 100, KVS_WAVELET_HAAR, 5},
     {2, 100, KVS_WAVELET_DB4, 3}, {2, 129, KVS_WAVELET_DB2, 7},  {1, 1000, KVS_WAVELET_DB4, 6},
     {2, 13, KVS_WAVELET_HAAR, 12}, {8, 256, KVS_WAVELET_HAAR, 8}, {5, 64, KVS_WAVELET_DB4, 2},
-    {16, 517, KVS_WAVELET_DB2, 4},
+    {16, 517, KVS_WAVELET_DB2, 4}, {1, 100003, KVS_WAVELET_DB4, 10}, {64, 1, KVS_WAVELET_DB2, 2},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 

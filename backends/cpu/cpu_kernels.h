@@ -38,6 +38,27 @@ static inline int kvs_omp_tid(void) { return 0; }
 #define KVS_CLONES
 #endif
 
+/* Hand-written AVX-512 kernels (attention tiles, GEMV, top-k collection): compiled with target
+ * attributes, chosen at run time by kvs_cpu_avx512(). */
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(KVS_NO_CLONES)
+#define KVS_CPU_HAVE_AVX512 1
+#else
+#define KVS_CPU_HAVE_AVX512 0
+#endif
+
+static inline int kvs_cpu_avx512(void) {
+#if KVS_CPU_HAVE_AVX512
+    static int cached = -1; /* benign race: every thread computes the same value */
+    if (cached < 0) {
+        __builtin_cpu_init();
+        cached = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("f16c") ? 1 : 0;
+    }
+    return cached;
+#else
+    return 0;
+#endif
+}
+
 #if defined(__GNUC__)
 #define KVS_RESTRICT __restrict__
 #else

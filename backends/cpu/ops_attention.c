@@ -33,11 +33,12 @@
 /* ---- AVX-512 register-blocked tile products (used when the CPU has AVX-512F, d % 16 == 0) ---- */
 
 #if ATT_HAVE_AVX512
-/* S[r][j] = scale * sum_t Qp[r][t] KT[t][j] for r < Mp (multiple of 8), j < np (multiple of 32).
- * Qp: [Mp][d]; KT: d rows of stride ldk (keys contiguous); S: row stride ATT_BK.
+/* S[r][j] = scale * sum_t Qp[r][t] K[j][t] for r < Mp (multiple of 8), j < np (multiple of 32).
+ * Qp: [Mp][d]; KP: K transposed in panels of 32 keys, [np/32][d][32] (contiguous streams; a
+ * power-of-two row stride would alias in L1); S: row stride ATT_BK.
  * 8 rows x 32 keys per block: 16 accumulators, 2 loads + 8 broadcasts per 16 FMAs. */
 __attribute__((target("avx512f")))
-static void att_qk_avx512(const float *Qp, const float *KT, int64_t ldk, int64_t d, int64_t Mp, int64_t np, float scale,
+static void att_qk_avx512(const float *Qp, const float *KP, int64_t d, int64_t Mp, int64_t np, float scale,
                           float *S) {
     const __m512 vs = _mm512_set1_ps(scale);
     for (int64_t r0 = 0; r0 < Mp; r0 += 8) {
@@ -45,9 +46,9 @@ static void att_qk_avx512(const float *Qp, const float *KT, int64_t ldk, int64_t
         for (int64_t j = 0; j < np; j += 32) {
             __m512 a00 = _mm512_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00, a30 = a00,
                    a31 = a00, a40 = a00, a41 = a00, a50 = a00, a51 = a00, a60 = a00, a61 = a00, a70 = a00, a71 = a00;
-            const float *kt = KT + j;
+            const float *kt = KP + (j / 32) * d * 32;
             for (int64_t t = 0; t < d; t++) {
-                __m512 k0 = _mm512_loadu_ps(kt + t * ldk), k1 = _mm512_loadu_ps(kt + t * ldk + 16);
+                __m512 k0 = _mm512_loadu_ps(kt + t * 32), k1 = _mm512_loadu_ps(kt + t * 32 + 16);
                 __m512 b;
 #define ATT_QK_ROW(R)                                                                                  \
     b = _mm512_set1_ps(q[(R) * d + t]);                                                                \
@@ -227,7 +228,7 @@ typedef struct att_ctx {
     const int32_t *probe_start;  /* [n_q + 1] CSR into probe_list */
     const int32_t *probe_list;   /* probe output indices r, grouped by query row */
     float *probs;
-    /* AVX-512 path: K transposed to f32 [n_kv_heads][d][ldk] (zero-padded), V as f32 */
+    /* AVX-512 path: K as f32 panels [n_kv_heads][ldk/32][d][32] (zero-padded to ldk), V as f32 */
     int fast;
     const float *KT, *V32;
     int64_t ldk;
@@ -337,7 +338,7 @@ static int att_logits(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int6
     }
 #if ATT_HAVE_AVX512
     if (c->fast) {
-        att_qk_avx512(w->Qp, c->KT + h * d * c->ldk + j0, c->ldk, d, (M + 7) & ~(int64_t)7, (n + 31) & ~(int64_t)31,
+        att_qk_avx512(w->Qp, c->KT + h * d * c->ldk + j0 * d, d, (M + 7) & ~(int64_t)7, (n + 31) & ~(int64_t)31,
                       a->p.scale, w->S);
     } else
 #endif
@@ -586,19 +587,21 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
         KVS_OMP(parallel for num_threads(nt) schedule(static))
         for (int64_t hb = 0; hb < a->n_kv_heads * nb; hb++) {
             int64_t h = hb / nb, j0 = (hb % nb) * 64, j1 = j0 + 64 < nkv ? j0 + 64 : nkv;
+            /* panel p = j / 32 holds keys [32p, 32p+32): dst[p][t][j % 32] */
             float *dst = kt_buf + h * d * ldk;
             for (int64_t j = j0; j < j1; j++) {
+                float *pj = dst + (j / 32) * d * 32 + (j % 32);
                 if (c.kv_f16) {
                     const uint16_t *src = (const uint16_t *)c.k + (h * cap_ + j) * d;
-                    for (int64_t t = 0; t < d; t++) dst[t * ldk + j] = kvs_h2f(src[t]);
+                    for (int64_t t = 0; t < d; t++) pj[t * 32] = kvs_h2f(src[t]);
                 } else {
                     const float *src = (const float *)c.k + (h * cap_ + j) * d;
-                    for (int64_t t = 0; t < d; t++) dst[t * ldk + j] = src[t];
+                    for (int64_t t = 0; t < d; t++) pj[t * 32] = src[t];
                 }
             }
             if (j1 == nkv)
-                for (int64_t t = 0; t < d; t++)
-                    for (int64_t j = nkv; j < ldk; j++) dst[t * ldk + j] = 0.0f;
+                for (int64_t j = nkv; j < ldk; j++)
+                    for (int64_t t = 0; t < d; t++) dst[(j / 32) * d * 32 + t * 32 + (j % 32)] = 0.0f;
             if (c.kv_f16) {
                 const uint16_t *src = (const uint16_t *)c.v + (h * cap_ + j0) * d;
                 float *vd = v_buf + (h * cap_ + j0) * d;

@@ -6,7 +6,7 @@
  * pure function of x.
  *
  * Threshold select (as in sample-select / GPU radix-select top-k):
- *  1. a strided sample of the keys gives (by radix select) a threshold t0 a margin below the k-th key
+ *  1. a sample of the keys (blocks of 16 spread over x) gives (by radix select) a threshold t0 a margin below the k-th key
  *     of the sample;
  *  2. one streaming pass collects the candidates key >= t0 with their indices, in index order
  *     (AVX-512 compress stores where available, a branch-free loop otherwise); should fewer than k
@@ -145,11 +145,14 @@ static uint32_t topk_rselect(uint32_t *a, int64_t n, int64_t r) {
  * k is a large fraction of n, or from attempt 2 on. */
 static uint32_t topk_threshold(const float *x, int64_t n, int64_t k, uint32_t *sample, int attempt) {
     if (n <= 768 || k * 4 > n || attempt >= 2) return 0u;
-    int64_t s = n / 16;
+    /* s samples in blocks of 16 consecutive entries spread evenly over x: the sample touches few
+     * cache lines, and the collection pass then streams x once at full bandwidth */
+    int64_t s = n / 64;
     if (s < 256) s = 256;
-    if (s > 8192) s = 8192;
-    int64_t stride = n / s;
-    for (int64_t i = 0; i < s; i++) sample[i] = topk_key(x[i * stride]);
+    if (s > 2048) s = 2048;
+    const int64_t nblk = s / 16, stride = n / nblk;
+    for (int64_t b = 0; b < nblk; b++)
+        for (int64_t t = 0; t < 16; t++) sample[b * 16 + t] = topk_key(x[b * stride + t]);
     double r = (double)k * (double)s / (double)n;
     double rr = attempt == 0 ? r + 2.5 * sqrt(r) + 4.0 : 2.0 * r + 8.0 * sqrt(r) + 32.0;
     if (rr >= (double)s) return 0u;
