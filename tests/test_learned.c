@@ -230,7 +230,7 @@ START_TEST(test_policies_decode) {
         kvs_learned *w = NULL;
         train_once(&f, (kvs_learned_kind)k, 3, 2, &w);
         kvs_policy *pol = NULL;
-        ck_assert(kvs_learned_policy(&pol, w, -INFINITY, 0.0f) == KVS_OK);
+        ck_assert(kvs_learned_policy(&pol, w, -INFINITY, 0.0f, 64) == KVS_OK);
         ck_assert_str_eq(kvs_policy_name(pol), kvs_learned_kind_name((kvs_learned_kind)k));
         decode(&f, pol, 1.0, out, n, NULL);
         ck_assert_msg(memcmp(ref, out, sizeof ref) == 0, "%s: budget 1.0 differs from the full cache", kvs_policy_name(pol));

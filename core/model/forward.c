@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "model_internal.h"
+#include "kvsieve/latent.h"
 
 /* ---- small helpers -------------------------------------------------------------------------- */
 
@@ -174,6 +175,16 @@ static kvs_status layer_attention(fwd_ctx *f, int l, const kvs_layer_plan *lp, i
     ap.k_pos = kvs_cache_pos_tensor(c, l);
     ap.kv_len = kvs_cache_len_tensor(c, l);
 
+    /* latent memory (latent.h): unnormalised attention + row max/sum, merged after the op */
+    kvs_tensor *lat_max = NULL, *lat_sum = NULL;
+    const struct kvs_latent *lat = lp && lp->latent && kvs_latent_active(lp->latent, l) ? lp->latent : NULL;
+    if (s == KVS_OK && lat) {
+        s = kvs_tensor_new(&lat_max, m->dev, KVS_F32, hp->n_heads, n, 0, 0);
+        if (s == KVS_OK) s = kvs_tensor_new(&lat_sum, m->dev, KVS_F32, hp->n_heads, n, 0, 0);
+        ap.unnormalised = 1;
+        ap.row_max = lat_max;
+        ap.row_sum = lat_sum;
+    }
     int want_mass = lp && (lp->stat_all_rows || lp->n_stat_rows > 0);
     if (s == KVS_OK && want_mass) {
         /* the workspace may be larger than this cache: the op wants exactly [H][capacity] */
@@ -207,6 +218,9 @@ static kvs_status layer_attention(fwd_ctx *f, int l, const kvs_layer_plan *lp, i
         if (s == KVS_OK) s = kvs_attention(m->dev, q, kvs_cache_k(c, l), kvs_cache_v(c, l), out, &ap);
     }
 
+    if (s == KVS_OK && lat) s = kvs_latent_merge(lat, l, q, out, lat_max, lat_sum);
+    kvs_tensor_destroy(&lat_max);
+    kvs_tensor_destroy(&lat_sum);
     /* statistics to host */
     st->n_kv = n_kv;
     st->key_mass = NULL;

@@ -23,7 +23,8 @@
  *              scorer on the token's key k (post-RoPE, as cached) and xn:
  *                m = w2 . silu(Wk k + Wx xn + b1) + b2,  score(t) = m + d1 log(1 + t - pos) + d2
  *              (d1, d2 per layer). m is computed once per row. Trained like retention (same target).
- *              The latent memory of IndexMem (evicted tokens folded into phi(k) v^T) is not built.
+ *              With a latent memory (kvs_learned_policy latent_features > 0; latent.h) the evicted
+ *              rows are folded into S += phi(k) v^T, z += phi(k) and attention reads them back.
  *   rl         DistillCache-style policy (no public code): per-token features
  *                [acc mass / queries seen, max attention received, recent mass (EMA 0.8),
  *                 attention entropy of the head (last step, / log n), ||v||, ||k||, pos / t,
@@ -95,8 +96,12 @@ KVS_API kvs_status kvs_learned_load(kvs_learned **out, const char *path, const k
 
 /* A policy scoring with these weights (copied). threshold: retention/indexer score below which
  * entries are marked evictable first (-INFINITY: off). alpha: Ada-KV floor fraction (0 = none).
+ * latent_features: indexer only: > 0 attaches a latent memory (latent.h) of that many random
+ * features, owned by the policy, into which evicted rows are folded (0 = plain eviction; the CLI
+ * uses 64); other kinds ignore it.
  * Errors: KVS_ERR_INVALID_ARGUMENT, KVS_ERR_OUT_OF_MEMORY. */
-KVS_API kvs_status kvs_learned_policy(kvs_policy **out, const kvs_learned *lw, float threshold, float alpha);
+KVS_API kvs_status kvs_learned_policy(kvs_policy **out, const kvs_learned *lw, float threshold, float alpha,
+                                      int latent_features);
 
 /* Training (see the header comment for each kind's objective). */
 typedef struct kvs_train_params {

@@ -94,6 +94,10 @@ typedef struct kvs_layer_plan {
      * the attention projections read; TRIM-KV's retention gates read the same) in result x.
      * Learned eviction policies (issue 8) score tokens from it once, at creation. */
     int want_x;
+    /* Latent memory of evicted tokens (latent.h; borrowed, NULL = none): when some head of this
+     * layer holds folded tokens, the attention runs unnormalised and kvs_latent_merge combines
+     * the kept tokens' softmax with the memory's readout. */
+    const struct kvs_latent *latent;
 } kvs_layer_plan;
 
 typedef struct kvs_step_plan {

@@ -39,7 +39,7 @@ int policy_make_learned(const char *prog, const char *name, const char *files, c
     kvs_learned *lw = NULL;
     if (kvs_learned_load(&lw, chosen, hp, (int)kind) != KVS_OK)
         return cli_fail(CLI_EXIT_USAGE, prog, "--policy-file: %s", kvs_last_error());
-    kvs_status s = kvs_learned_policy(pol, lw, -INFINITY, 0.0f);
+    kvs_status s = kvs_learned_policy(pol, lw, -INFINITY, 0.0f, 64);
     kvs_learned_destroy(&lw);
     if (s != KVS_OK) return cli_fail(CLI_EXIT_FAIL, prog, "%s", kvs_last_error());
     return CLI_EXIT_OK;

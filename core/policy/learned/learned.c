@@ -7,6 +7,7 @@
 
 #include "../policy_internal.h"
 #include "kvsieve/gguf.h"
+#include "kvsieve/latent.h"
 #include "internal.h"
 #include "learned_internal.h"
 
@@ -362,6 +363,8 @@ typedef struct lpol {
     int scored_layer;   /* rl training: layer of feat/sc/pert */
     int64_t scored_len[256];
     lrn_rl_rec *rec;
+    kvs_latent *latent;  /* indexer: evicted rows fold into it (owned) */
+    float *lk, *lv;      /* [L][H][cap][hd] keys / values at the last scoring (latent) */
 } lpol;
 
 static float *rowp(lpol *p, int l, int h, int64_t r) { return p->rows + (((int64_t)l * p->H + h) * p->cap + r) * p->NF; }
@@ -372,6 +375,7 @@ static kvs_policy_needs lpol_needs(const void *self, int layer, int64_t budget) 
     kvs_policy_needs n = {KVS_POLICY_NEED_OBSERVE, 0};
     if (p->w->kind == KVS_LEARNED_RETENTION) n.flags |= KVS_POLICY_NEED_X;
     if (p->w->kind == KVS_LEARNED_INDEXER) n.flags |= KVS_POLICY_NEED_X | KVS_POLICY_NEED_KEYS;
+    if (p->latent) n.flags |= KVS_POLICY_NEED_KEYS | KVS_POLICY_NEED_VALUES;
     if (p->w->kind == KVS_LEARNED_RL) n.flags |= KVS_POLICY_NEED_ACC_MASS | KVS_POLICY_NEED_KEYS | KVS_POLICY_NEED_VALUES;
     return n;
 }
@@ -388,12 +392,19 @@ static kvs_status lpol_begin(void *self, const kvs_policy_shape *sh) {
         p->feat = malloc((size_t)(p->H * p->cap * LRN_RL_F) * sizeof(float));
         p->sc = malloc((size_t)(p->H * p->cap) * sizeof(float));
         p->pert = malloc((size_t)(p->H * p->cap) * sizeof(float));
+        if (p->latent) {
+            free(p->lk), free(p->lv);
+            p->lk = malloc((size_t)(p->L * p->H * p->cap * p->w->hd) * sizeof(float));
+            p->lv = malloc((size_t)(p->L * p->H * p->cap * p->w->hd) * sizeof(float));
+            if (!p->lk || !p->lv) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "learned policy: out of host memory");
+        }
         if (!p->rows || !p->feat || !p->sc || !p->pert) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "learned policy: out of host memory");
     }
     memset(p->rows, 0, (size_t)(p->L * p->H * p->cap * p->NF) * sizeof(float));
     memset(p->entropy, 0, (size_t)(p->L * p->H) * sizeof(float));
     for (int l = 0; l < p->L; l++) p->cur[l] = 0;
     p->scored_layer = -1;
+    kvs_latent_reset(p->latent);
     return KVS_OK;
 }
 
@@ -490,6 +501,11 @@ static kvs_status lpol_score(void *self, const kvs_policy_input *in, float *scor
             scores[h * in->stride + r] = s;
         }
         p->scored_len[h] = in->len[h];
+        if (p->latent) { /* the rows' keys and values, for folding the evicted ones */
+            size_t off = ((size_t)l * p->H + h) * p->cap * w->hd, nb = (size_t)(in->len[h] * w->hd) * sizeof(float);
+            memcpy(p->lk + off, in->keys + h * in->stride * w->hd, nb);
+            memcpy(p->lv + off, in->values + h * in->stride * w->hd, nb);
+        }
     }
     p->scored_layer = l;
     return KVS_OK;
@@ -552,6 +568,18 @@ out:
 static kvs_status lpol_compact(void *self, int l, const int32_t *keep, const int64_t *n_keep, int64_t stride) {
     lpol *p = self;
     if (p->rec && p->w->kind == KVS_LEARNED_RL && p->scored_layer == l) rl_grad(p, l, keep, n_keep, stride);
+    if (p->latent && p->scored_layer >= 0) /* fold the evicted rows into the latent memory */
+        for (int h = 0; h < p->H; h++) {
+            int64_t i = 0, hd = p->w->hd;
+            size_t off = ((size_t)l * p->H + h) * p->cap * hd;
+            for (int64_t r = 0; r < p->scored_len[h]; r++) {
+                if (i < n_keep[h] && keep[h * stride + i] == r) {
+                    i++;
+                    continue;
+                }
+                KVS_TRY(kvs_latent_fold(p->latent, l, h, p->lk + off + r * hd, p->lv + off + r * hd, 1));
+            }
+        }
     for (int h = 0; h < p->H; h++) {
         for (int64_t i = 0; i < n_keep[h]; i++) {
             int32_t r = keep[h * stride + i];
@@ -566,6 +594,8 @@ static void lpol_destroy(void *self) {
     lpol *p = self;
     if (!p) return;
     kvs_learned_destroy(&p->w);
+    kvs_latent_destroy(&p->latent);
+    free(p->lk), free(p->lv);
     free(p->rows), free(p->entropy), free(p->cur), free(p->pre), free(p->g), free(p->feat), free(p->sc), free(p->pert);
     free(p);
 }
@@ -576,10 +606,12 @@ static const kvs_policy_ops lpol_ops[3] = {
     {"rl", lpol_needs, lpol_score, lpol_begin, lpol_observe, lpol_compact, lpol_destroy},
 };
 
-kvs_status kvs_learned_policy(kvs_policy **out, const kvs_learned *src, float threshold, float alpha) {
+kvs_status kvs_learned_policy(kvs_policy **out, const kvs_learned *src, float threshold, float alpha, int latent_features) {
     const char *op = "kvs_learned_policy";
     if (!out || !src) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: NULL argument", op);
     *out = NULL;
+    if (latent_features < 0 || latent_features > 4096)
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: latent_features %d outside [0, 4096]", op, latent_features);
     if (isnan(threshold)) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: threshold is NaN", op);
     lpol *p = calloc(1, sizeof *p);
     if (!p) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
@@ -600,8 +632,19 @@ kvs_status kvs_learned_policy(kvs_policy **out, const kvs_learned *src, float th
         lpol_destroy(p);
         return kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
     }
+    if (latent_features > 0 && src->kind == KVS_LEARNED_INDEXER) {
+        s = kvs_latent_create(&p->latent, src->L, src->H, src->NH, src->hd, latent_features, 0.0f, 0x1D3Eull);
+        if (s != KVS_OK) {
+            lpol_destroy(p);
+            return s;
+        }
+    }
     s = kvs_policy_custom(out, &lpol_ops[src->kind], p, alpha, 0);
-    if (s != KVS_OK) lpol_destroy(p);
+    if (s != KVS_OK) {
+        lpol_destroy(p);
+        return s;
+    }
+    kvs_policy_set_latent(*out, p->latent);
     return s;
 }
 

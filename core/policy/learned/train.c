@@ -338,7 +338,7 @@ kvs_status kvs_learned_train(kvs_learned *w, kvs_model *m, const int32_t *tokens
         r.lp_plan = lp;
         if (s == KVS_OK && (!r.full_lp || !r.lp || !r.kl || !r.ev_grad || !r.ev_t || !r.rec.grad))
             s = kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
-        if (s == KVS_OK) s = kvs_learned_policy(&r.pol, w, -INFINITY, 0.0f);
+        if (s == KVS_OK) s = kvs_learned_policy(&r.pol, w, -INFINITY, 0.0f, 0);
         if (s == KVS_OK) {
             tw = lrn_policy_weights(r.pol);
             lrn_policy_set_rl_rec(r.pol, &r.rec);
