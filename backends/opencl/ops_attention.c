@@ -60,6 +60,28 @@ kvs_status kvs_ocl_attention(kvs_device *dev, const kvs_attention_args *a) {
     cl_mem ml = o->zero;
     if (need_ml) KVS_TRY(kvs_ocl_scratch(dev, KVS_OCL_SCR_ML, (size_t)(a->n_q * a->n_heads) * 8, &ml));
 
+    /* Split-K when the (query tile, kv head) grid is too small to fill the device (decoding):
+     * key ranges of `span` keys (a multiple of BK, at least 4 tiles) per work-group, merged by
+     * attn_combine in split order. */
+    size_t ntiles = (size_t)((a->n_q + bq - 1) / bq);
+    size_t base = ntiles * (size_t)a->n_kv_heads;
+    size_t want_wgs = 2 * (size_t)(dev->caps.compute_units > 0 ? dev->caps.compute_units : 16);
+    int64_t n_split = 1, span = 0;
+    if (base < want_wgs) {
+        int64_t want = (int64_t)((want_wgs + base - 1) / base);
+        int64_t maxs = a->n_kv / (4 * (int64_t)bk);
+        if (want > maxs) want = maxs;
+        if (want > 1) {
+            span = (a->n_kv + want - 1) / want;
+            span = (span + (int64_t)bk - 1) / (int64_t)bk * (int64_t)bk;
+            n_split = (a->n_kv + span - 1) / span;
+            if (n_split <= 1) span = 0, n_split = 1;
+        }
+    }
+    cl_mem part = o->zero;
+    if (n_split > 1)
+        KVS_TRY(kvs_ocl_scratch(dev, KVS_OCL_SCR_B, (size_t)(n_split * a->n_q * a->n_heads) * (size_t)(hd + 3) * 4, &part));
+
     cl_kernel k;
     KVS_TRY(kvs_ocl_kernel(dev, "attention.cl", defs, "attn_main", &k));
     {
@@ -71,11 +93,21 @@ kvs_status kvs_ocl_attention(kvs_device *dev, const kvs_attention_args *a) {
             ARG_L(off_or(p->row_len)), ARG_MEM(mem_or(dev, p->mask)), ARG_L(off_or(p->mask)),
             ARG_MEM(mem_or(dev, p->row_max)), ARG_L(off_or(p->row_max)), ARG_MEM(mem_or(dev, p->row_sum)),
             ARG_L(off_or(p->row_sum)), ARG_MEM(mem_or(dev, p->argmax)), ARG_L(off_or(p->argmax)), ARG_MEM(ml),
+            ARG_MEM(part), ARG_I(span),
             ARG_I(a->n_q), ARG_I(a->n_heads), ARG_I(a->capacity), ARG_I(a->n_kv), ARG_F(p->scale), ARG_I(flags)};
-        size_t ntiles = (size_t)((a->n_q + bq - 1) / bq);
-        size_t lws[2] = {(size_t)(bq * G), 1};
-        size_t gws[2] = {ntiles * (size_t)(bq * G), (size_t)a->n_kv_heads};
-        KVS_TRY(kvs_ocl_launch(dev, k, "attn_main", 2, gws, lws, (int)(sizeof args / sizeof args[0]), args));
+        size_t lws[3] = {(size_t)(bq * G), 1, 1};
+        size_t gws[3] = {ntiles * (size_t)(bq * G), (size_t)a->n_kv_heads, (size_t)n_split};
+        KVS_TRY(kvs_ocl_launch(dev, k, "attn_main", 3, gws, lws, (int)(sizeof args / sizeof args[0]), args));
+    }
+    if (n_split > 1) {
+        KVS_TRY(kvs_ocl_kernel(dev, "attention.cl", defs, "attn_combine", &k));
+        kvs_ocl_arg args[] = {
+            ARG_MEM(part), ARG_I(n_split), ARG_MEM(kvs_ocl_mem(a->out)), ARG_L(a->out->offset / 4),
+            ARG_MEM(mem_or(dev, p->row_max)), ARG_L(off_or(p->row_max)), ARG_MEM(mem_or(dev, p->row_sum)),
+            ARG_L(off_or(p->row_sum)), ARG_MEM(mem_or(dev, p->argmax)), ARG_L(off_or(p->argmax)), ARG_MEM(ml),
+            ARG_I(a->n_q), ARG_I(a->n_heads), ARG_I(flags)};
+        size_t lws = kvs_ocl_wg(dev, 64), gws = (size_t)(a->n_q * a->n_heads);
+        KVS_TRY(kvs_ocl_launch(dev, k, "attn_combine", 1, &gws, &lws, (int)(sizeof args / sizeof args[0]), args));
     }
     if (p->key_mass && a->n_stat_rows >= 0) {
         KVS_TRY(kvs_ocl_kernel(dev, "attention.cl", defs, "attn_keymass", &k));

@@ -22,11 +22,16 @@ static kvs_status topk_run(kvs_device *dev, const kvs_topk_args *a, const char *
     snprintf(defs, sizeof defs, "#define TK_WG %zu\n#define LB %zu\n#define SORT_WG %zu\n", wg, lb, swg);
 
     int64_t rows = a->rows, n = a->n, k = a->k;
-    /* Chunks: at most 1024 per row, each a multiple of the work-group, at least 16 items each. */
+    /* Chunks per row: enough work-groups over all rows to fill the device (about 4 per compute
+     * unit), each chunk a multiple of the work-group with at least 16 entries per item, at most
+     * 1024 chunks per row. Fewer, longer chunks mean fewer histograms to merge. */
     int64_t ch = (int64_t)wg * 16;
+    int64_t cmax = (4 * (int64_t)(dev->caps.compute_units > 0 ? dev->caps.compute_units : 16) + rows - 1) / rows;
+    if (cmax > 1024) cmax = 1024;
+    if (cmax < 1) cmax = 1;
     int64_t C = (n + ch - 1) / ch;
-    if (C > 1024) {
-        C = 1024;
+    if (C > cmax) {
+        C = cmax;
         ch = (n + C - 1) / C;
         ch = (ch + (int64_t)wg - 1) / (int64_t)wg * (int64_t)wg;
         C = (n + ch - 1) / ch;

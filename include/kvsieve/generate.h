@@ -65,7 +65,8 @@ KVS_API kvs_ar_params kvs_ar_params_default(void);
  * cache: an APPEND cache with capacity >= n_prompt + max_new, reset by this call; with a policy,
  * capacity >= kvs_ar_capacity(m, n_prompt, p) suffices (budget + buffer rows per kv head).
  * Errors: KVS_ERR_INVALID_ARGUMENT (empty prompt, bad params, positional cache),
- * KVS_ERR_OUT_OF_RANGE (capacity), and the forward's errors. */
+ * KVS_ERR_OUT_OF_RANGE (capacity), the forward's errors, and with a policy the evictor's (kvs_evictor_create:
+ * bad budget or scope; eviction: the top-k and compaction ops' and the policy's own). */
 /* Cache rows per kv head that kvs_generate_ar needs for this prompt length and parameters: with a
  * policy the evictor's kvs_evictor_capacity (the budget + buffer, the prompt when longer), else
  * n_prompt + max_new. -1 on bad arguments (message via kvs_last_error). */

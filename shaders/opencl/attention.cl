@@ -30,12 +30,20 @@
 #define KM_TP 16          /* (row, head) pairs per local tile in the key-mass kernel */
 #endif
 
+/* f16 bits -> f32, exact, branch-free (see dense.cl). */
+inline float f16_to_f32(ushort h) {
+    uint em = (uint)(h & 0x7fffu);
+    float f = as_float(em << 13) * 0x1.0p112f;
+    f = em >= 0x7c00u ? as_float((em << 13) | 0x7f800000u) : f;
+    return as_float(as_uint(f) | ((uint)(h & 0x8000u) << 16));
+}
+
 #if KV_T == 0
 #define KV_PTR __global const float *
 #define LOAD_KV(p, i) ((p)[i])
 #else
-#define KV_PTR __global const half *
-#define LOAD_KV(p, i) vload_half((i), (p))
+#define KV_PTR __global const ushort *
+#define LOAD_KV(p, i) f16_to_f32((p)[i])
 #endif
 
 /* flags */
@@ -81,7 +89,7 @@ void attn_main(__global const float *q, long q_off, KV_PTR k, long k_off, KV_PTR
                __global const int *kvlen, long kvlen_off, __global const int *rowlen, long rowlen_off,
                __global const float *mask, long mask_off,
                __global float *row_max, long rm_off, __global float *row_sum, long rs_off,
-               __global int *argmax, long am_off, __global float *ml,
+               __global int *argmax, long am_off, __global float *ml, __global float *part, int span,
                int n_q, int n_heads, int cap, int n_kv, float scale, int flags) {
     __local float Kt[BK * HEAD_DIM];
     __local float Vt[BK * HEAD_DIM];
@@ -109,13 +117,18 @@ void attn_main(__global const float *q, long q_off, KV_PTR k, long k_off, KV_PTR
 
     KV_PTR kh = k + k_off + (long)h * cap * HEAD_DIM;
     KV_PTR vh = v + v_off + (long)h * cap * HEAD_DIM;
-    for (int j0 = 0; j0 < klen; j0 += BK) {
+    /* Split-K (flash-decoding): group 2 index s covers keys [s*span, (s+1)*span); span is a
+     * multiple of BK. span == 0: one split over all keys, final outputs written here. */
+    int split = get_group_id(2);
+    int jbeg = span > 0 ? split * span : 0;
+    int jend = span > 0 ? min(klen, jbeg + span) : klen;
+    for (int j0 = jbeg; j0 < jend; j0 += BK) {
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int e = lid; e < BK * HEAD_DIM; e += NT) {
             int j = j0 + e / HEAD_DIM;
             long idx = (long)j * HEAD_DIM + e % HEAD_DIM;
-            Kt[e] = j < klen ? LOAD_KV(kh, idx) : 0.0f;
-            Vt[e] = j < klen ? LOAD_KV(vh, idx) : 0.0f;
+            Kt[e] = j < jend ? LOAD_KV(kh, idx) : 0.0f;
+            Vt[e] = j < jend ? LOAD_KV(vh, idx) : 0.0f;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         if (!active || j0 >= rlen) continue;
@@ -125,7 +138,7 @@ void attn_main(__global const float *q, long q_off, KV_PTR k, long k_off, KV_PTR
         for (int jj = 0; jj < BK; jj++) {
             int j = j0 + jj;
             float s = -INFINITY;
-            if (j < rlen && (!causal || key_pos(h, j, kpos, kpos_off, cap, flags) <= qp)) {
+            if (j < rlen && j < jend && (!causal || key_pos(h, j, kpos, kpos_off, cap, flags) <= qp)) {
                 float d = 0.0f;
                 for (int c = 0; c < HEAD_DIM; c++) d += qv[c] * Kt[jj * HEAD_DIM + c];
                 s = scale * d;
@@ -156,6 +169,15 @@ void attn_main(__global const float *q, long q_off, KV_PTR k, long k_off, KV_PTR
     }
     if (!active) return;
     long o = (long)i * n_heads + g;
+    if (span > 0) {
+        /* partial: part[split][i][g] = {m, l, best, acc[HEAD_DIM]} */
+        __global float *pp = part + ((long)split * n_q * n_heads + o) * (HEAD_DIM + 3);
+        pp[0] = m;
+        pp[1] = l;
+        pp[2] = as_float(best);
+        for (int c = 0; c < HEAD_DIM; c++) pp[3 + c] = acc[c];
+        return;
+    }
     __global float *orow = out + out_off + o * HEAD_DIM;
     if (l > 0.0f) {
         if (flags & F_UNNORM)
@@ -170,6 +192,54 @@ void attn_main(__global const float *q, long q_off, KV_PTR k, long k_off, KV_PTR
     if (flags & F_ARGMAX) argmax[am_off + o] = best;
     if (flags & F_ML) {
         ml[2 * o] = m;
+        ml[2 * o + 1] = l;
+    }
+}
+
+/* Merges the split-K partials of each (row, head) in split order: M = max m_s, l = sum l_s
+ * exp(m_s - M), acc likewise; argmax from the first split reaching M (splits are in key order,
+ * so this is the lowest key, as without splitting). Grid (n_q * n_heads). */
+__kernel void attn_combine(__global const float *part, int n_split, __global float *out, long out_off,
+                           __global float *row_max, long rm_off, __global float *row_sum, long rs_off,
+                           __global int *argmax, long am_off, __global float *ml, int n_q, int n_heads, int flags) {
+    long o = get_global_id(0);
+    if (o >= (long)n_q * n_heads) return;
+    long stride = (long)n_q * n_heads * (HEAD_DIM + 3);
+    __global const float *p0 = part + o * (HEAD_DIM + 3);
+    float M = -FLT_MAX;
+    int best = -1;
+    for (int s = 0; s < n_split; s++) {
+        __global const float *pp = p0 + s * stride;
+        int b = as_int(pp[2]);
+        if (b >= 0 && (best < 0 || pp[0] > M)) {
+            M = pp[0];
+            best = b;
+        }
+    }
+    float l = 0.0f;
+    float acc[HEAD_DIM];
+    for (int c = 0; c < HEAD_DIM; c++) acc[c] = 0.0f;
+    for (int s = 0; s < n_split; s++) {
+        __global const float *pp = p0 + s * stride;
+        if (as_int(pp[2]) < 0) continue;
+        float w = exp(pp[0] - M);
+        l += pp[1] * w;
+        for (int c = 0; c < HEAD_DIM; c++) acc[c] += pp[3 + c] * w;
+    }
+    __global float *orow = out + out_off + o * HEAD_DIM;
+    if (l > 0.0f) {
+        if (flags & F_UNNORM)
+            for (int c = 0; c < HEAD_DIM; c++) orow[c] = acc[c];
+        else
+            for (int c = 0; c < HEAD_DIM; c++) orow[c] = acc[c] / l;
+    } else {
+        for (int c = 0; c < HEAD_DIM; c++) orow[c] = 0.0f;
+    }
+    if (flags & F_ROWMAX) row_max[rm_off + o] = M;
+    if (flags & F_ROWSUM) row_sum[rs_off + o] = l;
+    if (flags & F_ARGMAX) argmax[am_off + o] = best;
+    if (flags & F_ML) {
+        ml[2 * o] = M;
         ml[2 * o + 1] = l;
     }
 }

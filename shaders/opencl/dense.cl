@@ -27,6 +27,16 @@ inline ushort f32_to_bf16(float f) {
     return (ushort)(x >> 16);
 }
 
+/* f16 bits -> f32, exact (normals, subnormals, inf, NaN), without branches: the exponent is
+ * rebiased by a multiply by 2^112, which also normalises subnormals. Used instead of vload_half
+ * on the read paths because some CPU runtimes implement vload_half as a scalar library call. */
+inline float f16_to_f32(ushort h) {
+    uint em = (uint)(h & 0x7fffu);
+    float f = as_float(em << 13) * 0x1.0p112f;
+    f = em >= 0x7c00u ? as_float((em << 13) | 0x7f800000u) : f;
+    return as_float(as_uint(f) | ((uint)(h & 0x8000u) << 16));
+}
+
 /* Element e of a q8_0 row stream: blocks of {f16 scale, 32 x int8} = 34 bytes. */
 inline float q8_load(__global const uchar *base, long e) {
     long b = e >> 5;
@@ -39,8 +49,8 @@ inline float q8_load(__global const uchar *base, long e) {
 #define SRC_PTR __global const float *
 #define LOAD_SRC(p, i) ((p)[i])
 #elif SRC_T == 1
-#define SRC_PTR __global const half *
-#define LOAD_SRC(p, i) vload_half((i), (p))
+#define SRC_PTR __global const ushort *
+#define LOAD_SRC(p, i) f16_to_f32((p)[i])
 #elif SRC_T == 2
 #define SRC_PTR __global const ushort *
 #define LOAD_SRC(p, i) bf16_to_f32((p)[i])
@@ -51,12 +61,15 @@ inline float q8_load(__global const uchar *base, long e) {
 
 #if DST_T == 0
 #define DST_PTR __global float *
+#define LOAD_DST(p, i) ((p)[i])
 #define STORE_DST(p, i, v) ((p)[i] = (v))
 #elif DST_T == 1
 #define DST_PTR __global half *
+#define LOAD_DST(p, i) vload_half((i), (p))
 #define STORE_DST(p, i, v) vstore_half_rte((v), (i), (p))
 #else
 #define DST_PTR __global ushort *
+#define LOAD_DST(p, i) bf16_to_f32((p)[i])
 #define STORE_DST(p, i, v) ((p)[i] = f32_to_bf16(v))
 #endif
 
@@ -199,11 +212,7 @@ __kernel void rope(DST_PTR x, long x_off, __global const int *pos, long pos_off,
     long i0 = neox ? p : 2 * p;
     long i1 = neox ? p + n_rot / 2 : 2 * p + 1;
     DST_PTR v = x + x_off + r * head_dim;
-#if DST_T == 0
-    float a = v[i0], b = v[i1];
-#else
-    float a = vload_half(i0, v), b = vload_half(i1, v);
-#endif
+    float a = LOAD_DST(v, i0), b = LOAD_DST(v, i1);
     float na = a * cs - b * sn;
     float nb = a * sn + b * cs;
     STORE_DST(v, i0, na);

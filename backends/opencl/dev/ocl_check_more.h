@@ -141,6 +141,11 @@ static void t_attention(void) {
         {.n_q = 7, .nh = 6, .nkv = 3, .hd = 16, .cap = 129, .n_kv = 100, .causal = 1, .use_kvlen = 1, .stats = 1,
          .unnorm = 1, .qscale = 100},
         {.n_q = 100, .nh = 2, .nkv = 1, .hd = 64, .cap = 300, .causal = 0, .f16 = 1, .stats = 1, .qscale = 1},
+        /* split-K decode cases (few work-groups) */
+        {.n_q = 1, .nh = 4, .nkv = 1, .hd = 64, .cap = 1000, .causal = 1, .stats = 1, .qscale = 3},
+        {.n_q = 3, .nh = 4, .nkv = 2, .hd = 32, .cap = 700, .n_kv = 690, .causal = 1, .f16 = 1, .use_qpos = 1,
+         .use_kpos = 1, .use_kvlen = 1, .use_rowlen = 1, .use_mask = 1, .stats = 1, .accum = 1, .qscale = 2},
+        {.n_q = 2, .nh = 2, .nkv = 1, .hd = 16, .cap = 2000, .use_mask = 1, .stats = 1, .unnorm = 1, .qscale = 50},
     };
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) att_run(&cs[i]);
 }
