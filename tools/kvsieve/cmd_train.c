@@ -105,6 +105,7 @@ int cmd_train(int argc, char **argv) {
     tp.seed = (uint64_t)seed;
     tp.budget = budget;
     tp.ctx = ctx;
+    if (tp.horizon >= ctx / 2) tp.horizon = ctx / 4; /* short windows: a shorter utility horizon */
     tp.lr = (float)lr;
     double t0 = cli_now(), loss = 0.0;
     tp.progress = progress;
