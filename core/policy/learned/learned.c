@@ -361,7 +361,8 @@ typedef struct lpol {
     float *sc;          /* [H][cap] rl unperturbed scores */
     float *pert;        /* [H][cap] rl perturbed scores */
     int scored_layer;   /* rl training: layer of feat/sc/pert */
-    int64_t scored_len[256];
+    int64_t scored_len[256]; /* rl: rows per head at the last scoring (of scored_layer) */
+    int64_t *layer_len;      /* [L][H] rows per head at each layer's last scoring (latent folds) */
     lrn_rl_rec *rec;
     kvs_latent *latent;  /* indexer: evicted rows fold into it (owned) */
     float *lk, *lv;      /* [L][H][cap][hd] keys / values at the last scoring (latent) */
@@ -404,6 +405,7 @@ static kvs_status lpol_begin(void *self, const kvs_policy_shape *sh) {
     memset(p->entropy, 0, (size_t)(p->L * p->H) * sizeof(float));
     for (int l = 0; l < p->L; l++) p->cur[l] = 0;
     p->scored_layer = -1;
+    for (int i = 0; i < p->L * p->H; i++) p->layer_len[i] = -1; /* not scored yet */
     kvs_latent_reset(p->latent);
     return KVS_OK;
 }
@@ -501,6 +503,7 @@ static kvs_status lpol_score(void *self, const kvs_policy_input *in, float *scor
             scores[h * in->stride + r] = s;
         }
         p->scored_len[h] = in->len[h];
+        p->layer_len[l * p->H + h] = in->len[h];
         if (p->latent) { /* the rows' keys and values, for folding the evicted ones */
             size_t off = ((size_t)l * p->H + h) * p->cap * w->hd, nb = (size_t)(in->len[h] * w->hd) * sizeof(float);
             memcpy(p->lk + off, in->keys + h * in->stride * w->hd, nb);
@@ -568,11 +571,11 @@ out:
 static kvs_status lpol_compact(void *self, int l, const int32_t *keep, const int64_t *n_keep, int64_t stride) {
     lpol *p = self;
     if (p->rec && p->w->kind == KVS_LEARNED_RL && p->scored_layer == l) rl_grad(p, l, keep, n_keep, stride);
-    if (p->latent && p->scored_layer >= 0) /* fold the evicted rows into the latent memory */
+    if (p->latent && p->layer_len[l * p->H] >= 0) /* fold the evicted rows into the latent memory */
         for (int h = 0; h < p->H; h++) {
             int64_t i = 0, hd = p->w->hd;
             size_t off = ((size_t)l * p->H + h) * p->cap * hd;
-            for (int64_t r = 0; r < p->scored_len[h]; r++) {
+            for (int64_t r = 0; r < p->layer_len[l * p->H + h]; r++) {
                 if (i < n_keep[h] && keep[h * stride + i] == r) {
                     i++;
                     continue;
@@ -596,7 +599,7 @@ static void lpol_destroy(void *self) {
     kvs_learned_destroy(&p->w);
     kvs_latent_destroy(&p->latent);
     free(p->lk), free(p->lv);
-    free(p->rows), free(p->entropy), free(p->cur), free(p->pre), free(p->g), free(p->feat), free(p->sc), free(p->pert);
+    free(p->rows), free(p->entropy), free(p->cur), free(p->layer_len), free(p->pre), free(p->g), free(p->feat), free(p->sc), free(p->pert);
     free(p);
 }
 
@@ -626,9 +629,10 @@ kvs_status kvs_learned_policy(kvs_policy **out, const kvs_learned *src, float th
     p->NF = src->kind == KVS_LEARNED_RETENTION ? 1 : src->kind == KVS_LEARNED_INDEXER ? src->G + 1 : 2;
     p->entropy = calloc((size_t)(p->L * p->H), sizeof(float));
     p->cur = calloc((size_t)p->L, sizeof(int32_t));
+    p->layer_len = malloc((size_t)(p->L * p->H) * sizeof(int64_t));
     p->pre = calloc((size_t)src->G, sizeof(float));
     p->g = calloc((size_t)src->G, sizeof(float));
-    if (!p->entropy || !p->cur || !p->pre || !p->g) {
+    if (!p->entropy || !p->cur || !p->layer_len || !p->pre || !p->g) {
         lpol_destroy(p);
         return kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
     }
