@@ -211,9 +211,13 @@ END_TEST
 
 /* ---- op front-end errors ---- */
 
+/* A zero-filled plain tensor (some of these calls are valid and reach the backend). */
 static kvs_tensor *mk(kvs_dtype dt, int64_t a, int64_t b, int64_t c) {
     int64_t ne[3] = {a, b, c};
-    return t_plain(dt, c > 1 ? 3 : b > 1 ? 2 : 1, ne);
+    kvs_tensor *t = t_plain(dt, c > 1 ? 3 : b > 1 ? 2 : 1, ne);
+    void *z = t_alloc(kvs_tensor_nbytes(t));
+    ck_assert(kvs_tensor_upload(t, z, 0, kvs_tensor_nbytes(t)) == KVS_OK);
+    return t;
 }
 
 START_TEST(test_dense_errors) {

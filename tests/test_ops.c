@@ -1,8 +1,10 @@
 /* test_ops: every op of include/kvsieve/ops.h on one backend, compared with the float64
  * references in reference.c. The same code runs on every backend:
  *
- *   test_ops [--backend cpu|opencl|vulkan[:INDEX]] [--suite NAME] [--tcase NAME] [--list]
+ *   test_ops [--backend cpu|opencl|vulkan[:INDEX]] [--threads N] [--suite NAME] [--tcase NAME] [--list]
  *
+ * --threads (or $KVS_TEST_THREADS) sets the CPU backend's worker threads (default: all cores), so
+ * the serial and odd-thread-count paths are tested too.
  * The backend defaults to $KVS_TEST_BACKEND, else cpu. $KVS_TEST_SEED sets the base seed (printed).
  * Exit status: 0 all run cases passed; 1 any failure; 77 (meson: SKIP) when the backend is not
  * compiled in, has no device at that index, or every case of the run was reported unsupported by
@@ -32,7 +34,7 @@ static const struct {
 #define N_SUITES (sizeof all_suites / sizeof all_suites[0])
 
 static void usage(void) {
-    fprintf(stderr, "usage: test_ops [--backend cpu|opencl|vulkan[:INDEX]] [--suite NAME] [--tcase NAME] [--list]\n"
+    fprintf(stderr, "usage: test_ops [--backend cpu|opencl|vulkan[:INDEX]] [--threads N] [--suite NAME] [--tcase NAME] [--list]\n"
                     "suites:");
     for (size_t i = 0; i < N_SUITES; i++) fprintf(stderr, " %s", all_suites[i].name);
     fprintf(stderr, "\n");
@@ -115,11 +117,12 @@ static int probe_device(void) {
 
 int main(int argc, char **argv) {
     const char *spec = getenv("KVS_TEST_BACKEND");
-    const char *suite = NULL, *tcase = NULL;
+    const char *suite = NULL, *tcase = NULL, *threads = getenv("KVS_TEST_THREADS");
     int list = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--backend") && i + 1 < argc) spec = argv[++i];
         else if (!strcmp(argv[i], "--suite") && i + 1 < argc) suite = argv[++i];
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = argv[++i];
         else if (!strcmp(argv[i], "--tcase") && i + 1 < argc) tcase = argv[++i];
         else if (!strcmp(argv[i], "--list")) list = 1;
         else {
@@ -134,6 +137,7 @@ int main(int argc, char **argv) {
         usage();
         return 2;
     }
+    if (threads && threads[0]) t_params.n_threads = atoi(threads);
     if (suite) {
         size_t i;
         for (i = 0; i < N_SUITES; i++)
@@ -150,9 +154,9 @@ int main(int argc, char **argv) {
     }
     const char *seed = getenv("KVS_TEST_SEED");
     if (seed && seed[0]) t_base_seed = strtoull(seed, NULL, 0);
-    printf("# kvsieve %s test_ops backend=%s:%d suite=%s seed=%llu (KVS_TEST_SEED=%llu reproduces)\n", kvs_version(),
-           kvs_backend_name(t_params.backend), t_params.index, suite ? suite : "all", (unsigned long long)t_base_seed,
-           (unsigned long long)t_base_seed);
+    printf("# kvsieve %s test_ops backend=%s:%d threads=%d suite=%s seed=%llu (KVS_TEST_SEED=%llu reproduces)\n",
+           kvs_version(), kvs_backend_name(t_params.backend), t_params.index, t_params.n_threads,
+           suite ? suite : "all", (unsigned long long)t_base_seed, (unsigned long long)t_base_seed);
 
     if (!kvs_backend_built(t_params.backend)) {
         printf("# SKIP: backend '%s' is not compiled into this build\n", kvs_backend_name(t_params.backend));

@@ -6,6 +6,10 @@
 
 #include "cpu_kernels.h"
 
+#if KVS_CPU_HAVE_AVX512
+#include <immintrin.h>
+#endif
+
 /* ---- BLAS threads ------------------------------------------------------------------------- */
 
 void kvs_cpu_blas_threads(int n) {
@@ -18,6 +22,20 @@ void kvs_cpu_blas_threads(int n) {
     }
 #else
     (void)n;
+#endif
+}
+
+const char *kvs_cpu_blas_name(void) {
+#ifdef OPENBLAS_VERSION
+    static char name[96];
+    if (!name[0]) {
+        const char *core = openblas_get_corename();
+        snprintf(name, sizeof name, "OpenBLAS core %s, GEMM: %s", core ? core : "?",
+                 kvs_cpu_own_gemm() ? "own AVX-512" : "OpenBLAS");
+    }
+    return name;
+#else
+    return kvs_cpu_own_gemm() ? "cblas, GEMM: own AVX-512" : "cblas GEMM";
 #endif
 }
 
@@ -65,12 +83,14 @@ static void row_to_f32(const void *base, kvs_dtype dt, int64_t r, int64_t n, flo
 
 /* ---- matmul -------------------------------------------------------------------------------- */
 
-/* Dot products of few x rows with converted weight rows: used when n is small (decoding), where
- * the op is bound by reading W, so W is read once in its own dtype. */
+/* Few x rows (decoding: n <= KVS_GEMV_MAX_N): the op is bound by streaming W, so W is read once, in
+ * its own dtype, and dotted with every x row (AVX-512 with F16C-style conversions where the CPU has
+ * it, portable 16-lane C otherwise). Rows of W are split over the threads. */
+#define KVS_GEMV_MAX_N 4
+
 KVS_CLONES
 static void dot_rows_f16(const uint16_t *KVS_RESTRICT w, const float *KVS_RESTRICT x, int64_t k, int64_t n,
                          float *KVS_RESTRICT acc) {
-    /* acc[i] = sum_c w[c] * x[i][c], i < n (n <= 4); 8 independent partial sums per row */
     for (int64_t i = 0; i < n; i++) {
         const float *xi = x + i * k;
         float s[16] = {0};
@@ -112,7 +132,7 @@ static void dot_rows_q8(const uint8_t *KVS_RESTRICT w, const float *KVS_RESTRICT
             memcpy(&hs, blk, 2);
             const int8_t *q = (const int8_t *)(blk + 2);
             const float *xb = xi + b * KVS_Q8_BLOCK;
-            float s[16] = {0};
+            float s[16];
             for (int t = 0; t < 16; t++) s[t] = (float)q[t] * xb[t] + (float)q[t + 16] * xb[t + 16];
             float bs = 0.0f;
             for (int t = 0; t < 16; t++) bs += s[t];
@@ -138,7 +158,59 @@ static void dot_rows_f32(const float *KVS_RESTRICT w, const float *KVS_RESTRICT 
     }
 }
 
-#define KVS_GEMV_MAX_N 4
+#if KVS_CPU_HAVE_AVX512
+/* acc[i] = W_row . x_i for i < n (n <= 4); W row of k values in dtype dt (k % 16 == 0; q8_0:
+ * k % 32 == 0). One pass over the W row, up to 4 x rows at once, two accumulators each. */
+__attribute__((target("avx512f,f16c")))
+static void dot_rows_avx512(const void *wrow, kvs_dtype dt, const float *x, int64_t k, int64_t n, float *acc) {
+    __m512 a[KVS_GEMV_MAX_N][2];
+    for (int i = 0; i < KVS_GEMV_MAX_N; i++) a[i][0] = a[i][1] = _mm512_setzero_ps();
+    if (dt == KVS_Q8_0) {
+        const uint8_t *w = wrow;
+        for (int64_t b = 0; b < k / KVS_Q8_BLOCK; b++) {
+            const uint8_t *blk = w + b * KVS_Q8_BYTES;
+            uint16_t hs;
+            memcpy(&hs, blk, 2);
+            __m512 sc = _mm512_set1_ps(kvs_h2f(hs));
+            __m512 w0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 2))));
+            __m512 w1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 18))));
+            w0 = _mm512_mul_ps(w0, sc);
+            w1 = _mm512_mul_ps(w1, sc);
+            for (int64_t i = 0; i < n; i++) {
+                const float *xb = x + i * k + b * KVS_Q8_BLOCK;
+                a[i][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xb), a[i][0]);
+                a[i][1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xb + 16), a[i][1]);
+            }
+        }
+    } else {
+        for (int64_t c = 0; c < k; c += 32) {
+            __m512 w0, w1;
+            if (dt == KVS_F32) {
+                const float *w = (const float *)wrow + c;
+                w0 = _mm512_loadu_ps(w);
+                w1 = c + 16 < k ? _mm512_loadu_ps(w + 16) : _mm512_setzero_ps();
+            } else if (dt == KVS_F16) {
+                const uint16_t *w = (const uint16_t *)wrow + c;
+                w0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)w));
+                w1 = c + 16 < k ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + 16))) : _mm512_setzero_ps();
+            } else {
+                const uint16_t *w = (const uint16_t *)wrow + c;
+                w0 = _mm512_castsi512_ps(
+                    _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)w)), 16));
+                w1 = c + 16 < k ? _mm512_castsi512_ps(_mm512_slli_epi32(
+                                      _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(w + 16))), 16))
+                                : _mm512_setzero_ps();
+            }
+            for (int64_t i = 0; i < n; i++) {
+                const float *xc = x + i * k + c;
+                a[i][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xc), a[i][0]);
+                if (c + 16 < k) a[i][1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xc + 16), a[i][1]);
+            }
+        }
+    }
+    for (int64_t i = 0; i < n; i++) acc[i] = _mm512_reduce_add_ps(_mm512_add_ps(a[i][0], a[i][1]));
+}
+#endif
 
 static void matmul_small_n(kvs_device *dev, const kvs_matmul_args *a) {
     const void *W = kvs_tensor_host_ptr(a->W);
@@ -147,58 +219,231 @@ static void matmul_small_n(kvs_device *dev, const kvs_matmul_args *a) {
     const int64_t m = a->m, k = a->k, n = a->n;
     const kvs_dtype dt = a->W->dtype;
     const size_t wrow = kvs_dtype_bytes(dt, k);
+    const int fast = kvs_cpu_avx512() && k % 16 == 0;
+    (void)fast;
     int nt = kvs_cpu_nt(dev, (double)m * (double)k * (double)n);
+    (void)nt; /* unused without OpenMP */
     KVS_OMP(parallel for num_threads(nt) schedule(static))
     for (int64_t r = 0; r < m; r++) {
         float acc[KVS_GEMV_MAX_N];
         const void *wr = (const char *)W + (size_t)r * wrow;
-        switch (dt) {
-        case KVS_F32: dot_rows_f32(wr, x, k, n, acc); break;
-        case KVS_F16: dot_rows_f16(wr, x, k, n, acc); break;
-        case KVS_BF16: dot_rows_bf16(wr, x, k, n, acc); break;
-        default: dot_rows_q8(wr, x, k, n, acc); break;
+#if KVS_CPU_HAVE_AVX512
+        if (fast) {
+            dot_rows_avx512(wr, dt, x, k, n, acc);
+        } else
+#endif
+        {
+            switch (dt) {
+            case KVS_F32: dot_rows_f32(wr, x, k, n, acc); break;
+            case KVS_F16: dot_rows_f16(wr, x, k, n, acc); break;
+            case KVS_BF16: dot_rows_bf16(wr, x, k, n, acc); break;
+            default: dot_rows_q8(wr, x, k, n, acc); break;
+            }
         }
         for (int64_t i = 0; i < n; i++) y[i * m + r] = a->accumulate ? y[i * m + r] + acc[i] : acc[i];
     }
 }
 
-kvs_status kvs_cpu_matmul(kvs_device *dev, const kvs_matmul_args *a) {
+/* ---- own AVX-512 GEMM (used when the BLAS has no AVX-512 kernels for this CPU) ---------------- */
+
+/* OpenBLAS picks its kernels from the CPU model at load time and falls back to old SSE3 kernels
+ * ("Prescott") for models it does not know, e.g. some virtualised Xeons, where its SGEMM runs at a
+ * fraction of the machine's rate. There, and with other BLAS libraries, a register-blocked AVX-512
+ * kernel of our own is faster; with OpenBLAS's AVX-512 kernels, cblas_sgemm is used. */
+int kvs_cpu_own_gemm(void) {
+#if KVS_CPU_HAVE_AVX512
+    static int cached = -1;
+    if (cached < 0) {
+        int own = kvs_cpu_avx512();
+#ifdef OPENBLAS_VERSION
+        const char *core = openblas_get_corename();
+        if (core && (strstr(core, "kylakex") || strstr(core, "KYLAKEX") || strstr(core, "ooperlake") ||
+                     strstr(core, "OOPERLAKE") || strstr(core, "apphire") || strstr(core, "APPHIRE")))
+            own = 0;
+#endif
+        const char *env = getenv("KVS_CPU_GEMM"); /* "blas" or "own": override, for benchmarking */
+        if (env && strcmp(env, "blas") == 0) own = 0;
+        if (env && strcmp(env, "own") == 0 && kvs_cpu_avx512()) own = 1;
+        cached = own;
+    }
+    return cached;
+#else
+    return 0;
+#endif
+}
+
+#define MM_RB 64  /* W rows per thread block */
+#define MM_KC 256 /* depth per pass */
+#define MM_NB 512 /* x rows per block */
+
+#if KVS_CPU_HAVE_AVX512
+/* C[8][32] (+)= A[8][K] . B[K][32]: A rows of stride lda, B rows of stride ldb, C rows of stride
+ * ldc; load_c = 0 starts from zero. */
+__attribute__((target("avx512f")))
+static void mm_kernel_8x32(const float *A, int64_t lda, const float *B, int64_t ldb, int64_t K, float *C, int64_t ldc,
+                           int load_c) {
+    __m512 a00, a01, a10, a11, a20, a21, a30, a31, a40, a41, a50, a51, a60, a61, a70, a71;
+#define MM_INIT(R)                                                                                     \
+    a##R##0 = load_c ? _mm512_loadu_ps(C + (R) * ldc) : _mm512_setzero_ps();                            \
+    a##R##1 = load_c ? _mm512_loadu_ps(C + (R) * ldc + 16) : _mm512_setzero_ps();
+    MM_INIT(0) MM_INIT(1) MM_INIT(2) MM_INIT(3) MM_INIT(4) MM_INIT(5) MM_INIT(6) MM_INIT(7)
+#undef MM_INIT
+    for (int64_t t = 0; t < K; t++) {
+        __m512 b0 = _mm512_loadu_ps(B + t * ldb), b1 = _mm512_loadu_ps(B + t * ldb + 16), q;
+#define MM_ROW(R)                                                                                      \
+    q = _mm512_set1_ps(A[(R) * lda + t]);                                                              \
+    a##R##0 = _mm512_fmadd_ps(q, b0, a##R##0);                                                         \
+    a##R##1 = _mm512_fmadd_ps(q, b1, a##R##1);
+        MM_ROW(0) MM_ROW(1) MM_ROW(2) MM_ROW(3) MM_ROW(4) MM_ROW(5) MM_ROW(6) MM_ROW(7)
+#undef MM_ROW
+    }
+#define MM_STORE(R)                                                                                    \
+    _mm512_storeu_ps(C + (R) * ldc, a##R##0);                                                          \
+    _mm512_storeu_ps(C + (R) * ldc + 16, a##R##1);
+    MM_STORE(0) MM_STORE(1) MM_STORE(2) MM_STORE(3) MM_STORE(4) MM_STORE(5) MM_STORE(6) MM_STORE(7)
+#undef MM_STORE
+}
+#endif
+
+/* Per thread: Wp [MM_RB][MM_KC] packed W chunk, Ct [MM_RB][MM_NB] transposed y block. Shared:
+ * xP [np/32][k][32]: x transposed in panels of 32 rows (zero-padded to np = n rounded up to 32), so
+ * the kernel streams B contiguously (a power-of-two row stride would alias in L1). */
+static kvs_status matmul_own(kvs_device *dev, const kvs_matmul_args *a) {
+#if KVS_CPU_HAVE_AVX512
+    const int64_t m = a->m, k = a->k, n = a->n;
+    const int64_t np = (n + 31) & ~(int64_t)31;
     const float *x = kvs_tensor_host_ptr(a->x);
     float *y = kvs_tensor_host_ptr(a->y);
+    const void *W = kvs_tensor_host_ptr(a->W);
+    const kvs_dtype dt = a->W->dtype;
+    const size_t wrow = kvs_dtype_bytes(dt, k);
+    const int64_t n_rb = (m + MM_RB - 1) / MM_RB;
+    int nt = kvs_cpu_nt(dev, 1e9);
+    (void)nt; /* unused without OpenMP */
+    if (nt > n_rb) nt = (int)n_rb;
+    if (nt < 1) nt = 1;
+    const size_t per = (size_t)MM_RB * MM_KC + (size_t)MM_RB * MM_NB + (size_t)k + 32;
+    float *buf = malloc(((size_t)k * (size_t)np + (size_t)nt * per) * sizeof(float));
+    if (!buf) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_matmul (cpu): cannot allocate GEMM scratch");
+    float *xT = buf;
+    KVS_OMP(parallel num_threads(nt))
+    {
+        /* x [n][k] -> xP [np/32][k][32], zero beyond n */
+        KVS_OMP(for schedule(static))
+        for (int64_t p = 0; p < np / 32; p++) {
+            float *panel = xT + p * k * 32;
+            for (int64_t ii = 0; ii < 32; ii++) {
+                int64_t i = p * 32 + ii;
+                if (i < n)
+                    for (int64_t c = 0; c < k; c++) panel[c * 32 + ii] = x[i * k + c];
+                else
+                    for (int64_t c = 0; c < k; c++) panel[c * 32 + ii] = 0.0f;
+            }
+        }
+        float *Wp = buf + (size_t)k * (size_t)np + (size_t)kvs_omp_tid() * per;
+        float *Ct = Wp + (size_t)MM_RB * MM_KC;
+        float *row = Ct + (size_t)MM_RB * MM_NB;
+        KVS_OMP(for schedule(dynamic, 1))
+        for (int64_t rb = 0; rb < n_rb; rb++) {
+            const int64_t r0 = rb * MM_RB, nr = m - r0 < MM_RB ? m - r0 : MM_RB;
+            for (int64_t i0 = 0; i0 < np; i0 += MM_NB) {
+                const int64_t ni = np - i0 < MM_NB ? np - i0 : MM_NB;
+                for (int64_t c0 = 0; c0 < k; c0 += MM_KC) {
+                    const int64_t kc = k - c0 < MM_KC ? k - c0 : MM_KC;
+                    /* pack W rows [r0, r0+nr) x columns [c0, c0+kc) as f32, zero rows to MM_RB */
+                    for (int64_t r = 0; r < MM_RB; r++) {
+                        float *dst = Wp + r * MM_KC;
+                        if (r >= nr) {
+                            memset(dst, 0, (size_t)kc * sizeof(float));
+                        } else if (dt == KVS_F32) {
+                            memcpy(dst, (const float *)W + (r0 + r) * k + c0, (size_t)kc * sizeof(float));
+                        } else if (dt == KVS_Q8_0) {
+                            /* c0 and kc are multiples of 32: convert the blocks of this chunk */
+                            row_q8_to_f32((const uint8_t *)W + (size_t)(r0 + r) * wrow + (c0 / KVS_Q8_BLOCK) * KVS_Q8_BYTES,
+                                          dst, kc);
+                        } else if (dt == KVS_F16) {
+                            row_f16_to_f32((const uint16_t *)W + (r0 + r) * k + c0, dst, kc);
+                        } else {
+                            row_bf16_to_f32((const uint16_t *)W + (r0 + r) * k + c0, dst, kc);
+                        }
+                    }
+                    for (int64_t ib = 0; ib < ni; ib += 32)
+                        for (int64_t rr = 0; rr < MM_RB; rr += 8)
+                            mm_kernel_8x32(Wp + rr * MM_KC, MM_KC, xT + ((i0 + ib) / 32) * k * 32 + c0 * 32, 32, kc,
+                                           Ct + rr * MM_NB + ib, MM_NB, c0 > 0);
+                }
+                /* y[i][r0 + r] (+)= Ct[r][i - i0] */
+                const int64_t iend = i0 + ni < n ? i0 + ni : n;
+                for (int64_t i = i0; i < iend; i++) {
+                    float *yr = y + i * m + r0;
+                    for (int64_t r = 0; r < nr; r++) row[r] = Ct[r * MM_NB + (i - i0)];
+                    if (a->accumulate)
+                        for (int64_t r = 0; r < nr; r++) yr[r] += row[r];
+                    else
+                        memcpy(yr, row, (size_t)nr * sizeof(float));
+                }
+            }
+        }
+    }
+    free(buf);
+    return KVS_OK;
+#else
+    (void)dev;
+    (void)a;
+    return kvs_error(KVS_ERR_INTERNAL, "kvs_matmul (cpu): own GEMM not built");
+#endif
+}
+
+/* Larger n: y = x . W^T through cblas_sgemm. The threads split the rows of W (the columns of y)
+ * and each calls a single-threaded SGEMM on its block, so OpenBLAS's own thread pool never competes
+ * with OpenMP's for the cores. Non-f32 W is converted per thread, a panel of rows at a time, into
+ * f32 scratch, then multiplied; panels of ~2 MiB keep the conversion amortised over the n rows. */
+kvs_status kvs_cpu_matmul(kvs_device *dev, const kvs_matmul_args *a) {
     const int64_t m = a->m, k = a->k, n = a->n;
-    const float beta = a->accumulate ? 1.0f : 0.0f;
-    if (n <= KVS_GEMV_MAX_N && a->W->dtype != KVS_F32) {
+    if (n <= KVS_GEMV_MAX_N) {
         matmul_small_n(dev, a);
         return KVS_OK;
     }
-    if (a->W->dtype == KVS_F32) {
-        const float *W = kvs_tensor_host_ptr(a->W);
-        kvs_cpu_blas_threads(kvs_cpu_threads(dev));
-        if (n == 1)
-            cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)m, (int)k, 1.0f, W, (int)k, x, 1, beta, y, 1);
-        else
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)m, (int)k, 1.0f, x, (int)k, W,
-                        (int)k, beta, y, (int)m);
-        return KVS_OK;
-    }
-    /* Non-f32 weights: convert a panel of W rows to f32 scratch, then one SGEMM per panel:
-     * y[:, r0:r0+P] = x . Wp^T. Panels of ~8 MiB keep the conversion cost amortised over n rows. */
-    int64_t P = (int64_t)((8u << 20) / ((size_t)k * sizeof(float)));
-    if (P < 16) P = 16;
-    if (P > m) P = m;
-    float *Wp = kvs_cpu_scratch(dev, (size_t)P * (size_t)k * sizeof(float));
-    if (!Wp) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_matmul (cpu): cannot allocate a %lld x %lld panel",
-                              (long long)P, (long long)k);
+    if (kvs_cpu_own_gemm()) return matmul_own(dev, a);
+    const float *x = kvs_tensor_host_ptr(a->x);
+    float *y = kvs_tensor_host_ptr(a->y);
+    const float beta = a->accumulate ? 1.0f : 0.0f;
     const void *W = kvs_tensor_host_ptr(a->W);
     const kvs_dtype dt = a->W->dtype;
-    int nt = kvs_cpu_threads(dev);
-    for (int64_t r0 = 0; r0 < m; r0 += P) {
-        int64_t pr = m - r0 < P ? m - r0 : P;
-        KVS_OMP(parallel for num_threads(nt) schedule(static))
-        for (int64_t r = 0; r < pr; r++) row_to_f32(W, dt, r0 + r, k, Wp + r * k);
-        kvs_cpu_blas_threads(nt);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)pr, (int)k, 1.0f, x, (int)k, Wp,
-                    (int)k, beta, y + r0, (int)m);
+    int nt = kvs_cpu_nt(dev, (double)m * (double)k * (double)n / 64.0);
+    (void)nt; /* unused without OpenMP */
+    int64_t min_rows = 64;
+    if ((int64_t)nt * min_rows > m) nt = (int)((m + min_rows - 1) / min_rows);
+    if (nt < 1) nt = 1;
+    int64_t P = (int64_t)((2u << 20) / ((size_t)k * sizeof(float)));
+    if (P < 16) P = 16;
+    float *panels = NULL;
+    if (dt != KVS_F32) {
+        panels = kvs_cpu_scratch(dev, (size_t)nt * (size_t)P * (size_t)k * sizeof(float));
+        if (!panels)
+            return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_matmul (cpu): cannot allocate %d panels of %lld x %lld", nt,
+                             (long long)P, (long long)k);
+    }
+    kvs_cpu_blas_threads(1);
+    /* blocks of rows of W: a multiple of 16 per thread */
+    const int64_t per = ((m + nt - 1) / nt + 15) & ~(int64_t)15;
+    KVS_OMP(parallel num_threads(nt))
+    {
+        int tid = kvs_omp_tid();
+        int64_t r0 = tid * per, r1 = r0 + per < m ? r0 + per : m;
+        if (dt == KVS_F32) {
+            if (r1 > r0)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)(r1 - r0), (int)k, 1.0f, x, (int)k,
+                            (const float *)W + r0 * k, (int)k, beta, y + r0, (int)m);
+        } else {
+            float *Wp = panels + (size_t)tid * (size_t)P * (size_t)k;
+            for (int64_t p0 = r0; p0 < r1; p0 += P) {
+                int64_t pr = r1 - p0 < P ? r1 - p0 : P;
+                for (int64_t r = 0; r < pr; r++) row_to_f32(W, dt, p0 + r, k, Wp + r * k);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)pr, (int)k, 1.0f, x, (int)k, Wp,
+                            (int)k, beta, y + p0, (int)m);
+            }
+        }
     }
     return KVS_OK;
 }
@@ -214,6 +459,7 @@ kvs_status kvs_cpu_add(kvs_device *dev, const kvs_tensor *a, const kvs_tensor *b
     const float *pa = kvs_tensor_host_ptr(a), *pb = kvs_tensor_host_ptr(b);
     float *py = kvs_tensor_host_ptr(y);
     int nt = kvs_cpu_nt(dev, (double)n);
+    (void)nt; /* unused without OpenMP */
     const int64_t chunk = 16384;
     int64_t nchunks = (n + chunk - 1) / chunk;
     KVS_OMP(parallel for num_threads(nt) schedule(static))
@@ -266,6 +512,7 @@ kvs_status kvs_cpu_copy(kvs_device *dev, const kvs_tensor *src, kvs_tensor *dst,
     const void *s = kvs_tensor_host_ptr(src);
     void *d = kvs_tensor_host_ptr(dst);
     int nt = kvs_cpu_nt(dev, (double)n);
+    (void)nt; /* unused without OpenMP */
     const int64_t chunk = 16384;
     int64_t nchunks = (n + chunk - 1) / chunk;
     KVS_OMP(parallel for num_threads(nt) schedule(static))
@@ -278,8 +525,13 @@ kvs_status kvs_cpu_copy(kvs_device *dev, const kvs_tensor *src, kvs_tensor *dst,
 
 KVS_CLONES
 static void rmsnorm_row(const float *x, const float *w, float *y, int64_t dim, float eps) {
+    double acc[8] = {0}; /* 8 f64 lanes: a single accumulator would not vectorise */
+    int64_t c0 = 0;
+    for (; c0 + 8 <= dim; c0 += 8)
+        for (int l = 0; l < 8; l++) acc[l] += (double)x[c0 + l] * (double)x[c0 + l];
     double ss = 0.0;
-    for (int64_t c = 0; c < dim; c++) ss += (double)x[c] * (double)x[c];
+    for (; c0 < dim; c0++) ss += (double)x[c0] * (double)x[c0];
+    for (int l = 0; l < 8; l++) ss += acc[l];
     float inv = (float)(1.0 / sqrt(ss / (double)dim + (double)eps));
     for (int64_t c = 0; c < dim; c++) y[c] = (x[c] * inv) * w[c];
 }
@@ -289,6 +541,7 @@ kvs_status kvs_cpu_rmsnorm(kvs_device *dev, const kvs_tensor *x, const kvs_tenso
     const float *px = kvs_tensor_host_ptr(x), *pw = kvs_tensor_host_ptr(w);
     float *py = kvs_tensor_host_ptr(y);
     int nt = kvs_cpu_nt(dev, (double)rows * (double)dim);
+    (void)nt; /* unused without OpenMP */
     KVS_OMP(parallel for num_threads(nt) schedule(static))
     for (int64_t r = 0; r < rows; r++) rmsnorm_row(px + r * dim, pw, py + r * dim, dim, eps);
     return KVS_OK;
@@ -296,7 +549,7 @@ kvs_status kvs_cpu_rmsnorm(kvs_device *dev, const kvs_tensor *x, const kvs_tenso
 
 KVS_CLONES
 static void swiglu_chunk(const float *g, const float *u, float *o, int64_t n) {
-    for (int64_t i = 0; i < n; i++) o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    for (int64_t i = 0; i < n; i++) o[i] = g[i] / (1.0f + kvs_expf(-g[i])) * u[i];
 }
 
 kvs_status kvs_cpu_swiglu(kvs_device *dev, const kvs_tensor *gate, const kvs_tensor *up, kvs_tensor *out,
@@ -304,6 +557,7 @@ kvs_status kvs_cpu_swiglu(kvs_device *dev, const kvs_tensor *gate, const kvs_ten
     const float *g = kvs_tensor_host_ptr(gate), *u = kvs_tensor_host_ptr(up);
     float *o = kvs_tensor_host_ptr(out);
     int nt = kvs_cpu_nt(dev, (double)n * 8.0);
+    (void)nt; /* unused without OpenMP */
     const int64_t chunk = 8192;
     int64_t nchunks = (n + chunk - 1) / chunk;
     KVS_OMP(parallel for num_threads(nt) schedule(static))
@@ -314,24 +568,42 @@ kvs_status kvs_cpu_swiglu(kvs_device *dev, const kvs_tensor *gate, const kvs_ten
     return KVS_OK;
 }
 
+KVS_CLONES
 static void softmax_row(const float *x, float *y, int64_t n, float s) {
+    float mx[16];
+    for (int l = 0; l < 16; l++) mx[l] = -INFINITY;
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16)
+        for (int l = 0; l < 16; l++) {
+            float v = s * x[j + l];
+            mx[l] = v > mx[l] ? v : mx[l];
+        }
     float m = -INFINITY;
-    for (int64_t j = 0; j < n; j++) {
+    for (; j < n; j++) {
         float v = s * x[j];
         m = v > m ? v : m;
     }
+    for (int l = 0; l < 16; l++) m = mx[l] > m ? mx[l] : m;
     if (m == -INFINITY) { /* all -inf (or empty): weight 0 everywhere */
-        for (int64_t j = 0; j < n; j++) y[j] = 0.0f;
+        for (j = 0; j < n; j++) y[j] = 0.0f;
         return;
     }
+    float acc[16] = {0};
+    for (j = 0; j + 16 <= n; j += 16)
+        for (int l = 0; l < 16; l++) {
+            float e = kvs_expf(s * x[j + l] - m);
+            y[j + l] = e;
+            acc[l] += e;
+        }
     double sum = 0.0;
-    for (int64_t j = 0; j < n; j++) {
-        float e = expf(s * x[j] - m);
+    for (; j < n; j++) {
+        float e = kvs_expf(s * x[j] - m);
         y[j] = e;
         sum += e;
     }
+    for (int l = 0; l < 16; l++) sum += acc[l];
     float inv = (float)(1.0 / sum);
-    for (int64_t j = 0; j < n; j++) y[j] *= inv;
+    for (j = 0; j < n; j++) y[j] *= inv;
 }
 
 kvs_status kvs_cpu_softmax(kvs_device *dev, const kvs_tensor *x, kvs_tensor *y, int64_t rows, int64_t n,
@@ -339,6 +611,7 @@ kvs_status kvs_cpu_softmax(kvs_device *dev, const kvs_tensor *x, kvs_tensor *y, 
     const float *px = kvs_tensor_host_ptr(x);
     float *py = kvs_tensor_host_ptr(y);
     int nt = kvs_cpu_nt(dev, (double)rows * (double)n * 8.0);
+    (void)nt; /* unused without OpenMP */
     KVS_OMP(parallel for num_threads(nt) schedule(static))
     for (int64_t r = 0; r < rows; r++) softmax_row(px + r * n, py + r * n, n, scale);
     return KVS_OK;
@@ -349,6 +622,7 @@ kvs_status kvs_cpu_embedding(kvs_device *dev, const kvs_tensor *table, const int
     const void *t = kvs_tensor_host_ptr(table);
     float *o = kvs_tensor_host_ptr(out);
     int nt = kvs_cpu_nt(dev, (double)n * (double)dim);
+    (void)nt; /* unused without OpenMP */
     KVS_OMP(parallel for num_threads(nt) schedule(static))
     for (int64_t i = 0; i < n; i++) row_to_f32(t, table->dtype, ids[i], dim, o + i * dim);
     return KVS_OK;
@@ -390,6 +664,7 @@ kvs_status kvs_cpu_rope(kvs_device *dev, const kvs_rope_args *a) {
     /* per-thread: inv_freq (f64) shared, then cos, sin, f32 staging of one vector */
     double *inv_freq = malloc((size_t)half * sizeof(double));
     int nt = kvs_cpu_nt(dev, (double)a->n_vec * (double)hd * 4.0);
+    (void)nt; /* unused without OpenMP */
     size_t per = (size_t)(2 * half + hd);
     float *work = malloc((size_t)nt * per * sizeof(float));
     if (!inv_freq || !work) {

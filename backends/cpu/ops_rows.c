@@ -33,6 +33,7 @@ kvs_status kvs_cpu_gather(kvs_device *dev, const kvs_rows_args *a) {
     char *dst = kvs_tensor_host_ptr(a->dst);
     const int64_t rb = a->row_bytes, n = a->n, total = a->groups * n;
     int nt = kvs_cpu_nt(dev, (double)total * (double)rb / 4.0);
+    (void)nt; /* unused without OpenMP */
     KVS_OMP(parallel for num_threads(nt) schedule(static))
     for (int64_t t = 0; t < total; t++) {
         int64_t g = t / n, i = t % n;
@@ -51,14 +52,30 @@ kvs_status kvs_cpu_scatter(kvs_device *dev, const kvs_rows_args *a) {
     /* Within a group rows are written in order i = 0..n-1, so a duplicate's highest i wins;
      * groups write disjoint memory and run in parallel. */
     int nt = kvs_cpu_nt(dev, (double)G * (double)n * (double)rb / 4.0);
+    (void)nt; /* unused without OpenMP */
     if (nt > G) nt = (int)G;
+    if (a->src_token_major) {
+        /* [n][G][row]: each thread takes a range of groups and walks the tokens in order, so it
+         * reads src sequentially (a per-group walk would stride by G rows) */
+        KVS_OMP(parallel num_threads(nt))
+        {
+            int t = kvs_omp_tid(), nth = 1;
+#ifdef _OPENMP
+            nth = omp_get_num_threads();
+#endif
+            int64_t g0 = G * t / nth, g1 = G * (t + 1) / nth;
+            for (int64_t i = 0; i < n; i++)
+                for (int64_t g = g0; g < g1; g++) {
+                    int64_t j = a->idx_shared ? idx[i] : idx[g * n + i];
+                    row_copy(dst + (g * a->dst_rows + j) * rb, src + (i * G + g) * rb, rb);
+                }
+        }
+        return KVS_OK;
+    }
     KVS_OMP(parallel for num_threads(nt) schedule(static))
     for (int64_t g = 0; g < G; g++) {
         const int32_t *gi = a->idx_shared ? idx : idx + g * n;
-        for (int64_t i = 0; i < n; i++) {
-            const char *s = a->src_token_major ? src + (i * G + g) * rb : src + (g * n + i) * rb;
-            row_copy(dst + (g * a->dst_rows + gi[i]) * rb, s, rb);
-        }
+        for (int64_t i = 0; i < n; i++) row_copy(dst + (g * a->dst_rows + gi[i]) * rb, src + (g * n + i) * rb, rb);
     }
     return KVS_OK;
 }
@@ -79,6 +96,7 @@ kvs_status kvs_cpu_compact(kvs_device *dev, const kvs_rows_args *a) {
                 break;
             }
     int nt = kvs_cpu_nt(dev, (double)G * (double)n * (double)rb / 4.0);
+    (void)nt; /* unused without OpenMP */
     if (increasing) {
         if (nt > G) nt = (int)G;
         KVS_OMP(parallel for num_threads(nt) schedule(static))

@@ -329,7 +329,8 @@ kvs_status kvs_generate_dlm(kvs_model *m, kvs_kv_cache *cache, const int32_t *pr
             kvs_dlm_view v = {.tokens = tokens, .n_tokens = n, .prompt_len = n_prompt, .mask_id = hp->mask_id,
                               .masked = masked, .block_start = bs, .block_end = be, .block = (int)b,
                               .step_in_block = step_in_block, .step = step, .decoded_prev = decoded,
-                              .n_decoded_prev = n_decoded, .n_layers = hp->n_layers};
+                              .n_decoded_prev = n_decoded, .n_layers = hp->n_layers,
+                              .n_heads = hp->n_heads, .n_kv_heads = hp->n_kv_heads};
             kvs_dlm_step ds;
             memset(&ds, 0, sizeof ds);
             s = sched->ops->plan(sched->self, &v, &ds);

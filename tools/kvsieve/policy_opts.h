@@ -28,7 +28,7 @@ typedef struct policy_opts {
      "cache budget: fraction (0,1] of the sequence, or tokens per kv head (default 1.0)"},                         \
     {"scope", 0, CLI_STRING, &(po).scope, "S", "budget scope: head, layer (pooled over heads), global (default head)"}, \
     {"sink", 0, CLI_INT, &(po).sink, "N", "streaming: sink tokens always kept (default 4)"},                       \
-    {"window", 0, CLI_INT64, &(po).window, "N", "h2o recent / snapkv observation window (default: policy's)"},     \
+    {"window", 0, CLI_INT64, &(po).window, "N", "h2o recent / snapkv observation window (default: policy's); with --cache elastic: masked positions queried per step (default 16)"},     \
     {"buffer", 0, CLI_INT64, &(po).buffer, "N", "tokens above the budget before evicting (default: budget/8, 1..128)"}
 
 /* Parses a budget string: a fraction in (0, 1] or a whole count > 1. 0 on success, -1 otherwise. */

@@ -72,6 +72,19 @@ expect 2 bench ops --backend nope && one_line_error
 expect 2 bench ops --backend cpu:7 && one_line_error
 expect 0 bench ops --quick --reps 1 --filter gather --json && valid_json && contains '"gather"'
 
+# Every subcommand listed by --help (including ones added later): --help works, a bad flag is a
+# one-line error with exit status 2.
+expect 0 --help
+mapfile -t cmds < <(awk '/^commands:/ { on = 1; next } on && /^  [a-z]/ { print $1; next } on { exit }' "$tmp/out")
+if ((${#cmds[@]} < 2)); then
+  echo "FAIL: could not read the command list from kvsieve --help"
+  fails=$((fails + 1))
+fi
+for c in "${cmds[@]}"; do
+  expect 0 "$c" --help
+  expect 2 "$c" --no-such-flag && one_line_error
+done
+
 if ((fails > 0)); then
   echo "$fails check(s) failed"
   exit 1

@@ -1,0 +1,139 @@
+/* OpenCL backend internals: device state, program cache, launch helpers, op entry points.
+ * One kvs_ocl per open device; like the device, it is used by one thread at a time. */
+#ifndef KVS_BACKENDS_OPENCL_OCL_H
+#define KVS_BACKENDS_OPENCL_OCL_H
+
+#ifndef CL_TARGET_OPENCL_VERSION
+#define CL_TARGET_OPENCL_VERSION 300
+#endif
+#define CL_USE_DEPRECATED_OPENCL_1_2_APIS
+#include <CL/cl.h>
+
+#include "internal.h"
+
+/* A compiled program: keyed by (kernel source file, generated #define prelude). */
+typedef struct kvs_ocl_program {
+    const char *file;      /* embedded file name, e.g. "dense.cl" (static string) */
+    char *defines;         /* the prelude text (owned) */
+    cl_program prog;
+    int n_kernels;
+    struct { char name[48]; cl_kernel k; } kernels[24];
+} kvs_ocl_program;
+
+/* Scratch buffers reused across ops (the queue is in-order, so reuse after enqueue is safe). */
+enum {
+    KVS_OCL_SCR_IDS = 0,   /* embedding ids, rope frequencies */
+    KVS_OCL_SCR_W,         /* matmul: f32 copy of a non-f32 weight */
+    KVS_OCL_SCR_ML,        /* attention: per (row, head) max and sum */
+    KVS_OCL_SCR_A,         /* dwt ping, topk state, compact rows, scatter winners */
+    KVS_OCL_SCR_B,         /* dwt pong, topk histograms */
+    KVS_OCL_SCR_C,         /* topk counts */
+    KVS_OCL_SCR_D,         /* topk candidates */
+    KVS_OCL_SCR_COUNT
+};
+
+typedef struct kvs_ocl {
+    cl_platform_id platform;
+    cl_device_id device;
+    cl_context ctx;
+    cl_command_queue queue;
+    int fp16_arith;
+    size_t max_wg;           /* CL_DEVICE_MAX_WORK_GROUP_SIZE */
+    size_t local_mem;        /* CL_DEVICE_LOCAL_MEM_SIZE */
+    int is_cpu;              /* CL_DEVICE_TYPE_CPU */
+    kvs_ocl_program *progs;
+    int n_progs, cap_progs;
+    cl_mem scratch[KVS_OCL_SCR_COUNT];
+    size_t scratch_bytes[KVS_OCL_SCR_COUNT];
+    cl_mem zero;             /* 4-byte dummy buffer bound for absent optional tensors */
+} kvs_ocl;
+
+/* "CL_OUT_OF_RESOURCES" etc. */
+const char *kvs_ocl_errname(cl_int err);
+
+/* Returns KVS_ERR_BACKEND "opencl: <call> failed: <CL error name> (<code>)" when err != CL_SUCCESS. */
+kvs_status kvs_ocl_check(cl_int err, const char *call);
+
+#define KVS_OCL_TRY(call_expr, what) KVS_TRY(kvs_ocl_check((call_expr), (what)))
+
+/* The kernel `name` of embedded file `file` built with the given #define prelude (may be ""),
+ * compiled on first use and cached per device. Errors: KVS_ERR_COMPILE with the build log,
+ * KVS_ERR_BACKEND, KVS_ERR_INTERNAL (unknown file/kernel). */
+kvs_status kvs_ocl_kernel(kvs_device *dev, const char *file, const char *defines, const char *name,
+                          cl_kernel *out);
+
+/* Kernel arguments: ARG_MEM(cl_mem), ARG_I(int), ARG_L(long), ARG_F(float), ARG_LOCAL(bytes). */
+typedef struct kvs_ocl_arg {
+    size_t size;
+    const void *ptr;   /* NULL: local memory of `size` bytes */
+    cl_mem mem;
+    cl_int i;
+    cl_long l;
+    cl_float f;
+    int kind;          /* 0 mem, 1 int, 2 long, 3 float, 4 local */
+} kvs_ocl_arg;
+
+static inline kvs_ocl_arg kvs_ocl_arg_mem(cl_mem m) { kvs_ocl_arg a = {.size = sizeof(cl_mem), .mem = m, .kind = 0}; return a; }
+static inline kvs_ocl_arg kvs_ocl_arg_i(int64_t v) { kvs_ocl_arg a = {.size = sizeof(cl_int), .i = (cl_int)v, .kind = 1}; return a; }
+static inline kvs_ocl_arg kvs_ocl_arg_l(int64_t v) { kvs_ocl_arg a = {.size = sizeof(cl_long), .l = (cl_long)v, .kind = 2}; return a; }
+static inline kvs_ocl_arg kvs_ocl_arg_f(float v) { kvs_ocl_arg a = {.size = sizeof(cl_float), .f = v, .kind = 3}; return a; }
+static inline kvs_ocl_arg kvs_ocl_arg_local(size_t bytes) { kvs_ocl_arg a = {.size = bytes, .kind = 4}; return a; }
+
+#define ARG_MEM(m) kvs_ocl_arg_mem(m)
+#define ARG_I(v) kvs_ocl_arg_i(v)
+#define ARG_L(v) kvs_ocl_arg_l(v)
+#define ARG_F(v) kvs_ocl_arg_f(v)
+#define ARG_LOCAL(b) kvs_ocl_arg_local(b)
+
+/* Sets args and enqueues an ndim-D range; gws is rounded up to a multiple of lws (lws NULL: the
+ * driver picks). `what` names the kernel in error messages. */
+kvs_status kvs_ocl_launch(kvs_device *dev, cl_kernel k, const char *what, int ndim, const size_t *gws,
+                          const size_t *lws, int nargs, const kvs_ocl_arg *args);
+
+/* A scratch buffer of at least nbytes in slot `slot`, grown as needed (contents undefined). */
+kvs_status kvs_ocl_scratch(kvs_device *dev, int slot, size_t nbytes, cl_mem *out);
+
+/* Blocking write/fill helpers on the device queue. */
+kvs_status kvs_ocl_write(kvs_device *dev, cl_mem m, size_t offset, const void *src, size_t n);
+kvs_status kvs_ocl_fill32(kvs_device *dev, cl_mem m, size_t offset, uint32_t word, size_t n_words);
+
+/* Tensor helpers: its cl_mem and its offset in elements of `elem_bytes`. */
+static inline cl_mem kvs_ocl_mem(const kvs_tensor *t) { return (cl_mem)t->buf->handle; }
+static inline int64_t kvs_ocl_off(const kvs_tensor *t, size_t elem_bytes) {
+    return (int64_t)(t->offset / elem_bytes);
+}
+
+/* Largest power of two <= v (v >= 1). */
+static inline size_t kvs_ocl_pow2_floor(size_t v) {
+    size_t p = 1;
+    while (p * 2 <= v) p *= 2;
+    return p;
+}
+static inline size_t kvs_ocl_round_up(size_t v, size_t m) { return (v + m - 1) / m * m; }
+
+/* A default 1-D work-group size: min(256, max_wg), power of two. */
+size_t kvs_ocl_wg(kvs_device *dev, size_t want);
+
+/* Op entry points (ops_*.c). */
+kvs_status kvs_ocl_matmul(kvs_device *dev, const kvs_matmul_args *a);
+kvs_status kvs_ocl_add(kvs_device *dev, const kvs_tensor *a, const kvs_tensor *b, kvs_tensor *y, int64_t n);
+kvs_status kvs_ocl_copy(kvs_device *dev, const kvs_tensor *src, kvs_tensor *dst, int64_t n);
+kvs_status kvs_ocl_rmsnorm(kvs_device *dev, const kvs_tensor *x, const kvs_tensor *w, kvs_tensor *y,
+                           int64_t rows, int64_t dim, float eps);
+kvs_status kvs_ocl_swiglu(kvs_device *dev, const kvs_tensor *gate, const kvs_tensor *up, kvs_tensor *out,
+                          int64_t n);
+kvs_status kvs_ocl_softmax(kvs_device *dev, const kvs_tensor *x, kvs_tensor *y, int64_t rows, int64_t n,
+                           float scale);
+kvs_status kvs_ocl_embedding(kvs_device *dev, const kvs_tensor *table, const int32_t *ids, int64_t n,
+                             kvs_tensor *out, int64_t dim);
+kvs_status kvs_ocl_rope(kvs_device *dev, const kvs_rope_args *a);
+kvs_status kvs_ocl_attention(kvs_device *dev, const kvs_attention_args *a);
+kvs_status kvs_ocl_dwt(kvs_device *dev, const kvs_dwt_args *a);
+kvs_status kvs_ocl_idwt(kvs_device *dev, const kvs_dwt_args *a);
+kvs_status kvs_ocl_topk(kvs_device *dev, const kvs_topk_args *a);
+kvs_status kvs_ocl_topk_global(kvs_device *dev, const kvs_topk_args *a);
+kvs_status kvs_ocl_gather(kvs_device *dev, const kvs_rows_args *a);
+kvs_status kvs_ocl_scatter(kvs_device *dev, const kvs_rows_args *a);
+kvs_status kvs_ocl_compact(kvs_device *dev, const kvs_rows_args *a);
+
+#endif

@@ -1,0 +1,141 @@
+/* OpenCL backend: attention with statistics (shaders/opencl/attention.cl).
+ * Pass 1 (attn_main): one work-group per (BQ query rows, kv head) with the G query heads of that
+ * kv head's group as BQ*G work-items, so a K/V tile in local memory serves the whole group (GQA
+ * without expanding K/V); online softmax per (row, head); out, row_max, row_sum, argmax and the
+ * (m, l) pairs the statistics passes need. Pass 2 (attn_keymass, attn_probs) recomputes the
+ * logits of the requested rows against the final (m, l): deterministic sums, no atomics. */
+#include <stdio.h>
+
+#include "ocl.h"
+
+enum {
+    F_QPOS = 1, F_KPOS = 2, F_KVLEN = 4, F_ROWLEN = 8, F_MASK = 16, F_ROWMAX = 32, F_ROWSUM = 64,
+    F_ARGMAX = 128, F_ML = 256, F_CAUSAL = 512, F_UNNORM = 1024, F_STATROWS = 2048, F_ACCUM = 4096
+};
+
+static cl_mem mem_or(kvs_device *dev, const kvs_tensor *t) {
+    kvs_ocl *o = dev->impl;
+    return t ? kvs_ocl_mem(t) : o->zero;
+}
+static int64_t off_or(const kvs_tensor *t) { return t ? (int64_t)(t->offset / 4) : 0; }
+
+kvs_status kvs_ocl_attention(kvs_device *dev, const kvs_attention_args *a) {
+    kvs_ocl *o = dev->impl;
+    const kvs_attention_params *p = &a->p;
+    int G = (int)(a->n_heads / a->n_kv_heads);
+    int hd = (int)a->head_dim;
+    int f16 = a->k->dtype == KVS_F16;
+    size_t esz = f16 ? 2 : 4;
+    if ((size_t)G > o->max_wg)
+        return kvs_error(KVS_ERR_UNSUPPORTED, "kvs_attention (opencl): GQA group of %d heads exceeds the device's "
+                         "work-group limit %zu", G, o->max_wg);
+    if (hd > 512)
+        return kvs_error(KVS_ERR_UNSUPPORTED, "kvs_attention (opencl): head_dim %d > 512 not supported", hd);
+    /* Work-group: BQ rows x G heads, about 64 items. */
+    int target = 64;
+    int bq = target / G > 0 ? target / G : 1;
+    if (a->n_q < bq) bq = (int)a->n_q;
+    if (bq < 1) bq = 1;
+    while ((size_t)(bq * G) > o->max_wg && bq > 1) bq--;
+    /* Key tile: K and V tiles of BK x head_dim floats in at most half the local memory (<= 32 KiB). */
+    size_t budget = o->local_mem / 2;
+    if (budget > 32768) budget = 32768;
+    size_t bk = kvs_ocl_pow2_floor(budget / (8 * (size_t)hd) ? budget / (8 * (size_t)hd) : 1);
+    if (bk > 32) bk = 32;
+    if (bk < 1) bk = 1;
+    if (8 * bk * (size_t)hd > o->local_mem)
+        return kvs_error(KVS_ERR_UNSUPPORTED, "kvs_attention (opencl): head_dim %d needs more local memory than the "
+                         "device's %zu bytes", hd, o->local_mem);
+    int need_ml = p->key_mass || p->probs;
+    char defs[256];
+    snprintf(defs, sizeof defs,
+             "#define HEAD_DIM %d\n#define G %d\n#define BQ %d\n#define BK %zu\n#define KV_T %d\n"
+             "#define KM_WG 64\n#define KM_TP 16\n",
+             hd, G, bq, bk, f16);
+    int flags = (p->q_pos ? F_QPOS : 0) | (p->k_pos ? F_KPOS : 0) | (p->kv_len ? F_KVLEN : 0) |
+                (p->row_len ? F_ROWLEN : 0) | (p->mask ? F_MASK : 0) | (p->row_max ? F_ROWMAX : 0) |
+                (p->row_sum ? F_ROWSUM : 0) | (p->argmax ? F_ARGMAX : 0) | (need_ml ? F_ML : 0) |
+                (p->causal ? F_CAUSAL : 0) | (p->unnormalised ? F_UNNORM : 0) |
+                (p->stat_rows ? F_STATROWS : 0) | (p->key_mass_accumulate ? F_ACCUM : 0);
+    cl_mem ml = o->zero;
+    if (need_ml) KVS_TRY(kvs_ocl_scratch(dev, KVS_OCL_SCR_ML, (size_t)(a->n_q * a->n_heads) * 8, &ml));
+
+    /* Split-K when the (query tile, kv head) grid is too small to fill the device (decoding):
+     * key ranges of `span` keys (a multiple of BK, at least 4 tiles) per work-group, merged by
+     * attn_combine in split order. */
+    size_t ntiles = (size_t)((a->n_q + bq - 1) / bq);
+    size_t base = ntiles * (size_t)a->n_kv_heads;
+    size_t want_wgs = 2 * (size_t)(dev->caps.compute_units > 0 ? dev->caps.compute_units : 16);
+    int64_t n_split = 1, span = 0;
+    if (base < want_wgs) {
+        int64_t want = (int64_t)((want_wgs + base - 1) / base);
+        int64_t maxs = a->n_kv / (4 * (int64_t)bk);
+        if (want > maxs) want = maxs;
+        if (want > 1) {
+            span = (a->n_kv + want - 1) / want;
+            span = (span + (int64_t)bk - 1) / (int64_t)bk * (int64_t)bk;
+            n_split = (a->n_kv + span - 1) / span;
+            if (n_split <= 1) span = 0, n_split = 1;
+        }
+    }
+    cl_mem part = o->zero;
+    if (n_split > 1)
+        KVS_TRY(kvs_ocl_scratch(dev, KVS_OCL_SCR_B, (size_t)(n_split * a->n_q * a->n_heads) * (size_t)(hd + 3) * 4, &part));
+
+    cl_kernel k;
+    KVS_TRY(kvs_ocl_kernel(dev, "attention.cl", defs, "attn_main", &k));
+    {
+        kvs_ocl_arg args[] = {
+            ARG_MEM(kvs_ocl_mem(a->q)), ARG_L(a->q->offset / 4), ARG_MEM(kvs_ocl_mem(a->k)), ARG_L(a->k->offset / esz),
+            ARG_MEM(kvs_ocl_mem(a->v)), ARG_L(a->v->offset / esz), ARG_MEM(kvs_ocl_mem(a->out)), ARG_L(a->out->offset / 4),
+            ARG_MEM(mem_or(dev, p->q_pos)), ARG_L(off_or(p->q_pos)), ARG_MEM(mem_or(dev, p->k_pos)), ARG_L(off_or(p->k_pos)),
+            ARG_MEM(mem_or(dev, p->kv_len)), ARG_L(off_or(p->kv_len)), ARG_MEM(mem_or(dev, p->row_len)),
+            ARG_L(off_or(p->row_len)), ARG_MEM(mem_or(dev, p->mask)), ARG_L(off_or(p->mask)),
+            ARG_MEM(mem_or(dev, p->row_max)), ARG_L(off_or(p->row_max)), ARG_MEM(mem_or(dev, p->row_sum)),
+            ARG_L(off_or(p->row_sum)), ARG_MEM(mem_or(dev, p->argmax)), ARG_L(off_or(p->argmax)), ARG_MEM(ml),
+            ARG_MEM(part), ARG_I(span),
+            ARG_I(a->n_q), ARG_I(a->n_heads), ARG_I(a->capacity), ARG_I(a->n_kv), ARG_F(p->scale), ARG_I(flags)};
+        size_t lws[3] = {(size_t)(bq * G), 1, 1};
+        size_t gws[3] = {ntiles * (size_t)(bq * G), (size_t)a->n_kv_heads, (size_t)n_split};
+        KVS_TRY(kvs_ocl_launch(dev, k, "attn_main", 3, gws, lws, (int)(sizeof args / sizeof args[0]), args));
+    }
+    if (n_split > 1) {
+        KVS_TRY(kvs_ocl_kernel(dev, "attention.cl", defs, "attn_combine", &k));
+        kvs_ocl_arg args[] = {
+            ARG_MEM(part), ARG_I(n_split), ARG_MEM(kvs_ocl_mem(a->out)), ARG_L(a->out->offset / 4),
+            ARG_MEM(mem_or(dev, p->row_max)), ARG_L(off_or(p->row_max)), ARG_MEM(mem_or(dev, p->row_sum)),
+            ARG_L(off_or(p->row_sum)), ARG_MEM(mem_or(dev, p->argmax)), ARG_L(off_or(p->argmax)), ARG_MEM(ml),
+            ARG_I(a->n_q), ARG_I(a->n_heads), ARG_I(flags)};
+        size_t lws = kvs_ocl_wg(dev, 64), gws = (size_t)(a->n_q * a->n_heads);
+        KVS_TRY(kvs_ocl_launch(dev, k, "attn_combine", 1, &gws, &lws, (int)(sizeof args / sizeof args[0]), args));
+    }
+    if (p->key_mass && a->n_stat_rows >= 0) {
+        KVS_TRY(kvs_ocl_kernel(dev, "attention.cl", defs, "attn_keymass", &k));
+        kvs_ocl_arg args[] = {
+            ARG_MEM(kvs_ocl_mem(a->q)), ARG_L(a->q->offset / 4), ARG_MEM(kvs_ocl_mem(a->k)), ARG_L(a->k->offset / esz),
+            ARG_MEM(mem_or(dev, p->q_pos)), ARG_L(off_or(p->q_pos)), ARG_MEM(mem_or(dev, p->k_pos)), ARG_L(off_or(p->k_pos)),
+            ARG_MEM(mem_or(dev, p->kv_len)), ARG_L(off_or(p->kv_len)), ARG_MEM(mem_or(dev, p->row_len)),
+            ARG_L(off_or(p->row_len)), ARG_MEM(mem_or(dev, p->mask)), ARG_L(off_or(p->mask)),
+            ARG_MEM(mem_or(dev, p->stat_rows)), ARG_L(off_or(p->stat_rows)), ARG_I(a->n_stat_rows), ARG_MEM(ml),
+            ARG_MEM(kvs_ocl_mem(p->key_mass)), ARG_L(off_or(p->key_mass)),
+            ARG_I(a->n_q), ARG_I(a->n_heads), ARG_I(a->capacity), ARG_I(a->n_kv), ARG_F(p->scale), ARG_I(flags)};
+        size_t lws[2] = {64, 1};
+        size_t gws[2] = {(size_t)a->capacity, (size_t)a->n_kv_heads};
+        KVS_TRY(kvs_ocl_launch(dev, k, "attn_keymass", 2, gws, lws, (int)(sizeof args / sizeof args[0]), args));
+    }
+    if (p->probs && a->n_probe > 0) {
+        KVS_TRY(kvs_ocl_kernel(dev, "attention.cl", defs, "attn_probs", &k));
+        kvs_ocl_arg args[] = {
+            ARG_MEM(kvs_ocl_mem(a->q)), ARG_L(a->q->offset / 4), ARG_MEM(kvs_ocl_mem(a->k)), ARG_L(a->k->offset / esz),
+            ARG_MEM(mem_or(dev, p->q_pos)), ARG_L(off_or(p->q_pos)), ARG_MEM(mem_or(dev, p->k_pos)), ARG_L(off_or(p->k_pos)),
+            ARG_MEM(mem_or(dev, p->kv_len)), ARG_L(off_or(p->kv_len)), ARG_MEM(mem_or(dev, p->row_len)),
+            ARG_L(off_or(p->row_len)), ARG_MEM(mem_or(dev, p->mask)), ARG_L(off_or(p->mask)),
+            ARG_MEM(kvs_ocl_mem(p->probe_rows)), ARG_L(off_or(p->probe_rows)), ARG_MEM(ml),
+            ARG_MEM(kvs_ocl_mem(p->probs)), ARG_L(off_or(p->probs)),
+            ARG_I(a->n_q), ARG_I(a->n_heads), ARG_I(a->capacity), ARG_I(a->n_kv), ARG_F(p->scale), ARG_I(flags)};
+        size_t lws[3] = {64, 1, 1};
+        size_t gws[3] = {(size_t)a->capacity, (size_t)a->n_heads, (size_t)a->n_probe};
+        KVS_TRY(kvs_ocl_launch(dev, k, "attn_probs", 3, gws, lws, (int)(sizeof args / sizeof args[0]), args));
+    }
+    return KVS_OK;
+}

@@ -1,0 +1,90 @@
+/* OpenCL backend: gather / scatter / compact of cache rows (shaders/opencl/rows.cl).
+ * Rows move as 32-bit words when every row and offset is 4-byte aligned, else as 16-bit words.
+ * Scatter resolves duplicate indices deterministically (highest i wins) with an integer
+ * atomic_max pass into a scratch "winner" table; compact gathers into scratch then copies back. */
+#include <stdio.h>
+
+#include "ocl.h"
+
+static size_t word_size(const kvs_rows_args *a) {
+    int ok4 = a->row_bytes % 4 == 0 && a->src->offset % 4 == 0 && a->dst->offset % 4 == 0;
+    return ok4 ? 4 : 2;
+}
+
+static kvs_status rows_kernel(kvs_device *dev, size_t ws, const char *name, cl_kernel *k) {
+    return kvs_ocl_kernel(dev, "rows.cl", ws == 4 ? "#define WORD_T uint\n" : "#define WORD_T ushort\n", name, k);
+}
+
+static void rows_range(const kvs_rows_args *a, size_t ws, size_t gws[3], size_t lws[3]) {
+    size_t rw = (size_t)a->row_bytes / ws;
+    lws[0] = kvs_ocl_pow2_floor(rw < 64 ? rw : 64);
+    lws[1] = 1;
+    lws[2] = 1;
+    gws[0] = rw;
+    gws[1] = (size_t)a->n;
+    gws[2] = (size_t)a->groups;
+}
+
+kvs_status kvs_ocl_gather(kvs_device *dev, const kvs_rows_args *a) {
+    size_t ws = word_size(a);
+    cl_kernel k;
+    KVS_TRY(rows_kernel(dev, ws, "gather_rows", &k));
+    kvs_ocl_arg args[] = {ARG_MEM(kvs_ocl_mem(a->src)), ARG_L(a->src->offset / ws), ARG_MEM(kvs_ocl_mem(a->idx)),
+                          ARG_L(a->idx->offset / 4), ARG_MEM(kvs_ocl_mem(a->dst)), ARG_L(a->dst->offset / ws),
+                          ARG_I(a->row_bytes / (int64_t)ws), ARG_I(a->n), ARG_I(a->src_rows), ARG_I(a->dst_rows),
+                          ARG_I(a->idx_shared)};
+    size_t gws[3], lws[3];
+    rows_range(a, ws, gws, lws);
+    return kvs_ocl_launch(dev, k, "gather_rows", 3, gws, lws, 11, args);
+}
+
+kvs_status kvs_ocl_scatter(kvs_device *dev, const kvs_rows_args *a) {
+    kvs_ocl *o = dev->impl;
+    size_t ws = word_size(a);
+    cl_mem win = o->zero;
+    int use_winner = a->n > 1;
+    if (use_winner) {
+        size_t nw = (size_t)(a->groups * a->dst_rows);
+        KVS_TRY(kvs_ocl_scratch(dev, KVS_OCL_SCR_A, nw * 4, &win));
+        KVS_TRY(kvs_ocl_fill32(dev, win, 0, 0xffffffffu, nw)); /* -1 */
+        cl_kernel kw;
+        KVS_TRY(rows_kernel(dev, ws, "scatter_winners", &kw));
+        kvs_ocl_arg wargs[] = {ARG_MEM(kvs_ocl_mem(a->idx)), ARG_L(a->idx->offset / 4), ARG_MEM(win), ARG_I(a->n),
+                               ARG_I(a->dst_rows), ARG_I(a->idx_shared)};
+        size_t lws[2] = {kvs_ocl_wg(dev, 64), 1};
+        size_t gws[2] = {(size_t)a->n, (size_t)a->groups};
+        KVS_TRY(kvs_ocl_launch(dev, kw, "scatter_winners", 2, gws, lws, 6, wargs));
+    }
+    cl_kernel k;
+    KVS_TRY(rows_kernel(dev, ws, "scatter_rows", &k));
+    kvs_ocl_arg args[] = {ARG_MEM(kvs_ocl_mem(a->src)), ARG_L(a->src->offset / ws), ARG_MEM(kvs_ocl_mem(a->idx)),
+                          ARG_L(a->idx->offset / 4), ARG_MEM(kvs_ocl_mem(a->dst)), ARG_L(a->dst->offset / ws),
+                          ARG_MEM(win), ARG_I(use_winner), ARG_I(a->row_bytes / (int64_t)ws), ARG_I(a->n),
+                          ARG_I(a->groups), ARG_I(a->dst_rows), ARG_I(a->idx_shared), ARG_I(a->src_token_major)};
+    size_t gws[3], lws[3];
+    rows_range(a, ws, gws, lws);
+    return kvs_ocl_launch(dev, k, "scatter_rows", 3, gws, lws, 14, args);
+}
+
+kvs_status kvs_ocl_compact(kvs_device *dev, const kvs_rows_args *a) {
+    size_t ws = word_size(a);
+    size_t rw = (size_t)a->row_bytes / ws;
+    cl_mem tmp;
+    KVS_TRY(kvs_ocl_scratch(dev, KVS_OCL_SCR_A, (size_t)(a->groups * a->n) * (size_t)a->row_bytes, &tmp));
+    cl_kernel k;
+    KVS_TRY(rows_kernel(dev, ws, "gather_rows", &k));
+    size_t gws[3], lws[3];
+    rows_range(a, ws, gws, lws);
+    {
+        /* tmp[g][i] = t[g][idx[g][i]]: a gather into a [G][n][row] scratch. */
+        kvs_ocl_arg args[] = {ARG_MEM(kvs_ocl_mem(a->src)), ARG_L(a->src->offset / ws), ARG_MEM(kvs_ocl_mem(a->idx)),
+                              ARG_L(a->idx->offset / 4), ARG_MEM(tmp), ARG_L(0), ARG_I(rw), ARG_I(a->n),
+                              ARG_I(a->src_rows), ARG_I(a->n), ARG_I(a->idx_shared)};
+        KVS_TRY(kvs_ocl_launch(dev, k, "gather_rows", 3, gws, lws, 11, args));
+    }
+    KVS_TRY(rows_kernel(dev, ws, "compact_back", &k));
+    kvs_ocl_arg args[] = {ARG_MEM(tmp), ARG_MEM(kvs_ocl_mem(a->idx)), ARG_L(a->idx->offset / 4),
+                          ARG_MEM(kvs_ocl_mem(a->dst)), ARG_L(a->dst->offset / ws), ARG_I(rw), ARG_I(a->n),
+                          ARG_I(a->dst_rows), ARG_I(a->idx_shared)};
+    return kvs_ocl_launch(dev, k, "compact_back", 3, gws, lws, 9, args);
+}

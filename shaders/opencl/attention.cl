@@ -1,0 +1,355 @@
+/* kvsieve OpenCL kernels: grouped-query attention, tiled, online softmax (FlashAttention, Dao et
+ * al. 2022, alg. 1), plus the statistics passes (key mass, probe rows).
+ *   q   [n_q][n_heads][HEAD_DIM] f32
+ *   k,v [n_kv_heads][cap][HEAD_DIM] KV_T (f32, or f16 read with vload_half)
+ *   out [n_q][n_heads][HEAD_DIM] f32
+ * Query head g reads kv head g / G (G = n_heads / n_kv_heads); K/V are never expanded.
+ * Key j is visible to query row i (head g, kv head h) iff j < min(n_kv, kv_len[h], row_len[i]),
+ * (causal) kpos(h, j) <= qpos(i), and its logit scale * q.k + mask[i][j] is > -inf.
+ * Running maxima start at -FLT_MAX so fully masked tiles stay finite. */
+
+#ifndef HEAD_DIM
+#define HEAD_DIM 64
+#endif
+#ifndef G
+#define G 1               /* query heads per kv head */
+#endif
+#ifndef BQ
+#define BQ 64             /* query rows per work-group (work-group = BQ * G items) */
+#endif
+#ifndef BK
+#define BK 32             /* keys per tile held in local memory */
+#endif
+#ifndef KV_T
+#define KV_T 0            /* 0: f32 K/V, 1: f16 K/V */
+#endif
+#ifndef KM_WG
+#define KM_WG 64          /* work-group of the key-mass kernel */
+#endif
+#ifndef KM_TP
+#define KM_TP 16          /* (row, head) pairs per local tile in the key-mass kernel */
+#endif
+
+/* f16 bits -> f32, exact, branch-free (see dense.cl). */
+inline float f16_to_f32(ushort h) {
+    uint em = (uint)(h & 0x7fffu);
+    float f = as_float(em << 13) * 0x1.0p112f;
+    f = em >= 0x7c00u ? as_float((em << 13) | 0x7f800000u) : f;
+    return as_float(as_uint(f) | ((uint)(h & 0x8000u) << 16));
+}
+
+#if KV_T == 0
+#define KV_PTR __global const float *
+#define LOAD_KV(p, i) ((p)[i])
+#else
+#define KV_PTR __global const ushort *
+#define LOAD_KV(p, i) f16_to_f32((p)[i])
+#endif
+
+/* flags */
+#define F_QPOS 1
+#define F_KPOS 2
+#define F_KVLEN 4
+#define F_ROWLEN 8
+#define F_MASK 16
+#define F_ROWMAX 32
+#define F_ROWSUM 64
+#define F_ARGMAX 128
+#define F_ML 256
+#define F_CAUSAL 512
+#define F_UNNORM 1024
+#define F_STATROWS 2048
+#define F_ACCUM 4096
+
+inline int key_limit(int h, __global const int *kvlen, long kvlen_off, int n_kv, int flags) {
+    int klen = n_kv;
+    if (flags & F_KVLEN) klen = min(klen, kvlen[kvlen_off + h]);
+    return max(klen, 0);
+}
+
+inline int row_limit(int i, int klen, __global const int *rowlen, long rowlen_off, int flags) {
+    int r = klen;
+    if (flags & F_ROWLEN) r = min(r, rowlen[rowlen_off + i]);
+    return max(r, 0);
+}
+
+inline int query_pos(int i, __global const int *qpos, long qpos_off, int n_q, int n_kv, int flags) {
+    return (flags & F_QPOS) ? qpos[qpos_off + i] : n_kv - n_q + i;
+}
+
+inline int key_pos(int h, int j, __global const int *kpos, long kpos_off, int cap, int flags) {
+    return (flags & F_KPOS) ? kpos[kpos_off + (long)h * cap + j] : j;
+}
+
+/* Main pass. Grid: (ceil(n_q / BQ) * BQ * G, n_kv_heads); work-group (BQ * G, 1). */
+__kernel __attribute__((reqd_work_group_size(BQ * G, 1, 1)))
+void attn_main(__global const float *q, long q_off, KV_PTR k, long k_off, KV_PTR v, long v_off,
+               __global float *out, long out_off,
+               __global const int *qpos, long qpos_off, __global const int *kpos, long kpos_off,
+               __global const int *kvlen, long kvlen_off, __global const int *rowlen, long rowlen_off,
+               __global const float *mask, long mask_off,
+               __global float *row_max, long rm_off, __global float *row_sum, long rs_off,
+               __global int *argmax, long am_off, __global float *ml, __global float *part, int span,
+               int n_q, int n_heads, int cap, int n_kv, float scale, int flags) {
+    __local float Kt[BK * HEAD_DIM];
+    __local float Vt[BK * HEAD_DIM];
+    const int NT = BQ * G;
+    int h = get_group_id(1);
+    int lid = get_local_id(0);
+    int r = lid % BQ, gi = lid / BQ;
+    int i = get_group_id(0) * BQ + r;
+    int g = h * G + gi;
+    int active = i < n_q;
+
+    int klen = key_limit(h, kvlen, kvlen_off, n_kv, flags);
+    int rlen = active ? row_limit(i, klen, rowlen, rowlen_off, flags) : 0;
+    int qp = active ? query_pos(i, qpos, qpos_off, n_q, n_kv, flags) : 0;
+    int causal = (flags & F_CAUSAL) != 0;
+
+    float qv[HEAD_DIM], acc[HEAD_DIM];
+    if (active) {
+        __global const float *qr = q + q_off + ((long)i * n_heads + g) * HEAD_DIM;
+        for (int c = 0; c < HEAD_DIM; c++) qv[c] = qr[c];
+    }
+    for (int c = 0; c < HEAD_DIM; c++) acc[c] = 0.0f;
+    float m = -FLT_MAX, l = 0.0f;
+    int best = -1;
+
+    KV_PTR kh = k + k_off + (long)h * cap * HEAD_DIM;
+    KV_PTR vh = v + v_off + (long)h * cap * HEAD_DIM;
+    /* Split-K (flash-decoding): group 2 index s covers keys [s*span, (s+1)*span); span is a
+     * multiple of BK. span == 0: one split over all keys, final outputs written here. */
+    int split = get_group_id(2);
+    int jbeg = span > 0 ? split * span : 0;
+    int jend = span > 0 ? min(klen, jbeg + span) : klen;
+    for (int j0 = jbeg; j0 < jend; j0 += BK) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int e = lid; e < BK * HEAD_DIM; e += NT) {
+            int j = j0 + e / HEAD_DIM;
+            long idx = (long)j * HEAD_DIM + e % HEAD_DIM;
+            Kt[e] = j < jend ? LOAD_KV(kh, idx) : 0.0f;
+            Vt[e] = j < jend ? LOAD_KV(vh, idx) : 0.0f;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (!active || j0 >= rlen) continue;
+        float sv[BK];
+        float tmax = -FLT_MAX;
+        int targ = -1;
+        for (int jj = 0; jj < BK; jj++) {
+            int j = j0 + jj;
+            float s = -INFINITY;
+            if (j < rlen && j < jend && (!causal || key_pos(h, j, kpos, kpos_off, cap, flags) <= qp)) {
+                float d = 0.0f;
+                for (int c = 0; c < HEAD_DIM; c++) d += qv[c] * Kt[jj * HEAD_DIM + c];
+                s = scale * d;
+                if (flags & F_MASK) s += mask[mask_off + (long)i * n_kv + j];
+                if (!(s > -INFINITY)) s = -INFINITY; /* -inf (and NaN) logits hide the key */
+            }
+            sv[jj] = s;
+            if (s > -INFINITY && (targ < 0 || s > tmax)) {
+                tmax = s;
+                targ = j;
+            }
+        }
+        if (targ < 0) continue;
+        if (best < 0 || tmax > m) {
+            best = targ; /* strictly larger only: ties keep the lower key */
+            float mn = fmax(m, tmax);
+            float corr = exp(m - mn);
+            l *= corr;
+            for (int c = 0; c < HEAD_DIM; c++) acc[c] *= corr;
+            m = mn;
+        }
+        for (int jj = 0; jj < BK; jj++) {
+            if (!(sv[jj] > -INFINITY)) continue;
+            float p = exp(sv[jj] - m);
+            l += p;
+            for (int c = 0; c < HEAD_DIM; c++) acc[c] += p * Vt[jj * HEAD_DIM + c];
+        }
+    }
+    if (!active) return;
+    long o = (long)i * n_heads + g;
+    if (span > 0) {
+        /* partial: part[split][i][g] = {m, l, best, acc[HEAD_DIM]} */
+        __global float *pp = part + ((long)split * n_q * n_heads + o) * (HEAD_DIM + 3);
+        pp[0] = m;
+        pp[1] = l;
+        pp[2] = as_float(best);
+        for (int c = 0; c < HEAD_DIM; c++) pp[3 + c] = acc[c];
+        return;
+    }
+    __global float *orow = out + out_off + o * HEAD_DIM;
+    if (l > 0.0f) {
+        if (flags & F_UNNORM)
+            for (int c = 0; c < HEAD_DIM; c++) orow[c] = acc[c];
+        else
+            for (int c = 0; c < HEAD_DIM; c++) orow[c] = acc[c] / l;
+    } else {
+        for (int c = 0; c < HEAD_DIM; c++) orow[c] = 0.0f;
+    }
+    if (flags & F_ROWMAX) row_max[rm_off + o] = m;
+    if (flags & F_ROWSUM) row_sum[rs_off + o] = l;
+    if (flags & F_ARGMAX) argmax[am_off + o] = best;
+    if (flags & F_ML) {
+        ml[2 * o] = m;
+        ml[2 * o + 1] = l;
+    }
+}
+
+/* Merges the split-K partials of each (row, head) in split order: M = max m_s, l = sum l_s
+ * exp(m_s - M), acc likewise; argmax from the first split reaching M (splits are in key order,
+ * so this is the lowest key, as without splitting). Grid (n_q * n_heads). */
+__kernel void attn_combine(__global const float *part, int n_split, __global float *out, long out_off,
+                           __global float *row_max, long rm_off, __global float *row_sum, long rs_off,
+                           __global int *argmax, long am_off, __global float *ml, int n_q, int n_heads, int flags) {
+    long o = get_global_id(0);
+    if (o >= (long)n_q * n_heads) return;
+    long stride = (long)n_q * n_heads * (HEAD_DIM + 3);
+    __global const float *p0 = part + o * (HEAD_DIM + 3);
+    float M = -FLT_MAX;
+    int best = -1;
+    for (int s = 0; s < n_split; s++) {
+        __global const float *pp = p0 + s * stride;
+        int b = as_int(pp[2]);
+        if (b >= 0 && (best < 0 || pp[0] > M)) {
+            M = pp[0];
+            best = b;
+        }
+    }
+    float l = 0.0f;
+    float acc[HEAD_DIM];
+    for (int c = 0; c < HEAD_DIM; c++) acc[c] = 0.0f;
+    for (int s = 0; s < n_split; s++) {
+        __global const float *pp = p0 + s * stride;
+        if (as_int(pp[2]) < 0) continue;
+        float w = exp(pp[0] - M);
+        l += pp[1] * w;
+        for (int c = 0; c < HEAD_DIM; c++) acc[c] += pp[3 + c] * w;
+    }
+    __global float *orow = out + out_off + o * HEAD_DIM;
+    if (l > 0.0f) {
+        if (flags & F_UNNORM)
+            for (int c = 0; c < HEAD_DIM; c++) orow[c] = acc[c];
+        else
+            for (int c = 0; c < HEAD_DIM; c++) orow[c] = acc[c] / l;
+    } else {
+        for (int c = 0; c < HEAD_DIM; c++) orow[c] = 0.0f;
+    }
+    if (flags & F_ROWMAX) row_max[rm_off + o] = M;
+    if (flags & F_ROWSUM) row_sum[rs_off + o] = l;
+    if (flags & F_ARGMAX) argmax[am_off + o] = best;
+    if (flags & F_ML) {
+        ml[2 * o] = M;
+        ml[2 * o + 1] = l;
+    }
+}
+
+/* Key mass: km[h][j] (+)= (1/G) sum_{g in group h} sum_{i in stat rows} p[i][g][j], for
+ * j < klen(h); p = exp(logit - m) / l with (m, l) from the main pass (ml [n_q][n_heads][2]).
+ * Grid: (ceil(cap / KM_WG) * KM_WG, n_kv_heads). Sums in a fixed order (rows, then heads). */
+__kernel __attribute__((reqd_work_group_size(KM_WG, 1, 1)))
+void attn_keymass(__global const float *q, long q_off, KV_PTR k, long k_off,
+                  __global const int *qpos, long qpos_off, __global const int *kpos, long kpos_off,
+                  __global const int *kvlen, long kvlen_off, __global const int *rowlen, long rowlen_off,
+                  __global const float *mask, long mask_off, __global const int *stat_rows, long sr_off,
+                  int n_sel, __global const float *ml, __global float *km, long km_off,
+                  int n_q, int n_heads, int cap, int n_kv, float scale, int flags) {
+    __local float Qs[KM_TP * HEAD_DIM];
+    __local float Ms[KM_TP], Ls[KM_TP];
+    __local int Is[KM_TP];
+    int h = get_group_id(1);
+    int lid = get_local_id(0);
+    int j = get_global_id(0);
+    int klen = key_limit(h, kvlen, kvlen_off, n_kv, flags);
+    int valid = j < klen;
+    int causal = (flags & F_CAUSAL) != 0;
+    float kv[HEAD_DIM];
+    KV_PTR kh = k + k_off + (long)h * cap * HEAD_DIM;
+    for (int c = 0; c < HEAD_DIM; c++) kv[c] = valid ? LOAD_KV(kh, (long)j * HEAD_DIM + c) : 0.0f;
+    int kp = valid ? key_pos(h, j, kpos, kpos_off, cap, flags) : 0;
+    float sum = 0.0f;
+    int P = n_sel * G;
+    for (int p0 = 0; p0 < P; p0 += KM_TP) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int t = lid; t < KM_TP; t += KM_WG) {
+            int p = p0 + t, i = -1, g = 0;
+            if (p < P) {
+                int s = p / G;
+                g = h * G + p % G;
+                i = (flags & F_STATROWS) ? stat_rows[sr_off + s] : s;
+                if (i < 0 || i >= n_q) i = -1;
+            }
+            Is[t] = i;
+            if (i >= 0) {
+                long o = (long)i * n_heads + g;
+                Ms[t] = ml[2 * o];
+                Ls[t] = ml[2 * o + 1];
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int e = lid; e < KM_TP * HEAD_DIM; e += KM_WG) {
+            int t = e / HEAD_DIM, p = p0 + t;
+            float val = 0.0f;
+            if (Is[t] >= 0) {
+                int g = h * G + p % G;
+                val = q[q_off + ((long)Is[t] * n_heads + g) * HEAD_DIM + e % HEAD_DIM];
+            }
+            Qs[e] = val;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (!valid) continue;
+        int tn = min(KM_TP, P - p0);
+        for (int t = 0; t < tn; t++) {
+            int i = Is[t];
+            if (i < 0 || !(Ls[t] > 0.0f)) continue;
+            if (j >= row_limit(i, klen, rowlen, rowlen_off, flags)) continue;
+            if (causal && kp > query_pos(i, qpos, qpos_off, n_q, n_kv, flags)) continue;
+            float d = 0.0f;
+            for (int c = 0; c < HEAD_DIM; c++) d += Qs[t * HEAD_DIM + c] * kv[c];
+            float s = scale * d;
+            if (flags & F_MASK) s += mask[mask_off + (long)i * n_kv + j];
+            if (!(s > -INFINITY)) continue;
+            sum += exp(s - Ms[t]) / Ls[t];
+        }
+    }
+    if (!valid) return;
+    float val = sum / (float)G;
+    long o = km_off + (long)h * cap + j;
+    km[o] = (flags & F_ACCUM) ? km[o] + val : val;
+}
+
+/* Probe rows: probs[r][g][j] = p[probe_rows[r]][g][j] for every j < cap (0 when invisible).
+ * Grid: (ceil(cap / 64) * 64, n_heads, n_probe). */
+__kernel void attn_probs(__global const float *q, long q_off, KV_PTR k, long k_off,
+                         __global const int *qpos, long qpos_off, __global const int *kpos, long kpos_off,
+                         __global const int *kvlen, long kvlen_off, __global const int *rowlen, long rowlen_off,
+                         __global const float *mask, long mask_off, __global const int *probe_rows, long pr_off,
+                         __global const float *ml, __global float *probs, long probs_off,
+                         int n_q, int n_heads, int cap, int n_kv, float scale, int flags) {
+    int j = get_global_id(0);
+    int g = get_global_id(1);
+    int r = get_global_id(2);
+    if (j >= cap) return;
+    int h = g / G;
+    int i = probe_rows[pr_off + r];
+    float val = 0.0f;
+    if (i >= 0 && i < n_q) {
+        int klen = key_limit(h, kvlen, kvlen_off, n_kv, flags);
+        int rlen = row_limit(i, klen, rowlen, rowlen_off, flags);
+        long o = (long)i * n_heads + g;
+        float M = ml[2 * o], L = ml[2 * o + 1];
+        int vis = j < rlen && L > 0.0f;
+        if (vis && (flags & F_CAUSAL))
+            vis = key_pos(h, j, kpos, kpos_off, cap, flags) <= query_pos(i, qpos, qpos_off, n_q, n_kv, flags);
+        if (vis) {
+            __global const float *qr = q + q_off + o * HEAD_DIM;
+            KV_PTR kr = k + k_off + ((long)h * cap + j) * HEAD_DIM;
+            float d = 0.0f;
+            for (int c = 0; c < HEAD_DIM; c++) d += qr[c] * LOAD_KV(kr, c);
+            float s = scale * d;
+            if (flags & F_MASK) s += mask[mask_off + (long)i * n_kv + j];
+            if (s > -INFINITY) val = exp(s - M) / L;
+        }
+    }
+    probs[probs_off + ((long)r * n_heads + g) * cap + j] = val;
+}

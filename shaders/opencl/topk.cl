@@ -1,0 +1,257 @@
+/* kvsieve OpenCL kernels: deterministic top-k over rows far longer than a work-group.
+ *
+ * Each float maps to an order-preserving 32-bit key (NaN -> 0, below every number; -0 -> +0).
+ * The k-th largest key T of a row is found by a 4-pass radix select (8 bits per pass: chunked
+ * local histograms with integer atomics, then a per-row bin choice). The selection is every entry
+ * with key > T plus the lowest-index entries with key == T (ties: lowest index). Survivors are
+ * written in index order to a candidate array (per-chunk counts + exclusive scan), encoded as
+ * 64-bit sort keys, and bitonic-sorted (local memory for blocks, global steps above).
+ * Everything is integer arithmetic: the result is identical on every run and device.
+ *
+ * Row layout: x [rows][n] (element offset x_off); chunk c of a row covers [c*CH, (c+1)*CH).
+ * State st[row][4] = {prefix, remaining, len, kk}: len = valid entries, kk = min(k, len). */
+
+#ifndef TK_WG
+#define TK_WG 256         /* work-group of the chunk kernels */
+#endif
+#ifndef LB
+#define LB 2048           /* elements per local bitonic block (power of two) */
+#endif
+#ifndef SORT_WG
+#define SORT_WG 256       /* work-group of the local sort */
+#endif
+
+inline uint fkey(float f) {
+    uint b = as_uint(f);
+    uint a = b & 0x7fffffffu;
+    if (a > 0x7f800000u) return 0u;          /* NaN: lowest */
+    if (a == 0u) return 0x80000000u;         /* -0 == +0 */
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+__kernel void tk_init(__global const int *row_len, long rl_off, int has_rl, int n, int k, __global uint *st,
+                      int rows) {
+    int r = get_global_id(0);
+    if (r >= rows) return;
+    int len = n;
+    if (has_rl) len = clamp(row_len[rl_off + r], 0, n);
+    int kk = min(k, len);
+    st[4 * r + 0] = 0u;
+    st[4 * r + 1] = (uint)kk;
+    st[4 * r + 2] = (uint)len;
+    st[4 * r + 3] = (uint)kk;
+}
+
+/* Histogram of digit (key >> shift) & 255 over the entries of chunk c whose higher digits equal
+ * the prefix. H [rows][C][256]. Grid (C * TK_WG, rows). */
+__kernel __attribute__((reqd_work_group_size(TK_WG, 1, 1)))
+void tk_hist(__global const float *x, long x_off, long n, int CH, int C, __global const uint *st,
+             __global uint *H, int shift) {
+    __local uint hist[256];
+    int lid = get_local_id(0);
+    int c = get_group_id(0);
+    long r = get_group_id(1);
+    for (int b = lid; b < 256; b += TK_WG) hist[b] = 0u;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    uint prefix = st[4 * r], len = st[4 * r + 2];
+    uint himask = shift >= 24 ? 0u : (0xffffffffu << (shift + 8));
+    long j0 = (long)c * CH;
+    long j1 = min(j0 + CH, (long)len);
+    __global const float *xr = x + x_off + r * n;
+    for (long j = j0 + lid; j < j1; j += TK_WG) {
+        uint key = fkey(xr[j]);
+        if ((key & himask) == prefix) atomic_inc(&hist[(key >> shift) & 255u]);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    __global uint *h = H + (r * C + c) * 256;
+    for (int b = lid; b < 256; b += TK_WG) h[b] = hist[b];
+}
+
+/* Chooses the digit containing the remaining-th largest entry. Grid (TK_WG, rows). */
+__kernel __attribute__((reqd_work_group_size(TK_WG, 1, 1)))
+void tk_select(__global const uint *H, int C, __global uint *st, int shift) {
+    __local uint cnt[256];
+    int lid = get_local_id(0);
+    long r = get_group_id(1);
+    for (int b = lid; b < 256; b += TK_WG) {
+        uint s = 0u;
+        for (int c = 0; c < C; c++) s += H[(r * C + c) * 256 + b];
+        cnt[b] = s;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid == 0) {
+        uint kr = st[4 * r + 1], cum = 0u;
+        int b = 255;
+        for (; b > 0; b--) {
+            if (cum + cnt[b] >= kr) break;
+            cum += cnt[b];
+        }
+        st[4 * r] |= ((uint)b) << shift;
+        st[4 * r + 1] = kr - cum;
+    }
+}
+
+/* Per-chunk counts of entries with key > T and key == T: CNT [rows][C][2]. Grid (C*TK_WG, rows). */
+__kernel __attribute__((reqd_work_group_size(TK_WG, 1, 1)))
+void tk_count(__global const float *x, long x_off, long n, int CH, int C, __global const uint *st,
+              __global uint *CNT) {
+    __local uint sg[TK_WG], se[TK_WG];
+    int lid = get_local_id(0);
+    int c = get_group_id(0);
+    long r = get_group_id(1);
+    uint T = st[4 * r], len = st[4 * r + 2];
+    long j0 = (long)c * CH;
+    long j1 = min(j0 + CH, (long)len);
+    __global const float *xr = x + x_off + r * n;
+    uint gt = 0u, eq = 0u;
+    for (long j = j0 + lid; j < j1; j += TK_WG) {
+        uint key = fkey(xr[j]);
+        gt += key > T;
+        eq += key == T;
+    }
+    sg[lid] = gt;
+    se[lid] = eq;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = TK_WG / 2; s > 0; s >>= 1) {
+        if (lid < s) {
+            sg[lid] += sg[lid + s];
+            se[lid] += se[lid + s];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (lid == 0) {
+        CNT[(r * C + c) * 2] = sg[0];
+        CNT[(r * C + c) * 2 + 1] = se[0];
+    }
+}
+
+/* Exclusive scan of the chunk counts of each row, in place. Grid (rows). */
+__kernel void tk_scan(__global uint *CNT, int C, int rows) {
+    long r = get_global_id(0);
+    if (r >= rows) return;
+    uint g = 0u, e = 0u;
+    for (int c = 0; c < C; c++) {
+        uint a = CNT[(r * C + c) * 2], b = CNT[(r * C + c) * 2 + 1];
+        CNT[(r * C + c) * 2] = g;
+        CNT[(r * C + c) * 2 + 1] = e;
+        g += a;
+        e += b;
+    }
+}
+
+/* Writes the selected entries of chunk c, in index order, to cand [rows][NP]: the entries with
+ * key > T at [0, kk - rem), the first rem entries with key == T after them. Sort keys:
+ * by_index ? j : (~key << 32 | j) (ascending = larger score first, then lower index).
+ * Each work-item owns a contiguous slice of CH / TK_WG entries. Grid (C * TK_WG, rows). */
+__kernel __attribute__((reqd_work_group_size(TK_WG, 1, 1)))
+void tk_write(__global const float *x, long x_off, long n, int CH, int C, __global const uint *st,
+              __global const uint *OFF, __global ulong *cand, int NP, int by_index) {
+    __local uint sg[TK_WG], se[TK_WG];
+    int lid = get_local_id(0);
+    int c = get_group_id(0);
+    long r = get_group_id(1);
+    uint T = st[4 * r], rem = st[4 * r + 1], len = st[4 * r + 2], kk = st[4 * r + 3];
+    int ipt = CH / TK_WG;
+    long j0 = (long)c * CH + (long)lid * ipt;
+    long j1 = min(j0 + ipt, (long)len);
+    __global const float *xr = x + x_off + r * n;
+    uint gt = 0u, eq = 0u;
+    for (long j = j0; j < j1; j++) {
+        uint key = fkey(xr[j]);
+        gt += key > T;
+        eq += key == T;
+    }
+    sg[lid] = gt;
+    se[lid] = eq;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid == 0) {
+        uint a = OFF[(r * C + c) * 2], b = OFF[(r * C + c) * 2 + 1];
+        for (int t = 0; t < TK_WG; t++) {
+            uint x1 = sg[t], x2 = se[t];
+            sg[t] = a;
+            se[t] = b;
+            a += x1;
+            b += x2;
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (kk == 0u) return;
+    uint pg = sg[lid], pe = se[lid], ngt = kk - rem;
+    __global ulong *cr = cand + r * NP;
+    for (long j = j0; j < j1; j++) {
+        uint key = fkey(xr[j]);
+        long pos = -1;
+        if (key > T) pos = pg++;
+        else if (key == T) {
+            if (pe < rem) pos = ngt + pe;
+            pe++;
+        }
+        if (pos >= 0) cr[pos] = by_index ? (ulong)j : ((((ulong)(~key)) << 32) | (ulong)j);
+    }
+}
+
+inline void cmp_swap(__local ulong *a, int i, int l, int asc) {
+    ulong u = a[i], v = a[l];
+    if (asc ? (u > v) : (u < v)) {
+        a[i] = v;
+        a[l] = u;
+    }
+}
+
+/* Bitonic stages in local memory over blocks of LB elements (block b of row r at b * LB): for
+ * size = size_start .. size_end (doubling), strides from (size == size_start ? stride_start :
+ * size / 2) down to 1; direction from the element's index in the row. Grid (nblocks*SORT_WG, rows). */
+__kernel __attribute__((reqd_work_group_size(SORT_WG, 1, 1)))
+void tk_sort_local(__global ulong *cand, int NP, int size_start, int size_end, int stride_start) {
+    __local ulong a[LB];
+    int lid = get_local_id(0);
+    long base = (long)get_group_id(1) * NP + (long)get_group_id(0) * LB;
+    int gbase = get_group_id(0) * LB;
+    int nb = min(LB, NP);
+    for (int e = lid; e < nb; e += SORT_WG) a[e] = cand[base + e];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int size = size_start; size <= size_end; size <<= 1) {
+        for (int stride = (size == size_start ? stride_start : size / 2); stride > 0; stride >>= 1) {
+            for (int t = lid; t < nb / 2; t += SORT_WG) {
+                int i = 2 * stride * (t / stride) + (t % stride);
+                int asc = ((gbase + i) & size) == 0;
+                cmp_swap(a, i, i + stride, asc);
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+    }
+    for (int e = lid; e < nb; e += SORT_WG) cand[base + e] = a[e];
+}
+
+/* One global bitonic step (stride >= LB). Grid (NP / 2, rows). */
+__kernel void tk_sort_step(__global ulong *cand, int NP, int size, int stride) {
+    int t = get_global_id(0);
+    if (t >= NP / 2) return;
+    __global ulong *a = cand + (long)get_global_id(1) * NP;
+    int i = 2 * stride * (t / stride) + (t % stride);
+    int l = i + stride;
+    int asc = (i & size) == 0;
+    ulong u = a[i], v = a[l];
+    if (asc ? (u > v) : (u < v)) {
+        a[i] = v;
+        a[l] = u;
+    }
+}
+
+/* idx[r][t] / val[r][t] from the sorted candidates; t >= kk: -1 / -inf. Grid (k, rows). */
+__kernel void tk_out(__global const float *x, long x_off, long n, __global const uint *st,
+                     __global const ulong *cand, int NP, __global int *idx, long idx_off, __global float *val,
+                     long val_off, int has_val, int k) {
+    int t = get_global_id(0);
+    long r = get_global_id(1);
+    if (t >= k) return;
+    uint kk = st[4 * r + 3];
+    int j = -1;
+    float v = -INFINITY;
+    if ((uint)t < kk) {
+        j = (int)(uint)(cand[r * NP + t] & 0xffffffffu);
+        v = x[x_off + r * n + j];
+    }
+    idx[idx_off + r * k + t] = j;
+    if (has_val) val[val_off + r * k + t] = v;
+}

@@ -1,0 +1,183 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#include "common.glsl"
+#include "attn.glsl"
+// Scaled dot-product attention, one tiled online-softmax pass (FlashAttention, Dao et al. 2022,
+// alg. 1) with grouped-query heads (Ainslie et al. 2023) never expanding K/V:
+// a workgroup owns R consecutive query rows r = i*G + gg of one kv head h (the G query heads of a
+// group share each K/V tile staged in shared memory), walks the keys in tiles of TK, and keeps per
+// row the running max m (from -FLT_MAX), denominator l, argmax (lowest j on ties) and the
+// unnormalised output in shared memory. Writes out (= O/l, or O if unnormalised; 0 when no key is
+// visible), row_max = m, row_sum = l, argmax (-1 when none). Deterministic (fixed order sums).
+// Split-K (flash-decoding) for few query rows: with nsplit > 1, workgroup split s handles keys
+// [s*split_len, (s+1)*split_len) and writes its partial (unnormalised O, m, l, argmax) at
+// out/row_* + s * (n_q*n_heads*D or n_q*n_heads); attn_combine.comp merges the splits in order.
+layout(local_size_x_id = 0) in;
+layout(constant_id = 1) const uint KVDT = 0;
+layout(constant_id = 2) const uint D = 64;
+layout(constant_id = 3) const uint R = 8;
+layout(constant_id = 4) const uint TK = 16;
+layout(std430, binding = 0) readonly buffer Q { uint d[]; } q;
+layout(std430, binding = 1) readonly buffer K { uint d[]; } k;
+layout(std430, binding = 2) readonly buffer V { uint d[]; } v;
+layout(std430, binding = 3) writeonly buffer O { uint d[]; } o;
+layout(std430, binding = 4) readonly buffer QP { uint d[]; } qpos;
+layout(std430, binding = 5) readonly buffer KP { uint d[]; } kpos;
+layout(std430, binding = 6) readonly buffer KL { uint d[]; } kvlen;
+layout(std430, binding = 7) readonly buffer RL { uint d[]; } rowlen;
+layout(std430, binding = 8) readonly buffer M { uint d[]; } mask;
+layout(std430, binding = 9) writeonly buffer AM { uint d[]; } amax;
+layout(std430, binding = 10) writeonly buffer RM { uint d[]; } rmax;
+layout(std430, binding = 11) writeonly buffer RS { uint d[]; } rsum;
+layout(push_constant) uniform P {
+    uint oq, ok, ov, oo, oqp, okp, okl, orl, om, oam, orm, ors;
+    uint n_q, n_heads, G, cap, n_kv, flags, n_kvh;
+    float scale;
+    uint nsplit, split_len;
+} p;
+
+shared float sQ[R * D];
+shared float sO[R * D];
+shared float sK[TK * D];
+shared float sV[TK * D];
+shared float sS[R * TK];
+shared float sM[R], sL[R], sA[R], sBest[R];
+shared int sArg[R], sQpos[R], sRowlen[R];
+shared uint sJlim;
+
+float ldkv_k(uint e) { return KVDT == 0u ? F32(k, p.ok + e) : h2f(H16(k, p.ok + e)); }
+float ldkv_v(uint e) { return KVDT == 0u ? F32(v, p.ov + e) : h2f(H16(v, p.ov + e)); }
+
+void main() {
+    uint nrows = p.n_q * p.G;
+    uint blocks = (nrows + R - 1u) / R;
+    uint wg = LIN_GROUP;
+    if (wg >= blocks * p.n_kvh * p.nsplit) return;
+    uint split = wg % p.nsplit;
+    wg /= p.nsplit;
+    uint h = wg / blocks, r0 = (wg % blocks) * R;
+    uint valid = p.n_kv;
+    if ((p.flags & F_KVLEN) != 0u) valid = uint(clamp(int(kvlen.d[p.okl + h]), 0, int(p.n_kv)));
+    uint jbeg = split * p.split_len, jend = min(valid, jbeg + p.split_len);
+    uint ooff = split * p.n_q * p.n_heads * D, soff = split * p.n_q * p.n_heads;
+
+    for (uint e = TID; e < R * D; e += WGX) {
+        uint rr = e / D, c = e % D;
+        uint r = r0 + rr;
+        float val = 0.0;
+        if (r < nrows) {
+            uint i = r / p.G, g = h * p.G + r % p.G;
+            val = F32(q, p.oq + (i * p.n_heads + g) * D + c);
+        }
+        sQ[e] = val;
+        sO[e] = 0.0;
+    }
+    for (uint rr = TID; rr < R; rr += WGX) {
+        uint r = r0 + rr;
+        uint i = min(r / p.G, p.n_q - 1u);
+        sM[rr] = -FLT_MAX_;
+        sL[rr] = 0.0;
+        sBest[rr] = -FLT_MAX_;
+        sArg[rr] = -1;
+        sQpos[rr] = (p.flags & F_QPOS) != 0u ? int(qpos.d[p.oqp + i]) : int(p.n_kv) - int(p.n_q) + int(i);
+        sRowlen[rr] = (p.flags & F_ROWLEN) != 0u ? int(rowlen.d[p.orl + i]) : int(valid);
+    }
+    barrier();
+    // keys no row of this block can see: beyond every row_len, and (causal with kpos(j) = j)
+    // beyond every qpos
+    if (TID == 0u) {
+        int lim = 0;
+        for (uint rr = 0u; rr < R; rr++) {
+            if (r0 + rr >= nrows) break;
+            int l = sRowlen[rr];
+            if ((p.flags & F_CAUSAL) != 0u && (p.flags & F_KPOS) == 0u) l = min(l, sQpos[rr] + 1);
+            lim = max(lim, l);
+        }
+        sJlim = uint(clamp(lim, 0, int(valid)));
+    }
+    barrier();
+    jend = min(jend, sJlim);
+
+    for (uint j0 = jbeg; j0 < jend; j0 += TK) {
+        for (uint e = TID; e < TK * D; e += WGX) {
+            uint jj = e / D, c = e % D;
+            uint j = j0 + jj;
+            float kv = 0.0, vv = 0.0;
+            if (j < jend) {
+                uint ge = (h * p.cap + j) * D + c;
+                kv = ldkv_k(ge);
+                vv = ldkv_v(ge);
+            }
+            sK[e] = kv;
+            sV[e] = vv;
+        }
+        barrier();
+        for (uint e = TID; e < R * TK; e += WGX) {
+            uint rr = e / TK, jj = e % TK;
+            uint r = r0 + rr, j = j0 + jj;
+            float s = -1.0 / 0.0;
+            if (r < nrows && j < jend && int(j) < sRowlen[rr]) {
+                int kp = (p.flags & F_KPOS) != 0u ? int(kpos.d[p.okp + h * p.cap + j]) : int(j);
+                if ((p.flags & F_CAUSAL) == 0u || kp <= sQpos[rr]) {
+                    float dot = 0.0;
+                    for (uint c = 0u; c < D; c++) dot += sQ[rr * D + c] * sK[jj * D + c];
+                    s = p.scale * dot;
+                    if ((p.flags & F_MASK) != 0u) s += F32(mask, p.om + (r / p.G) * p.n_kv + j);
+                }
+            }
+            sS[e] = s;
+        }
+        barrier();
+        for (uint rr = TID; rr < R; rr += WGX) {
+            float m = sM[rr], mn = m;
+            float best = sBest[rr];
+            int arg = sArg[rr];
+            for (uint jj = 0u; jj < TK; jj++) {
+                float s = sS[rr * TK + jj];
+                if (s >= -FLT_MAX_) {  // visible (not -inf)
+                    mn = max(mn, s);
+                    if (s > best || arg < 0) { best = s; arg = int(j0 + jj); }
+                }
+            }
+            float alpha = exp(m - mn);
+            float l = sL[rr] * alpha;
+            for (uint jj = 0u; jj < TK; jj++) {
+                float s = sS[rr * TK + jj];
+                float pj = s >= -FLT_MAX_ ? exp(s - mn) : 0.0;
+                sS[rr * TK + jj] = pj;
+                l += pj;
+            }
+            sM[rr] = mn;
+            sL[rr] = l;
+            sA[rr] = alpha;
+            sBest[rr] = best;
+            sArg[rr] = arg;
+        }
+        barrier();
+        for (uint e = TID; e < R * D; e += WGX) {
+            uint rr = e / D, c = e % D;
+            float acc = sO[e] * sA[rr];
+            for (uint jj = 0u; jj < TK; jj++) acc += sS[rr * TK + jj] * sV[jj * D + c];
+            sO[e] = acc;
+        }
+        barrier();
+    }
+
+    for (uint e = TID; e < R * D; e += WGX) {
+        uint rr = e / D, c = e % D;
+        uint r = r0 + rr;
+        if (r >= nrows) continue;
+        uint i = r / p.G, g = h * p.G + r % p.G;
+        float l = sL[rr];
+        float val = (p.flags & F_UNNORM) != 0u ? sO[e] : (l > 0.0 ? sO[e] / l : 0.0);
+        o.d[p.oo + ooff + (i * p.n_heads + g) * D + c] = floatBitsToUint(val);
+    }
+    for (uint rr = TID; rr < R; rr += WGX) {
+        uint r = r0 + rr;
+        if (r >= nrows) continue;
+        uint ig = (r / p.G) * p.n_heads + h * p.G + r % p.G;
+        rmax.d[p.orm + soff + ig] = floatBitsToUint(sM[rr]);
+        rsum.d[p.ors + soff + ig] = floatBitsToUint(sL[rr]);
+        if ((p.flags & F_ARGMAX) != 0u) amax.d[p.oam + soff + ig] = uint(sArg[rr]);
+    }
+}
