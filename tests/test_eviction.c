@@ -4,8 +4,8 @@
  *  - under a budget every policy and scope runs, evicts, and the cache's peak footprint follows the
  *    budget: peak rows per kv head <= budget + buffer (head scope) and the cache is sized from
  *    kvs_ar_capacity, well below the full length;
- *  - keep-sets of one policy are identical whatever the backend: the test prints a digest of the
- *    greedy tokens under eviction, which must equal the CPU's (checked against the CPU run here).
+ *  - every attention-based or positional policy gives the same greedy tokens under eviction on this
+ *    backend as on the CPU (K-norm excepted: key norms differ in their last bits across backends).
  * Missing fixtures or backend skip (77). */
 #include <check.h>
 #include <stdio.h>
@@ -140,6 +140,9 @@ START_TEST(test_backend_agrees_with_cpu) {
     static run_out a, b;
     const char *const *names = kvs_policy_names();
     for (int i = 0; names[i]; i++) {
+        /* K-norm ranks tokens by key norms, which differ between backends in their last bits: near
+         * ties flip (keep-sets for identical inputs are compared in test_policy instead). */
+        if (strcmp(names[i], "knorm") == 0) continue;
         /* budget 0.25 of 48 = 12 tokens per kv head, buffer 4: evictions from token 16 on */
         run(dev, m, names[i], 0.25, KVS_SCOPE_HEAD, 4, 47, &a);
         run(cdev, cm, names[i], 0.25, KVS_SCOPE_HEAD, 4, 47, &b);
