@@ -59,6 +59,11 @@ typedef struct kvs_ar_params {
 
 KVS_API kvs_ar_params kvs_ar_params_default(void);
 
+/* Cache rows per kv head that kvs_generate_ar needs for this prompt length and parameters: with a
+ * policy the evictor's kvs_evictor_capacity (the budget + buffer, the prompt when longer), else
+ * n_prompt + max_new. -1 on bad arguments (message via kvs_last_error). */
+KVS_API int64_t kvs_ar_capacity(const kvs_model *m, int64_t n_prompt, const kvs_ar_params *p);
+
 /* Autoregressive decoding (llama2.c run.c generate(); top-p as Holtzman et al. 2019): prefill the
  * prompt (prompt[0..n_prompt), typically BOS first) into an APPEND cache, then sample up to
  * max_new tokens. out: caller array of max_new ids, *n_out set to the count produced.
@@ -67,11 +72,6 @@ KVS_API kvs_ar_params kvs_ar_params_default(void);
  * Errors: KVS_ERR_INVALID_ARGUMENT (empty prompt, bad params, positional cache),
  * KVS_ERR_OUT_OF_RANGE (capacity), the forward's errors, and with a policy the evictor's (kvs_evictor_create:
  * bad budget or scope; eviction: the top-k and compaction ops' and the policy's own). */
-/* Cache rows per kv head that kvs_generate_ar needs for this prompt length and parameters: with a
- * policy the evictor's kvs_evictor_capacity (the budget + buffer, the prompt when longer), else
- * n_prompt + max_new. -1 on bad arguments (message via kvs_last_error). */
-KVS_API int64_t kvs_ar_capacity(const kvs_model *m, int64_t n_prompt, const kvs_ar_params *p);
-
 KVS_API kvs_status kvs_generate_ar(kvs_model *m, kvs_kv_cache *cache, const int32_t *prompt, int64_t n_prompt,
                                    const kvs_ar_params *p, kvs_token_cb cb, void *user, int32_t *out,
                                    int64_t *n_out, kvs_gen_stats *stats);
