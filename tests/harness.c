@@ -125,6 +125,11 @@ static void case_close(void) {
 }
 
 void t_end(void) {
+    t_release();
+    kvs_device_destroy(&g_dev);
+}
+
+void t_release(void) {
     case_close();
     for (int i = g_ntensors - 1; i >= 0; i--) {
         kvs_tensor_destroy(&g_tensors[i]->t);
@@ -135,7 +140,6 @@ void t_end(void) {
     for (int i = g_nplain - 1; i >= 0; i--) kvs_tensor_destroy(&g_plain[i]);
     for (int i = 0; i < g_nallocs; i++) free(g_allocs[i]);
     g_ntensors = g_nplain = g_nallocs = 0;
-    kvs_device_destroy(&g_dev);
 }
 
 kvs_device *t_dev(void) { return g_dev; }

@@ -36,6 +36,26 @@ extern uint64_t t_base_seed;         /* printed at start; KVS_TEST_SEED override
 kvs_device *t_begin(const char *test_name); /* opens the device under test; seeds t_rng */
 void t_seed(const char *test_name);         /* seeds the RNG only (tests without a device) */
 void t_end(void);                           /* destroys every tensor made by t_new*, then the device */
+void t_release(void);                       /* destroys the tensors and buffers, keeps the device */
+/* A Check test running every case of the given tables on ONE device, one after another (the
+ * per-case tests open a fresh device each): catches state that leaks between ops of different
+ * shapes, dtypes or variants (scratch buffers, kernel/pipeline caches keyed too coarsely, pending
+ * work). table: array of t_seq. */
+typedef struct t_seq {
+    void (*run)(int i);
+    int count;
+} t_seq;
+#define T_SEQUENCE_TEST(name, table)                                                                \
+    START_TEST(name) {                                                                              \
+        t_begin(#name);                                                                             \
+        for (size_t s_ = 0; s_ < sizeof(table) / sizeof((table)[0]); s_++)                          \
+            for (int i_ = 0; i_ < (table)[s_].count; i_++) {                                        \
+                (table)[s_].run(i_);                                                                \
+                t_release();                                                                        \
+            }                                                                                       \
+        t_end();                                                                                    \
+    }                                                                                               \
+    END_TEST
 kvs_device *t_dev(void);
 kvs_backend t_backend(void);
 

@@ -13,7 +13,7 @@
  * Tolerances (nmse, per output): f32 k/v 1e-6 (an all-f32 pass reaches ~1e-12; the budget admits
  * approximate exp/rsqrt; the "extreme" case with logits of magnitude 100-1000 gets 1e-5 because the
  * f32 logit error eps*|logit| enters the exponent); f16 k/v 5e-4 (test-backend-ops' flash-attention
- * budget: admits f16 arithmetic). row_max: |m - m_ref| <= 1e-5 * B (f16: 1e-3 * B), B the largest
+ * budget: admits f16 arithmetic), for the whole output and for each (row, head) alone. row_max: |m - m_ref| <= 1e-5 * B (f16: 1e-3 * B), B the largest
  * visible scale*sum|q k| + |mask| of the row, i.e. the f32 dot-product error bound scale. row_sum
  * and the unnormalised output are compared after rescaling by exp(m - m_ref) (the quantities
  * merging uses: l*e^m and o*e^m), so a row_max within tolerance does not count twice. argmax: the
@@ -96,11 +96,9 @@ static void flags_str(unsigned f, char *buf, size_t n) {
     if (!buf[0]) snprintf(buf, n, "none");
 }
 
-START_TEST(test_attention) {
+static void attention_run(int _i) {
+    (void)_i;
     const attn_case *c = &cases[_i];
-    char tname[80];
-    snprintf(tname, sizeof tname, "attention_%s", c->name);
-    t_begin(tname);
     char fl[160];
     flags_str(c->flags, fl, sizeof fl);
     t_case("attention %s n_q=%d n_heads=%d n_kv_heads=%d head_dim=%d capacity=%d n_kv=%d causal=%d kv=%s "
@@ -283,7 +281,7 @@ START_TEST(test_attention) {
     ref_attention(&r);
 
     /* ---- run ---- */
-    if (t_op(kvs_attention(t_dev(), qt->t, kt->t, vt->t, ot->t, &p))) goto done;
+    if (t_op(kvs_attention(t_dev(), qt->t, kt->t, vt->t, ot->t, &p))) return;
 
     const double tol = c->f16 ? 5e-4 : (f & A_EXTREME) ? 1e-5 : 1e-6;
     const double mtol = c->f16 ? 1e-3 : 1e-5;
@@ -317,6 +315,13 @@ START_TEST(test_attention) {
         }
     }
     t_check_nmse(p.unnormalised ? "out (unnormalised, rescaled)" : "out", out, r.out, nq * H * d, tol);
+    /* per (row, head) as well: an error confined to one row must not be diluted by the others */
+    for (int64_t i = 0; i < nq * H; i++) {
+        if (r.argmax[i] < 0) continue;
+        char what[64];
+        snprintf(what, sizeof what, "out[row %lld head %lld]", (long long)(i / H), (long long)(i % H));
+        t_check_nmse(what, out + i * d, r.out + i * d, d, tol);
+    }
 
     if (f & A_STATS) {
         /* row_sum (rescaled like the unnormalised output) */
@@ -389,15 +394,21 @@ START_TEST(test_attention) {
     t_assert_unchanged(kt, "k");
     t_assert_unchanged(vt, "v");
     if (mt) t_assert_unchanged(mt, "mask");
-done:
+}
+
+START_TEST(test_attention) {
+    char tname[80];
+    snprintf(tname, sizeof tname, "attention_%s", cases[_i].name);
+    t_begin(tname);
+    attention_run(_i);
     t_end();
 }
 END_TEST
 
 /* Two consecutive calls with key_mass_accumulate = 1 over disjoint row sets equal one call over all
  * rows (the H2O running sum), and the outputs of a call do not depend on earlier calls. */
-START_TEST(test_attention_accumulate_split) {
-    t_begin("attention_accumulate_split");
+static void attention_accumulate_split_run(int _i) {
+    (void)_i;
     const int64_t nq = 12, H = 4, Hkv = 2, d = 32, cap = 24;
     t_case("attention accumulate_split n_q=%lld n_heads=%lld n_kv_heads=%lld head_dim=%lld capacity=%lld causal=1",
            (long long)nq, (long long)H, (long long)Hkv, (long long)d, (long long)cap);
@@ -422,29 +433,39 @@ START_TEST(test_attention_accumulate_split) {
     kvs_attention_params p = kvs_attention_params_default();
     p.causal = 1;
     p.key_mass = km_all->t;
-    if (t_op(kvs_attention(t_dev(), qt->t, kt->t, vt->t, ot->t, &p))) goto done;
+    if (t_op(kvs_attention(t_dev(), qt->t, kt->t, vt->t, ot->t, &p))) return;
     p.key_mass = km->t;
     p.key_mass_accumulate = 1;
     p.stat_rows = s1->t;
-    if (t_op(kvs_attention(t_dev(), qt->t, kt->t, vt->t, ot->t, &p))) goto done;
+    if (t_op(kvs_attention(t_dev(), qt->t, kt->t, vt->t, ot->t, &p))) return;
     p.stat_rows = s2->t;
-    if (t_op(kvs_attention(t_dev(), qt->t, kt->t, vt->t, ot->t, &p))) goto done;
+    if (t_op(kvs_attention(t_dev(), qt->t, kt->t, vt->t, ot->t, &p))) return;
     float *a = t_alloc(4 * (size_t)(Hkv * cap)), *b = t_alloc(4 * (size_t)(Hkv * cap));
     double *bd = t_alloc(sizeof(double) * (size_t)(Hkv * cap));
     t_download(km, a);
     t_download(km_all, b);
     for (int64_t i = 0; i < Hkv * cap; i++) bd[i] = b[i];
     t_check_nmse("key_mass (two accumulated halves vs one call)", a, bd, Hkv * cap, 1e-10);
-done:
+}
+
+START_TEST(test_attention_accumulate_split) {
+    t_begin("attention_accumulate_split");
+    attention_accumulate_split_run(_i);
     t_end();
 }
 END_TEST
+
+static const t_seq test_attention_sequence_seq[] = {{attention_run, N_CASES}, {attention_accumulate_split_run, 1}};
+T_SEQUENCE_TEST(test_attention_sequence, test_attention_sequence_seq)
 
 Suite *suite_attention(void) {
     Suite *s = suite_create("attention");
     TCase *tc = tcase_create("attention");
     tcase_add_loop_test(tc, test_attention, 0, N_CASES);
     tcase_add_test(tc, test_attention_accumulate_split);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("sequence");
+    tcase_add_test(tc, test_attention_sequence);
     suite_add_tcase(s, tc);
     return s;
 }

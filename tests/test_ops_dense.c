@@ -53,8 +53,8 @@ static const mm_case mm_cases[] = {
     {1, 4097, 1, KVS_F32, 0, 0, 1},     {513, 64, 1, KVS_BF16, 1, 0, 1},
 };
 
-START_TEST(test_matmul) {
-    BEGIN_LOOP("matmul");
+static void matmul_run(int _i) {
+    (void)_i;
     const mm_case *c = &mm_cases[_i];
     t_case("matmul m=%d k=%d n=%d W=%s accumulate=%d x3d=%d scale=%g", c->m, c->k, c->n, kvs_dtype_name(c->wdt),
            c->accumulate, c->x3d, c->scale);
@@ -91,20 +91,30 @@ START_TEST(test_matmul) {
 
     double *ref = f64_of(y0, n * m);
     ref_matmul(Wd, f64_of(x, n * k), ref, m, k, n, c->accumulate);
-    if (t_op(kvs_matmul(t_dev(), Wt, xt->t, yt->t, c->accumulate))) goto done;
+    if (t_op(kvs_matmul(t_dev(), Wt, xt->t, yt->t, c->accumulate))) return;
     t_download(yt, y);
     t_check_nmse("y", y, ref, n * m, c->wdt == KVS_F32 ? 1e-7 : 5e-6);
     t_assert_unchanged(xt, "x");
     if (Wg) t_assert_unchanged(Wg, "W");
-done:
+}
+
+START_TEST(test_matmul) {
+    BEGIN_LOOP("matmul");
+    matmul_run(_i);
     t_end();
 }
 END_TEST
+
+static const t_seq test_matmul_sequence_seq[] = {{matmul_run, (int)(sizeof mm_cases / sizeof mm_cases[0])}};
+T_SEQUENCE_TEST(test_matmul_sequence, test_matmul_sequence_seq)
 
 Suite *suite_matmul(void) {
     Suite *s = suite_create("matmul");
     TCase *tc = tcase_create("matmul");
     tcase_add_loop_test(tc, test_matmul, 0, (int)(sizeof mm_cases / sizeof mm_cases[0]));
+    suite_add_tcase(s, tc);
+    tc = tcase_create("sequence");
+    tcase_add_test(tc, test_matmul_sequence);
     suite_add_tcase(s, tc);
     return s;
 }
@@ -114,8 +124,8 @@ Suite *suite_matmul(void) {
 
 static const int64_t ew_sizes[] = {1, 13, 1000, 4097};
 
-START_TEST(test_add) {
-    BEGIN_LOOP("add");
+static void add_run(int _i) {
+    (void)_i;
     int64_t n = ew_sizes[_i % 4];
     int mode = _i / 4; /* 0: y separate, 1: y aliases a, 2: y aliases b, 3: different shapes */
     t_case("add n=%lld mode=%s", (long long)n, (const char *[]){"separate", "y=a", "y=b", "reshaped"}[mode]);
@@ -144,6 +154,11 @@ START_TEST(test_add) {
         if (mode != 1) t_assert_unchanged(at, "a");
         if (mode != 2) t_assert_unchanged(bt, "b");
     }
+}
+
+START_TEST(test_add) {
+    BEGIN_LOOP("add");
+    add_run(_i);
     t_end();
 }
 END_TEST
@@ -168,9 +183,8 @@ static const float copy_specials[] = {
     FLT_MAX, -FLT_MAX, 0.1f, 1.0f / 3.0f, 2.71828f, 3.14159265f, 1234.5678f, -0.00012345f,
 };
 
-START_TEST(test_copy) {
+static void copy_run(int _i) {
     static const kvs_dtype dts[3] = {KVS_F32, KVS_F16, KVS_BF16};
-    BEGIN_LOOP("copy");
     kvs_dtype sdt = dts[_i % 3], ddt = dts[(_i / 3) % 3];
     int64_t n = (int64_t[]){1, 13, 1000}[_i / 9];
     int64_t ns = (int64_t)(sizeof copy_specials / sizeof copy_specials[0]);
@@ -212,6 +226,11 @@ START_TEST(test_copy) {
         }
         t_assert_unchanged(st, "src");
     }
+}
+
+START_TEST(test_copy) {
+    BEGIN_LOOP("copy");
+    copy_run(_i);
     t_end();
 }
 END_TEST
@@ -229,8 +248,8 @@ static const rn_case rn_cases[] = {
     {3, 5003, 1e-5f, 1},
 };
 
-START_TEST(test_rmsnorm) {
-    BEGIN_LOOP("rmsnorm");
+static void rmsnorm_run(int _i) {
+    (void)_i;
     const rn_case *c = &rn_cases[_i];
     t_case("rmsnorm rows=%d dim=%d eps=%g inplace=%d", c->rows, c->dim, (double)c->eps, c->inplace);
     int64_t n = (int64_t)c->rows * c->dim;
@@ -263,6 +282,11 @@ START_TEST(test_rmsnorm) {
         if (!c->inplace) t_assert_unchanged(xt, "x");
         t_assert_unchanged(wt, "w");
     }
+}
+
+START_TEST(test_rmsnorm) {
+    BEGIN_LOOP("rmsnorm");
+    rmsnorm_run(_i);
     t_end();
 }
 END_TEST
@@ -270,8 +294,8 @@ END_TEST
 /* ---------------------------------------------------------------------------------------------- */
 /* swiglu                                                                                         */
 
-START_TEST(test_swiglu) {
-    BEGIN_LOOP("swiglu");
+static void swiglu_run(int _i) {
+    (void)_i;
     int64_t n = ew_sizes[_i % 4];
     int mode = _i / 4; /* 0 separate, 1 out=gate, 2 out=up */
     t_case("swiglu n=%lld mode=%s", (long long)n, (const char *[]){"separate", "out=gate", "out=up"}[mode]);
@@ -293,6 +317,11 @@ START_TEST(test_swiglu) {
         if (mode != 1) t_assert_unchanged(gt, "gate");
         if (mode != 2) t_assert_unchanged(ut, "up");
     }
+}
+
+START_TEST(test_swiglu) {
+    BEGIN_LOOP("swiglu");
+    swiglu_run(_i);
     t_end();
 }
 END_TEST
@@ -312,8 +341,8 @@ static const sm_case sm_cases[] = {
     {5, 13, 3.0f, 300, 1, 0},    {7, 100, 1.0f, 500, 1, 1}, {4, 257, 0.5f, 2, 1, 0},
 };
 
-START_TEST(test_softmax) {
-    BEGIN_LOOP("softmax");
+static void softmax_run(int _i) {
+    (void)_i;
     const sm_case *c = &sm_cases[_i];
     t_case("softmax rows=%d n=%d scale=%g magnitude=%g special=%d inplace=%d", c->rows, c->n, (double)c->scale,
            c->mag, c->special, c->inplace);
@@ -347,9 +376,19 @@ START_TEST(test_softmax) {
         }
         if (!c->inplace) t_assert_unchanged(xt, "x");
     }
+}
+
+START_TEST(test_softmax) {
+    BEGIN_LOOP("softmax");
+    softmax_run(_i);
     t_end();
 }
 END_TEST
+
+static const t_seq test_elementwise_sequence_seq[] = {
+    {add_run, 16}, {copy_run, 27}, {rmsnorm_run, (int)(sizeof rn_cases / sizeof rn_cases[0])}, {swiglu_run, 12},
+    {softmax_run, (int)(sizeof sm_cases / sizeof sm_cases[0])}};
+T_SEQUENCE_TEST(test_elementwise_sequence, test_elementwise_sequence_seq)
 
 Suite *suite_elementwise(void) {
     Suite *s = suite_create("elementwise");
@@ -368,6 +407,9 @@ Suite *suite_elementwise(void) {
     tc = tcase_create("softmax");
     tcase_add_loop_test(tc, test_softmax, 0, (int)(sizeof sm_cases / sizeof sm_cases[0]));
     suite_add_tcase(s, tc);
+    tc = tcase_create("sequence");
+    tcase_add_test(tc, test_elementwise_sequence);
+    suite_add_tcase(s, tc);
     return s;
 }
 
@@ -383,8 +425,8 @@ static const emb_case emb_cases[] = {
     {KVS_BF16, 100, 13, 13}, {KVS_BF16, 50, 128, 7}, {KVS_Q8_0, 50, 64, 13}, {KVS_Q8_0, 512, 32, 100},
 };
 
-START_TEST(test_embedding) {
-    BEGIN_LOOP("embedding");
+static void embedding_run(int _i) {
+    (void)_i;
     const emb_case *c = &emb_cases[_i];
     t_case("embedding table=%s vocab=%d dim=%d n=%d", kvs_dtype_name(c->dt), c->vocab, c->dim, c->n);
     int64_t tn = (int64_t)c->vocab * c->dim;
@@ -420,14 +462,25 @@ START_TEST(test_embedding) {
         t_download(ot, o);
         t_check_exact_f32("out", o, want, (int64_t)c->n * c->dim);
     }
+}
+
+START_TEST(test_embedding) {
+    BEGIN_LOOP("embedding");
+    embedding_run(_i);
     t_end();
 }
 END_TEST
+
+static const t_seq test_embedding_sequence_seq[] = {{embedding_run, (int)(sizeof emb_cases / sizeof emb_cases[0])}};
+T_SEQUENCE_TEST(test_embedding_sequence, test_embedding_sequence_seq)
 
 Suite *suite_embedding(void) {
     Suite *s = suite_create("embedding");
     TCase *tc = tcase_create("embedding");
     tcase_add_loop_test(tc, test_embedding, 0, (int)(sizeof emb_cases / sizeof emb_cases[0]));
+    suite_add_tcase(s, tc);
+    tc = tcase_create("sequence");
+    tcase_add_test(tc, test_embedding_sequence);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -39,10 +39,8 @@ static void case_name(const dwt_case *c, const char *what) {
     t_case("%s rows=%d n=%d wavelet=%s levels=%d", what, c->rows, c->n, kvs_wavelet_name(c->w), c->levels);
 }
 
-START_TEST(test_dwt_forward) {
-    char tname[40];
-    snprintf(tname, sizeof tname, "dwt#%d", _i);
-    t_begin(tname);
+static void dwt_forward_run(int _i) {
+    (void)_i;
     const dwt_case *c = &cases[_i];
     case_name(c, "dwt");
     int64_t nc = ref_dwt_len(c->n, c->levels), rows = c->rows, n = c->n;
@@ -68,14 +66,19 @@ START_TEST(test_dwt_forward) {
         }
         t_assert_unchanged(xt, "x");
     }
+}
+
+START_TEST(test_dwt_forward) {
+    char tname[40];
+    snprintf(tname, sizeof tname, "dwt#%d", _i);
+    t_begin(tname);
+    dwt_forward_run(_i);
     t_end();
 }
 END_TEST
 
-START_TEST(test_idwt) {
-    char tname[40];
-    snprintf(tname, sizeof tname, "idwt#%d", _i);
-    t_begin(tname);
+static void idwt_run(int _i) {
+    (void)_i;
     const dwt_case *c = &cases[_i];
     case_name(c, "idwt (random coefficients)");
     int64_t nc = ref_dwt_len(c->n, c->levels), rows = c->rows, n = c->n;
@@ -93,14 +96,19 @@ START_TEST(test_idwt) {
         t_check_nmse("x", x, ref, rows * n, 1e-7);
         t_assert_unchanged(yt, "y");
     }
+}
+
+START_TEST(test_idwt) {
+    char tname[40];
+    snprintf(tname, sizeof tname, "idwt#%d", _i);
+    t_begin(tname);
+    idwt_run(_i);
     t_end();
 }
 END_TEST
 
-START_TEST(test_dwt_roundtrip) {
-    char tname[40];
-    snprintf(tname, sizeof tname, "dwt_roundtrip#%d", _i);
-    t_begin(tname);
+static void dwt_roundtrip_run(int _i) {
+    (void)_i;
     const dwt_case *c = &cases[_i];
     case_name(c, "idwt(dwt(x)) == x");
     int64_t nc = ref_dwt_len(c->n, c->levels), rows = c->rows, n = c->n;
@@ -108,13 +116,19 @@ START_TEST(test_dwt_roundtrip) {
     t_fill_normal(x, rows * n, 3.0);
     tt *xt = t_new2(KVS_F32, n, rows), *yt = t_new2(KVS_F32, nc, rows), *x2t = t_new2(KVS_F32, n, rows);
     t_upload_f32(xt, x);
-    if (t_op(kvs_dwt(t_dev(), xt->t, yt->t, c->w, c->levels))) goto done;
-    if (t_op(kvs_idwt(t_dev(), yt->t, x2t->t, c->w, c->levels))) goto done;
+    if (t_op(kvs_dwt(t_dev(), xt->t, yt->t, c->w, c->levels))) return;
+    if (t_op(kvs_idwt(t_dev(), yt->t, x2t->t, c->w, c->levels))) return;
     t_download(x2t, x2);
     double *xd = t_alloc(sizeof(double) * (size_t)(rows * n));
     for (int64_t i = 0; i < rows * n; i++) xd[i] = x[i];
     t_check_nmse("reconstruction", x2, xd, rows * n, 1e-10);
-done:
+}
+
+START_TEST(test_dwt_roundtrip) {
+    char tname[40];
+    snprintf(tname, sizeof tname, "dwt_roundtrip#%d", _i);
+    t_begin(tname);
+    dwt_roundtrip_run(_i);
     t_end();
 }
 END_TEST
@@ -124,8 +138,8 @@ END_TEST
  *    a1 = [3, 7, 10]/sqrt2, d1 = [-1, -1, 0]/sqrt2.
  *  Level 2 extends a1 to [3 7 10 10]/sqrt2: a2 = [10, 20]/2 = [5, 10], d2 = [-4, 0]/2 = [-2, 0].
  *  y = [a2 | d2 | d1] = [5, 10, -2, 0, -1/sqrt2, -1/sqrt2, 0]. */
-START_TEST(test_dwt_haar_hand) {
-    t_begin("dwt_haar_hand");
+static void dwt_haar_hand_run(int _i) {
+    (void)_i;
     t_case("dwt haar hand-computed x=[1 2 3 4 5] levels=2");
     const float x[5] = {1, 2, 3, 4, 5};
     const double s = sqrt(0.5);
@@ -134,21 +148,25 @@ START_TEST(test_dwt_haar_hand) {
     t_upload_f32(xt, x);
     float y[7], x2[5];
     double xd[5] = {1, 2, 3, 4, 5};
-    if (t_op(kvs_dwt(t_dev(), xt->t, yt->t, KVS_WAVELET_HAAR, 2))) goto done;
+    if (t_op(kvs_dwt(t_dev(), xt->t, yt->t, KVS_WAVELET_HAAR, 2))) return;
     t_download(yt, y);
     t_check_close("y", y, want, 7, 1e-6, 0);
-    if (t_op(kvs_idwt(t_dev(), yt->t, x2t->t, KVS_WAVELET_HAAR, 2))) goto done;
+    if (t_op(kvs_idwt(t_dev(), yt->t, x2t->t, KVS_WAVELET_HAAR, 2))) return;
     t_download(x2t, x2);
     t_check_close("idwt(y)", x2, xd, 5, 1e-6, 0);
-done:
+}
+
+START_TEST(test_dwt_haar_hand) {
+    t_begin("dwt_haar_hand");
+    dwt_haar_hand_run(_i);
     t_end();
 }
 END_TEST
 
 /* Haar with zeroed details reconstructs the block means over blocks of 2^J (n a multiple of 2^J):
  * the multi-resolution approximation WaveFilter skims with. n = 24, J = 3: means of 8 samples. */
-START_TEST(test_dwt_haar_approximation) {
-    t_begin("dwt_haar_approximation");
+static void dwt_haar_approximation_run(int _i) {
+    (void)_i;
     t_case("idwt haar zeroed details n=24 levels=3 rows=2 -> block means of 8");
     const int n = 24, J = 3, rows = 2;
     int64_t nc = ref_dwt_len(n, J);
@@ -163,19 +181,27 @@ START_TEST(test_dwt_haar_approximation) {
             for (int j = 0; j < 8; j++) m += x[r * n + b * 8 + j];
             for (int j = 0; j < 8; j++) want[r * n + b * 8 + j] = m / 8;
         }
-    if (t_op(kvs_dwt(t_dev(), xt->t, yt->t, KVS_WAVELET_HAAR, J))) goto done;
+    if (t_op(kvs_dwt(t_dev(), xt->t, yt->t, KVS_WAVELET_HAAR, J))) return;
     t_download(yt, y);
     int64_t na = ref_dwt_level_len(n, J);
     for (int r = 0; r < rows; r++)
         for (int64_t j = na; j < nc; j++) y[r * nc + j] = 0.0f;
     t_upload_f32(yt, y);
-    if (t_op(kvs_idwt(t_dev(), yt->t, at->t, KVS_WAVELET_HAAR, J))) goto done;
+    if (t_op(kvs_idwt(t_dev(), yt->t, at->t, KVS_WAVELET_HAAR, J))) return;
     t_download(at, xa);
     t_check_close("approximation", xa, want, n * rows, 1e-5, 1e-6);
-done:
+}
+
+START_TEST(test_dwt_haar_approximation) {
+    t_begin("dwt_haar_approximation");
+    dwt_haar_approximation_run(_i);
     t_end();
 }
 END_TEST
+
+static const t_seq test_dwt_sequence_seq[] = {{dwt_forward_run, N_CASES}, {idwt_run, N_CASES}, {dwt_roundtrip_run, N_CASES},
+    {dwt_haar_hand_run, 1}, {dwt_haar_approximation_run, 1}};
+T_SEQUENCE_TEST(test_dwt_sequence, test_dwt_sequence_seq)
 
 Suite *suite_dwt(void) {
     Suite *s = suite_create("dwt");
@@ -187,6 +213,9 @@ Suite *suite_dwt(void) {
     tcase_add_loop_test(tc, test_idwt, 0, N_CASES);
     tcase_add_loop_test(tc, test_dwt_roundtrip, 0, N_CASES);
     tcase_add_test(tc, test_dwt_haar_approximation);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("sequence");
+    tcase_add_test(tc, test_dwt_sequence);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -39,8 +39,8 @@ static const rope_case rope_cases[] = {
 
 static const char *mode_name(kvs_rope_mode m) { return m == KVS_ROPE_NEOX ? "neox" : "adjacent"; }
 
-START_TEST(test_rope) {
-    BEGIN_LOOP("rope");
+static void rope_run(int _i) {
+    (void)_i;
     const rope_case *c = &rope_cases[_i];
     t_case("rope n=%d heads=%d head_dim=%d mode=%s n_rot=%d base=%g freq_scale=%g maxpos=%d", c->n, c->heads,
            c->head_dim, mode_name(c->mode), c->n_rot, (double)c->base, (double)c->freq_scale, c->maxpos);
@@ -74,6 +74,11 @@ START_TEST(test_rope) {
                          (long long)j, (double)y[v * hd + j], (double)x[v * hd + j]);
         t_assert_unchanged(pt, "pos");
     }
+}
+
+START_TEST(test_rope) {
+    BEGIN_LOOP("rope");
+    rope_run(_i);
     t_end();
 }
 END_TEST
@@ -92,8 +97,8 @@ static const shift_case shift_cases[] = {
     {1, 33, 1, 8, KVS_F16, KVS_ROPE_ADJACENT, 0},
 };
 
-START_TEST(test_rope_shift) {
-    BEGIN_LOOP("rope_shift");
+static void rope_shift_run(int _i) {
+    (void)_i;
     const shift_case *c = &shift_cases[_i];
     t_case("rope_shift kv_heads=%d capacity=%d n_rows=%d head_dim=%d k=%s mode=%s n_rot=%d", c->kv_heads,
            c->capacity, c->n_rows, c->head_dim, kvs_dtype_name(c->dt), mode_name(c->mode), c->n_rot);
@@ -130,14 +135,19 @@ START_TEST(test_rope_shift) {
                          "head %d row %lld >= n_rows=%d was modified", h, (long long)j, c->n_rows);
         t_assert_unchanged(dt, "delta");
     }
+}
+
+START_TEST(test_rope_shift) {
+    BEGIN_LOOP("rope_shift");
+    rope_shift_run(_i);
     t_end();
 }
 END_TEST
 
 /* rope(x, pos) then rope_shift by delta equals rope(x, pos + delta): the property eviction with
  * position re-use relies on. x: [n][1][hd] viewed as the cache [1][n][hd]. */
-START_TEST(test_rope_compose) {
-    BEGIN_LOOP("rope_compose");
+static void rope_compose_run(int _i) {
+    (void)_i;
     kvs_rope_mode mode = _i ? KVS_ROPE_NEOX : KVS_ROPE_ADJACENT;
     const int n = 33, hd = 64;
     t_case("rope_compose n=%d head_dim=%d mode=%s", n, hd, mode_name(mode));
@@ -158,23 +168,31 @@ START_TEST(test_rope_compose) {
     t_upload_i32(pt, pos);
     t_upload_i32(dt, delta);
     t_upload_i32(st, sum);
-    if (t_op(kvs_rope(t_dev(), x1->t, pt->t, &p))) goto done;
+    if (t_op(kvs_rope(t_dev(), x1->t, pt->t, &p))) return;
     kvs_tensor *cache = NULL;
     int64_t ne[3] = {hd, n, 1};
     ck_assert(kvs_tensor_view(&cache, x1->t, 0, 3, ne) == KVS_OK);
     kvs_status s = kvs_rope_shift(t_dev(), cache, dt->t, n, &p);
     kvs_tensor_destroy(&cache);
-    if (t_op(s)) goto done;
-    if (t_op(kvs_rope(t_dev(), x2->t, st->t, &p))) goto done;
+    if (t_op(s)) return;
+    if (t_op(kvs_rope(t_dev(), x2->t, st->t, &p))) return;
     t_download(x1, a);
     t_download(x2, b);
     double *bd = t_alloc(sizeof(double) * (size_t)n * hd);
     for (int i = 0; i < n * hd; i++) bd[i] = b[i];
     t_check_nmse("shift(rope(x,pos),delta) vs rope(x,pos+delta)", a, bd, (int64_t)n * hd, 1e-7);
-done:
+}
+
+START_TEST(test_rope_compose) {
+    BEGIN_LOOP("rope_compose");
+    rope_compose_run(_i);
     t_end();
 }
 END_TEST
+
+static const t_seq test_rope_sequence_seq[] = {{rope_run, (int)(sizeof rope_cases / sizeof rope_cases[0])},
+    {rope_shift_run, (int)(sizeof shift_cases / sizeof shift_cases[0])}, {rope_compose_run, 2}};
+T_SEQUENCE_TEST(test_rope_sequence, test_rope_sequence_seq)
 
 Suite *suite_rope(void) {
     Suite *s = suite_create("rope");
@@ -184,6 +202,9 @@ Suite *suite_rope(void) {
     tc = tcase_create("rope_shift");
     tcase_add_loop_test(tc, test_rope_shift, 0, (int)(sizeof shift_cases / sizeof shift_cases[0]));
     tcase_add_loop_test(tc, test_rope_compose, 0, 2);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("sequence");
+    tcase_add_test(tc, test_rope_sequence);
     suite_add_tcase(s, tc);
     return s;
 }

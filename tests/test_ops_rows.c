@@ -52,10 +52,8 @@ static tt *new_grouped(const rows_case *c, int64_t rows) {
     return c->G ? t_new3(c->dt, c->row, rows, c->G) : t_new2(c->dt, c->row, rows);
 }
 
-START_TEST(test_gather) {
-    char tname[40];
-    snprintf(tname, sizeof tname, "gather#%d", _i);
-    t_begin(tname);
+static void gather_run(int _i) {
+    (void)_i;
     const rows_case *c = &gather_cases[_i];
     t_case("gather G=%d Ns=%d Nd=%d row=%d dtype=%s n=%d idx=%s", c->G, c->Ns, c->Nd, c->row, kvs_dtype_name(c->dt),
            c->n, c->shared ? "shared" : "per-group");
@@ -92,6 +90,13 @@ START_TEST(test_gather) {
         t_assert_unchanged(st, "src");
         t_assert_unchanged(it, "idx");
     }
+}
+
+START_TEST(test_gather) {
+    char tname[40];
+    snprintf(tname, sizeof tname, "gather#%d", _i);
+    t_begin(tname);
+    gather_run(_i);
     t_end();
 }
 END_TEST
@@ -103,10 +108,8 @@ static const rows_case scatter_cases[] = {
     {8, 0, 256, 64, KVS_F16, 3, 0, 1, 0},
 };
 
-START_TEST(test_scatter) {
-    char tname[40];
-    snprintf(tname, sizeof tname, "scatter#%d", _i);
-    t_begin(tname);
+static void scatter_run(int _i) {
+    (void)_i;
     const rows_case *c = &scatter_cases[_i];
     t_case("scatter G=%d Nd=%d row=%d dtype=%s n=%d idx=%s src=%s duplicates=%d", c->G, c->Nd, c->row,
            kvs_dtype_name(c->dt), c->n, c->shared ? "shared" : "per-group", c->token_major ? "token-major" : "group-major",
@@ -157,6 +160,13 @@ START_TEST(test_scatter) {
             }
         t_assert_unchanged(st, "src");
     }
+}
+
+START_TEST(test_scatter) {
+    char tname[40];
+    snprintf(tname, sizeof tname, "scatter#%d", _i);
+    t_begin(tname);
+    scatter_run(_i);
     t_end();
 }
 END_TEST
@@ -167,10 +177,8 @@ static const rows_case compact_cases[] = {
     {8, 256, 256, 64, KVS_F16, 129, 0, 0, 0},
 };
 
-START_TEST(test_compact) {
-    char tname[40];
-    snprintf(tname, sizeof tname, "compact#%d", _i);
-    t_begin(tname);
+static void compact_run(int _i) {
+    (void)_i;
     const rows_case *c = &compact_cases[_i];
     t_case("compact G=%d N=%d row=%d dtype=%s n=%d idx=%s", c->G, c->Ns, c->row, kvs_dtype_name(c->dt), c->n,
            c->shared ? "shared" : "per-group");
@@ -211,13 +219,20 @@ START_TEST(test_compact) {
             }
         t_assert_unchanged(it, "idx");
     }
+}
+
+START_TEST(test_compact) {
+    char tname[40];
+    snprintf(tname, sizeof tname, "compact#%d", _i);
+    t_begin(tname);
+    compact_run(_i);
     t_end();
 }
 END_TEST
 
 /* Out-of-range indices (-1 and Ns) in gather and scatter. */
-START_TEST(test_rows_out_of_range) {
-    t_begin("rows_out_of_range");
+static void rows_out_of_range_run(int _i) {
+    (void)_i;
     const int G = 2, N = 9, row = 5;
     size_t rb = 4 * row;
     unsigned char *src = t_alloc(rb * G * N), *dst0 = t_alloc(rb * G * N), *got = t_alloc(rb * G * N);
@@ -274,9 +289,19 @@ START_TEST(test_rows_out_of_range) {
             }
         }
     }
+}
+
+START_TEST(test_rows_out_of_range) {
+    t_begin("rows_out_of_range");
+    rows_out_of_range_run(_i);
     t_end();
 }
 END_TEST
+
+static const t_seq test_rows_sequence_seq[] = {{gather_run, (int)(sizeof gather_cases / sizeof gather_cases[0])},
+    {scatter_run, (int)(sizeof scatter_cases / sizeof scatter_cases[0])}, {compact_run, (int)(sizeof compact_cases / sizeof compact_cases[0])},
+    {rows_out_of_range_run, 1}};
+T_SEQUENCE_TEST(test_rows_sequence, test_rows_sequence_seq)
 
 Suite *suite_rows(void) {
     Suite *s = suite_create("rows");
@@ -291,6 +316,9 @@ Suite *suite_rows(void) {
     suite_add_tcase(s, tc);
     tc = tcase_create("out_of_range");
     tcase_add_test(tc, test_rows_out_of_range);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("sequence");
+    tcase_add_test(tc, test_rows_sequence);
     suite_add_tcase(s, tc);
     return s;
 }

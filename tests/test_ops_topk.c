@@ -67,10 +67,8 @@ static const topk_case row_cases[] = {
     {2, 100000, 10, 0},
 };
 
-START_TEST(test_topk_rows) {
-    char tname[40];
-    snprintf(tname, sizeof tname, "topk#%d", _i);
-    t_begin(tname);
+static void topk_rows_run(int _i) {
+    (void)_i;
     const topk_case *c = &row_cases[_i];
     char fl[128];
     flag_str(c->flags, fl, sizeof fl);
@@ -117,6 +115,13 @@ START_TEST(test_topk_rows) {
         }
         t_assert_unchanged(xt, "x");
     }
+}
+
+START_TEST(test_topk_rows) {
+    char tname[40];
+    snprintf(tname, sizeof tname, "topk#%d", _i);
+    t_begin(tname);
+    topk_rows_run(_i);
     t_end();
 }
 END_TEST
@@ -139,10 +144,8 @@ static const global_case global_cases[] = {
     {1, 0, 0, 1, 0, 0},
 };
 
-START_TEST(test_topk_global) {
-    char tname[40];
-    snprintf(tname, sizeof tname, "topk_global#%d", _i);
-    t_begin(tname);
+static void topk_global_run(int _i) {
+    (void)_i;
     const global_case *c = &global_cases[_i];
     char fl[128];
     flag_str(c->flags, fl, sizeof fl);
@@ -171,9 +174,20 @@ START_TEST(test_topk_global) {
         }
         t_assert_unchanged(xt, "x");
     }
+}
+
+START_TEST(test_topk_global) {
+    char tname[40];
+    snprintf(tname, sizeof tname, "topk_global#%d", _i);
+    t_begin(tname);
+    topk_global_run(_i);
     t_end();
 }
 END_TEST
+
+static const t_seq test_topk_sequence_seq[] = {{topk_rows_run, (int)(sizeof row_cases / sizeof row_cases[0])},
+    {topk_global_run, (int)(sizeof global_cases / sizeof global_cases[0])}};
+T_SEQUENCE_TEST(test_topk_sequence, test_topk_sequence_seq)
 
 Suite *suite_topk(void) {
     Suite *s = suite_create("topk");
@@ -182,6 +196,9 @@ Suite *suite_topk(void) {
     suite_add_tcase(s, tc);
     tc = tcase_create("topk_global");
     tcase_add_loop_test(tc, test_topk_global, 0, (int)(sizeof global_cases / sizeof global_cases[0]));
+    suite_add_tcase(s, tc);
+    tc = tcase_create("sequence");
+    tcase_add_test(tc, test_topk_sequence);
     suite_add_tcase(s, tc);
     return s;
 }

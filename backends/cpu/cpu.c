@@ -3,7 +3,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cpu.h"
+#include "cpu_kernels.h"
 
 static kvs_status cpu_device_count(int *count) {
     *count = 1;
@@ -35,8 +35,9 @@ static kvs_status cpu_device_describe(int index, kvs_device_info *info) {
     info->type = KVS_DEVICE_CPU;
     cpu_read_model_name(info->name, sizeof info->name);
     snprintf(info->vendor, sizeof info->vendor, "host");
-    snprintf(info->driver, sizeof info->driver, "kvsieve cpu backend (OpenBLAS GEMM%s)",
-             KVS_HAVE_OPENMP ? ", OpenMP" : "");
+    snprintf(info->driver, sizeof info->driver, "kvsieve cpu backend (%s; %s%s)",
+             kvs_cpu_avx512() ? "AVX-512 kernels" : "portable kernels", kvs_cpu_blas_name(),
+             KVS_HAVE_OPENMP ? "; OpenMP" : "");
     return KVS_OK;
 }
 

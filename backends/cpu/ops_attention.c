@@ -4,26 +4,31 @@
  * query rows); the task packs the G = n_heads/n_kv_heads query heads of its group that read kv head h
  * into one matrix Qp [BQ*G][d] (row r = query (r / G), head h*G + r % G), so K/V are read once per
  * group and never expanded. For each tile of BK keys:
- *   S  = scale * Qp . K_tile^T           (cblas_sgemm, [M][BK])
+ *   S  = scale * Qp . K_tile^T           ([M][BK])
  *   visibility (kv_len, row_len, causal positions) and the additive mask turn S into logits,
  *   online softmax per row: m' = max(m, max_j S), O *= e^(m-m'), l = l e^(m-m') + sum_j e^(S-m'),
- *   O += P . V_tile                       (cblas_sgemm, [M][d]).
+ *   O += P . V_tile                       ([M][d]).
  * Running maxima start at -FLT_MAX; invisible keys get logit -inf, so their weight is exactly 0.
+ * The argmax is the first key reaching the row's maximum logit (tiles are visited in key order).
  * Statistics needing normalised probabilities (key_mass, probs) take a second pass over the key
- * tiles of the rows that need them, with the final (m, l) of each row: p = e^(S-m) / l.
- * f16 K/V tiles are converted to f32 per tile. Tasks are spread over OpenMP threads; OpenBLAS runs
- * single-threaded inside them. */
+ * tiles of the rows that need them, with the final (m, l) of each row: p = e^(S-m) / l; key_mass
+ * is accumulated per thread and reduced at the end (rows listed twice in stat_rows count twice).
+ *
+ * The two tile products run either
+ *  - on register-blocked AVX-512 kernels (8 rows x 32 keys / 8 rows x 32 dims, FMA) when the CPU
+ *    has AVX-512F, d % 16 == 0 and there are enough query rows (n_q >= 4, n_q*G >= 8) to amortise
+ *    one f32 copy of K per call, laid out in panels of 32 keys [n_kv_heads][n_kv/32][d][32];
+ *  - or through cblas_sgemm on each tile (single-threaded OpenBLAS inside the OpenMP tasks),
+ *    f16 K/V tiles converted to f32 first (decoding, odd head sizes, other CPUs).
+ * Tasks are spread over OpenMP threads (dynamic schedule: causal tiles differ in cost). */
 #include <stdlib.h>
 
 #include <cblas.h>
 
 #include "cpu_kernels.h"
 
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(KVS_NO_CLONES)
+#if KVS_CPU_HAVE_AVX512
 #include <immintrin.h>
-#define ATT_HAVE_AVX512 1
-#else
-#define ATT_HAVE_AVX512 0
 #endif
 
 #define ATT_BK 256       /* keys per tile */
@@ -32,7 +37,7 @@
 
 /* ---- AVX-512 register-blocked tile products (used when the CPU has AVX-512F, d % 16 == 0) ---- */
 
-#if ATT_HAVE_AVX512
+#if KVS_CPU_HAVE_AVX512
 /* S[r][j] = scale * sum_t Qp[r][t] K[j][t] for r < Mp (multiple of 8), j < np (multiple of 32).
  * Qp: [Mp][d]; KP: K transposed in panels of 32 keys, [np/32][d][32] (contiguous streams; a
  * power-of-two row stride would alias in L1); S: row stride ATT_BK.
@@ -199,19 +204,6 @@ static float att_exp_row_avx512(float *s, int64_t n, float m) {
 }
 #endif
 
-static int att_cpu_avx512(void) {
-#if ATT_HAVE_AVX512
-    static int cached = -1;
-    if (cached < 0) {
-        __builtin_cpu_init();
-        cached = __builtin_cpu_supports("avx512f") ? 1 : 0;
-    }
-    return cached;
-#else
-    return 0;
-#endif
-}
-
 typedef struct att_ctx {
     const kvs_attention_args *a;
     int64_t G, BQ, d;
@@ -336,7 +328,7 @@ static int att_logits(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int6
         }
         if (kmin > max_qpos) return 0;
     }
-#if ATT_HAVE_AVX512
+#if KVS_CPU_HAVE_AVX512
     if (c->fast) {
         att_qk_avx512(w->Qp, c->KT + h * d * c->ldk + j0 * d, d, (M + 7) & ~(int64_t)7, (n + 31) & ~(int64_t)31,
                       a->p.scale, w->S);
@@ -397,7 +389,7 @@ static void att_task(const att_ctx *c, att_work *w, int64_t h, int64_t qt) {
         if (!att_logits(c, w, h, i0, M, j0, n, max_qpos)) continue;
         for (int64_t r = 0; r < M; r++) {
             float *s = w->S + r * ATT_BK;
-#if ATT_HAVE_AVX512
+#if KVS_CPU_HAVE_AVX512
             float tmax = c->fast ? att_row_max_avx512(s, n) : att_row_max(s, n);
 #else
             float tmax = att_row_max(s, n);
@@ -416,13 +408,13 @@ static void att_task(const att_ctx *c, att_work *w, int64_t h, int64_t qt) {
                 att_scale_row(w->O + r * d, d, alpha);
                 w->m[r] = mnew;
             }
-#if ATT_HAVE_AVX512
+#if KVS_CPU_HAVE_AVX512
             w->l[r] += c->fast ? att_exp_row_avx512(s, n, mnew) : att_exp_row(s, n, mnew);
 #else
             w->l[r] += att_exp_row(s, n, mnew);
 #endif
         }
-#if ATT_HAVE_AVX512
+#if KVS_CPU_HAVE_AVX512
         if (c->fast) {
             att_pv_avx512(w->S, (M + 7) & ~(int64_t)7, n, c->V32 + (h * a->capacity + j0) * d, d, w->O);
         } else
@@ -536,6 +528,7 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
     const int64_t M = ((c.BQ * c.G + 7) & ~(int64_t)7), d = c.d; /* rows per task, padded to 8 */
     double flops = 4.0 * (double)a->n_q * (double)a->n_kv * (double)d * (double)a->n_heads;
     int nt = kvs_cpu_nt(dev, flops / 8.0);
+    (void)nt; /* unused without OpenMP */
     if (nt > n_tasks) nt = (int)n_tasks;
     const int want_km = a->p.key_mass != NULL;
     const int64_t cap = a->capacity;
@@ -572,7 +565,7 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
 
     /* AVX-512 path: enough query rows per kv head to amortise a transposed f32 copy of K */
     float *kt_buf = NULL, *v_buf = NULL;
-    c.fast = att_cpu_avx512() && d % 16 == 0 && a->n_q * c.G >= 8;
+    c.fast = kvs_cpu_avx512() && d % 16 == 0 && a->n_q * c.G >= 8 && a->n_q >= 4;
     if (c.fast) {
         c.ldk = (a->n_kv + 31) & ~(int64_t)31;
         kt_buf = malloc((size_t)(a->n_kv_heads * d * c.ldk) * sizeof(float));

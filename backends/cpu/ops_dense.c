@@ -25,6 +25,20 @@ void kvs_cpu_blas_threads(int n) {
 #endif
 }
 
+const char *kvs_cpu_blas_name(void) {
+#ifdef OPENBLAS_VERSION
+    static char name[96];
+    if (!name[0]) {
+        const char *core = openblas_get_corename();
+        snprintf(name, sizeof name, "OpenBLAS core %s, GEMM: %s", core ? core : "?",
+                 kvs_cpu_own_gemm() ? "own AVX-512" : "OpenBLAS");
+    }
+    return name;
+#else
+    return kvs_cpu_own_gemm() ? "cblas, GEMM: own AVX-512" : "cblas GEMM";
+#endif
+}
+
 /* ---- weight rows -> f32 ------------------------------------------------------------------- */
 
 /* Q8_0 (GGUF): blocks of 32 values, each 34 bytes = f16 scale d + 32 int8 q; value = d * q. */
@@ -208,6 +222,7 @@ static void matmul_small_n(kvs_device *dev, const kvs_matmul_args *a) {
     const int fast = kvs_cpu_avx512() && k % 16 == 0;
     (void)fast;
     int nt = kvs_cpu_nt(dev, (double)m * (double)k * (double)n);
+    (void)nt; /* unused without OpenMP */
     KVS_OMP(parallel for num_threads(nt) schedule(static))
     for (int64_t r = 0; r < m; r++) {
         float acc[KVS_GEMV_MAX_N];
@@ -235,7 +250,7 @@ static void matmul_small_n(kvs_device *dev, const kvs_matmul_args *a) {
  * ("Prescott") for models it does not know, e.g. some virtualised Xeons, where its SGEMM runs at a
  * fraction of the machine's rate. There, and with other BLAS libraries, a register-blocked AVX-512
  * kernel of our own is faster; with OpenBLAS's AVX-512 kernels, cblas_sgemm is used. */
-static int matmul_own_gemm(void) {
+int kvs_cpu_own_gemm(void) {
 #if KVS_CPU_HAVE_AVX512
     static int cached = -1;
     if (cached < 0) {
@@ -303,7 +318,8 @@ static kvs_status matmul_own(kvs_device *dev, const kvs_matmul_args *a) {
     const kvs_dtype dt = a->W->dtype;
     const size_t wrow = kvs_dtype_bytes(dt, k);
     const int64_t n_rb = (m + MM_RB - 1) / MM_RB;
-    int nt = kvs_cpu_threads(dev);
+    int nt = kvs_cpu_nt(dev, 1e9);
+    (void)nt; /* unused without OpenMP */
     if (nt > n_rb) nt = (int)n_rb;
     if (nt < 1) nt = 1;
     const size_t per = (size_t)MM_RB * MM_KC + (size_t)MM_RB * MM_NB + (size_t)k + 32;
@@ -388,13 +404,14 @@ kvs_status kvs_cpu_matmul(kvs_device *dev, const kvs_matmul_args *a) {
         matmul_small_n(dev, a);
         return KVS_OK;
     }
-    if (matmul_own_gemm()) return matmul_own(dev, a);
+    if (kvs_cpu_own_gemm()) return matmul_own(dev, a);
     const float *x = kvs_tensor_host_ptr(a->x);
     float *y = kvs_tensor_host_ptr(a->y);
     const float beta = a->accumulate ? 1.0f : 0.0f;
     const void *W = kvs_tensor_host_ptr(a->W);
     const kvs_dtype dt = a->W->dtype;
     int nt = kvs_cpu_nt(dev, (double)m * (double)k * (double)n / 64.0);
+    (void)nt; /* unused without OpenMP */
     int64_t min_rows = 64;
     if ((int64_t)nt * min_rows > m) nt = (int)((m + min_rows - 1) / min_rows);
     if (nt < 1) nt = 1;
@@ -442,6 +459,7 @@ kvs_status kvs_cpu_add(kvs_device *dev, const kvs_tensor *a, const kvs_tensor *b
     const float *pa = kvs_tensor_host_ptr(a), *pb = kvs_tensor_host_ptr(b);
     float *py = kvs_tensor_host_ptr(y);
     int nt = kvs_cpu_nt(dev, (double)n);
+    (void)nt; /* unused without OpenMP */
     const int64_t chunk = 16384;
     int64_t nchunks = (n + chunk - 1) / chunk;
     KVS_OMP(parallel for num_threads(nt) schedule(static))
@@ -494,6 +512,7 @@ kvs_status kvs_cpu_copy(kvs_device *dev, const kvs_tensor *src, kvs_tensor *dst,
     const void *s = kvs_tensor_host_ptr(src);
     void *d = kvs_tensor_host_ptr(dst);
     int nt = kvs_cpu_nt(dev, (double)n);
+    (void)nt; /* unused without OpenMP */
     const int64_t chunk = 16384;
     int64_t nchunks = (n + chunk - 1) / chunk;
     KVS_OMP(parallel for num_threads(nt) schedule(static))
@@ -506,8 +525,13 @@ kvs_status kvs_cpu_copy(kvs_device *dev, const kvs_tensor *src, kvs_tensor *dst,
 
 KVS_CLONES
 static void rmsnorm_row(const float *x, const float *w, float *y, int64_t dim, float eps) {
+    double acc[8] = {0}; /* 8 f64 lanes: a single accumulator would not vectorise */
+    int64_t c0 = 0;
+    for (; c0 + 8 <= dim; c0 += 8)
+        for (int l = 0; l < 8; l++) acc[l] += (double)x[c0 + l] * (double)x[c0 + l];
     double ss = 0.0;
-    for (int64_t c = 0; c < dim; c++) ss += (double)x[c] * (double)x[c];
+    for (; c0 < dim; c0++) ss += (double)x[c0] * (double)x[c0];
+    for (int l = 0; l < 8; l++) ss += acc[l];
     float inv = (float)(1.0 / sqrt(ss / (double)dim + (double)eps));
     for (int64_t c = 0; c < dim; c++) y[c] = (x[c] * inv) * w[c];
 }
@@ -517,6 +541,7 @@ kvs_status kvs_cpu_rmsnorm(kvs_device *dev, const kvs_tensor *x, const kvs_tenso
     const float *px = kvs_tensor_host_ptr(x), *pw = kvs_tensor_host_ptr(w);
     float *py = kvs_tensor_host_ptr(y);
     int nt = kvs_cpu_nt(dev, (double)rows * (double)dim);
+    (void)nt; /* unused without OpenMP */
     KVS_OMP(parallel for num_threads(nt) schedule(static))
     for (int64_t r = 0; r < rows; r++) rmsnorm_row(px + r * dim, pw, py + r * dim, dim, eps);
     return KVS_OK;
@@ -524,7 +549,7 @@ kvs_status kvs_cpu_rmsnorm(kvs_device *dev, const kvs_tensor *x, const kvs_tenso
 
 KVS_CLONES
 static void swiglu_chunk(const float *g, const float *u, float *o, int64_t n) {
-    for (int64_t i = 0; i < n; i++) o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    for (int64_t i = 0; i < n; i++) o[i] = g[i] / (1.0f + kvs_expf(-g[i])) * u[i];
 }
 
 kvs_status kvs_cpu_swiglu(kvs_device *dev, const kvs_tensor *gate, const kvs_tensor *up, kvs_tensor *out,
@@ -532,6 +557,7 @@ kvs_status kvs_cpu_swiglu(kvs_device *dev, const kvs_tensor *gate, const kvs_ten
     const float *g = kvs_tensor_host_ptr(gate), *u = kvs_tensor_host_ptr(up);
     float *o = kvs_tensor_host_ptr(out);
     int nt = kvs_cpu_nt(dev, (double)n * 8.0);
+    (void)nt; /* unused without OpenMP */
     const int64_t chunk = 8192;
     int64_t nchunks = (n + chunk - 1) / chunk;
     KVS_OMP(parallel for num_threads(nt) schedule(static))
@@ -542,24 +568,42 @@ kvs_status kvs_cpu_swiglu(kvs_device *dev, const kvs_tensor *gate, const kvs_ten
     return KVS_OK;
 }
 
+KVS_CLONES
 static void softmax_row(const float *x, float *y, int64_t n, float s) {
+    float mx[16];
+    for (int l = 0; l < 16; l++) mx[l] = -INFINITY;
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16)
+        for (int l = 0; l < 16; l++) {
+            float v = s * x[j + l];
+            mx[l] = v > mx[l] ? v : mx[l];
+        }
     float m = -INFINITY;
-    for (int64_t j = 0; j < n; j++) {
+    for (; j < n; j++) {
         float v = s * x[j];
         m = v > m ? v : m;
     }
+    for (int l = 0; l < 16; l++) m = mx[l] > m ? mx[l] : m;
     if (m == -INFINITY) { /* all -inf (or empty): weight 0 everywhere */
-        for (int64_t j = 0; j < n; j++) y[j] = 0.0f;
+        for (j = 0; j < n; j++) y[j] = 0.0f;
         return;
     }
+    float acc[16] = {0};
+    for (j = 0; j + 16 <= n; j += 16)
+        for (int l = 0; l < 16; l++) {
+            float e = kvs_expf(s * x[j + l] - m);
+            y[j + l] = e;
+            acc[l] += e;
+        }
     double sum = 0.0;
-    for (int64_t j = 0; j < n; j++) {
-        float e = expf(s * x[j] - m);
+    for (; j < n; j++) {
+        float e = kvs_expf(s * x[j] - m);
         y[j] = e;
         sum += e;
     }
+    for (int l = 0; l < 16; l++) sum += acc[l];
     float inv = (float)(1.0 / sum);
-    for (int64_t j = 0; j < n; j++) y[j] *= inv;
+    for (j = 0; j < n; j++) y[j] *= inv;
 }
 
 kvs_status kvs_cpu_softmax(kvs_device *dev, const kvs_tensor *x, kvs_tensor *y, int64_t rows, int64_t n,
@@ -567,6 +611,7 @@ kvs_status kvs_cpu_softmax(kvs_device *dev, const kvs_tensor *x, kvs_tensor *y, 
     const float *px = kvs_tensor_host_ptr(x);
     float *py = kvs_tensor_host_ptr(y);
     int nt = kvs_cpu_nt(dev, (double)rows * (double)n * 8.0);
+    (void)nt; /* unused without OpenMP */
     KVS_OMP(parallel for num_threads(nt) schedule(static))
     for (int64_t r = 0; r < rows; r++) softmax_row(px + r * n, py + r * n, n, scale);
     return KVS_OK;
@@ -577,6 +622,7 @@ kvs_status kvs_cpu_embedding(kvs_device *dev, const kvs_tensor *table, const int
     const void *t = kvs_tensor_host_ptr(table);
     float *o = kvs_tensor_host_ptr(out);
     int nt = kvs_cpu_nt(dev, (double)n * (double)dim);
+    (void)nt; /* unused without OpenMP */
     KVS_OMP(parallel for num_threads(nt) schedule(static))
     for (int64_t i = 0; i < n; i++) row_to_f32(t, table->dtype, ids[i], dim, o + i * dim);
     return KVS_OK;
@@ -618,6 +664,7 @@ kvs_status kvs_cpu_rope(kvs_device *dev, const kvs_rope_args *a) {
     /* per-thread: inv_freq (f64) shared, then cos, sin, f32 staging of one vector */
     double *inv_freq = malloc((size_t)half * sizeof(double));
     int nt = kvs_cpu_nt(dev, (double)a->n_vec * (double)hd * 4.0);
+    (void)nt; /* unused without OpenMP */
     size_t per = (size_t)(2 * half + hd);
     float *work = malloc((size_t)nt * per * sizeof(float));
     if (!inv_freq || !work) {

@@ -33,6 +33,7 @@ kvs_status kvs_cpu_gather(kvs_device *dev, const kvs_rows_args *a) {
     char *dst = kvs_tensor_host_ptr(a->dst);
     const int64_t rb = a->row_bytes, n = a->n, total = a->groups * n;
     int nt = kvs_cpu_nt(dev, (double)total * (double)rb / 4.0);
+    (void)nt; /* unused without OpenMP */
     KVS_OMP(parallel for num_threads(nt) schedule(static))
     for (int64_t t = 0; t < total; t++) {
         int64_t g = t / n, i = t % n;
@@ -51,6 +52,7 @@ kvs_status kvs_cpu_scatter(kvs_device *dev, const kvs_rows_args *a) {
     /* Within a group rows are written in order i = 0..n-1, so a duplicate's highest i wins;
      * groups write disjoint memory and run in parallel. */
     int nt = kvs_cpu_nt(dev, (double)G * (double)n * (double)rb / 4.0);
+    (void)nt; /* unused without OpenMP */
     if (nt > G) nt = (int)G;
     if (a->src_token_major) {
         /* [n][G][row]: each thread takes a range of groups and walks the tokens in order, so it
@@ -94,6 +96,7 @@ kvs_status kvs_cpu_compact(kvs_device *dev, const kvs_rows_args *a) {
                 break;
             }
     int nt = kvs_cpu_nt(dev, (double)G * (double)n * (double)rb / 4.0);
+    (void)nt; /* unused without OpenMP */
     if (increasing) {
         if (nt > G) nt = (int)G;
         KVS_OMP(parallel for num_threads(nt) schedule(static))

@@ -20,11 +20,8 @@
 
 #include "cpu_kernels.h"
 
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(KVS_NO_CLONES)
+#if KVS_CPU_HAVE_AVX512
 #include <immintrin.h>
-#define TOPK_HAVE_AVX512 1
-#else
-#define TOPK_HAVE_AVX512 0
 #endif
 
 static inline uint32_t topk_key(float v) {
@@ -50,7 +47,7 @@ static int64_t topk_collect_generic(const float *x, int64_t n, int64_t base, uin
     return m;
 }
 
-#if TOPK_HAVE_AVX512
+#if KVS_CPU_HAVE_AVX512
 __attribute__((target("avx512f")))
 static int64_t topk_collect_avx512(const float *x, int64_t n, int64_t base, uint32_t t0, uint32_t *ck,
                                    int32_t *ci) {
@@ -80,22 +77,9 @@ static int64_t topk_collect_avx512(const float *x, int64_t n, int64_t base, uint
 }
 #endif
 
-static int topk_use_avx512(void) {
-#if TOPK_HAVE_AVX512
-    static int cached = -1;
-    if (cached < 0) {
-        __builtin_cpu_init();
-        cached = __builtin_cpu_supports("avx512f") ? 1 : 0;
-    }
-    return cached;
-#else
-    return 0;
-#endif
-}
-
 static int64_t topk_collect(const float *x, int64_t n, int64_t base, uint32_t t0, uint32_t *ck, int32_t *ci) {
-#if TOPK_HAVE_AVX512
-    if (topk_use_avx512()) return topk_collect_avx512(x, n, base, t0, ck, ci);
+#if KVS_CPU_HAVE_AVX512
+    if (kvs_cpu_avx512()) return topk_collect_avx512(x, n, base, t0, ck, ci);
 #endif
     return topk_collect_generic(x, n, base, t0, ck, ci);
 }
@@ -282,6 +266,7 @@ kvs_status kvs_cpu_topk(kvs_device *dev, const kvs_topk_args *a) {
     const int32_t *row_len = kvs_i32(a->p.row_len);
     const int64_t n = a->n, k = a->k;
     int nt = kvs_cpu_nt(dev, (double)a->rows * (double)n * 4.0);
+    (void)nt; /* unused without OpenMP */
     if (nt > a->rows) nt = (int)a->rows;
     size_t per = topk_work_words(n);
     uint32_t *scr = malloc((size_t)nt * per * sizeof(uint32_t));
@@ -317,6 +302,7 @@ kvs_status kvs_cpu_topk_global(kvs_device *dev, const kvs_topk_args *a) {
     float *ov = a->val ? kvs_tensor_host_ptr(a->val) : NULL;
     const int64_t n = a->n, k = a->k;
     int nt = kvs_cpu_nt(dev, (double)n * 4.0);
+    (void)nt; /* unused without OpenMP */
     if (n < 65536) nt = 1;
     if (nt > 512) nt = 512;
     uint32_t sample[8192];

@@ -137,6 +137,7 @@ kvs_status kvs_cpu_dwt(kvs_device *dev, const kvs_dwt_args *a) {
     dwt_offsets(a->n, a->levels, len, doff);
     const int64_t n = a->n, nc = a->ncoef;
     int nt = kvs_cpu_nt(dev, (double)a->rows * (double)n * (double)f.T);
+    (void)nt; /* unused without OpenMP */
     const size_t per = (size_t)(3 * (n / 2 + 1 + DWT_MAX_TAPS) + 16);
     float *scr = malloc((size_t)nt * per * sizeof(float));
     if (!scr) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_dwt (cpu): cannot allocate scratch");
@@ -168,6 +169,7 @@ kvs_status kvs_cpu_idwt(kvs_device *dev, const kvs_dwt_args *a) {
     dwt_offsets(a->n, a->levels, len, doff);
     const int64_t n = a->n, nc = a->ncoef;
     int nt = kvs_cpu_nt(dev, (double)a->rows * (double)n * (double)f.T);
+    (void)nt; /* unused without OpenMP */
     const int64_t h = n / 2 + 1 + DWT_MAX_TAPS;
     const size_t per = (size_t)(2 * (n + 2) + 4 * h + 16);
     float *scr = malloc((size_t)nt * per * sizeof(float));

@@ -132,4 +132,10 @@ static void attn_tests(void) {
     t_attn((attn_case){.n_q = 33, .nh = 8, .nkvh = 2, .d = 32, .cap = 130, .causal = 1, .use_kvlen = 1, .stats = 1,
                        .kvdt = KVS_F16});
     t_attn((attn_case){.n_q = 3, .nh = 6, .nkvh = 3, .d = 13, .cap = 7, .use_rowlen = 1, .stats = 2, .kvdt = KVS_F32});
+    /* decode shapes: split-K path */
+    t_attn((attn_case){.n_q = 1, .nh = 8, .nkvh = 2, .d = 64, .cap = 1000, .causal = 1, .use_kvlen = 1, .use_mask = 1,
+                       .stats = 1, .kvdt = KVS_F32});
+    t_attn((attn_case){.n_q = 2, .nh = 4, .nkvh = 4, .d = 128, .cap = 3000, .n_kv = 2900, .causal = 1, .use_qpos = 1,
+                       .use_kpos = 1, .use_rowlen = 1, .stats = 2, .unnorm = 1, .acc = 1, .kvdt = KVS_F16});
+    t_attn((attn_case){.n_q = 1, .nh = 2, .nkvh = 1, .d = 8, .cap = 4096, .kvdt = KVS_F32});
 }

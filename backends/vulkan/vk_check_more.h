@@ -72,7 +72,23 @@ static void t_rope_shift(kvs_dtype dt, int64_t kvh, int64_t cap, int64_t hd, int
 #include "vk_check_rows.h"
 #include "vk_check_topk.h"
 
+/* A tensor beyond maxStorageBufferRange: ops must refuse it with KVS_ERR_UNSUPPORTED naming the
+ * limit (uploads and downloads still work). */
+static void t_big(void) {
+    const kvs_caps *c = kvs_device_caps(dev);
+    int64_t n = c->max_binding_bytes / 4 + 1024;
+    if ((double)n * 4 > 1.0e9) return;
+    kvs_tensor *a = mk(KVS_F32, n, 0, 0), *b = mk(KVS_F32, n, 0, 0);
+    kvs_status s = kvs_add(dev, a, a, b);
+    cases++;
+    int ok = s == KVS_ERR_UNSUPPORTED && strstr(kvs_last_error(), "maxStorageBufferRange");
+    if (!ok) failures++;
+    printf("  %s add beyond maxStorageBufferRange -> %s: %s\n", ok ? "ok  " : "FAIL", kvs_status_name(s), kvs_last_error());
+    kvs_tensor_destroy(&a), kvs_tensor_destroy(&b);
+}
+
 static void more_tests(void) {
+    if (want("big")) t_big();
     if (want("rope")) {
         t_rope(1, 1, 2, 0, 0, 10);
         t_rope(13, 3, 64, 0, 0, 100000);

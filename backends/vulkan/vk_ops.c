@@ -145,14 +145,15 @@ kvs_status kvs_vk_matmul(kvs_device *dev, const kvs_matmul_args *a) {
         return kvs_vk_dispatch(v, "matmul", spec, 2, args, 3, &pc, sizeof pc,
                                (uint64_t)pc.groups_m * ceil_div((uint64_t)a->n, 64), op);
     }
-    /* GEMV path, 8 rows of x per dispatch */
-    uint32_t spec[2] = {wg_size(dev, 128), (uint32_t)a->W->dtype};
+    /* GEMV path, up to 8 rows of x per dispatch (NV = rows, a specialization constant) */
+    uint32_t spec[3] = {wg_size(dev, a->k >= 128 ? 128 : 64), (uint32_t)a->W->dtype, 8};
     uint32_t ox = pc.ox, oy = pc.oy;
     for (int64_t i0 = 0; i0 < a->n; i0 += 8) {
         pc.n = (uint32_t)(a->n - i0 < 8 ? a->n - i0 : 8);
         pc.ox = ox + (uint32_t)(i0 * a->k);
         pc.oy = oy + (uint32_t)(i0 * a->m);
-        KVS_TRY(kvs_vk_dispatch(v, "matmul_vec", spec, 2, args, 3, &pc, sizeof pc, (uint64_t)a->m, op));
+        spec[2] = pc.n;
+        KVS_TRY(kvs_vk_dispatch(v, "matmul_vec", spec, 3, args, 3, &pc, sizeof pc, (uint64_t)a->m, op));
     }
     return KVS_OK;
 }
@@ -254,8 +255,24 @@ kvs_status kvs_vk_attention(kvs_device *dev, const kvs_attention_args *a) {
         return kvs_error(KVS_ERR_UNSUPPORTED, "%s: head_dim %u needs more shared memory than the device's %lld bytes", op,
                          D, (long long)dev->caps.shared_mem_bytes);
     int need_stats = pp->key_mass || pp->probs;
-    VkDeviceSize mbytes = (VkDeviceSize)a->n_q * (VkDeviceSize)a->n_heads * 4;
-    KVS_TRY(kvs_vk_reserve(v, 2 * mbytes, 0));
+    const uint64_t nrows = (uint64_t)a->n_q * (uint64_t)a->n_heads;
+    const uint64_t blocks = ceil_div((uint64_t)a->n_q * G, R), base = blocks * (uint64_t)a->n_kv_heads;
+    /* split-K for few query rows (decode): aim at >= 128 workgroups, >= 4 key tiles per split */
+    uint64_t nsplit = 1, split_len = (uint64_t)a->n_kv;
+    if (base < 64) {
+        nsplit = ceil_div(128, base);
+        uint64_t maxs = ceil_div((uint64_t)a->n_kv, 4 * (uint64_t)TK);
+        if (nsplit > maxs) nsplit = maxs;
+        if (nsplit > 64) nsplit = 64;
+        if (nsplit > 1) {
+            split_len = ceil_div(ceil_div((uint64_t)a->n_kv, nsplit), TK) * TK;
+            nsplit = ceil_div((uint64_t)a->n_kv, split_len);
+        }
+        if (nsplit <= 1) nsplit = 1, split_len = (uint64_t)a->n_kv;
+    }
+    VkDeviceSize mbytes = nrows * 4;
+    VkDeviceSize pbytes = nsplit > 1 ? nsplit * nrows * 4 : 0, obytes = nsplit > 1 ? nsplit * nrows * D * 4 : 0;
+    KVS_TRY(kvs_vk_reserve(v, 2 * mbytes + 3 * pbytes + obytes, 0));
     uint32_t flags = (pp->q_pos ? AF_QPOS : 0) | (pp->k_pos ? AF_KPOS : 0) | (pp->kv_len ? AF_KVLEN : 0) |
                      (pp->row_len ? AF_ROWLEN : 0) | (pp->mask ? AF_MASK : 0) | (pp->argmax ? AF_ARGMAX : 0) |
                      (pp->unnormalised ? AF_UNNORM : 0) | (pp->causal ? AF_CAUSAL : 0);
@@ -263,6 +280,7 @@ kvs_status kvs_vk_attention(kvs_device *dev, const kvs_attention_args *a) {
         uint32_t oq, ok, ov, oo, oqp, okp, okl, orl, om, oam, orm, ors;
         uint32_t n_q, n_heads, G, cap, n_kv, flags, n_kvh;
         float scale;
+        uint32_t nsplit, split_len;
     } pc;
     memset(&pc, 0, sizeof pc);
     kvs_vk_arg args[12];
@@ -276,7 +294,7 @@ kvs_status kvs_vk_attention(kvs_device *dev, const kvs_attention_args *a) {
     KVS_TRY(bind_opt(v, pp->row_len, 0, &args[7], &pc.orl, op));
     KVS_TRY(bind_opt(v, pp->mask, 0, &args[8], &pc.om, op));
     KVS_TRY(bind_opt(v, pp->argmax, 1, &args[9], &pc.oam, op));
-    /* row_max / row_sum: the caller's tensors, else scratch (attn.comp always writes them) */
+    /* row_max / row_sum: the caller's tensors, else scratch (always written; the stats pass reads) */
     const kvs_tensor *rm_t[2] = {pp->row_max, pp->row_sum};
     uint32_t *rm_off[2] = {&pc.orm, &pc.ors};
     for (int i = 0; i < 2; i++) {
@@ -297,10 +315,42 @@ kvs_status kvs_vk_attention(kvs_device *dev, const kvs_attention_args *a) {
     pc.flags = flags;
     pc.n_kvh = (uint32_t)a->n_kv_heads;
     pc.scale = pp->scale;
+    pc.nsplit = (uint32_t)nsplit;
+    pc.split_len = (uint32_t)split_len;
     uint32_t kvdt = a->k->dtype == KVS_F16 ? 1u : 0u;
     uint32_t spec[5] = {wg_size(dev, 128), kvdt, D, R, TK};
-    uint64_t blocks = ceil_div((uint64_t)a->n_q * G, R);
-    KVS_TRY(kvs_vk_dispatch(v, "attn", spec, 5, args, 12, &pc, sizeof pc, blocks * (uint64_t)a->n_kv_heads, op));
+    if (nsplit == 1) {
+        KVS_TRY(kvs_vk_dispatch(v, "attn", spec, 5, args, 12, &pc, sizeof pc, base, op));
+    } else {
+        /* partials: O [nsplit][n_q*n_heads][D], m, l, argmax [nsplit][n_q*n_heads] */
+        kvs_vk_arg fin[4] = {args[3], args[9], args[10], args[11]};
+        uint32_t fin_off[4] = {pc.oo, pc.oam, pc.orm, pc.ors};
+        kvs_vk_arg part[4];
+        uint32_t poff[4];
+        VkDeviceSize psz[4] = {obytes, pbytes, pbytes, pbytes};
+        for (int i = 0; i < 4; i++) {
+            kvs_vk_alloc *sa;
+            VkDeviceSize so;
+            KVS_TRY(kvs_vk_scratch(v, psz[i], &sa, &so));
+            KVS_TRY(kvs_vk_bind_alloc(v, sa, so, psz[i], 1, 4, &part[i], &poff[i], op));
+        }
+        args[3] = part[0], pc.oo = poff[0];
+        args[9] = part[3], pc.oam = poff[3];
+        args[10] = part[1], pc.orm = poff[1];
+        args[11] = part[2], pc.ors = poff[2];
+        pc.flags = flags | AF_ARGMAX | AF_UNNORM;
+        KVS_TRY(kvs_vk_dispatch(v, "attn", spec, 5, args, 12, &pc, sizeof pc, base * nsplit, op));
+        struct { uint32_t rows, D, nsplit, oop, omp, olp, oap, oo, oam, orm, ors, flags; } cpc = {
+            (uint32_t)nrows, D, (uint32_t)nsplit, poff[0], poff[1], poff[2], poff[3], fin_off[0], fin_off[1], fin_off[2],
+            fin_off[3], flags};
+        kvs_vk_arg cargs[8] = {part[0], part[1], part[2], part[3], fin[0], fin[1], fin[2], fin[3]};
+        for (int i = 0; i < 4; i++) cargs[i].write = 0;
+        uint32_t cwg = wg_size(dev, WG_ELEM);
+        KVS_TRY(kvs_vk_dispatch(v, "attn_combine", &cwg, 1, cargs, 8, &cpc, sizeof cpc, ceil_div(nrows * D, cwg), op));
+        /* the stats pass reads the final row_max / row_sum */
+        args[10] = fin[2], pc.orm = fin_off[2];
+        args[11] = fin[3], pc.ors = fin_off[3];
+    }
     if (!need_stats) return KVS_OK;
 
     struct {

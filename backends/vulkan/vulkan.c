@@ -840,7 +840,12 @@ static kvs_status vk_setup(kvs_device *dev, kvs_vk *v, const kvs_device_params *
     vkDestroyBuffer(v->device, probe, NULL);
     const VkMemoryPropertyFlags HV = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
     v->mt_device = -1;
-    if (unified) v->mt_device = vk_find_type(v, req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT | HV, 0);
+    /* KVS_VULKAN_FORCE_STAGING=1 (a testing aid) takes the discrete-GPU path on unified devices too:
+     * tensors unmapped, every transfer through the staging arena. */
+    const char *fs = getenv("KVS_VULKAN_FORCE_STAGING");
+    int force_staging = fs && fs[0] == '1';
+    if (unified && !force_staging)
+        v->mt_device = vk_find_type(v, req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT | HV, 0);
     v->device_mapped = v->mt_device >= 0;
     if (v->mt_device < 0) v->mt_device = vk_find_type(v, req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0);
     if (v->mt_device < 0) v->mt_device = vk_find_type(v, req.memoryTypeBits, 0, 0);

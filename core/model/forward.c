@@ -104,6 +104,7 @@ typedef struct fwd_ctx {
     int32_t *all_rows;      /* [n_tokens] identity */
     int32_t *tmp;           /* [max(n_tokens, H*n)] scratch */
     int64_t n_tok;
+    const kvs_layer_plan *lp; /* the current layer's plan (NULL: all rows, no statistics) */
 } fwd_ctx;
 
 /* Writes this layer's new K/V (ws.k/ws.v rows [0, n), token-major) into the cache. */
@@ -152,6 +153,79 @@ static kvs_status write_cache(fwd_ctx *f, int l, const int32_t *rows, int64_t n)
     return kvs_cache_sync_layer(c, l);
 }
 
+/* Sparse keep-set attention (kvs_layer_plan.keep): gathers, for every kv head h, the cache rows
+ * keep[h][0..n_keep[h]) into the workspace K/V (padded to the longest set with the head's last kept
+ * row, hidden from the queries by the per-head kv_len) and uploads their positions and lengths.
+ * On success *kmax is the longest set. */
+static kvs_status gather_keep(fwd_ctx *f, int l, const kvs_layer_plan *lp, int64_t *kmax, kvs_tensor **ks,
+                              kvs_tensor **vs, kvs_tensor **kpos, kvs_tensor **klen) {
+    kvs_model *m = f->m;
+    kvs_kv_cache *c = f->c;
+    kvs_workspace *ws = &m->ws;
+    const kvs_cache_params *cp = kvs_cache_get_params(c);
+    int H = cp->n_kv_heads;
+    int64_t S = lp->keep_stride, km = 0;
+    if (!lp->n_keep || S < 1 || S > cp->capacity)
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_model_forward: layer %d keep-set needs n_keep and 1 <= keep_stride <= capacity %lld",
+                         l, (long long)cp->capacity);
+    for (int h = 0; h < H; h++) {
+        int64_t nk = lp->n_keep[h], len = kvs_cache_len(c, l, h);
+        if (nk < 1 || nk > S)
+            return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_model_forward: layer %d head %d keeps %lld rows (want 1..%lld)", l, h,
+                             (long long)nk, (long long)S);
+        const int32_t *kr = lp->keep + (int64_t)h * S;
+        if (!rows_valid(kr, nk, len))
+            return kvs_error(KVS_ERR_INVALID_ARGUMENT,
+                             "kvs_model_forward: layer %d head %d keep-set must be strictly increasing cache rows < %lld", l, h,
+                             (long long)len);
+        if (nk > km) km = nk;
+    }
+    int32_t *idx = malloc((size_t)H * (size_t)km * 2 * sizeof *idx);
+    if (!idx) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_model_forward: out of host memory");
+    int32_t *pos = idx + (int64_t)H * km;
+    int32_t lens[64], *lenp = H <= 64 ? lens : malloc((size_t)H * sizeof *lenp);
+    if (!lenp) {
+        free(idx);
+        return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_model_forward: out of host memory");
+    }
+    for (int h = 0; h < H; h++) {
+        const int32_t *kr = lp->keep + (int64_t)h * S;
+        const int32_t *hp_pos = kvs_cache_positions(c, l, h);
+        int64_t nk = lp->n_keep[h];
+        for (int64_t i = 0; i < km; i++) {
+            int32_t r = kr[i < nk ? i : nk - 1];
+            idx[h * km + i] = r;
+            pos[h * km + i] = hp_pos[r];
+        }
+        lenp[h] = (int32_t)nk;
+    }
+    kvs_status s = KVS_OK;
+    kvs_dtype dt = cp->dtype;
+    if (!ws->ks || kvs_tensor_dtype(ws->ks) != dt || kvs_tensor_ne(ws->ks, 1) < ws->kv_cap) {
+        s = grow_tensor(&ws->ks, m->dev, dt, cp->head_dim, ws->kv_cap, H, "ws.ks");
+        if (s == KVS_OK) s = grow_tensor(&ws->vs, m->dev, dt, cp->head_dim, ws->kv_cap, H, "ws.vs");
+        if (s == KVS_OK) s = grow_tensor(&ws->ks_pos, m->dev, KVS_I32, ws->kv_cap, H, 0, "ws.ks_pos");
+        if (s == KVS_OK) s = grow_tensor(&ws->keep_idx, m->dev, KVS_I32, ws->kv_cap, H, 0, "ws.keep_idx");
+    }
+    if (s == KVS_OK && !ws->ks_len) s = grow_tensor(&ws->ks_len, m->dev, KVS_I32, H, 0, 0, "ws.ks_len");
+    kvs_tensor *iv = NULL;
+    if (s == KVS_OK) s = view3(&iv, ws->keep_idx, 0, km, H, 1);
+    if (s == KVS_OK) s = kvs_tensor_upload(iv, idx, 0, (size_t)H * km * 4);
+    if (s == KVS_OK) s = view3(ks, ws->ks, 0, cp->head_dim, km, H);
+    if (s == KVS_OK) s = view3(vs, ws->vs, 0, cp->head_dim, km, H);
+    if (s == KVS_OK) s = kvs_gather(m->dev, kvs_cache_k(c, l), iv, *ks);
+    if (s == KVS_OK) s = kvs_gather(m->dev, kvs_cache_v(c, l), iv, *vs);
+    if (s == KVS_OK) s = view3(kpos, ws->ks_pos, 0, km, H, 1);
+    if (s == KVS_OK) s = kvs_tensor_upload(*kpos, pos, 0, (size_t)H * km * 4);
+    if (s == KVS_OK) s = view3(klen, ws->ks_len, 0, H, 1, 1);
+    if (s == KVS_OK) s = kvs_tensor_upload(*klen, lenp, 0, (size_t)H * 4);
+    kvs_tensor_destroy(&iv);
+    if (lenp != lens) free(lenp);
+    free(idx);
+    *kmax = km;
+    return s;
+}
+
 static kvs_status layer_attention(fwd_ctx *f, int l, const kvs_layer_plan *lp, int64_t n, kvs_layer_stats *st) {
     kvs_model *m = f->m;
     kvs_kv_cache *c = f->c;
@@ -162,86 +236,115 @@ static kvs_status layer_attention(fwd_ctx *f, int l, const kvs_layer_plan *lp, i
     int64_t n_probe = lp ? lp->n_probe : 0;
     KVS_TRY(ws_kv(m, cap, n_probe));
     kvs_workspace *ws = &m->ws;
+    int sparse = lp && lp->keep;
 
     kvs_attention_params ap = kvs_attention_params_default();
-    ap.n_kv = n_kv;
     ap.causal = hp->arch == KVS_ARCH_LLAMA;
     kvs_tensor *qpos = NULL, *q = NULL, *out = NULL, *srows = NULL, *prow = NULL, *amax = NULL;
+    kvs_tensor *ks = NULL, *vs = NULL, *kpos = NULL, *klen = NULL, *kmv = NULL, *pv = NULL;
+    /* keys the attention sees: the cache rows [0, n_kv) (dense) or the gathered keep-set (sparse,
+     * akv = the longest set); statistics come back in that key space and are mapped to cache rows */
+    int64_t akv = n_kv;
     kvs_status s = view3(&qpos, ws->pos, 0, n, 1, 1);
     if (s == KVS_OK) s = view3(&q, ws->q, 0, hp->head_dim, hp->n_heads, n);
     if (s == KVS_OK) s = view3(&out, ws->att, 0, hp->head_dim, hp->n_heads, n);
+    const kvs_tensor *kk = kvs_cache_k(c, l), *vv = kvs_cache_v(c, l);
+    int64_t kcap = cap;
+    if (s == KVS_OK && sparse) {
+        s = gather_keep(f, l, lp, &akv, &ks, &vs, &kpos, &klen);
+        kk = ks;
+        vv = vs;
+        kcap = akv;
+        ap.k_pos = kpos;
+        ap.kv_len = klen;
+    } else {
+        ap.k_pos = kvs_cache_pos_tensor(c, l);
+        ap.kv_len = kvs_cache_len_tensor(c, l);
+    }
+    ap.n_kv = akv;
     ap.q_pos = qpos;
-    ap.k_pos = kvs_cache_pos_tensor(c, l);
-    ap.kv_len = kvs_cache_len_tensor(c, l);
 
     int want_mass = lp && (lp->stat_all_rows || lp->n_stat_rows > 0);
     if (s == KVS_OK && want_mass) {
-        ap.key_mass = ws->key_mass;
-        if (!lp->stat_all_rows) {
+        /* key_mass covers [H][kcap]; keys beyond a head's length are untouched: zero first. */
+        s = view3(&kmv, ws->key_mass, 0, kcap, H, 1);
+        if (s == KVS_OK) s = kvs_tensor_fill(kmv, 0.0);
+        ap.key_mass = kmv;
+        if (s == KVS_OK && !lp->stat_all_rows) {
             s = view3(&srows, ws->stat_rows, 0, lp->n_stat_rows, 1, 1);
             if (s == KVS_OK) s = kvs_tensor_upload(srows, lp->stat_rows, 0, (size_t)lp->n_stat_rows * 4);
             ap.stat_rows = srows;
         }
-        /* key_mass covers [H][capacity]; rows beyond a head's length are untouched: zero first. */
-        if (s == KVS_OK) s = kvs_tensor_fill(ws->key_mass, 0.0);
     }
     if (s == KVS_OK && n_probe > 0) {
-        kvs_tensor *pv = NULL;
         s = view3(&prow, ws->probe_rows, 0, n_probe, 1, 1);
         if (s == KVS_OK) s = kvs_tensor_upload(prow, lp->probe_rows, 0, (size_t)n_probe * 4);
-        if (s == KVS_OK) s = view3(&pv, ws->probs, 0, cap, hp->n_heads, n_probe);
+        if (s == KVS_OK) s = view3(&pv, ws->probs, 0, kcap, hp->n_heads, n_probe);
         ap.probe_rows = prow;
         ap.probs = pv;
-        /* keep pv alive until after the op via amax slot trick below */
-        if (s == KVS_OK) {
-            if (lp->want_argmax) s = view3(&amax, ws->argmax, 0, hp->n_heads, n, 1);
-            ap.argmax = amax;
-            if (s == KVS_OK) s = kvs_attention(m->dev, q, kvs_cache_k(c, l), kvs_cache_v(c, l), out, &ap);
-        }
-        kvs_tensor_destroy(&pv);
-    } else if (s == KVS_OK) {
-        if (lp && lp->want_argmax) s = view3(&amax, ws->argmax, 0, hp->n_heads, n, 1);
-        ap.argmax = amax;
-        if (s == KVS_OK) s = kvs_attention(m->dev, q, kvs_cache_k(c, l), kvs_cache_v(c, l), out, &ap);
     }
+    if (s == KVS_OK && lp && lp->want_argmax) {
+        s = view3(&amax, ws->argmax, 0, hp->n_heads, n, 1);
+        ap.argmax = amax;
+    }
+    if (s == KVS_OK) s = kvs_attention(m->dev, q, kk, vv, out, &ap);
 
-    /* statistics to host */
+    /* statistics to host, as [.][n_kv] over cache rows */
     st->n_kv = n_kv;
     st->key_mass = NULL;
     st->probs = NULL;
     st->argmax = NULL;
+    int G = hp->n_heads / H;
     if (s == KVS_OK && want_mass) {
-        s = host_grow((void **)&m->key_mass_host[l], &m->key_mass_cap[l], (int64_t)H * cap, sizeof(float));
-        if (s == KVS_OK) s = kvs_tensor_download(ws->key_mass, m->key_mass_host[l], 0, (size_t)H * cap * 4);
-        if (s == KVS_OK) {
+        int64_t need = (int64_t)H * (kcap > n_kv ? kcap : n_kv) * (sparse ? 2 : 1);
+        s = host_grow((void **)&m->key_mass_host[l], &m->key_mass_cap[l], need, sizeof(float));
+        float *km = m->key_mass_host[l];
+        float *raw = sparse ? km + (int64_t)H * n_kv : km;
+        if (s == KVS_OK) s = kvs_tensor_download(kmv, raw, 0, (size_t)H * kcap * 4);
+        if (s == KVS_OK && sparse) {
+            memset(km, 0, (size_t)H * n_kv * sizeof *km);
+            for (int h = 0; h < H; h++)
+                for (int64_t i = 0; i < lp->n_keep[h]; i++) km[h * n_kv + lp->keep[h * lp->keep_stride + i]] = raw[h * kcap + i];
+        } else if (s == KVS_OK) {
             /* compact [H][cap] -> [H][n_kv] in place */
-            float *km = m->key_mass_host[l];
-            for (int h = 1; h < H; h++) memmove(km + h * n_kv, km + h * cap, (size_t)n_kv * sizeof *km);
-            st->key_mass = km;
+            for (int h = 1; h < H; h++) memmove(km + h * n_kv, km + h * kcap, (size_t)n_kv * sizeof *km);
         }
+        if (s == KVS_OK) st->key_mass = km;
     }
     if (s == KVS_OK && n_probe > 0) {
-        int64_t tot = n_probe * hp->n_heads * cap;
-        s = host_grow((void **)&m->probs_host[l], &m->probs_cap[l], tot, sizeof(float));
-        if (s == KVS_OK) s = kvs_tensor_download(ws->probs, m->probs_host[l], 0, (size_t)tot * 4);
-        if (s == KVS_OK) {
-            float *pr = m->probs_host[l];
-            for (int64_t r = 1; r < n_probe * hp->n_heads; r++) memmove(pr + r * n_kv, pr + r * cap, (size_t)n_kv * 4);
-            st->probs = pr;
+        int64_t rows = n_probe * hp->n_heads;
+        int64_t need = rows * (kcap > n_kv ? kcap : n_kv) + (sparse ? rows * kcap : 0);
+        s = host_grow((void **)&m->probs_host[l], &m->probs_cap[l], need, sizeof(float));
+        float *pr = m->probs_host[l];
+        float *raw = sparse ? pr + rows * n_kv : pr;
+        if (s == KVS_OK) s = kvs_tensor_download(pv, raw, 0, (size_t)(rows * kcap) * 4);
+        if (s == KVS_OK && sparse) {
+            memset(pr, 0, (size_t)(rows * n_kv) * sizeof *pr);
+            for (int64_t r = 0; r < rows; r++) {
+                int h = (int)(r % hp->n_heads) / G;
+                const int32_t *kr = lp->keep + h * lp->keep_stride;
+                for (int64_t i = 0; i < lp->n_keep[h]; i++) pr[r * n_kv + kr[i]] = raw[r * kcap + i];
+            }
+        } else if (s == KVS_OK) {
+            for (int64_t r = 1; r < rows; r++) memmove(pr + r * n_kv, pr + r * kcap, (size_t)n_kv * 4);
         }
+        if (s == KVS_OK) st->probs = pr;
     }
     if (s == KVS_OK && amax) {
         int64_t tot = n * hp->n_heads;
         s = host_grow((void **)&m->argmax_host[l], &m->argmax_cap[l], tot, sizeof(int32_t));
         if (s == KVS_OK) s = kvs_tensor_download(amax, m->argmax_host[l], 0, (size_t)tot * 4);
+        if (s == KVS_OK && sparse) {
+            int32_t *am = m->argmax_host[l];
+            for (int64_t r = 0; r < tot; r++) {
+                int h = (int)(r % hp->n_heads) / G;
+                if (am[r] >= 0 && am[r] < lp->n_keep[h]) am[r] = lp->keep[h * lp->keep_stride + am[r]];
+            }
+        }
         if (s == KVS_OK) st->argmax = m->argmax_host[l];
     }
-    kvs_tensor_destroy(&qpos);
-    kvs_tensor_destroy(&q);
-    kvs_tensor_destroy(&out);
-    kvs_tensor_destroy(&srows);
-    kvs_tensor_destroy(&prow);
-    kvs_tensor_destroy(&amax);
+    kvs_tensor *all[] = {qpos, q, out, srows, prow, amax, ks, vs, kpos, klen, kmv, pv};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) kvs_tensor_destroy(&all[i]);
     return s;
 }
 
@@ -252,7 +355,7 @@ static kvs_status run_layer(fwd_ctx *f, int l, const int32_t *rows, int64_t n, k
     const kvs_layer_tensors *w = &m->layers[l];
     kvs_workspace *ws = &m->ws;
     kvs_device *d = m->dev;
-    const kvs_layer_plan *lp = f->plan->layers ? &f->plan->layers[l] : NULL;
+    const kvs_layer_plan *lp = f->lp;
     int64_t qd = (int64_t)hp->n_heads * hp->head_dim, kd = (int64_t)hp->n_kv_heads * hp->head_dim;
     kvs_tensor *x = NULL, *xn = NULL, *q = NULL, *k = NULL, *v = NULL, *att = NULL, *g = NULL, *u = NULL, *pos = NULL;
     kvs_tensor *q3 = NULL, *k3 = NULL;
@@ -425,8 +528,12 @@ kvs_status kvs_model_forward(kvs_model *m, kvs_kv_cache *c, const kvs_step_plan 
 
     const int32_t *prev = NULL;
     int64_t n_prev = 0;
+    /* a plan hook may replace the plans of the layers after its own (Elastic-Cache drift test) */
+    const kvs_layer_plan *over = NULL;
+    int over_from = 0;
     for (int l = 0; l < hp->n_layers && s == KVS_OK; l++) {
-        const kvs_layer_plan *lp = plan->layers ? &plan->layers[l] : NULL;
+        const kvs_layer_plan *lp = over ? &over[l - over_from] : (plan->layers ? &plan->layers[l] : NULL);
+        f.lp = lp;
         const int32_t *rows;
         int64_t n;
         if (lp && lp->rows) {
@@ -457,8 +564,6 @@ kvs_status kvs_model_forward(kvs_model *m, kvs_kv_cache *c, const kvs_step_plan 
                 if (lp->probe_rows[i] < 0 || lp->probe_rows[i] >= n)
                     s = kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: layer %d probe row %d outside its %lld rows", op, l,
                                   lp->probe_rows[i], (long long)n);
-            if (lp->keep)
-                s = kvs_error(KVS_ERR_UNSUPPORTED, "%s: sparse keep-set attention is not implemented yet", op);
             if (s != KVS_OK) break;
         }
         int changed = l > 0 && !rows_equal(rows, n, prev, n_prev);
@@ -481,6 +586,13 @@ kvs_status kvs_model_forward(kvs_model *m, kvs_kv_cache *c, const kvs_step_plan 
         }
         if (s == KVS_OK) s = run_layer(&f, l, rows, n, &m->stats[l]);
         res->rows_computed += n;
+        if (s == KVS_OK && lp && lp->hook) {
+            const kvs_layer_plan *rest = lp->hook(lp->hook_user, l, &m->stats[l]);
+            if (rest && l + 1 < hp->n_layers) {
+                over = rest;
+                over_from = l + 1;
+            }
+        }
         prev = rows;
         n_prev = n;
     }

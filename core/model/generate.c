@@ -85,7 +85,8 @@ static int32_t sample(float *logits, int64_t n, const kvs_ar_params *p, uint64_t
 }
 
 kvs_ar_params kvs_ar_params_default(void) {
-    kvs_ar_params p = {.max_new = 256, .temperature = 0.0f, .top_p = 1.0f, .seed = 42, .stop_at_bos = 1, .stop_at_eos = 1};
+    kvs_ar_params p = {.max_new = 256, .temperature = 0.0f, .top_p = 1.0f, .seed = 42, .stop_at_bos = 1, .stop_at_eos = 1,
+                       .policy = NULL, .budget = 1.0, .scope = KVS_SCOPE_HEAD, .evict_buffer = 0};
     return p;
 }
 
@@ -94,6 +95,47 @@ static void stats_finish(kvs_gen_stats *st, double t0, int64_t n_gen, const kvs_
     st->tokens_per_s = st->seconds > 0 ? (double)n_gen / st->seconds : 0.0;
     st->compute_fraction = st->rows_baseline > 0 ? (double)st->rows_computed / (double)st->rows_baseline : 1.0;
     st->cache_bytes_allocated = kvs_cache_bytes_allocated(c);
+}
+
+static kvs_status ar_evictor(const kvs_model *m, int64_t n_prompt, const kvs_ar_params *p, kvs_evictor **out) {
+    *out = NULL;
+    if (!p->policy) return KVS_OK;
+    kvs_evict_params ep = kvs_evict_params_default();
+    ep.policy = p->policy;
+    ep.budget = p->budget;
+    ep.scope = p->scope;
+    ep.buffer = p->evict_buffer;
+    return kvs_evictor_create(out, &ep, kvs_model_get_hparams(m), n_prompt + p->max_new);
+}
+
+int64_t kvs_ar_capacity(const kvs_model *m, int64_t n_prompt, const kvs_ar_params *pp) {
+    if (!m || n_prompt < 1) {
+        kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_ar_capacity: NULL model or empty prompt");
+        return -1;
+    }
+    kvs_ar_params p = pp ? *pp : kvs_ar_params_default();
+    if (!p.policy) return n_prompt + p.max_new;
+    kvs_evictor *ev = NULL;
+    if (ar_evictor(m, n_prompt, &p, &ev) != KVS_OK) return -1;
+    int64_t cap = kvs_evictor_capacity(ev, n_prompt);
+    kvs_evictor_destroy(&ev);
+    return cap;
+}
+
+/* One forward of the AR loop, with the evictor's statistics plan and its update (eviction) after. */
+static kvs_status ar_step(kvs_model *m, kvs_kv_cache *cache, kvs_evictor *ev, kvs_layer_plan *lp, kvs_step_plan *plan,
+                          kvs_step_result *r, kvs_gen_stats *st) {
+    if (ev) {
+        int any = 0;
+        KVS_TRY(kvs_evictor_plan(ev, plan->n_tokens, lp, &any));
+        plan->layers = any ? lp : NULL;
+    }
+    KVS_TRY(kvs_model_forward(m, cache, plan, r));
+    /* the peak is reached before eviction: budget + buffer rows */
+    int64_t used = kvs_cache_bytes_used(cache);
+    if (used > st->cache_bytes_peak) st->cache_bytes_peak = used;
+    if (ev) KVS_TRY(kvs_evictor_update(ev, cache, r));
+    return KVS_OK;
 }
 
 kvs_status kvs_generate_ar(kvs_model *m, kvs_kv_cache *cache, const int32_t *prompt, int64_t n_prompt,
@@ -108,24 +150,36 @@ kvs_status kvs_generate_ar(kvs_model *m, kvs_kv_cache *cache, const int32_t *pro
         return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: max_new >= 0, temperature >= 0, top_p in (0, 1] required", op);
     const kvs_cache_params *cp = kvs_cache_get_params(cache);
     if (cp->mode != KVS_CACHE_APPEND) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: needs an APPEND cache", op);
-    if (n_prompt + p.max_new > cp->capacity)
-        return kvs_error(KVS_ERR_OUT_OF_RANGE, "%s: prompt %lld + %lld new tokens exceed the cache capacity %lld", op,
-                         (long long)n_prompt, (long long)p.max_new, (long long)cp->capacity);
-    KVS_TRY(kvs_cache_reset(cache));
+    kvs_evictor *ev = NULL;
+    KVS_TRY(ar_evictor(m, n_prompt, &p, &ev));
+    int64_t need = ev ? kvs_evictor_capacity(ev, n_prompt) : n_prompt + p.max_new;
+    if (need > cp->capacity) {
+        kvs_evictor_destroy(&ev);
+        return kvs_error(KVS_ERR_OUT_OF_RANGE, "%s: prompt %lld + %lld new tokens need %lld cache rows, capacity is %lld", op,
+                         (long long)n_prompt, (long long)p.max_new, (long long)need, (long long)cp->capacity);
+    }
+    kvs_status s = kvs_cache_reset(cache);
+    if (s == KVS_OK && ev) s = kvs_evictor_begin(ev, cache);
+    if (s != KVS_OK) {
+        kvs_evictor_destroy(&ev);
+        return s;
+    }
     kvs_gen_stats st;
     memset(&st, 0, sizeof st);
     const kvs_model_hparams *hp = kvs_model_get_hparams(m);
     int64_t V = hp->vocab;
     float *logits = malloc((size_t)V * sizeof *logits);
     prob_idx *scratch = malloc((size_t)V * sizeof *scratch);
-    if (!logits || !scratch) {
+    kvs_layer_plan *lp = calloc((size_t)hp->n_layers, sizeof *lp);
+    if (!logits || !scratch || !lp) {
         free(logits);
         free(scratch);
+        free(lp);
+        kvs_evictor_destroy(&ev);
         return kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
     }
     uint64_t rng = p.seed ? p.seed : 0x9E3779B97F4A7C15ull;
     double t0 = now_s();
-    kvs_status s = KVS_OK;
     int32_t tok = 0;
     int64_t pos = 0;
     /* prefill: all prompt tokens at once; logits of the last */
@@ -133,7 +187,7 @@ kvs_status kvs_generate_ar(kvs_model *m, kvs_kv_cache *cache, const int32_t *pro
         int32_t last = (int32_t)(n_prompt - 1);
         kvs_step_plan plan = {.tokens = prompt, .n_tokens = n_prompt, .logit_rows = &last, .n_logit_rows = 1};
         kvs_step_result r;
-        s = kvs_model_forward(m, cache, &plan, &r);
+        s = ar_step(m, cache, ev, lp, &plan, &r, &st);
         if (s == KVS_OK) {
             memcpy(logits, r.logits, (size_t)V * sizeof *logits);
             st.rows_computed += r.rows_computed;
@@ -148,13 +202,11 @@ kvs_status kvs_generate_ar(kvs_model *m, kvs_kv_cache *cache, const int32_t *pro
         if ((p.stop_at_bos && tok == hp->bos_id) || (p.stop_at_eos && tok == hp->eos_id)) break;
         out[n++] = tok;
         if (cb && cb(user, tok)) break;
-        int64_t used = kvs_cache_bytes_used(cache);
-        if (used > st.cache_bytes_peak) st.cache_bytes_peak = used;
         if (n == p.max_new) break;
         int32_t zero = 0, position = (int32_t)pos;
         kvs_step_plan plan = {.tokens = &tok, .n_tokens = 1, .positions = &position, .logit_rows = &zero, .n_logit_rows = 1};
         kvs_step_result r;
-        s = kvs_model_forward(m, cache, &plan, &r);
+        s = ar_step(m, cache, ev, lp, &plan, &r, &st);
         if (s == KVS_OK) {
             memcpy(logits, r.logits, (size_t)V * sizeof *logits);
             st.rows_computed += r.rows_computed;
@@ -166,11 +218,18 @@ kvs_status kvs_generate_ar(kvs_model *m, kvs_kv_cache *cache, const int32_t *pro
     }
     int64_t used = kvs_cache_bytes_used(cache);
     if (used > st.cache_bytes_peak) st.cache_bytes_peak = used;
+    if (ev) {
+        kvs_evict_stats es = kvs_evictor_get_stats(ev);
+        st.evictions = es.evictions;
+        st.rows_evicted = es.rows_evicted;
+    }
     *n_out = n;
     stats_finish(&st, t0, n, cache);
     if (stats) *stats = st;
     free(logits);
     free(scratch);
+    free(lp);
+    kvs_evictor_destroy(&ev);
     return s;
 }
 
@@ -270,7 +329,8 @@ kvs_status kvs_generate_dlm(kvs_model *m, kvs_kv_cache *cache, const int32_t *pr
             kvs_dlm_view v = {.tokens = tokens, .n_tokens = n, .prompt_len = n_prompt, .mask_id = hp->mask_id,
                               .masked = masked, .block_start = bs, .block_end = be, .block = (int)b,
                               .step_in_block = step_in_block, .step = step, .decoded_prev = decoded,
-                              .n_decoded_prev = n_decoded, .n_layers = hp->n_layers};
+                              .n_decoded_prev = n_decoded, .n_layers = hp->n_layers,
+                              .n_heads = hp->n_heads, .n_kv_heads = hp->n_kv_heads};
             kvs_dlm_step ds;
             memset(&ds, 0, sizeof ds);
             s = sched->ops->plan(sched->self, &v, &ds);

@@ -28,6 +28,13 @@ void kvs_dlm_schedule_destroy(kvs_dlm_schedule **s) {
 const char *kvs_dlm_schedule_name(const kvs_dlm_schedule *s) { return s ? s->ops->name : "none"; }
 unsigned kvs_dlm_schedule_cache_flags(const kvs_dlm_schedule *s) { return s ? s->ops->cache_flags : 0; }
 
+kvs_status kvs_dlm_schedule_get_stats(const kvs_dlm_schedule *s, kvs_dlm_schedule_stats *out) {
+    if (!s || !out) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_dlm_schedule_get_stats: NULL argument");
+    memset(out, 0, sizeof *out);
+    if (s->ops->stats) s->ops->stats(s->self, out);
+    return KVS_OK;
+}
+
 /* ---- none: recompute everything, logits at the block's masked positions ---------------------- */
 
 typedef struct sched_none {

@@ -13,6 +13,7 @@
 #include "kvsieve/cache.h"
 #include "kvsieve/export.h"
 #include "kvsieve/model.h"
+#include "kvsieve/policy.h"
 #include "kvsieve/status.h"
 
 #ifdef __cplusplus
@@ -30,6 +31,8 @@ typedef struct kvs_gen_stats {
     double compute_fraction;   /* rows_computed / rows_baseline */
     int64_t cache_bytes_peak;  /* peak of kvs_cache_bytes_used over the run, bytes */
     int64_t cache_bytes_allocated; /* cache capacity allocated, bytes */
+    int64_t evictions;         /* AR eviction events (kvs_evict_stats.evictions) */
+    int64_t rows_evicted;      /* K/V rows evicted, summed over layers and kv heads */
 } kvs_gen_stats;
 
 /* Called with each token as it is finalised (AR: every token; DLM: every token of a finished block,
@@ -45,6 +48,13 @@ typedef struct kvs_ar_params {
     uint64_t seed;        /* sampler seed; default 42 */
     int stop_at_bos;      /* 1 (default): stop when BOS is produced (llama2.c run.c) */
     int stop_at_eos;      /* 1 (default): stop when EOS is produced */
+    /* KV eviction (policy.h). The evictor plans each step's attention statistics, accumulates them
+     * and evicts when the cache reaches budget + buffer; see kvs_evict_params for the fields. */
+    kvs_policy *policy;   /* NULL (default): no eviction */
+    double budget;        /* (0, 1]: fraction of n_prompt + max_new; > 1: tokens per kv head;
+                           * default 1.0 (never evicts) */
+    kvs_budget_scope scope; /* default KVS_SCOPE_HEAD */
+    int64_t evict_buffer; /* tokens above the budget before eviction; 0 (default): automatic */
 } kvs_ar_params;
 
 KVS_API kvs_ar_params kvs_ar_params_default(void);
@@ -52,9 +62,16 @@ KVS_API kvs_ar_params kvs_ar_params_default(void);
 /* Autoregressive decoding (llama2.c run.c generate(); top-p as Holtzman et al. 2019): prefill the
  * prompt (prompt[0..n_prompt), typically BOS first) into an APPEND cache, then sample up to
  * max_new tokens. out: caller array of max_new ids, *n_out set to the count produced.
- * cache: an APPEND cache with capacity >= n_prompt + max_new, reset by this call.
+ * cache: an APPEND cache with capacity >= n_prompt + max_new, reset by this call; with a policy,
+ * capacity >= kvs_ar_capacity(m, n_prompt, p) suffices (budget + buffer rows per kv head).
  * Errors: KVS_ERR_INVALID_ARGUMENT (empty prompt, bad params, positional cache),
- * KVS_ERR_OUT_OF_RANGE (capacity), and the forward's errors. */
+ * KVS_ERR_OUT_OF_RANGE (capacity), the forward's errors, and with a policy the evictor's (kvs_evictor_create:
+ * bad budget or scope; eviction: the top-k and compaction ops' and the policy's own). */
+/* Cache rows per kv head that kvs_generate_ar needs for this prompt length and parameters: with a
+ * policy the evictor's kvs_evictor_capacity (the budget + buffer, the prompt when longer), else
+ * n_prompt + max_new. -1 on bad arguments (message via kvs_last_error). */
+KVS_API int64_t kvs_ar_capacity(const kvs_model *m, int64_t n_prompt, const kvs_ar_params *p);
+
 KVS_API kvs_status kvs_generate_ar(kvs_model *m, kvs_kv_cache *cache, const int32_t *prompt, int64_t n_prompt,
                                    const kvs_ar_params *p, kvs_token_cb cb, void *user, int32_t *out,
                                    int64_t *n_out, kvs_gen_stats *stats);

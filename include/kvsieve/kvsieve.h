@@ -12,6 +12,7 @@
 #include "kvsieve/tokenizer.h"
 #include "kvsieve/cache.h"
 #include "kvsieve/model.h"
+#include "kvsieve/policy.h"
 #include "kvsieve/generate.h"
 #include "kvsieve/schedule.h"
 

@@ -71,6 +71,17 @@ KVS_API kvs_cache_params kvs_model_cache_params(const kvs_model *m);
 
 /* ---- step plans ------------------------------------------------------------------------------ */
 
+struct kvs_layer_plan;
+struct kvs_layer_stats;
+
+/* Plan hook (Elastic-Cache's mid-forward drift test): called by kvs_model_forward right after the
+ * attention of the layer whose plan carries it, with that layer's statistics (host copies, valid
+ * during the call). Returns NULL to go on with the plan, or an array of n_layers - layer - 1 layer
+ * plans that replaces the plans of layers layer+1 .. n_layers-1 (owned by the hook's owner, valid
+ * until the forward returns; their hooks are honoured too). Rows that differ from the previous
+ * layer's need KVS_CACHE_KEEP_X, as for any plan. */
+typedef const struct kvs_layer_plan *(*kvs_layer_hook)(void *user, int layer, const struct kvs_layer_stats *stats);
+
 typedef struct kvs_layer_plan {
     /* Rows computed at this layer: indices into the plan's tokens, strictly increasing.
      * NULL with n_rows 0: the same rows as the previous layer (layer 0: all tokens). */
@@ -90,6 +101,9 @@ typedef struct kvs_layer_plan {
     const int32_t *keep;
     const int64_t *n_keep;
     int64_t keep_stride;
+    /* Optional plan hook called after this layer's attention (see kvs_layer_hook). */
+    kvs_layer_hook hook;
+    void *hook_user;
 } kvs_layer_plan;
 
 typedef struct kvs_step_plan {

@@ -100,8 +100,8 @@ KVS_API kvs_rope_params kvs_rope_params_default(void);
  *   (a, b) -> (a cos theta_i - b sin theta_i, a sin theta_i + b cos theta_i),
  * the pair being (x[2i], x[2i+1]) (ADJACENT) or (x[i], x[i+n_rot/2]) (NEOX); dims >= n_rot pass.
  * x: [n][n_heads][head_dim] F32, rotated in place; pos: [n] I32 positions (host-known, uploaded).
- * Angles are computed in f32 from an f64 frequency table (bit-identical on every backend is not
- * promised; agreement to ~1e-6 relative is tested). */
+ * Angles are computed from an f64 frequency table; backends agree to rounding (bit-identical results
+ * are not promised: the tests bound the normalised MSE by 1e-7 for positions up to 8192). */
 KVS_API kvs_status kvs_rope(kvs_device *dev, kvs_tensor *x, const kvs_tensor *pos,
                             const kvs_rope_params *p);
 
@@ -207,7 +207,8 @@ KVS_API kvs_status kvs_dwt(kvs_device *dev, const kvs_tensor *x, kvs_tensor *y, 
                            int levels);
 
 /* Inverse of kvs_dwt: y: [rows][kvs_dwt_length(n, J)] F32 -> x: [rows][n] F32 (n = x->ne[0]);
- * at each level c[m] = sum_i a[i] lo[(m - 2i) mod L'] + d[i] hi[(m - 2i) mod L'], truncated to L.
+ * at each level the exact transpose of the analysis step: c[m] = sum_{i,t : (2i+t) mod L' = m}
+ * (a[i] lo[t] + d[i] hi[t]) (every wrap counted when the filter is longer than L'), truncated to L.
  * Passing zeroed detail coefficients gives the multi-resolution approximation (WaveFilter skim). */
 KVS_API kvs_status kvs_idwt(kvs_device *dev, const kvs_tensor *y, kvs_tensor *x, kvs_wavelet w,
                             int levels);

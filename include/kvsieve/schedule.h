@@ -13,6 +13,7 @@
 #include "kvsieve/export.h"
 #include "kvsieve/generate.h"
 #include "kvsieve/model.h"
+#include "kvsieve/ops.h"
 #include "kvsieve/status.h"
 
 #ifdef __cplusplus
@@ -33,6 +34,7 @@ typedef struct kvs_dlm_view {
     const int32_t *decoded_prev;/* positions committed by the previous step */
     int64_t n_decoded_prev;
     int n_layers;
+    int n_heads, n_kv_heads;    /* the model's attention heads (statistics layouts) */
 } kvs_dlm_view;
 
 /* What a schedule returns for one step. Arrays are owned by the schedule and stay valid until its
@@ -44,6 +46,18 @@ typedef struct kvs_dlm_step {
     int64_t n_candidates;
 } kvs_dlm_step;
 
+#define KVS_SCHED_MAX_LAYERS 128
+
+/* What a cache schedule did over the decodes since its creation (or the last begin). */
+typedef struct kvs_dlm_schedule_stats {
+    int64_t steps;                                /* plans produced */
+    int64_t full_steps;                           /* steps that recomputed every row at every layer */
+    int64_t rows[KVS_SCHED_MAX_LAYERS];           /* rows computed per layer, summed over steps */
+    int64_t refreshes[KVS_SCHED_MAX_LAYERS];      /* steps in which the layer recomputed all rows */
+    int64_t kept_rows, context_rows;              /* WaveFilter: kept K/V rows vs rows available,
+                                                   * summed over sparse (layer, kv head, step) */
+} kvs_dlm_schedule_stats;
+
 typedef struct kvs_dlm_schedule_ops {
     const char *name;
     unsigned cache_flags;       /* KVS_CACHE_* flags the cache must have */
@@ -54,6 +68,8 @@ typedef struct kvs_dlm_schedule_ops {
     /* Starts a new decode of n_tokens tokens; optional. */
     kvs_status (*begin)(void *self, int64_t n_tokens, int n_layers);
     void (*destroy)(void *self);
+    /* Counters of the decode so far (kvs_dlm_schedule_get_stats); optional. */
+    void (*stats)(void *self, struct kvs_dlm_schedule_stats *out);
 } kvs_dlm_schedule_ops;
 
 struct kvs_dlm_schedule {
@@ -70,6 +86,108 @@ KVS_API unsigned kvs_dlm_schedule_cache_flags(const kvs_dlm_schedule *s);
 /* The no-cache baseline: every step computes every row at every layer; logits at the block's
  * masked positions. */
 KVS_API kvs_status kvs_dlm_schedule_none(kvs_dlm_schedule **out);
+
+/* Counters of the decode (zero for schedules without counters). Errors: KVS_ERR_INVALID_ARGUMENT. */
+KVS_API kvs_status kvs_dlm_schedule_get_stats(const kvs_dlm_schedule *s, kvs_dlm_schedule_stats *out);
+
+/* ---- cache schedules (core/schedule/dlm_caches.c) ------------------------------------------- */
+
+/* Fast-dLLM prefix cache (Wu et al. 2025, "Fast-dLLM", arXiv 2505.22618; reference NVlabs/Fast-dLLM
+ * llada/generate.py generate_with_prefix_cache): the first step of every block runs every row; the
+ * other steps of the block run rows [block_start, n_tokens) at every layer and reuse the cached
+ * K/V of the rows before the block. Logits and candidates: the block's masked positions.
+ * Errors: KVS_ERR_INVALID_ARGUMENT (out NULL), KVS_ERR_OUT_OF_MEMORY. */
+KVS_API kvs_status kvs_dlm_schedule_prefix(kvs_dlm_schedule **out);
+
+/* Fast-dLLM dual cache (generate_with_dual_cache): as prefix, but later steps run only the block's
+ * rows [block_start, block_end); prefix and suffix K/V come from the block's first step. */
+KVS_API kvs_status kvs_dlm_schedule_dual(kvs_dlm_schedule **out);
+
+/* dKV-Cache, decode variant (Ma et al. 2025, "dKV-Cache", arXiv 2505.15781; reference
+ * horseee/dKV-Cache generation_utils/llada_dkv_cache_decode.py): delayed caching. Step i of a
+ * block runs every row when i == 0, i == 1 or i % reload == 0 (cache_reloading_step); otherwise it
+ * runs the still-masked rows plus the rows decoded by the previous step (a token decoded at step t
+ * is recomputed once more at t+1 with its new identity and is read from the cache from t+2 on).
+ * reload >= 1 (1: every step is a full refresh = no cache; the reference example uses 4).
+ * Errors: KVS_ERR_INVALID_ARGUMENT (out NULL, reload < 1), KVS_ERR_OUT_OF_MEMORY. */
+KVS_API kvs_status kvs_dlm_schedule_delayed(kvs_dlm_schedule **out, int reload);
+
+/* How Elastic-Cache compares a tracked token's attention between steps. */
+typedef enum kvs_elastic_sim {
+    /* the reference code's literal formula (F.cosine_similarity(past, now, dim=1) over
+     * [1][heads][tracked][keys], then the mean): per (tracked token, key) the cosine of the vectors
+     * over heads, averaged over keys and tracked tokens. With few heads it is dominated by the many
+     * near-zero probabilities (on stories260K-llada, 8 heads, layer 3 reads ~0.63 at every step). */
+    KVS_ELASTIC_SIM_HEADS = 0,
+    /* the paper's description (METHODS.md): per (tracked token, head) the cosine of the attention
+     * rows over keys, averaged over heads and tracked tokens */
+    KVS_ELASTIC_SIM_ROWS = 1
+} kvs_elastic_sim;
+
+typedef struct kvs_elastic_params {
+    float gamma;        /* drift threshold on the cosine similarity; default 0.9. gamma >= 1: the test
+                         * can never pass, every step runs every row (no reuse; the anchor) */
+    int window;         /* beta: the first `window` masked positions of the block are queried and
+                         * are the unmasking candidates; default 16 */
+    int track;          /* most-attended tokens tracked per layer; default 1 */
+    kvs_elastic_sim sim;/* default KVS_ELASTIC_SIM_ROWS */
+} kvs_elastic_params;
+
+KVS_API kvs_elastic_params kvs_elastic_params_default(void);
+
+/* Elastic-Cache (Nguyen-Tri et al. 2025, "Attention Is All You Need for KV Cache in Diffusion
+ * LLMs", arXiv 2510.14973; reference VILA-Lab/Elastic-Cache llada/generate.py and
+ * model/modeling_llada.py). The decode's first step runs every row. Then each step queries
+ * Q = tracked tokens U tokens decoded by the previous step U window (the first `window` masked
+ * positions of the block); every layer starts in reuse mode (rows Q against all cached K/V). After
+ * layer l's attention (plan hook) the tracked tokens' attention rows are compared with their rows of
+ * the previous step; a similarity below gamma makes layers l+1..L-1 recompute every row, from the
+ * cached layer inputs (KVS_CACHE_KEEP_X). Tracked tokens for the next step: per layer the top
+ * `track` keys by attention mass of the window's queries, masked positions excluded; their union is
+ * tracked. Masked positions outside the window are never queried (their K/V stay from the last
+ * refresh). Candidates: the window; use the loop's threshold mode (eps 0.9) for the reference rule
+ * p >= min(eps, max p).
+ * Deviation (documented): the previous row of a tracked token is the row measured at the previous
+ * step; the reference recomputes it from the token's cached query, which differs only when the
+ * token was not queried at the previous step; such tokens are left out of that layer's test (a
+ * layer with no comparable token is not tested). The reference decodes one window over the whole
+ * generation; block_len = gen_len reproduces that.
+ * Needs a cache with KVS_CACHE_KEEP_X. Errors: KVS_ERR_INVALID_ARGUMENT (out NULL, gamma outside
+ * [0, 1], window < 1, track < 1), KVS_ERR_OUT_OF_MEMORY. */
+KVS_API kvs_status kvs_dlm_schedule_elastic(kvs_dlm_schedule **out, const kvs_elastic_params *p);
+
+/* ---- WaveFilter: wavelet-guided sparse KV over any schedule (core/schedule/wavefilter.c) ----- */
+
+typedef struct kvs_wavefilter_params {
+    kvs_wavelet family; /* default KVS_WAVELET_HAAR */
+    int levels;         /* J, DWT levels, 1..8; default 3 */
+    float rho;          /* skim share of the free budget (whole regions); default 0.5 */
+    float budget;       /* kept fraction of the context rows per (layer, kv head), (0, 1]; default 0.5.
+                         * 1: every row is kept (reproduces the base schedule) */
+    int n_sink;         /* first rows always kept; default 4 */
+    int n_recent;       /* rows just before the block always kept; default 16 */
+} kvs_wavefilter_params;
+
+KVS_API kvs_wavefilter_params kvs_wavefilter_params_default(void);
+
+/* WaveFilter (arXiv 2606.00724; no public code: OUR design, see METHODS.md). Wraps `base` (taken
+ * over: destroyed with the wrapper, also on error). At the first step of every block the base plan
+ * runs with dense attention and collects, per (layer, kv head), the attention mass s[j] that the
+ * block's computed rows give each cache row (GQA-group mean). The keep-set of the block is built
+ * from s by a J-level DWT (kvs_dwt on a CPU device): sinks, the block and the n_recent rows before
+ * it are kept; skim: level-J approximation coefficients rank regions of 2^J rows, the best whole
+ * regions take up to rho of the free budget; focus: the inverse transform of the m = max(1, left/2)
+ * largest detail coefficients alone marks sharp local peaks (where it is positive), taken by
+ * signal height; then the highest s fill the budget (ceil(budget * n_kv) rows). The other steps of the block attend only the kept rows (sparse
+ * gather, kvs_layer_plan.keep).
+ * Errors: KVS_ERR_INVALID_ARGUMENT (NULL, parameters out of range), KVS_ERR_OUT_OF_MEMORY. */
+KVS_API kvs_status kvs_dlm_schedule_wavefilter(kvs_dlm_schedule **out, kvs_dlm_schedule *base,
+                                               const kvs_wavefilter_params *p);
+
+/* By name: "none", "prefix", "dual", "delayed", "elastic" with the given parameters (NULL:
+ * defaults); reload for delayed. Errors: KVS_ERR_INVALID_ARGUMENT (unknown name). */
+KVS_API kvs_status kvs_dlm_schedule_from_name(kvs_dlm_schedule **out, const char *name, int reload,
+                                              const kvs_elastic_params *ep);
 
 #ifdef __cplusplus
 }

@@ -74,7 +74,8 @@ KVS_API kvs_status kvs_tensor_upload(kvs_tensor *t, const void *src, size_t offs
 KVS_API kvs_status kvs_tensor_download(const kvs_tensor *t, void *dst, size_t offset, size_t nbytes);
 
 /* Fills every element of an F32 or I32 tensor with `value` (converted to int32 for I32).
- * Errors: KVS_ERR_DTYPE for other dtypes, KVS_ERR_BACKEND. */
+ * Errors: KVS_ERR_DTYPE for other dtypes, KVS_ERR_OUT_OF_RANGE (value does not fit an I32 tensor),
+ * KVS_ERR_INVALID_ARGUMENT (NULL), KVS_ERR_BACKEND. */
 KVS_API kvs_status kvs_tensor_fill(kvs_tensor *t, double value);
 
 KVS_API kvs_dtype kvs_tensor_dtype(const kvs_tensor *t);

@@ -9,6 +9,9 @@
 // row the running max m (from -FLT_MAX), denominator l, argmax (lowest j on ties) and the
 // unnormalised output in shared memory. Writes out (= O/l, or O if unnormalised; 0 when no key is
 // visible), row_max = m, row_sum = l, argmax (-1 when none). Deterministic (fixed order sums).
+// Split-K (flash-decoding) for few query rows: with nsplit > 1, workgroup split s handles keys
+// [s*split_len, (s+1)*split_len) and writes its partial (unnormalised O, m, l, argmax) at
+// out/row_* + s * (n_q*n_heads*D or n_q*n_heads); attn_combine.comp merges the splits in order.
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint KVDT = 0;
 layout(constant_id = 2) const uint D = 64;
@@ -30,6 +33,7 @@ layout(push_constant) uniform P {
     uint oq, ok, ov, oo, oqp, okp, okl, orl, om, oam, orm, ors;
     uint n_q, n_heads, G, cap, n_kv, flags, n_kvh;
     float scale;
+    uint nsplit, split_len;
 } p;
 
 shared float sQ[R * D];
@@ -39,6 +43,7 @@ shared float sV[TK * D];
 shared float sS[R * TK];
 shared float sM[R], sL[R], sA[R], sBest[R];
 shared int sArg[R], sQpos[R], sRowlen[R];
+shared uint sJlim;
 
 float ldkv_k(uint e) { return KVDT == 0u ? F32(k, p.ok + e) : h2f(H16(k, p.ok + e)); }
 float ldkv_v(uint e) { return KVDT == 0u ? F32(v, p.ov + e) : h2f(H16(v, p.ov + e)); }
@@ -47,10 +52,14 @@ void main() {
     uint nrows = p.n_q * p.G;
     uint blocks = (nrows + R - 1u) / R;
     uint wg = LIN_GROUP;
-    if (wg >= blocks * p.n_kvh) return;
+    if (wg >= blocks * p.n_kvh * p.nsplit) return;
+    uint split = wg % p.nsplit;
+    wg /= p.nsplit;
     uint h = wg / blocks, r0 = (wg % blocks) * R;
     uint valid = p.n_kv;
     if ((p.flags & F_KVLEN) != 0u) valid = uint(clamp(int(kvlen.d[p.okl + h]), 0, int(p.n_kv)));
+    uint jbeg = split * p.split_len, jend = min(valid, jbeg + p.split_len);
+    uint ooff = split * p.n_q * p.n_heads * D, soff = split * p.n_q * p.n_heads;
 
     for (uint e = TID; e < R * D; e += WGX) {
         uint rr = e / D, c = e % D;
@@ -74,13 +83,27 @@ void main() {
         sRowlen[rr] = (p.flags & F_ROWLEN) != 0u ? int(rowlen.d[p.orl + i]) : int(valid);
     }
     barrier();
+    // keys no row of this block can see: beyond every row_len, and (causal with kpos(j) = j)
+    // beyond every qpos
+    if (TID == 0u) {
+        int lim = 0;
+        for (uint rr = 0u; rr < R; rr++) {
+            if (r0 + rr >= nrows) break;
+            int l = sRowlen[rr];
+            if ((p.flags & F_CAUSAL) != 0u && (p.flags & F_KPOS) == 0u) l = min(l, sQpos[rr] + 1);
+            lim = max(lim, l);
+        }
+        sJlim = uint(clamp(lim, 0, int(valid)));
+    }
+    barrier();
+    jend = min(jend, sJlim);
 
-    for (uint j0 = 0u; j0 < valid; j0 += TK) {
+    for (uint j0 = jbeg; j0 < jend; j0 += TK) {
         for (uint e = TID; e < TK * D; e += WGX) {
             uint jj = e / D, c = e % D;
             uint j = j0 + jj;
             float kv = 0.0, vv = 0.0;
-            if (j < valid) {
+            if (j < jend) {
                 uint ge = (h * p.cap + j) * D + c;
                 kv = ldkv_k(ge);
                 vv = ldkv_v(ge);
@@ -93,7 +116,7 @@ void main() {
             uint rr = e / TK, jj = e % TK;
             uint r = r0 + rr, j = j0 + jj;
             float s = -1.0 / 0.0;
-            if (r < nrows && j < valid && int(j) < sRowlen[rr]) {
+            if (r < nrows && j < jend && int(j) < sRowlen[rr]) {
                 int kp = (p.flags & F_KPOS) != 0u ? int(kpos.d[p.okp + h * p.cap + j]) : int(j);
                 if ((p.flags & F_CAUSAL) == 0u || kp <= sQpos[rr]) {
                     float dot = 0.0;
@@ -147,14 +170,14 @@ void main() {
         uint i = r / p.G, g = h * p.G + r % p.G;
         float l = sL[rr];
         float val = (p.flags & F_UNNORM) != 0u ? sO[e] : (l > 0.0 ? sO[e] / l : 0.0);
-        o.d[p.oo + (i * p.n_heads + g) * D + c] = floatBitsToUint(val);
+        o.d[p.oo + ooff + (i * p.n_heads + g) * D + c] = floatBitsToUint(val);
     }
     for (uint rr = TID; rr < R; rr += WGX) {
         uint r = r0 + rr;
         if (r >= nrows) continue;
         uint ig = (r / p.G) * p.n_heads + h * p.G + r % p.G;
-        rmax.d[p.orm + ig] = floatBitsToUint(sM[rr]);
-        rsum.d[p.ors + ig] = floatBitsToUint(sL[rr]);
-        if ((p.flags & F_ARGMAX) != 0u) amax.d[p.oam + ig] = uint(sArg[rr]);
+        rmax.d[p.orm + soff + ig] = floatBitsToUint(sM[rr]);
+        rsum.d[p.ors + soff + ig] = floatBitsToUint(sL[rr]);
+        if ((p.flags & F_ARGMAX) != 0u) amax.d[p.oam + soff + ig] = uint(sArg[rr]);
     }
 }

@@ -6,30 +6,30 @@
 // Shapes and dtypes as matmul.comp.
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint DT = 0;
+layout(constant_id = 2) const uint NV = 8;   // rows of x handled (1..8; = n of the dispatch)
 layout(std430, binding = 0) readonly buffer Wb { uint d[]; } w;
 layout(std430, binding = 1) readonly buffer Xb { uint d[]; } x;
 layout(std430, binding = 2) buffer Yb { uint d[]; } y;
 layout(push_constant) uniform P { uint m, k, n, ow, ox, oy, accumulate, groups_m; } p;
-shared float red[8u * gl_WorkGroupSize.x];
+shared float red[NV * gl_WorkGroupSize.x];
 void main() {
     uint r = LIN_GROUP;
     if (r >= p.m) return;
-    float acc[8];
-    for (uint j = 0u; j < 8u; j++) acc[j] = 0.0;
+    float acc[8]; // fixed size (portable); only NV entries used
+    for (uint j = 0u; j < NV; j++) acc[j] = 0.0;
     uint base = r * p.k;
     for (uint c = TID; c < p.k; c += WGX) {
         float wv = DT == DT_Q8_0 ? LDQ8(w, p.ow, base + c) : LDF(w, p.ow + base + c, DT);
-        for (uint j = 0u; j < 8u; j++)
-            if (j < p.n) acc[j] += wv * F32(x, p.ox + j * p.k + c);
+        for (uint j = 0u; j < NV; j++) acc[j] += wv * F32(x, p.ox + j * p.k + c);
     }
-    for (uint j = 0u; j < 8u; j++) red[j * WGX + TID] = acc[j];
+    for (uint j = 0u; j < NV; j++) red[j * WGX + TID] = acc[j];
     barrier();
     for (uint s = WGX / 2u; s > 0u; s >>= 1u) {
         if (TID < s)
-            for (uint j = 0u; j < 8u; j++) red[j * WGX + TID] += red[j * WGX + TID + s];
+            for (uint j = 0u; j < NV; j++) red[j * WGX + TID] += red[j * WGX + TID + s];
         barrier();
     }
-    if (TID < p.n) {
+    if (TID < NV) {
         uint o = p.oy + TID * p.m + r;
         float v = red[TID * WGX];
         if (p.accumulate != 0u) v += F32(y, o);

@@ -13,13 +13,13 @@ cd "$root" || exit 1
 
 prepare() {
   set -e
-  meson setup build-gpu --reconfigure -Dopencl=enabled -Dvulkan=enabled -Dbuildtype=release >/dev/null
+  if [ -d build-gpu ]; then meson setup build-gpu --reconfigure >/dev/null; else meson setup build-gpu -Dopencl=enabled -Dvulkan=enabled -Dbuildtype=release >/dev/null; fi
   ninja -C build-gpu
   rm -rf .gpu && mkdir -p .gpu/lib .gpu/models
   # every non-libc shared library the binaries need (the GPU machine has only the driver)
   for exe in build-gpu/tools/kvsieve build-gpu/tests/test_ops build-gpu/tests/test_generate; do
     ldd "$exe" | awk '/=> \// {print $3}'
-  done | sort -u | grep -Ev '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*)\.so' | while read -r lib; do
+  done | sort -u | grep -Ev '/(libc|libm|libpthread|libdl|librt|libstdc\+\+|libgcc_s|libkvsieve|ld-linux[^/]*)\.so' | while read -r lib; do
     cp -L "$lib" .gpu/lib/
   done
   models="${KVSIEVE_MODELS:-$root/../shared/models}"

@@ -10,7 +10,9 @@
  * memory-bound ops in GB/s counting each input read once and each output written once.
  * Timing: one warm-up call (first-use kernel compiles), then `reps` samples of `inner` calls each
  * (inner chosen so a sample lasts at least a few ms), kvs_device_sync before each stop; the median
- * sample is reported. Ops a device does not implement show "unsupported"; the bench still succeeds.
+ * sample is reported. A per-case time budget (--max-seconds) bounds slow devices: fewer samples
+ * when calls are long, the warm-up call alone when it already exceeds the budget (marked), and the
+ * larger attention sizes of a series are skipped once a smaller one exceeded it. Ops a device does not implement show "unsupported"; the bench still succeeds.
  */
 #include <cblas.h>
 #include <json-c/json.h>
@@ -30,9 +32,10 @@
 
 typedef enum unit { UNIT_FLOPS, UNIT_BYTES } unit;
 
-typedef enum row_status { ROW_OK, ROW_UNSUPPORTED, ROW_TOO_LARGE, ROW_ERROR } row_status;
+typedef enum row_status { ROW_OK, ROW_UNSUPPORTED, ROW_TOO_LARGE, ROW_SKIPPED, ROW_ERROR } row_status;
 
-static const char *const row_status_names[] = {"ok", "unsupported", "too large", "error"};
+static const char *const row_status_names[] = {"ok", "unsupported", "too large",
+                                               "skipped (a smaller size exceeded --max-seconds)", "error"};
 
 typedef struct row {
     char op[24];
@@ -41,6 +44,7 @@ typedef struct row {
     double work;     /* flops or bytes per call */
     double sec;      /* median seconds per call (ROW_OK) */
     double best;     /* fastest sample, seconds per call (ROW_OK) */
+    int samples;     /* timed samples behind sec; 0: only the warm-up call (includes first use) */
     row_status status;
     char msg[200];
 } row;
@@ -57,6 +61,7 @@ typedef struct bench {
     const char *spec;
     int quick, json, reps, threads;
     double min_sample_s;
+    double budget_s; /* per-case time budget, seconds */
     const char *filter;
     uint64_t rng;
     peak gemm, bw;
@@ -119,15 +124,23 @@ static int cmp_double(const void *a, const void *b) {
 
 typedef kvs_status (*run_fn)(bench *b, void *state);
 
-/* Fastest sample of the last time_op call (the median is its result). */
+/* Fastest sample and sample count of the last time_op call (the median is its result). */
 static double last_best;
+static int last_samples;
 
 /* Warm-up, calibrate, `reps` samples, median seconds per call. */
 static kvs_status time_op(bench *b, run_fn fn, void *st, double *sec) {
+    double t0 = cli_now();
     kvs_status s = fn(b, st);
     if (s == KVS_OK) s = kvs_device_sync(b->dev);
     if (s != KVS_OK) return s;
-    double t0 = cli_now();
+    double tw = cli_now() - t0;
+    if (tw > b->budget_s) { /* too slow for more: report the warm-up call itself */
+        *sec = last_best = tw;
+        last_samples = 0;
+        return KVS_OK;
+    }
+    t0 = cli_now();
     s = fn(b, st);
     if (s == KVS_OK) s = kvs_device_sync(b->dev);
     if (s != KVS_OK) return s;
@@ -136,6 +149,7 @@ static kvs_status time_op(bench *b, run_fn fn, void *st, double *sec) {
     if (t1 < b->min_sample_s) inner = (int)fmin(1000.0, ceil(b->min_sample_s / fmax(t1, 1e-7)));
     int reps = b->reps;
     if (t1 > 0.5 && reps > 3) reps = 3; /* long calls: three samples are enough */
+    while (reps > 1 && reps * inner * t1 > b->budget_s) reps--;
     double samples[MAX_REPS];
     for (int r = 0; r < reps; r++) {
         t0 = cli_now();
@@ -146,6 +160,7 @@ static kvs_status time_op(bench *b, run_fn fn, void *st, double *sec) {
     }
     qsort(samples, (size_t)reps, sizeof samples[0], cmp_double);
     last_best = samples[0];
+    last_samples = reps;
     *sec = reps % 2 ? samples[reps / 2] : 0.5 * (samples[reps / 2 - 1] + samples[reps / 2]);
     return KVS_OK;
 }
@@ -174,7 +189,8 @@ static void print_row(const bench *b, const row *r) {
         const peak *pk = row_peak(b, r);
         char ratio[16] = "-";
         if (pk->valid) snprintf(ratio, sizeof ratio, "%.2f", rate / pk->rate);
-        printf("%10.3f %9.1f %-7s %6s\n", r->sec * 1e3, rate, unit_name(r->unit), ratio);
+        printf("%10.3f %9.1f %-7s %6s%s\n", r->sec * 1e3, rate, unit_name(r->unit), ratio,
+               r->samples ? "" : "  (one call, incl. first use)");
     } else if (r->status == ROW_ERROR) {
         printf("error: %s\n", r->msg);
     } else {
@@ -189,6 +205,7 @@ static void finish_row(bench *b, row *r, kvs_status s, double sec) {
         r->status = ROW_OK;
         r->sec = sec;
         r->best = last_best;
+        r->samples = last_samples;
     } else if (s == KVS_ERR_UNSUPPORTED) {
         r->status = ROW_UNSUPPORTED;
         snprintf(r->msg, sizeof r->msg, "%s", kvs_last_error());
@@ -261,7 +278,10 @@ static kvs_status run_att(bench *b, void *p) {
 }
 
 /* q [n_q][h][d] against k, v [hkv][n_kv][d]. n_q == 1: decode row, reported as GB/s. */
-static void case_attention(bench *b, int64_t n_q, int64_t n_kv, int64_t d, int64_t h, int64_t hkv, int causal) {
+/* Returns the seconds per call measured (0 when not run, INFINITY when skipped); skip = 1 records
+ * the case as skipped. */
+static double case_attention(bench *b, int64_t n_q, int64_t n_kv, int64_t d, int64_t h, int64_t hkv, int causal,
+                             int skip) {
     char shape[64];
     snprintf(shape, sizeof shape, "n_q=%lld n_kv=%lld d=%lld h=%lld/%lld%s", (long long)n_q, (long long)n_kv,
              (long long)d, (long long)h, (long long)hkv, causal ? " causal" : "");
@@ -269,7 +289,12 @@ static void case_attention(bench *b, int64_t n_q, int64_t n_kv, int64_t d, int64
     double work = decode ? 4.0 * (double)(2 * n_q * h * d + 2 * hkv * n_kv * d)
                          : 4.0 * (double)n_q * (double)n_kv * (double)d * (double)h * (causal ? 0.5 : 1.0);
     row *r = new_row(b, decode ? "attn-dec" : "attention", shape, decode ? UNIT_BYTES : UNIT_FLOPS, work);
-    if (!r) return;
+    if (!r) return 0;
+    if (skip) {
+        r->status = ROW_SKIPPED;
+        print_row(b, r);
+        return INFINITY; /* the larger sizes after it are skipped too */
+    }
     att_state s = {0};
     s.p = kvs_attention_params_default();
     s.p.causal = causal;
@@ -281,6 +306,7 @@ static void case_attention(bench *b, int64_t n_q, int64_t n_kv, int64_t d, int64
     if (st == KVS_OK) st = time_op(b, run_att, &s, &sec);
     finish_row(b, r, st, sec);
     destroy_all(&s.q, 4);
+    return st == KVS_OK ? sec : 0;
 }
 
 typedef struct dwt_state {
@@ -561,18 +587,21 @@ static void run_suite(bench *b) {
 
     /* attention: prefill / diffusion block (n_q = n_kv), bidirectional; one causal row; decode */
     if (q) {
-        case_attention(b, 512, 512, 64, 8, 4, 0);
-        case_attention(b, 512, 512, 128, 8, 8, 0);
-        case_attention(b, 512, 512, 64, 8, 8, 1);
-        case_attention(b, 1, 1024, 64, 8, 4, 0);
+        case_attention(b, 512, 512, 64, 8, 4, 0, 0);
+        case_attention(b, 512, 512, 128, 8, 8, 0, 0);
+        case_attention(b, 512, 512, 64, 8, 8, 1, 0);
+        case_attention(b, 1, 1024, 64, 8, 4, 0, 0);
     } else {
         static const int64_t ns[] = {512, 1024, 2048, 4096};
+        double last[2][2] = {{0}}; /* seconds of the previous size per (d, gqa) series */
         for (int di = 0; di < 2; di++)
             for (int ni = 0; ni < 4; ni++)
-                for (int g = 0; g < 2; g++) case_attention(b, ns[ni], ns[ni], di ? 128 : 64, 8, g ? 4 : 8, 0);
-        case_attention(b, 2048, 2048, 64, 8, 8, 1);
-        case_attention(b, 1, 4096, 64, 8, 4, 0);
-        case_attention(b, 1, 4096, 128, 8, 8, 0);
+                for (int g = 0; g < 2; g++)
+                    last[di][g] = case_attention(b, ns[ni], ns[ni], di ? 128 : 64, 8, g ? 4 : 8, 0,
+                                                 last[di][g] > b->budget_s);
+        case_attention(b, 2048, 2048, 64, 8, 8, 1, 0);
+        case_attention(b, 1, 4096, 64, 8, 4, 0, 0);
+        case_attention(b, 1, 4096, 128, 8, 8, 0, 0);
     }
 
     /* wavelets along the token axis */
@@ -635,6 +664,7 @@ static void print_json(const bench *b, const char *date, double load) {
             const peak *pk = row_peak(b, r);
             json_object_object_add(o, "time_ms", json_object_new_double(r->sec * 1e3));
             json_object_object_add(o, "best_ms", json_object_new_double(r->best * 1e3));
+            json_object_object_add(o, "samples", json_object_new_int(r->samples));
             json_object_object_add(o, "rate", json_object_new_double(row_rate(r)));
             json_object_object_add(o, "ratio", pk->valid ? json_object_new_double(row_rate(r) / pk->rate) : NULL);
         } else {
@@ -658,6 +688,7 @@ static int bench_ops(int argc, char **argv) {
         {"filter", 'f', CLI_STRING, &b.filter, "TEXT", "only cases whose \"op shape\" contains TEXT (peaks still run)"},
         {"reps", 'r', CLI_INT, &reps, "N", "timed samples per case, median reported (default 5)"},
         {"threads", 't', CLI_INT, &b.threads, "N", "CPU worker threads (default: all online cores)"},
+        {"max-seconds", 0, CLI_DOUBLE, &b.budget_s, "S", "time budget per case, bounds slow devices (default 10; quick 2)"},
     };
     const cli_spec spec = {
         .prog = "kvsieve bench ops",
@@ -675,6 +706,8 @@ static int bench_ops(int argc, char **argv) {
     if (rc >= 0) return rc;
     if (reps < 0 || reps > MAX_REPS) return cli_fail(CLI_EXIT_USAGE, spec.prog, "--reps must be in 1..%d", MAX_REPS);
     if (b.threads < 0) return cli_fail(CLI_EXIT_USAGE, spec.prog, "--threads must be >= 1");
+    if (b.budget_s < 0) return cli_fail(CLI_EXIT_USAGE, spec.prog, "--max-seconds must be > 0");
+    if (b.budget_s == 0) b.budget_s = b.quick ? 2.0 : 10.0;
     b.reps = reps ? reps : 5;
     b.min_sample_s = b.quick ? 2e-3 : 5e-3;
     rc = cli_open_device(spec.prog, b.spec, b.threads, &b.dev);

@@ -10,11 +10,13 @@
 
 #include "cli.h"
 #include "cmds.h"
+#include "dlm_cache_opts.h"
 #include "kvsieve/generate.h"
 #include "kvsieve/model.h"
 #include "kvsieve/model_file.h"
 #include "kvsieve/schedule.h"
 #include "kvsieve/tokenizer.h"
+#include "policy_opts.h"
 
 #define PROG "kvsieve generate"
 
@@ -24,6 +26,7 @@ typedef struct gen_opts {
     double temp, top_p, threshold;
     int64_t seed, block, steps;
     int threads, json, no_stream;
+    int compare;      /* diffusion: also decode without cache, report speedup and agreement */
 } gen_opts;
 
 typedef struct stream_ctx {
@@ -63,7 +66,9 @@ static json_object *ids_json(const int32_t *ids, int64_t n) {
 int cmd_generate(int argc, char **argv) {
     gen_opts o = {.prompt = "", .backend = "cpu", .n = -1, .temp = 0.0, .top_p = 1.0, .threshold = 0.0, .seed = 42,
                   .block = 32, .steps = 0};
-    const cli_opt opts[] = {
+    policy_opts po = POLICY_OPTS_INIT;
+    dlm_cache_opts co = dlm_cache_opts_default();
+    cli_opt opts[64] = {
         {"model", 'm', CLI_STRING, &o.model, "MODEL", "model file or directory (GGUF, safetensors dir, llama2.c .bin); "
                                                       "a bare name is looked up in $KVSIEVE_MODELS, then ../shared/models"},
         {"prompt", 'p', CLI_STRING, &o.prompt, "TEXT", "prompt text (default: empty, BOS only)"},
@@ -79,17 +84,36 @@ int cmd_generate(int argc, char **argv) {
                                                         "(default 0 = fixed steps)"},
         {"json", 0, CLI_FLAG, &o.json, NULL, "print one JSON object on stdout instead of streaming text"},
         {"no-stream", 0, CLI_FLAG, &o.no_stream, NULL, "print the text once at the end"},
+        POLICY_OPTS(po),
+        {"compare", 0, CLI_FLAG, &o.compare, NULL, "diffusion: also decode without cache; report speedup and agreement"},
     };
+    int n_opts = 0;
+    while (opts[n_opts].name) n_opts++;
+    dlm_cache_cli_opts(&co, opts + n_opts);
+    n_opts += DLM_CACHE_N_OPTS;
+    /* --window is shared: the eviction policies' observation window (autoregressive) and Elastic-Cache's
+     * query window (diffusion); keep the first entry of each name */
+    for (int i = 0; i < n_opts; i++)
+        for (int j = i + 1; j < n_opts; j++)
+            if (strcmp(opts[i].name, opts[j].name) == 0) {
+                memmove(&opts[j], &opts[j + 1], (size_t)(n_opts - j - 1) * sizeof opts[0]);
+                n_opts--;
+                j--;
+            }
     const cli_spec spec = {
         .prog = PROG,
         .usage = "-m MODEL [-p PROMPT] [-n N] [--backend B] [--temp T] [--top-p P] [--seed S] [--block B] "
-                 "[--steps S] [--threshold E] [--json]",
+                 "[--steps S] [--threshold E] [--json] [--policy NAME --budget F|N [--scope head|layer|global] "
+                 "[--sink N] [--window N]] [--cache none|prefix|dual|delayed|elastic] [--gamma G] "
+                 "[--window W] [--track K] [--reload R] [--wavefilter] [--wf-family F] [--wf-levels J] "
+                 "[--wf-budget F] [--compare]",
         .summary = "Generate text with a llama-family (autoregressive) or llada (masked diffusion) model.",
         .opts = opts,
-        .n_opts = (int)(sizeof opts / sizeof opts[0]),
+        .n_opts = n_opts,
     };
     int rc = cli_parse(&spec, argc, argv, NULL, NULL);
     if (rc >= 0) return rc;
+    if (po.window > 0) co.window = (int)po.window;
     if (!o.model) return cli_fail(CLI_EXIT_USAGE, PROG, "-m MODEL is required");
     if (o.temp < 0 || !(o.top_p > 0 && o.top_p <= 1)) return cli_fail(CLI_EXIT_USAGE, PROG, "need --temp >= 0 and --top-p in (0, 1]");
     if (o.threshold < 0 || o.threshold > 1) return cli_fail(CLI_EXIT_USAGE, PROG, "--threshold must be in [0, 1]");
@@ -102,7 +126,12 @@ int cmd_generate(int argc, char **argv) {
     kvs_device *dev = NULL;
     kvs_model *m = NULL;
     kvs_kv_cache *cache = NULL;
-    int32_t *prompt = NULL, *out = NULL;
+    kvs_policy *pol = NULL;
+    int32_t *prompt = NULL, *out = NULL, *base_out = NULL;
+    kvs_dlm_schedule *sched = NULL;
+    kvs_gen_stats st_base;
+    int64_t agree = 0;
+    memset(&st_base, 0, sizeof st_base);
     int exit_code = CLI_EXIT_FAIL;
     if (kvs_model_file_open(&mf, path, NULL) != KVS_OK) return cli_fail(CLI_EXIT_USAGE, PROG, "%s", kvs_last_error());
     if (kvs_tokenizer_from_model_file(&tok, mf) != KVS_OK) {
@@ -145,9 +174,21 @@ int cmd_generate(int argc, char **argv) {
                              (long long)n_prompt, (long long)n_gen, hp->ctx_len);
         goto done;
     }
+    /* AR eviction (--policy): the cache is sized to the budget + buffer */
+    kvs_ar_params ap = kvs_ar_params_default();
+    rc = policy_opts_make(PROG, &po, &pol, &ap);
+    if (rc != CLI_EXIT_OK) {
+        exit_code = rc;
+        goto done;
+    }
+    if (dlm && pol) {
+        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "--policy applies to autoregressive models only");
+        goto done;
+    }
+    ap.max_new = n_gen;
     kvs_cache_params cp = kvs_model_cache_params(m);
     cp.mode = dlm ? KVS_CACHE_POSITIONAL : KVS_CACHE_APPEND;
-    cp.capacity = n_prompt + n_gen;
+    cp.capacity = dlm ? n_prompt + n_gen : kvs_ar_capacity(m, n_prompt, &ap);
     if (kvs_cache_create(&cache, dev, &cp) != KVS_OK) {
         exit_code = cli_fail(CLI_EXIT_FAIL, PROG, "%s", kvs_last_error());
         goto done;
@@ -173,10 +214,32 @@ int cmd_generate(int argc, char **argv) {
         p.block_len = o.block;
         p.steps = o.steps ? o.steps : n_gen;
         p.threshold = (float)o.threshold;
+        rc = dlm_cache_build(PROG, &co, NULL, 0, &sched);
+        if (rc) {
+            exit_code = rc;
+            goto done;
+        }
+        if (sched) {
+            /* the cache needs the schedule's extras (elastic: layer inputs) */
+            kvs_cache_destroy(&cache);
+            cp.flags = kvs_dlm_schedule_cache_flags(sched);
+            if (kvs_cache_create(&cache, dev, &cp) != KVS_OK) {
+                exit_code = cli_fail(CLI_EXIT_FAIL, PROG, "%s", kvs_last_error());
+                goto done;
+            }
+        }
+        p.schedule = sched;
         s = kvs_generate_dlm(m, cache, prompt, n_prompt, &p, on_token, &sc, out, &st);
         n_out = n_gen;
+        if (s == KVS_OK && o.compare) {
+            base_out = malloc((size_t)n_gen * sizeof *base_out);
+            p.schedule = NULL;
+            s = base_out ? kvs_generate_dlm(m, cache, prompt, n_prompt, &p, NULL, NULL, base_out, &st_base) : KVS_ERR_OUT_OF_MEMORY;
+            if (s == KVS_OK)
+                for (int64_t i = 0; i < n_gen; i++) agree += out[i] == base_out[i];
+        }
     } else {
-        kvs_ar_params p = kvs_ar_params_default();
+        kvs_ar_params p = ap;
         p.max_new = n_gen;
         p.temperature = (float)o.temp;
         p.top_p = (float)o.top_p;
@@ -216,8 +279,36 @@ int cmd_generate(int argc, char **argv) {
         json_object_object_add(js, "compute_fraction", json_object_new_double(st.compute_fraction));
         json_object_object_add(js, "cache_bytes_peak", json_object_new_int64(st.cache_bytes_peak));
         json_object_object_add(js, "cache_bytes_allocated", json_object_new_int64(st.cache_bytes_allocated));
+        if (pol) {
+            json_object_object_add(js, "policy", json_object_new_string(kvs_policy_name(pol)));
+            json_object_object_add(js, "budget", json_object_new_double(ap.budget));
+            json_object_object_add(js, "scope", json_object_new_string(kvs_budget_scope_name(ap.scope)));
+            json_object_object_add(js, "evictions", json_object_new_int64(st.evictions));
+            json_object_object_add(js, "rows_evicted", json_object_new_int64(st.rows_evicted));
+        }
         json_object_object_add(js, "model_bytes", json_object_new_int64(kvs_model_weight_bytes(m)));
         json_object_object_add(js, "backend", json_object_new_string(kvs_backend_name(kvs_device_backend(dev))));
+        if (sched) {
+            kvs_dlm_schedule_stats ss;
+            kvs_dlm_schedule_get_stats(sched, &ss);
+            json_object *rl = json_object_new_array(), *rf = json_object_new_array();
+            for (int l = 0; l < hp->n_layers && l < KVS_SCHED_MAX_LAYERS; l++) {
+                json_object_array_add(rl, json_object_new_int64(ss.rows[l]));
+                json_object_array_add(rf, json_object_new_int64(ss.refreshes[l]));
+            }
+            json_object_object_add(js, "cache", json_object_new_string(kvs_dlm_schedule_name(sched)));
+            json_object_object_add(js, "rows_per_layer", rl);
+            json_object_object_add(js, "refreshes_per_layer", rf);
+            if (ss.context_rows > 0)
+                json_object_object_add(js, "wf_kept_fraction", json_object_new_double((double)ss.kept_rows / (double)ss.context_rows));
+        }
+        if (base_out) {
+            json_object_object_add(js, "baseline_seconds", json_object_new_double(st_base.seconds));
+            json_object_object_add(js, "speedup", json_object_new_double(st.seconds > 0 ? st_base.seconds / st.seconds : 0));
+            json_object_object_add(js, "baseline_rows", json_object_new_int64(st_base.rows_computed));
+            json_object_object_add(js, "agreement", json_object_new_double((double)agree / (double)n_gen));
+            json_object_object_add(j, "baseline_tokens", ids_json(base_out, n_gen));
+        }
         json_object_object_add(j, "stats", js);
         printf("%s\n", json_object_to_json_string_ext(j, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE));
         json_object_put(j);
@@ -234,6 +325,26 @@ int cmd_generate(int argc, char **argv) {
                 (long long)st.rows_computed, (long long)rows_baseline, st.compute_fraction,
                 (double)kvs_model_weight_bytes(m) / 1048576.0, (double)st.cache_bytes_peak / 1048576.0,
                 (double)st.cache_bytes_allocated / 1048576.0);
+        if (pol)
+            fprintf(stderr, "eviction: %s, budget %g, scope %s: %lld evictions, %lld K/V rows evicted\n", kvs_policy_name(pol),
+                    ap.budget, kvs_budget_scope_name(ap.scope), (long long)st.evictions, (long long)st.rows_evicted);
+        if (sched) {
+            kvs_dlm_schedule_stats ss;
+            kvs_dlm_schedule_get_stats(sched, &ss);
+            fprintf(stderr, "cache %s: rows per layer", kvs_dlm_schedule_name(sched));
+            for (int l = 0; l < hp->n_layers && l < KVS_SCHED_MAX_LAYERS; l++) fprintf(stderr, " %lld", (long long)ss.rows[l]);
+            fprintf(stderr, "; refreshes per layer");
+            for (int l = 0; l < hp->n_layers && l < KVS_SCHED_MAX_LAYERS; l++)
+                fprintf(stderr, " %lld", (long long)ss.refreshes[l]);
+            if (ss.context_rows > 0)
+                fprintf(stderr, "; WaveFilter kept %.3f of the context", (double)ss.kept_rows / (double)ss.context_rows);
+            fprintf(stderr, "\n");
+        }
+        if (base_out)
+            fprintf(stderr, "no cache: %.3f s, %lld rows; speedup %.2fx, compute fraction %.3f, token agreement %lld/%lld\n",
+                    st_base.seconds, (long long)st_base.rows_computed, st.seconds > 0 ? st_base.seconds / st.seconds : 0.0,
+                    (double)st.rows_computed / (double)(st_base.rows_computed ? st_base.rows_computed : 1),
+                    (long long)agree, (long long)n_gen);
     }
     free(all);
     free(text);
@@ -241,7 +352,10 @@ int cmd_generate(int argc, char **argv) {
 done:
     free(prompt);
     free(out);
+    free(base_out);
+    kvs_dlm_schedule_destroy(&sched);
     kvs_cache_destroy(&cache);
+    kvs_policy_destroy(&pol);
     kvs_model_destroy(&m);
     kvs_tokenizer_destroy(&tok);
     kvs_device_destroy(&dev);

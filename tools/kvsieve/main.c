@@ -11,11 +11,20 @@ typedef struct command {
     const char *summary;
 } command;
 
+/* `kvsieve eval --dlm ...` evaluates diffusion cache schedules, `kvsieve eval ...` eviction policies. */
+static int cmd_eval_any(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--dlm") == 0) return cmd_eval_dlm(argc, argv);
+    return cmd_eval(argc, argv);
+}
+
 /* Subcommands in the order `kvsieve --help` lists them. */
 static const command commands[] = {
     {"generate", cmd_generate, "generate text (autoregressive or masked diffusion) with a model"},
     {"devices", cmd_devices, "list backends and devices with their capabilities"},
     {"bench", cmd_bench, "time the ops against this machine's measured peaks (bench ops)"},
+    {"eval", cmd_eval_any, "evaluate caches: eviction policies on a text (KL, top-1, perplexity, recall); "
+                           "--dlm: diffusion cache schedules vs no cache (speedup, agreement)"},
 };
 
 #define N_COMMANDS (int)(sizeof commands / sizeof commands[0])

@@ -1,0 +1,577 @@
+/* The evictor: plans the attention statistics each decode step collects for a policy, keeps them
+ * per cache row on the host, and evicts on the device when a budget trigger fires. See policy.h. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "policy_internal.h"
+
+kvs_evict_params kvs_evict_params_default(void) {
+    kvs_evict_params p = {.policy = NULL, .budget = 1.0, .scope = KVS_SCOPE_HEAD, .buffer = 0, .head_cap = 2.0};
+    return p;
+}
+
+typedef struct layer_state {
+    kvs_policy_needs needs;
+    int64_t budget;        /* per kv head */
+    int64_t head_cap;      /* pooled scopes: most rows one head may keep */
+    float *acc;            /* [H][cap] accumulated mass (NEED_ACC_MASS) */
+    float *ring;           /* [W][H][cap] per-query group-mean attention rows (NEED_WINDOW_MASS) */
+    int32_t *ring_qpos;    /* [W] query position of each ring slot, -1 empty */
+    /* this step's plan */
+    int want_mass;
+    int64_t probe_first, n_probe;
+} layer_state;
+
+struct kvs_evictor {
+    kvs_evict_params p;
+    kvs_policy *pol;
+    int L, H, NH, hd;
+    int64_t S, B, buffer;
+    kvs_budget_scope scope;
+    int noop;
+    layer_state *ls;       /* [L] */
+    kvs_kv_cache *c;
+    int64_t cap;
+    int64_t n_new;         /* tokens of the planned step; -1 when no plan is pending */
+    int32_t *probe_rows;   /* [L][max probe] plan arrays */
+    int64_t probe_rows_cap;
+    /* host scratch for eviction */
+    float *scores;         /* [L][H][cap] */
+    float *win, *keys, *vals;
+    int32_t *keep;         /* [L][H][cap] */
+    int64_t *n_keep;       /* [L][H] */
+    int32_t *idx;          /* [L*H*cap] */
+    int64_t *cnt;          /* [L*H] */
+    uint8_t *fixed;        /* [L*H] */
+    kvs_evict_stats st;
+};
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+void kvs_evictor_destroy(kvs_evictor **ep) {
+    if (!ep || !*ep) return;
+    kvs_evictor *e = *ep;
+    if (e->ls)
+        for (int l = 0; l < e->L; l++) {
+            free(e->ls[l].acc);
+            free(e->ls[l].ring);
+            free(e->ls[l].ring_qpos);
+        }
+    free(e->ls);
+    free(e->probe_rows);
+    free(e->scores); free(e->win); free(e->keys); free(e->vals);
+    free(e->keep); free(e->n_keep); free(e->idx); free(e->cnt); free(e->fixed);
+    free(e);
+    *ep = NULL;
+}
+
+kvs_status kvs_evictor_create(kvs_evictor **out, const kvs_evict_params *pp, const kvs_model_hparams *hp, int64_t seq_len) {
+    const char *op = "kvs_evictor_create";
+    if (!out || !hp) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: NULL argument", op);
+    *out = NULL;
+    kvs_evict_params p = pp ? *pp : kvs_evict_params_default();
+    if (hp->n_layers < 1 || hp->n_kv_heads < 1 || hp->n_heads < 1 || hp->n_heads % hp->n_kv_heads || hp->head_dim < 1 || seq_len < 1)
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: bad model shape (%d layers, %d heads, %d kv heads) or seq_len %lld", op,
+                         hp->n_layers, hp->n_heads, hp->n_kv_heads, (long long)seq_len);
+    if (!(p.budget > 0.0) || (p.budget > 1.0 && p.budget != floor(p.budget)) || p.buffer < 0 || !(p.head_cap >= 1.0) ||
+        (int)p.scope < 0 || p.scope > KVS_SCOPE_GLOBAL)
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT,
+                         "%s: budget %g must be a fraction in (0, 1] or a whole token count; buffer %lld >= 0; head_cap %g >= 1; scope %d",
+                         op, p.budget, (long long)p.buffer, p.head_cap, (int)p.scope);
+    kvs_evictor *e = calloc(1, sizeof *e);
+    if (!e) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
+    e->p = p;
+    e->pol = p.policy;
+    e->L = hp->n_layers;
+    e->H = hp->n_kv_heads;
+    e->NH = hp->n_heads;
+    e->hd = hp->head_dim;
+    e->S = seq_len;
+    e->B = p.budget <= 1.0 ? (int64_t)llround(p.budget * (double)seq_len) : (int64_t)p.budget;
+    if (e->B < 1) e->B = 1;
+    e->buffer = p.buffer > 0 ? p.buffer : (e->B / 8 < 1 ? 1 : (e->B / 8 > 128 ? 128 : e->B / 8));
+    e->scope = p.scope;
+    if (e->pol && e->pol->alpha > 0.0f && e->scope == KVS_SCOPE_HEAD) e->scope = KVS_SCOPE_LAYER; /* Ada-KV pools heads */
+    e->noop = !e->pol || e->B >= seq_len;
+    e->n_new = -1;
+    e->ls = calloc((size_t)e->L, sizeof *e->ls);
+    if (!e->ls) {
+        kvs_evictor_destroy(&e);
+        return kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
+    }
+    int64_t *bl = malloc((size_t)e->L * sizeof *bl);
+    if (!bl) {
+        kvs_evictor_destroy(&e);
+        return kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
+    }
+    kvs_status s = KVS_OK;
+    if (e->pol && e->pol->beta > 0 && e->B < seq_len) {
+        s = kvs_pyramid_budgets(e->L, e->B, e->pol->beta, seq_len, bl);
+    } else {
+        for (int l = 0; l < e->L; l++) bl[l] = e->B;
+    }
+    for (int l = 0; l < e->L && s == KVS_OK; l++) {
+        e->ls[l].budget = bl[l];
+        int64_t hc = (int64_t)floor(p.head_cap * (double)e->B);
+        e->ls[l].head_cap = hc < bl[l] ? bl[l] : (hc > seq_len ? seq_len : hc);
+        e->ls[l].needs = kvs_policy_get_needs(e->pol, l, bl[l]);
+    }
+    free(bl);
+    if (s != KVS_OK) {
+        kvs_evictor_destroy(&e);
+        return s;
+    }
+    *out = e;
+    return KVS_OK;
+}
+
+int64_t kvs_evictor_budget(const kvs_evictor *e, int layer) {
+    return e && layer >= 0 && layer < e->L ? e->ls[layer].budget : -1;
+}
+
+int64_t kvs_evictor_buffer(const kvs_evictor *e) { return e ? e->buffer : -1; }
+
+int kvs_evictor_is_noop(const kvs_evictor *e) { return !e || e->noop; }
+
+kvs_evict_stats kvs_evictor_get_stats(const kvs_evictor *e) {
+    kvs_evict_stats z = {0, 0, 0};
+    return e ? e->st : z;
+}
+
+int64_t kvs_evictor_capacity(const kvs_evictor *e, int64_t max_step) {
+    if (!e) return -1;
+    if (e->noop) return e->S > max_step ? e->S : max_step;
+    int64_t need = 0;
+    for (int l = 0; l < e->L; l++) {
+        int64_t keep = e->scope == KVS_SCOPE_HEAD ? e->ls[l].budget : e->ls[l].head_cap;
+        if (keep + e->buffer > need) need = keep + e->buffer;
+    }
+    if (need > e->S) need = e->S;
+    return need > max_step ? need : max_step;
+}
+
+static kvs_status xalloc(void **p, size_t n) {
+    free(*p);
+    *p = calloc(n ? n : 1, 1);
+    return *p ? KVS_OK : kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_evictor: out of host memory (%zu bytes)", n);
+}
+
+kvs_status kvs_evictor_begin(kvs_evictor *e, kvs_kv_cache *c) {
+    const char *op = "kvs_evictor_begin";
+    if (!e || !c) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: NULL argument", op);
+    const kvs_cache_params *cp = kvs_cache_get_params(c);
+    if (cp->n_layers != e->L || cp->n_kv_heads != e->H || cp->head_dim != e->hd)
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: cache (%d layers, %d kv heads, head_dim %d) does not fit the model", op,
+                         cp->n_layers, cp->n_kv_heads, cp->head_dim);
+    if (!e->noop && cp->mode != KVS_CACHE_APPEND)
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: eviction needs an APPEND cache", op);
+    e->c = c;
+    e->cap = cp->capacity;
+    e->n_new = -1;
+    memset(&e->st, 0, sizeof e->st);
+    if (e->noop) return KVS_OK;
+    size_t LHC = (size_t)e->L * e->H * e->cap, HC = (size_t)e->H * e->cap;
+    for (int l = 0; l < e->L; l++) {
+        layer_state *s = &e->ls[l];
+        unsigned f = s->needs.flags;
+        if (f & KVS_POLICY_NEED_ACC_MASS) KVS_TRY(xalloc((void **)&s->acc, HC * sizeof(float)));
+        if (f & KVS_POLICY_NEED_WINDOW_MASS) {
+            KVS_TRY(xalloc((void **)&s->ring, (size_t)s->needs.window * HC * sizeof(float)));
+            KVS_TRY(xalloc((void **)&s->ring_qpos, (size_t)s->needs.window * sizeof(int32_t)));
+            for (int64_t i = 0; i < s->needs.window; i++) s->ring_qpos[i] = -1;
+        }
+    }
+    KVS_TRY(xalloc((void **)&e->scores, LHC * sizeof(float)));
+    KVS_TRY(xalloc((void **)&e->win, HC * sizeof(float)));
+    KVS_TRY(xalloc((void **)&e->keep, LHC * sizeof(int32_t)));
+    KVS_TRY(xalloc((void **)&e->idx, LHC * sizeof(int32_t)));
+    KVS_TRY(xalloc((void **)&e->n_keep, (size_t)e->L * e->H * sizeof(int64_t)));
+    KVS_TRY(xalloc((void **)&e->cnt, (size_t)e->L * e->H * sizeof(int64_t)));
+    KVS_TRY(xalloc((void **)&e->fixed, (size_t)e->L * e->H));
+    if (e->pol->ops->begin) {
+        kvs_policy_shape sh = {e->L, e->H, e->NH, e->hd, e->cap};
+        KVS_TRY(e->pol->ops->begin(e->pol->self, &sh));
+    }
+    return KVS_OK;
+}
+
+/* ---- triggers --------------------------------------------------------------------------------- */
+
+/* Rows of the pool that contains `layer` (all heads; all layers for global), plus `extra` per head. */
+static void pool_measure(const kvs_evictor *e, int layer, int64_t extra, int64_t *rows, int64_t *threshold, int64_t *per_step) {
+    int64_t m = 0, t = 0;
+    if (e->scope == KVS_SCOPE_HEAD) {
+        for (int h = 0; h < e->H; h++) {
+            int64_t n = kvs_cache_len(e->c, layer, h) + extra;
+            if (n > m) m = n;
+        }
+        t = e->ls[layer].budget + e->buffer;
+        *per_step = 1;
+    } else if (e->scope == KVS_SCOPE_LAYER) {
+        for (int h = 0; h < e->H; h++) m += kvs_cache_len(e->c, layer, h) + extra;
+        t = (int64_t)e->H * (e->ls[layer].budget + e->buffer);
+        *per_step = e->H;
+    } else {
+        for (int l = 0; l < e->L; l++) {
+            for (int h = 0; h < e->H; h++) m += kvs_cache_len(e->c, l, h) + extra;
+            t += (int64_t)e->H * (e->ls[l].budget + e->buffer);
+        }
+        *per_step = (int64_t)e->L * e->H;
+    }
+    *rows = m;
+    *threshold = t;
+}
+
+/* Single-token steps after a step that appends n_new tokens until the pool of `layer` triggers
+ * (0: that step triggers). */
+static int64_t steps_to_trigger(const kvs_evictor *e, int layer, int64_t n_new) {
+    int64_t m, t, ps;
+    pool_measure(e, layer, n_new, &m, &t, &ps);
+    int64_t d = m >= t ? 0 : ceil_div(t - m, ps);
+    /* a pooled scope also evicts before any head of the pool outgrows the cache (heads are
+     * ragged there, and a head held at its cap may reach the capacity before the pool's total
+     * reaches the trigger) */
+    int l0 = e->scope == KVS_SCOPE_GLOBAL ? 0 : layer, l1 = e->scope == KVS_SCOPE_GLOBAL ? e->L : layer + 1;
+    for (int l = l0; l < l1 && d > 0; l++)
+        for (int h = 0; h < e->H; h++) {
+            int64_t room = e->cap - (kvs_cache_len(e->c, l, h) + n_new);
+            if (room < d) d = room < 0 ? 0 : room;
+        }
+    return d;
+}
+
+kvs_status kvs_evictor_plan(kvs_evictor *e, int64_t n_new, kvs_layer_plan *layers, int *any) {
+    const char *op = "kvs_evictor_plan";
+    if (!e || !layers || !any || n_new < 1) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: NULL argument or n_new < 1", op);
+    if (!e->c) return kvs_error(KVS_ERR_STATE, "%s: kvs_evictor_begin was not called", op);
+    *any = 0;
+    memset(layers, 0, (size_t)e->L * sizeof *layers);
+    e->n_new = n_new;
+    for (int l = 0; l < e->L; l++) {
+        e->ls[l].want_mass = 0;
+        e->ls[l].n_probe = 0;
+    }
+    if (e->noop) return KVS_OK;
+    int64_t maxw = 0;
+    for (int l = 0; l < e->L; l++) maxw = e->ls[l].needs.window > maxw ? e->ls[l].needs.window : maxw;
+    int64_t need = (int64_t)e->L * (maxw < n_new ? maxw : n_new);
+    if (need > e->probe_rows_cap) {
+        int32_t *q = realloc(e->probe_rows, (size_t)(need > 0 ? need : 1) * sizeof *q);
+        if (!q) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
+        e->probe_rows = q;
+        e->probe_rows_cap = need;
+    }
+    int64_t off = 0;
+    for (int l = 0; l < e->L; l++) {
+        layer_state *s = &e->ls[l];
+        unsigned f = s->needs.flags;
+        if (f & (KVS_POLICY_NEED_ACC_MASS | KVS_POLICY_NEED_OBSERVE)) {
+            layers[l].stat_all_rows = 1;
+            s->want_mass = 1;
+            *any = 1;
+        }
+        if (f & KVS_POLICY_NEED_WINDOW_MASS) {
+            int64_t W = s->needs.window, d = steps_to_trigger(e, l, n_new);
+            /* query i of this step is d + (n_new - 1 - i) queries before the trigger's last */
+            if (d < W) {
+                int64_t first = n_new - (W - d);
+                if (first < 0) first = 0;
+                s->probe_first = first;
+                s->n_probe = n_new - first;
+                for (int64_t i = first; i < n_new; i++) e->probe_rows[off + i - first] = (int32_t)i;
+                layers[l].probe_rows = e->probe_rows + off;
+                layers[l].n_probe = s->n_probe;
+                off += s->n_probe;
+                *any = 1;
+            }
+        }
+        if (s->want_mass || s->n_probe) e->st.stat_steps++;
+    }
+    return KVS_OK;
+}
+
+/* ---- eviction --------------------------------------------------------------------------------- */
+
+/* Compacts a host array [H][cap] of elem-sized entries with the keep-set of a layer. */
+static void compact_rows(void *base, size_t elem, int H, int64_t cap, const int32_t *keep, const int64_t *n_keep) {
+    char *b = base;
+    for (int h = 0; h < H; h++) {
+        char *row = b + (size_t)h * cap * elem;
+        for (int64_t i = 0; i < n_keep[h]; i++) {
+            int32_t r = keep[h * cap + i];
+            if (r != i) memmove(row + (size_t)i * elem, row + (size_t)r * elem, elem);
+        }
+        /* rows past the kept ones are reused by later tokens: they start from zero */
+        memset(row + (size_t)n_keep[h] * elem, 0, (size_t)(cap - n_keep[h]) * elem);
+    }
+}
+
+static kvs_status download_f32(kvs_kv_cache *c, kvs_tensor *t, float *dst, int64_t n) {
+    if (kvs_tensor_dtype(t) == KVS_F32) return kvs_tensor_download(t, dst, 0, (size_t)n * 4);
+    uint16_t *h = malloc((size_t)n * 2);
+    if (!h) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_evictor: out of host memory");
+    kvs_status s = kvs_tensor_download(t, h, 0, (size_t)n * 2);
+    for (int64_t i = 0; s == KVS_OK && i < n; i++) dst[i] = kvs_f16_to_f32(h[i]);
+    free(h);
+    (void)c;
+    return s;
+}
+
+static kvs_status score_layer(kvs_evictor *e, int l, int32_t cur_pos, float *scores) {
+    layer_state *s = &e->ls[l];
+    int64_t len[256];
+    int64_t *lenp = e->H <= 256 ? len : malloc((size_t)e->H * sizeof *lenp);
+    if (!lenp) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_evictor: out of host memory");
+    for (int h = 0; h < e->H; h++) lenp[h] = kvs_cache_len(e->c, l, h);
+    kvs_policy_input in = {.layer = l, .n_layers = e->L, .n_kv_heads = e->H, .n_heads = e->NH, .head_dim = e->hd,
+                           .stride = e->cap, .len = lenp, .pos = kvs_cache_positions(e->c, l, 0), .cur_pos = cur_pos,
+                           .budget = s->budget, .acc_mass = s->acc};
+    kvs_status st = KVS_OK;
+    size_t HC = (size_t)e->H * e->cap;
+    if (s->needs.flags & KVS_POLICY_NEED_WINDOW_MASS) {
+        memset(e->win, 0, HC * sizeof *e->win);
+        int64_t nq = 0;
+        for (int64_t i = 0; i < s->needs.window; i++) {
+            int32_t q = s->ring_qpos[i];
+            if (q < 0 || (int64_t)q <= (int64_t)cur_pos - s->needs.window) continue;
+            const float *v = s->ring + (size_t)i * HC;
+            for (size_t j = 0; j < HC; j++) e->win[j] += v[j];
+            nq++;
+        }
+        in.win_mass = e->win;
+        in.win_queries = nq;
+    }
+    size_t KV = HC * (size_t)e->hd;
+    if (st == KVS_OK && (s->needs.flags & KVS_POLICY_NEED_KEYS)) {
+        if (!e->keys) st = xalloc((void **)&e->keys, KV * sizeof(float));
+        if (st == KVS_OK) st = download_f32(e->c, kvs_cache_k(e->c, l), e->keys, (int64_t)KV);
+        in.keys = e->keys;
+    }
+    if (st == KVS_OK && (s->needs.flags & KVS_POLICY_NEED_VALUES)) {
+        if (!e->vals) st = xalloc((void **)&e->vals, KV * sizeof(float));
+        if (st == KVS_OK) st = download_f32(e->c, kvs_cache_v(e->c, l), e->vals, (int64_t)KV);
+        in.values = e->vals;
+    }
+    if (st == KVS_OK) st = kvs_policy_score(e->pol, &in, scores);
+    if (lenp != len) free(lenp);
+    return st;
+}
+
+static int cmp_i32(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Per-row top-k on the device: idx[h][0..k) of scores[H][cap] with row lengths len. */
+static kvs_status device_topk_rows(kvs_evictor *e, const float *scores, const int32_t *len, int64_t k, int by_index,
+                                   int32_t *idx) {
+    kvs_device *dev = kvs_tensor_device(kvs_cache_k(e->c, 0));
+    kvs_tensor *x = NULL, *rl = NULL, *ix = NULL;
+    kvs_status s = kvs_tensor_new(&x, dev, KVS_F32, e->cap, e->H, 0, 0);
+    if (s == KVS_OK) s = kvs_tensor_new(&rl, dev, KVS_I32, e->H, 0, 0, 0);
+    if (s == KVS_OK) s = kvs_tensor_new(&ix, dev, KVS_I32, k, e->H, 0, 0);
+    if (s == KVS_OK) s = kvs_tensor_upload(x, scores, 0, (size_t)e->H * e->cap * 4);
+    if (s == KVS_OK) s = kvs_tensor_upload(rl, len, 0, (size_t)e->H * 4);
+    kvs_topk_params tp = kvs_topk_params_default();
+    tp.k = k;
+    tp.order_by_index = by_index;
+    tp.row_len = rl;
+    if (s == KVS_OK) s = kvs_topk(dev, x, ix, NULL, &tp);
+    if (s == KVS_OK) s = kvs_tensor_download(ix, idx, 0, (size_t)e->H * k * 4);
+    kvs_tensor_destroy(&x);
+    kvs_tensor_destroy(&rl);
+    kvs_tensor_destroy(&ix);
+    return s;
+}
+
+/* Global top-k on the device over n flat scores: idx[0..k) ordered by score (descending). */
+static kvs_status device_topk_global(kvs_evictor *e, const float *scores, int64_t n, int64_t k, int32_t *idx) {
+    kvs_device *dev = kvs_tensor_device(kvs_cache_k(e->c, 0));
+    kvs_tensor *x = NULL, *ix = NULL;
+    kvs_status s = kvs_tensor_new(&x, dev, KVS_F32, n, 0, 0, 0);
+    if (s == KVS_OK) s = kvs_tensor_new(&ix, dev, KVS_I32, k, 0, 0, 0);
+    if (s == KVS_OK) s = kvs_tensor_upload(x, scores, 0, (size_t)n * 4);
+    kvs_topk_params tp = kvs_topk_params_default();
+    tp.k = k;
+    if (s == KVS_OK) s = kvs_topk_global(dev, x, ix, NULL, &tp);
+    if (s == KVS_OK) s = kvs_tensor_download(ix, idx, 0, (size_t)k * 4);
+    kvs_tensor_destroy(&x);
+    kvs_tensor_destroy(&ix);
+    return s;
+}
+
+/* Applies keep-sets of layers l0..l1-1 (e->keep / e->n_keep indexed by absolute layer) to the cache
+ * and to the host state. */
+static kvs_status apply_keep(kvs_evictor *e, int l0, int l1) {
+    size_t HC = (size_t)e->H * e->cap;
+    for (int l = l0; l < l1; l++) {
+        int32_t *keep = e->keep + (size_t)l * HC;
+        int64_t *nk = e->n_keep + (size_t)l * e->H;
+        int64_t before = 0, after = 0;
+        int changed = 0;
+        for (int h = 0; h < e->H; h++) {
+            int64_t len = kvs_cache_len(e->c, l, h);
+            before += len;
+            after += nk[h];
+            if (nk[h] != len) changed = 1;
+        }
+        if (!changed) continue;
+        KVS_TRY(kvs_cache_keep(e->c, l, keep, nk, e->cap));
+        layer_state *s = &e->ls[l];
+        if (s->acc) compact_rows(s->acc, sizeof(float), e->H, e->cap, keep, nk);
+        if (s->ring)
+            for (int64_t i = 0; i < s->needs.window; i++)
+                if (s->ring_qpos[i] >= 0) compact_rows(s->ring + (size_t)i * HC, sizeof(float), e->H, e->cap, keep, nk);
+        if (e->pol->ops->compact) KVS_TRY(e->pol->ops->compact(e->pol->self, l, keep, nk, e->cap));
+        e->st.rows_evicted += before - after;
+    }
+    return KVS_OK;
+}
+
+/* Evicts the pool [l0, l1) (one layer, or all for global) down to its budget. */
+static kvs_status evict_pool(kvs_evictor *e, int l0, int l1, int32_t cur_pos) {
+    size_t HC = (size_t)e->H * e->cap;
+    int P = l1 - l0;
+    float *sc = e->scores; /* [P][H][cap] */
+    int32_t lens[256];
+    if (e->H > 256) return kvs_error(KVS_ERR_UNSUPPORTED, "kvs_evictor: more than 256 kv heads");
+    for (int l = l0; l < l1; l++) KVS_TRY(score_layer(e, l, cur_pos, sc + (size_t)(l - l0) * HC));
+    e->st.evictions++;
+    if (e->scope == KVS_SCOPE_HEAD) {
+        int l = l0;
+        int64_t k = e->ls[l].budget;
+        for (int h = 0; h < e->H; h++) lens[h] = (int32_t)kvs_cache_len(e->c, l, h);
+        KVS_TRY(device_topk_rows(e, sc, lens, k, 1, e->idx));
+        for (int h = 0; h < e->H; h++) {
+            int64_t n = 0;
+            for (int64_t i = 0; i < k; i++) {
+                int32_t r = e->idx[h * k + i];
+                if (r >= 0) e->keep[(size_t)l * HC + h * e->cap + n++] = r;
+            }
+            e->n_keep[(size_t)l * e->H + h] = n;
+        }
+        return apply_keep(e, l0, l1);
+    }
+    /* pooled: Ada-KV floors, then one global top-k with per-head caps */
+    int64_t K = 0, valid = 0;
+    for (int l = l0; l < l1; l++) {
+        K += (int64_t)e->H * e->ls[l].budget;
+        for (int h = 0; h < e->H; h++) valid += kvs_cache_len(e->c, l, h);
+    }
+    if (e->pol->alpha > 0.0f) {
+        for (int l = l0; l < l1; l++) {
+            int64_t fl = (int64_t)floor((double)e->pol->alpha * (double)e->ls[l].budget);
+            if (fl < 1) continue;
+            for (int h = 0; h < e->H; h++) lens[h] = (int32_t)kvs_cache_len(e->c, l, h);
+            float *s = sc + (size_t)(l - l0) * HC;
+            KVS_TRY(device_topk_rows(e, s, lens, fl, 0, e->idx));
+            for (int h = 0; h < e->H; h++)
+                for (int64_t i = 0; i < fl; i++) {
+                    int32_t r = e->idx[h * fl + i];
+                    if (r >= 0) s[h * e->cap + r] = INFINITY;
+                }
+        }
+    }
+    int64_t n = (int64_t)P * HC;
+    memset(e->fixed, 0, (size_t)e->L * e->H);
+    memset(e->cnt, 0, (size_t)e->L * e->H * sizeof *e->cnt);
+    for (int round = 0; round <= P * e->H; round++) {
+        int64_t k = K < valid ? K : valid;
+        if (k < 1) break;
+        KVS_TRY(device_topk_global(e, sc, n, k, e->idx));
+        /* count per head in score order; a head over its cap is fixed at its cap best rows */
+        int newly = 0;
+        for (int g = 0; g < P * e->H; g++)
+            if (!e->fixed[g]) e->cnt[g] = 0;
+        for (int64_t i = 0; i < k; i++) {
+            int64_t f = e->idx[i];
+            int g = (int)(f / e->cap);
+            if (e->fixed[g]) continue;
+            int64_t cap_h = e->ls[l0 + g / e->H].head_cap;
+            if (e->cnt[g] < cap_h) {
+                e->keep[(size_t)l0 * HC + (size_t)g * e->cap + e->cnt[g]++] = (int32_t)(f % e->cap);
+            } else if (e->cnt[g] == cap_h) {
+                newly = 1;
+                e->fixed[g] = 2; /* mark: over cap */
+            }
+        }
+        if (!newly) break;
+        for (int g = 0; g < P * e->H; g++)
+            if (e->fixed[g] == 2) {
+                e->fixed[g] = 1;
+                int64_t cap_h = e->ls[l0 + g / e->H].head_cap;
+                K -= cap_h;
+                int l = l0 + g / e->H, h = g % e->H;
+                valid -= kvs_cache_len(e->c, l, h);
+                for (int64_t r = 0; r < e->cap; r++) sc[(size_t)g * e->cap + r] = -INFINITY;
+            }
+    }
+    for (int g = 0; g < P * e->H; g++) {
+        int32_t *kp = e->keep + (size_t)l0 * HC + (size_t)g * e->cap;
+        qsort(kp, (size_t)e->cnt[g], sizeof *kp, cmp_i32);
+        e->n_keep[(size_t)l0 * e->H + g] = e->cnt[g];
+    }
+    return apply_keep(e, l0, l1);
+}
+
+kvs_status kvs_evictor_update(kvs_evictor *e, kvs_kv_cache *c, const kvs_step_result *r) {
+    const char *op = "kvs_evictor_update";
+    if (!e || !c || !r) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: NULL argument", op);
+    if (c != e->c || e->n_new < 1) return kvs_error(KVS_ERR_STATE, "%s: no planned step on this cache (begin/plan first)", op);
+    int64_t n_new = e->n_new;
+    e->n_new = -1;
+    if (e->noop) return KVS_OK;
+    size_t HC = (size_t)e->H * e->cap;
+    int G = e->NH / e->H;
+    int64_t len0 = kvs_cache_len(c, 0, 0);
+    const int32_t *pos00 = kvs_cache_positions(c, 0, 0);
+    int32_t cur_pos = len0 > 0 ? pos00[len0 - 1] : 0;
+    for (int l = 0; l < e->L; l++) {
+        layer_state *s = &e->ls[l];
+        const kvs_layer_stats *ls = r->layers ? &r->layers[l] : NULL;
+        if ((s->want_mass && (!ls || !ls->key_mass)) || (s->n_probe && (!ls || !ls->probs)))
+            return kvs_error(KVS_ERR_STATE, "%s: layer %d statistics the plan asked for are missing", op, l);
+        if (s->acc) {
+            for (int h = 0; h < e->H; h++) {
+                int64_t len = kvs_cache_len(c, l, h);
+                float *a = s->acc + h * e->cap;
+                for (int64_t j = len - n_new; j < len; j++)
+                    if (j >= 0) a[j] = 0.0f;
+                const float *km = ls->key_mass + h * ls->n_kv;
+                for (int64_t j = 0; j < len && j < ls->n_kv; j++) a[j] += km[j];
+            }
+        }
+        if (s->n_probe) {
+            int64_t W = s->needs.window;
+            for (int64_t i = 0; i < s->n_probe; i++) {
+                int64_t row = s->probe_first + i;
+                int32_t qpos = cur_pos - (int32_t)(n_new - 1 - row);
+                int64_t slot = qpos % W;
+                float *v = s->ring + (size_t)slot * HC;
+                memset(v, 0, HC * sizeof *v);
+                const float *pr = ls->probs + (size_t)i * e->NH * ls->n_kv;
+                for (int h = 0; h < e->H; h++)
+                    for (int g = 0; g < G; g++) {
+                        const float *p = pr + (size_t)(h * G + g) * ls->n_kv;
+                        for (int64_t j = 0; j < ls->n_kv; j++) v[h * e->cap + j] += p[j] / (float)G;
+                    }
+                s->ring_qpos[slot] = qpos;
+            }
+        }
+        if ((s->needs.flags & KVS_POLICY_NEED_OBSERVE) && e->pol->ops->observe) {
+            int64_t lens[256];
+            for (int h = 0; h < e->H && h < 256; h++) lens[h] = kvs_cache_len(c, l, h);
+            KVS_TRY(e->pol->ops->observe(e->pol->self, l, ls, lens, n_new));
+        }
+    }
+    /* triggers */
+    if (e->scope == KVS_SCOPE_GLOBAL) {
+        if (steps_to_trigger(e, 0, 0) == 0) KVS_TRY(evict_pool(e, 0, e->L, cur_pos));
+    } else {
+        for (int l = 0; l < e->L; l++)
+            if (steps_to_trigger(e, l, 0) == 0) KVS_TRY(evict_pool(e, l, l + 1, cur_pos));
+    }
+    return KVS_OK;
+}

@@ -1,0 +1,248 @@
+/* kvsieve — KV eviction for autoregressive decoding: token-scoring policies, budgets and the
+ * evictor that drives them from the decode loop.
+ *
+ * Two objects:
+ *   kvs_policy   scores the cached tokens of one layer: scores[h][r] for kv head h and cache row
+ *                r, higher = keep. A policy *declares* the inputs it needs (kvs_policy_needs); the
+ *                decode loop collects exactly those from the attention op and nothing else.
+ *                Built-in policies (semantics as NVIDIA/kvpress kvpress/presses/, see METHODS.md):
+ *                  streaming  StreamingLLM (Xiao et al. 2023, arXiv 2309.17453): the first n_sink
+ *                             tokens + the most recent ones. Score = position, sinks +inf.
+ *                  h2o        H2O / observed attention (Zhang et al. 2023, arXiv 2306.14048;
+ *                             kvpress ObservedAttentionPress): attention each key received, summed
+ *                             over every query since it entered the cache, divided by the number of
+ *                             those queries (cur_pos - pos + 1); the `window` most recent tokens
+ *                             are kept (+inf) so new tokens survive their birth.
+ *                  snapkv     SnapKV (Li et al. 2024, arXiv 2404.14469; kvpress SnapKVPress): mean
+ *                             attention of the last `window` queries, 1-D average pooling (kernel
+ *                             `kernel`, zero padding counted, as torch avg_pool1d), the window's own
+ *                             tokens kept (+inf).
+ *                  tova       TOVA (Oren et al. 2024, arXiv 2401.06104; kvpress TOVAPress): the last
+ *                             query's attention averaged over all query heads (one score per token,
+ *                             shared by the kv heads); the newest token kept.
+ *                  knorm      K-norm (Devoto et al. 2024, arXiv 2406.11430): -||k||_2.
+ *                  pyramidkv  PyramidKV (Cai et al. 2024, arXiv 2406.02069; kvpress PyramidKVPress):
+ *                             the base scorer (snapkv) under per-layer budgets decreasing linearly
+ *                             with depth (beta, kvs_pyramid_budgets).
+ *                  adakv      Ada-KV (Feng et al. 2024, arXiv 2407.11550; kvpress AdaKVPress): the
+ *                             base scorer (snapkv); each kv head keeps at least alpha * its even
+ *                             share, the rest goes by top-k across the heads of the pool (scope
+ *                             layer or global; scope head is promoted to layer).
+ *                GQA: attention statistics arrive as the mean over each kv head's query-head group
+ *                (the attention op's key_mass); the cache keeps n_kv_heads rows and never expands.
+ *                Learned policies (issue 8) plug in through kvs_policy_custom with their own
+ *                score function and optional observe/compact hooks for per-token state.
+ *   kvs_evictor  holds a policy, a budget and a scope, plans the statistics of each decode step
+ *                (stat_rows / probe_rows of the layer plans), accumulates them on the host per cache
+ *                row, and when a trigger fires evicts on the device: scores -> kvs_topk (per head,
+ *                order_by_index) or kvs_topk_global (pooled scopes) -> kvs_cache_keep (kvs_compact
+ *                of K and V). Kept tokens keep their original positions; keys are stored after RoPE
+ *                and are not re-rotated.
+ *
+ * Budgets: B tokens per kv head per layer (a count), or a fraction f of the planned sequence
+ * length S (generate: prompt + max_new; eval: the window length): B = max(1, round(f * S)).
+ * Scopes: head (each kv head keeps its own B), layer (one pool of n_kv_heads * B per layer; a head
+ * keeps at most head_cap rows), global (one pool of n_layers * n_kv_heads * B over the whole cache,
+ * one kvs_topk_global over the concatenated scores). Trigger: when the pool's rows reach
+ * (budget + buffer) per head, the pool is evicted down to the budget.
+ *
+ * Ownership: the caller owns policies and evictors; an evictor borrows its policy (destroy the
+ * evictor first). Thread-safety: one decode at a time per evictor; policies are read-only during
+ * scoring except through their own hooks.
+ */
+#ifndef KVSIEVE_POLICY_H
+#define KVSIEVE_POLICY_H
+
+#include <stdint.h>
+
+#include "kvsieve/cache.h"
+#include "kvsieve/export.h"
+#include "kvsieve/model.h"
+#include "kvsieve/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- inputs a policy can declare ------------------------------------------------------------ */
+
+#define KVS_POLICY_NEED_ACC_MASS 1u    /* acc_mass: attention each key received from every query
+                                        * since it entered the cache (GQA-group mean), H2O */
+#define KVS_POLICY_NEED_WINDOW_MASS 2u /* win_mass: attention from the last `window` queries */
+#define KVS_POLICY_NEED_KEYS 4u        /* keys: the cached K rows (f32 copy) at eviction time */
+#define KVS_POLICY_NEED_VALUES 8u      /* values: the cached V rows (f32 copy) at eviction time */
+#define KVS_POLICY_NEED_OBSERVE 16u    /* the observe hook sees every step's statistics */
+
+typedef struct kvs_policy_needs {
+    unsigned flags;   /* KVS_POLICY_NEED_* */
+    int64_t window;   /* queries in the observation window (with NEED_WINDOW_MASS), >= 1 */
+} kvs_policy_needs;
+
+/* What a policy sees when it scores one layer. Every [H][stride] array holds kv head h's cache
+ * rows r < len[h] at [h * stride + r]; entries at r >= len[h] are undefined. */
+typedef struct kvs_policy_input {
+    int layer, n_layers;
+    int n_kv_heads, n_heads, head_dim;
+    int64_t stride;           /* row stride of the arrays below (the cache capacity) */
+    const int64_t *len;       /* [n_kv_heads] rows in use per kv head */
+    const int32_t *pos;       /* [n_kv_heads][stride] original token position of each row */
+    int32_t cur_pos;          /* position of the newest query (the last token appended) */
+    int64_t budget;           /* this layer's budget per kv head (tokens) */
+    const float *acc_mass;    /* [n_kv_heads][stride] or NULL (NEED_ACC_MASS) */
+    const float *win_mass;    /* [n_kv_heads][stride] summed over the window's queries, or NULL */
+    int64_t win_queries;      /* queries summed into win_mass (<= window) */
+    const float *keys;        /* [n_kv_heads][stride][head_dim] f32, or NULL (NEED_KEYS) */
+    const float *values;      /* [n_kv_heads][stride][head_dim] f32, or NULL (NEED_VALUES) */
+} kvs_policy_input;
+
+/* The shape a policy is started with (begin hook). */
+typedef struct kvs_policy_shape {
+    int n_layers, n_kv_heads, n_heads, head_dim;
+    int64_t capacity;         /* cache rows per kv head */
+} kvs_policy_shape;
+
+/* A policy's function table. Only name, needs and score are required. */
+typedef struct kvs_policy_ops {
+    const char *name;
+    /* The inputs needed to score `layer` under a budget of `budget` tokens per kv head. Must be the
+     * same for every call with the same arguments. */
+    kvs_policy_needs (*needs)(const void *self, int layer, int64_t budget);
+    /* Writes scores[h * in->stride + r] for r < in->len[h] (higher = keep; +INFINITY = always
+     * keep; never NaN and never -INFINITY, which marks empty rows). */
+    kvs_status (*score)(void *self, const kvs_policy_input *in, float *scores);
+    /* Optional: a new decode starts. */
+    kvs_status (*begin)(void *self, const kvs_policy_shape *shape);
+    /* Optional (with NEED_OBSERVE): the statistics of every step, after the forward. st->key_mass is
+     * the mass of this step's queries (NULL if no other need asked for it); n_new rows were
+     * appended at rows len[h]-n_new .. len[h]-1 of each head. */
+    kvs_status (*observe)(void *self, int layer, const kvs_layer_stats *st, const int64_t *len, int64_t n_new);
+    /* Optional: the cache of `layer` kept rows keep[h*stride + 0..n_keep[h]) (increasing); per-row
+     * state must be compacted the same way. */
+    kvs_status (*compact)(void *self, int layer, const int32_t *keep, const int64_t *n_keep, int64_t stride);
+    void (*destroy)(void *self);
+} kvs_policy_ops;
+
+typedef struct kvs_policy kvs_policy;
+
+typedef struct kvs_policy_params {
+    int n_sink;         /* streaming: sink tokens always kept; default 4 */
+    int64_t window;     /* h2o: recent tokens kept (default budget/2, H2O's half recent);
+                         * snapkv/pyramidkv/adakv: observation window, also kept (default
+                         * min(64, budget/2)); 0 = the default */
+    int kernel;         /* snapkv: average-pooling kernel, odd, >= 1; default 5 */
+    int beta;           /* pyramidkv: pyramid steepness, >= 1; default 20 */
+    float alpha;        /* adakv: per-head floor as a fraction of the even share, [0, 1]; 0.2 */
+    const char *base;   /* pyramidkv/adakv: base scorer name; default "snapkv" */
+} kvs_policy_params;
+
+KVS_API kvs_policy_params kvs_policy_params_default(void);
+
+/* Names of the built-in policies, NULL-terminated: streaming, h2o, snapkv, tova, knorm, pyramidkv,
+ * adakv. */
+KVS_API const char *const *kvs_policy_names(void);
+
+/* Creates a built-in policy by name (p NULL = defaults).
+ * Errors: KVS_ERR_NOT_FOUND (unknown name; the message lists the names), KVS_ERR_INVALID_ARGUMENT
+ * (n_sink < 0, window < 0, kernel even or < 1, beta < 1, alpha outside [0, 1], a base that is
+ * itself pyramidkv/adakv), KVS_ERR_OUT_OF_MEMORY. */
+KVS_API kvs_status kvs_policy_create(kvs_policy **out, const char *name, const kvs_policy_params *p);
+
+/* Wraps a user scorer (learned policies). ops must outlive the policy; self is passed to every op
+ * and released through ops->destroy (if any) when the policy is destroyed. alpha > 0 adds an
+ * Ada-KV floor, beta > 0 pyramid layer budgets (0 for neither).
+ * Errors: KVS_ERR_INVALID_ARGUMENT (NULL ops, name, needs or score). */
+KVS_API kvs_status kvs_policy_custom(kvs_policy **out, const kvs_policy_ops *ops, void *self, float alpha, int beta);
+
+KVS_API void kvs_policy_destroy(kvs_policy **p);
+KVS_API const char *kvs_policy_name(const kvs_policy *p);
+KVS_API kvs_policy_needs kvs_policy_get_needs(const kvs_policy *p, int layer, int64_t budget);
+
+/* Scores one layer (see kvs_policy_ops.score). Checks that the declared inputs are present.
+ * scores: [n_kv_heads][in->stride]; rows r >= len[h] are set to -INFINITY.
+ * Errors: KVS_ERR_INVALID_ARGUMENT (NULL, a declared input missing), the policy's own. */
+KVS_API kvs_status kvs_policy_score(kvs_policy *p, const kvs_policy_input *in, float *scores);
+
+/* Per-layer budgets of PyramidKV (kvpress PyramidKVPress.get_layer_budget, after KVCache-Factory
+ * pyramidkv_utils.py, window term dropped because our window lies inside the budget):
+ *   min = B / beta, max = 2B - min; if max > S: max = S, min = 2B - S;
+ *   out[l] = round(max - l * (max - min) / (L - 1)), clamped to [1, S] (L = 1: out[0] = B).
+ * The mean over layers is B (up to rounding). B = budget per kv head, S = planned length.
+ * Errors: KVS_ERR_INVALID_ARGUMENT (n_layers < 1, budget < 1, beta < 1, seq_len < budget). */
+KVS_API kvs_status kvs_pyramid_budgets(int n_layers, int64_t budget, int beta, int64_t seq_len, int64_t *out);
+
+/* ---- budgets, scopes, the evictor ------------------------------------------------------------ */
+
+typedef enum kvs_budget_scope {
+    KVS_SCOPE_HEAD = 0,    /* each kv head of each layer keeps its own budget */
+    KVS_SCOPE_LAYER = 1,   /* one pool per layer, pooled over its kv heads */
+    KVS_SCOPE_GLOBAL = 2   /* one pool over all layers and kv heads */
+} kvs_budget_scope;
+
+/* "head", "layer", "global"; from_name accepts the same (KVS_ERR_INVALID_ARGUMENT otherwise). */
+KVS_API const char *kvs_budget_scope_name(kvs_budget_scope s);
+KVS_API kvs_status kvs_budget_scope_from_name(const char *name, kvs_budget_scope *out);
+
+typedef struct kvs_evict_params {
+    kvs_policy *policy;    /* borrowed; NULL: no eviction */
+    double budget;         /* (0, 1]: fraction of the planned length; > 1: tokens per kv head
+                            * (an integer); default 1.0 (everything fits: never evicts) */
+    kvs_budget_scope scope;/* default KVS_SCOPE_HEAD */
+    int64_t buffer;        /* tokens per head above the budget before eviction triggers, >= 1;
+                            * 0 (default) = max(1, min(128, budget / 8)) */
+    double head_cap;       /* pooled scopes: a head keeps at most max(its layer's budget,
+                            * head_cap * budget) rows (this bounds the cache capacity); default
+                            * 2.0, >= 1 */
+} kvs_evict_params;
+
+KVS_API kvs_evict_params kvs_evict_params_default(void);
+
+/* Counters of an evictor's run. */
+typedef struct kvs_evict_stats {
+    int64_t evictions;     /* eviction events (per pool) */
+    int64_t rows_evicted;  /* K/V rows removed, summed over layers and heads */
+    int64_t stat_steps;    /* (layer, step) pairs whose attention statistics were collected */
+} kvs_evict_stats;
+
+typedef struct kvs_evictor kvs_evictor;
+
+/* Creates an evictor for a model of this shape, for a decode of seq_len planned tokens.
+ * Errors: KVS_ERR_INVALID_ARGUMENT (bad shape, budget <= 0, a fractional count > 1, buffer < 0,
+ * head_cap < 1, unknown scope), KVS_ERR_OUT_OF_MEMORY. */
+KVS_API kvs_status kvs_evictor_create(kvs_evictor **out, const kvs_evict_params *p, const kvs_model_hparams *hp,
+                                      int64_t seq_len);
+KVS_API void kvs_evictor_destroy(kvs_evictor **e);
+
+/* Budget (tokens per kv head) of `layer` after pyramid shaping; -1 for a bad layer. */
+KVS_API int64_t kvs_evictor_budget(const kvs_evictor *e, int layer);
+/* Buffer (tokens per kv head) in force. */
+KVS_API int64_t kvs_evictor_buffer(const kvs_evictor *e);
+/* Cache rows per kv head the evictor needs when the longest single step appends max_step tokens
+ * (the prompt, for a one-shot prefill): max(max_step, largest per-head budget + buffer), with
+ * pooled scopes using head_cap * budget + buffer; never more than seq_len. */
+KVS_API int64_t kvs_evictor_capacity(const kvs_evictor *e, int64_t max_step);
+/* 1 when the budget covers the planned length: the evictor never evicts and collects nothing. */
+KVS_API int kvs_evictor_is_noop(const kvs_evictor *e);
+
+/* Starts a decode on cache c (an APPEND cache with capacity >= kvs_evictor_capacity; emptied by
+ * the caller). Errors: KVS_ERR_INVALID_ARGUMENT (cache shape or mode), the policy's begin. */
+KVS_API kvs_status kvs_evictor_begin(kvs_evictor *e, kvs_kv_cache *c);
+
+/* Fills layers[0..n_layers) for the next step, which appends n_new tokens (rows computed at every
+ * layer): stat_rows / probe_rows that collect exactly what the policy declares for the queries
+ * that will matter at the next eviction; everything else zero. The arrays pointed to are owned by
+ * the evictor and valid until its next call. Sets *any to 1 when some layer collects statistics
+ * (pass layers to the plan then; otherwise the plan may use NULL layers). */
+KVS_API kvs_status kvs_evictor_plan(kvs_evictor *e, int64_t n_new, kvs_layer_plan *layers, int *any);
+
+/* After the forward of the planned step: accumulates its statistics, then evicts every pool whose
+ * trigger fired (scores on the host, top-k and compaction on the device).
+ * Errors: KVS_ERR_STATE (no begin, or statistics missing that the plan asked for), the ops' and
+ * the policy's errors. */
+KVS_API kvs_status kvs_evictor_update(kvs_evictor *e, kvs_kv_cache *c, const kvs_step_result *r);
+
+KVS_API kvs_evict_stats kvs_evictor_get_stats(const kvs_evictor *e);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

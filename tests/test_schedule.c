@@ -1,0 +1,305 @@
+/* Cache schedules as pure host logic: the plans they produce for synthetic decoding states, and how
+ * they read synthetic statistics (no model, no device except the CPU one WaveFilter's DWT uses).
+ *  - prefix / dual: full first step of a block, then rows [block start, n) / [block start, end);
+ *  - delayed (dKV-Cache decode): full at steps 0, 1 and multiples of reload; else masked + just decoded;
+ *  - elastic: step 0 full with window statistics, tracked token = most attended unmasked key,
+ *    reuse plans Q = tracked + decoded + window, the drift hook switches to all rows on a changed
+ *    attention row and keeps reusing on an unchanged one;
+ *  - wavefilter: keep-sets of the budget's size with sinks, block, recent rows, a sharp peak and a
+ *    hot region; budget 1 keeps everything. */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvsieve/kvsieve.h"
+#include "kvsieve/schedule.h"
+
+#define N 40
+#define L 3
+#define NH 2
+#define NKV 1
+
+/* sequence: prompt [0, 8), block 0 = [8, 24), block 1 = [24, 40) */
+typedef struct state {
+    int32_t tokens[N];
+    uint8_t masked[N];
+    int32_t dec[N];
+    kvs_dlm_view v;
+} state;
+
+static void state_init(state *s, int step, int step_in_block, int block) {
+    memset(s, 0, sizeof *s);
+    for (int i = 0; i < N; i++) {
+        s->masked[i] = i >= 8;
+        s->tokens[i] = i >= 8 ? 0 : 10 + i;
+    }
+    s->v = (kvs_dlm_view){.tokens = s->tokens, .n_tokens = N, .prompt_len = 8, .mask_id = 0, .masked = s->masked,
+                          .block_start = 8 + 16 * block, .block_end = 24 + 16 * block, .block = block,
+                          .step_in_block = step_in_block, .step = step, .decoded_prev = s->dec, .n_decoded_prev = 0,
+                          .n_layers = L, .n_heads = NH, .n_kv_heads = NKV};
+}
+
+static void unmask(state *s, int pos) {
+    s->masked[pos] = 0;
+    s->tokens[pos] = 7;
+}
+
+START_TEST(test_prefix_dual) {
+    for (int dual = 0; dual < 2; dual++) {
+        kvs_dlm_schedule *sc = NULL;
+        ck_assert(dual ? kvs_dlm_schedule_dual(&sc) == KVS_OK : kvs_dlm_schedule_prefix(&sc) == KVS_OK);
+        ck_assert_str_eq(kvs_dlm_schedule_name(sc), dual ? "dual" : "prefix");
+        ck_assert(sc->ops->begin(sc->self, N, L) == KVS_OK);
+        state s;
+        state_init(&s, 0, 0, 0);
+        kvs_dlm_step st;
+        ck_assert(sc->ops->plan(sc->self, &s.v, &st) == KVS_OK);
+        ck_assert_ptr_null(st.plan.layers); /* block start: every row */
+        ck_assert_int_eq(st.plan.n_logit_rows, 16);
+        ck_assert_int_eq(st.plan.logit_rows[0], 8);
+        unmask(&s, 9);
+        s.v.step = 1;
+        s.v.step_in_block = 1;
+        ck_assert(sc->ops->plan(sc->self, &s.v, &st) == KVS_OK);
+        ck_assert_ptr_nonnull(st.plan.layers);
+        int64_t want = dual ? 16 : N - 8;
+        ck_assert_int_eq(st.plan.layers[0].n_rows, want);
+        for (int64_t i = 0; i < want; i++) ck_assert_int_eq(st.plan.layers[0].rows[i], 8 + i);
+        for (int l = 1; l < L; l++) ck_assert_ptr_null(st.plan.layers[l].rows); /* same rows */
+        ck_assert_int_eq(st.plan.n_logit_rows, 15);
+        kvs_dlm_schedule_stats ss;
+        ck_assert(kvs_dlm_schedule_get_stats(sc, &ss) == KVS_OK);
+        ck_assert_int_eq(ss.steps, 2);
+        ck_assert_int_eq(ss.full_steps, 1);
+        ck_assert_int_eq(ss.rows[L - 1], N + want);
+        kvs_dlm_schedule_destroy(&sc);
+        ck_assert_ptr_null(sc);
+    }
+}
+END_TEST
+
+START_TEST(test_delayed) {
+    kvs_dlm_schedule *sc = NULL;
+    ck_assert_int_eq(kvs_dlm_schedule_delayed(&sc, 0), KVS_ERR_INVALID_ARGUMENT);
+    ck_assert(kvs_dlm_schedule_delayed(&sc, 4) == KVS_OK);
+    state s;
+    state_init(&s, 0, 0, 0);
+    kvs_dlm_step st;
+    for (int i = 0; i < 6; i++) {
+        s.v.step = i;
+        s.v.step_in_block = i;
+        if (i > 0) {
+            /* one token per step, decoded at position 8 + i - 1 */
+            unmask(&s, 8 + i - 1);
+            s.dec[0] = 8 + i - 1;
+            s.v.n_decoded_prev = 1;
+        }
+        ck_assert(sc->ops->plan(sc->self, &s.v, &st) == KVS_OK);
+        int full = i == 0 || i == 1 || i == 4;
+        ck_assert_msg(full == (st.plan.layers == NULL), "step %d full %d", i, full);
+        if (!full) {
+            /* masked rows (8 + i .. N) plus the row decoded by the previous step */
+            const kvs_layer_plan *lp = &st.plan.layers[0];
+            ck_assert_int_eq(lp->n_rows, N - (8 + i) + 1);
+            ck_assert_int_eq(lp->rows[0], 8 + i - 1);
+            ck_assert_int_eq(lp->rows[1], 8 + i);
+            ck_assert_int_eq(lp->rows[lp->n_rows - 1], N - 1);
+        }
+    }
+    kvs_dlm_schedule_destroy(&sc);
+}
+END_TEST
+
+/* A synthetic step result for elastic: key mass [NKV][N] peaked at `hot`, probs of `n_probe` rows
+ * [NH][N] filled with `row`. */
+typedef struct fake_result {
+    float mass[L][NKV * N];
+    float probs[L][N * NH * N];
+    kvs_layer_stats ls[L];
+    kvs_step_result r;
+} fake_result;
+
+static void fake_fill(fake_result *f, int hot, int n_probe, const float *row) {
+    memset(f, 0, sizeof *f);
+    for (int l = 0; l < L; l++) {
+        for (int j = 0; j < N; j++) f->mass[l][j] = j == hot ? 5.0f : 0.1f + 0.001f * (float)j;
+        for (int r = 0; r < n_probe; r++) memcpy(f->probs[l] + r * NH * N, row, sizeof(float) * NH * N);
+        f->ls[l] = (kvs_layer_stats){.n_kv = N, .key_mass = f->mass[l], .probs = f->probs[l]};
+    }
+    f->r.layers = f->ls;
+}
+
+START_TEST(test_elastic) {
+    kvs_dlm_schedule *sc = NULL;
+    kvs_elastic_params ep = kvs_elastic_params_default();
+    ck_assert(ep.gamma == 0.9f && ep.window == 16 && ep.track == 1);
+    ep.window = 4;
+    ep.gamma = 1.5f;
+    ck_assert_int_eq(kvs_dlm_schedule_elastic(&sc, &ep), KVS_ERR_INVALID_ARGUMENT);
+    ep.gamma = 0.9f;
+    ck_assert(kvs_dlm_schedule_elastic(&sc, &ep) == KVS_OK);
+    ck_assert_uint_eq(kvs_dlm_schedule_cache_flags(sc), KVS_CACHE_KEEP_X);
+    ck_assert(sc->ops->begin(sc->self, N, L) == KVS_OK);
+    state s;
+    state_init(&s, 0, 0, 0);
+    kvs_dlm_step st;
+    /* step 0: every row, key mass over the window's rows, probes of the unmasked rows */
+    ck_assert(sc->ops->plan(sc->self, &s.v, &st) == KVS_OK);
+    ck_assert_int_eq(st.n_candidates, 4);
+    ck_assert_int_eq(st.candidates[0], 8);
+    ck_assert_int_eq(st.candidates[3], 11);
+    ck_assert_ptr_nonnull(st.plan.layers);
+    ck_assert_int_eq(st.plan.layers[0].n_rows, N);
+    ck_assert_int_eq(st.plan.layers[0].n_stat_rows, 4);
+    ck_assert_int_eq(st.plan.layers[0].stat_rows[0], 8);
+    ck_assert_int_eq(st.plan.layers[0].n_probe, 8);
+    float row[NH * N];
+    for (int j = 0; j < NH * N; j++) row[j] = (float)(j % 7) + 1.0f;
+    static fake_result f;
+    /* hot key 12 is masked: excluded; the tracked token is the hottest unmasked key, 7 */
+    fake_fill(&f, 12, 8, row);
+    ck_assert(sc->ops->feedback(sc->self, &s.v, &f.r) == KVS_OK);
+    /* step 1: positions 8, 9 decoded */
+    unmask(&s, 8);
+    unmask(&s, 9);
+    s.dec[0] = 8;
+    s.dec[1] = 9;
+    s.v.n_decoded_prev = 2;
+    s.v.step = 1;
+    s.v.step_in_block = 1;
+    ck_assert(sc->ops->plan(sc->self, &s.v, &st) == KVS_OK);
+    const kvs_layer_plan *lp = st.plan.layers;
+    /* Q = {7} U {8, 9} U window {10, 11, 12, 13} */
+    int32_t wantq[] = {7, 8, 9, 10, 11, 12, 13};
+    ck_assert_int_eq(lp[0].n_rows, 7);
+    for (int i = 0; i < 7; i++) ck_assert_int_eq(lp[0].rows[i], wantq[i]);
+    ck_assert_int_eq(lp[0].n_stat_rows, 4);
+    ck_assert_int_eq(lp[0].stat_rows[0], 3); /* index of 10 within Q */
+    ck_assert_int_eq(lp[0].n_probe, 3);      /* 7, 8, 9: queried and unmasked */
+    ck_assert_int_eq(lp[0].probe_rows[0], 0);
+    ck_assert_ptr_nonnull(lp[0].hook);
+    /* unchanged attention row of the tracked token: no drift, keep reusing */
+    fake_fill(&f, 7, 3, row);
+    ck_assert_ptr_null(lp[0].hook(lp[0].hook_user, 0, &f.ls[0]));
+    /* a changed row at layer 1 (cosine well below 0.9): layers 2.. recompute every row */
+    float other[NH * N];
+    for (int j = 0; j < NH * N; j++) other[j] = (j % 7) == 3 ? 9.0f : 0.01f;
+    fake_result *g = malloc(sizeof *g);
+    fake_fill(g, 7, 3, other);
+    const kvs_layer_plan *rest = lp[1].hook(lp[1].hook_user, 1, &g->ls[1]);
+    ck_assert_ptr_nonnull(rest);
+    ck_assert_int_eq(rest[0].n_rows, N);
+    ck_assert_int_eq(rest[0].rows[N - 1], N - 1);
+    ck_assert_int_eq(rest[0].n_stat_rows, 4);
+    ck_assert_int_eq(rest[0].stat_rows[0], 10);
+    ck_assert_ptr_null(rest[0].hook);
+    ck_assert(sc->ops->feedback(sc->self, &s.v, &f.r) == KVS_OK);
+    kvs_dlm_schedule_stats ss;
+    ck_assert(kvs_dlm_schedule_get_stats(sc, &ss) == KVS_OK);
+    ck_assert_int_eq(ss.full_steps, 1);
+    ck_assert_int_eq(ss.rows[0], N + 7);
+    ck_assert_int_eq(ss.rows[2], N + N);
+    ck_assert_int_eq(ss.refreshes[1], 1);
+    ck_assert_int_eq(ss.refreshes[2], 2);
+    free(g);
+    /* gamma 1: every step is a full step without statistics */
+    kvs_dlm_schedule_destroy(&sc);
+    ep.gamma = 1.0f;
+    ck_assert(kvs_dlm_schedule_elastic(&sc, &ep) == KVS_OK);
+    ck_assert(sc->ops->begin(sc->self, N, L) == KVS_OK);
+    ck_assert(sc->ops->plan(sc->self, &s.v, &st) == KVS_OK);
+    ck_assert_ptr_null(st.plan.layers);
+    kvs_dlm_schedule_destroy(&sc);
+    /* by name */
+    ck_assert(kvs_dlm_schedule_from_name(&sc, "delayed", 2, NULL) == KVS_OK);
+    ck_assert_str_eq(kvs_dlm_schedule_name(sc), "delayed");
+    kvs_dlm_schedule_destroy(&sc);
+    ck_assert_int_eq(kvs_dlm_schedule_from_name(&sc, "bogus", 1, NULL), KVS_ERR_INVALID_ARGUMENT);
+}
+END_TEST
+
+START_TEST(test_wavefilter_keep) {
+    /* base none; signal: a sharp peak at 30 (in block 1's future) and a hot region [0, 8) */
+    kvs_dlm_schedule *base = NULL, *sc = NULL;
+    ck_assert(kvs_dlm_schedule_none(&base) == KVS_OK);
+    kvs_wavefilter_params wp = kvs_wavefilter_params_default();
+    ck_assert(wp.levels == 3 && wp.rho == 0.5f && wp.family == KVS_WAVELET_HAAR);
+    wp.budget = 0.0f;
+    ck_assert_int_eq(kvs_dlm_schedule_wavefilter(&sc, base, &wp), KVS_ERR_INVALID_ARGUMENT); /* base freed */
+    ck_assert(kvs_dlm_schedule_none(&base) == KVS_OK);
+    wp.budget = 0.8f;
+    wp.n_sink = 2;
+    wp.n_recent = 2;
+    ck_assert(kvs_dlm_schedule_wavefilter(&sc, base, &wp) == KVS_OK);
+    ck_assert_str_eq(kvs_dlm_schedule_name(sc), "none+wavefilter");
+    ck_assert(sc->ops->begin(sc->self, N, L) == KVS_OK);
+    state s;
+    state_init(&s, 0, 0, 1); /* block [24, 40) */
+    for (int i = 8; i < 24; i++) unmask(&s, i);
+    kvs_dlm_step st;
+    ck_assert(sc->ops->plan(sc->self, &s.v, &st) == KVS_OK);
+    /* first step of the block: dense, key mass from the block's rows */
+    ck_assert_ptr_nonnull(st.plan.layers);
+    ck_assert_ptr_null(st.plan.layers[0].keep);
+    ck_assert_int_eq(st.plan.layers[0].n_stat_rows, 16);
+    ck_assert_int_eq(st.plan.layers[0].stat_rows[0], 24);
+    static fake_result f;
+    memset(&f, 0, sizeof f);
+    for (int l = 0; l < L; l++) {
+        for (int j = 0; j < N; j++) f.mass[l][j] = 0.01f * (float)((j * 7) % 5);
+        for (int j = 8; j < 16; j++) f.mass[l][j] = 1.0f; /* a hot region */
+        f.mass[l][19] = 3.0f;                               /* a sharp peak */
+        f.ls[l] = (kvs_layer_stats){.n_kv = N, .key_mass = f.mass[l]};
+    }
+    f.r.layers = f.ls;
+    ck_assert_msg(sc->ops->feedback(sc->self, &s.v, &f.r) == KVS_OK, "%s", kvs_last_error());
+    s.v.step = 1;
+    s.v.step_in_block = 1;
+    ck_assert(sc->ops->plan(sc->self, &s.v, &st) == KVS_OK);
+    for (int l = 0; l < L; l++) {
+        const kvs_layer_plan *lp = &st.plan.layers[l];
+        ck_assert_ptr_nonnull(lp->keep);
+        ck_assert_int_eq(lp->n_keep[0], 32); /* ceil(0.8 * 40) */
+        uint8_t in[N] = {0};
+        for (int64_t i = 0; i < lp->n_keep[0]; i++) {
+            if (i) ck_assert_int_gt(lp->keep[i], lp->keep[i - 1]);
+            in[lp->keep[i]] = 1;
+        }
+        for (int j = 24; j < 40; j++) ck_assert_msg(in[j], "block row %d kept", j);
+        ck_assert(in[0] && in[1] && in[22] && in[23]); /* sinks, recent */
+        ck_assert_msg(in[19], "peak kept");
+        int hot = 0;
+        for (int j = 8; j < 16; j++) hot += in[j];
+        ck_assert_msg(hot >= 4, "hot region kept (%d of 8)", hot);
+    }
+    kvs_dlm_schedule_destroy(&sc);
+    /* budget 1: every row kept */
+    ck_assert(kvs_dlm_schedule_none(&base) == KVS_OK);
+    wp.budget = 1.0f;
+    ck_assert(kvs_dlm_schedule_wavefilter(&sc, base, &wp) == KVS_OK);
+    ck_assert(sc->ops->plan(sc->self, &s.v, &st) == KVS_OK);
+    ck_assert(sc->ops->feedback(sc->self, &s.v, &f.r) == KVS_OK);
+    s.v.step = 2;
+    s.v.step_in_block = 2;
+    ck_assert(sc->ops->plan(sc->self, &s.v, &st) == KVS_OK);
+    ck_assert_int_eq(st.plan.layers[1].n_keep[0], N);
+    kvs_dlm_schedule_destroy(&sc);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("schedule");
+    TCase *tc = tcase_create("host");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_prefix_dual);
+    tcase_add_test(tc, test_delayed);
+    tcase_add_test(tc, test_elastic);
+    tcase_add_test(tc, test_wavefilter_keep);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,502 @@
+/* kvsieve eval — fidelity of KV eviction policies on real text, teacher-forced.
+ *
+ * The text is tokenized and cut into windows of ctx tokens (BOS + ctx-1 text tokens, positions
+ * 0..ctx-1). Each window is decoded token by token (one forward per token, logits of the new row)
+ * once with the full cache and once per (policy, budget) with the evictor in the loop; a budget is a
+ * fraction of ctx or a token count per kv head. For every prediction (positions 0..ctx-2, predicting
+ * the next text token) the cell accumulates:
+ *   KL(full || evicted) of the next-token distributions (float64 softmax), top-1 agreement of the two,
+ *   the evicted model's negative log-likelihood of the true token (perplexity = exp(mean NLL)), and
+ *   the recall probes: tokens of later mentions of a name introduced in the window's first quarter
+ *   (a capitalised word that occurs at least once not at a sentence start, "I" excluded); a probe
+ *   counts where the full cache ranks the true token among its top RECALL_TOPK (5) and scores where
+ *   the evicted cache does too.
+ * Cache bytes: the peak of kvs_cache_bytes_used over a window (K/V rows in use, budget + buffer).
+ * Output: an aligned table (stdout), optionally JSON (--json, json-c) and an SVG plot (--plot) of
+ * top-1 agreement and KL against the budget, one line per policy.
+ * Budget 1.0 never evicts, and its numbers equal the full cache's exactly (KL 0). */
+#include <json-c/json.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "cmds.h"
+#include "kvsieve/generate.h"
+#include "kvsieve/model.h"
+#include "kvsieve/model_file.h"
+#include "kvsieve/policy.h"
+#include "kvsieve/tokenizer.h"
+#include "policy_opts.h"
+#include "svg_plot.h"
+
+#define TRY(expr)                                                                                  \
+    do {                                                                                           \
+        kvs_status try_s_ = (expr);                                                                \
+        if (try_s_ != KVS_OK) return try_s_;                                                       \
+    } while (0)
+
+#define MAX_POL 16
+#define RECALL_TOPK 5 /* a name token counts as predicted when it is among the model's top 5 */
+#define MAX_BUD 16
+
+typedef struct cell {
+    const char *policy;     /* NULL: full cache */
+    double budget;
+    int64_t kept;           /* budget in tokens per kv head */
+    double kl_sum, nll_sum;
+    int64_t n, agree;
+    int64_t recall_probes, recall_hits;
+    int64_t bytes_peak, bytes_alloc, evictions;
+    double seconds;
+} cell;
+
+typedef struct eval_ctx {
+    const char *prog;
+    kvs_device *dev;
+    kvs_model *m;
+    const kvs_model_hparams *hp;
+    int64_t ctx;
+    kvs_layer_plan *lp;
+    double *full_lp;        /* [ctx-1][V] full-cache log-probabilities */
+    int32_t *full_top;      /* [ctx-1] */
+    double *lp_buf;         /* [V] */
+    uint8_t *probe;         /* [ctx] 1: token t is a recall probe (predicted at t-1) */
+} eval_ctx;
+
+/* float64 log-softmax of logits[V] into out; returns the argmax (lowest id on ties). */
+static int32_t log_softmax(const float *l, int64_t V, double *out) {
+    int32_t best = 0;
+    for (int64_t i = 1; i < V; i++)
+        if (l[i] > l[best]) best = (int32_t)i;
+    double mx = l[best], s = 0.0;
+    for (int64_t i = 0; i < V; i++) s += exp((double)l[i] - mx);
+    double lse = mx + log(s);
+    for (int64_t i = 0; i < V; i++) out[i] = (double)l[i] - lse;
+    return best;
+}
+
+/* 1 when token id is among the k most likely of lp[V] (ties: lower ids first). */
+static int in_topk(const double *lp, int64_t V, int32_t id, int k) {
+    int better = 0;
+    for (int64_t i = 0; i < V && better < k; i++)
+        if (lp[i] > lp[id] || (lp[i] == lp[id] && i < id)) better++;
+    return better < k;
+}
+
+/* Decodes one window token by token; full (c == NULL cell policy) stores the reference. */
+static kvs_status run_window(eval_ctx *e, kvs_kv_cache *cache, kvs_evictor *ev, const int32_t *tok, cell *c, int full) {
+    int64_t V = e->hp->vocab, N = e->ctx;
+    TRY(kvs_cache_reset(cache));
+    if (ev) TRY(kvs_evictor_begin(ev, cache));
+    int64_t peak = 0;
+    double t0 = cli_now();
+    for (int64_t t = 0; t + 1 < N; t++) {
+        int32_t zero = 0, pos = (int32_t)t;
+        kvs_step_plan plan = {.tokens = tok + t, .n_tokens = 1, .positions = &pos, .logit_rows = &zero, .n_logit_rows = 1};
+        if (ev) {
+            int any = 0;
+            TRY(kvs_evictor_plan(ev, 1, e->lp, &any));
+            plan.layers = any ? e->lp : NULL;
+        }
+        kvs_step_result r;
+        TRY(kvs_model_forward(e->m, cache, &plan, &r));
+        int64_t used = kvs_cache_bytes_used(cache);
+        if (used > peak) peak = used;
+        if (ev) TRY(kvs_evictor_update(ev, cache, &r));
+        double *lp = full ? e->full_lp + t * V : e->lp_buf;
+        int32_t top = log_softmax(r.logits, V, lp);
+        int32_t next = tok[t + 1];
+        if (full) e->full_top[t] = top;
+        const double *fl = e->full_lp + t * V;
+        double kl = 0.0;
+        if (!full)
+            for (int64_t i = 0; i < V; i++) kl += exp(fl[i]) * (fl[i] - lp[i]);
+        c->kl_sum += kl > 0 ? kl : 0.0; /* rounding can give -1e-17 */
+        c->agree += top == e->full_top[t];
+        c->nll_sum += -lp[next];
+        c->n++;
+        if (e->probe[t + 1] && in_topk(fl, V, next, RECALL_TOPK)) {
+            c->recall_probes++;
+            c->recall_hits += in_topk(lp, V, next, RECALL_TOPK);
+        }
+    }
+    c->seconds += cli_now() - t0;
+    if (peak > c->bytes_peak) c->bytes_peak = peak;
+    int64_t alloc = kvs_cache_bytes_allocated(cache);
+    if (alloc > c->bytes_alloc) c->bytes_alloc = alloc;
+    if (ev) c->evictions += kvs_evictor_get_stats(ev).evictions;
+    return KVS_OK;
+}
+
+/* ---- names for the recall score ------------------------------------------------------------- */
+
+static const char SP[] = "\xe2\x96\x81"; /* U+2581, the tokenizer's space */
+
+static int starts_word_upper(const char *s) { return strncmp(s, SP, 3) == 0 && s[3] >= 'A' && s[3] <= 'Z'; }
+static int continues_word(const char *s) { return s[0] >= 'a' && s[0] <= 'z'; }
+static int ends_sentence(const char *s) {
+    size_t n = strlen(s);
+    if (n == 0) return 1;
+    if (strcmp(s, "<0x0A>") == 0) return 1;
+    char c = s[n - 1];
+    return c == '.' || c == '!' || c == '?' || c == '"' || c == ':';
+}
+
+/* Marks probe[t] for every token of a later mention of a name introduced in the first quarter. */
+static int mark_probes(const kvs_tokenizer *tk, const int32_t *tok, int64_t N, uint8_t *probe) {
+    memset(probe, 0, (size_t)N);
+    typedef struct word { int64_t at, len; char text[64]; int initial; } word;
+    word *w = malloc((size_t)N * sizeof *w);
+    if (!w) return 0;
+    int64_t nw = 0;
+    for (int64_t t = 1; t < N; t++) {
+        const char *s = kvs_tokenizer_token_text(tk, tok[t], NULL);
+        if (!s || !starts_word_upper(s)) continue;
+        word *x = &w[nw];
+        x->at = t;
+        x->len = 1;
+        snprintf(x->text, sizeof x->text, "%s", s + 3);
+        while (t + x->len < N) {
+            const char *c = kvs_tokenizer_token_text(tk, tok[t + x->len], NULL);
+            if (!c || !continues_word(c) || strlen(x->text) + strlen(c) >= sizeof x->text) break;
+            strcat(x->text, c);
+            x->len++;
+        }
+        const char *prev = kvs_tokenizer_token_text(tk, tok[t - 1], NULL);
+        x->initial = t == 1 || !prev || ends_sentence(prev);
+        if (strcmp(x->text, "I") != 0) nw++;
+    }
+    int marks = 0;
+    for (int64_t i = 0; i < nw; i++) {
+        /* first occurrence of this word? */
+        int first = 1, named = !w[i].initial;
+        for (int64_t j = 0; j < i && first; j++) first = strcmp(w[j].text, w[i].text) != 0;
+        if (!first || w[i].at >= N / 4) continue;
+        for (int64_t j = i + 1; j < nw && !named; j++) named = !w[j].initial && strcmp(w[j].text, w[i].text) == 0;
+        if (!named) continue;
+        for (int64_t j = i + 1; j < nw; j++)
+            if (strcmp(w[j].text, w[i].text) == 0)
+                for (int64_t k = 0; k < w[j].len; k++) {
+                    probe[w[j].at + k] = 1;
+                    marks++;
+                }
+    }
+    free(w);
+    return marks;
+}
+
+/* ---- the command ---------------------------------------------------------------------------- */
+
+static int split_list(char *s, const char **out, int max) {
+    int n = 0;
+    for (char *tok = strtok(s, ","); tok; tok = strtok(NULL, ",")) {
+        if (n == max) return -1;
+        out[n++] = tok;
+    }
+    return n;
+}
+
+static void fmt_budget(char *buf, size_t n, double b) {
+    if (b <= 1.0) snprintf(buf, n, "%.2f", b);
+    else snprintf(buf, n, "%lld", (long long)b);
+}
+
+int cmd_eval(int argc, char **argv) {
+    const char *prog = "kvsieve eval";
+    const char *model = NULL, *text = NULL, *policies = "streaming,h2o,snapkv,tova,knorm,pyramidkv,adakv";
+    const char *budgets = "0.1,0.25,0.5", *backend = NULL, *plot = NULL;
+    int64_t ctx = 256, windows = 8;
+    int json = 0, threads = 0;
+    policy_opts po = POLICY_OPTS_INIT;
+    const cli_opt opts[] = {
+        {"model", 'm', CLI_STRING, &model, "MODEL", "model file (path or name under KVSIEVE_MODELS); required"},
+        {"text", 0, CLI_STRING, &text, "FILE", "text to evaluate on; required"},
+        {"policies", 0, CLI_STRING, &policies, "a,b,c", "policies to compare (default: all seven)"},
+        {"budgets", 0, CLI_STRING, &budgets, "F,F,..", "budgets: fractions of ctx or token counts (default 0.1,0.25,0.5)"},
+        {"ctx", 0, CLI_INT64, &ctx, "N", "window length in tokens, BOS included (default 256, at most the model's context)"},
+        {"windows", 0, CLI_INT64, &windows, "N", "windows evaluated from the start of the text (default 8; 0 = all)"},
+        {"scope", 0, CLI_STRING, &po.scope, "S", "budget scope: head, layer, global (default head)"},
+        {"sink", 0, CLI_INT, &po.sink, "N", "streaming: sink tokens (default 4)"},
+        {"window", 0, CLI_INT64, &po.window, "N", "h2o recent / snapkv observation window (default: policy's)"},
+        {"buffer", 0, CLI_INT64, &po.buffer, "N", "tokens above the budget before evicting (default: budget/8, 1..128)"},
+        {"json", 0, CLI_FLAG, &json, NULL, "print one JSON object instead of the table"},
+        {"plot", 0, CLI_STRING, &plot, "FILE.svg", "write an SVG plot: top-1 agreement and KL vs budget per policy"},
+        {"backend", 'b', CLI_STRING, &backend, "B[:I]", "device (default cpu)"},
+        {"threads", 't', CLI_INT, &threads, "N", "CPU threads (default: all cores)"},
+    };
+    const cli_spec spec = {
+        .prog = prog,
+        .usage = "-m MODEL --text FILE [--policies a,b,c] [--budgets 0.1,0.25,0.5] [--ctx N] [--json] [--plot FILE.svg]",
+        .summary = "Teacher-forced fidelity of KV eviction: each window of the text is decoded token by token\n"
+                   "with the full cache and with every policy and budget; per cell the mean next-token\n"
+                   "KL(full || evicted), top-1 agreement, perplexity and its change, peak cache bytes and the\n"
+                   "recall of names introduced early in the window.",
+        .opts = opts,
+        .n_opts = (int)(sizeof opts / sizeof opts[0]),
+    };
+    int rc = cli_parse(&spec, argc, argv, NULL, NULL);
+    if (rc >= 0) return rc;
+    if (!model || !text) return cli_fail(CLI_EXIT_USAGE, prog, "-m MODEL and --text FILE are required");
+    if (ctx < 8) return cli_fail(CLI_EXIT_USAGE, prog, "--ctx %lld: at least 8", (long long)ctx);
+    if (windows < 0) return cli_fail(CLI_EXIT_USAGE, prog, "--windows must be >= 0");
+
+    /* lists */
+    char pol_buf[512], bud_buf[512];
+    snprintf(pol_buf, sizeof pol_buf, "%s", policies);
+    snprintf(bud_buf, sizeof bud_buf, "%s", budgets);
+    const char *pnames[MAX_POL], *bstr[MAX_BUD];
+    int np = split_list(pol_buf, pnames, MAX_POL), nb = split_list(bud_buf, bstr, MAX_BUD);
+    if (np < 1 || nb < 1) return cli_fail(CLI_EXIT_USAGE, prog, "--policies/--budgets: 1 to 16 comma-separated items");
+    double bud[MAX_BUD];
+    for (int i = 0; i < nb; i++)
+        if (policy_parse_budget(bstr[i], &bud[i]) != 0)
+            return cli_fail(CLI_EXIT_USAGE, prog, "--budgets: '%s' is neither a fraction in (0, 1] nor a token count", bstr[i]);
+    kvs_budget_scope scope = KVS_SCOPE_HEAD;
+    if (po.scope && kvs_budget_scope_from_name(po.scope, &scope) != KVS_OK)
+        return cli_fail(CLI_EXIT_USAGE, prog, "--scope: %s", kvs_last_error());
+    kvs_policy *pols[MAX_POL] = {0};
+    kvs_policy_params pp = kvs_policy_params_default();
+    if (po.sink >= 0) pp.n_sink = po.sink;
+    if (po.window < 0 || po.buffer < 0) return cli_fail(CLI_EXIT_USAGE, prog, "--window and --buffer must be >= 0");
+    pp.window = po.window;
+    for (int i = 0; i < np; i++)
+        if (kvs_policy_create(&pols[i], pnames[i], &pp) != KVS_OK) {
+            rc = cli_fail(CLI_EXIT_USAGE, prog, "--policies: %s", kvs_last_error());
+            for (int j = 0; j < i; j++) kvs_policy_destroy(&pols[j]);
+            return rc;
+        }
+
+    /* model, tokenizer, text */
+    char path[4096];
+    kvs_model_file *mf = NULL;
+    kvs_tokenizer *tk = NULL;
+    eval_ctx e;
+    memset(&e, 0, sizeof e);
+    e.prog = prog;
+    cell *cells = NULL;
+    int32_t *ids = NULL;
+    char *txt = NULL;
+    kvs_kv_cache *full_cache = NULL;
+    rc = CLI_EXIT_FAIL;
+    if (kvs_model_locate(model, path, sizeof path) != KVS_OK) {
+        rc = cli_fail(CLI_EXIT_USAGE, prog, "%s", kvs_last_error());
+        goto done;
+    }
+    if (kvs_model_file_open(&mf, path, NULL) != KVS_OK || kvs_tokenizer_from_model_file(&tk, mf) != KVS_OK) {
+        rc = cli_fail(CLI_EXIT_USAGE, prog, "%s: %s", path, kvs_last_error());
+        goto done;
+    }
+    kvs_model_file_close(&mf);
+    FILE *tf = fopen(text, "rb");
+    if (!tf) {
+        rc = cli_fail(CLI_EXIT_USAGE, prog, "cannot open --text %s", text);
+        goto done;
+    }
+    fseek(tf, 0, SEEK_END);
+    long tlen = ftell(tf);
+    fseek(tf, 0, SEEK_SET);
+    txt = malloc((size_t)tlen + 1);
+    if (!txt || fread(txt, 1, (size_t)tlen, tf) != (size_t)tlen) {
+        fclose(tf);
+        rc = cli_fail(CLI_EXIT_FAIL, prog, "cannot read %s", text);
+        goto done;
+    }
+    fclose(tf);
+    int64_t n_ids = 0;
+    kvs_tokenizer_encode(tk, txt, (size_t)tlen, 0, NULL, 0, &n_ids);
+    ids = malloc((size_t)(n_ids + 1) * sizeof *ids);
+    if (!ids || kvs_tokenizer_encode(tk, txt, (size_t)tlen, 0, ids, n_ids, &n_ids) != KVS_OK) {
+        rc = cli_fail(CLI_EXIT_FAIL, prog, "tokenizing %s: %s", text, kvs_last_error());
+        goto done;
+    }
+    rc = cli_open_device(prog, backend, threads, &e.dev);
+    if (rc != CLI_EXIT_OK) goto done;
+    rc = CLI_EXIT_FAIL;
+    if (kvs_model_load(&e.m, e.dev, path, NULL) != KVS_OK) {
+        rc = cli_fail(CLI_EXIT_USAGE, prog, "%s: %s", path, kvs_last_error());
+        goto done;
+    }
+    e.hp = kvs_model_get_hparams(e.m);
+    if (e.hp->ctx_len > 0 && ctx > e.hp->ctx_len) {
+        rc = cli_fail(CLI_EXIT_USAGE, prog, "--ctx %lld exceeds the model's context %d", (long long)ctx, e.hp->ctx_len);
+        goto done;
+    }
+    e.ctx = ctx;
+    int64_t max_windows = n_ids / (ctx - 1);
+    if (windows == 0 || windows > max_windows) windows = max_windows;
+    if (windows < 1) {
+        rc = cli_fail(CLI_EXIT_USAGE, prog, "%s has %lld tokens: not one window of %lld", text, (long long)n_ids, (long long)ctx);
+        goto done;
+    }
+    int64_t V = e.hp->vocab;
+    e.lp = calloc((size_t)e.hp->n_layers, sizeof *e.lp);
+    e.full_lp = malloc((size_t)(ctx - 1) * V * sizeof *e.full_lp);
+    e.full_top = malloc((size_t)ctx * sizeof *e.full_top);
+    e.lp_buf = malloc((size_t)V * sizeof *e.lp_buf);
+    e.probe = malloc((size_t)ctx);
+    int ncell = 1 + np * nb;
+    cells = calloc((size_t)ncell, sizeof *cells);
+    int32_t *win = malloc((size_t)ctx * sizeof *win);
+    if (!e.lp || !e.full_lp || !e.full_top || !e.lp_buf || !e.probe || !cells || !win) {
+        free(win);
+        rc = cli_fail(CLI_EXIT_FAIL, prog, "out of memory");
+        goto done;
+    }
+    kvs_cache_params cp = kvs_model_cache_params(e.m);
+    cp.mode = KVS_CACHE_APPEND;
+    cp.capacity = ctx;
+    if (kvs_cache_create(&full_cache, e.dev, &cp) != KVS_OK) {
+        free(win);
+        rc = cli_fail(CLI_EXIT_FAIL, prog, "cache: %s", kvs_last_error());
+        goto done;
+    }
+    cells[0].policy = NULL;
+    cells[0].budget = 1.0;
+    cells[0].kept = ctx;
+    /* one evictor and one cache per (policy, budget), sized to budget + buffer */
+    kvs_evictor **evs = calloc((size_t)ncell, sizeof *evs);
+    kvs_kv_cache **caches = calloc((size_t)ncell, sizeof *caches);
+    kvs_status s = evs && caches ? KVS_OK : KVS_ERR_OUT_OF_MEMORY;
+    for (int i = 0; i < np && s == KVS_OK; i++)
+        for (int j = 0; j < nb && s == KVS_OK; j++) {
+            cell *c = &cells[1 + i * nb + j];
+            c->policy = pnames[i];
+            c->budget = bud[j];
+            kvs_evict_params ep = kvs_evict_params_default();
+            ep.policy = pols[i];
+            ep.budget = bud[j];
+            ep.scope = scope;
+            ep.buffer = po.buffer;
+            s = kvs_evictor_create(&evs[1 + i * nb + j], &ep, e.hp, ctx);
+            if (s != KVS_OK) break;
+            c->kept = kvs_evictor_budget(evs[1 + i * nb + j], 0);
+            int64_t sum = 0;
+            for (int l = 0; l < e.hp->n_layers; l++) sum += kvs_evictor_budget(evs[1 + i * nb + j], l);
+            c->kept = (sum + e.hp->n_layers / 2) / e.hp->n_layers;
+            kvs_cache_params cpi = cp;
+            cpi.capacity = kvs_evictor_capacity(evs[1 + i * nb + j], 1);
+            s = kvs_cache_create(&caches[1 + i * nb + j], e.dev, &cpi);
+        }
+    int64_t total_probes = 0;
+    for (int64_t w = 0; w < windows && s == KVS_OK; w++) {
+        win[0] = e.hp->bos_id >= 0 ? e.hp->bos_id : 1;
+        memcpy(win + 1, ids + w * (ctx - 1), (size_t)(ctx - 1) * sizeof *win);
+        total_probes += mark_probes(tk, win, ctx, e.probe);
+        s = run_window(&e, full_cache, NULL, win, &cells[0], 1);
+        for (int k = 1; k < ncell && s == KVS_OK; k++) s = run_window(&e, caches[k], evs[k], win, &cells[k], 0);
+        if (!json) fprintf(stderr, "\r%s: window %lld/%lld", prog, (long long)(w + 1), (long long)windows);
+    }
+    if (!json) fprintf(stderr, "\n");
+    for (int k = 0; k < ncell; k++) {
+        if (evs) kvs_evictor_destroy(&evs[k]);
+        if (caches) kvs_cache_destroy(&caches[k]);
+    }
+    free(evs);
+    free(caches);
+    free(win);
+    if (s != KVS_OK) {
+        rc = cli_fail(CLI_EXIT_FAIL, prog, "%s", kvs_last_error());
+        goto done;
+    }
+
+    /* report */
+    double ppl_full = exp(cells[0].nll_sum / (double)cells[0].n);
+    if (json) {
+        json_object *root = json_object_new_object(), *jc = json_object_new_array();
+        json_object_object_add(root, "model", json_object_new_string(path));
+        json_object_object_add(root, "text", json_object_new_string(text));
+        json_object_object_add(root, "ctx", json_object_new_int64(ctx));
+        json_object_object_add(root, "windows", json_object_new_int64(windows));
+        json_object_object_add(root, "predictions", json_object_new_int64(cells[0].n));
+        json_object_object_add(root, "scope", json_object_new_string(kvs_budget_scope_name(scope)));
+        json_object_object_add(root, "recall_mentions", json_object_new_int64(total_probes));
+        for (int k = 0; k < ncell; k++) {
+            cell *c = &cells[k];
+            json_object *o = json_object_new_object();
+            json_object_object_add(o, "policy", json_object_new_string(c->policy ? c->policy : "full"));
+            json_object_object_add(o, "budget", json_object_new_double(c->budget));
+            json_object_object_add(o, "budget_tokens", json_object_new_int64(c->kept));
+            json_object_object_add(o, "kl", json_object_new_double(c->kl_sum / (double)c->n));
+            json_object_object_add(o, "top1_agreement", json_object_new_double((double)c->agree / (double)c->n));
+            double ppl = exp(c->nll_sum / (double)c->n);
+            json_object_object_add(o, "perplexity", json_object_new_double(ppl));
+            json_object_object_add(o, "perplexity_delta", json_object_new_double(ppl - ppl_full));
+            json_object_object_add(o, "cache_bytes_peak", json_object_new_int64(c->bytes_peak));
+            json_object_object_add(o, "cache_bytes_allocated", json_object_new_int64(c->bytes_alloc));
+            json_object_object_add(o, "recall", c->recall_probes ? json_object_new_double((double)c->recall_hits / (double)c->recall_probes)
+                                                                  : NULL);
+            json_object_object_add(o, "recall_probes", json_object_new_int64(c->recall_probes));
+            json_object_object_add(o, "evictions", json_object_new_int64(c->evictions));
+            json_object_object_add(o, "seconds", json_object_new_double(c->seconds));
+            json_object_array_add(jc, o);
+        }
+        json_object_object_add(root, "cells", jc);
+        printf("%s\n", json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED));
+        json_object_put(root);
+    } else {
+        printf("kvsieve eval: %s, %s: %lld windows x %lld tokens (%lld predictions), scope %s\n", path, text, (long long)windows,
+               (long long)ctx, (long long)cells[0].n, kvs_budget_scope_name(scope));
+        printf("recall: %lld later-mention tokens of early names; probes = those the full cache ranks in its top %d\n",
+               (long long)total_probes, RECALL_TOPK);
+        printf("%-10s %6s %6s %12s %7s %8s %8s %10s %14s %6s\n", "policy", "budget", "tokens", "KL(full||ev)", "top1%", "ppl",
+               "d_ppl", "cache KiB", "recall", "evict");
+        for (int k = 0; k < ncell; k++) {
+            cell *c = &cells[k];
+            char b[32], rec[48];
+            fmt_budget(b, sizeof b, c->budget);
+            if (c->recall_probes)
+                snprintf(rec, sizeof rec, "%.1f%% (%lld)", 100.0 * (double)c->recall_hits / (double)c->recall_probes,
+                         (long long)c->recall_probes);
+            else
+                snprintf(rec, sizeof rec, "-");
+            double ppl = exp(c->nll_sum / (double)c->n);
+            printf("%-10s %6s %6lld %12.5f %7.2f %8.3f %+8.3f %10.1f %14s %6lld\n", c->policy ? c->policy : "full", b,
+                   (long long)c->kept, c->kl_sum / (double)c->n, 100.0 * (double)c->agree / (double)c->n, ppl, ppl - ppl_full,
+                   (double)c->bytes_peak / 1024.0, rec, (long long)c->evictions);
+        }
+    }
+    if (plot) {
+        double *x = malloc((size_t)nb * sizeof *x), *ya = malloc((size_t)np * nb * sizeof *ya),
+               *yk = malloc((size_t)np * nb * sizeof *yk);
+        for (int j = 0; j < nb && x; j++) x[j] = bud[j] <= 1.0 ? bud[j] : bud[j] / (double)ctx;
+        for (int i = 0; i < np && ya && yk; i++)
+            for (int j = 0; j < nb; j++) {
+                cell *c = &cells[1 + i * nb + j];
+                ya[i * nb + j] = 100.0 * (double)c->agree / (double)c->n;
+                yk[i * nb + j] = c->kl_sum / (double)c->n;
+            }
+        char title[4400];
+        const char *slash = strrchr(path, '/');
+        snprintf(title, sizeof title, "KV eviction fidelity vs budget: %s, ctx %lld, %lld windows, scope %s",
+                 slash ? slash + 1 : path, (long long)ctx, (long long)windows, kvs_budget_scope_name(scope));
+        svg_panel panels[2] = {
+            {.title = "top-1 agreement with the full cache", .xlabel = "budget (fraction of ctx)", .ylabel = "top-1 agreement (%)",
+             .n_series = np, .n_points = nb, .x = x, .y = ya, .y_from_zero = 0},
+            {.title = "mean KL(full || evicted)", .xlabel = "budget (fraction of ctx)", .ylabel = "KL (nats, log scale)",
+             .n_series = np, .n_points = nb, .x = x, .y = yk, .y_log = 1},
+        };
+        FILE *pf = x && ya && yk ? fopen(plot, "w") : NULL;
+        if (!pf || svg_write_plot(pf, title, pnames, panels, 2) != 0) {
+            if (pf) fclose(pf);
+            free(x), free(ya), free(yk);
+            rc = cli_fail(CLI_EXIT_FAIL, prog, "cannot write plot %s", plot);
+            goto done;
+        }
+        fclose(pf);
+        free(x), free(ya), free(yk);
+        if (!json) printf("plot written to %s\n", plot);
+    }
+    rc = CLI_EXIT_OK;
+done:
+    for (int i = 0; i < np; i++) kvs_policy_destroy(&pols[i]);
+    kvs_cache_destroy(&full_cache);
+    kvs_model_destroy(&e.m);
+    if (e.dev) kvs_device_destroy(&e.dev);
+    kvs_tokenizer_destroy(&tk);
+    kvs_model_file_close(&mf);
+    free(e.lp); free(e.full_lp); free(e.full_top); free(e.lp_buf); free(e.probe);
+    free(cells); free(ids); free(txt);
+    return rc;
+}

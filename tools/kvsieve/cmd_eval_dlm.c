@@ -1,0 +1,571 @@
+/* kvsieve eval --dlm: the diffusion-LM cache schedules against the no-cache baseline.
+ * For every generation length and schedule: wall-time speedup (baseline seconds / schedule seconds,
+ * summed over the prompts), compute fraction (rows computed / rows of the no-cache decode) and token
+ * agreement (generated tokens equal to the baseline's, position by position). Then long-prompt rows
+ * (prompts of --long-len tokens cut from a text file) with and without WaveFilter at the given
+ * budgets. Text table, --json, and an SVG plot written by our own code (--plot). */
+#include <json-c/json.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "cmds.h"
+#include "dlm_cache_opts.h"
+#include "kvsieve/generate.h"
+#include "kvsieve/model.h"
+#include "kvsieve/model_file.h"
+#include "kvsieve/schedule.h"
+#include "kvsieve/tokenizer.h"
+
+#define PROG "kvsieve eval --dlm"
+#define MAX_LIST 16
+#define MAX_PROMPTS 64
+
+typedef struct prompt {
+    int32_t *ids;
+    int64_t n;
+} prompt;
+
+typedef struct agg {
+    char name[96];
+    int64_t gen;
+    double budget;          /* WaveFilter budget, 0 = none */
+    int prompts;
+    double sec, sec_base;
+    int64_t rows, rows_base, agree, total;
+    int64_t kept, context;
+    int64_t fid_match, fid_total; /* step fidelity (--fidelity) */
+} agg;
+
+typedef struct ctx {
+    kvs_device *dev;
+    kvs_model *m;
+    kvs_model *shadow;      /* --fidelity: a second copy of the model for the no-cache shadow forward */
+    int64_t block;
+    float threshold;
+} ctx;
+
+/* ---- step fidelity: at every step, the no-cache forward of the same state (a shadow model and
+ * cache) and the schedule's logits give the same argmax at the schedule's logit rows? Unlike
+ * positional agreement this does not cascade after a first differing token. ----------------- */
+
+typedef struct shadow {
+    kvs_dlm_schedule *inner;
+    kvs_dlm_schedule_ops ops;
+    kvs_model *m;
+    kvs_kv_cache *c;
+    const int32_t *rows;
+    int64_t n_rows;
+    int64_t match, total;
+    double seconds;         /* spent in the shadow forward (taken out of the schedule's time) */
+} shadow;
+
+static int32_t argmax_row(const float *x, int64_t n) {
+    int64_t b = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return (int32_t)b;
+}
+
+static kvs_status sh_plan(void *self, const kvs_dlm_view *v, kvs_dlm_step *out) {
+    shadow *s = self;
+    kvs_status st = s->inner->ops->plan(s->inner->self, v, out);
+    s->rows = out->plan.logit_rows;
+    s->n_rows = out->plan.n_logit_rows;
+    return st;
+}
+
+static kvs_status sh_feedback(void *self, const kvs_dlm_view *v, const kvs_step_result *r) {
+    shadow *s = self;
+    if (s->inner->ops->feedback) {
+        kvs_status st = s->inner->ops->feedback(s->inner->self, v, r);
+        if (st != KVS_OK) return st;
+    }
+    int32_t *am = malloc((size_t)(s->n_rows > 0 ? s->n_rows : 1) * sizeof *am);
+    if (!am) return KVS_ERR_OUT_OF_MEMORY;
+    for (int64_t i = 0; i < s->n_rows; i++) am[i] = argmax_row(r->logits + i * r->vocab, r->vocab);
+    kvs_step_plan plan = {.tokens = v->tokens, .n_tokens = v->n_tokens, .logit_rows = s->rows, .n_logit_rows = s->n_rows};
+    kvs_step_result sr;
+    double t0 = cli_now();
+    kvs_status st = kvs_model_forward(s->m, s->c, &plan, &sr);
+    if (st == KVS_OK)
+        for (int64_t i = 0; i < s->n_rows; i++) {
+            s->match += am[i] == argmax_row(sr.logits + i * sr.vocab, sr.vocab);
+            s->total++;
+        }
+    s->seconds += cli_now() - t0;
+    free(am);
+    return st;
+}
+
+static kvs_status sh_begin(void *self, int64_t n_tokens, int n_layers) {
+    shadow *s = self;
+    kvs_status st = kvs_cache_reset(s->c);
+    if (st == KVS_OK && s->inner->ops->begin) st = s->inner->ops->begin(s->inner->self, n_tokens, n_layers);
+    return st;
+}
+
+static void sh_stats(void *self, kvs_dlm_schedule_stats *out) {
+    shadow *s = self;
+    kvs_dlm_schedule_get_stats(s->inner, out);
+}
+
+/* One decode; out[gen]. */
+static kvs_status decode(ctx *c, const prompt *p, int64_t gen, kvs_dlm_schedule *sc, int32_t *out, kvs_gen_stats *st,
+                         int64_t *fid) {
+    kvs_cache_params cp = kvs_model_cache_params(c->m);
+    cp.capacity = p->n + gen;
+    cp.flags = kvs_dlm_schedule_cache_flags(sc);
+    kvs_kv_cache *cache = NULL;
+    kvs_status cs = kvs_cache_create(&cache, c->dev, &cp);
+    if (cs != KVS_OK) return cs;
+    kvs_dlm_params dp = kvs_dlm_params_default();
+    dp.gen_len = gen;
+    dp.block_len = c->block < gen ? c->block : gen;
+    dp.steps = gen;
+    dp.threshold = c->threshold;
+    dp.schedule = sc;
+    kvs_status s;
+    if (fid && sc && c->shadow) {
+        shadow sh = {.inner = sc, .m = c->shadow};
+        sh.ops = (kvs_dlm_schedule_ops){.name = kvs_dlm_schedule_name(sc), .cache_flags = cp.flags, .plan = sh_plan,
+                                        .feedback = sh_feedback, .begin = sh_begin, .stats = sh_stats};
+        kvs_cache_params sp = kvs_model_cache_params(c->shadow);
+        sp.capacity = cp.capacity;
+        kvs_dlm_schedule *w = NULL;
+        s = kvs_cache_create(&sh.c, c->dev, &sp);
+        if (s == KVS_OK) s = kvs_dlm_schedule_custom(&w, &sh.ops, &sh);
+        dp.schedule = w;
+        if (s == KVS_OK) s = kvs_generate_dlm(c->m, cache, p->ids, p->n, &dp, NULL, NULL, out, st);
+        kvs_dlm_schedule_destroy(&w); /* ops.destroy is NULL: sc stays with the caller */
+        kvs_cache_destroy(&sh.c);
+        fid[0] += sh.match;
+        fid[1] += sh.total;
+        if (s == KVS_OK) st->seconds -= sh.seconds;
+    } else {
+        s = kvs_generate_dlm(c->m, cache, p->ids, p->n, &dp, NULL, NULL, out, st);
+    }
+    kvs_cache_destroy(&cache);
+    return s;
+}
+
+static int split_list(char *s, char **out, int max) {
+    int n = 0;
+    for (char *t = strtok(s, ","); t && n < max; t = strtok(NULL, ",")) out[n++] = t;
+    return n;
+}
+
+static int tokenize(const kvs_tokenizer *tok, const char *text, size_t len, prompt *p) {
+    int64_t n = 0;
+    unsigned flags = KVS_TOKENIZE_ADD_BOS | KVS_TOKENIZE_PREFIX_EMPTY;
+    kvs_tokenizer_encode(tok, text, len, flags, NULL, 0, &n);
+    p->ids = malloc((size_t)(n + 1) * sizeof *p->ids);
+    if (!p->ids || kvs_tokenizer_encode(tok, text, len, flags, p->ids, n + 1, &p->n) != KVS_OK) return -1;
+    return 0;
+}
+
+/* ---- SVG: three small line charts (speedup, compute fraction, agreement) against gen ---------- */
+
+static void svg_panel(FILE *f, double x0, double y0, double w, double h, const char *title, const agg *a, int na,
+                      const int64_t *gens, int ng, int metric, double ymax) {
+    static const char *colors[] = {"#444444", "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2"};
+    fprintf(f, "<g font-family=\"sans-serif\" font-size=\"11\">\n");
+    fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#999\"/>\n", x0, y0, w, h);
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"13\">%s</text>\n", x0 + w / 2, y0 - 8, title);
+    for (int t = 0; t <= 4; t++) {
+        double v = ymax * t / 4, y = y0 + h - h * t / 4;
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#eee\"/>\n", x0, y, x0 + w, y);
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.2g</text>\n", x0 - 4, y + 4, v);
+    }
+    for (int g = 0; g < ng; g++) {
+        double x = ng > 1 ? x0 + 20 + (w - 40) * g / (ng - 1) : x0 + w / 2;
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%lld</text>\n", x, y0 + h + 14, (long long)gens[g]);
+    }
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">generated tokens</text>\n", x0 + w / 2, y0 + h + 30);
+    /* one polyline per schedule name, in first-seen order */
+    int series = 0;
+    for (int i = 0; i < na; i++) {
+        int first = 1;
+        for (int j = 0; j < i; j++)
+            if (!strcmp(a[j].name, a[i].name)) first = 0;
+        if (!first) continue;
+        const char *col = colors[series % 8];
+        fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", col);
+        for (int g = 0; g < ng; g++)
+            for (int j = 0; j < na; j++) {
+                if (strcmp(a[j].name, a[i].name) || a[j].gen != gens[g] || a[j].prompts == 0) continue;
+                double v = metric == 0   ? (a[j].sec > 0 ? a[j].sec_base / a[j].sec : 0)
+                           : metric == 1 ? (double)a[j].rows / (double)(a[j].rows_base ? a[j].rows_base : 1)
+                                         : (double)a[j].agree / (double)(a[j].total ? a[j].total : 1);
+                if (v > ymax) v = ymax;
+                double x = ng > 1 ? x0 + 20 + (w - 40) * g / (ng - 1) : x0 + w / 2, y = y0 + h - h * v / ymax;
+                fprintf(f, "%.1f,%.1f ", x, y);
+            }
+        fprintf(f, "\"/>\n");
+        if (metric == 0)
+            fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" fill=\"%s\">%s</text>\n", x0 + 6, y0 + 14 + 13 * series, col, a[i].name);
+        series++;
+    }
+    fprintf(f, "</g>\n");
+}
+
+static int write_svg(const char *path, const agg *a, int na, const int64_t *gens, int ng, const char *model) {
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    double maxsp = 1.0;
+    for (int i = 0; i < na; i++)
+        if (a[i].sec > 0 && a[i].sec_base / a[i].sec > maxsp) maxsp = a[i].sec_base / a[i].sec;
+    maxsp = (double)(int)(maxsp + 1.0);
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"960\" height=\"330\" viewBox=\"0 0 960 330\">\n");
+    fprintf(f, "<rect width=\"960\" height=\"330\" fill=\"white\"/>\n");
+    fprintf(f, "<text x=\"480\" y=\"20\" text-anchor=\"middle\" font-family=\"sans-serif\" font-size=\"14\">"
+               "kvsieve eval --dlm: %s</text>\n", model);
+    svg_panel(f, 50, 60, 260, 220, "speedup vs no cache", a, na, gens, ng, 0, maxsp);
+    svg_panel(f, 370, 60, 260, 220, "compute fraction", a, na, gens, ng, 1, 1.0);
+    svg_panel(f, 690, 60, 260, 220, "token agreement", a, na, gens, ng, 2, 1.0);
+    fprintf(f, "</svg>\n");
+    return fclose(f);
+}
+
+static json_object *agg_json(const agg *a) {
+    json_object *j = json_object_new_object();
+    json_object_object_add(j, "schedule", json_object_new_string(a->name));
+    json_object_object_add(j, "gen", json_object_new_int64(a->gen));
+    json_object_object_add(j, "wf_budget", json_object_new_double(a->budget));
+    json_object_object_add(j, "prompts", json_object_new_int(a->prompts));
+    json_object_object_add(j, "seconds", json_object_new_double(a->sec));
+    json_object_object_add(j, "seconds_baseline", json_object_new_double(a->sec_base));
+    json_object_object_add(j, "speedup", json_object_new_double(a->sec > 0 ? a->sec_base / a->sec : 0));
+    json_object_object_add(j, "compute_fraction", json_object_new_double((double)a->rows / (double)(a->rows_base ? a->rows_base : 1)));
+    json_object_object_add(j, "agreement", json_object_new_double((double)a->agree / (double)(a->total ? a->total : 1)));
+    if (a->fid_total > 0)
+        json_object_object_add(j, "step_fidelity", json_object_new_double((double)a->fid_match / (double)a->fid_total));
+    json_object_object_add(j, "kept_fraction",
+                           json_object_new_double(a->context ? (double)a->kept / (double)a->context : 1.0));
+    return j;
+}
+
+static void agg_print(const agg *a, int with_budget, int fid_col) {
+    double sp = a->sec > 0 ? a->sec_base / a->sec : 0;
+    printf("%-22s %5lld %7d %8.2fx %9.3f %10.3f", a->name, (long long)a->gen, a->prompts, sp,
+           (double)a->rows / (double)(a->rows_base ? a->rows_base : 1), (double)a->agree / (double)(a->total ? a->total : 1));
+    if (with_budget) printf(" %7.3f", a->context ? (double)a->kept / (double)a->context : 1.0);
+    if (a->fid_total > 0) printf(" %9.3f", (double)a->fid_match / (double)a->fid_total);
+    else if (fid_col) printf(" %9s", "1");
+    printf("\n");
+}
+
+/* Runs every variant on every prompt at gen; fills a[0..nv). Returns 0 or an exit code. */
+static int run_table(ctx *c, const dlm_cache_opts *co, char **caches, int nc, const double *budgets, int nb,
+                     const prompt *ps, int np, int64_t gen, int ctx_len, agg *a, int *na) {
+    int32_t *base = malloc((size_t)gen * sizeof *base), *got = malloc((size_t)gen * sizeof *got);
+    if (!base || !got) {
+        free(base);
+        free(got);
+        return cli_fail(CLI_EXIT_FAIL, PROG, "out of memory");
+    }
+    int first = *na;
+    /* variants: cache x (no WaveFilter, budgets...) */
+    for (int ci = 0; ci < nc; ci++)
+        for (int bi = -1; bi < nb; bi++) {
+            agg *g = &a[(*na)++];
+            memset(g, 0, sizeof *g);
+            snprintf(g->name, sizeof g->name, "%s%s", caches[ci], bi >= 0 ? "+wavefilter" : "");
+            g->gen = gen;
+            g->budget = bi >= 0 ? budgets[bi] : 0;
+        }
+    int rc = 0;
+    for (int pi = 0; pi < np && rc == 0; pi++) {
+        if (ps[pi].n + gen > ctx_len) continue;
+        kvs_gen_stats st0, st;
+        if (decode(c, &ps[pi], gen, NULL, base, &st0, NULL) != KVS_OK) {
+            rc = cli_fail(CLI_EXIT_FAIL, PROG, "none, gen %lld: %s", (long long)gen, kvs_last_error());
+            break;
+        }
+        for (int vi = first; vi < *na && rc == 0; vi++) {
+            agg *g = &a[vi];
+            int ci = (vi - first) / (nb + 1);
+            kvs_dlm_schedule *sc = NULL;
+            rc = dlm_cache_build(PROG, co, caches[ci], g->budget, &sc);
+            if (rc) break;
+            int64_t fid[2] = {0, 0};
+            kvs_status s = decode(c, &ps[pi], gen, sc, got, &st, fid);
+            g->fid_match += fid[0];
+            g->fid_total += fid[1];
+            kvs_dlm_schedule_stats ss;
+            memset(&ss, 0, sizeof ss);
+            if (sc) kvs_dlm_schedule_get_stats(sc, &ss);
+            kvs_dlm_schedule_destroy(&sc);
+            if (s != KVS_OK) {
+                rc = cli_fail(CLI_EXIT_FAIL, PROG, "%s, gen %lld: %s", g->name, (long long)gen, kvs_last_error());
+                break;
+            }
+            g->prompts++;
+            g->sec += st.seconds;
+            g->sec_base += st0.seconds;
+            g->rows += st.rows_computed;
+            g->rows_base += st0.rows_computed;
+            g->kept += ss.kept_rows;
+            g->context += ss.context_rows;
+            for (int64_t i = 0; i < gen; i++) g->agree += got[i] == base[i];
+            g->total += gen;
+        }
+    }
+    free(base);
+    free(got);
+    return rc;
+}
+
+int cmd_eval_dlm(int argc, char **argv) {
+    const char *model = "stories260K-llada-f32.gguf", *prompts_path = NULL, *gens_s = "64,128,256,448",
+               *caches_s = "none,prefix,dual,delayed,elastic", *backend = "cpu", *plot = NULL,
+               *long_text = NULL, *budgets_s = "0.25,0.5";
+    int64_t block = 32, long_len = 320, long_gen = 128;
+    int long_n = 3, json = 0, threads = 0, dlm_flag = 0, fidelity = 0;
+    double threshold = 0.9;
+    dlm_cache_opts co = dlm_cache_opts_default();
+    cli_opt opts[32] = {
+        {"dlm", 0, CLI_FLAG, &dlm_flag, NULL, "evaluate the diffusion-LM cache schedules (this command)"},
+        {"model", 'm', CLI_STRING, &model, "MODEL", "masked-diffusion model (default stories260K-llada-f32.gguf)"},
+        {"prompts", 0, CLI_STRING, &prompts_path, "FILE", "prompts, one per line (required)"},
+        {"gen", 0, CLI_STRING, &gens_s, "N,N,..", "generation lengths (default 64,128,256,448; prompt + gen must fit the context)"},
+        {"caches", 0, CLI_STRING, &caches_s, "C,C,..", "schedules (default none,prefix,dual,delayed,elastic)"},
+        {"block", 0, CLI_INT64, &block, "B", "block length (default 32)"},
+        {"threshold", 0, CLI_DOUBLE, &threshold, "E", "parallel decoding threshold (default 0.9; 0 = one token per step)"},
+        {"long-text", 0, CLI_STRING, &long_text, "FILE", "text the long prompts are cut from (default ../shared/text/tinystories-sample.txt)"},
+        {"long-prompts", 0, CLI_INT, &long_n, "N", "long prompts (default 3; 0 = no long-prompt rows)"},
+        {"long-len", 0, CLI_INT64, &long_len, "T", "tokens per long prompt (default 320)"},
+        {"long-gen", 0, CLI_INT64, &long_gen, "N", "generated tokens for the long prompts (default 128)"},
+        {"budgets", 0, CLI_STRING, &budgets_s, "F,F", "WaveFilter budgets for the long-prompt rows (default 0.25,0.5)"},
+        {"backend", 'b', CLI_STRING, &backend, "B[:I]", "cpu | opencl | vulkan (default cpu)"},
+        {"threads", 't', CLI_INT, &threads, "N", "CPU backend threads (default: all cores)"},
+        {"json", 0, CLI_FLAG, &json, NULL, "print one JSON object instead of the tables"},
+        {"plot", 0, CLI_STRING, &plot, "F.svg", "write an SVG plot of speedup, compute fraction and agreement"},
+        {"fidelity", 0, CLI_FLAG, &fidelity, NULL, "also measure step fidelity: argmax agreement with a no-cache forward of "
+                                                   "the same state at every step (twice the time)"},
+    };
+    int n_opts = 0;
+    while (opts[n_opts].name) n_opts++;
+    dlm_cache_cli_opts(&co, opts + n_opts);
+    n_opts += DLM_CACHE_N_OPTS;
+    const cli_spec spec = {
+        .prog = PROG,
+        .usage = "-m MODEL --prompts FILE [--gen 64,128,256,448] [--caches ...] [--json] [--plot F.svg]",
+        .summary = "Speedup, compute fraction and token agreement of the diffusion cache schedules against the\n"
+                   "no-cache decode, per schedule and generation length, plus long-prompt rows with WaveFilter.",
+        .opts = opts,
+        .n_opts = n_opts,
+        .epilog = "The schedule options (--gamma, --window, --track, --reload, --wf-*) apply to every run;\n"
+                  "--cache and --wavefilter are ignored here (see --caches and --budgets).",
+    };
+    int rc = cli_parse(&spec, argc, argv, NULL, NULL);
+    if (rc >= 0) return rc;
+    if (!dlm_flag)
+        return cli_fail(CLI_EXIT_USAGE, "kvsieve eval", "--dlm is required (the diffusion cache evaluation is the one built)");
+    if (!prompts_path) return cli_fail(CLI_EXIT_USAGE, PROG, "--prompts FILE is required");
+    if (block < 1 || threshold < 0 || threshold > 1 || long_n < 0 || long_n > MAX_PROMPTS || long_len < 2 || long_gen < 1)
+        return cli_fail(CLI_EXIT_USAGE, PROG, "bad --block, --threshold, --long-prompts, --long-len or --long-gen");
+    char gbuf[256], cbuf[256];
+    snprintf(gbuf, sizeof gbuf, "%s", gens_s);
+    snprintf(cbuf, sizeof cbuf, "%s", caches_s);
+    char *gl[MAX_LIST], *caches[MAX_LIST];
+    int ng = split_list(gbuf, gl, MAX_LIST), nc = split_list(cbuf, caches, MAX_LIST);
+    int64_t gens[MAX_LIST];
+    for (int i = 0; i < ng; i++)
+        if (cli_parse_int64(gl[i], &gens[i]) || gens[i] < 1)
+            return cli_fail(CLI_EXIT_USAGE, PROG, "--gen: bad length '%s'", gl[i]);
+    if (ng == 0 || nc == 0) return cli_fail(CLI_EXIT_USAGE, PROG, "--gen and --caches need at least one item");
+    for (int i = 0; i < nc; i++) {
+        kvs_dlm_schedule *t = NULL;
+        if (kvs_dlm_schedule_from_name(&t, caches[i], co.reload, NULL) != KVS_OK)
+            return cli_fail(CLI_EXIT_USAGE, PROG, "--caches: %s", kvs_last_error());
+        kvs_dlm_schedule_destroy(&t);
+    }
+    double budgets[MAX_LIST];
+    int nb = 0;
+    if (cli_parse_double_list(budgets_s, budgets, MAX_LIST, &nb))
+        return cli_fail(CLI_EXIT_USAGE, PROG, "--budgets: bad list '%s'", budgets_s);
+    for (int i = 0; i < nb; i++)
+        if (!(budgets[i] > 0 && budgets[i] <= 1)) return cli_fail(CLI_EXIT_USAGE, PROG, "--budgets: %g outside (0, 1]", budgets[i]);
+
+    /* model, tokenizer, device */
+    char path[4096];
+    if (kvs_model_locate(model, path, sizeof path) != KVS_OK) return cli_fail(CLI_EXIT_USAGE, PROG, "%s", kvs_last_error());
+    kvs_model_file *mf = NULL;
+    kvs_tokenizer *tok = NULL;
+    ctx c = {.block = block, .threshold = (float)threshold};
+    prompt ps[MAX_PROMPTS], lp[MAX_PROMPTS];
+    int np = 0, nlp = 0;
+    agg *a = calloc((size_t)(ng + 1) * (size_t)nc * (size_t)(nb + 1), sizeof *a);
+    int na = 0, nla = 0, exit_code = CLI_EXIT_FAIL;
+    agg *la = NULL;
+    char *text = NULL;
+    if (!a) return cli_fail(CLI_EXIT_FAIL, PROG, "out of memory");
+    if (kvs_model_file_open(&mf, path, NULL) != KVS_OK || kvs_tokenizer_from_model_file(&tok, mf) != KVS_OK) {
+        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "%s", kvs_last_error());
+        goto done;
+    }
+    rc = cli_open_device(PROG, backend, threads, &c.dev);
+    if (rc != CLI_EXIT_OK) {
+        exit_code = rc;
+        goto done;
+    }
+    if (kvs_model_create(&c.m, c.dev, mf, NULL) != KVS_OK) {
+        exit_code = cli_fail(CLI_EXIT_FAIL, PROG, "%s", kvs_last_error());
+        goto done;
+    }
+    if (fidelity && kvs_model_create(&c.shadow, c.dev, mf, NULL) != KVS_OK) {
+        exit_code = cli_fail(CLI_EXIT_FAIL, PROG, "%s", kvs_last_error());
+        goto done;
+    }
+    const kvs_model_hparams *hp = kvs_model_get_hparams(c.m);
+    if (hp->arch != KVS_ARCH_LLADA) {
+        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "%s is not a masked-diffusion (llada) model", model);
+        goto done;
+    }
+    /* prompts */
+    FILE *pf = fopen(prompts_path, "r");
+    if (!pf) {
+        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "cannot open --prompts %s", prompts_path);
+        goto done;
+    }
+    char line[4096];
+    while (np < MAX_PROMPTS && fgets(line, sizeof line, pf)) {
+        size_t len = strcspn(line, "\r\n");
+        line[len] = '\0';
+        if (len == 0 || line[0] == '#') continue;
+        if (tokenize(tok, line, len, &ps[np])) {
+            fclose(pf);
+            exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "cannot tokenize prompt '%s': %s", line, kvs_last_error());
+            goto done;
+        }
+        np++;
+    }
+    fclose(pf);
+    if (np == 0) {
+        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "--prompts %s has no prompt", prompts_path);
+        goto done;
+    }
+    /* long prompts: slices spread over the text, cut to long_len tokens */
+    if (long_n > 0 && nb >= 0) {
+        static char tp[4200];
+        if (!long_text) {
+            if (kvs_model_locate("tinystories-sample.txt", tp, sizeof tp) != KVS_OK) {
+                /* models live in shared/models; the texts in shared/text next to it */
+                char mp[4096];
+                snprintf(mp, sizeof mp, "%.4000s", path);
+                char *slash = strrchr(mp, '/');
+                if (slash) *slash = '\0';
+                snprintf(tp, sizeof tp, "%s/../text/tinystories-sample.txt", mp);
+            }
+            long_text = tp;
+        }
+        FILE *tf = fopen(long_text, "rb");
+        if (!tf) {
+            exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "cannot open --long-text %s", long_text);
+            goto done;
+        }
+        fseek(tf, 0, SEEK_END);
+        long tsz = ftell(tf);
+        fseek(tf, 0, SEEK_SET);
+        text = malloc((size_t)tsz + 1);
+        size_t got = text ? fread(text, 1, (size_t)tsz, tf) : 0;
+        fclose(tf);
+        if (!text || got != (size_t)tsz) {
+            exit_code = cli_fail(CLI_EXIT_FAIL, PROG, "cannot read %s", long_text);
+            goto done;
+        }
+        size_t chunk = (size_t)long_len * 8;
+        for (int i = 0; i < long_n && (size_t)tsz > chunk; i++) {
+            size_t off = (size_t)((double)(tsz - (long)chunk) * (i + 0.5) / long_n);
+            while (off > 0 && text[off - 1] != '\n') off--; /* start at a line */
+            if (tokenize(tok, text + off, chunk, &lp[nlp])) {
+                exit_code = cli_fail(CLI_EXIT_FAIL, PROG, "cannot tokenize the long text: %s", kvs_last_error());
+                goto done;
+            }
+            if (lp[nlp].n > long_len) lp[nlp].n = long_len;
+            nlp++;
+        }
+        if (nlp > 0 && long_len + long_gen > hp->ctx_len) {
+            exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "--long-len %lld + --long-gen %lld exceed the model context %d",
+                                 (long long)long_len, (long long)long_gen, hp->ctx_len);
+            goto done;
+        }
+    }
+    for (int gi = 0; gi < ng; gi++) {
+        rc = run_table(&c, &co, caches, nc, NULL, 0, ps, np, gens[gi], hp->ctx_len, a, &na);
+        if (rc) {
+            exit_code = rc;
+            goto done;
+        }
+        if (!json) fprintf(stderr, "[eval --dlm] gen %lld done\n", (long long)gens[gi]);
+    }
+    if (nlp > 0) {
+        la = calloc((size_t)nc * (size_t)(nb + 1), sizeof *la);
+        if (!la) {
+            exit_code = cli_fail(CLI_EXIT_FAIL, PROG, "out of memory");
+            goto done;
+        }
+        rc = run_table(&c, &co, caches, nc, budgets, nb, lp, nlp, long_gen, hp->ctx_len, la, &nla);
+        if (rc) {
+            exit_code = rc;
+            goto done;
+        }
+    }
+    if (json) {
+        json_object *j = json_object_new_object(), *rows = json_object_new_array(), *lrows = json_object_new_array();
+        json_object_object_add(j, "model", json_object_new_string(model));
+        json_object_object_add(j, "backend", json_object_new_string(kvs_backend_name(kvs_device_backend(c.dev))));
+        json_object_object_add(j, "block", json_object_new_int64(block));
+        json_object_object_add(j, "threshold", json_object_new_double(threshold));
+        json_object_object_add(j, "prompts", json_object_new_int(np));
+        for (int i = 0; i < na; i++) json_object_array_add(rows, agg_json(&a[i]));
+        for (int i = 0; i < nla; i++) json_object_array_add(lrows, agg_json(&la[i]));
+        json_object_object_add(j, "rows", rows);
+        json_object_object_add(j, "long_prompt_tokens", json_object_new_int64(long_len));
+        json_object_object_add(j, "long_rows", lrows);
+        printf("%s\n", json_object_to_json_string_ext(j, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE));
+        json_object_put(j);
+    } else {
+        printf("%s on %s: %d prompts, block %lld, threshold %.2f; speedup = no-cache seconds / schedule seconds,\n"
+               "compute = rows computed / no-cache rows, agreement = tokens equal to the no-cache decode%s\n\n",
+               model, kvs_device_get_info(c.dev)->name, np, (long long)block, threshold,
+               fidelity ? ",\nfidelity = steps' argmax equal to a no-cache forward of the same state" : "");
+        printf("%-22s %5s %7s %9s %9s %10s%s\n", "schedule", "gen", "prompts", "speedup", "compute", "agreement",
+               fidelity ? "  fidelity" : "");
+        for (int i = 0; i < na; i++) agg_print(&a[i], 0, fidelity);
+        if (nla > 0) {
+            printf("\nlong prompts: %d x %lld tokens from the text, gen %lld (kept = WaveFilter's kept context share)\n",
+                   nlp, (long long)long_len, (long long)long_gen);
+            printf("%-22s %5s %7s %9s %9s %10s %7s%s\n", "schedule", "gen", "prompts", "speedup", "compute", "agreement",
+                   "kept", fidelity ? "  fidelity" : "");
+            for (int i = 0; i < nla; i++) {
+                char nm[128];
+                agg t = la[i];
+                if (t.budget > 0) {
+                    snprintf(nm, sizeof nm, "%.80s@%.2f", t.name, t.budget);
+                    snprintf(t.name, sizeof t.name, "%.90s", nm);
+                }
+                agg_print(&t, 1, fidelity);
+            }
+        }
+    }
+    if (plot && write_svg(plot, a, na, gens, ng, model) != 0) {
+        exit_code = cli_fail(CLI_EXIT_FAIL, PROG, "cannot write --plot %s", plot);
+        goto done;
+    }
+    exit_code = CLI_EXIT_OK;
+done:
+    for (int i = 0; i < np; i++) free(ps[i].ids);
+    for (int i = 0; i < nlp; i++) free(lp[i].ids);
+    free(a);
+    free(la);
+    free(text);
+    kvs_model_destroy(&c.m);
+    kvs_model_destroy(&c.shadow);
+    kvs_device_destroy(&c.dev);
+    kvs_tokenizer_destroy(&tok);
+    kvs_model_file_close(&mf);
+    return exit_code;
+}

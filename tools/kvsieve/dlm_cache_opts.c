@@ -1,0 +1,60 @@
+/* kvsieve CLI — DLM cache schedule options (see dlm_cache_opts.h). */
+#include <string.h>
+
+#include "dlm_cache_opts.h"
+
+dlm_cache_opts dlm_cache_opts_default(void) {
+    dlm_cache_opts o = {.cache = "none", .gamma = 0.9, .window = 16, .track = 1, .reload = 4, .sim = "rows", .wavefilter = 0,
+                        .wf_family = "haar", .wf_levels = 3, .wf_budget = 0.5, .wf_rho = 0.5};
+    return o;
+}
+
+void dlm_cache_cli_opts(dlm_cache_opts *o, cli_opt *opts) {
+    const cli_opt t[DLM_CACHE_N_OPTS] = {
+        {"cache", 0, CLI_STRING, &o->cache, "C", "diffusion cache: none | prefix | dual | delayed | elastic (default none)"},
+        {"gamma", 0, CLI_DOUBLE, &o->gamma, "G", "elastic: attention-drift threshold in [0, 1] (default 0.9)"},
+        {"window", 0, CLI_INT, &o->window, "W", "elastic: masked positions queried per step (default 16)"},
+        {"track", 0, CLI_INT, &o->track, "K", "elastic: most-attended tokens tracked per layer (default 1)"},
+        {"elastic-sim", 0, CLI_STRING, &o->sim, "S", "elastic: drift similarity rows (attention rows per head, default) | "
+                                                      "heads (the reference code's per-key cosine over heads)"},
+        {"reload", 0, CLI_INT, &o->reload, "R", "delayed: full refresh every R steps of a block (default 4)"},
+        {"wavefilter", 0, CLI_FLAG, &o->wavefilter, NULL, "WaveFilter sparse KV over the cache schedule"},
+        {"wf-family", 0, CLI_STRING, &o->wf_family, "F", "WaveFilter wavelet: haar | db2 | db4 (default haar)"},
+        {"wf-levels", 0, CLI_INT, &o->wf_levels, "J", "WaveFilter DWT levels 1..8 (default 3)"},
+        {"wf-budget", 0, CLI_DOUBLE, &o->wf_budget, "F", "WaveFilter kept fraction of the context in (0, 1] (default 0.5)"},
+        {"wf-rho", 0, CLI_DOUBLE, &o->wf_rho, "S", "WaveFilter skim share of the free budget in [0, 1] (default 0.5)"},
+    };
+    memcpy(opts, t, sizeof t);
+}
+
+int dlm_cache_build(const char *prog, const dlm_cache_opts *o, const char *cache, double budget, kvs_dlm_schedule **out) {
+    *out = NULL;
+    const char *name = cache ? cache : o->cache;
+    int wf = o->wavefilter || budget > 0;
+    if (!strcmp(name, "none") && !wf) return 0;
+    kvs_elastic_params ep = kvs_elastic_params_default();
+    ep.gamma = (float)o->gamma;
+    ep.window = o->window;
+    ep.track = o->track;
+    if (!strcmp(o->sim, "heads")) ep.sim = KVS_ELASTIC_SIM_HEADS;
+    else if (strcmp(o->sim, "rows")) return cli_fail(CLI_EXIT_USAGE, prog, "--elastic-sim %s: want rows or heads", o->sim);
+    kvs_dlm_schedule *s = NULL;
+    if (kvs_dlm_schedule_from_name(&s, name, o->reload, &ep) != KVS_OK)
+        return cli_fail(CLI_EXIT_USAGE, prog, "--cache %s: %s", name, kvs_last_error());
+    if (wf) {
+        kvs_wavefilter_params wp = kvs_wavefilter_params_default();
+        if (kvs_wavelet_from_name(o->wf_family, &wp.family) != KVS_OK) {
+            kvs_dlm_schedule_destroy(&s);
+            return cli_fail(CLI_EXIT_USAGE, prog, "--wf-family %s: %s", o->wf_family, kvs_last_error());
+        }
+        wp.levels = o->wf_levels;
+        wp.budget = (float)(budget > 0 ? budget : o->wf_budget);
+        wp.rho = (float)o->wf_rho;
+        kvs_dlm_schedule *w = NULL;
+        if (kvs_dlm_schedule_wavefilter(&w, s, &wp) != KVS_OK) /* takes s, also on error */
+            return cli_fail(CLI_EXIT_USAGE, prog, "--wavefilter: %s", kvs_last_error());
+        s = w;
+    }
+    *out = s;
+    return 0;
+}

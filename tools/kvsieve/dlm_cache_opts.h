@@ -1,0 +1,35 @@
+/* kvsieve CLI — DLM cache schedule options shared by `generate` and `eval --dlm`:
+ * --cache none|prefix|dual|delayed|elastic, --gamma, --window, --track, --reload, --wavefilter,
+ * --wf-family, --wf-levels, --wf-budget, --wf-rho (see include/kvsieve/schedule.h). */
+#ifndef KVS_TOOLS_DLM_CACHE_OPTS_H
+#define KVS_TOOLS_DLM_CACHE_OPTS_H
+
+#include "cli.h"
+#include "kvsieve/schedule.h"
+
+typedef struct dlm_cache_opts {
+    const char *cache;      /* default "none" */
+    double gamma;           /* elastic drift threshold, default 0.9 */
+    int window, track;      /* elastic window 16, tracked tokens 1 */
+    int reload;             /* delayed full refresh interval, default 4 */
+    const char *sim;        /* elastic similarity: rows | heads, default rows */
+    int wavefilter;         /* 1: wrap the schedule in WaveFilter */
+    const char *wf_family;  /* haar | db2 | db4, default haar */
+    int wf_levels;          /* default 3 */
+    double wf_budget;       /* kept fraction, default 0.5 */
+    double wf_rho;          /* skim share, default 0.5 */
+} dlm_cache_opts;
+
+/* Defaults as documented on each field. */
+dlm_cache_opts dlm_cache_opts_default(void);
+
+/* The option table entries (DLM_CACHE_N_OPTS of them) bound to o, written into opts[0..9]. */
+#define DLM_CACHE_N_OPTS 11
+void dlm_cache_cli_opts(dlm_cache_opts *o, cli_opt *opts);
+
+/* Builds the schedule (NULL for "none" without WaveFilter). 0 on success; on failure prints one line
+ * "PROG: ..." and returns CLI_EXIT_USAGE. `cache` overrides o->cache when not NULL; budget > 0
+ * overrides o->wf_budget and turns WaveFilter on. */
+int dlm_cache_build(const char *prog, const dlm_cache_opts *o, const char *cache, double budget, kvs_dlm_schedule **out);
+
+#endif

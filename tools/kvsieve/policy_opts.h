@@ -1,0 +1,41 @@
+/* kvsieve CLI — the eviction flags shared by `generate` and `eval`:
+ *   --policy NAME --budget F|N [--scope head|layer|global] [--sink N] [--window N] [--buffer N]
+ * POLICY_OPTS(po) expands to the cli_opt rows; policy_opts_make() turns the parsed values into a
+ * kvs_policy and the kvs_ar_params fields. */
+#ifndef KVS_TOOLS_POLICY_OPTS_H
+#define KVS_TOOLS_POLICY_OPTS_H
+
+#include <stdint.h>
+
+#include "kvsieve/generate.h"
+#include "kvsieve/policy.h"
+
+typedef struct policy_opts {
+    const char *policy;   /* NULL: no eviction */
+    const char *budget;   /* "0.25" (fraction of the planned length) or "64" (tokens per kv head) */
+    const char *scope;    /* "head" (default), "layer", "global" */
+    int sink;             /* streaming sinks (-1: default 4) */
+    int64_t window;       /* h2o / snapkv window (0: the policy's default) */
+    int64_t buffer;       /* tokens above the budget before eviction (0: automatic) */
+} policy_opts;
+
+#define POLICY_OPTS_INIT {NULL, NULL, NULL, -1, 0, 0}
+
+#define POLICY_OPTS(po)                                                                                            \
+    {"policy", 0, CLI_STRING, &(po).policy, "NAME",                                                                \
+     "KV eviction policy: streaming, h2o, snapkv, tova, knorm, pyramidkv, adakv (default: none)"},                 \
+    {"budget", 0, CLI_STRING, &(po).budget, "F|N",                                                                 \
+     "cache budget: fraction (0,1] of the sequence, or tokens per kv head (default 1.0)"},                         \
+    {"scope", 0, CLI_STRING, &(po).scope, "S", "budget scope: head, layer (pooled over heads), global (default head)"}, \
+    {"sink", 0, CLI_INT, &(po).sink, "N", "streaming: sink tokens always kept (default 4)"},                       \
+    {"window", 0, CLI_INT64, &(po).window, "N", "h2o recent / snapkv observation window (default: policy's); with --cache elastic: masked positions queried per step (default 16)"},     \
+    {"buffer", 0, CLI_INT64, &(po).buffer, "N", "tokens above the budget before evicting (default: budget/8, 1..128)"}
+
+/* Parses a budget string: a fraction in (0, 1] or a whole count > 1. 0 on success, -1 otherwise. */
+int policy_parse_budget(const char *s, double *out);
+
+/* Creates the policy named in po (NULL *pol when po->policy is NULL) and fills p's eviction fields.
+ * Prints "prog: ..." and returns CLI_EXIT_USAGE on a bad value; CLI_EXIT_OK otherwise. */
+int policy_opts_make(const char *prog, const policy_opts *po, kvs_policy **pol, kvs_ar_params *p);
+
+#endif
