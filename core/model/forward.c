@@ -105,6 +105,12 @@ typedef struct fwd_ctx {
     int32_t *tmp;           /* [max(n_tokens, H*n)] scratch */
     int64_t n_tok;
     const kvs_layer_plan *lp; /* the current layer's plan (NULL: all rows, no statistics) */
+    /* What the small device index buffers hold, so that layers with the same rows skip re-uploads
+     * (each upload can cost a queue flush on GPU backends). */
+    int32_t *pos_rows;        /* [n_tokens] copy of the rows whose positions ws.pos holds */
+    int64_t pos_n;            /* 0: ws.pos holds nothing valid yet */
+    int32_t *slots_host;      /* [H * n_tokens] the slot indices ws.slots holds */
+    int64_t slots_n;          /* entries valid in slots_host (0: none) */
 } fwd_ctx;
 
 /* Writes this layer's new K/V (ws.k/ws.v rows [0, n), token-major) into the cache. */
@@ -130,7 +136,11 @@ static kvs_status write_cache(fwd_ctx *f, int l, const int32_t *rows, int64_t n)
     kvs_status s;
     kvs_tensor *idx = NULL, *ksrc = NULL, *vsrc = NULL;
     s = view3(&idx, m->ws.slots, 0, n, H, 1);
-    if (s == KVS_OK) s = kvs_tensor_upload(idx, slots, 0, (size_t)H * n * 4);
+    if (s == KVS_OK && !(f->slots_n == H * n && memcmp(f->slots_host, slots, (size_t)H * n * 4) == 0)) {
+        s = kvs_tensor_upload(idx, slots, 0, (size_t)H * n * 4);
+        memcpy(f->slots_host, slots, (size_t)H * n * 4);
+        f->slots_n = s == KVS_OK ? H * n : 0;
+    }
     if (s == KVS_OK) s = view3(&ksrc, m->ws.k, 0, m->hp.head_dim, H, n);
     if (s == KVS_OK) s = view3(&vsrc, m->ws.v, 0, m->hp.head_dim, H, n);
     if (s == KVS_OK) s = kvs_scatter(m->dev, ksrc, idx, kvs_cache_k(c, l), 1);
@@ -139,18 +149,28 @@ static kvs_status write_cache(fwd_ctx *f, int l, const int32_t *rows, int64_t n)
     kvs_tensor_destroy(&ksrc);
     kvs_tensor_destroy(&vsrc);
     KVS_TRY(s);
-    /* host mirrors + device pos/len */
+    /* host mirrors + device pos/len (uploaded only when something changed: a positional cache
+     * refreshing rows in place keeps both) */
+    int changed = 0;
     for (int h = 0; h < H; h++) {
         int32_t *pos = kvs_cache_host_pos_mut(c, l, h);
-        for (int64_t i = 0; i < n; i++) pos[slots[h * n + i]] = f->pos_host[rows[i]];
+        for (int64_t i = 0; i < n; i++) {
+            int32_t *dst = &pos[slots[h * n + i]];
+            changed |= *dst != f->pos_host[rows[i]];
+            *dst = f->pos_host[rows[i]];
+        }
         if (cp->mode == KVS_CACHE_APPEND) {
             len[h] += n;
+            changed |= n > 0;
         } else {
             for (int64_t i = 0; i < n; i++)
-                if (slots[h * n + i] + 1 > len[h]) len[h] = slots[h * n + i] + 1;
+                if (slots[h * n + i] + 1 > len[h]) {
+                    len[h] = slots[h * n + i] + 1;
+                    changed = 1;
+                }
         }
     }
-    return kvs_cache_sync_layer(c, l);
+    return changed ? kvs_cache_sync_layer(c, l) : KVS_OK;
 }
 
 /* Sparse keep-set attention (kvs_layer_plan.keep): gathers, for every kv head h, the cache rows
@@ -370,9 +390,11 @@ static kvs_status run_layer(fwd_ctx *f, int l, const int32_t *rows, int64_t n, k
     if (s == KVS_OK) s = view3(&pos, ws->pos, 0, n, 1, 1);
     if (s == KVS_OK) s = view3(&q3, ws->q, 0, hp->head_dim, hp->n_heads, n);
     if (s == KVS_OK) s = view3(&k3, ws->k, 0, hp->head_dim, hp->n_kv_heads, n);
-    if (s == KVS_OK) {
+    if (s == KVS_OK && !(f->pos_n > 0 && rows_equal(rows, n, f->pos_rows, f->pos_n))) {
         for (int64_t i = 0; i < n; i++) f->tmp[i] = f->pos_host[rows[i]];
         s = kvs_tensor_upload(pos, f->tmp, 0, (size_t)n * 4);
+        memcpy(f->pos_rows, rows, (size_t)n * sizeof *rows);
+        f->pos_n = s == KVS_OK ? n : 0;
     }
     kvs_rope_params rp = kvs_rope_params_default();
     rp.mode = hp->rope_mode;
@@ -500,8 +522,10 @@ kvs_status kvs_model_forward(kvs_model *m, kvs_kv_cache *c, const kvs_step_plan 
     f.pos_host = malloc((size_t)n_tok * sizeof *f.pos_host);
     f.all_rows = malloc((size_t)n_tok * sizeof *f.all_rows);
     f.tmp = malloc((size_t)tmp_n * sizeof *f.tmp);
+    f.pos_rows = malloc((size_t)n_tok * sizeof *f.pos_rows);
+    f.slots_host = malloc((size_t)n_tok * (cp->n_kv_heads > 0 ? cp->n_kv_heads : 1) * sizeof *f.slots_host);
     kvs_status s = KVS_OK;
-    if (!f.pos_host || !f.all_rows || !f.tmp) {
+    if (!f.pos_host || !f.all_rows || !f.tmp || !f.pos_rows || !f.slots_host) {
         s = kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
         goto done;
     }
@@ -614,5 +638,7 @@ done:
     free(f.pos_host);
     free(f.all_rows);
     free(f.tmp);
+    free(f.slots_host);
+    free(f.pos_rows);
     return s;
 }
