@@ -272,9 +272,9 @@ int kvs_cpu_own_gemm(void) {
 #endif
 }
 
-#define MM_RB 64  /* W rows per thread block */
+#define MM_RB 256  /* W rows per thread block */
 #define MM_KC 256 /* depth per pass */
-#define MM_NB 512 /* x rows per block */
+#define MM_NB 128 /* x rows per block */
 
 #if KVS_CPU_HAVE_AVX512
 /* C[8][32] (+)= A[8][K] . B[K][32]: A rows of stride lda, B rows of stride ldb, C rows of stride
@@ -322,7 +322,7 @@ static kvs_status matmul_own(kvs_device *dev, const kvs_matmul_args *a) {
     (void)nt; /* unused without OpenMP */
     if (nt > n_rb) nt = (int)n_rb;
     if (nt < 1) nt = 1;
-    const size_t per = (size_t)MM_RB * MM_KC + (size_t)MM_RB * MM_NB + (size_t)k + 32;
+    const size_t per = (size_t)MM_RB * MM_KC + (size_t)MM_RB * MM_NB + (size_t)MM_RB + 32; /* Wp, Ct, row */
     float *buf = malloc(((size_t)k * (size_t)np + (size_t)nt * per) * sizeof(float));
     if (!buf) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_matmul (cpu): cannot allocate GEMM scratch");
     float *xT = buf;

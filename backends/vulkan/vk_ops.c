@@ -241,8 +241,10 @@ kvs_status kvs_vk_attention(kvs_device *dev, const kvs_attention_args *a) {
     const uint32_t D = (uint32_t)a->head_dim, G = (uint32_t)(a->n_heads / a->n_kv_heads);
     /* rows per workgroup R and keys per tile TK: the largest that fit in shared memory */
     int64_t shm = dev->caps.shared_mem_bytes - 512;
-    uint32_t R = 0, TK = 0;
-    for (uint32_t r = 16; r >= 1 && !R; r /= 2)
+    uint32_t R = 0, TK = 0, r_max = 1;
+    /* no more rows per workgroup than there are query rows per kv head (decode: R = G) */
+    while (r_max < 16 && (int64_t)r_max < a->n_q * (int64_t)G) r_max *= 2;
+    for (uint32_t r = r_max; r >= 1 && !R; r /= 2)
         for (uint32_t tk = 32; tk >= 4; tk /= 2) {
             int64_t bytes = 4 * (2 * (int64_t)r * D + 2 * (int64_t)tk * D + (int64_t)r * tk + 7 * (int64_t)r);
             if (bytes <= shm) {
