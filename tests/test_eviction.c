@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "kvsieve/kvsieve.h"
+#include "probe.h"
 #include "kvsieve/generate.h"
 #include "kvsieve/model.h"
 #include "kvsieve/model_file.h"
@@ -164,10 +165,8 @@ int main(int argc, char **argv) {
             fprintf(stderr, "test_eviction: %s\n", kvs_last_error());
             return 2;
         }
-    int n = 0;
-    if (kvs_device_count(g_params.backend, &n) != KVS_OK || n <= g_params.index) {
-        printf("SKIP: backend %s has no device %d (%s)\n", kvs_backend_name(g_params.backend), g_params.index,
-               kvs_last_error());
+    if (!kvs_test_backend_present(&g_params)) {
+        printf("SKIP: backend %s has no device %d\n", kvs_backend_name(g_params.backend), g_params.index);
         return 77;
     }
     if (kvs_model_locate("stories260K-f32.v3.gguf", g_model, sizeof g_model) != KVS_OK) {

@@ -127,13 +127,17 @@ kvs_status kvs_ocl_embedding(kvs_device *dev, const kvs_tensor *table, const int
 kvs_status kvs_ocl_rope(kvs_device *dev, const kvs_rope_args *a) {
     int half = a->p.n_rot / 2;
     /* f64 frequency table (theta_base^(-2i/n_rot) * freq_scale), rounded to f32 once. */
-    float *freq = malloc((size_t)half * sizeof *freq);
+    /* Each f64 frequency is passed as an unevaluated sum of two f32 (hi, lo). */
+    float *freq = malloc((size_t)half * 2 * sizeof *freq);
     if (!freq) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_rope (opencl): out of host memory");
-    for (int i = 0; i < half; i++)
-        freq[i] = (float)((double)a->p.freq_scale * pow((double)a->p.theta_base, -2.0 * i / (double)a->p.n_rot));
+    for (int i = 0; i < half; i++) {
+        double f = (double)a->p.freq_scale * pow((double)a->p.theta_base, -2.0 * i / (double)a->p.n_rot);
+        freq[2 * i] = (float)f;
+        freq[2 * i + 1] = (float)(f - (double)freq[2 * i]);
+    }
     cl_mem fm;
-    kvs_status s = kvs_ocl_scratch(dev, KVS_OCL_SCR_IDS, (size_t)half * 4, &fm);
-    if (s == KVS_OK) s = kvs_ocl_write(dev, fm, 0, freq, (size_t)half * 4);
+    kvs_status s = kvs_ocl_scratch(dev, KVS_OCL_SCR_IDS, (size_t)half * 8, &fm);
+    if (s == KVS_OK) s = kvs_ocl_write(dev, fm, 0, freq, (size_t)half * 8);
     free(freq);
     KVS_TRY(s);
     cl_kernel k;

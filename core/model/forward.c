@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "model_internal.h"
+#include "kvsieve/latent.h"
 
 /* ---- small helpers -------------------------------------------------------------------------- */
 
@@ -284,6 +285,16 @@ static kvs_status layer_attention(fwd_ctx *f, int l, const kvs_layer_plan *lp, i
     ap.n_kv = akv;
     ap.q_pos = qpos;
 
+    /* latent memory (latent.h): unnormalised attention + row max/sum, merged after the op */
+    kvs_tensor *lat_max = NULL, *lat_sum = NULL;
+    const struct kvs_latent *lat = lp && lp->latent && kvs_latent_active(lp->latent, l) ? lp->latent : NULL;
+    if (s == KVS_OK && lat) {
+        s = kvs_tensor_new(&lat_max, m->dev, KVS_F32, hp->n_heads, n, 0, 0);
+        if (s == KVS_OK) s = kvs_tensor_new(&lat_sum, m->dev, KVS_F32, hp->n_heads, n, 0, 0);
+        ap.unnormalised = 1;
+        ap.row_max = lat_max;
+        ap.row_sum = lat_sum;
+    }
     int want_mass = lp && (lp->stat_all_rows || lp->n_stat_rows > 0);
     if (s == KVS_OK && want_mass) {
         /* key_mass covers [H][kcap]; keys beyond a head's length are untouched: zero first. */
@@ -309,6 +320,9 @@ static kvs_status layer_attention(fwd_ctx *f, int l, const kvs_layer_plan *lp, i
     }
     if (s == KVS_OK) s = kvs_attention(m->dev, q, kk, vv, out, &ap);
 
+    if (s == KVS_OK && lat) s = kvs_latent_merge(lat, l, q, out, lat_max, lat_sum);
+    kvs_tensor_destroy(&lat_max);
+    kvs_tensor_destroy(&lat_sum);
     /* statistics to host, as [.][n_kv] over cache rows */
     st->n_kv = n_kv;
     st->key_mass = NULL;
@@ -401,6 +415,16 @@ static kvs_status run_layer(fwd_ctx *f, int l, const int32_t *rows, int64_t n, k
     rp.theta_base = hp->rope_base;
     rp.n_rot = hp->rope_dim;
     if (s == KVS_OK) s = kvs_rmsnorm(d, x, w->attn_norm, xn, hp->rms_eps);
+    st->x = NULL;
+    st->n_x_rows = 0;
+    if (s == KVS_OK && lp && lp->want_x) { /* learned eviction: the rows' normalised input */
+        s = host_grow((void **)&m->x_host[l], &m->x_cap[l], n * hp->dim, sizeof(float));
+        if (s == KVS_OK) s = kvs_tensor_download(xn, m->x_host[l], 0, (size_t)(n * hp->dim) * sizeof(float));
+        if (s == KVS_OK) {
+            st->x = m->x_host[l];
+            st->n_x_rows = n;
+        }
+    }
     if (s == KVS_OK) s = kvs_matmul(d, w->wq, xn, q, 0);
     if (s == KVS_OK) s = kvs_matmul(d, w->wk, xn, k, 0);
     if (s == KVS_OK) s = kvs_matmul(d, w->wv, xn, v, 0);

@@ -56,6 +56,8 @@ struct kvs_model {
     float **key_mass_host, **probs_host;
     int32_t **argmax_host;
     int64_t *key_mass_cap, *probs_cap, *argmax_cap;
+    float **x_host;          /* [n_layers] want_x copies of the normalised layer inputs */
+    int64_t *x_cap;
 };
 
 void kvs_workspace_free(kvs_workspace *ws);

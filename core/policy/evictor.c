@@ -272,6 +272,14 @@ kvs_status kvs_evictor_plan(kvs_evictor *e, int64_t n_new, kvs_layer_plan *layer
             s->want_mass = 1;
             *any = 1;
         }
+        if (f & KVS_POLICY_NEED_X) {
+            layers[l].want_x = 1;
+            *any = 1;
+        }
+        if (e->pol->latent) { /* learned indexer: evicted tokens live on in a latent memory */
+            layers[l].latent = e->pol->latent;
+            *any = 1;
+        }
         if (f & KVS_POLICY_NEED_WINDOW_MASS) {
             int64_t W = s->needs.window, d = steps_to_trigger(e, l, n_new);
             /* query i of this step is d + (n_new - 1 - i) queries before the trigger's last */

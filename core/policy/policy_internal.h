@@ -13,6 +13,7 @@ struct kvs_policy {
     int beta;        /* PyramidKV steepness; 0 = uniform layer budgets */
     int builtin;
     char name[48];
+    struct kvs_latent *latent; /* latent memory handed to every plan (latent.h), or NULL */
 };
 
 #endif

@@ -13,6 +13,8 @@
 #include "kvsieve/cache.h"
 #include "kvsieve/model.h"
 #include "kvsieve/policy.h"
+#include "kvsieve/latent.h"
+#include "kvsieve/learned.h"
 #include "kvsieve/generate.h"
 #include "kvsieve/schedule.h"
 

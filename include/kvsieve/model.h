@@ -101,6 +101,14 @@ typedef struct kvs_layer_plan {
     const int32_t *keep;
     const int64_t *n_keep;
     int64_t keep_stride;
+    /* 1: return this layer's normalised input rows xn = rmsnorm(x) * attn_norm (the hidden state
+     * the attention projections read; TRIM-KV's retention gates read the same) in result x.
+     * Learned eviction policies (issue 8) score tokens from it once, at creation. */
+    int want_x;
+    /* Latent memory of evicted tokens (latent.h; borrowed, NULL = none): when some head of this
+     * layer holds folded tokens, the attention runs unnormalised and kvs_latent_merge combines
+     * the kept tokens' softmax with the memory's readout. */
+    const struct kvs_latent *latent;
     /* Optional plan hook called after this layer's attention (see kvs_layer_hook). */
     kvs_layer_hook hook;
     void *hook_user;
@@ -123,6 +131,8 @@ typedef struct kvs_layer_stats {
     const float *key_mass;      /* [n_kv_heads][n_kv] or NULL */
     const float *probs;         /* [n_probe][n_heads][n_kv] or NULL */
     const int32_t *argmax;      /* [n_rows][n_heads] or NULL */
+    const float *x;             /* [n_rows][dim] normalised layer input (want_x) or NULL */
+    int64_t n_x_rows;           /* rows of x (this layer's rows) */
 } kvs_layer_stats;
 
 typedef struct kvs_step_result {

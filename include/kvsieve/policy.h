@@ -72,6 +72,9 @@ extern "C" {
 #define KVS_POLICY_NEED_KEYS 4u        /* keys: the cached K rows (f32 copy) at eviction time */
 #define KVS_POLICY_NEED_VALUES 8u      /* values: the cached V rows (f32 copy) at eviction time */
 #define KVS_POLICY_NEED_OBSERVE 16u    /* the observe hook sees every step's statistics */
+#define KVS_POLICY_NEED_X 32u          /* with NEED_OBSERVE: st->x holds the step's normalised layer
+                                        * input rows (kvs_layer_plan.want_x), for learned policies
+                                        * that score a token once at creation (issue 8) */
 
 typedef struct kvs_policy_needs {
     unsigned flags;   /* KVS_POLICY_NEED_* */

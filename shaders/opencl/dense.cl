@@ -198,7 +198,8 @@ __kernel void embedding(SRC_PTR table, long t_off, __global const int *ids, __gl
 /* ---- RoPE ---- */
 
 /* Rotates pair p < n_rot/2 of each vector r < n_vec of length head_dim, in place, storage DST_T
- * (f32 or f16). Angle = (float)pos * freq[p] (freq from an f64 table on the host).
+ * (f32 or f16). Angle = pos * freq_p, freq_p from an f64 table on the host passed as two f32
+ * (freq[2p] + freq[2p+1]).
  * pos index: r / pos_div; rope_shift: vec_stride > 0, rows (r % vec_stride) >= n_rows skipped and
  * pos_div = 1. neox: pair (p, p + n_rot/2); else (2p, 2p+1). */
 __kernel void rope(DST_PTR x, long x_off, __global const int *pos, long pos_off, __global const float *freq,
@@ -207,7 +208,18 @@ __kernel void rope(DST_PTR x, long x_off, __global const int *pos, long pos_off,
     long r = get_global_id(1);
     if (p >= n_rot / 2 || r >= n_vec) return;
     if (vec_stride > 0 && (int)(r % vec_stride) >= n_rows) return;
-    float ang = (float)pos[pos_off + r / pos_div] * freq[p];
+    /* angle = pos * freq with freq = freq[2p] + freq[2p+1] (an f64 value split into two f32):
+     * hi + e carries the product to ~2^-48 relative; the reduction modulo 2 pi subtracts k * 2 pi
+     * in three fma steps (Cody-Waite), so the reduced angle is accurate to ~1e-7 absolute even for
+     * positions in the 10^4..10^6 range, close to the CPU backend's f64 angles. */
+    float pf = (float)pos[pos_off + r / pos_div];
+    float fh = freq[2 * p], fl = freq[2 * p + 1];
+    float hi = pf * fh;
+    float e = fma(pf, fh, -hi) + pf * fl;
+    float k = rint(hi * 0.159154943091895336f);
+    float ang = fma(-k, 6.28318548202514648f, hi);
+    ang = fma(-k, -1.74845553146951715e-7f, ang);
+    ang = fma(-k, -6.86049804e-15f, ang) + e;
     float cs = cos(ang), sn = sin(ang);
     long i0 = neox ? p : 2 * p;
     long i1 = neox ? p + n_rot / 2 : 2 * p + 1;

@@ -24,6 +24,7 @@
 #include "cli.h"
 #include "cmds.h"
 #include "kvsieve/generate.h"
+#include "kvsieve/learned.h"
 #include "kvsieve/model.h"
 #include "kvsieve/model_file.h"
 #include "kvsieve/policy.h"
@@ -206,7 +207,7 @@ static void fmt_budget(char *buf, size_t n, double b) {
 int cmd_eval(int argc, char **argv) {
     const char *prog = "kvsieve eval";
     const char *model = NULL, *text = NULL, *policies = "streaming,h2o,snapkv,tova,knorm,pyramidkv,adakv";
-    const char *budgets = "0.1,0.25,0.5", *backend = NULL, *plot = NULL;
+    const char *budgets = "0.1,0.25,0.5", *backend = NULL, *plot = NULL, *split = "all";
     int64_t ctx = 256, windows = 8;
     int json = 0, threads = 0;
     policy_opts po = POLICY_OPTS_INIT;
@@ -218,6 +219,10 @@ int cmd_eval(int argc, char **argv) {
         {"ctx", 0, CLI_INT64, &ctx, "N", "window length in tokens, BOS included (default 256, at most the model's context)"},
         {"windows", 0, CLI_INT64, &windows, "N", "windows evaluated from the start of the text (default 8; 0 = all)"},
         {"scope", 0, CLI_STRING, &po.scope, "S", "budget scope: head, layer, global (default head)"},
+        {"policy-file", 0, CLI_STRING, &po.policy_file, "F.gguf[,..]",
+         "weights of the learned policies (retention, indexer, rl) in --policies, from kvsieve train"},
+        {"split", 0, CLI_STRING, &split, "S",
+         "all (default), train (first 90% of the tokens) or held-out (the last 10%, never trained on)"},
         {"sink", 0, CLI_INT, &po.sink, "N", "streaming: sink tokens (default 4)"},
         {"window", 0, CLI_INT64, &po.window, "N", "h2o recent / snapkv observation window (default: policy's)"},
         {"buffer", 0, CLI_INT64, &po.buffer, "N", "tokens above the budget before evicting (default: budget/8, 1..128)"},
@@ -261,8 +266,10 @@ int cmd_eval(int argc, char **argv) {
     if (po.sink >= 0) pp.n_sink = po.sink;
     if (po.window < 0 || po.buffer < 0) return cli_fail(CLI_EXIT_USAGE, prog, "--window and --buffer must be >= 0");
     pp.window = po.window;
+    if (strcmp(split, "all") != 0 && strcmp(split, "train") != 0 && strcmp(split, "held-out") != 0)
+        return cli_fail(CLI_EXIT_USAGE, prog, "--split '%s': all, train or held-out", split);
     for (int i = 0; i < np; i++)
-        if (kvs_policy_create(&pols[i], pnames[i], &pp) != KVS_OK) {
+        if (!policy_is_learned(pnames[i]) && kvs_policy_create(&pols[i], pnames[i], &pp) != KVS_OK) {
             rc = cli_fail(CLI_EXIT_USAGE, prog, "--policies: %s", kvs_last_error());
             for (int j = 0; j < i; j++) kvs_policy_destroy(&pols[j]);
             return rc;
@@ -319,6 +326,17 @@ int cmd_eval(int argc, char **argv) {
         goto done;
     }
     e.hp = kvs_model_get_hparams(e.m);
+    for (int i = 0; i < np; i++)
+        if (policy_is_learned(pnames[i])) {
+            rc = policy_make_learned(prog, pnames[i], po.policy_file, e.hp, &pols[i]);
+            if (rc != CLI_EXIT_OK) goto done;
+            rc = CLI_EXIT_FAIL;
+        }
+    if (strcmp(split, "all") != 0) { /* the split of kvsieve train */
+        int64_t n_train = (int64_t)((double)n_ids * KVS_LEARNED_TRAIN_FRACTION);
+        if (strcmp(split, "held-out") == 0) memmove(ids, ids + n_train, (size_t)(n_ids - n_train) * sizeof *ids), n_ids -= n_train;
+        else n_ids = n_train;
+    }
     if (e.hp->ctx_len > 0 && ctx > e.hp->ctx_len) {
         rc = cli_fail(CLI_EXIT_USAGE, prog, "--ctx %lld exceeds the model's context %d", (long long)ctx, e.hp->ctx_len);
         goto done;
@@ -409,6 +427,7 @@ int cmd_eval(int argc, char **argv) {
         json_object_object_add(root, "text", json_object_new_string(text));
         json_object_object_add(root, "ctx", json_object_new_int64(ctx));
         json_object_object_add(root, "windows", json_object_new_int64(windows));
+        json_object_object_add(root, "split", json_object_new_string(split));
         json_object_object_add(root, "predictions", json_object_new_int64(cells[0].n));
         json_object_object_add(root, "scope", json_object_new_string(kvs_budget_scope_name(scope)));
         json_object_object_add(root, "recall_mentions", json_object_new_int64(total_probes));
@@ -436,8 +455,8 @@ int cmd_eval(int argc, char **argv) {
         printf("%s\n", json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED));
         json_object_put(root);
     } else {
-        printf("kvsieve eval: %s, %s: %lld windows x %lld tokens (%lld predictions), scope %s\n", path, text, (long long)windows,
-               (long long)ctx, (long long)cells[0].n, kvs_budget_scope_name(scope));
+        printf("kvsieve eval: %s, %s (split %s): %lld windows x %lld tokens (%lld predictions), scope %s\n", path, text, split,
+               (long long)windows, (long long)ctx, (long long)cells[0].n, kvs_budget_scope_name(scope));
         printf("recall: %lld later-mention tokens of early names; probes = those the full cache ranks in its top %d\n",
                (long long)total_probes, RECALL_TOPK);
         printf("%-10s %6s %6s %12s %7s %8s %8s %10s %14s %6s\n", "policy", "budget", "tokens", "KL(full||ev)", "top1%", "ppl",

@@ -176,6 +176,7 @@ int cmd_generate(int argc, char **argv) {
     }
     /* AR eviction (--policy): the cache is sized to the budget + buffer */
     kvs_ar_params ap = kvs_ar_params_default();
+    po.hp = hp;
     rc = policy_opts_make(PROG, &po, &pol, &ap);
     if (rc != CLI_EXIT_OK) {
         exit_code = rc;

@@ -8,6 +8,7 @@ int cmd_devices(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
+int cmd_train(int argc, char **argv);
 /* `kvsieve eval --dlm` (cmd_eval_dlm.c): diffusion cache schedules vs the no-cache decode. */
 int cmd_eval_dlm(int argc, char **argv);
 

@@ -25,6 +25,7 @@ static const command commands[] = {
     {"bench", cmd_bench, "time the ops against this machine's measured peaks (bench ops)"},
     {"eval", cmd_eval_any, "evaluate caches: eviction policies on a text (KL, top-1, perplexity, recall); "
                            "--dlm: diffusion cache schedules vs no cache (speedup, agreement)"},
+    {"train", cmd_train, "train a learned KV eviction policy (retention, indexer, rl) into a GGUF side file"},
 };
 
 #define N_COMMANDS (int)(sizeof commands / sizeof commands[0])

@@ -1,9 +1,78 @@
 /* kvsieve CLI — eviction flags (see policy_opts.h). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "cli.h"
+#include <string.h>
+
+#include "kvsieve/gguf.h"
+#include "kvsieve/learned.h"
 #include "policy_opts.h"
+
+int policy_is_learned(const char *name) {
+    kvs_learned_kind k;
+    return name && (strcmp(name, "retention") == 0 || strcmp(name, "indexer") == 0 || strcmp(name, "rl") == 0) &&
+           kvs_learned_kind_from_name(name, &k) == KVS_OK;
+}
+
+int policy_make_learned(const char *prog, const char *name, const char *files, const kvs_model_hparams *hp, kvs_policy **pol) {
+    *pol = NULL;
+    kvs_learned_kind kind;
+    if (kvs_learned_kind_from_name(name, &kind) != KVS_OK) return cli_fail(CLI_EXIT_USAGE, prog, "%s", kvs_last_error());
+    if (!files) return cli_fail(CLI_EXIT_USAGE, prog, "--policy %s needs --policy-file FILE.gguf (written by kvsieve train)", name);
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", files);
+    char *save = NULL, *chosen = NULL;
+    int n = 0;
+    for (char *f = strtok_r(buf, ",", &save); f; f = strtok_r(NULL, ",", &save), n++) {
+        kvs_gguf *g = NULL;
+        char k[32] = "";
+        if (kvs_gguf_open(&g, f) != KVS_OK) return cli_fail(CLI_EXIT_USAGE, prog, "--policy-file: %s", kvs_last_error());
+        int ok = kvs_gguf_get_string(g, "kvsieve.policy.kind", k, sizeof k) == KVS_OK;
+        kvs_gguf_close(&g);
+        if (!ok) return cli_fail(CLI_EXIT_USAGE, prog, "--policy-file %s: not a kvsieve policy file (no kvsieve.policy.kind)", f);
+        if (strcmp(k, name) == 0 && !chosen) chosen = f;
+        if (n == 0 && !strchr(files, ',') && !chosen) chosen = f; /* a single file: its kind is checked on load */
+    }
+    if (!chosen) return cli_fail(CLI_EXIT_USAGE, prog, "--policy-file: none of %s holds a '%s' policy", files, name);
+    kvs_learned *lw = NULL;
+    if (kvs_learned_load(&lw, chosen, hp, (int)kind) != KVS_OK)
+        return cli_fail(CLI_EXIT_USAGE, prog, "--policy-file: %s", kvs_last_error());
+    kvs_status s = kvs_learned_policy(pol, lw, -INFINITY, 0.0f, 64);
+    kvs_learned_destroy(&lw);
+    if (s != KVS_OK) return cli_fail(CLI_EXIT_FAIL, prog, "%s", kvs_last_error());
+    return CLI_EXIT_OK;
+}
+
+int policy_read_tokens(const char *prog, const kvs_tokenizer *tk, const char *path, int32_t **ids, int64_t *n) {
+    *ids = NULL;
+    *n = 0;
+    FILE *tf = fopen(path, "rb");
+    if (!tf) return cli_fail(CLI_EXIT_USAGE, prog, "cannot open --text %s", path);
+    fseek(tf, 0, SEEK_END);
+    long tlen = ftell(tf);
+    fseek(tf, 0, SEEK_SET);
+    char *txt = tlen >= 0 ? malloc((size_t)tlen + 1) : NULL;
+    if (!txt || fread(txt, 1, (size_t)tlen, tf) != (size_t)tlen) {
+        fclose(tf);
+        free(txt);
+        return cli_fail(CLI_EXIT_FAIL, prog, "cannot read %s", path);
+    }
+    fclose(tf);
+    int64_t cnt = 0;
+    kvs_tokenizer_encode(tk, txt, (size_t)tlen, 0, NULL, 0, &cnt);
+    int32_t *v = malloc((size_t)(cnt + 1) * sizeof *v);
+    if (!v || kvs_tokenizer_encode(tk, txt, (size_t)tlen, 0, v, cnt + 1, &cnt) != KVS_OK) {
+        free(v);
+        free(txt);
+        return cli_fail(CLI_EXIT_FAIL, prog, "tokenizing %s: %s", path, kvs_last_error());
+    }
+    free(txt);
+    *ids = v;
+    *n = cnt;
+    return CLI_EXIT_OK;
+}
 
 int policy_parse_budget(const char *s, double *out) {
     double b;
@@ -30,8 +99,12 @@ int policy_opts_make(const char *prog, const policy_opts *po, kvs_policy **pol, 
     if (po->sink >= 0) pp.n_sink = po->sink;
     if (po->window < 0) return cli_fail(CLI_EXIT_USAGE, prog, "--window must be >= 0");
     pp.window = po->window;
-    if (kvs_policy_create(pol, po->policy, &pp) != KVS_OK)
+    if (policy_is_learned(po->policy)) {
+        int rc = policy_make_learned(prog, po->policy, po->policy_file, po->hp, pol);
+        if (rc != CLI_EXIT_OK) return rc;
+    } else if (kvs_policy_create(pol, po->policy, &pp) != KVS_OK) {
         return cli_fail(CLI_EXIT_USAGE, prog, "--policy: %s", kvs_last_error());
+    }
     p->policy = *pol;
     p->budget = budget;
     p->scope = scope;

@@ -9,6 +9,7 @@
 
 #include "kvsieve/generate.h"
 #include "kvsieve/policy.h"
+#include "kvsieve/tokenizer.h"
 
 typedef struct policy_opts {
     const char *policy;   /* NULL: no eviction */
@@ -17,19 +18,36 @@ typedef struct policy_opts {
     int sink;             /* streaming sinks (-1: default 4) */
     int64_t window;       /* h2o / snapkv window (0: the policy's default) */
     int64_t buffer;       /* tokens above the budget before eviction (0: automatic) */
+    const char *policy_file; /* learned policies (retention, indexer, rl): GGUF side file(s),
+                              * comma-separated; the file whose kind matches the policy is used */
+    const kvs_model_hparams *hp; /* set by the caller before policy_opts_make: the model's shape */
 } policy_opts;
 
-#define POLICY_OPTS_INIT {NULL, NULL, NULL, -1, 0, 0}
+#define POLICY_OPTS_INIT {NULL, NULL, NULL, -1, 0, 0, NULL, NULL}
 
 #define POLICY_OPTS(po)                                                                                            \
     {"policy", 0, CLI_STRING, &(po).policy, "NAME",                                                                \
-     "KV eviction policy: streaming, h2o, snapkv, tova, knorm, pyramidkv, adakv (default: none)"},                 \
+     "KV eviction policy: streaming, h2o, snapkv, tova, knorm, pyramidkv, adakv, or a learned one: retention, "      \
+     "indexer, rl (with --policy-file; default: none)"},                                                           \
+    {"policy-file", 0, CLI_STRING, &(po).policy_file, "F.gguf[,..]",                                               \
+     "learned policies: weights written by `kvsieve train` (comma-separated, matched by kind)"},                  \
     {"budget", 0, CLI_STRING, &(po).budget, "F|N",                                                                 \
      "cache budget: fraction (0,1] of the sequence, or tokens per kv head (default 1.0)"},                         \
     {"scope", 0, CLI_STRING, &(po).scope, "S", "budget scope: head, layer (pooled over heads), global (default head)"}, \
     {"sink", 0, CLI_INT, &(po).sink, "N", "streaming: sink tokens always kept (default 4)"},                       \
     {"window", 0, CLI_INT64, &(po).window, "N", "h2o recent / snapkv observation window (default: policy's); with --cache elastic: masked positions queried per step (default 16)"},     \
     {"buffer", 0, CLI_INT64, &(po).buffer, "N", "tokens above the budget before evicting (default: budget/8, 1..128)"}
+
+/* 1 when name is a learned policy kind (retention, indexer, rl). */
+int policy_is_learned(const char *name);
+
+/* Creates the learned policy `name` from the file among files (comma-separated) whose kind is
+ * name, checked against the model shape hp. Prints "prog: ..." and returns CLI_EXIT_USAGE on a
+ * missing, malformed or mismatched file; CLI_EXIT_OK otherwise. */
+int policy_make_learned(const char *prog, const char *name, const char *files, const kvs_model_hparams *hp, kvs_policy **pol);
+
+/* Reads and tokenizes a text file (no BOS) into *ids (malloc'ed) and *n. CLI exit code. */
+int policy_read_tokens(const char *prog, const kvs_tokenizer *tk, const char *path, int32_t **ids, int64_t *n);
 
 /* Parses a budget string: a fraction in (0, 1] or a whole count > 1. 0 on success, -1 otherwise. */
 int policy_parse_budget(const char *s, double *out);

@@ -239,7 +239,7 @@ static void dwt_ref(const double *x, int64_t n, int J, kvs_wavelet w, double *y)
             a[i] = sa;
             y[doff + i] = sd;
         }
-        memcpy(c, a, 8 * half);
+        memcpy(c, a, 8 * (size_t)half);
         L = half;
     }
     memcpy(y, c, 8 * L);

@@ -1,0 +1,403 @@
+/* Training of the learned eviction policies (issue 8). Objectives in include/kvsieve/learned.h:
+ * retention and indexer regress the measured future attention utility of full-cache runs (our
+ * objective); rl is REINFORCE with a baseline on -KL(full || evicted) per decode step. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvsieve/policy.h"
+#include "internal.h"
+#include "learned_internal.h"
+
+kvs_train_params kvs_train_params_default(void) {
+    kvs_train_params p = {.steps = 60, .seed = 1, .budget = 0.25, .ctx = 128, .horizon = 16, .lr = 0.0f, .progress = NULL, .user = NULL};
+    return p;
+}
+
+typedef struct adam {
+    float *m, *v;
+    float *scale; /* per-parameter learning-rate multiplier, or NULL */
+    int64_t n, t;
+    float lr;
+} adam;
+
+static void adam_step(adam *a, float *p, const float *g) {
+    a->t++;
+    double c1 = 1.0 - pow(0.9, (double)a->t), c2 = 1.0 - pow(0.999, (double)a->t);
+    for (int64_t i = 0; i < a->n; i++) {
+        a->m[i] = 0.9f * a->m[i] + 0.1f * g[i];
+        a->v[i] = 0.999f * a->v[i] + 0.001f * g[i] * g[i];
+        double mh = a->m[i] / c1, vh = a->v[i] / c2;
+        p[i] -= (float)((a->scale ? a->scale[i] : 1.0f) * a->lr * mh / (sqrt(vh) + 1e-8));
+    }
+}
+
+/* One full-cache prefill of tok[0..N): the layers' normalised inputs x [L][N][dim], GQA-group mean
+ * attention A [L][H][N(query)][N(key)], keys K [L][H][N][hd] (K may be NULL). */
+static kvs_status collect(kvs_model *m, kvs_kv_cache *c, const int32_t *tok, int64_t N, float *x, float *A, float *K,
+                          kvs_layer_plan *lp, int32_t *rows) {
+    const kvs_model_hparams *hp = kvs_model_get_hparams(m);
+    int L = hp->n_layers, H = hp->n_kv_heads, NH = hp->n_heads, G = NH / H, dim = hp->dim, hd = hp->head_dim;
+    KVS_TRY(kvs_cache_reset(c));
+    for (int64_t i = 0; i < N; i++) rows[i] = (int32_t)i;
+    memset(lp, 0, (size_t)L * sizeof *lp);
+    for (int l = 0; l < L; l++) {
+        lp[l].probe_rows = rows;
+        lp[l].n_probe = N;
+        lp[l].want_x = 1;
+    }
+    int32_t last = (int32_t)(N - 1);
+    kvs_step_plan plan = {.tokens = tok, .n_tokens = N, .layers = lp, .logit_rows = &last, .n_logit_rows = 1};
+    kvs_step_result r;
+    KVS_TRY(kvs_model_forward(m, c, &plan, &r));
+    for (int l = 0; l < L; l++) {
+        const kvs_layer_stats *st = &r.layers[l];
+        if (!st->x || !st->probs || st->n_kv != N)
+            return kvs_error(KVS_ERR_STATE, "kvs_learned_train: layer %d statistics missing", l);
+        memcpy(x + (int64_t)l * N * dim, st->x, (size_t)(N * dim) * sizeof(float));
+        float *a = A + (int64_t)l * H * N * N;
+        for (int h = 0; h < H; h++)
+            for (int64_t j = 0; j < N; j++)
+                for (int64_t i = 0; i < N; i++) {
+                    float s = 0;
+                    for (int g = 0; g < G; g++) s += st->probs[(j * NH + h * G + g) * N + i];
+                    a[((int64_t)h * N + j) * N + i] = s / (float)G;
+                }
+        if (K) {
+            int64_t cap = kvs_cache_get_params(c)->capacity;
+            float *kb = malloc((size_t)(H * cap * hd) * sizeof(float));
+            if (!kb) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_learned_train: out of host memory");
+            kvs_status s = kvs_tensor_download(kvs_cache_k(c, l), kb, 0, (size_t)(H * cap * hd) * sizeof(float));
+            for (int h = 0; h < H && s == KVS_OK; h++)
+                memcpy(K + ((int64_t)l * H + h) * N * hd, kb + (int64_t)h * cap * hd, (size_t)(N * hd) * sizeof(float));
+            free(kb);
+            KVS_TRY(s);
+        }
+    }
+    return KVS_OK;
+}
+
+/* Regression loss of retention/indexer on one window; adds d loss / d theta into grad. */
+static double supervised_loss(kvs_learned *w, int64_t N, int64_t W, const float *x, const float *A, const float *K, float *grad) {
+    int L = w->L, H = w->H, G = w->G, dim = w->dim, hd = w->hd;
+    double loss = 0.0;
+    int64_t cnt = 0;
+    for (int64_t i = 0; i + W < N; i++) cnt += N - W - i;
+    cnt *= (int64_t)L * H;
+    double inv = 1.0 / (double)cnt;
+    float *pre = malloc((size_t)G * sizeof(float)), *g = malloc((size_t)G * sizeof(float)), *u = malloc((size_t)G * sizeof(float));
+    double *cum = malloc((size_t)(N + 1) * sizeof(double));
+    float lb[256], dlb[256];
+    if (!pre || !g || !u || !cum) {
+        free(pre), free(g), free(u), free(cum);
+        return NAN;
+    }
+    for (int l = 0; l < L; l++) {
+        for (int64_t i = 0; i + W < N; i++) {
+            const float *xn = x + ((int64_t)l * N + i) * dim;
+            if (w->kind == KVS_LEARNED_RETENTION) lrn_ret_gate(w, l, xn, pre, g, lb);
+            else lrn_idx_u(w, l, xn, u);
+            for (int h = 0; h < H; h++) {
+                const float *a = A + ((int64_t)l * H + h) * N * N;
+                cum[0] = 0;
+                for (int64_t j = 0; j < N; j++) cum[j + 1] = cum[j] + a[j * N + i];
+                float m = 0.0f;
+                float ipre[64], ig[64];
+                if (w->kind == KVS_LEARNED_INDEXER) m = lrn_idx_m(w, l, u, K + (((int64_t)l * H + h) * N + i) * hd, ipre, ig);
+                double dsum = 0.0;
+                for (int64_t t = i; t + W < N; t++) {
+                    double uu = (cum[t + W + 1] - cum[t + 1]) / (double)W;
+                    double y = log(uu + 1e-4), yh, age = (double)(t - i);
+                    if (w->kind == KVS_LEARNED_RETENTION) {
+                        float *proj = w->p + L * lrn_ret_block(w);
+                        yh = proj[0] * age * lb[h] + proj[1];
+                        double e = yh - y;
+                        loss += e * e * inv;
+                        dsum += 2 * e * proj[0] * age * inv;
+                        grad[L * lrn_ret_block(w)] += (float)(2 * e * age * lb[h] * inv);
+                        grad[L * lrn_ret_block(w) + 1] += (float)(2 * e * inv);
+                    } else {
+                        float *d = w->p + l * lrn_idx_block(w) + (int64_t)G * hd + (int64_t)G * dim + 2 * G;
+                        float *gd = grad + (d - w->p);
+                        double la = log1p(age);
+                        yh = m + d[1] * la + d[2];
+                        double e = yh - y;
+                        loss += e * e * inv;
+                        dsum += 2 * e * inv;
+                        gd[1] += (float)(2 * e * la * inv);
+                        gd[2] += (float)(2 * e * inv);
+                    }
+                }
+                if (w->kind == KVS_LEARNED_RETENTION) {
+                    dlb[h] = (float)dsum;
+                } else { /* backprop m */
+                    int64_t o = l * lrn_idx_block(w);
+                    const float *w2 = w->p + o + (int64_t)G * hd + (int64_t)G * dim + G;
+                    float *gWk = grad + o, *gWx = gWk + (int64_t)G * hd, *gb1 = gWx + (int64_t)G * dim, *gw2 = gb1 + G;
+                    const float *k = K + (((int64_t)l * H + h) * N + i) * hd;
+                    gw2[G] += (float)dsum;
+                    for (int q = 0; q < G; q++) {
+                        gw2[q] += (float)dsum * ig[q];
+                        float dp = (float)dsum * w2[q] * lrn_dsilu(ipre[q]);
+                        gb1[q] += dp;
+                        for (int z = 0; z < hd; z++) gWk[q * hd + z] += dp * k[z];
+                        for (int z = 0; z < dim; z++) gWx[(int64_t)q * dim + z] += dp * xn[z];
+                    }
+                }
+            }
+            if (w->kind == KVS_LEARNED_RETENTION) { /* backprop the gate */
+                int64_t o = l * lrn_ret_block(w);
+                const float *W2 = w->p + o + (int64_t)G * dim + G;
+                float *gW1 = grad + o, *gb1 = gW1 + (int64_t)G * dim, *gW2 = gb1 + G, *gb2 = gW2 + (int64_t)H * G;
+                float dg[64] = {0};
+                for (int h = 0; h < H; h++) {
+                    float dz = dlb[h] * (1.0f - expf(lb[h])); /* d logsigmoid(z)/dz = sigmoid(-z) */
+                    gb2[h] += dz;
+                    for (int q = 0; q < G; q++) {
+                        gW2[h * G + q] += dz * g[q];
+                        dg[q] += dz * W2[h * G + q];
+                    }
+                }
+                for (int q = 0; q < G; q++) {
+                    float dp = dg[q] * lrn_dsilu(pre[q]);
+                    gb1[q] += dp;
+                    for (int z = 0; z < dim; z++) gW1[(int64_t)q * dim + z] += dp * xn[z];
+                }
+            }
+        }
+    }
+    free(pre), free(g), free(u), free(cum);
+    return loss;
+}
+
+/* Data-dependent start: the regression's constant (retention proj c, indexer b2) = the mean target of
+ * the first window. */
+static void init_offsets(kvs_learned *w, int64_t N, int64_t W, const float *A) {
+    int L = w->L, H = w->H, G = w->G;
+    double sum = 0;
+    int64_t cnt = 0;
+    for (int l = 0; l < L; l++)
+        for (int h = 0; h < H; h++) {
+            const float *a = A + ((int64_t)l * H + h) * N * N;
+            for (int64_t i = 0; i + W < N; i++)
+                for (int64_t t = i; t + W < N; t++) {
+                    double u = 0;
+                    for (int64_t j = t + 1; j <= t + W; j++) u += a[j * N + i];
+                    sum += log(u / (double)W + 1e-4);
+                    cnt++;
+                }
+        }
+    float c = cnt ? (float)(sum / (double)cnt) : 0.0f;
+    if (w->kind == KVS_LEARNED_RETENTION) w->p[L * lrn_ret_block(w) + 1] = c;
+    else
+        for (int l = 0; l < L; l++) w->p[l * lrn_idx_block(w) + (int64_t)G * w->hd + (int64_t)G * w->dim + 2 * G] = c;
+}
+
+static void log_softmax(const float *l, int64_t V, double *out) {
+    double mx = l[0], s = 0.0;
+    for (int64_t i = 1; i < V; i++) mx = l[i] > mx ? l[i] : mx;
+    for (int64_t i = 0; i < V; i++) s += exp((double)l[i] - mx);
+    double lse = mx + log(s);
+    for (int64_t i = 0; i < V; i++) out[i] = (double)l[i] - lse;
+}
+
+typedef struct rl_ctx {
+    kvs_model *m;
+    kvs_kv_cache *full, *ev_cache;
+    kvs_evictor *ev;
+    kvs_policy *pol;
+    lrn_rl_rec rec;
+    double *full_lp, *lp;   /* [N][V], [V] */
+    double *kl;             /* [N] */
+    float *ev_grad;         /* [max events][n] */
+    int64_t *ev_t;
+    int64_t max_ev;
+    double baseline;
+    int have_baseline;
+    kvs_layer_plan *lp_plan;
+} rl_ctx;
+
+/* One REINFORCE episode on a window; adds the policy-gradient loss gradient into grad. Returns the
+ * mean KL of the episode in *loss. */
+static kvs_status rl_episode(rl_ctx *r, kvs_learned *w, const int32_t *tok, int64_t N, float *grad, double *loss) {
+    const kvs_model_hparams *hp = kvs_model_get_hparams(r->m);
+    int64_t V = hp->vocab;
+    /* full-cache reference: one prefill with every row's logits */
+    KVS_TRY(kvs_cache_reset(r->full));
+    int32_t *rows = malloc((size_t)N * sizeof *rows);
+    if (!rows) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_learned_train: out of host memory");
+    for (int64_t i = 0; i < N; i++) rows[i] = (int32_t)i;
+    kvs_step_plan fp = {.tokens = tok, .n_tokens = N, .logit_rows = rows, .n_logit_rows = N};
+    kvs_step_result res;
+    kvs_status s = kvs_model_forward(r->m, r->full, &fp, &res);
+    for (int64_t t = 0; t < N && s == KVS_OK; t++) log_softmax(res.logits + t * V, V, r->full_lp + t * V);
+    free(rows);
+    KVS_TRY(s);
+    KVS_TRY(kvs_cache_reset(r->ev_cache));
+    KVS_TRY(kvs_evictor_begin(r->ev, r->ev_cache));
+    int64_t n_ev = 0;
+    memset(r->rec.grad, 0, (size_t)w->n * sizeof(float));
+    r->rec.event_pending = 0;
+    double klsum = 0;
+    for (int64_t t = 0; t + 1 < N; t++) {
+        int32_t zero = 0, pos = (int32_t)t;
+        kvs_step_plan plan = {.tokens = tok + t, .n_tokens = 1, .positions = &pos, .logit_rows = &zero, .n_logit_rows = 1};
+        int any = 0;
+        KVS_TRY(kvs_evictor_plan(r->ev, 1, r->lp_plan, &any));
+        plan.layers = any ? r->lp_plan : NULL;
+        KVS_TRY(kvs_model_forward(r->m, r->ev_cache, &plan, &res));
+        KVS_TRY(kvs_evictor_update(r->ev, r->ev_cache, &res));
+        if (r->rec.event_pending) {
+            if (n_ev < r->max_ev) {
+                memcpy(r->ev_grad + n_ev * w->n, r->rec.grad, (size_t)w->n * sizeof(float));
+                r->ev_t[n_ev++] = t;
+            }
+            memset(r->rec.grad, 0, (size_t)w->n * sizeof(float));
+            r->rec.event_pending = 0;
+        }
+        log_softmax(res.logits, V, r->lp);
+        const double *fl = r->full_lp + t * V;
+        double kl = 0;
+        for (int64_t i = 0; i < V; i++) kl += exp(fl[i]) * (fl[i] - r->lp[i]);
+        r->kl[t] = kl > 0 ? kl : 0;
+        klsum += r->kl[t];
+    }
+    *loss = klsum / (double)(N - 1);
+    /* reward-to-go: mean of -KL from the event's step to the end; advantage vs an EMA baseline */
+    for (int64_t e = 0; e < n_ev; e++) {
+        double sum = 0;
+        for (int64_t t = r->ev_t[e]; t + 1 < N; t++) sum -= r->kl[t];
+        double G = sum / (double)(N - 1 - r->ev_t[e]);
+        if (!r->have_baseline) r->baseline = G, r->have_baseline = 1;
+        double adv = G - r->baseline;
+        r->baseline = 0.95 * r->baseline + 0.05 * G;
+        const float *ge = r->ev_grad + e * w->n;
+        for (int64_t i = 0; i < w->n; i++) grad[i] -= (float)(adv * ge[i] / (double)(n_ev > 0 ? n_ev : 1));
+    }
+    return KVS_OK;
+}
+
+kvs_status kvs_learned_train(kvs_learned *w, kvs_model *m, const int32_t *tokens, int64_t n, const kvs_train_params *pp,
+                             double *final_loss) {
+    const char *op = "kvs_learned_train";
+    if (!w || !m || !tokens) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: NULL argument", op);
+    kvs_train_params p = pp ? *pp : kvs_train_params_default();
+    const kvs_model_hparams *hp = kvs_model_get_hparams(m);
+    if (hp->n_layers != w->L || hp->n_kv_heads != w->H || hp->head_dim != w->hd || hp->dim != w->dim || hp->n_heads != w->NH)
+        return kvs_error(KVS_ERR_SHAPE, "%s: weights for another model shape", op);
+    if (p.ctx < 16 || (hp->ctx_len > 0 && p.ctx > hp->ctx_len) || p.steps < 1 || p.horizon < 1 || p.horizon >= p.ctx / 2 ||
+        !(p.budget > 0.0 && p.budget < 1.0))
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: ctx %lld (16..%d), steps %lld >= 1, horizon %lld (1..ctx/2), budget %g in (0, 1)",
+                         op, (long long)p.ctx, hp->ctx_len, (long long)p.steps, (long long)p.horizon, p.budget);
+    int64_t N = p.ctx, nw = n / (N - 1);
+    if (nw < 1) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: %lld tokens, not one window of %lld", op, (long long)n, (long long)N);
+    int L = w->L, H = w->H;
+    kvs_device *dev = kvs_model_device(m);
+    lrn_rng rng = {p.seed ^ 0xA0761D6478BD642Full};
+    int64_t *order = malloc((size_t)nw * sizeof *order);
+    int32_t *tok = malloc((size_t)N * sizeof *tok), *rows = malloc((size_t)N * sizeof *rows);
+    float *grad = calloc((size_t)w->n, sizeof *grad);
+    adam ad = {calloc((size_t)w->n, sizeof(float)), calloc((size_t)w->n, sizeof(float)), calloc((size_t)w->n, sizeof(float)), w->n, 0, 0};
+    for (int64_t i = 0; ad.scale && i < w->n; i++) ad.scale[i] = 1.0f;
+    /* retention: the gate biases (init 10) and the shared projection learn 10x faster, so that
+     * beta can leave ~1 within a few hundred steps (ours; TRIM-KV trains far longer) */
+    if (ad.scale && w->kind == KVS_LEARNED_RETENTION) {
+        for (int l = 0; l < L; l++)
+            for (int h = 0; h < H; h++) ad.scale[l * lrn_ret_block(w) + lrn_ret_block(w) - H + h] = 10.0f;
+        ad.scale[L * lrn_ret_block(w)] = ad.scale[L * lrn_ret_block(w) + 1] = 10.0f;
+    }
+    kvs_layer_plan *lp = calloc((size_t)L, sizeof *lp);
+    float *x = NULL, *A = NULL, *K = NULL;
+    kvs_kv_cache *c = NULL;
+    rl_ctx r;
+    memset(&r, 0, sizeof r);
+    kvs_status s = KVS_OK;
+    if (!order || !tok || !rows || !grad || !ad.m || !ad.v || !ad.scale || !lp) s = kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
+    for (int64_t i = 0; i < nw && s == KVS_OK; i++) order[i] = i;
+    for (int64_t i = nw - 1; i > 0 && s == KVS_OK; i--) {
+        int64_t j = (int64_t)(lrn_next(&rng) % (uint64_t)(i + 1)), t = order[i];
+        order[i] = order[j], order[j] = t;
+    }
+    kvs_cache_params cp = kvs_model_cache_params(m);
+    cp.mode = KVS_CACHE_APPEND;
+    cp.capacity = N;
+    if (s == KVS_OK) s = kvs_cache_create(&c, dev, &cp);
+    kvs_learned *tw = w; /* the weights trained in place */
+    if (w->kind == KVS_LEARNED_RL) {
+        ad.lr = p.lr > 0 ? p.lr : 3e-3f;
+        r.m = m;
+        r.full = c;
+        r.max_ev = N * L;
+        r.full_lp = malloc((size_t)(N * hp->vocab) * sizeof(double));
+        r.lp = malloc((size_t)hp->vocab * sizeof(double));
+        r.kl = malloc((size_t)N * sizeof(double));
+        r.ev_grad = malloc((size_t)(r.max_ev * w->n) * sizeof(float));
+        r.ev_t = malloc((size_t)r.max_ev * sizeof(int64_t));
+        r.rec.grad = calloc((size_t)w->n, sizeof(float));
+        r.rec.rng.s = p.seed * 0x9E3779B97F4A7C15ull + 3;
+        r.lp_plan = lp;
+        if (s == KVS_OK && (!r.full_lp || !r.lp || !r.kl || !r.ev_grad || !r.ev_t || !r.rec.grad))
+            s = kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
+        if (s == KVS_OK) s = kvs_learned_policy(&r.pol, w, -INFINITY, 0.0f, 0);
+        if (s == KVS_OK) {
+            tw = lrn_policy_weights(r.pol);
+            lrn_policy_set_rl_rec(r.pol, &r.rec);
+            kvs_evict_params ep = kvs_evict_params_default();
+            ep.policy = r.pol;
+            ep.budget = p.budget;
+            ep.scope = KVS_SCOPE_HEAD;
+            s = kvs_evictor_create(&r.ev, &ep, hp, N);
+        }
+        kvs_cache_params ecp = cp;
+        if (s == KVS_OK) ecp.capacity = kvs_evictor_capacity(r.ev, 1);
+        if (s == KVS_OK) s = kvs_cache_create(&r.ev_cache, dev, &ecp);
+    } else {
+        ad.lr = p.lr > 0 ? p.lr : 2e-2f;
+        x = malloc((size_t)(L * N * w->dim) * sizeof(float));
+        A = malloc((size_t)(L * H * N * N) * sizeof(float));
+        if (w->kind == KVS_LEARNED_INDEXER) K = malloc((size_t)(L * H * N * w->hd) * sizeof(float));
+        if (s == KVS_OK && (!x || !A || (w->kind == KVS_LEARNED_INDEXER && !K)))
+            s = kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
+    }
+    double tail = 0.0;
+    int64_t ntail = 0;
+    for (int64_t step = 0; step < p.steps && s == KVS_OK; step++) {
+        int64_t wi = order[step % nw];
+        tok[0] = hp->bos_id >= 0 ? hp->bos_id : 1;
+        memcpy(tok + 1, tokens + wi * (N - 1), (size_t)(N - 1) * sizeof *tok);
+        memset(grad, 0, (size_t)w->n * sizeof *grad);
+        double loss = 0.0;
+        if (w->kind == KVS_LEARNED_RL) {
+            s = rl_episode(&r, tw, tok, N, grad, &loss);
+            /* clip the gradient's norm to 1 (REINFORCE variance) */
+            double nn = 0;
+            for (int64_t i = 0; i < w->n; i++) nn += (double)grad[i] * grad[i];
+            nn = sqrt(nn);
+            if (nn > 1.0)
+                for (int64_t i = 0; i < w->n; i++) grad[i] = (float)(grad[i] / nn);
+        } else {
+            s = collect(m, c, tok, N, x, A, K, lp, rows);
+            if (s == KVS_OK && step == 0) init_offsets(w, N, p.horizon, A);
+            if (s == KVS_OK) loss = supervised_loss(w, N, p.horizon, x, A, K, grad);
+            if (s == KVS_OK && !isfinite(loss)) s = kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
+        }
+        if (s != KVS_OK) break;
+        adam_step(&ad, tw->p, grad);
+        if (step >= p.steps - 10) tail += loss, ntail++;
+        if (p.progress) p.progress(step, p.steps, loss, p.user);
+    }
+    if (s == KVS_OK && tw != w) memcpy(w->p, tw->p, (size_t)w->n * sizeof(float));
+    if (s == KVS_OK) {
+        w->train_steps = p.steps;
+        w->train_seed = p.seed;
+        w->train_budget = p.budget;
+        if (final_loss) *final_loss = ntail ? tail / (double)ntail : 0.0;
+    }
+    kvs_evictor_destroy(&r.ev);
+    kvs_policy_destroy(&r.pol);
+    kvs_cache_destroy(&r.ev_cache);
+    free(r.full_lp), free(r.lp), free(r.kl), free(r.ev_grad), free(r.ev_t), free(r.rec.grad);
+    kvs_cache_destroy(&c);
+    free(order), free(tok), free(rows), free(grad), free(ad.m), free(ad.v), free(ad.scale), free(lp), free(x), free(A), free(K);
+    return s;
+}

@@ -1,0 +1,136 @@
+/* kvsieve train — trains a learned KV eviction policy (retention gates, indexer, RL) on the train
+ * split of a text and writes its weights to a GGUF side file (atomically: PATH.tmp, then rename).
+ *
+ * Split: the text is tokenized (no BOS); the first 90% of its tokens are the train split, the last
+ * 10% the held-out split (KVS_LEARNED_TRAIN_FRACTION; `kvsieve eval --split held-out` evaluates on
+ * exactly those). Training never reads the held-out tokens. Deterministic for a seed on one backend.
+ * Output: one progress line per step on stderr (step, loss), a summary on stdout. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "cmds.h"
+#include "kvsieve/learned.h"
+#include "kvsieve/model.h"
+#include "kvsieve/model_file.h"
+#include "kvsieve/tokenizer.h"
+#include "policy_opts.h"
+
+static void progress(int64_t step, int64_t steps, double loss, void *user) {
+    const double *t0 = user;
+    fprintf(stderr, "kvsieve train: step %lld/%lld  loss %.6f  (%.1f s)\n", (long long)(step + 1), (long long)steps, loss,
+            cli_now() - *t0);
+}
+
+int cmd_train(int argc, char **argv) {
+    const char *prog = "kvsieve train";
+    const char *model = NULL, *text = NULL, *kind_s = NULL, *out = NULL, *backend = NULL, *budget_s = "0.25";
+    int64_t steps = -1, seed = 1, ctx = 128;
+    int threads = 0;
+    double lr = 0.0;
+    const cli_opt opts[] = {
+        {"kind", 0, CLI_STRING, &kind_s, "K", "retention, indexer or rl; required"},
+        {"model", 'm', CLI_STRING, &model, "MODEL", "model file (path or name under KVSIEVE_MODELS); required"},
+        {"text", 0, CLI_STRING, &text, "FILE", "training text (its first 90% of tokens are used); required"},
+        {"budget", 0, CLI_STRING, &budget_s, "F", "rl: fraction of the window kept during episodes (default 0.25)"},
+        {"out", 'o', CLI_STRING, &out, "POLICY.gguf", "side file to write; required"},
+        {"steps", 0, CLI_INT64, &steps, "N", "optimiser steps, one window each (default: retention 150, indexer 150, rl 40)"},
+        {"seed", 0, CLI_INT64, &seed, "S", "seed of the initial weights, window order and sampling (default 1)"},
+        {"ctx", 0, CLI_INT64, &ctx, "N", "window length in tokens, BOS included (default 128)"},
+        {"lr", 0, CLI_DOUBLE, &lr, "X", "Adam learning rate (default 0.02; rl 0.003)"},
+        {"backend", 'b', CLI_STRING, &backend, "B[:I]", "device (default cpu)"},
+        {"threads", 't', CLI_INT, &threads, "N", "CPU threads (default: all cores)"},
+    };
+    const cli_spec spec = {
+        .prog = prog,
+        .usage = "--kind retention|indexer|rl -m MODEL --text FILE --out POLICY.gguf [--budget F] [--steps N] [--seed S]",
+        .summary = "Trains a learned KV eviction policy on the train split (first 90% of the tokens) of a text:\n"
+                   "retention gates and the indexer regress the measured future attention of full-cache runs;\n"
+                   "rl runs REINFORCE on -KL(full || evicted) with Gumbel top-k keep-sets. Writes a GGUF side\n"
+                   "file for `kvsieve generate/eval --policy KIND --policy-file FILE`.",
+        .opts = opts,
+        .n_opts = (int)(sizeof opts / sizeof opts[0]),
+    };
+    int rc = cli_parse(&spec, argc, argv, NULL, NULL);
+    if (rc >= 0) return rc;
+    if (!kind_s || !model || !text || !out) return cli_fail(CLI_EXIT_USAGE, prog, "--kind, -m MODEL, --text FILE and --out FILE are required");
+    kvs_learned_kind kind;
+    if (kvs_learned_kind_from_name(kind_s, &kind) != KVS_OK) return cli_fail(CLI_EXIT_USAGE, prog, "--kind: %s", kvs_last_error());
+    double budget;
+    if (policy_parse_budget(budget_s, &budget) != 0 || !(budget < 1.0))
+        return cli_fail(CLI_EXIT_USAGE, prog, "--budget '%s': want a fraction in (0, 1)", budget_s);
+    if (steps == -1) steps = kind == KVS_LEARNED_RL ? 40 : 150;
+    if (steps < 1 || seed < 0 || ctx < 16) return cli_fail(CLI_EXIT_USAGE, prog, "--steps >= 1, --seed >= 0, --ctx >= 16");
+
+    char path[4096];
+    kvs_model_file *mf = NULL;
+    kvs_tokenizer *tk = NULL;
+    kvs_device *dev = NULL;
+    kvs_model *m = NULL;
+    kvs_learned *lw = NULL;
+    int32_t *ids = NULL;
+    int64_t n_ids = 0;
+    rc = CLI_EXIT_FAIL;
+    if (kvs_model_locate(model, path, sizeof path) != KVS_OK) {
+        rc = cli_fail(CLI_EXIT_USAGE, prog, "%s", kvs_last_error());
+        goto done;
+    }
+    if (kvs_model_file_open(&mf, path, NULL) != KVS_OK || kvs_tokenizer_from_model_file(&tk, mf) != KVS_OK) {
+        rc = cli_fail(CLI_EXIT_USAGE, prog, "%s: %s", path, kvs_last_error());
+        goto done;
+    }
+    kvs_model_file_close(&mf);
+    rc = policy_read_tokens(prog, tk, text, &ids, &n_ids);
+    if (rc != CLI_EXIT_OK) goto done;
+    rc = cli_open_device(prog, backend, threads, &dev);
+    if (rc != CLI_EXIT_OK) goto done;
+    rc = CLI_EXIT_FAIL;
+    if (kvs_model_load(&m, dev, path, NULL) != KVS_OK) {
+        rc = cli_fail(CLI_EXIT_USAGE, prog, "%s: %s", path, kvs_last_error());
+        goto done;
+    }
+    const kvs_model_hparams *hp = kvs_model_get_hparams(m);
+    if (hp->arch != KVS_ARCH_LLAMA) {
+        rc = cli_fail(CLI_EXIT_USAGE, prog, "%s: learned eviction needs an autoregressive model", path);
+        goto done;
+    }
+    int64_t n_train = (int64_t)((double)n_ids * KVS_LEARNED_TRAIN_FRACTION);
+    if (kvs_learned_create(&lw, kind, hp, (uint64_t)seed) != KVS_OK) {
+        rc = cli_fail(CLI_EXIT_FAIL, prog, "%s", kvs_last_error());
+        goto done;
+    }
+    kvs_train_params tp = kvs_train_params_default();
+    tp.steps = steps;
+    tp.seed = (uint64_t)seed;
+    tp.budget = budget;
+    tp.ctx = ctx;
+    if (tp.horizon >= ctx / 2) tp.horizon = ctx / 4; /* short windows: a shorter utility horizon */
+    tp.lr = (float)lr;
+    double t0 = cli_now(), loss = 0.0;
+    tp.progress = progress;
+    tp.user = &t0;
+    fprintf(stderr, "%s: %s on %s: %lld train tokens (of %lld; the last %lld held out), %lld steps of %lld tokens\n", prog, kind_s,
+            text, (long long)n_train, (long long)n_ids, (long long)(n_ids - n_train), (long long)steps, (long long)ctx);
+    if (kvs_learned_train(lw, m, ids, n_train, &tp, &loss) != KVS_OK) {
+        rc = cli_fail(CLI_EXIT_FAIL, prog, "training: %s", kvs_last_error());
+        goto done;
+    }
+    if (kvs_learned_save(lw, out) != KVS_OK) {
+        rc = cli_fail(CLI_EXIT_FAIL, prog, "%s", kvs_last_error());
+        goto done;
+    }
+    int64_t np = 0;
+    kvs_learned_params(lw, &np);
+    printf("%s: %s policy, %lld parameters, final loss %.6f (mean of the last steps), %.1f s -> %s\n", prog, kind_s, (long long)np,
+           loss, cli_now() - t0, out);
+    rc = CLI_EXIT_OK;
+done:
+    kvs_learned_destroy(&lw);
+    kvs_model_destroy(&m);
+    if (dev) kvs_device_destroy(&dev);
+    kvs_tokenizer_destroy(&tk);
+    kvs_model_file_close(&mf);
+    free(ids);
+    return rc;
+}
