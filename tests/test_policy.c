@@ -507,13 +507,13 @@ END_TEST
 static Suite *suite(void) {
     Suite *s = suite_create("policy");
     TCase *tc = tcase_create("host");
-    tcase_set_timeout(tc, 120);
+    tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_policy_names_and_errors);
     tcase_add_test(tc, test_pyramid_budgets);
     tcase_add_test(tc, test_snapkv_scores);
     suite_add_tcase(s, tc);
     TCase *tk = tcase_create("keep");
-    tcase_set_timeout(tk, 300);
+    tcase_set_timeout(tk, 1200);
     tcase_add_test(tk, test_streaming_keep);
     tcase_add_test(tk, test_h2o_keep);
     tcase_add_test(tk, test_snapkv_keep);
