@@ -118,6 +118,46 @@ START_TEST(test_encodings_identical_logits) {
 }
 END_TEST
 
+/* Default positions of an append cache continue after the largest position it ever held, also once
+ * eviction has removed rows. */
+START_TEST(test_append_positions_after_eviction) {
+    kvs_device *dev = open_dev();
+    kvs_model *m = NULL;
+    ck_assert(kvs_model_load(&m, dev, locate(encodings[0]), NULL) == KVS_OK);
+    kvs_cache_params cp = kvs_model_cache_params(m);
+    cp.mode = KVS_CACHE_APPEND;
+    cp.capacity = 8;
+    kvs_kv_cache *c = NULL;
+    ck_assert(kvs_cache_create(&c, dev, &cp) == KVS_OK);
+    int32_t toks[4] = {1, 403, 407, 261}, last = 3;
+    kvs_step_plan plan = {.tokens = toks, .n_tokens = 4, .logit_rows = &last, .n_logit_rows = 1};
+    kvs_step_result r;
+    ck_assert_msg(kvs_model_forward(m, c, &plan, &r) == KVS_OK, "%s", kvs_last_error());
+    int32_t keep[4 * 2];
+    int64_t n_keep[4];
+    for (int h = 0; h < 4; h++) {
+        keep[h * 2] = 0;
+        keep[h * 2 + 1] = 3;
+        n_keep[h] = 2;
+    }
+    for (int l = 0; l < 5; l++) ck_assert_msg(kvs_cache_keep(c, l, keep, n_keep, 2) == KVS_OK, "%s", kvs_last_error());
+    int32_t one = 378, zero = 0;
+    kvs_step_plan next = {.tokens = &one, .n_tokens = 1, .logit_rows = &zero, .n_logit_rows = 1};
+    ck_assert_msg(kvs_model_forward(m, c, &next, &r) == KVS_OK, "%s", kvs_last_error());
+    for (int l = 0; l < 5; l++)
+        for (int h = 0; h < 4; h++) {
+            const int32_t *pos = kvs_cache_positions(c, l, h);
+            ck_assert_int_eq(kvs_cache_len(c, l, h), 3);
+            ck_assert_int_eq(pos[0], 0);
+            ck_assert_int_eq(pos[1], 3);
+            ck_assert_int_eq(pos[2], 4);
+        }
+    kvs_cache_destroy(&c);
+    kvs_model_destroy(&m);
+    kvs_device_destroy(&dev);
+}
+END_TEST
+
 START_TEST(test_dlm_reference) {
     json_object *ref = load_json("stories260K-llada-ref.json"), *cases;
     ck_assert(json_object_object_get_ex(ref, "cases", &cases));
@@ -265,6 +305,7 @@ int main(int argc, char **argv) {
      * backend): the slower GPU drivers on CPUs (PoCL, lavapipe) decode from one encoding only. */
     tcase_add_loop_test(tc, test_ar_greedy_reference, 0, g_params.backend == KVS_BACKEND_CPU ? 4 : 1);
     tcase_add_test(tc, test_encodings_identical_logits);
+    tcase_add_test(tc, test_append_positions_after_eviction);
     tcase_add_test(tc, test_dlm_reference);
     tcase_add_test(tc, test_forward_errors);
     suite_add_tcase(s, tc);

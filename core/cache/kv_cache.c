@@ -12,6 +12,7 @@ struct kvs_kv_cache {
     int32_t *host_pos;                      /* [n_layers][n_kv_heads][capacity] */
     int64_t *host_len;                      /* [n_layers][n_kv_heads] */
     int32_t *scratch;                       /* host scratch for uploads */
+    int64_t next_pos;                       /* 1 + the largest position ever written (0: empty) */
 };
 
 kvs_cache_params kvs_cache_params_default(void) {
@@ -125,6 +126,7 @@ kvs_status kvs_cache_reset(kvs_kv_cache *c) {
     size_t n = (size_t)c->p.n_layers * c->p.n_kv_heads * c->p.capacity;
     for (size_t i = 0; i < n; i++) c->host_pos[i] = -1;
     memset(c->host_len, 0, (size_t)c->p.n_layers * c->p.n_kv_heads * sizeof *c->host_len);
+    c->next_pos = 0;
     for (int l = 0; l < c->p.n_layers; l++) KVS_TRY(sync_layer(c, l));
     return KVS_OK;
 }
@@ -186,6 +188,9 @@ int32_t *kvs_cache_host_pos_mut(kvs_kv_cache *c, int l, int h) {
 }
 int64_t *kvs_cache_host_len_mut(kvs_kv_cache *c, int l) { return c->host_len + (size_t)l * c->p.n_kv_heads; }
 kvs_status kvs_cache_sync_layer(kvs_kv_cache *c, int l) { return sync_layer(c, l); }
+
+int64_t *kvs_cache_next_pos_mut(kvs_kv_cache *c);
+int64_t *kvs_cache_next_pos_mut(kvs_kv_cache *c) { return &c->next_pos; }
 
 kvs_status kvs_cache_keep(kvs_kv_cache *c, int layer, const int32_t *keep, const int64_t *n_keep, int64_t keep_stride) {
     const char *op = "kvs_cache_keep";

@@ -157,6 +157,7 @@ static kvs_status write_cache(fwd_ctx *f, int l, const int32_t *rows, int64_t n)
         int32_t *pos = kvs_cache_host_pos_mut(c, l, h);
         for (int64_t i = 0; i < n; i++) {
             int32_t *dst = &pos[slots[h * n + i]];
+            if (f->pos_host[rows[i]] + 1 > *kvs_cache_next_pos_mut(c)) *kvs_cache_next_pos_mut(c) = f->pos_host[rows[i]] + 1;
             changed |= *dst != f->pos_host[rows[i]];
             *dst = f->pos_host[rows[i]];
         }
@@ -558,7 +559,7 @@ kvs_status kvs_model_forward(kvs_model *m, kvs_kv_cache *c, const kvs_step_plan 
         if (plan->positions) {
             f.pos_host[i] = plan->positions[i];
         } else if (cp->mode == KVS_CACHE_APPEND) {
-            f.pos_host[i] = (int32_t)(kvs_cache_max_len(c, 0) + i);
+            f.pos_host[i] = (int32_t)(*kvs_cache_next_pos_mut(c) + i);
         } else {
             f.pos_host[i] = (int32_t)i;
         }

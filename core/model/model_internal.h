@@ -66,5 +66,8 @@ void kvs_workspace_free(kvs_workspace *ws);
 int32_t *kvs_cache_host_pos_mut(kvs_kv_cache *c, int l, int h);
 int64_t *kvs_cache_host_len_mut(kvs_kv_cache *c, int l);
 kvs_status kvs_cache_sync_layer(kvs_kv_cache *c, int l);
+/* 1 + the largest token position the cache ever held (survives eviction); default positions of an
+ * append cache continue from it. */
+int64_t *kvs_cache_next_pos_mut(kvs_kv_cache *c);
 
 #endif

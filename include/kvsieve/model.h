@@ -119,7 +119,8 @@ typedef struct kvs_step_plan {
                                  * cache) or the new tokens (append cache) */
     int64_t n_tokens;
     const int32_t *positions;   /* RoPE/causal position of each token; NULL: index i (positional)
-                                 * or cache length + i (append) */
+                                 * or, for an append cache, 1 + the largest position it ever held
+                                 * (eviction does not change it) + i */
     const kvs_layer_plan *layers; /* [n_layers]; NULL: every layer computes all tokens */
     const int32_t *logit_rows;  /* token indices whose logits are returned; each must be computed
                                  * at the last layer */
