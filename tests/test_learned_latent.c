@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "probe.h"
 #include "kvsieve/kvsieve.h"
 #include "kvsieve/latent.h"
 #include "kvsieve/learned.h"
@@ -200,17 +201,6 @@ END_TEST
 
 /* The device count runs in a child process: OpenCL/Vulkan state must never be created in the
  * parent before Check forks (a forked child then waits forever on the runtime's locks). */
-static int backend_present(void) {
-    pid_t pid = fork();
-    if (pid == 0) {
-        int n = 0;
-        _exit(kvs_device_count(g_params.backend, &n) == KVS_OK && n > g_params.index ? 0 : 1);
-    }
-    int st = 0;
-    if (pid < 0 || waitpid(pid, &st, 0) != pid) return 0;
-    return WIFEXITED(st) && WEXITSTATUS(st) == 0;
-}
-
 int main(int argc, char **argv) {
     g_params = kvs_device_params_default();
     for (int i = 1; i < argc; i++)
@@ -218,7 +208,7 @@ int main(int argc, char **argv) {
             printf("bad --backend\n");
             return 2;
         }
-    if (!backend_present()) {
+    if (!kvs_test_backend_present(&g_params)) {
         printf("SKIP: backend %s has no device %d\n", kvs_backend_name(g_params.backend), g_params.index);
         return 77;
     }
