@@ -16,7 +16,6 @@
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <unistd.h>
 
 #include "probe.h"
 #include "kvsieve/kvsieve.h"
