@@ -93,8 +93,9 @@ kvs_status kvs_device_open(kvs_device **out, const kvs_device_params *p) {
     if (!out) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_device_open: out is NULL");
     *out = NULL;
     kvs_device_params params = p ? *p : kvs_device_params_default();
-    if (params.n_threads < 0)
-        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "n_threads must be >= 0 (got %d)", params.n_threads);
+    if (params.n_threads < 0 || params.n_threads > KVS_MAX_THREADS)
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "n_threads must be in [0, %d] (got %d)", KVS_MAX_THREADS,
+                         params.n_threads);
     const kvs_backend_ops *ops;
     KVS_TRY(kvs_backend_get(params.backend, &ops));
     int n = 0;
@@ -130,7 +131,8 @@ int64_t kvs_device_bytes_allocated(const kvs_device *dev) { return dev ? dev->by
 
 kvs_status kvs_device_set_threads(kvs_device *dev, int n_threads) {
     if (!dev) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_device_set_threads: dev is NULL");
-    if (n_threads < 1) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "n_threads must be >= 1 (got %d)", n_threads);
+    if (n_threads < 1 || n_threads > KVS_MAX_THREADS)
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "n_threads must be in [1, %d] (got %d)", KVS_MAX_THREADS, n_threads);
     if (!dev->ops->set_threads)
         return kvs_error(KVS_ERR_UNSUPPORTED, "%s backend has no thread count setting", dev->ops->name);
     return dev->ops->set_threads(dev, n_threads);

@@ -6,6 +6,10 @@
 set -euo pipefail
 kvsieve=$1
 text=$2
+# outside the usual layout, find the text next to the models
+if [ ! -f "$text" ] && [ -n "${KVSIEVE_MODELS:-}" ] && [ -f "$KVSIEVE_MODELS/../text/$(basename "$text")" ]; then
+  text="$KVSIEVE_MODELS/../text/$(basename "$text")"
+fi
 if [[ ! -f $text ]]; then
   echo "SKIP: $text not found"
   exit 77

@@ -7,6 +7,10 @@
 set -u
 exe=$1
 text=$2
+# outside the usual layout, find the text next to the models
+if [ ! -f "$text" ] && [ -n "${KVSIEVE_MODELS:-}" ] && [ -f "$KVSIEVE_MODELS/../text/$(basename "$text")" ]; then
+  text="$KVSIEVE_MODELS/../text/$(basename "$text")"
+fi
 model=stories260K-f32.v3.gguf
 [ -f "$text" ] || { echo "SKIP: no $text"; exit 77; }
 "$exe" devices > /dev/null 2>&1 || { echo "SKIP: kvsieve does not run"; exit 77; }

@@ -84,10 +84,14 @@ KVS_API kvs_status kvs_device_count(kvs_backend b, int *count);
  * Errors: KVS_ERR_BACKEND_NOT_BUILT, KVS_ERR_NO_DEVICE (index out of range), KVS_ERR_INVALID_ARGUMENT. */
 KVS_API kvs_status kvs_device_describe(kvs_backend b, int index, kvs_device_info *info);
 
+/* Upper bound of kvs_device_params.n_threads and kvs_device_set_threads. */
+#define KVS_MAX_THREADS 1024
+
 typedef struct kvs_device_params {
     kvs_backend backend;  /* default KVS_BACKEND_CPU */
     int index;            /* device index within the backend, default 0 */
-    int n_threads;        /* CPU backend worker threads; 0 (default) = all online cores */
+    int n_threads;        /* CPU backend worker threads, 0..KVS_MAX_THREADS; 0 (default) = all online
+                           * cores */
     int validation;       /* Vulkan: 1 enables VK_LAYER_KHRONOS_validation and turns any
                            * validation message into an error; -1 (default) reads the
                            * KVS_VULKAN_VALIDATION environment variable. Ignored elsewhere. */

@@ -150,6 +150,20 @@ int cmd_generate(int argc, char **argv) {
     const kvs_model_hparams *hp = kvs_model_get_hparams(m);
     int dlm = hp->arch == KVS_ARCH_LLADA;
     int64_t n_gen = o.n > 0 ? o.n : (dlm ? 64 : 256);
+    if (n_gen > hp->ctx_len) {
+        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "-n %lld exceeds the model context %d", (long long)n_gen, hp->ctx_len);
+        goto done;
+    }
+    if (!dlm && (o.compare || o.threshold > 0 || co.wavefilter || (co.cache && strcmp(co.cache, "none") != 0))) {
+        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "--cache/--wavefilter/--compare/--threshold are for diffusion models; "
+                                                   "'%s' is autoregressive", kvs_arch_name(hp->arch));
+        goto done;
+    }
+    if (dlm && o.threshold == 0 && o.steps > 0 && (o.steps % (n_gen / o.block ? n_gen / o.block : 1) || o.steps < n_gen / o.block)) {
+        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "--steps %lld must be a positive multiple of the block count %lld",
+                             (long long)o.steps, (long long)(n_gen / o.block));
+        goto done;
+    }
     if (dlm && n_gen % o.block) {
         exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "-n %lld must be a multiple of --block %lld", (long long)n_gen, (long long)o.block);
         goto done;
