@@ -4,6 +4,8 @@
 #ifndef KVS_TESTS_PROBE_H
 #define KVS_TESTS_PROBE_H
 
+#include <stdio.h>
+#include <string.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,6 +22,31 @@ static inline int kvs_test_backend_present(const kvs_device_params *p) {
     int st = 0;
     if (pid < 0 || waitpid(pid, &st, 0) != pid) return 0;
     return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+/* The common start of a test main: parses `--backend B[:I]` into *p (other arguments are left to the
+ * caller), skips when the backend has no such device, and, when `model` is not NULL, locates that
+ * fixture (into path[cap] when path is not NULL) or skips. Returns -1 to go on, else the exit status:
+ * 2 for a bad --backend, 77 for a skip (the reason printed). */
+static inline int kvs_test_setup(int argc, char **argv, const char *prog, kvs_device_params *p, const char *model,
+                                 char *path, size_t cap) {
+    *p = kvs_device_params_default();
+    for (int i = 1; i + 1 < argc; i++)
+        if (strcmp(argv[i], "--backend") == 0 && kvs_device_params_parse(argv[++i], p) != KVS_OK) {
+            fprintf(stderr, "%s: %s\n", prog, kvs_last_error());
+            return 2;
+        }
+    fflush(stdout);
+    if (!kvs_test_backend_present(p)) {
+        printf("SKIP: backend %s has no device %d\n", kvs_backend_name(p->backend), p->index);
+        return 77;
+    }
+    char local[4096];
+    if (model && kvs_model_locate(model, path ? path : local, path ? cap : sizeof local) != KVS_OK) {
+        printf("SKIP: model fixture %s not found: %s\n", model, kvs_last_error());
+        return 77;
+    }
+    return -1;
 }
 
 #endif

@@ -275,21 +275,8 @@ START_TEST(test_defaults_save_compute) {
 END_TEST
 
 int main(int argc, char **argv) {
-    g_params = kvs_device_params_default();
-    for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc && kvs_device_params_parse(argv[++i], &g_params) != KVS_OK) {
-            fprintf(stderr, "test_dlm_cache: %s\n", kvs_last_error());
-            return 2;
-        }
-    if (!kvs_test_backend_present(&g_params)) {
-        printf("SKIP: backend %s has no device %d\n", kvs_backend_name(g_params.backend), g_params.index);
-        return 77;
-    }
-    char buf[4096];
-    if (kvs_model_locate("stories260K-llada-f32.gguf", buf, sizeof buf) != KVS_OK) {
-        printf("SKIP: model fixtures not found: %s\n", kvs_last_error());
-        return 77;
-    }
+    int setup = kvs_test_setup(argc, argv, "test_dlm_cache", &g_params, "stories260K-llada-f32.gguf", NULL, 0);
+    if (setup >= 0) return setup;
     Suite *s = suite_create("dlm_cache");
     TCase *tc = tcase_create("anchors");
     tcase_set_timeout(tc, 900);

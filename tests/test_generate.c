@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "probe.h"
 #include "kvsieve/kvsieve.h"
 #include "kvsieve/generate.h"
 #include "kvsieve/model.h"
@@ -272,32 +273,8 @@ START_TEST(test_forward_errors) {
 END_TEST
 
 int main(int argc, char **argv) {
-    g_params = kvs_device_params_default();
-    for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc && kvs_device_params_parse(argv[++i], &g_params) != KVS_OK) {
-            fprintf(stderr, "test_generate: %s\n", kvs_last_error());
-            return 2;
-        }
-    /* Count devices in a child process: driver state (e.g. PoCL's thread pool, created by
-     * clGetPlatformIDs) does not survive Check's fork, so the parent must not touch the driver. */
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int n = 0;
-        kvs_status cs = kvs_device_count(g_params.backend, &n);
-        if (cs != KVS_OK || n <= g_params.index)
-            printf("SKIP: backend %s has no device %d (%s)\n", kvs_backend_name(g_params.backend), g_params.index,
-                   cs != KVS_OK ? kvs_last_error() : "not found");
-        fflush(stdout);
-        _exit(cs != KVS_OK || n <= g_params.index ? 77 : 0);
-    }
-    int wst = 0;
-    if (pid < 0 || waitpid(pid, &wst, 0) < 0 || !WIFEXITED(wst) || WEXITSTATUS(wst) != 0) return 77;
-    char buf[4096];
-    if (kvs_model_locate("stories260K-f32.v3.gguf", buf, sizeof buf) != KVS_OK) {
-        printf("SKIP: model fixtures not found: %s\n", kvs_last_error());
-        return 77;
-    }
+    int setup = kvs_test_setup(argc, argv, "test_generate", &g_params, "stories260K-f32.v3.gguf", NULL, 0);
+    if (setup >= 0) return setup;
     Suite *s = suite_create("generate");
     TCase *tc = tcase_create("references");
     tcase_set_timeout(tc, 600);

@@ -530,16 +530,8 @@ static Suite *suite(void) {
 }
 
 int main(int argc, char **argv) {
-    g_params = kvs_device_params_default();
-    for (int i = 1; i + 1 < argc; i++)
-        if (strcmp(argv[i], "--backend") == 0 && kvs_device_params_parse(argv[i + 1], &g_params) != KVS_OK) {
-            fprintf(stderr, "bad backend %s: %s\n", argv[i + 1], kvs_last_error());
-            return 2;
-        }
-    if (!kvs_test_backend_present(&g_params)) {
-        printf("SKIP: backend %s has no device %d\n", kvs_backend_name(g_params.backend), g_params.index);
-        return 77;
-    }
+    int setup = kvs_test_setup(argc, argv, "test_policy", &g_params, NULL, NULL, 0);
+    if (setup >= 0) return setup;
     SRunner *sr = srunner_create(suite());
     srunner_run_all(sr, CK_NORMAL);
     int nf = srunner_ntests_failed(sr);
