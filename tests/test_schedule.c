@@ -4,7 +4,8 @@
  *  - delayed (dKV-Cache decode): full at steps 0, 1 and multiples of reload; else masked + just decoded;
  *  - elastic: step 0 full with window statistics, tracked token = most attended unmasked key,
  *    reuse plans Q = tracked + decoded + window, the drift hook switches to all rows on a changed
- *    attention row and keeps reusing on an unchanged one;
+ *    attention row and keeps reusing on an unchanged one; block_refresh makes a later block's first
+ *    step full;
  *  - wavefilter: keep-sets of the budget's size with sinks, block, recent rows, a sharp peak and a
  *    hot region; budget 1 keeps everything. */
 #include <check.h>
@@ -219,6 +220,63 @@ START_TEST(test_elastic) {
 }
 END_TEST
 
+/* block_refresh: the first step of a later block runs every row at every layer (1, the default) or
+ * reuses like any other step (0, the reference's loop without blocks). */
+START_TEST(test_elastic_block_refresh) {
+    kvs_elastic_params ep = kvs_elastic_params_default();
+    ck_assert_int_eq(ep.block_refresh, 1);
+    kvs_dlm_schedule *sc = NULL;
+    ep.block_refresh = 2;
+    ck_assert_int_eq(kvs_dlm_schedule_elastic(&sc, &ep), KVS_ERR_INVALID_ARGUMENT);
+    float row[NH * N];
+    for (int j = 0; j < NH * N; j++) row[j] = (float)(j % 5) + 1.0f;
+    static fake_result f;
+    for (int br = 0; br < 2; br++) {
+        ep.block_refresh = br;
+        ep.window = 4;
+        ck_assert(kvs_dlm_schedule_elastic(&sc, &ep) == KVS_OK);
+        ck_assert(sc->ops->begin(sc->self, N, L) == KVS_OK);
+        state s;
+        state_init(&s, 0, 0, 0);
+        kvs_dlm_step st;
+        ck_assert(sc->ops->plan(sc->self, &s.v, &st) == KVS_OK); /* step 0: full */
+        fake_fill(&f, 7, 8, row);
+        ck_assert(sc->ops->feedback(sc->self, &s.v, &f.r) == KVS_OK);
+        /* block 0 decoded; block 1's first step, position 23 decoded by the previous step */
+        for (int i = 8; i < 24; i++) unmask(&s, i);
+        s.dec[0] = 23;
+        s.v.n_decoded_prev = 1;
+        s.v.step = 16;
+        s.v.step_in_block = 0;
+        s.v.block = 1;
+        s.v.block_start = 24;
+        s.v.block_end = 40;
+        ck_assert(sc->ops->plan(sc->self, &s.v, &st) == KVS_OK);
+        ck_assert_ptr_nonnull(st.plan.layers);
+        ck_assert_int_eq(st.n_candidates, 4);
+        ck_assert_int_eq(st.candidates[0], 24);
+        for (int l = 0; l < L; l++) {
+            if (br) {
+                ck_assert_int_eq(st.plan.layers[l].n_rows, N);
+                ck_assert_ptr_null(st.plan.layers[l].hook);
+                ck_assert_int_eq(st.plan.layers[l].n_probe, 24); /* every unmasked row */
+            } else {
+                /* Q = tracked {7} U decoded {23} U window {24..27} */
+                ck_assert_int_eq(st.plan.layers[l].n_rows, 6);
+                ck_assert_ptr_nonnull(st.plan.layers[l].hook);
+            }
+        }
+        fake_fill(&f, 7, br ? 24 : 2, row);
+        ck_assert(sc->ops->feedback(sc->self, &s.v, &f.r) == KVS_OK);
+        kvs_dlm_schedule_stats ss;
+        ck_assert(kvs_dlm_schedule_get_stats(sc, &ss) == KVS_OK);
+        ck_assert_int_eq(ss.full_steps, br ? 2 : 1);
+        ck_assert_int_eq(ss.rows[0], br ? 2 * N : N + 6);
+        kvs_dlm_schedule_destroy(&sc);
+    }
+}
+END_TEST
+
 START_TEST(test_wavefilter_keep) {
     /* base none; signal: a sharp peak at 30 (in block 1's future) and a hot region [0, 8) */
     kvs_dlm_schedule *base = NULL, *sc = NULL;
@@ -295,6 +353,7 @@ int main(void) {
     tcase_add_test(tc, test_prefix_dual);
     tcase_add_test(tc, test_delayed);
     tcase_add_test(tc, test_elastic);
+    tcase_add_test(tc, test_elastic_block_refresh);
     tcase_add_test(tc, test_wavefilter_keep);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -119,7 +119,7 @@ kvs_status kvs_dlm_schedule_delayed(kvs_dlm_schedule **out, int reload) {
 /* ---- Elastic-Cache ---------------------------------------------------------------------------- */
 
 kvs_elastic_params kvs_elastic_params_default(void) {
-    kvs_elastic_params p = {.gamma = 0.9f, .window = 16, .track = 1, .sim = KVS_ELASTIC_SIM_ROWS};
+    kvs_elastic_params p = {.gamma = 0.9f, .window = 16, .track = 1, .sim = KVS_ELASTIC_SIM_ROWS, .block_refresh = 1};
     return p;
 }
 
@@ -275,7 +275,10 @@ static kvs_status elastic_plan(void *self, const kvs_dlm_view *v, kvs_dlm_step *
     s->st.steps++;
     s->refresh_from = s->L;
     for (int l = 0; l < s->L; l++) s->sim[l] = NAN;
-    s->full = v->step == 0 || s->p.gamma >= 1.0f;
+    /* a full step: the decode's first step (the reference's only one), every step at gamma 1, and
+     * with block_refresh the first step of every block (the layers below the first drift never
+     * recompute the unqueried rows otherwise; see schedule.h) */
+    s->full = v->step == 0 || s->p.gamma >= 1.0f || (s->p.block_refresh && v->step_in_block == 0);
     if (s->p.gamma >= 1.0f) return KVS_OK; /* every row, every step; no statistics needed */
 
     /* the all-rows plans: every row, key mass of the window, probes of unmasked rows */
@@ -435,10 +438,11 @@ kvs_status kvs_dlm_schedule_elastic(kvs_dlm_schedule **out, const kvs_elastic_pa
     *out = NULL;
     kvs_elastic_params p = pp ? *pp : kvs_elastic_params_default();
     if (!(p.gamma >= 0.0f && p.gamma <= 1.0f) || p.window < 1 || p.track < 1 ||
-        (p.sim != KVS_ELASTIC_SIM_HEADS && p.sim != KVS_ELASTIC_SIM_ROWS))
+        (p.sim != KVS_ELASTIC_SIM_HEADS && p.sim != KVS_ELASTIC_SIM_ROWS) || (p.block_refresh != 0 && p.block_refresh != 1))
         return kvs_error(KVS_ERR_INVALID_ARGUMENT,
-                         "kvs_dlm_schedule_elastic: gamma %g (want [0, 1]), window %d, track %d (want >= 1), sim %d",
-                         (double)p.gamma, p.window, p.track, (int)p.sim);
+                         "kvs_dlm_schedule_elastic: gamma %g (want [0, 1]), window %d, track %d (want >= 1), sim %d, "
+                         "block_refresh %d (want 0 or 1)",
+                         (double)p.gamma, p.window, p.track, (int)p.sim, p.block_refresh);
     sched_elastic *s = calloc(1, sizeof *s);
     if (!s) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_dlm_schedule_elastic: out of host memory");
     s->p = p;

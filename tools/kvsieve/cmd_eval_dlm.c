@@ -1,7 +1,8 @@
 /* kvsieve eval --dlm: the diffusion-LM cache schedules against the no-cache baseline.
  * For every generation length and schedule: wall-time speedup (baseline seconds / schedule seconds,
  * summed over the prompts), compute fraction (rows computed / rows of the no-cache decode) and token
- * agreement (generated tokens equal to the baseline's, position by position). Then long-prompt rows
+ * agreement (generated tokens equal to the baseline's, position by position) with the first position that
+ * differs (the model cascades after it: see README). Then long-prompt rows
  * (prompts of --long-len tokens cut from a text file) with and without WaveFilter at the given
  * budgets. Text table, --json, and an SVG plot written by our own code (--plot). */
 #include <json-c/json.h>
@@ -36,6 +37,7 @@ typedef struct agg {
     int64_t rows, rows_base, agree, total;
     int64_t kept, context;
     int64_t fid_match, fid_total; /* step fidelity (--fidelity) */
+    int64_t first_div;            /* sum over prompts of the first position that differs (gen if none) */
 } agg;
 
 typedef struct ctx {
@@ -239,6 +241,8 @@ static json_object *agg_json(const agg *a) {
     json_object_object_add(j, "speedup", json_object_new_double(a->sec > 0 ? a->sec_base / a->sec : 0));
     json_object_object_add(j, "compute_fraction", json_object_new_double((double)a->rows / (double)(a->rows_base ? a->rows_base : 1)));
     json_object_object_add(j, "agreement", json_object_new_double((double)a->agree / (double)(a->total ? a->total : 1)));
+    json_object_object_add(j, "first_divergence",
+                           json_object_new_double((double)a->first_div / (double)(a->prompts ? a->prompts : 1)));
     if (a->fid_total > 0)
         json_object_object_add(j, "step_fidelity", json_object_new_double((double)a->fid_match / (double)a->fid_total));
     json_object_object_add(j, "kept_fraction",
@@ -248,8 +252,9 @@ static json_object *agg_json(const agg *a) {
 
 static void agg_print(const agg *a, int with_budget, int fid_col) {
     double sp = a->sec > 0 ? a->sec_base / a->sec : 0;
-    printf("%-22s %5lld %7d %8.2fx %9.3f %10.3f", a->name, (long long)a->gen, a->prompts, sp,
-           (double)a->rows / (double)(a->rows_base ? a->rows_base : 1), (double)a->agree / (double)(a->total ? a->total : 1));
+    printf("%-22s %5lld %7d %8.2fx %9.3f %10.3f %9.1f", a->name, (long long)a->gen, a->prompts, sp,
+           (double)a->rows / (double)(a->rows_base ? a->rows_base : 1), (double)a->agree / (double)(a->total ? a->total : 1),
+           (double)a->first_div / (double)(a->prompts ? a->prompts : 1));
     if (with_budget) printf(" %7.3f", a->context ? (double)a->kept / (double)a->context : 1.0);
     if (a->fid_total > 0) printf(" %9.3f", (double)a->fid_match / (double)a->fid_total);
     else if (fid_col) printf(" %9s", "1");
@@ -308,7 +313,12 @@ static int run_table(ctx *c, const dlm_cache_opts *co, char **caches, int nc, co
             g->rows_base += st0.rows_computed;
             g->kept += ss.kept_rows;
             g->context += ss.context_rows;
-            for (int64_t i = 0; i < gen; i++) g->agree += got[i] == base[i];
+            int64_t fd = gen;
+            for (int64_t i = 0; i < gen; i++) {
+                g->agree += got[i] == base[i];
+                if (fd == gen && got[i] != base[i]) fd = i;
+            }
+            g->first_div += fd;
             g->total += gen;
         }
     }
@@ -529,17 +539,18 @@ int cmd_eval_dlm(int argc, char **argv) {
         json_object_put(j);
     } else {
         printf("%s on %s: %d prompts, block %lld, threshold %.2f; speedup = no-cache seconds / schedule seconds,\n"
-               "compute = rows computed / no-cache rows, agreement = tokens equal to the no-cache decode%s\n\n",
+               "compute = rows computed / no-cache rows, agreement = tokens equal to the no-cache decode,\n"
+               "1st diff = mean position of the first token that differs (gen: none)%s\n\n",
                model, kvs_device_get_info(c.dev)->name, np, (long long)block, threshold,
                fidelity ? ",\nfidelity = steps' argmax equal to a no-cache forward of the same state" : "");
-        printf("%-22s %5s %7s %9s %9s %10s%s\n", "schedule", "gen", "prompts", "speedup", "compute", "agreement",
-               fidelity ? "  fidelity" : "");
+        printf("%-22s %5s %7s %9s %9s %10s %9s%s\n", "schedule", "gen", "prompts", "speedup", "compute", "agreement",
+               "1st diff", fidelity ? "  fidelity" : "");
         for (int i = 0; i < na; i++) agg_print(&a[i], 0, fidelity);
         if (nla > 0) {
             printf("\nlong prompts: %d x %lld tokens from the text, gen %lld (kept = WaveFilter's kept context share)\n",
                    nlp, (long long)long_len, (long long)long_gen);
-            printf("%-22s %5s %7s %9s %9s %10s %7s%s\n", "schedule", "gen", "prompts", "speedup", "compute", "agreement",
-                   "kept", fidelity ? "  fidelity" : "");
+            printf("%-22s %5s %7s %9s %9s %10s %9s %7s%s\n", "schedule", "gen", "prompts", "speedup", "compute",
+                   "agreement", "1st diff", "kept", fidelity ? "  fidelity" : "");
             for (int i = 0; i < nla; i++) {
                 char nm[128];
                 agg t = la[i];

@@ -4,7 +4,7 @@
 #include "dlm_cache_opts.h"
 
 dlm_cache_opts dlm_cache_opts_default(void) {
-    dlm_cache_opts o = {.cache = "none", .gamma = 0.9, .window = 16, .track = 1, .reload = 4, .sim = "rows", .wavefilter = 0,
+    dlm_cache_opts o = {.cache = "none", .gamma = 0.9, .window = 16, .track = 1, .reload = 4, .sim = "rows", .block_refresh = 1, .wavefilter = 0,
                         .wf_family = "haar", .wf_levels = 3, .wf_budget = 0.5, .wf_rho = 0.5};
     return o;
 }
@@ -17,6 +17,8 @@ void dlm_cache_cli_opts(dlm_cache_opts *o, cli_opt *opts) {
         {"track", 0, CLI_INT, &o->track, "K", "elastic: most-attended tokens tracked per layer (default 1)"},
         {"elastic-sim", 0, CLI_STRING, &o->sim, "S", "elastic: drift similarity rows (attention rows per head, default) | "
                                                       "heads (the reference code's per-key cosine over heads)"},
+        {"elastic-block-refresh", 0, CLI_INT, &o->block_refresh, "0|1", "elastic: 1 (default) = every block's first step "
+                                                                         "recomputes every row; 0 = only the decode's first step (the reference)"},
         {"reload", 0, CLI_INT, &o->reload, "R", "delayed: full refresh every R steps of a block (default 4)"},
         {"wavefilter", 0, CLI_FLAG, &o->wavefilter, NULL, "WaveFilter sparse KV over the cache schedule"},
         {"wf-family", 0, CLI_STRING, &o->wf_family, "F", "WaveFilter wavelet: haar | db2 | db4 (default haar)"},
@@ -36,6 +38,7 @@ int dlm_cache_build(const char *prog, const dlm_cache_opts *o, const char *cache
     ep.gamma = (float)o->gamma;
     ep.window = o->window;
     ep.track = o->track;
+    ep.block_refresh = o->block_refresh;
     if (!strcmp(o->sim, "heads")) ep.sim = KVS_ELASTIC_SIM_HEADS;
     else if (strcmp(o->sim, "rows")) return cli_fail(CLI_EXIT_USAGE, prog, "--elastic-sim %s: want rows or heads", o->sim);
     kvs_dlm_schedule *s = NULL;

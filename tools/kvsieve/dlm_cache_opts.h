@@ -1,5 +1,6 @@
 /* kvsieve CLI — DLM cache schedule options shared by `generate` and `eval --dlm`:
- * --cache none|prefix|dual|delayed|elastic, --gamma, --window, --track, --reload, --wavefilter,
+ * --cache none|prefix|dual|delayed|elastic, --gamma, --window, --track, --elastic-sim,
+ * --elastic-block-refresh, --reload, --wavefilter,
  * --wf-family, --wf-levels, --wf-budget, --wf-rho (see include/kvsieve/schedule.h). */
 #ifndef KVS_TOOLS_DLM_CACHE_OPTS_H
 #define KVS_TOOLS_DLM_CACHE_OPTS_H
@@ -13,6 +14,7 @@ typedef struct dlm_cache_opts {
     int window, track;      /* elastic window 16, tracked tokens 1 */
     int reload;             /* delayed full refresh interval, default 4 */
     const char *sim;        /* elastic similarity: rows | heads, default rows */
+    int block_refresh;      /* elastic: full step at every block start (1, default) or only the first (0) */
     int wavefilter;         /* 1: wrap the schedule in WaveFilter */
     const char *wf_family;  /* haar | db2 | db4, default haar */
     int wf_levels;          /* default 3 */
@@ -23,8 +25,8 @@ typedef struct dlm_cache_opts {
 /* Defaults as documented on each field. */
 dlm_cache_opts dlm_cache_opts_default(void);
 
-/* The option table entries (DLM_CACHE_N_OPTS of them) bound to o, written into opts[0..9]. */
-#define DLM_CACHE_N_OPTS 11
+/* The option table entries (DLM_CACHE_N_OPTS of them) bound to o, written into opts[0..DLM_CACHE_N_OPTS). */
+#define DLM_CACHE_N_OPTS 12
 void dlm_cache_cli_opts(dlm_cache_opts *o, cli_opt *opts);
 
 /* Builds the schedule (NULL for "none" without WaveFilter). 0 on success; on failure prints one line
