@@ -154,7 +154,7 @@ static uint32_t topk_threshold(const float *x, int64_t n, int64_t k, uint32_t *s
      * cache lines, and the collection pass then streams x once at full bandwidth */
     int64_t s = n / 32;
     if (s < 256) s = 256;
-    if (s > 4096) s = 4096;
+    if (s > 8192) s = 8192; /* the sample buffer holds 8192 */
     const int64_t nblk = s / 16, stride = n / nblk;
     for (int64_t b = 0; b < nblk; b++)
         for (int64_t t = 0; t < 16; t++) sample[b * 16 + t] = topk_key(x[b * stride + t]);
