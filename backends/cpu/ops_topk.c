@@ -6,8 +6,8 @@
  * pure function of x.
  *
  * Threshold select (as in sample-select / GPU radix-select top-k):
- *  1. a sample of the keys (blocks of 16 spread over x) gives (by radix select) a threshold t0 a margin below the k-th key
- *     of the sample;
+ *  1. a sample of the keys (blocks of 16 spread over x) gives a threshold t0 a margin below the
+ *     expected k-th key (topk_select: histogram rounds over the sample's key range);
  *  2. one streaming pass collects the candidates key >= t0 with their indices, in index order
  *     (AVX-512: a float compare and branch-free compress into registers; elsewhere a branch-free
  *     loop); should fewer than k survive (an unlucky sample), the pass is repeated with a wider
