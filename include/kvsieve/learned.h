@@ -13,8 +13,9 @@
  *              with (a, c) one *shared* final projection for every layer and head, so one top-k can
  *              compare entries of all layers and heads (use scope global: one kvs_topk_global over
  *              L * n_kv_heads * N entries under one budget; scopes head/layer and the Ada-KV floor
- *              (alpha) give the per-head, per-layer and floor modes; threshold mode: `threshold`
- *              marks entries whose score falls below it as evictable first).
+ *              (alpha) give the per-head, per-layer and floor modes; threshold mode: every entry
+ *              scoring below `threshold` is evicted whenever eviction runs, the budget capping the
+ *              rest — see kvs_learned_policy).
  *              Training (ours, not the papers' distillation loss): regress log(eps + u) where u is
  *              the token's measured future attention utility — the mean GQA-group attention the
  *              token receives from the W queries after time t in full-cache runs on the train
@@ -94,12 +95,32 @@ KVS_API kvs_status kvs_learned_save(const kvs_learned *lw, const char *path);
  * wanted), KVS_ERR_OUT_OF_MEMORY. */
 KVS_API kvs_status kvs_learned_load(kvs_learned **out, const char *path, const kvs_model_hparams *hp, int want_kind);
 
-/* A policy scoring with these weights (copied). threshold: retention/indexer score below which
- * entries are marked evictable first (-INFINITY: off). alpha: Ada-KV floor fraction (0 = none).
+/* A policy scoring with these weights (copied), for a kvs_evictor (policy.h) under any scope.
+ *
+ * threshold (threshold mode; -INFINITY = off): a score in the policy's own units, i.e. the value
+ *   compared by the top-k. retention: a * (t - pos) * log beta + c, the scale *after* the shared
+ *   projection (a, c), the same for every layer and kv head; trained as described above it
+ *   predicts log(1e-4 + u), u the mean attention a token receives from the next `horizon`
+ *   queries, so T = log(0.01) = -4.6 evicts tokens predicted to get less than ~1% attention.
+ *   indexer: m + d1 log(1 + t - pos) + d2, trained on the same target scale (per-layer d, so a
+ *   threshold compares across layers only as far as the regression calibrated them). rl: the
+ *   network's raw score (uncalibrated; usable, but only relative to its own scores).
+ *   Semantics: whenever the evictor's trigger fires for a pool (its rows reach budget + buffer
+ *   per kv head), every row of the pool whose score is below the threshold is evicted; of the rows
+ *   at or above it, the budget still caps what stays exactly as without a threshold (scope head:
+ *   the top `budget` per kv head; pooled scopes: one top-k of the pool's budget, a head holding at
+ *   most head_cap). So the cache holds at most the budget and often less. Rows guaranteed by the
+ *   floor (alpha) are kept whatever their score. A kv head may end with no rows (attention then
+ *   sees only the tokens appended after). The trigger itself is unchanged: between evictions rows
+ *   below the threshold stay until the next trigger.
+ * alpha (floor mode; 0 = none): each kv head keeps at least floor(alpha * budget) of its
+ *   best-scoring rows (Ada-KV's floor, Feng et al. arXiv 2407.11550; the evictor pools the heads
+ *   of a layer when the scope is head), in [0, 1].
  * latent_features: indexer only: > 0 attaches a latent memory (latent.h) of that many random
- * features, owned by the policy, into which evicted rows are folded (0 = plain eviction; the CLI
- * uses 64); other kinds ignore it.
- * Errors: KVS_ERR_INVALID_ARGUMENT, KVS_ERR_OUT_OF_MEMORY. */
+ *   features, owned by the policy, into which evicted rows are folded (0 = plain eviction; the CLI
+ *   uses 64); other kinds ignore it.
+ * Errors: KVS_ERR_INVALID_ARGUMENT (NULL, threshold NaN or +INFINITY, alpha outside [0, 1],
+ * latent_features outside [0, 4096]), KVS_ERR_OUT_OF_MEMORY. */
 KVS_API kvs_status kvs_learned_policy(kvs_policy **out, const kvs_learned *lw, float threshold, float alpha,
                                       int latent_features);
 

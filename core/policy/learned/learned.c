@@ -350,7 +350,6 @@ float lrn_rl_score(const kvs_learned *w, int l, const float *f, float *pre, floa
 /* Per-policy state: NF floats per (layer, kv head, cache row). */
 typedef struct lpol {
     kvs_learned *w;
-    float threshold;
     int L, H, NF;
     int64_t cap;
     float *rows;        /* [L][H][cap][NF] */
@@ -498,7 +497,6 @@ static kvs_status lpol_score(void *self, const kvs_policy_input *in, float *scor
                     p->pert[h * p->cap + r] = s;
                 }
             }
-            if (s < p->threshold) s -= 1e6f;
             if (!isfinite(s)) s = s > 0 ? 3e38f : -3e38f;
             scores[h * in->stride + r] = s;
         }
@@ -615,7 +613,10 @@ kvs_status kvs_learned_policy(kvs_policy **out, const kvs_learned *src, float th
     *out = NULL;
     if (latent_features < 0 || latent_features > 4096)
         return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: latent_features %d outside [0, 4096]", op, latent_features);
-    if (isnan(threshold)) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: threshold is NaN", op);
+    if (isnan(threshold) || threshold == INFINITY)
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: threshold %g: want a finite score or -INFINITY (off)", op, (double)threshold);
+    if (!(alpha >= 0.0f && alpha <= 1.0f))
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: floor alpha %g outside [0, 1]", op, (double)alpha);
     lpol *p = calloc(1, sizeof *p);
     if (!p) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
     kvs_status s = alloc_learned(&p->w, src->kind, src->L, src->H, src->NH, src->hd, src->dim, src->vocab);
@@ -624,7 +625,6 @@ kvs_status kvs_learned_policy(kvs_policy **out, const kvs_learned *src, float th
         return s;
     }
     memcpy(p->w->p, src->p, (size_t)src->n * sizeof(float));
-    p->threshold = threshold;
     p->L = src->L, p->H = src->H;
     p->NF = src->kind == KVS_LEARNED_RETENTION ? 1 : src->kind == KVS_LEARNED_INDEXER ? src->G + 1 : 2;
     p->entropy = calloc((size_t)(p->L * p->H), sizeof(float));
@@ -649,6 +649,7 @@ kvs_status kvs_learned_policy(kvs_policy **out, const kvs_learned *src, float th
         return s;
     }
     kvs_policy_set_latent(*out, p->latent);
+    (*out)->threshold = threshold; /* the evictor's threshold mode (policy_internal.h) */
     return s;
 }
 
