@@ -135,6 +135,8 @@ typedef struct kvs_train_params {
     /* Called after every step with the step, the loss and user data (may be NULL). */
     void (*progress)(int64_t step, int64_t steps, double loss, void *user);
     void *user;
+    int64_t rl_samples;   /* rl: sampled episodes per window (leave-one-out baseline), 2..64;
+                           * default 4 (0 = the default) */
 } kvs_train_params;
 
 KVS_API kvs_train_params kvs_train_params_default(void);

@@ -10,7 +10,8 @@
 #include "learned_internal.h"
 
 kvs_train_params kvs_train_params_default(void) {
-    kvs_train_params p = {.steps = 60, .seed = 1, .budget = 0.25, .ctx = 128, .horizon = 16, .lr = 0.0f, .progress = NULL, .user = NULL};
+    kvs_train_params p = {.steps = 60, .seed = 1, .budget = 0.25, .ctx = 128, .horizon = 16, .lr = 0.0f, .progress = NULL, .user = NULL,
+                          .rl_samples = 4};
     return p;
 }
 
@@ -208,34 +209,27 @@ typedef struct rl_ctx {
     kvs_policy *pol;
     lrn_rl_rec rec;
     double *full_lp, *lp;   /* [N][V], [V] */
-    double *kl;             /* [N] */
-    float *ev_grad;         /* [max events][n] */
-    int64_t *ev_t;
+    int64_t K;              /* sampled episodes per window */
+    double *kl;             /* [K][N] */
+    float *ev_grad;         /* [K][max events][n] */
+    int64_t *ev_t;          /* [K][max events] */
+    int64_t *n_ev;          /* [K] */
     int64_t max_ev;
-    double baseline;
-    int have_baseline;
     kvs_layer_plan *lp_plan;
 } rl_ctx;
 
-/* One REINFORCE episode on a window; adds the policy-gradient loss gradient into grad. Returns the
- * mean KL of the episode in *loss. */
-static kvs_status rl_episode(rl_ctx *r, kvs_learned *w, const int32_t *tok, int64_t N, float *grad, double *loss) {
+/* One sampled episode (sample i) on a window whose full-cache log-probabilities are in r->full_lp:
+ * the per-step KL into kl[i], each eviction event's d log p / d theta and step into ev_grad / ev_t. */
+static kvs_status rl_episode(rl_ctx *r, kvs_learned *w, const int32_t *tok, int64_t N, int64_t i, double *loss) {
     const kvs_model_hparams *hp = kvs_model_get_hparams(r->m);
     int64_t V = hp->vocab;
-    /* full-cache reference: one prefill with every row's logits */
-    KVS_TRY(kvs_cache_reset(r->full));
-    int32_t *rows = malloc((size_t)N * sizeof *rows);
-    if (!rows) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_learned_train: out of host memory");
-    for (int64_t i = 0; i < N; i++) rows[i] = (int32_t)i;
-    kvs_step_plan fp = {.tokens = tok, .n_tokens = N, .logit_rows = rows, .n_logit_rows = N};
     kvs_step_result res;
-    kvs_status s = kvs_model_forward(r->m, r->full, &fp, &res);
-    for (int64_t t = 0; t < N && s == KVS_OK; t++) log_softmax(res.logits + t * V, V, r->full_lp + t * V);
-    free(rows);
-    KVS_TRY(s);
     KVS_TRY(kvs_cache_reset(r->ev_cache));
     KVS_TRY(kvs_evictor_begin(r->ev, r->ev_cache));
     int64_t n_ev = 0;
+    float *evg = r->ev_grad + i * r->max_ev * w->n;
+    int64_t *evt = r->ev_t + i * r->max_ev;
+    double *kls = r->kl + i * N;
     memset(r->rec.grad, 0, (size_t)w->n * sizeof(float));
     r->rec.event_pending = 0;
     double klsum = 0;
@@ -249,8 +243,8 @@ static kvs_status rl_episode(rl_ctx *r, kvs_learned *w, const int32_t *tok, int6
         KVS_TRY(kvs_evictor_update(r->ev, r->ev_cache, &res));
         if (r->rec.event_pending) {
             if (n_ev < r->max_ev) {
-                memcpy(r->ev_grad + n_ev * w->n, r->rec.grad, (size_t)w->n * sizeof(float));
-                r->ev_t[n_ev++] = t;
+                memcpy(evg + n_ev * w->n, r->rec.grad, (size_t)w->n * sizeof(float));
+                evt[n_ev++] = t;
             }
             memset(r->rec.grad, 0, (size_t)w->n * sizeof(float));
             r->rec.event_pending = 0;
@@ -258,21 +252,60 @@ static kvs_status rl_episode(rl_ctx *r, kvs_learned *w, const int32_t *tok, int6
         log_softmax(res.logits, V, r->lp);
         const double *fl = r->full_lp + t * V;
         double kl = 0;
-        for (int64_t i = 0; i < V; i++) kl += exp(fl[i]) * (fl[i] - r->lp[i]);
-        r->kl[t] = kl > 0 ? kl : 0;
-        klsum += r->kl[t];
+        for (int64_t v = 0; v < V; v++) kl += exp(fl[v]) * (fl[v] - r->lp[v]);
+        kls[t] = kl > 0 ? kl : 0;
+        klsum += kls[t];
     }
+    r->n_ev[i] = n_ev;
     *loss = klsum / (double)(N - 1);
-    /* reward-to-go: mean of -KL from the event's step to the end; advantage vs an EMA baseline */
+    return KVS_OK;
+}
+
+/* One REINFORCE step on a window: the full-cache reference, K sampled episodes, and the gradient of
+ * the policy-gradient loss into grad. Each eviction event's return is the reward-to-go (mean -KL
+ * from its step to the end of the window); its baseline is the mean return of the same event in
+ * the other K - 1 episodes of the window (leave-one-out, "RLOO", Kool et al. 2019): the scope-head
+ * trigger schedule does not depend on the sampled keep-sets, so event e happens at the same step
+ * in every episode. Returns the mean KL over the K episodes in *loss. */
+static kvs_status rl_step(rl_ctx *r, kvs_learned *w, const int32_t *tok, int64_t N, float *grad, double *loss) {
+    const kvs_model_hparams *hp = kvs_model_get_hparams(r->m);
+    int64_t V = hp->vocab, K = r->K;
+    /* full-cache reference: one prefill with every row's logits */
+    KVS_TRY(kvs_cache_reset(r->full));
+    int32_t *rows = malloc((size_t)N * sizeof *rows);
+    if (!rows) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_learned_train: out of host memory");
+    for (int64_t i = 0; i < N; i++) rows[i] = (int32_t)i;
+    kvs_step_plan fp = {.tokens = tok, .n_tokens = N, .logit_rows = rows, .n_logit_rows = N};
+    kvs_step_result res;
+    kvs_status s = kvs_model_forward(r->m, r->full, &fp, &res);
+    for (int64_t t = 0; t < N && s == KVS_OK; t++) log_softmax(res.logits + t * V, V, r->full_lp + t * V);
+    free(rows);
+    KVS_TRY(s);
+    double sum_loss = 0;
+    for (int64_t i = 0; i < K; i++) {
+        double l = 0;
+        KVS_TRY(rl_episode(r, w, tok, N, i, &l));
+        sum_loss += l;
+    }
+    *loss = sum_loss / (double)K;
+    int64_t n_ev = r->max_ev;
+    for (int64_t i = 0; i < K; i++) n_ev = r->n_ev[i] < n_ev ? r->n_ev[i] : n_ev;
+    if (K < 2 || n_ev < 1) return KVS_OK;
+    double G[64];
     for (int64_t e = 0; e < n_ev; e++) {
-        double sum = 0;
-        for (int64_t t = r->ev_t[e]; t + 1 < N; t++) sum -= r->kl[t];
-        double G = sum / (double)(N - 1 - r->ev_t[e]);
-        if (!r->have_baseline) r->baseline = G, r->have_baseline = 1;
-        double adv = G - r->baseline;
-        r->baseline = 0.95 * r->baseline + 0.05 * G;
-        const float *ge = r->ev_grad + e * w->n;
-        for (int64_t i = 0; i < w->n; i++) grad[i] -= (float)(adv * ge[i] / (double)(n_ev > 0 ? n_ev : 1));
+        double mean = 0;
+        for (int64_t i = 0; i < K; i++) {
+            int64_t t0 = r->ev_t[i * r->max_ev + e];
+            double sum = 0;
+            for (int64_t t = t0; t + 1 < N; t++) sum -= r->kl[i * N + t];
+            G[i] = sum / (double)(N - 1 - t0);
+            mean += G[i];
+        }
+        for (int64_t i = 0; i < K; i++) {
+            double adv = (G[i] - (mean - G[i]) / (double)(K - 1));
+            const float *ge = r->ev_grad + (i * r->max_ev + e) * w->n;
+            for (int64_t j = 0; j < w->n; j++) grad[j] -= (float)(adv * ge[j] / (double)(n_ev * K));
+        }
     }
     return KVS_OK;
 }
@@ -286,9 +319,10 @@ kvs_status kvs_learned_train(kvs_learned *w, kvs_model *m, const int32_t *tokens
     if (hp->n_layers != w->L || hp->n_kv_heads != w->H || hp->head_dim != w->hd || hp->dim != w->dim || hp->n_heads != w->NH)
         return kvs_error(KVS_ERR_SHAPE, "%s: weights for another model shape", op);
     if (p.ctx < 16 || (hp->ctx_len > 0 && p.ctx > hp->ctx_len) || p.steps < 1 || p.horizon < 1 || p.horizon >= p.ctx / 2 ||
-        !(p.budget > 0.0 && p.budget < 1.0))
-        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: ctx %lld (16..%d), steps %lld >= 1, horizon %lld (1..ctx/2), budget %g in (0, 1)",
-                         op, (long long)p.ctx, hp->ctx_len, (long long)p.steps, (long long)p.horizon, p.budget);
+        !(p.budget > 0.0 && p.budget < 1.0) || p.rl_samples < 0 || p.rl_samples == 1 || p.rl_samples > 64)
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT,
+                         "%s: ctx %lld (16..%d), steps %lld >= 1, horizon %lld (1..ctx/2), budget %g in (0, 1), rl_samples %lld (0 or 2..64)",
+                         op, (long long)p.ctx, hp->ctx_len, (long long)p.steps, (long long)p.horizon, p.budget, (long long)p.rl_samples);
     int64_t N = p.ctx, nw = n / (N - 1);
     if (nw < 1) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: %lld tokens, not one window of %lld", op, (long long)n, (long long)N);
     int L = w->L, H = w->H;
@@ -328,15 +362,17 @@ kvs_status kvs_learned_train(kvs_learned *w, kvs_model *m, const int32_t *tokens
         r.m = m;
         r.full = c;
         r.max_ev = N * L;
+        r.K = p.rl_samples > 0 ? p.rl_samples : 4;
         r.full_lp = malloc((size_t)(N * hp->vocab) * sizeof(double));
         r.lp = malloc((size_t)hp->vocab * sizeof(double));
-        r.kl = malloc((size_t)N * sizeof(double));
-        r.ev_grad = malloc((size_t)(r.max_ev * w->n) * sizeof(float));
-        r.ev_t = malloc((size_t)r.max_ev * sizeof(int64_t));
+        r.kl = malloc((size_t)(r.K * N) * sizeof(double));
+        r.ev_grad = malloc((size_t)(r.K * r.max_ev * w->n) * sizeof(float));
+        r.ev_t = malloc((size_t)(r.K * r.max_ev) * sizeof(int64_t));
+        r.n_ev = calloc((size_t)r.K, sizeof(int64_t));
         r.rec.grad = calloc((size_t)w->n, sizeof(float));
         r.rec.rng.s = p.seed * 0x9E3779B97F4A7C15ull + 3;
         r.lp_plan = lp;
-        if (s == KVS_OK && (!r.full_lp || !r.lp || !r.kl || !r.ev_grad || !r.ev_t || !r.rec.grad))
+        if (s == KVS_OK && (!r.full_lp || !r.lp || !r.kl || !r.ev_grad || !r.ev_t || !r.n_ev || !r.rec.grad))
             s = kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
         if (s == KVS_OK) s = kvs_learned_policy(&r.pol, w, -INFINITY, 0.0f, 0);
         if (s == KVS_OK) {
@@ -368,7 +404,7 @@ kvs_status kvs_learned_train(kvs_learned *w, kvs_model *m, const int32_t *tokens
         memset(grad, 0, (size_t)w->n * sizeof *grad);
         double loss = 0.0;
         if (w->kind == KVS_LEARNED_RL) {
-            s = rl_episode(&r, tw, tok, N, grad, &loss);
+            s = rl_step(&r, tw, tok, N, grad, &loss);
             /* clip the gradient's norm to 1 (REINFORCE variance) */
             double nn = 0;
             for (int64_t i = 0; i < w->n; i++) nn += (double)grad[i] * grad[i];
@@ -396,7 +432,7 @@ kvs_status kvs_learned_train(kvs_learned *w, kvs_model *m, const int32_t *tokens
     kvs_evictor_destroy(&r.ev);
     kvs_policy_destroy(&r.pol);
     kvs_cache_destroy(&r.ev_cache);
-    free(r.full_lp), free(r.lp), free(r.kl), free(r.ev_grad), free(r.ev_t), free(r.rec.grad);
+    free(r.full_lp), free(r.lp), free(r.kl), free(r.ev_grad), free(r.ev_t), free(r.n_ev), free(r.rec.grad);
     kvs_cache_destroy(&c);
     free(order), free(tok), free(rows), free(grad), free(ad.m), free(ad.v), free(ad.scale), free(lp), free(x), free(A), free(K);
     return s;
