@@ -31,10 +31,17 @@
  *                 attention entropy of the head (last step, / log n), ||v||, ||k||, pos / t,
  *                 log(1 + age) / log(ctx)]
  *              -> MLP F=8 -> G -> 1 shared by all layers and heads (plus a per-layer bias).
+ *              Start (ours): hidden unit 0 holds an H2O-like heuristic, 3 + f0 + f2 - 0.5 f7
+ *              (mean attention received + recent mass - log age) read out with weight 4, the other
+ *              units random with zero read-out, so training starts from a working ranking.
  *              Training: keep-sets sampled by Gumbel top-k (scores + Gumbel noise, scope head);
  *              reward per step r_t = -KL(full-cache || evicted-cache next-token distribution);
- *              REINFORCE with reward-to-go (mean of r over the rest of the window) minus an EMA
- *              baseline, on the Plackett-Luce log-probability of the kept rows in sampled order.
+ *              REINFORCE on the Plackett-Luce log-probability of the kept rows in sampled order,
+ *              return = reward-to-go (mean of r over the rest of the window); per window K
+ *              (rl_samples, default 4) episodes share the full-cache reference and each eviction
+ *              event's baseline is the mean return of that event in the other K - 1 episodes
+ *              (leave-one-out, Kool et al. 2019, "Buy 4 REINFORCE samples, get a baseline for
+ *              free"); the budget may cycle over several fractions (n_budgets) step by step.
  *
  * Side files: GGUF v3 with keys kvsieve.policy.kind ("retention"|"indexer"|"rl"),
  * kvsieve.policy.n_layers / n_kv_heads / n_heads / head_dim / dim / vocab (the model it was
@@ -125,18 +132,30 @@ KVS_API kvs_status kvs_learned_policy(kvs_policy **out, const kvs_learned *lw, f
                                       int latent_features);
 
 /* Training (see the header comment for each kind's objective). */
+#define KVS_TRAIN_MAX_BUDGETS 8
 typedef struct kvs_train_params {
     int64_t steps;        /* optimiser steps (one window each); default 60 */
     uint64_t seed;        /* default 1 */
     double budget;        /* rl: fraction of ctx kept during episodes; default 0.25 */
     int64_t ctx;          /* window length in tokens, BOS included; default 128 */
     int64_t horizon;      /* retention/indexer: future queries in the utility u; default 16 */
-    float lr;             /* Adam learning rate; default 1e-2 (rl: 3e-3) when 0 */
+    float lr;             /* Adam learning rate; default 2e-2 (rl: 1e-2) when 0 */
     /* Called after every step with the step, the loss and user data (may be NULL). */
     void (*progress)(int64_t step, int64_t steps, double loss, void *user);
     void *user;
     int64_t rl_samples;   /* rl: sampled episodes per window (leave-one-out baseline), 2..64;
                            * default 4 (0 = the default) */
+    int n_budgets;        /* rl: 0 (default): every episode keeps `budget`; 1..KVS_TRAIN_MAX_BUDGETS:
+                           * the episodes of step s keep budgets[s % n_budgets] instead */
+    double budgets[KVS_TRAIN_MAX_BUDGETS]; /* fractions in (0, 1) */
+    int64_t val_windows;  /* rl: windows of the train split held back for model selection (at most a
+                           * quarter of them): every steps/10 steps (and before the first and after
+                           * the last) the mean KL of unsampled episodes on them at every budget is
+                           * measured, and the best weights seen, the starting ones included, are
+                           * the result; default 0 = none (the last weights) */
+    /* Called after every validation with the step, its mean KL, whether it is the best so far and
+     * user (may be NULL). */
+    void (*validated)(int64_t step, double kl, int best, void *user);
 } kvs_train_params;
 
 KVS_API kvs_train_params kvs_train_params_default(void);
@@ -146,7 +165,9 @@ KVS_API kvs_train_params kvs_train_params_default(void);
  * model runs on its device (full-cache forwards for the targets; rl decodes with the evictor).
  * Deterministic for a seed on one backend. *final_loss: mean loss of the last 10 steps (may be NULL).
  * Errors: KVS_ERR_INVALID_ARGUMENT (NULL, fewer tokens than one window, ctx beyond the model's
- * context, shape mismatch), the model's and ops' errors, KVS_ERR_OUT_OF_MEMORY. */
+ * context, steps < 1, horizon outside [1, ctx/2), a budget outside (0, 1), rl_samples not 0 or
+ * 2..64, n_budgets outside [0, KVS_TRAIN_MAX_BUDGETS], val_windows < 0), KVS_ERR_SHAPE (weights of another model),
+ * the model's and ops' errors, KVS_ERR_OUT_OF_MEMORY. */
 KVS_API kvs_status kvs_learned_train(kvs_learned *lw, kvs_model *m, const int32_t *tokens, int64_t n,
                                      const kvs_train_params *p, double *final_loss);
 

@@ -205,7 +205,9 @@ static void log_softmax(const float *l, int64_t V, double *out) {
 typedef struct rl_ctx {
     kvs_model *m;
     kvs_kv_cache *full, *ev_cache;
-    kvs_evictor *ev;
+    kvs_evictor *ev;        /* the evictor of the current step's budget (one of evs) */
+    kvs_evictor *evs[KVS_TRAIN_MAX_BUDGETS];
+    int n_evs;
     kvs_policy *pol;
     lrn_rl_rec rec;
     double *full_lp, *lp;   /* [N][V], [V] */
@@ -267,10 +269,9 @@ static kvs_status rl_episode(rl_ctx *r, kvs_learned *w, const int32_t *tok, int6
  * the other K - 1 episodes of the window (leave-one-out, "RLOO", Kool et al. 2019): the scope-head
  * trigger schedule does not depend on the sampled keep-sets, so event e happens at the same step
  * in every episode. Returns the mean KL over the K episodes in *loss. */
-static kvs_status rl_step(rl_ctx *r, kvs_learned *w, const int32_t *tok, int64_t N, float *grad, double *loss) {
-    const kvs_model_hparams *hp = kvs_model_get_hparams(r->m);
-    int64_t V = hp->vocab, K = r->K;
-    /* full-cache reference: one prefill with every row's logits */
+/* The full-cache reference of a window: one prefill with every row's logits into r->full_lp. */
+static kvs_status rl_reference(rl_ctx *r, const int32_t *tok, int64_t N) {
+    int64_t V = kvs_model_get_hparams(r->m)->vocab;
     KVS_TRY(kvs_cache_reset(r->full));
     int32_t *rows = malloc((size_t)N * sizeof *rows);
     if (!rows) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_learned_train: out of host memory");
@@ -280,7 +281,12 @@ static kvs_status rl_step(rl_ctx *r, kvs_learned *w, const int32_t *tok, int64_t
     kvs_status s = kvs_model_forward(r->m, r->full, &fp, &res);
     for (int64_t t = 0; t < N && s == KVS_OK; t++) log_softmax(res.logits + t * V, V, r->full_lp + t * V);
     free(rows);
-    KVS_TRY(s);
+    return s;
+}
+
+static kvs_status rl_step(rl_ctx *r, kvs_learned *w, const int32_t *tok, int64_t N, float *grad, double *loss) {
+    int64_t K = r->K;
+    KVS_TRY(rl_reference(r, tok, N));
     double sum_loss = 0;
     for (int64_t i = 0; i < K; i++) {
         double l = 0;
@@ -310,6 +316,30 @@ static kvs_status rl_step(rl_ctx *r, kvs_learned *w, const int32_t *tok, int64_t
     return KVS_OK;
 }
 
+/* rl model selection: the mean KL of greedy (unsampled) episodes over the validation windows
+ * vw[0..n_val) of the train split, at every training budget. */
+static kvs_status rl_validate(rl_ctx *r, kvs_learned *w, const int32_t *tokens, const int64_t *vw, int64_t n_val, int64_t N,
+                              int32_t bos, int32_t *tok, double *out) {
+    lrn_policy_set_rl_rec(r->pol, NULL);
+    double sum = 0;
+    int64_t cnt = 0;
+    kvs_status s = KVS_OK;
+    for (int64_t v = 0; v < n_val && s == KVS_OK; v++) {
+        tok[0] = bos;
+        memcpy(tok + 1, tokens + vw[v] * (N - 1), (size_t)(N - 1) * sizeof *tok);
+        s = rl_reference(r, tok, N);
+        for (int b = 0; b < r->n_evs && s == KVS_OK; b++) {
+            double l = 0;
+            r->ev = r->evs[b];
+            s = rl_episode(r, w, tok, N, 0, &l);
+            sum += l, cnt++;
+        }
+    }
+    lrn_policy_set_rl_rec(r->pol, &r->rec);
+    *out = cnt ? sum / (double)cnt : 0.0;
+    return s;
+}
+
 kvs_status kvs_learned_train(kvs_learned *w, kvs_model *m, const int32_t *tokens, int64_t n, const kvs_train_params *pp,
                              double *final_loss) {
     const char *op = "kvs_learned_train";
@@ -319,10 +349,14 @@ kvs_status kvs_learned_train(kvs_learned *w, kvs_model *m, const int32_t *tokens
     if (hp->n_layers != w->L || hp->n_kv_heads != w->H || hp->head_dim != w->hd || hp->dim != w->dim || hp->n_heads != w->NH)
         return kvs_error(KVS_ERR_SHAPE, "%s: weights for another model shape", op);
     if (p.ctx < 16 || (hp->ctx_len > 0 && p.ctx > hp->ctx_len) || p.steps < 1 || p.horizon < 1 || p.horizon >= p.ctx / 2 ||
-        !(p.budget > 0.0 && p.budget < 1.0) || p.rl_samples < 0 || p.rl_samples == 1 || p.rl_samples > 64)
+        !(p.budget > 0.0 && p.budget < 1.0) || p.val_windows < 0 || p.rl_samples < 0 || p.rl_samples == 1 || p.rl_samples > 64 || p.n_budgets < 0 ||
+        p.n_budgets > KVS_TRAIN_MAX_BUDGETS)
         return kvs_error(KVS_ERR_INVALID_ARGUMENT,
                          "%s: ctx %lld (16..%d), steps %lld >= 1, horizon %lld (1..ctx/2), budget %g in (0, 1), rl_samples %lld (0 or 2..64)",
                          op, (long long)p.ctx, hp->ctx_len, (long long)p.steps, (long long)p.horizon, p.budget, (long long)p.rl_samples);
+    for (int i = 0; i < p.n_budgets; i++)
+        if (!(p.budgets[i] > 0.0 && p.budgets[i] < 1.0))
+            return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: budgets[%d] = %g: want a fraction in (0, 1)", op, i, p.budgets[i]);
     int64_t N = p.ctx, nw = n / (N - 1);
     if (nw < 1) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: %lld tokens, not one window of %lld", op, (long long)n, (long long)N);
     int L = w->L, H = w->H;
@@ -358,7 +392,7 @@ kvs_status kvs_learned_train(kvs_learned *w, kvs_model *m, const int32_t *tokens
     if (s == KVS_OK) s = kvs_cache_create(&c, dev, &cp);
     kvs_learned *tw = w; /* the weights trained in place */
     if (w->kind == KVS_LEARNED_RL) {
-        ad.lr = p.lr > 0 ? p.lr : 3e-3f;
+        ad.lr = p.lr > 0 ? p.lr : 1e-2f;
         r.m = m;
         r.full = c;
         r.max_ev = N * L;
@@ -380,12 +414,19 @@ kvs_status kvs_learned_train(kvs_learned *w, kvs_model *m, const int32_t *tokens
             lrn_policy_set_rl_rec(r.pol, &r.rec);
             kvs_evict_params ep = kvs_evict_params_default();
             ep.policy = r.pol;
-            ep.budget = p.budget;
             ep.scope = KVS_SCOPE_HEAD;
-            s = kvs_evictor_create(&r.ev, &ep, hp, N);
+            r.n_evs = p.n_budgets > 0 ? p.n_budgets : 1;
+            for (int i = 0; i < r.n_evs && s == KVS_OK; i++) {
+                ep.budget = p.n_budgets > 0 ? p.budgets[i] : p.budget;
+                s = kvs_evictor_create(&r.evs[i], &ep, hp, N);
+            }
         }
         kvs_cache_params ecp = cp;
-        if (s == KVS_OK) ecp.capacity = kvs_evictor_capacity(r.ev, 1);
+        ecp.capacity = 1;
+        for (int i = 0; i < r.n_evs && s == KVS_OK; i++) {
+            int64_t c1 = kvs_evictor_capacity(r.evs[i], 1);
+            if (c1 > ecp.capacity) ecp.capacity = c1;
+        }
         if (s == KVS_OK) s = kvs_cache_create(&r.ev_cache, dev, &ecp);
     } else {
         ad.lr = p.lr > 0 ? p.lr : 2e-2f;
@@ -397,13 +438,33 @@ kvs_status kvs_learned_train(kvs_learned *w, kvs_model *m, const int32_t *tokens
     }
     double tail = 0.0;
     int64_t ntail = 0;
-    for (int64_t step = 0; step < p.steps && s == KVS_OK; step++) {
-        int64_t wi = order[step % nw];
-        tok[0] = hp->bos_id >= 0 ? hp->bos_id : 1;
+    /* rl model selection: the last n_val windows of the shuffled order are never trained on; the
+     * weights with the lowest greedy KL on them (the start included) are the result */
+    int32_t bos = hp->bos_id >= 0 ? hp->bos_id : 1;
+    int64_t n_val = w->kind == KVS_LEARNED_RL && p.val_windows > 0 ? p.val_windows : 0, n_trainw = nw;
+    if (n_val > nw / 4) n_val = nw / 4;
+    n_trainw = nw - n_val;
+    int64_t val_every = p.steps / 10 > 0 ? p.steps / 10 : 1;
+    double best_kl = INFINITY;
+    float *best = n_val > 0 ? malloc((size_t)w->n * sizeof *best) : NULL;
+    if (n_val > 0 && !best && s == KVS_OK) s = kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
+    for (int64_t step = 0; step <= p.steps && s == KVS_OK; step++) {
+        if (n_val > 0 && (step % val_every == 0 || step == p.steps)) {
+            double vk = 0;
+            s = rl_validate(&r, tw, tokens, order + n_trainw, n_val, N, bos, tok, &vk);
+            if (s != KVS_OK) break;
+            int better = vk < best_kl;
+            if (better) best_kl = vk, memcpy(best, tw->p, (size_t)w->n * sizeof *best);
+            if (p.validated) p.validated(step, vk, better, p.user);
+        }
+        if (step == p.steps) break;
+        int64_t wi = order[step % n_trainw];
+        tok[0] = bos;
         memcpy(tok + 1, tokens + wi * (N - 1), (size_t)(N - 1) * sizeof *tok);
         memset(grad, 0, (size_t)w->n * sizeof *grad);
         double loss = 0.0;
         if (w->kind == KVS_LEARNED_RL) {
+            r.ev = r.evs[step % r.n_evs];
             s = rl_step(&r, tw, tok, N, grad, &loss);
             /* clip the gradient's norm to 1 (REINFORCE variance) */
             double nn = 0;
@@ -422,6 +483,8 @@ kvs_status kvs_learned_train(kvs_learned *w, kvs_model *m, const int32_t *tokens
         if (step >= p.steps - 10) tail += loss, ntail++;
         if (p.progress) p.progress(step, p.steps, loss, p.user);
     }
+    if (s == KVS_OK && best) memcpy(tw->p, best, (size_t)w->n * sizeof(float));
+    free(best);
     if (s == KVS_OK && tw != w) memcpy(w->p, tw->p, (size_t)w->n * sizeof(float));
     if (s == KVS_OK) {
         w->train_steps = p.steps;
@@ -429,7 +492,7 @@ kvs_status kvs_learned_train(kvs_learned *w, kvs_model *m, const int32_t *tokens
         w->train_budget = p.budget;
         if (final_loss) *final_loss = ntail ? tail / (double)ntail : 0.0;
     }
-    kvs_evictor_destroy(&r.ev);
+    for (int i = 0; i < KVS_TRAIN_MAX_BUDGETS; i++) kvs_evictor_destroy(&r.evs[i]);
     kvs_policy_destroy(&r.pol);
     kvs_cache_destroy(&r.ev_cache);
     free(r.full_lp), free(r.lp), free(r.kl), free(r.ev_grad), free(r.ev_t), free(r.n_ev), free(r.rec.grad);
