@@ -139,7 +139,7 @@ typedef struct kvs_train_params {
     double budget;        /* rl: fraction of ctx kept during episodes; default 0.25 */
     int64_t ctx;          /* window length in tokens, BOS included; default 128 */
     int64_t horizon;      /* retention/indexer: future queries in the utility u; default 16 */
-    float lr;             /* Adam learning rate; default 2e-2 (rl: 1e-2) when 0 */
+    float lr;             /* Adam learning rate; default 2e-2 (rl: 1e-3) when 0 */
     /* Called after every step with the step, the loss and user data (may be NULL). */
     void (*progress)(int64_t step, int64_t steps, double loss, void *user);
     void *user;

@@ -45,7 +45,7 @@ int cmd_train(int argc, char **argv) {
         {"steps", 0, CLI_INT64, &steps, "N", "optimiser steps, one window each (rl: 4 sampled episodes each; default: retention 150, indexer 150, rl 500)"},
         {"seed", 0, CLI_INT64, &seed, "S", "seed of the initial weights, window order and sampling (default 1)"},
         {"ctx", 0, CLI_INT64, &ctx, "N", "window length in tokens, BOS included (default 128)"},
-        {"lr", 0, CLI_DOUBLE, &lr, "X", "Adam learning rate (default 0.02; rl 0.01)"},
+        {"lr", 0, CLI_DOUBLE, &lr, "X", "Adam learning rate (default 0.02; rl 0.001)"},
         {"backend", 'b', CLI_STRING, &backend, "B[:I]", "device (default cpu)"},
         {"threads", 't', CLI_INT, &threads, "N",
          "CPU threads (default 1: the steps are tiny and extra threads mostly wait on each other; 0 = all cores)"},

@@ -263,12 +263,6 @@ static kvs_status rl_episode(rl_ctx *r, kvs_learned *w, const int32_t *tok, int6
     return KVS_OK;
 }
 
-/* One REINFORCE step on a window: the full-cache reference, K sampled episodes, and the gradient of
- * the policy-gradient loss into grad. Each eviction event's return is the reward-to-go (mean -KL
- * from its step to the end of the window); its baseline is the mean return of the same event in
- * the other K - 1 episodes of the window (leave-one-out, "RLOO", Kool et al. 2019): the scope-head
- * trigger schedule does not depend on the sampled keep-sets, so event e happens at the same step
- * in every episode. Returns the mean KL over the K episodes in *loss. */
 /* The full-cache reference of a window: one prefill with every row's logits into r->full_lp. */
 static kvs_status rl_reference(rl_ctx *r, const int32_t *tok, int64_t N) {
     int64_t V = kvs_model_get_hparams(r->m)->vocab;
@@ -284,6 +278,12 @@ static kvs_status rl_reference(rl_ctx *r, const int32_t *tok, int64_t N) {
     return s;
 }
 
+/* One REINFORCE step on a window: the full-cache reference, K sampled episodes, and the gradient of
+ * the policy-gradient loss into grad. Each eviction event's return is the reward-to-go (mean -KL
+ * from the step after it to the end of the window); its baseline is the mean return of the same event in
+ * the other K - 1 episodes of the window (leave-one-out, "RLOO", Kool et al. 2019): the scope-head
+ * trigger schedule does not depend on the sampled keep-sets, so event e happens at the same step
+ * in every episode. Returns the mean KL over the K episodes in *loss. */
 static kvs_status rl_step(rl_ctx *r, kvs_learned *w, const int32_t *tok, int64_t N, float *grad, double *loss) {
     int64_t K = r->K;
     KVS_TRY(rl_reference(r, tok, N));
@@ -301,10 +301,11 @@ static kvs_status rl_step(rl_ctx *r, kvs_learned *w, const int32_t *tok, int64_t
     for (int64_t e = 0; e < n_ev; e++) {
         double mean = 0;
         for (int64_t i = 0; i < K; i++) {
+            /* the eviction after step t0 first shows in the logits of step t0 + 1 */
             int64_t t0 = r->ev_t[i * r->max_ev + e];
             double sum = 0;
-            for (int64_t t = t0; t + 1 < N; t++) sum -= r->kl[i * N + t];
-            G[i] = sum / (double)(N - 1 - t0);
+            for (int64_t t = t0 + 1; t + 1 < N; t++) sum -= r->kl[i * N + t];
+            G[i] = t0 + 2 < N ? sum / (double)(N - 2 - t0) : 0.0;
             mean += G[i];
         }
         for (int64_t i = 0; i < K; i++) {
@@ -392,7 +393,7 @@ kvs_status kvs_learned_train(kvs_learned *w, kvs_model *m, const int32_t *tokens
     if (s == KVS_OK) s = kvs_cache_create(&c, dev, &cp);
     kvs_learned *tw = w; /* the weights trained in place */
     if (w->kind == KVS_LEARNED_RL) {
-        ad.lr = p.lr > 0 ? p.lr : 1e-2f;
+        ad.lr = p.lr > 0 ? p.lr : 1e-3f;
         r.m = m;
         r.full = c;
         r.max_ev = N * L;
