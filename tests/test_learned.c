@@ -2,7 +2,8 @@
  *  - GGUF side files round-trip every weight bit-exactly (and re-saving gives identical bytes);
  *  - wrong kind, another model's shape, truncated, garbage and non-policy files are refused with
  *    the documented status and a message;
- *  - training is deterministic for a seed (two runs: identical weights; another seed: different);
+ *  - training is deterministic for a seed (two runs: identical weights; another seed: different),
+ *    also rl with cycled budgets and model selection (which keeps the best validation KL seen);
  *  - the three policies run in the decode loop: budget 1.0 is exactly the full cache, a small
  *    budget shrinks the cache and keeps the logits finite;
  *  - threshold and floor modes: with constructed retention weights whose score depends only on the
@@ -199,6 +200,65 @@ START_TEST(test_train_deterministic) {
     kvs_train_params tp = kvs_train_params_default();
     ck_assert_int_eq(kvs_learned_train(a, f.m, tok, 10, &tp, NULL), KVS_ERR_INVALID_ARGUMENT);
     kvs_learned_destroy(&a);
+    fx_close(&f);
+}
+END_TEST
+
+typedef struct val_log { int calls, best_first; double first, best; } val_log;
+static void on_validated(int64_t step, double kl, int best, void *user) {
+    val_log *v = user;
+    if (v->calls == 0) v->first = kl, v->best_first = best;
+    if (best) v->best = kl;
+    ck_assert_msg(isfinite(kl) && kl >= 0, "step %lld: validation KL %g", (long long)step, kl);
+    v->calls++;
+}
+
+/* rl with the CLI's options: budgets cycled, model selection on held-back windows (the start
+ * included, so the validation KL of the result is the minimum seen), deterministic; bad values
+ * refused. */
+START_TEST(test_train_rl_selection) {
+    fx f;
+    fx_open(&f);
+    int64_t n = 400;
+    int32_t *tok = make_tokens(n, f.hp->vocab);
+    float *w0 = NULL;
+    int64_t np = 0;
+    for (int run = 0; run < 2; run++) {
+        kvs_learned *w = NULL;
+        ck_assert(kvs_learned_create(&w, KVS_LEARNED_RL, f.hp, 9) == KVS_OK);
+        kvs_train_params tp = kvs_train_params_default();
+        tp.steps = 4, tp.seed = 9, tp.ctx = 48, tp.horizon = 8;
+        tp.n_budgets = 2, tp.budgets[0] = 0.2, tp.budgets[1] = 0.4;
+        tp.val_windows = 2;
+        val_log vl = {0, 0, 0, INFINITY};
+        tp.validated = on_validated, tp.user = &vl;
+        ck_assert_msg(kvs_learned_train(w, f.m, tok, n, &tp, NULL) == KVS_OK, "%s", kvs_last_error());
+        ck_assert_int_eq(vl.calls, 5); /* every step (steps / 10 = 0 -> 1) and after the last */
+        ck_assert(vl.best_first);
+        ck_assert(vl.best <= vl.first);
+        float *p = kvs_learned_params(w, &np);
+        if (run == 0) {
+            w0 = malloc((size_t)np * sizeof *w0);
+            memcpy(w0, p, (size_t)np * sizeof *w0);
+        } else {
+            ck_assert_msg(memcmp(w0, p, (size_t)np * sizeof *w0) == 0, "same seed, different weights");
+        }
+        kvs_learned_destroy(&w);
+    }
+    kvs_learned *w = NULL;
+    ck_assert(kvs_learned_create(&w, KVS_LEARNED_RL, f.hp, 9) == KVS_OK);
+    kvs_train_params tp = kvs_train_params_default();
+    tp.ctx = 48, tp.horizon = 8;
+    tp.rl_samples = 1;
+    ck_assert_int_eq(kvs_learned_train(w, f.m, tok, n, &tp, NULL), KVS_ERR_INVALID_ARGUMENT);
+    tp.rl_samples = 0, tp.n_budgets = 1, tp.budgets[0] = 1.5;
+    ck_assert_int_eq(kvs_learned_train(w, f.m, tok, n, &tp, NULL), KVS_ERR_INVALID_ARGUMENT);
+    tp.n_budgets = KVS_TRAIN_MAX_BUDGETS + 1;
+    ck_assert_int_eq(kvs_learned_train(w, f.m, tok, n, &tp, NULL), KVS_ERR_INVALID_ARGUMENT);
+    tp.n_budgets = 0, tp.val_windows = -1;
+    ck_assert_int_eq(kvs_learned_train(w, f.m, tok, n, &tp, NULL), KVS_ERR_INVALID_ARGUMENT);
+    kvs_learned_destroy(&w);
+    free(w0), free(tok);
     fx_close(&f);
 }
 END_TEST
@@ -407,6 +467,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_roundtrip_bit_exact);
     tcase_add_test(tc, test_refusals);
     tcase_add_test(tc, test_train_deterministic);
+    tcase_add_test(tc, test_train_rl_selection);
     tcase_add_test(tc, test_policies_decode);
     tcase_add_test(tc, test_threshold_keep_set);
     suite_add_tcase(s, tc);

@@ -29,11 +29,12 @@
  *   rl         DistillCache-style policy (no public code): per-token features
  *                [acc mass / queries seen, max attention received, recent mass (EMA 0.8),
  *                 attention entropy of the head (last step, / log n), ||v||, ||k||, pos / t,
- *                 log(1 + age) / log(ctx)]
- *              -> MLP F=8 -> G -> 1 shared by all layers and heads (plus a per-layer bias).
- *              Start (ours): hidden unit 0 holds an H2O-like heuristic, 3 + f0 + f2 - 0.5 f7
- *              (mean attention received + recent mass - log age) read out with weight 4, the other
- *              units random with zero read-out, so training starts from a working ranking.
+ *                 log(1 + age) / log(512), 1 if age < budget / 2 else 0]
+ *              -> MLP F=9 -> G -> 1 shared by all layers and heads (plus a per-layer bias).
+ *              Start (ours): hidden unit 0 holds H2O's score, 3 + f0 + 10 f8 (mean attention
+ *              received, H2O's recent window of half the budget on top) read out with weight 20,
+ *              the other units random with zero read-out: training starts from exactly H2O's
+ *              ranking and REINFORCE fine-tunes it.
  *              Training: keep-sets sampled by Gumbel top-k (scores + Gumbel noise, scope head);
  *              reward per step r_t = -KL(full-cache || evicted-cache next-token distribution);
  *              REINFORCE on the Plackett-Luce log-probability of the kept rows in sampled order,

@@ -346,12 +346,13 @@ float lrn_rl_score(const kvs_learned *w, int l, const float *f, float *pre, floa
     return s;
 }
 
-/* The rl policy's starting point (ours): hidden unit 0 computes a heuristic score, the H2O-like
- *   pre0 = 3 + f0 + f2 - 0.5 f7  (mean attention received + recent attention mass - log age),
- * read out with w2[0] = LRN_RL_INIT_SCALE (silu is increasing above -1.28, and pre0 > 2.5 here, so
- * the ranking is that heuristic's; the scale sets how greedy the Gumbel top-k sampling starts).
- * The other hidden units start with W1 ~ N(0, 0.3) and w2 = 0: REINFORCE grows them from there.
- * Measured on stories260K (held-out, scope head) this start is between tova and h2o. */
+/* The rl policy's starting point (ours): hidden unit 0 computes H2O's score,
+ *   pre0 = 3 + f0 + 10 f8  (mean attention received since entering the cache, + 10 inside the
+ *                           recent half of the budget: H2O's kept window),
+ * read out with w2[0] = LRN_RL_INIT_SCALE (silu is increasing above -1.28 and pre0 >= 3 here, so
+ * the ranking is exactly H2O's: kvsieve eval gives identical numbers; the scale sets how greedy
+ * the Gumbel top-k sampling starts). The other hidden units start with W1 ~ N(0, 0.3) and w2 = 0:
+ * REINFORCE grows them from there. */
 void lrn_rl_heuristic_init(kvs_learned *w, lrn_rng *r) {
     float *W1 = w->p, *b1 = W1 + w->G * LRN_RL_F, *w2 = b1 + w->G, *b2 = w2 + w->G, *lb = b2 + 1;
     for (int j = 0; j < w->G; j++) {
@@ -359,7 +360,7 @@ void lrn_rl_heuristic_init(kvs_learned *w, lrn_rng *r) {
         b1[j] = 0.0f;
         w2[j] = 0.0f;
     }
-    W1[0] = 1.0f, W1[2] = 1.0f, W1[7] = -0.5f;
+    W1[0] = 1.0f, W1[8] = 10.0f;
     b1[0] = 3.0f;
     w2[0] = LRN_RL_INIT_SCALE;
     b2[0] = 0.0f;
@@ -508,6 +509,7 @@ static kvs_status lpol_score(void *self, const kvs_policy_input *in, float *scor
                 f[5] = (float)sqrt(kn) / (float)sqrt((double)w->hd);
                 f[6] = in->cur_pos > 0 ? (float)pos[r] / (float)in->cur_pos : 1.0f;
                 f[7] = (float)(log1p(age) / log(512.0));
+                f[8] = 2.0 * age < (double)in->budget ? 1.0f : 0.0f; /* in the recent half of the budget */
                 s = lrn_rl_score(w, l, f, p->pre, p->g);
                 p->sc[h * p->cap + r] = s;
                 if (p->rec) { /* Gumbel top-k: perturb, the evictor's top-k then samples */

@@ -6,7 +6,7 @@
 
 #include "kvsieve/learned.h"
 
-#define LRN_RL_F 8 /* rl features per token */
+#define LRN_RL_F 9 /* rl features per token */
 
 struct kvs_learned {
     kvs_learned_kind kind;
