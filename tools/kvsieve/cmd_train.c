@@ -32,7 +32,7 @@ static void validated(int64_t step, double kl, int best, void *user) {
 int cmd_train(int argc, char **argv) {
     const char *prog = "kvsieve train";
     const char *model = NULL, *text = NULL, *kind_s = NULL, *out = NULL, *backend = NULL, *budget_s = NULL;
-    int64_t steps = -1, seed = 1, ctx = 128;
+    int64_t steps = -1, seed = 1, ctx = 128, samples = 4;
     int threads = 1; /* the models trained here are tiny: one thread, no OpenMP contention */
     double lr = 0.0;
     const cli_opt opts[] = {
@@ -43,6 +43,7 @@ int cmd_train(int argc, char **argv) {
          "rl: fractions of the window kept during episodes, cycled step by step (default 0.1,0.25,0.5)"},
         {"out", 'o', CLI_STRING, &out, "POLICY.gguf", "side file to write; required"},
         {"steps", 0, CLI_INT64, &steps, "N", "optimiser steps, one window each (rl: 4 sampled episodes each; default: retention 150, indexer 150, rl 500)"},
+        {"samples", 0, CLI_INT64, &samples, "K", "rl: sampled episodes per window, 2..64 (leave-one-out baseline; default 4)"},
         {"seed", 0, CLI_INT64, &seed, "S", "seed of the initial weights, window order and sampling (default 1)"},
         {"ctx", 0, CLI_INT64, &ctx, "N", "window length in tokens, BOS included (default 128)"},
         {"lr", 0, CLI_DOUBLE, &lr, "X", "Adam learning rate (default 0.02; rl 0.001)"},
@@ -76,6 +77,7 @@ int cmd_train(int argc, char **argv) {
             return cli_fail(CLI_EXIT_USAGE, prog, "--budget '%s': want fractions in (0, 1)", budget_s);
     if (steps == -1) steps = kind == KVS_LEARNED_RL ? 500 : 150;
     if (steps < 1 || seed < 0 || ctx < 16) return cli_fail(CLI_EXIT_USAGE, prog, "--steps >= 1, --seed >= 0, --ctx >= 16");
+    if (samples < 2 || samples > 64) return cli_fail(CLI_EXIT_USAGE, prog, "--samples %lld: want 2..64", (long long)samples);
 
     char path[4096];
     kvs_model_file *mf = NULL;
@@ -127,6 +129,7 @@ int cmd_train(int argc, char **argv) {
     tp.progress = progress;
     tp.validated = validated;
     tp.val_windows = kind == KVS_LEARNED_RL ? 8 : 0;
+    tp.rl_samples = samples;
     tp.user = &t0;
     fprintf(stderr, "%s: %s on %s: %lld train tokens (of %lld; the last %lld held out), %lld steps of %lld tokens\n", prog, kind_s,
             text, (long long)n_train, (long long)n_ids, (long long)(n_ids - n_train), (long long)steps, (long long)ctx);
