@@ -27,8 +27,8 @@ static cl_mem mem_or(kvs_device *dev, const kvs_tensor *t) {
 static int64_t off_or(const kvs_tensor *t) { return t ? (int64_t)(t->offset / 4) : 0; }
 
 /* attn_dec launch plan (see attention.cl): work-group nt, rows per group rb, key tile bk, lane
- * width vw. Returns 0 when the shape does not fit (the caller takes attn_main). */
-typedef struct dec_plan { int nt, rb, bk, vw; } dec_plan;
+ * width vw, separate K/V tiles sepv. Returns 0 when the shape does not fit (the caller takes attn_main). */
+typedef struct dec_plan { int nt, rb, bk, vw, sepv; } dec_plan;
 
 static int dec_plan_make(kvs_device *dev, int64_t n_q, int G, int hd, dec_plan *pl) {
     kvs_ocl *o = dev->impl;
@@ -50,17 +50,23 @@ static int dec_plan_make(kvs_device *dev, int64_t n_q, int G, int hd, dec_plan *
      * reporting more than 48 KiB is held to 48 KiB so that groups stay small enough to co-reside) */
     size_t budget = o->local_mem < 49152 ? o->local_mem : 49152;
     budget = budget > 1024 ? budget - 512 : budget;
-    int bk = 16;
+    int bk = 32;
     while (bk < 64 && (size_t)(rb * G * bk) < nt) bk *= 2;
     if ((size_t)bk > nt) bk = (int)nt;
+    /* separate K and V tiles (one memory round trip per tile) down to 32-key tiles, else one
+     * shared tile buffer down to 8 keys, else fewer rows */
+    int sepv = 1;
     for (;;) {
         int pb = rb * G, ks = hd + (vw == 4 ? 4 : 1);
-        size_t bytes = 4 * ((size_t)pb * hd + (size_t)bk * ks + (size_t)pb * (bk + 1) + 6 * (size_t)pb);
+        size_t bytes = 4 * ((size_t)pb * hd + (size_t)(1 + sepv) * bk * ks + (size_t)pb * (bk + 1) + 6 * (size_t)pb);
         if (bytes <= budget) break;
-        if (bk > 8) bk /= 2;
+        if (sepv && bk > 32) bk /= 2;
+        else if (sepv) sepv = 0;
+        else if (bk > 8) bk /= 2;
         else if (rb > 1) rb--;
         else return 0;
     }
+    pl->sepv = sepv;
     pl->nt = (int)nt;
     pl->rb = rb;
     pl->bk = bk;
@@ -123,8 +129,8 @@ kvs_status kvs_ocl_attention(kvs_device *dev, const kvs_attention_args *a) {
     if (use_dec)
         snprintf(defs, sizeof defs,
                  "#define ATTN_DEC 1\n#define HEAD_DIM %d\n#define G %d\n#define DNT %d\n#define RB %d\n#define BK %d\n"
-                 "#define VW %d\n#define KV_T %d\n#define KM_WG 64\n#define KM_TP 16\n",
-                 hd, G, pl.nt, pl.rb, pl.bk, pl.vw, f16);
+                 "#define VW %d\n#define SEPV %d\n#define KV_T %d\n#define KM_WG 64\n#define KM_TP 16\n",
+                 hd, G, pl.nt, pl.rb, pl.bk, pl.vw, pl.sepv, f16);
     else
         snprintf(defs, sizeof defs,
                  "#define HEAD_DIM %d\n#define G %d\n#define BQ %d\n#define BK %zu\n#define KV_T %d\n"

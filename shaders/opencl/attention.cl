@@ -209,7 +209,8 @@ void attn_main(__global const float *q, long q_off, KV_PTR k, long k_off, KV_PTR
  *   exp     S[p][jj] = exp(S - m_p), all items;
  *   PV      item (lane = lid % (HEAD_DIM / VW)) owns VW components of the accumulators of the
  *           pairs lid / LANES + t * (DNT / LANES): acc = acc * corr + sum_jj S[p][jj] V[jj][lane].
- * K and V tiles share one local buffer (rows padded to KS floats to spread banks). The grid is
+ * K and V tiles (rows padded to KS floats to spread banks) are both loaded at the start of a tile
+ * (SEPV, one memory round trip per tile) or, when local memory is short, share one buffer. The grid is
  * (ceil(n_q / RB) * DNT, n_kv_heads, n_split); with span > 0 each split writes its partial
  * {m, l, argmax, acc} for attn_combine, with span == 0 the final outputs. Same visibility rules,
  * tie-breaking and statistics as attn_main. */
@@ -221,6 +222,9 @@ void attn_main(__global const float *q, long q_off, KV_PTR k, long k_off, KV_PTR
 #endif
 #ifndef VW
 #define VW 1              /* components per PV lane: 4 (HEAD_DIM % 4 == 0) or 1 */
+#endif
+#ifndef SEPV
+#define SEPV 0            /* 1: separate K and V tiles, both loaded at the start of a tile */
 #endif
 #define PB (RB * G)                         /* query vectors (row, head) per work-group */
 #define KS (HEAD_DIM + (VW == 4 ? 4 : 1))    /* padded K/V tile row */
@@ -251,6 +255,11 @@ void attn_dec(__global const float *q, long q_off, KV_PTR k, long k_off, KV_PTR 
               int n_q, int n_heads, int cap, int n_kv, float scale, int flags) {
     __local float Qs[PB * HEAD_DIM];
     __local float KVs[BK * KS];
+#if SEPV
+    __local float Vs[BK * KS];
+#else
+#define Vs KVs
+#endif
     __local float S[PB * SK];
     __local float Mn[PB], Cr[PB], Ls[PB];
     __local int Rl[PB], Qp[PB], Bs[PB];
@@ -293,7 +302,11 @@ void attn_dec(__global const float *q, long q_off, KV_PTR k, long k_off, KV_PTR 
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int e = lid; e < BK * HEAD_DIM; e += DNT) {
             int jj = e / HEAD_DIM, c = e - jj * HEAD_DIM;
-            KVs[jj * KS + c] = j0 + jj < jend ? LOAD_KV(kh, (long)j0 * HEAD_DIM + e) : 0.0f;
+            int in = j0 + jj < jend;
+            KVs[jj * KS + c] = in ? LOAD_KV(kh, (long)j0 * HEAD_DIM + e) : 0.0f;
+#if SEPV
+            Vs[jj * KS + c] = in ? LOAD_KV(vh, (long)j0 * HEAD_DIM + e) : 0.0f;
+#endif
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         {
@@ -322,10 +335,12 @@ void attn_dec(__global const float *q, long q_off, KV_PTR k, long k_off, KV_PTR 
             }
         }
         barrier(CLK_LOCAL_MEM_FENCE);
+#if !SEPV
         for (int e = lid; e < BK * HEAD_DIM; e += DNT) {
             int jj = e / HEAD_DIM, c = e - jj * HEAD_DIM;
             KVs[jj * KS + c] = j0 + jj < jend ? LOAD_KV(vh, (long)j0 * HEAD_DIM + e) : 0.0f;
         }
+#endif
         if (lid < PB) {
             float tmax = -FLT_MAX;
             int targ = -1;
@@ -360,7 +375,7 @@ void attn_dec(__global const float *q, long q_off, KV_PTR k, long k_off, KV_PTR 
             lsum[t] *= cr;
         }
         for (int jj = 0; jj < BK; jj++) {
-            floatv vv = LOADV(KVs + jj * KS + lane * VW);
+            floatv vv = LOADV(Vs + jj * KS + lane * VW);
             for (int t = 0; t < NACC; t++) {
                 int p = min(pe + t * PSTEP_E, PB - 1);
                 float w = S[p * SK + jj];
@@ -420,6 +435,7 @@ void attn_dec(__global const float *q, long q_off, KV_PTR k, long k_off, KV_PTR 
     }
 }
 
+#undef Vs
 #endif /* ATTN_DEC */
 
 /* Merges the split-K partials of each (row, head) in split order: M = max m_s, l = sum l_s
