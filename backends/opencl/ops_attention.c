@@ -4,8 +4,8 @@
  * without expanding K/V); online softmax per (row, head); out, row_max, row_sum, argmax and the
  * (m, l) pairs the statistics passes need. Pass 2 (attn_keymass, attn_probs) recomputes the
  * logits of the requested rows against the final (m, l): deterministic sums, no atomics.
- * Few query rows (decoding, n_q <= 16) or a (query tile, kv head) grid too small for the device
- * take attn_dec instead: a work-group of 128-256 items per (RB rows, kv head, key split) whose
+ * Few query rows (decoding, n_q <= 16), head_dim > 64 or a (query tile, kv head) grid too small
+ * for the device take attn_dec instead: a work-group of 128-256 items per (RB rows, kv head, key split) whose
  * items share the keys (score lanes) and the head dimension (PV lanes), flash-decoding style,
  * merged across splits by attn_combine. KVS_OCL_ATTN=main|dec forces a path (tests use it to run
  * every case through both); KVS_OCL_ATTN_SPLITS=n forces n key splits. */
@@ -91,7 +91,7 @@ kvs_status kvs_ocl_attention(kvs_device *dev, const kvs_attention_args *a) {
                 (p->stat_rows ? F_STATROWS : 0) | (p->key_mass_accumulate ? F_ACCUM : 0);
     cl_mem ml = o->zero;
     if (need_ml) KVS_TRY(kvs_ocl_scratch(dev, KVS_OCL_SCR_ML, (size_t)(a->n_q * a->n_heads) * 8, &ml));
-    size_t want_wgs = 4 * (size_t)(dev->caps.compute_units > 0 ? dev->caps.compute_units : 16);
+    size_t cus = (size_t)(dev->caps.compute_units > 0 ? dev->caps.compute_units : 16);
 
     /* attn_main: work-group of BQ rows x G heads, about 64 items. */
     int target = 64;
@@ -107,13 +107,18 @@ kvs_status kvs_ocl_attention(kvs_device *dev, const kvs_attention_args *a) {
     if (bk < 1) bk = 1;
     size_t ntiles = (size_t)((a->n_q + bq - 1) / bq);
 
-    /* Path: attn_dec for decoding-sized query counts or when attn_main's grid cannot fill the
-     * device; attn_main otherwise (and when attn_dec does not fit). */
+    /* Path: attn_dec for decoding-sized query counts, for head_dim > 64 (attn_main keeps 2 *
+     * head_dim + BK floats per item: 288 at head_dim 128, past a GPU's register file per thread,
+     * so it spills) and when attn_main's grid has fewer work-groups than compute units;
+     * attn_main otherwise and when attn_dec does not fit. */
     dec_plan pl;
     int use_dec = dec_plan_make(dev, a->n_q, G, hd, &pl);
     const char *force = getenv("KVS_OCL_ATTN");
     if (use_dec && !(force && strcmp(force, "dec") == 0))
-        use_dec = (force && strcmp(force, "main") == 0) ? 0 : (a->n_q <= 16 || ntiles * (size_t)a->n_kv_heads < want_wgs);
+        use_dec = (force && strcmp(force, "main") == 0)
+                      ? 0
+                      : (a->n_q <= 16 || hd > 64 || ntiles * (size_t)a->n_kv_heads < cus);
+    size_t want_wgs = (use_dec ? 4 : 2) * cus;
     if (!use_dec) {
         if ((size_t)G > o->max_wg)
             return kvs_error(KVS_ERR_UNSUPPORTED, "kvs_attention (opencl): GQA group of %d heads exceeds the device's "
@@ -138,15 +143,16 @@ kvs_status kvs_ocl_attention(kvs_device *dev, const kvs_attention_args *a) {
                  hd, G, bq, bk, f16);
 
     /* Split-K (flash-decoding) when the (query tile, kv head) grid is too small to fill the
-     * device: key ranges of `span` keys (a multiple of BK; attn_main at least 4 tiles, attn_dec
-     * at least 2) per work-group, merged by attn_combine in split order. */
+     * device (attn_main: 2 work-groups per compute unit, attn_dec: 4): key ranges of `span` keys
+     * (a multiple of BK; attn_main at least 4 tiles, attn_dec at least 1) per work-group, merged
+     * by attn_combine in split order. */
     size_t base = ntiles * (size_t)a->n_kv_heads;
     int64_t n_split = 1, span = 0;
     int64_t want = base < want_wgs ? (int64_t)((want_wgs + base - 1) / base) : 1;
     const char *fs = getenv("KVS_OCL_ATTN_SPLITS");
     if (fs && atoi(fs) > 0) want = atoi(fs);
     {
-        int64_t maxs = a->n_kv / ((use_dec ? 2 : 4) * (int64_t)bk);
+        int64_t maxs = a->n_kv / ((use_dec ? 1 : 4) * (int64_t)bk);
         if (fs && atoi(fs) > 0) maxs = (a->n_kv + (int64_t)bk - 1) / (int64_t)bk;
         if (want > maxs) want = maxs;
         if (want > 1) {

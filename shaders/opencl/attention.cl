@@ -450,23 +450,41 @@ __kernel void attn_combine(__global const float *part, int n_split, __global flo
     if (c >= HEAD_DIM || o >= (long)n_q * n_heads) return;
     long stride = (long)n_q * n_heads * (HEAD_DIM + 3);
     __global const float *p0 = part + o * (HEAD_DIM + 3);
+    /* four splits per step, their loads issued before use (the partials are read from L2 with
+     * no dependence between splits) */
     float M = -FLT_MAX;
     int best = -1;
-    for (int s = 0; s < n_split; s++) {
-        __global const float *pp = p0 + s * stride;
-        int b = as_int(pp[2]);
-        if (b >= 0 && (best < 0 || pp[0] > M)) {
-            M = pp[0];
-            best = b;
+    for (int s0 = 0; s0 < n_split; s0 += 4) {
+        float mv[4];
+        int bv[4];
+        for (int u = 0; u < 4; u++) {
+            __global const float *pp = p0 + min(s0 + u, n_split - 1) * stride;
+            mv[u] = pp[0];
+            bv[u] = s0 + u < n_split ? as_int(pp[2]) : -1;
         }
+        for (int u = 0; u < 4; u++)
+            if (bv[u] >= 0 && (best < 0 || mv[u] > M)) {
+                M = mv[u];
+                best = bv[u];
+            }
     }
     float l = 0.0f, acc = 0.0f;
-    for (int s = 0; s < n_split; s++) {
-        __global const float *pp = p0 + s * stride;
-        if (as_int(pp[2]) < 0) continue;
-        float w = exp(pp[0] - M);
-        l += pp[1] * w;
-        acc += pp[3 + c] * w;
+    for (int s0 = 0; s0 < n_split; s0 += 4) {
+        float mv[4], lv[4], av[4];
+        int bv[4];
+        for (int u = 0; u < 4; u++) {
+            __global const float *pp = p0 + min(s0 + u, n_split - 1) * stride;
+            mv[u] = pp[0];
+            lv[u] = pp[1];
+            bv[u] = s0 + u < n_split ? as_int(pp[2]) : -1;
+            av[u] = pp[3 + c];
+        }
+        for (int u = 0; u < 4; u++) {
+            if (bv[u] < 0) continue;
+            float w = exp(mv[u] - M);
+            l += lv[u] * w;
+            acc += av[u] * w;
+        }
     }
     out[out_off + o * HEAD_DIM + c] = l > 0.0f ? ((flags & F_UNNORM) ? acc : acc / l) : 0.0f;
     if (c != 0) return;
