@@ -234,6 +234,30 @@ void attn_main(__global const float *q, long q_off, KV_PTR k, long k_off, KV_PTR
 #define NACC ((PB + PSTEP_E - 1) / PSTEP_E)
 #define PSTEP_S (DNT / BK)                   /* pairs handled side by side in the scores */
 #define NSC ((PB + PSTEP_S - 1) / PSTEP_S)
+/* K or V rows j0 .. j0 + BK - 1 of a head into a local tile (rows >= jend as 0), VW components
+ * per load */
+#if VW == 4
+#if KV_T == 0
+#define LOAD_KV4(p, i) vload4(0, (p) + (i))
+#else
+inline float4 f16x4_to_f32(ushort4 u) {
+    return (float4)(f16_to_f32(u.x), f16_to_f32(u.y), f16_to_f32(u.z), f16_to_f32(u.w));
+}
+#define LOAD_KV4(p, i) f16x4_to_f32(vload4(0, (p) + (i)))
+#endif
+#define TILE_LOAD(dst, src)                                                                      \
+    for (int e = lid; e < BK * LANES; e += DNT) {                                                \
+        int jj = e / LANES, c = (e - jj * LANES) * 4;                                            \
+        vstore4(j0 + jj < jend ? LOAD_KV4(src, (long)(j0 + jj) * HEAD_DIM + c) : (float4)0.0f, 0, \
+                (dst) + jj * KS + c);                                                            \
+    }
+#else
+#define TILE_LOAD(dst, src)                                                                      \
+    for (int e = lid; e < BK * HEAD_DIM; e += DNT) {                                             \
+        int jj = e / HEAD_DIM, c = e - jj * HEAD_DIM;                                            \
+        (dst)[jj * KS + c] = j0 + jj < jend ? LOAD_KV(src, (long)j0 * HEAD_DIM + e) : 0.0f;      \
+    }
+#endif
 #if VW == 4
 typedef float4 floatv;
 #define LOADV(ptr) vload4(0, (ptr))
@@ -300,14 +324,10 @@ void attn_dec(__global const float *q, long q_off, KV_PTR k, long k_off, KV_PTR 
     int jend = span > 0 ? min(klen, jbeg + span) : klen;
     for (int j0 = jbeg; j0 < jend; j0 += BK) {
         barrier(CLK_LOCAL_MEM_FENCE);
-        for (int e = lid; e < BK * HEAD_DIM; e += DNT) {
-            int jj = e / HEAD_DIM, c = e - jj * HEAD_DIM;
-            int in = j0 + jj < jend;
-            KVs[jj * KS + c] = in ? LOAD_KV(kh, (long)j0 * HEAD_DIM + e) : 0.0f;
+        TILE_LOAD(KVs, kh);
 #if SEPV
-            Vs[jj * KS + c] = in ? LOAD_KV(vh, (long)j0 * HEAD_DIM + e) : 0.0f;
+        TILE_LOAD(Vs, vh);
 #endif
-        }
         barrier(CLK_LOCAL_MEM_FENCE);
         {
             float sc[NSC];
@@ -336,10 +356,7 @@ void attn_dec(__global const float *q, long q_off, KV_PTR k, long k_off, KV_PTR 
         }
         barrier(CLK_LOCAL_MEM_FENCE);
 #if !SEPV
-        for (int e = lid; e < BK * HEAD_DIM; e += DNT) {
-            int jj = e / HEAD_DIM, c = e - jj * HEAD_DIM;
-            KVs[jj * KS + c] = j0 + jj < jend ? LOAD_KV(vh, (long)j0 * HEAD_DIM + e) : 0.0f;
-        }
+        TILE_LOAD(KVs, vh);
 #endif
         if (lid < PB) {
             float tmax = -FLT_MAX;
