@@ -123,6 +123,10 @@ void attn_main(__global const float *q, long q_off, KV_PTR k, long k_off, KV_PTR
     int split = get_group_id(2);
     int jbeg = span > 0 ? split * span : 0;
     int jend = span > 0 ? min(klen, jbeg + span) : klen;
+    /* causal with default positions: keys past the last row's position are invisible to the
+     * whole group, so its tiles are skipped (qpos(i) = n_kv - n_q + i) */
+    if (causal && !(flags & (F_QPOS | F_KPOS)))
+        jend = min(jend, n_kv - n_q + min((int)get_group_id(0) * BQ + BQ, n_q));
     for (int j0 = jbeg; j0 < jend; j0 += BK) {
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int e = lid; e < BK * HEAD_DIM; e += NT) {
@@ -322,6 +326,8 @@ void attn_dec(__global const float *q, long q_off, KV_PTR k, long k_off, KV_PTR 
     KV_PTR vh = v + v_off + (long)h * cap * HEAD_DIM;
     int jbeg = span > 0 ? split * span : 0;
     int jend = span > 0 ? min(klen, jbeg + span) : klen;
+    if (causal && !(flags & (F_QPOS | F_KPOS))) /* as in attn_main */
+        jend = min(jend, n_kv - n_q + min(i0 + RB, n_q));
     for (int j0 = jbeg; j0 < jend; j0 += BK) {
         barrier(CLK_LOCAL_MEM_FENCE);
         TILE_LOAD(KVs, kh);
