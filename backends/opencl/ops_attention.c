@@ -111,13 +111,27 @@ kvs_status kvs_ocl_attention(kvs_device *dev, const kvs_attention_args *a) {
      * head_dim + BK floats per item: 288 at head_dim 128, past a GPU's register file per thread,
      * so it spills) and when attn_main's grid has fewer work-groups than compute units;
      * attn_main otherwise and when attn_dec does not fit. */
-    dec_plan pl;
+    dec_plan pl = {0, 0, 0, 0, 0};
     int use_dec = dec_plan_make(dev, a->n_q, G, hd, &pl);
     const char *force = getenv("KVS_OCL_ATTN");
     if (use_dec && !(force && strcmp(force, "dec") == 0))
         use_dec = (force && strcmp(force, "main") == 0)
                       ? 0
                       : (a->n_q <= 16 || hd > 64 || ntiles * (size_t)a->n_kv_heads < cus);
+    char defs[320];
+    cl_kernel k = NULL;
+    if (use_dec) {
+        /* the compiled kernel may allow fewer items per group than the device (registers) */
+        snprintf(defs, sizeof defs,
+                 "#define ATTN_DEC 1\n#define HEAD_DIM %d\n#define G %d\n#define DNT %d\n#define RB %d\n#define BK %d\n"
+                 "#define VW %d\n#define SEPV %d\n#define KV_T %d\n#define KM_WG 64\n#define KM_TP 16\n",
+                 hd, G, pl.nt, pl.rb, pl.bk, pl.vw, pl.sepv, f16);
+        KVS_TRY(kvs_ocl_kernel(dev, "attention.cl", defs, "attn_dec", &k));
+        size_t kwg = 0;
+        if (clGetKernelWorkGroupInfo(k, o->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof kwg, &kwg, NULL) == CL_SUCCESS &&
+            kwg > 0 && kwg < (size_t)pl.nt)
+            use_dec = 0;
+    }
     size_t want_wgs = (use_dec ? 4 : 2) * cus;
     if (!use_dec) {
         if ((size_t)G > o->max_wg)
@@ -130,13 +144,7 @@ kvs_status kvs_ocl_attention(kvs_device *dev, const kvs_attention_args *a) {
         bk = (size_t)pl.bk;
         ntiles = (size_t)((a->n_q + pl.rb - 1) / pl.rb);
     }
-    char defs[320];
-    if (use_dec)
-        snprintf(defs, sizeof defs,
-                 "#define ATTN_DEC 1\n#define HEAD_DIM %d\n#define G %d\n#define DNT %d\n#define RB %d\n#define BK %d\n"
-                 "#define VW %d\n#define SEPV %d\n#define KV_T %d\n#define KM_WG 64\n#define KM_TP 16\n",
-                 hd, G, pl.nt, pl.rb, pl.bk, pl.vw, pl.sepv, f16);
-    else
+    if (!use_dec)
         snprintf(defs, sizeof defs,
                  "#define HEAD_DIM %d\n#define G %d\n#define BQ %d\n#define BK %zu\n#define KV_T %d\n"
                  "#define KM_WG 64\n#define KM_TP 16\n",
@@ -166,9 +174,8 @@ kvs_status kvs_ocl_attention(kvs_device *dev, const kvs_attention_args *a) {
     if (n_split > 1)
         KVS_TRY(kvs_ocl_scratch(dev, KVS_OCL_SCR_B, (size_t)(n_split * a->n_q * a->n_heads) * (size_t)(hd + 3) * 4, &part));
 
-    cl_kernel k;
     const char *kname = use_dec ? "attn_dec" : "attn_main";
-    KVS_TRY(kvs_ocl_kernel(dev, "attention.cl", defs, kname, &k));
+    if (!use_dec) KVS_TRY(kvs_ocl_kernel(dev, "attention.cl", defs, kname, &k));
     {
         kvs_ocl_arg args[] = {
             ARG_MEM(kvs_ocl_mem(a->q)), ARG_L(a->q->offset / 4), ARG_MEM(kvs_ocl_mem(a->k)), ARG_L(a->k->offset / esz),
