@@ -5,10 +5,12 @@
  * (m, l) pairs the statistics passes need. Pass 2 (attn_keymass, attn_probs) recomputes the
  * logits of the requested rows against the final (m, l): deterministic sums, no atomics.
  * Few query rows (decoding, n_q <= 16), head_dim > 64 or a (query tile, kv head) grid too small
- * for the device take attn_dec instead: a work-group of 128-256 items per (RB rows, kv head, key split) whose
- * items share the keys (score lanes) and the head dimension (PV lanes), flash-decoding style,
- * merged across splits by attn_combine. KVS_OCL_ATTN=main|dec forces a path (tests use it to run
- * every case through both); KVS_OCL_ATTN_SPLITS=n forces n key splits. */
+ * for the device take attn_dec instead: a work-group of 128-256 items per (RB rows, kv head, key
+ * split) whose items share the keys (score lanes) and the head dimension (PV lanes),
+ * flash-decoding style, merged across splits by attn_combine (GPUs only; CPU devices keep
+ * attn_main).
+ * KVS_OCL_ATTN=main|dec forces a path (tests use it to run every case through both);
+ * KVS_OCL_ATTN_SPLITS=n forces n key splits. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,14 +112,15 @@ kvs_status kvs_ocl_attention(kvs_device *dev, const kvs_attention_args *a) {
     /* Path: attn_dec for decoding-sized query counts, for head_dim > 64 (attn_main keeps 2 *
      * head_dim + BK floats per item: 288 at head_dim 128, past a GPU's register file per thread,
      * so it spills) and when attn_main's grid has fewer work-groups than compute units;
-     * attn_main otherwise and when attn_dec does not fit. */
+     * attn_main otherwise, when attn_dec does not fit, and on CPU devices (no registers to
+     * spill, and barriers cost a CPU runtime more than the work they share). */
     dec_plan pl = {0, 0, 0, 0, 0};
     int use_dec = dec_plan_make(dev, a->n_q, G, hd, &pl);
     const char *force = getenv("KVS_OCL_ATTN");
     if (use_dec && !(force && strcmp(force, "dec") == 0))
         use_dec = (force && strcmp(force, "main") == 0)
                       ? 0
-                      : (a->n_q <= 16 || hd > 64 || ntiles * (size_t)a->n_kv_heads < cus);
+                      : !o->is_cpu && (a->n_q <= 16 || hd > 64 || ntiles * (size_t)a->n_kv_heads < cus);
     char defs[320];
     cl_kernel k = NULL;
     if (use_dec) {
