@@ -14,9 +14,8 @@ static size_t word_size(const kvs_rows_args *a) {
 }
 
 static kvs_status rows_kernel(kvs_device *dev, size_t ws, const char *name, cl_kernel *k) {
-    return kvs_ocl_kernel(dev, "rows.cl",
-                          ws == 16 ? "#define WORD_T uint4\n" : ws == 4 ? "#define WORD_T uint\n" : "#define WORD_T ushort\n",
-                          name, k);
+    const char *defs = ws == 16 ? "#define WORD_T uint4\n" : ws == 4 ? "#define WORD_T uint\n" : "#define WORD_T ushort\n";
+    return kvs_ocl_kernel(dev, "rows.cl", defs, name, k);
 }
 
 /* Grid (row_words, n, G); work-groups of up to 256 items: a row's words (up to 64) times as many
