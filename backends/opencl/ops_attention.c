@@ -40,7 +40,7 @@ static int dec_plan_make(kvs_device *dev, int64_t n_q, int G, int hd, dec_plan *
      * when a group holds many query vectors */
     size_t nt = n_q * G * lanes >= 1024 ? 256 : 128;
     if (nt > o->max_wg) nt = kvs_ocl_pow2_floor(o->max_wg);
-    if (nt < 32 || (size_t)lanes > nt) return 0;
+    if (nt < 32 || (size_t)lanes > nt || (size_t)G > nt) return 0; /* one item per query vector */
     int pstep = (int)nt / lanes;
     const int max_acc = vw == 4 ? 8 : 16; /* private accumulators per item (floats: 32 / 16) */
     if ((G + pstep - 1) / pstep > max_acc) return 0;
