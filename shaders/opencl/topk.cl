@@ -2,7 +2,8 @@
  *
  * Each float maps to an order-preserving 32-bit key (NaN -> 0, below every number; -0 -> +0).
  * The k-th largest key T of a row is found by a 4-pass radix select (8 bits per pass: chunked
- * local histograms with integer atomics, then a per-row bin choice). The selection is every entry
+ * local histograms with integer atomics, summed into a per-row histogram with integer atomics,
+ * then a per-row bin choice). The selection is every entry
  * with key > T plus the lowest-index entries with key == T (ties: lowest index). Survivors are
  * written in index order to a candidate array (per-chunk counts + exclusive scan), encoded as
  * 64-bit sort keys, and bitonic-sorted (local memory for blocks, global steps above).
@@ -29,10 +30,12 @@ inline uint fkey(float f) {
     return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
+/* Row state, and the row's histogram zeroed. Grid (rows). */
 __kernel void tk_init(__global const int *row_len, long rl_off, int has_rl, int n, int k, __global uint *st,
-                      int rows) {
+                      int rows, __global uint *H) {
     int r = get_global_id(0);
     if (r >= rows) return;
+    for (int b = 0; b < 256; b++) H[(long)r * 256 + b] = 0u;
     int len = n;
     if (has_rl) len = clamp(row_len[rl_off + r], 0, n);
     int kk = min(k, len);
@@ -43,7 +46,8 @@ __kernel void tk_init(__global const int *row_len, long rl_off, int has_rl, int 
 }
 
 /* Histogram of digit (key >> shift) & 255 over the entries of chunk c whose higher digits equal
- * the prefix. H [rows][C][256]. Grid (C * TK_WG, rows). The first passes see few distinct digits
+ * the prefix, added into the row's histogram H [rows][256] (zero before the pass) with integer
+ * atomics: the sums do not depend on the order. Grid (C * TK_WG, rows). The first passes see few distinct digits
  * (the sign and exponent bits of similar numbers), so the work-group counts into HCOPY
  * sub-histograms (item lid into copy lid % HCOPY, copies HSTRIDE apart so that they sit in
  * different banks) and sums them at the end: 1/HCOPY of the atomic contention on a hot bin. */
@@ -69,26 +73,25 @@ void tk_hist(__global const float *x, long x_off, long n, int CH, int C, __globa
         if ((key & himask) == prefix) atomic_inc(&hc[(key >> shift) & 255u]);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    __global uint *h = H + (r * C + c) * 256;
+    __global uint *h = H + r * 256;
     for (int b = lid; b < 256; b += TK_WG) {
         uint sum = 0u;
         for (int t = 0; t < HCOPY; t++) sum += hist[t * HSTRIDE + b];
-        h[b] = sum;
+        if (sum) atomic_add(&h[b], sum);
     }
 }
 
 /* Chooses the digit containing the remaining-th largest entry: the largest digit b whose suffix
  * count (entries with digit >= b) reaches `remaining` (digit 0 when none does), by a parallel
- * suffix scan of the 256 bins. Grid (TK_WG, rows). */
+ * suffix scan of the 256 bins; zeroes the row's histogram for the next pass. Grid (TK_WG, rows). */
 __kernel __attribute__((reqd_work_group_size(TK_WG, 1, 1)))
-void tk_select(__global const uint *H, int C, __global uint *st, int shift) {
+void tk_select(__global uint *H, __global uint *st, int shift) {
     __local uint cnt[2][257];
     int lid = get_local_id(0);
     long r = get_group_id(1);
     for (int b = lid; b < 256; b += TK_WG) {
-        uint s = 0u;
-        for (int c = 0; c < C; c++) s += H[(r * C + c) * 256 + b];
-        cnt[0][b] = s;
+        cnt[0][b] = H[r * 256 + b];
+        H[r * 256 + b] = 0u; /* ready for the next pass */
     }
     if (lid == 0) {
         cnt[0][256] = 0u;
@@ -147,15 +150,39 @@ void tk_count(__global const float *x, long x_off, long n, int CH, int C, __glob
     }
 }
 
-/* Exclusive scan of the chunk counts of each row, in place. Grid (rows). */
-__kernel void tk_scan(__global uint *CNT, int C, int rows) {
-    long r = get_global_id(0);
+/* Exclusive scan of the chunk counts of each row, in place: item t sums a contiguous block of
+ * chunks, the block sums are scanned in local memory (Hillis-Steele), then each item writes its
+ * block's prefixes. Grid (TK_WG, rows). */
+__kernel __attribute__((reqd_work_group_size(TK_WG, 1, 1)))
+void tk_scan(__global uint *CNT, int C, int rows) {
+    __local uint sg[TK_WG], se[TK_WG];
+    int lid = get_local_id(0);
+    long r = get_group_id(1);
     if (r >= rows) return;
+    int per = (C + TK_WG - 1) / TK_WG;
+    int c0 = min(lid * per, C), c1 = min(c0 + per, C);
+    __global uint *cr = CNT + r * C * 2;
     uint g = 0u, e = 0u;
-    for (int c = 0; c < C; c++) {
-        uint a = CNT[(r * C + c) * 2], b = CNT[(r * C + c) * 2 + 1];
-        CNT[(r * C + c) * 2] = g;
-        CNT[(r * C + c) * 2 + 1] = e;
+    for (int c = c0; c < c1; c++) {
+        g += cr[2 * c];
+        e += cr[2 * c + 1];
+    }
+    sg[lid] = g;
+    se[lid] = e;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int off = 1; off < TK_WG; off <<= 1) {
+        uint a = lid >= off ? sg[lid - off] : 0u, b = lid >= off ? se[lid - off] : 0u;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        sg[lid] += a;
+        se[lid] += b;
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    g = sg[lid] - g;
+    e = se[lid] - e;
+    for (int c = c0; c < c1; c++) {
+        uint a = cr[2 * c], b = cr[2 * c + 1];
+        cr[2 * c] = g;
+        cr[2 * c + 1] = e;
         g += a;
         e += b;
     }
