@@ -6,19 +6,19 @@
  * pure function of x.
  *
  * Threshold select (as in sample-select / GPU radix-select top-k):
- *  1. a sample of the keys (blocks of 16 spread over x) gives (by radix select) a threshold t0 a margin below the k-th key
- *     of the sample;
+ *  1. a sample of the keys (blocks of 16 spread over x) gives a threshold t0 a margin below the
+ *     expected k-th key (topk_select: histogram rounds over the sample's key range);
  *  2. one streaming pass collects the candidates key >= t0 with their indices, in index order
  *     (AVX-512: a float compare and branch-free compress into registers; elsewhere a branch-free
  *     loop); should fewer than k survive (an unlucky sample), the pass is repeated with a wider
  *     margin, then with t0 = 0;
  *  3. a histogram of the candidates over 2048 equal buckets of their (narrow) key range finds the
- *     bucket of the k-th key, a radix select inside that bucket the exact k-th key T; the
- *     candidates above T and the lowest-index ones equal to T are the answer, already in index
- *     order (order_by_index);
- *  4. else a counting sort by bucket (stable) and a stable sort inside each bucket (insertion for
- *     a few, LSD radix with 8-bit digits for crowded ones) order them by key, descending, ties by
- *     index.
+ *     bucket bT of the k-th key;
+ *  4. sorted output: a counting sort by bucket (stable) of the buckets >= bT, bucket bT sorted whole
+ *     and cut at k, crowded buckets radix-sorted, then one insertion pass orders keys inside the
+ *     small buckets: key descending, ties by index;
+ *     order_by_index: the exact k-th key T by selection inside bucket bT, then one pass in index
+ *     order takes every key above T and the lowest-index ones equal to T.
  * Global top-k runs step 2 on contiguous chunks in parallel and concatenates them in order. */
 #include <stdlib.h>
 
@@ -152,9 +152,9 @@ static uint32_t topk_threshold(const float *x, int64_t n, int64_t k, uint32_t *s
     if (n <= 768 || k * 4 > n || attempt >= 2) return 0u;
     /* s samples in blocks of 16 consecutive entries spread evenly over x: the sample touches few
      * cache lines, and the collection pass then streams x once at full bandwidth */
-    int64_t s = n / 32;
+    int64_t s = n / 64;
     if (s < 256) s = 256;
-    if (s > 4096) s = 4096;
+    if (s > 8192) s = 8192; /* the sample buffer holds 8192 */
     const int64_t nblk = s / 16, stride = n / nblk;
     for (int64_t b = 0; b < nblk; b++)
         for (int64_t t = 0; t < 16; t++) sample[b * 16 + t] = topk_key(x[b * stride + t]);
@@ -242,24 +242,25 @@ static void topk_finish(const float *x, const uint32_t *ck, const int32_t *ci, i
     int64_t above = 0;
     int bT = (int)((hi - lo) >> sh);
     while (above + (int64_t)hist[bT] < k) above += hist[bT--];
-    uint32_t T;
-    int64_t gt = above; /* entries > T */
-    if (sh == 0) {
-        T = lo + (uint32_t)bT; /* bucket bT holds only T */
-    } else {
-        uint32_t *copy = (uint32_t *)ti;
-        int64_t nb = 0;
-        for (int64_t i = 0; i < c; i++) {
-            tk[nb] = copy[nb] = ck[i];
-            nb += (int)((ck[i] - lo) >> sh) == bT;
-        }
-        T = topk_select(tk, nb, k - above - 1);
-        for (int64_t i = 0; i < nb; i++) gt += copy[i] > T;
-    }
-    const int64_t n_eq = k - gt;
     if (by_index) {
+        /* the exact k-th key T from bucket bT's few entries, then one pass in index order */
+        uint32_t T;
+        int64_t gt = above; /* entries > T */
+        if (sh == 0) {
+            T = lo + (uint32_t)bT; /* bucket bT holds only T */
+        } else {
+            uint32_t *copy = (uint32_t *)ti;
+            int64_t nb = 0;
+            for (int64_t i = 0; i < c; i++) {
+                tk[nb] = copy[nb] = ck[i];
+                nb += (int)((ck[i] - lo) >> sh) == bT;
+            }
+            T = topk_select(tk, nb, k - above - 1);
+            for (int64_t i = 0; i < nb; i++) gt += copy[i] > T;
+        }
+        const int64_t n_eq = k - gt;
         int64_t m = 0, eq = 0;
-        for (int64_t i = 0; i < c && m < k; i++) { /* the top k, in index order */
+        for (int64_t i = 0; i < c && m < k; i++) {
             uint32_t kk = ck[i];
             int is_eq = kk == T;
             int take = (kk > T) | (is_eq & (eq < n_eq));
@@ -268,35 +269,30 @@ static void topk_finish(const float *x, const uint32_t *ck, const int32_t *ci, i
             m += take;
         }
     } else {
-        /* counting sort by bucket, highest bucket first. Branch free (the taken/not-taken pattern
-         * is random): every entry is written at its bucket's next slot, which only a taken entry
-         * advances; buckets below bT start at slot k, a spill slot past the answers. An entry
-         * not taken is overwritten by the bucket's next taken one or lands at slot k. */
+        /* counting sort by bucket, highest bucket first, of every entry in buckets >= bT (stable:
+         * index order within a bucket). Branch free: entries of lower buckets all start at one
+         * spill slot past those, where they overwrite one another. */
         const int top = (int)((hi - lo) >> sh);
         uint32_t pos[TOPK_NB], acc = 0, crowded = 0;
         for (int b = top; b >= bT; b--) {
             pos[b] = acc;
             acc += hist[b];
-            crowded |= hist[b] > 48;
+            crowded |= (b > bT) & (hist[b] > 48);
         }
-        for (int b = 0; b < bT; b++) pos[b] = (uint32_t)k;
-        int64_t eq = 0;
+        for (int b = 0; b < bT; b++) pos[b] = acc;
         for (int64_t i = 0; i < c; i++) {
-            uint32_t kk = ck[i], b = (kk - lo) >> sh;
-            int is_eq = kk == T;
-            int take = (kk > T) | (is_eq & (eq < n_eq));
-            eq += is_eq & take;
-            uint32_t p = pos[b];
+            uint32_t kk = ck[i], p = pos[(kk - lo) >> sh]++;
             sk[p] = kk;
             si[p] = ci[i];
-            pos[b] = p + (uint32_t)take;
         }
-        if (crowded) { /* pos[b] is now the end of bucket b: sort the crowded buckets apart */
+        /* bucket bT sorted whole (stable, key descending): its first k - above entries are the
+         * rest of the answer, ties by lowest index */
+        topk_sort(sk + above, si + above, tk, ti, (int64_t)hist[bT]);
+        if (crowded) { /* sort the crowded buckets above bT apart */
             uint32_t start = 0;
-            for (int b = top; b >= bT; b--) {
-                uint32_t end = pos[b];
-                if (end - start > 48) topk_sort(sk + start, si + start, tk, ti, (int64_t)(end - start));
-                start = end;
+            for (int b = top; b > bT; b--) {
+                if (hist[b] > 48) topk_sort(sk + start, si + start, tk, ti, (int64_t)hist[b]);
+                start += hist[b];
             }
         }
         /* buckets are in order; one stable insertion pass orders keys within the small ones */
