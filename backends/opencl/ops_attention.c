@@ -10,7 +10,8 @@
  * flash-decoding style, merged across splits by attn_combine (GPUs only; CPU devices keep
  * attn_main).
  * KVS_OCL_ATTN=main|dec forces a path (tests use it to run every case through both);
- * KVS_OCL_ATTN_SPLITS=n forces n key splits. */
+ * KVS_OCL_ATTN_SPLITS=n forces n key splits, KVS_OCL_ATTN_WG=n caps attn_dec's work-group;
+ * KVS_OCL_DEBUG=1 prints each call's plan to stderr. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,18 +29,26 @@ static cl_mem mem_or(kvs_device *dev, const kvs_tensor *t) {
 }
 static int64_t off_or(const kvs_tensor *t) { return t ? (int64_t)(t->offset / 4) : 0; }
 
-/* attn_dec launch plan (see attention.cl): work-group nt, rows per group rb, key tile bk, lane
- * width vw, separate K/V tiles sepv. Returns 0 when the shape does not fit (the caller takes attn_main). */
+/* KVS_OCL_DEBUG=1: each call prints its launch plan to stderr (path, work-group, tiles, splits,
+ * the compiled kernel's limits), for checking on a GPU which kernel ran. */
+static int debug_on(void) {
+    const char *e = getenv("KVS_OCL_DEBUG");
+    return e && e[0] && strcmp(e, "0") != 0;
+}
+
+/* attn_dec launch plan (see attention.cl): work-group nt (<= nt_cap), rows per group rb, key tile
+ * bk, lane width vw, separate K/V tiles sepv. Returns 0 when the shape does not fit (the caller
+ * takes attn_main). */
 typedef struct dec_plan { int nt, rb, bk, vw, sepv; } dec_plan;
 
-static int dec_plan_make(kvs_device *dev, int64_t n_q, int G, int hd, dec_plan *pl) {
+static int dec_plan_make(kvs_device *dev, int64_t n_q, int G, int hd, size_t nt_cap, dec_plan *pl) {
     kvs_ocl *o = dev->impl;
     int vw = hd % 4 == 0 ? 4 : 1;
     int lanes = hd / vw;
     /* 128 items for decoding (G * head_dim / vw accumulators spread one or two per item), 256
-     * when a group holds many query vectors */
+     * when a group holds many query vectors; at most nt_cap (device or compiled-kernel limit) */
     size_t nt = n_q * G * lanes >= 1024 ? 256 : 128;
-    if (nt > o->max_wg) nt = kvs_ocl_pow2_floor(o->max_wg);
+    if (nt > nt_cap) nt = kvs_ocl_pow2_floor(nt_cap);
     if (nt < 32 || (size_t)lanes > nt || (size_t)G > nt) return 0; /* one item per query vector */
     int pstep = (int)nt / lanes;
     const int max_acc = vw == 4 ? 8 : 16; /* private accumulators per item (floats: 32 / 16) */
@@ -115,25 +124,29 @@ kvs_status kvs_ocl_attention(kvs_device *dev, const kvs_attention_args *a) {
      * attn_main otherwise, when attn_dec does not fit, and on CPU devices (no registers to
      * spill, and barriers cost a CPU runtime more than the work they share). */
     dec_plan pl = {0, 0, 0, 0, 0};
-    int use_dec = dec_plan_make(dev, a->n_q, G, hd, &pl);
-    const char *force = getenv("KVS_OCL_ATTN");
-    if (use_dec && !(force && strcmp(force, "dec") == 0))
-        use_dec = (force && strcmp(force, "main") == 0)
-                      ? 0
-                      : !o->is_cpu && (a->n_q <= 16 || hd > 64 || ntiles * (size_t)a->n_kv_heads < cus);
+    const char *force = getenv("KVS_OCL_ATTN"), *wge = getenv("KVS_OCL_ATTN_WG");
+    size_t nt_cap = wge && atoi(wge) > 0 && (size_t)atoi(wge) < o->max_wg ? (size_t)atoi(wge) : o->max_wg;
+    int fits = dec_plan_make(dev, a->n_q, G, hd, nt_cap, &pl);
+    int forced_dec = force && strcmp(force, "dec") == 0, forced_main = force && strcmp(force, "main") == 0;
+    int use_dec = fits && !forced_main &&
+                  (forced_dec || (!o->is_cpu && (a->n_q <= 16 || hd > 64 || ntiles * (size_t)a->n_kv_heads < cus)));
     char defs[320];
     cl_kernel k = NULL;
-    if (use_dec) {
-        /* the compiled kernel may allow fewer items per group than the device (registers) */
+    size_t kwg = 0;
+    while (use_dec) {
         snprintf(defs, sizeof defs,
                  "#define ATTN_DEC 1\n#define HEAD_DIM %d\n#define G %d\n#define DNT %d\n#define RB %d\n#define BK %d\n"
                  "#define VW %d\n#define SEPV %d\n#define KV_T %d\n#define KM_WG 64\n#define KM_TP 16\n",
                  hd, G, pl.nt, pl.rb, pl.bk, pl.vw, pl.sepv, f16);
         KVS_TRY(kvs_ocl_kernel(dev, "attention.cl", defs, "attn_dec", &k));
-        size_t kwg = 0;
-        if (clGetKernelWorkGroupInfo(k, o->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof kwg, &kwg, NULL) == CL_SUCCESS &&
-            kwg > 0 && kwg < (size_t)pl.nt)
-            use_dec = 0;
+        /* the compiled kernel may allow fewer items per group than the device (registers): plan
+         * again for that many items, or take attn_main when no plan fits */
+        kwg = 0;
+        if (clGetKernelWorkGroupInfo(k, o->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof kwg, &kwg, NULL) != CL_SUCCESS ||
+            kwg == 0 || kwg >= (size_t)pl.nt)
+            break;
+        size_t cap_nt = kvs_ocl_pow2_floor(kwg);
+        if (cap_nt >= (size_t)pl.nt || !dec_plan_make(dev, a->n_q, G, hd, cap_nt, &pl)) use_dec = 0;
     }
     size_t want_wgs = (use_dec ? 4 : 2) * cus;
     if (!use_dec) {
@@ -193,6 +206,22 @@ kvs_status kvs_ocl_attention(kvs_device *dev, const kvs_attention_args *a) {
         size_t wg = use_dec ? (size_t)pl.nt : (size_t)(bq * G);
         size_t lws[3] = {wg, 1, 1};
         size_t gws[3] = {ntiles * wg, (size_t)a->n_kv_heads, (size_t)n_split};
+        if (debug_on()) {
+            cl_ulong priv = 0, lmem = 0;
+            size_t kw = 0;
+            clGetKernelWorkGroupInfo(k, o->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof kw, &kw, NULL);
+            clGetKernelWorkGroupInfo(k, o->device, CL_KERNEL_PRIVATE_MEM_SIZE, sizeof priv, &priv, NULL);
+            clGetKernelWorkGroupInfo(k, o->device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof lmem, &lmem, NULL);
+            fprintf(stderr,
+                    "kvsieve opencl attention: n_q=%lld n_kv=%lld d=%d G=%d kv_heads=%lld -> %s (dec plan %s, forced %s, "
+                    "cpu %d) wg=%zu rows/wg=%d bk=%zu vw=%d sepv=%d tiles=%zu splits=%lld span=%lld work-groups=%zu "
+                    "kernel: max wg %zu, private %llu B, local %llu B; device: max wg %zu, local %zu B, %zu CUs\n",
+                    (long long)a->n_q, (long long)a->n_kv, hd, G, (long long)a->n_kv_heads, kname,
+                    fits ? "fits" : "does not fit", force ? force : "no", o->is_cpu, wg, use_dec ? pl.rb : bq, bk,
+                    use_dec ? pl.vw : 1, use_dec ? pl.sepv : 1, ntiles, (long long)n_split, (long long)span,
+                    ntiles * (size_t)a->n_kv_heads * (size_t)n_split, kw, (unsigned long long)priv,
+                    (unsigned long long)lmem, o->max_wg, o->local_mem, cus);
+        }
         KVS_TRY(kvs_ocl_launch(dev, k, kname, 3, gws, lws, (int)(sizeof args / sizeof args[0]), args));
     }
     if (n_split > 1) {
