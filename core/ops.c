@@ -75,18 +75,30 @@ kvs_status kvs_matmul(kvs_device *dev, const kvs_tensor *W, const kvs_tensor *x,
     return dev->ops->matmul(dev, &a);
 }
 
-kvs_status kvs_add(kvs_device *dev, const kvs_tensor *a, const kvs_tensor *b, kvs_tensor *y) {
-    const char *op = "kvs_add";
-    CHECK_NONNULL(op, a); CHECK_NONNULL(op, b); CHECK_NONNULL(op, y);
-    TRY_DEV(a); TRY_DEV(b); TRY_DEV(y);
-    KVS_TRY(want_dtype(op, a, "a", KVS_F32));
-    KVS_TRY(want_dtype(op, b, "b", KVS_F32));
-    KVS_TRY(want_dtype(op, y, "y", KVS_F32));
-    int64_t n = kvs_tensor_nelements(a);
-    KVS_TRY(want_nel(op, b, "b", n));
-    KVS_TRY(want_nel(op, y, "y", n));
+/* Shared checks of the f32 element-wise ops y = f(a, b): non-NULL, one device, f32, equal element
+ * counts (written to *n), y either the same view as an input or disjoint from it. */
+static kvs_status check_ew2(kvs_device *dev, const char *op, const kvs_tensor *a, const char *an, const kvs_tensor *b,
+                            const char *bn, const kvs_tensor *y, const char *yn, int64_t *n) {
+    const kvs_tensor *t[3] = {a, b, y};
+    const char *nm[3] = {an, bn, yn};
+    for (int i = 0; i < 3; i++) {
+        if (!t[i]) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: %s is NULL", op, nm[i]);
+        KVS_TRY(same_dev(op, dev, t[i], nm[i]));
+    }
+    KVS_TRY(want_dtype(op, a, an, KVS_F32));
+    KVS_TRY(want_dtype(op, b, bn, KVS_F32));
+    KVS_TRY(want_dtype(op, y, yn, KVS_F32));
+    *n = kvs_tensor_nelements(a);
+    KVS_TRY(want_nel(op, b, bn, *n));
+    KVS_TRY(want_nel(op, y, yn, *n));
     if ((overlaps(y, a) && y->offset != a->offset) || (overlaps(y, b) && y->offset != b->offset))
-        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: y partially overlaps an input", op);
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: %s partially overlaps an input", op, yn);
+    return KVS_OK;
+}
+
+kvs_status kvs_add(kvs_device *dev, const kvs_tensor *a, const kvs_tensor *b, kvs_tensor *y) {
+    int64_t n = 0;
+    KVS_TRY(check_ew2(dev, "kvs_add", a, "a", b, "b", y, "y", &n));
     return dev->ops->add(dev, a, b, y, n);
 }
 
@@ -120,17 +132,8 @@ kvs_status kvs_rmsnorm(kvs_device *dev, const kvs_tensor *x, const kvs_tensor *w
 }
 
 kvs_status kvs_swiglu(kvs_device *dev, const kvs_tensor *gate, const kvs_tensor *up, kvs_tensor *out) {
-    const char *op = "kvs_swiglu";
-    CHECK_NONNULL(op, gate); CHECK_NONNULL(op, up); CHECK_NONNULL(op, out);
-    TRY_DEV(gate); TRY_DEV(up); TRY_DEV(out);
-    KVS_TRY(want_dtype(op, gate, "gate", KVS_F32));
-    KVS_TRY(want_dtype(op, up, "up", KVS_F32));
-    KVS_TRY(want_dtype(op, out, "out", KVS_F32));
-    int64_t n = kvs_tensor_nelements(gate);
-    KVS_TRY(want_nel(op, up, "up", n));
-    KVS_TRY(want_nel(op, out, "out", n));
-    if ((overlaps(out, gate) && out->offset != gate->offset) || (overlaps(out, up) && out->offset != up->offset))
-        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: out partially overlaps an input", op);
+    int64_t n = 0;
+    KVS_TRY(check_ew2(dev, "kvs_swiglu", gate, "gate", up, "up", out, "out", &n));
     return dev->ops->swiglu(dev, gate, up, out, n);
 }
 

@@ -2,11 +2,14 @@
  *  - GGUF side files round-trip every weight bit-exactly (and re-saving gives identical bytes);
  *  - wrong kind, another model's shape, truncated, garbage and non-policy files are refused with
  *    the documented status and a message;
- *  - training is deterministic for a seed (two runs: identical weights; another seed: different);
+ *  - training is deterministic for a seed (two runs: identical weights; another seed: different),
+ *    also rl with cycled budgets and model selection (which keeps the best validation KL seen);
  *  - the three policies run in the decode loop: budget 1.0 is exactly the full cache, a small
  *    budget shrinks the cache and keeps the logits finite;
- *  - retention scores follow a * (t - pos) * log beta + c with log beta from the gate (checked by
- *    recomputing the gate in float64 from the saved weights on the layer input rows).
+ *  - threshold and floor modes: with constructed retention weights whose score depends only on the
+ *    age, the cache after every decode step holds exactly the rows a hand model of the evictor
+ *    predicts (threshold evicts below the budget; the budget caps in scope head; a pooled global
+ *    budget lets a head keep more; the Ada-KV floor keeps rows the threshold would evict).
  * Missing fixtures or backend skip (77). */
 #include <check.h>
 #include <math.h>
@@ -201,6 +204,65 @@ START_TEST(test_train_deterministic) {
 }
 END_TEST
 
+typedef struct val_log { int calls, best_first; double first, best; } val_log;
+static void on_validated(int64_t step, double kl, int best, void *user) {
+    val_log *v = user;
+    if (v->calls == 0) v->first = kl, v->best_first = best;
+    if (best) v->best = kl;
+    ck_assert_msg(isfinite(kl) && kl >= 0, "step %lld: validation KL %g", (long long)step, kl);
+    v->calls++;
+}
+
+/* rl with the CLI's options: budgets cycled, model selection on held-back windows (the start
+ * included, so the validation KL of the result is the minimum seen), deterministic; bad values
+ * refused. */
+START_TEST(test_train_rl_selection) {
+    fx f;
+    fx_open(&f);
+    int64_t n = 400;
+    int32_t *tok = make_tokens(n, f.hp->vocab);
+    float *w0 = NULL;
+    int64_t np = 0;
+    for (int run = 0; run < 2; run++) {
+        kvs_learned *w = NULL;
+        ck_assert(kvs_learned_create(&w, KVS_LEARNED_RL, f.hp, 9) == KVS_OK);
+        kvs_train_params tp = kvs_train_params_default();
+        tp.steps = 4, tp.seed = 9, tp.ctx = 48, tp.horizon = 8;
+        tp.n_budgets = 2, tp.budgets[0] = 0.2, tp.budgets[1] = 0.4;
+        tp.val_windows = 2;
+        val_log vl = {0, 0, 0, INFINITY};
+        tp.validated = on_validated, tp.user = &vl;
+        ck_assert_msg(kvs_learned_train(w, f.m, tok, n, &tp, NULL) == KVS_OK, "%s", kvs_last_error());
+        ck_assert_int_eq(vl.calls, 5); /* every step (steps / 10 = 0 -> 1) and after the last */
+        ck_assert(vl.best_first);
+        ck_assert(vl.best <= vl.first);
+        float *p = kvs_learned_params(w, &np);
+        if (run == 0) {
+            w0 = malloc((size_t)np * sizeof *w0);
+            memcpy(w0, p, (size_t)np * sizeof *w0);
+        } else {
+            ck_assert_msg(memcmp(w0, p, (size_t)np * sizeof *w0) == 0, "same seed, different weights");
+        }
+        kvs_learned_destroy(&w);
+    }
+    kvs_learned *w = NULL;
+    ck_assert(kvs_learned_create(&w, KVS_LEARNED_RL, f.hp, 9) == KVS_OK);
+    kvs_train_params tp = kvs_train_params_default();
+    tp.ctx = 48, tp.horizon = 8;
+    tp.rl_samples = 1;
+    ck_assert_int_eq(kvs_learned_train(w, f.m, tok, n, &tp, NULL), KVS_ERR_INVALID_ARGUMENT);
+    tp.rl_samples = 0, tp.n_budgets = 1, tp.budgets[0] = 1.5;
+    ck_assert_int_eq(kvs_learned_train(w, f.m, tok, n, &tp, NULL), KVS_ERR_INVALID_ARGUMENT);
+    tp.n_budgets = KVS_TRAIN_MAX_BUDGETS + 1;
+    ck_assert_int_eq(kvs_learned_train(w, f.m, tok, n, &tp, NULL), KVS_ERR_INVALID_ARGUMENT);
+    tp.n_budgets = 0, tp.val_windows = -1;
+    ck_assert_int_eq(kvs_learned_train(w, f.m, tok, n, &tp, NULL), KVS_ERR_INVALID_ARGUMENT);
+    kvs_learned_destroy(&w);
+    free(w0), free(tok);
+    fx_close(&f);
+}
+END_TEST
+
 /* Greedy decode of n tokens after a prompt with a policy; returns the tokens. */
 static void decode(fx *f, kvs_policy *pol, double budget, int32_t *out, int64_t n, int64_t *peak_bytes) {
     int32_t prompt[6] = {1, 403, 407, 261, 378, 426};
@@ -247,6 +309,153 @@ START_TEST(test_policies_decode) {
 }
 END_TEST
 
+
+/* ---- threshold and floor modes: hand-checked keep-sets ---------------------------------------- */
+
+/* Retention weights whose score depends only on the age: W1 = b1 = W2 = 0, so log beta of (l, h) is
+ * logsigmoid(b2[l][h]) = -lambda[l][h] for every token, and with the projection (a, c) = (1, 0) a
+ * row of age t - pos scores -lambda * age. With threshold -TAU a row goes exactly when
+ * age > TAU / lambda; lambda = TAU / (m + 0.5) puts that cut half-way between ages m and m + 1. */
+#define THR_TAU 10.0
+static int thr_m(int l, int h) { return (3 * l + 5 * h) % 11; } /* rows of age 0..m pass */
+
+static kvs_learned *age_only_retention(const kvs_model_hparams *hp) {
+    kvs_learned *w = NULL;
+    ck_assert(kvs_learned_create(&w, KVS_LEARNED_RETENTION, hp, 1) == KVS_OK);
+    int64_t n = 0;
+    float *p = kvs_learned_params(w, &n);
+    int L = hp->n_layers, H = hp->n_kv_heads, dim = hp->dim;
+    int64_t block = (n - 2) / L, G = (block - H) / (dim + 1 + H); /* W1 [G][dim], b1 [G], W2 [H][G], b2 [H] */
+    ck_assert_int_eq(L * (G * dim + G + H * G + H) + 2, n);
+    memset(p, 0, (size_t)n * sizeof *p);
+    for (int l = 0; l < L; l++)
+        for (int h = 0; h < H; h++) {
+            double lam = THR_TAU / (thr_m(l, h) + 0.5);
+            /* logsigmoid(z) = -lam  <=>  z = -lam - log(1 - e^-lam) */
+            p[l * block + G * dim + G + H * G + h] = (float)(-lam - log(1.0 - exp(-lam)));
+        }
+    p[n - 2] = 1.0f, p[n - 1] = 0.0f;
+    return w;
+}
+
+typedef struct thr_case {
+    kvs_budget_scope scope;
+    float alpha;
+    int64_t budget, buffer;
+} thr_case;
+
+/* The model of the evictor for these weights: per (l, h) the cache holds a contiguous run of the
+ * newest positions (every score falls with age), so a length per (l, h) is the whole state. */
+static void thr_expect(const thr_case *tc, int L, int H, int64_t cap, int64_t *len) {
+    int64_t B = tc->budget, tot = 0, trig = 0;
+    int P0 = 0, P1 = L;
+    for (int pool = 0; pool < (tc->scope == KVS_SCOPE_GLOBAL ? 1 : L); pool++) {
+        if (tc->scope != KVS_SCOPE_GLOBAL) P0 = pool, P1 = pool + 1;
+        tot = 0, trig = 0;
+        int full = 0;
+        for (int l = P0; l < P1; l++)
+            for (int h = 0; h < H; h++) {
+                int64_t n = len[l * H + h];
+                if (tc->scope == KVS_SCOPE_HEAD) tot = n > tot ? n : tot;
+                else tot += n;
+                if (n >= cap) full = 1;
+            }
+        trig = (tc->scope == KVS_SCOPE_HEAD ? 1 : (int64_t)(P1 - P0) * H) * (B + tc->buffer);
+        if (tot < trig && !full) continue;
+        int64_t fl = (int64_t)floor((double)tc->alpha * (double)B);
+        int64_t sum = 0;
+        for (int l = P0; l < P1; l++)
+            for (int h = 0; h < H; h++) {
+                int64_t *n = &len[l * H + h], keep = thr_m(l, h) + 1; /* ages 0..m pass the threshold */
+                if (keep < fl) keep = fl;                             /* the floor's newest rows stay */
+                if (tc->scope == KVS_SCOPE_HEAD && keep > B) keep = B; /* the budget caps a head */
+                if (keep < *n) *n = keep;
+                sum += *n;
+            }
+        /* pooled scopes: the cases below keep the survivors within the pool's budget */
+        if (tc->scope != KVS_SCOPE_HEAD) ck_assert_int_le(sum, (int64_t)(P1 - P0) * H * B);
+    }
+}
+
+START_TEST(test_threshold_keep_set) {
+    fx f;
+    fx_open(&f);
+    int L = f.hp->n_layers, H = f.hp->n_kv_heads;
+    kvs_learned *w = age_only_retention(f.hp);
+    const thr_case cases[] = {
+        {KVS_SCOPE_HEAD, 0.0f, 6, 3},   /* threshold, and the budget caps heads with m + 1 > 6 */
+        {KVS_SCOPE_GLOBAL, 0.0f, 8, 3}, /* threshold alone: a head may keep more than 8 */
+        {KVS_SCOPE_LAYER, 0.5f, 8, 2},  /* floor 4 rows per head overrides the threshold */
+    };
+    int64_t T = 70;
+    int32_t *tok = make_tokens(T, f.hp->vocab);
+    tok[0] = 1;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const thr_case *tc = &cases[ci];
+        kvs_policy *pol = NULL;
+        ck_assert_msg(kvs_learned_policy(&pol, w, (float)-THR_TAU, tc->alpha, 0) == KVS_OK, "%s", kvs_last_error());
+        kvs_evict_params ep = kvs_evict_params_default();
+        ep.policy = pol;
+        ep.budget = (double)tc->budget;
+        ep.scope = tc->scope;
+        ep.buffer = tc->buffer;
+        kvs_evictor *ev = NULL;
+        ck_assert_msg(kvs_evictor_create(&ev, &ep, f.hp, T) == KVS_OK, "%s", kvs_last_error());
+        kvs_cache_params cp = kvs_model_cache_params(f.m);
+        cp.mode = KVS_CACHE_APPEND;
+        cp.capacity = kvs_evictor_capacity(ev, 1);
+        kvs_kv_cache *c = NULL;
+        ck_assert_msg(kvs_cache_create(&c, f.dev, &cp) == KVS_OK, "%s", kvs_last_error());
+        ck_assert(kvs_evictor_begin(ev, c) == KVS_OK);
+        kvs_layer_plan *lp = calloc((size_t)L, sizeof *lp);
+        int64_t *len = calloc((size_t)(L * H), sizeof *len);
+        int below_budget = 0, over_budget = 0;
+        for (int64_t t = 0; t < T; t++) {
+            int32_t zero = 0, pos = (int32_t)t;
+            kvs_step_plan plan = {.tokens = tok + t, .n_tokens = 1, .positions = &pos, .logit_rows = &zero, .n_logit_rows = 1};
+            int any = 0;
+            ck_assert(kvs_evictor_plan(ev, 1, lp, &any) == KVS_OK);
+            plan.layers = any ? lp : NULL;
+            kvs_step_result res;
+            ck_assert_msg(kvs_model_forward(f.m, c, &plan, &res) == KVS_OK, "%s", kvs_last_error());
+            ck_assert_msg(kvs_evictor_update(ev, c, &res) == KVS_OK, "%s", kvs_last_error());
+            for (int i = 0; i < L * H; i++) len[i]++;
+            thr_expect(tc, L, H, cp.capacity, len);
+            for (int l = 0; l < L; l++)
+                for (int h = 0; h < H; h++) {
+                    int64_t n = kvs_cache_len(c, l, h);
+                    const int32_t *ps = kvs_cache_positions(c, l, h);
+                    ck_assert_msg(n == len[l * H + h], "case %zu step %lld layer %d head %d: %lld rows, expected %lld", ci,
+                                  (long long)t, l, h, (long long)n, (long long)len[l * H + h]);
+                    for (int64_t i = 0; i < n; i++)
+                        ck_assert_msg(ps[i] == (int32_t)(t - n + 1 + i), "case %zu step %lld layer %d head %d: row %lld at %d",
+                                      ci, (long long)t, l, h, (long long)i, ps[i]);
+                    if (t == T - 1 && n < tc->budget) below_budget = 1;
+                    if (t == T - 1 && n > tc->budget) over_budget = 1;
+                }
+        }
+        kvs_evict_stats st = kvs_evictor_get_stats(ev);
+        ck_assert_int_gt(st.evictions, 2);
+        ck_assert_msg(below_budget, "case %zu: the threshold never evicted below the budget", ci);
+        if (tc->scope == KVS_SCOPE_GLOBAL) ck_assert_msg(over_budget, "global: no head kept more than its share");
+        free(lp), free(len);
+        kvs_cache_destroy(&c);
+        kvs_evictor_destroy(&ev);
+        kvs_policy_destroy(&pol);
+    }
+    /* refusals */
+    kvs_policy *pol = NULL;
+    ck_assert_int_eq(kvs_learned_policy(&pol, w, NAN, 0.0f, 0), KVS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(kvs_learned_policy(&pol, w, INFINITY, 0.0f, 0), KVS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(kvs_learned_policy(&pol, w, -1.0f, 1.5f, 0), KVS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(kvs_learned_policy(&pol, w, -1.0f, -0.1f, 0), KVS_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_null(pol);
+    free(tok);
+    kvs_learned_destroy(&w);
+    fx_close(&f);
+}
+END_TEST
+
 /* The device count runs in a child process: OpenCL/Vulkan state must never be created in the
  * parent before Check forks (a forked child then waits forever on the runtime's locks). */
 int main(int argc, char **argv) {
@@ -258,7 +467,9 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_roundtrip_bit_exact);
     tcase_add_test(tc, test_refusals);
     tcase_add_test(tc, test_train_deterministic);
+    tcase_add_test(tc, test_train_rl_selection);
     tcase_add_test(tc, test_policies_decode);
+    tcase_add_test(tc, test_threshold_keep_set);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # kvsieve train / eval / generate with learned policies, end to end on stories260K (tiny settings):
 # each kind trains (2 steps) into a side file written atomically, the same seed gives an identical
-# file, eval and generate accept it, and a wrong kind, a missing file and a non-policy file are
-# refused with exit 2 and a message. Usage: test_learned_cli.sh KVSIEVE TEXT (skips with 77 when
+# file, eval and generate accept it (also in threshold and floor modes: --learned-threshold,
+# --floor), and a wrong kind, a missing file, a non-policy file and bad mode values are refused
+# with exit 2 and a message. Usage: test_learned_cli.sh KVSIEVE TEXT (skips with 77 when
 # the model or text is missing).
 set -u
 exe=$1
@@ -35,6 +36,33 @@ for k in retention indexer rl; do grep -q "^$k " "$dir/eval" || fail "eval: no r
 grep -q "split held-out" "$dir/eval" || fail "eval: split not reported"
 "$exe" generate -m $model -p "Once upon a time" -n 40 --policy retention --policy-file "$dir/retention.gguf" \
   --budget 0.5 > "$dir/gen" 2>"$dir/err" || fail "generate: $(cat "$dir/err")"
+# threshold and floor modes (retention/indexer); the eval header names them
+"$exe" generate -m $model -p "Once upon a time" -n 40 --policy retention --policy-file "$dir/retention.gguf" \
+  --budget 0.5 --learned-threshold -4.6 --floor 0.25 > "$dir/gen" 2>"$dir/err" || fail "generate threshold/floor: $(cat "$dir/err")"
+"$exe" eval -m $model --text "$text" --split held-out --policies adakv,retention,indexer \
+  --policy-file "$dir/retention.gguf,$dir/indexer.gguf" --budgets 0.25 --ctx 48 --windows 1 --scope global \
+  --learned-threshold -5 --floor 0.5 > "$dir/eval" 2>"$dir/err" || fail "eval threshold/floor: $(cat "$dir/err")"
+grep -q "threshold mode: .* below -5; floor: .* 0.5" "$dir/eval" || fail "eval: modes not reported: $(head -3 "$dir/eval")"
+for k in adakv retention indexer; do grep -q "^$k " "$dir/eval" || fail "eval threshold/floor: no row for $k"; done
+# bad mode values and flags for policies that have no such mode: usage errors (2) with a message
+bad() { # expected-message-fragment, then the command's arguments
+  want=$1; shift
+  "$exe" "$@" >/dev/null 2>"$dir/err"
+  rc=$?
+  [ $rc -eq 2 ] && grep -q -- "$want" "$dir/err" || fail "$* -> rc $rc, $(cat "$dir/err") (wanted exit 2 and '$want')"
+}
+gen=(generate -m $model -p "Hi" -n 8 --budget 0.5)
+bad "finite score" "${gen[@]}" --policy retention --policy-file "$dir/retention.gguf" --learned-threshold nan
+bad "finite score" "${gen[@]}" --policy retention --policy-file "$dir/retention.gguf" --learned-threshold inf
+bad "finite score" "${gen[@]}" --policy retention --policy-file "$dir/retention.gguf" --learned-threshold 1e99
+bad "finite score" "${gen[@]}" --policy indexer --policy-file "$dir/indexer.gguf" --learned-threshold abc
+bad "needs a learned policy" "${gen[@]}" --policy h2o --learned-threshold -3
+bad "fraction in \[0, 1\]" "${gen[@]}" --policy retention --policy-file "$dir/retention.gguf" --floor 1.5
+bad "fraction in \[0, 1\]" "${gen[@]}" --policy adakv --floor -0.1
+bad "applies to adakv" "${gen[@]}" --policy snapkv --floor 0.2
+bad "need --policy" "${gen[@]}" --floor 0.2
+bad "needs a learned policy" eval -m $model --text "$text" --policies h2o,snapkv --budgets 0.25 --ctx 48 --windows 1 \
+  --learned-threshold -3
 # refusals
 "$exe" eval -m $model --text "$text" --policies rl --policy-file "$dir/retention.gguf" --budgets 0.25 --ctx 48 \
   --windows 1 >/dev/null 2>"$dir/err"

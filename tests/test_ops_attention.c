@@ -81,6 +81,11 @@ static const attn_case cases[] = {
      A_QPOS | A_KPOS | A_KVLEN | A_ROWLEN | A_MASK | A_MASKINF | A_STATS | A_STATROWS | A_ACCUM | A_NANPAD, 0.3f},
     {"f16_unnormalised_extreme", 13, 4, 2, 64, 100, 0, 0, 1, A_EXTREME | A_STATS | A_UNNORM, 0},
     {"f16_long_decode", 1, 8, 2, 128, 2100, 2049, 1, 1, A_STATS | A_NANPAD, 0},
+    /* decoding shapes of GPU backends' split-key paths: odd key counts, head_dim 128, GQA 8/2 */
+    {"decode_d128_gqa4", 1, 8, 2, 128, 4100, 4099, 1, 0, A_STATS | A_NANPAD, 0},
+    {"decode3_d128_gqa4", 3, 8, 2, 128, 4100, 4099, 1, 0, A_STATS | A_NANPAD | A_KVLEN, 0},
+    {"decode3_d128_everything", 3, 8, 2, 128, 4100, 4099, 1, 0,
+     A_QPOS | A_KPOS | A_KVLEN | A_ROWLEN | A_MASK | A_MASKINF | A_STATS | A_STATROWS | A_ACCUM | A_NANPAD, 0},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 

@@ -23,12 +23,18 @@ enum {
     K_NOVAL = 1 << 5,  /* val = NULL */
     K_ZEROS = 1 << 6,  /* +0.0 and -0.0 mixed (equal scores) */
     K_PINF = 1 << 7,   /* some +inf entries */
+    K_NEG = 1 << 8,    /* every score negative (log-probabilities): the threshold is negative */
+    K_FINE = 1 << 9,   /* values on a fine grid of a narrow range: crowded buckets, many ties */
+    K_OUTLIER = 1 << 10, /* a few huge values: a wide key range, distinct keys crowd one bucket */
 };
 
 static void fill_scores(float *x, int64_t n, unsigned f, int levels) {
     for (int64_t i = 0; i < n; i++) {
         if (f & K_TIES) x[i] = (float)t_rand_int(0, levels - 1) * 0.25f - 3.0f;
+        else if (f & K_FINE) x[i] = 1.0f + (float)t_rand_int(0, 511) * 0x1p-20f;
         else x[i] = (float)t_rand_normal();
+        if (f & K_NEG) x[i] = -fabsf(x[i]) - 5.0f;
+        if ((f & K_OUTLIER) && t_rand_int(0, 4999) == 0) x[i] = 1e30f * (float)t_rand_int(1, 9);
         if ((f & K_NAN) && t_rand_int(0, 9) == 0) x[i] = NAN;
         if ((f & K_NINF) && t_rand_int(0, 9) == 0) x[i] = -INFINITY;
         if ((f & K_PINF) && t_rand_int(0, 49) == 0) x[i] = INFINITY;
@@ -37,9 +43,9 @@ static void fill_scores(float *x, int64_t n, unsigned f, int levels) {
 }
 
 static void flag_str(unsigned f, char *buf, size_t n) {
-    static const char *names[] = {"ties", "nan", "-inf", "order_by_index", "row_len", "no_val", "signed_zeros", "+inf"};
+    static const char *names[] = {"ties", "nan", "-inf", "order_by_index", "row_len", "no_val", "signed_zeros", "+inf", "negative", "fine", "outliers"};
     buf[0] = '\0';
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < 11; i++)
         if (f & (1u << i)) {
             strncat(buf, buf[0] ? "," : "", n - strlen(buf) - 1);
             strncat(buf, names[i], n - strlen(buf) - 1);
@@ -65,6 +71,14 @@ static const topk_case row_cases[] = {
     {3, 13, 13, K_NOVAL | K_NAN},
     {7, 257, 1, K_NINF | K_TIES},
     {2, 100000, 10, 0},
+    /* the sampled-threshold path at the benchmark's shape, both orders, negative and NaN data */
+    {3, 65536, 1024, 0},
+    {3, 65536, 1024, K_ORDER},
+    {2, 30001, 500, K_NEG | K_NAN | K_NINF},
+    {2, 30001, 500, K_NEG | K_ORDER},
+    {2, 40000, 3000, K_FINE},
+    {2, 40000, 3000, K_FINE | K_ORDER},
+    {3, 65536, 1024, K_OUTLIER},
 };
 
 static void topk_rows_run(int _i) {
@@ -142,6 +156,9 @@ static const global_case global_cases[] = {
     {13, 0, 0, 13, K_NOVAL | K_ZEROS, 0},
     {4096, 64, 0, 777, K_NAN | K_PINF, 0},
     {1, 0, 0, 1, 0, 0},
+    {300, 1000, 0, 4096, K_NEG | K_NAN, 0},
+    {200, 1000, 0, 5000, K_FINE, 0},
+    {200, 1000, 0, 5000, K_FINE | K_ORDER, 0},
 };
 
 static void topk_global_run(int _i) {

@@ -88,37 +88,29 @@ static void row_to_f32(const void *base, kvs_dtype dt, int64_t r, int64_t n, flo
  * it, portable 16-lane C otherwise). Rows of W are split over the threads. */
 #define KVS_GEMV_MAX_N 4
 
-KVS_CLONES
-static void dot_rows_f16(const uint16_t *KVS_RESTRICT w, const float *KVS_RESTRICT x, int64_t k, int64_t n,
-                         float *KVS_RESTRICT acc) {
-    for (int64_t i = 0; i < n; i++) {
-        const float *xi = x + i * k;
-        float s[16] = {0};
-        int64_t c = 0;
-        for (; c + 16 <= k; c += 16)
-            for (int t = 0; t < 16; t++) s[t] += kvs_h2f(w[c + t]) * xi[c + t];
-        float tot = 0.0f;
-        for (; c < k; c++) tot += kvs_h2f(w[c]) * xi[c];
-        for (int t = 0; t < 16; t++) tot += s[t];
-        acc[i] = tot;
+/* acc[i] = W_row . x_i for i < n, W row of k values of type T read through TO_F32 (portable
+ * 16-lane C the compiler vectorises; the AVX-512 path below is the fast one). */
+#define KVS_DEFINE_DOT_ROWS(name, T, TO_F32)                                                            \
+    KVS_CLONES                                                                                       \
+    static void name(const T *KVS_RESTRICT w, const float *KVS_RESTRICT x, int64_t k, int64_t n,      \
+                     float *KVS_RESTRICT acc) {                                                      \
+        for (int64_t i = 0; i < n; i++) {                                                            \
+            const float *xi = x + i * k;                                                             \
+            float s[16] = {0};                                                                       \
+            int64_t c = 0;                                                                           \
+            for (; c + 16 <= k; c += 16)                                                             \
+                for (int t = 0; t < 16; t++) s[t] += TO_F32(w[c + t]) * xi[c + t];                   \
+            float tot = 0.0f;                                                                        \
+            for (; c < k; c++) tot += TO_F32(w[c]) * xi[c];                                          \
+            for (int t = 0; t < 16; t++) tot += s[t];                                                \
+            acc[i] = tot;                                                                            \
+        }                                                                                            \
     }
-}
 
-KVS_CLONES
-static void dot_rows_bf16(const uint16_t *KVS_RESTRICT w, const float *KVS_RESTRICT x, int64_t k, int64_t n,
-                          float *KVS_RESTRICT acc) {
-    for (int64_t i = 0; i < n; i++) {
-        const float *xi = x + i * k;
-        float s[16] = {0};
-        int64_t c = 0;
-        for (; c + 16 <= k; c += 16)
-            for (int t = 0; t < 16; t++) s[t] += kvs_bf2f(w[c + t]) * xi[c + t];
-        float tot = 0.0f;
-        for (; c < k; c++) tot += kvs_bf2f(w[c]) * xi[c];
-        for (int t = 0; t < 16; t++) tot += s[t];
-        acc[i] = tot;
-    }
-}
+#define KVS_F32_ID(v) (v)
+KVS_DEFINE_DOT_ROWS(dot_rows_f32, float, KVS_F32_ID)
+KVS_DEFINE_DOT_ROWS(dot_rows_f16, uint16_t, kvs_h2f)
+KVS_DEFINE_DOT_ROWS(dot_rows_bf16, uint16_t, kvs_bf2f)
 
 KVS_CLONES
 static void dot_rows_q8(const uint8_t *KVS_RESTRICT w, const float *KVS_RESTRICT x, int64_t k, int64_t n,
@@ -138,22 +130,6 @@ static void dot_rows_q8(const uint8_t *KVS_RESTRICT w, const float *KVS_RESTRICT
             for (int t = 0; t < 16; t++) bs += s[t];
             tot += kvs_h2f(hs) * bs;
         }
-        acc[i] = tot;
-    }
-}
-
-KVS_CLONES
-static void dot_rows_f32(const float *KVS_RESTRICT w, const float *KVS_RESTRICT x, int64_t k, int64_t n,
-                         float *KVS_RESTRICT acc) {
-    for (int64_t i = 0; i < n; i++) {
-        const float *xi = x + i * k;
-        float s[16] = {0};
-        int64_t c = 0;
-        for (; c + 16 <= k; c += 16)
-            for (int t = 0; t < 16; t++) s[t] += w[c + t] * xi[c + t];
-        float tot = 0.0f;
-        for (; c < k; c++) tot += w[c] * xi[c];
-        for (int t = 0; t < 16; t++) tot += s[t];
         acc[i] = tot;
     }
 }

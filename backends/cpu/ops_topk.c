@@ -6,15 +6,19 @@
  * pure function of x.
  *
  * Threshold select (as in sample-select / GPU radix-select top-k):
- *  1. a sample of the keys (blocks of 16 spread over x) gives (by radix select) a threshold t0 a margin below the k-th key
- *     of the sample;
+ *  1. a sample of the keys (blocks of 16 spread over x) gives a threshold t0 a margin below the
+ *     expected k-th key (topk_select: histogram rounds over the sample's key range);
  *  2. one streaming pass collects the candidates key >= t0 with their indices, in index order
- *     (AVX-512 compress stores where available, a branch-free loop otherwise); should fewer than k
- *     survive (an unlucky sample), the pass is repeated with a wider margin, then with t0 = 0;
- *  3. a radix select over the candidates finds the exact k-th key T; the candidates above T, and
- *     the lowest-index ones equal to T, are the answer, already in index order (order_by_index);
- *  4. else they are sorted by key, descending, with a stable LSD radix sort (8-bit digits; digits
- *     equal for every entry skipped), so ties keep index order.
+ *     (AVX-512: a float compare and branch-free compress into registers; elsewhere a branch-free
+ *     loop); should fewer than k survive (an unlucky sample), the pass is repeated with a wider
+ *     margin, then with t0 = 0;
+ *  3. a histogram of the candidates over 2048 equal buckets of their (narrow) key range finds the
+ *     bucket bT of the k-th key;
+ *  4. sorted output: a counting sort by bucket (stable) of the buckets >= bT, bucket bT sorted whole
+ *     and cut at k, crowded buckets radix-sorted, then one insertion pass orders keys inside the
+ *     small buckets: key descending, ties by index;
+ *     order_by_index: the exact k-th key T by selection inside bucket bT, then one pass in index
+ *     order takes every key above T and the lowest-index ones equal to T.
  * Global top-k runs step 2 on contiguous chunks in parallel and concatenates them in order. */
 #include <stdlib.h>
 
@@ -34,7 +38,7 @@ static inline uint32_t topk_key(float v) {
 
 /* ---- step 2: candidate collection ------------------------------------------------------ */
 
-/* Appends (key, base + i) for every x[i] with key >= t0; returns the count. Buffers hold n + 1. */
+/* Appends (key, base + i) for every x[i] with key >= t0; returns the count. Buffers hold n + 16. */
 static int64_t topk_collect_generic(const float *x, int64_t n, int64_t base, uint32_t t0, uint32_t *ck,
                                     int32_t *ci) {
     int64_t m = 0;
@@ -48,28 +52,34 @@ static int64_t topk_collect_generic(const float *x, int64_t n, int64_t base, uin
 }
 
 #if KVS_CPU_HAVE_AVX512
+/* The float f whose key is t (t > 0 and produced by topk_key): key(x) >= t  <=>  x >= f for every
+ * non-NaN x, and NaN (key 0) fails both, so the scan can compare floats directly. */
+static inline float topk_key_float(uint32_t t) {
+    return kvs_bits_f32((t & 0x80000000u) ? (t & 0x7fffffffu) : ~t);
+}
+
+/* Branch-free: the selected lanes are compressed into a register and stored whole (the buffers
+ * hold n + 16 entries), so a selection pattern the branch predictor cannot learn costs nothing. */
 __attribute__((target("avx512f")))
 static int64_t topk_collect_avx512(const float *x, int64_t n, int64_t base, uint32_t t0, uint32_t *ck,
                                    int32_t *ci) {
-    const __m512i absmask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+    if (t0 == 0) return topk_collect_generic(x, n, base, t0, ck, ci);
+    const __m512 vf0 = _mm512_set1_ps(topk_key_float(t0));
     const __m512i negz = _mm512_set1_epi32((int)0x80000000u), sign = negz;
-    const __m512i vt0 = _mm512_set1_epi32((int)t0), step = _mm512_set1_epi32(16);
+    const __m512i step = _mm512_set1_epi32(16);
     __m512i vidx = _mm512_add_epi32(_mm512_set1_epi32((int32_t)base),
                                     _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
     int64_t m = 0, i = 0;
     for (; i + 16 <= n; i += 16) {
-        __m512i u = _mm512_loadu_si512((const void *)(x + i));
-        __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, absmask), inf);
-        __mmask16 nz = _mm512_cmpeq_epi32_mask(u, negz);
-        u = _mm512_mask_mov_epi32(u, nz, _mm512_setzero_si512());
-        __m512i flip = _mm512_or_si512(_mm512_srai_epi32(u, 31), sign);
-        __m512i key = _mm512_maskz_mov_epi32((__mmask16)~nan, _mm512_xor_si512(u, flip));
-        __mmask16 sel = _mm512_cmpge_epu32_mask(key, vt0);
-        if (sel) {
-            _mm512_mask_compressstoreu_epi32(ck + m, sel, key);
-            _mm512_mask_compressstoreu_epi32(ci + m, sel, vidx);
-            m += __builtin_popcount((unsigned)sel);
-        }
+        __m512 v = _mm512_loadu_ps(x + i);
+        __mmask16 sel = _mm512_cmp_ps_mask(v, vf0, _CMP_GE_OQ);
+        __m512i u = _mm512_castps_si512(v);
+        u = _mm512_mask_mov_epi32(u, _mm512_cmpeq_epi32_mask(u, negz), _mm512_setzero_si512());
+        __m512i key = _mm512_xor_si512(u, _mm512_or_si512(_mm512_srai_epi32(u, 31), sign));
+        _mm_prefetch((const char *)(x + i + 1024), _MM_HINT_T0);
+        _mm512_storeu_si512((void *)(ck + m), _mm512_maskz_compress_epi32(sel, key));
+        _mm512_storeu_si512((void *)(ci + m), _mm512_maskz_compress_epi32(sel, vidx));
+        m += __builtin_popcount((unsigned)sel);
         vidx = _mm512_add_epi32(vidx, step);
     }
     m += topk_collect_generic(x + i, n - i, base + i, t0, ck + m, ci + m);
@@ -86,61 +96,73 @@ static int64_t topk_collect(const float *x, int64_t n, int64_t base, uint32_t t0
 
 /* ---- step 1: threshold from a sample ------------------------------------------------------ */
 
-/* The r-th largest (0-based) of a[0..n) by radix select, 8 bits a level (a is reused as the
- * survivor list). */
-static uint32_t topk_rselect(uint32_t *a, int64_t n, int64_t r) {
-    uint32_t prefix = 0;
-    for (int sh = 24; sh >= 0; sh -= 8) {
-        /* four interleaved histograms: concentrated keys would otherwise serialise on one
-         * counter's store-to-load latency */
-        uint32_t c4[4][256], cnt[256];
-        memset(c4, 0, sizeof c4);
-        int64_t i = 0;
-        for (; i + 4 <= n; i += 4) {
-            c4[0][(a[i] >> sh) & 0xff]++;
-            c4[1][(a[i + 1] >> sh) & 0xff]++;
-            c4[2][(a[i + 2] >> sh) & 0xff]++;
-            c4[3][(a[i + 3] >> sh) & 0xff]++;
+/* Histogram of key[0..n) (n >= 1) over equal buckets of width 2^sh spanning [lo, hi], at most nb
+ * of them; returns sh. hist must hold nb entries. */
+static int topk_hist(const uint32_t *key, int64_t n, int nb, uint32_t *lo_out, uint32_t *hi_out, uint32_t *hist) {
+    uint32_t lo = UINT32_MAX, hi = 0;
+    for (int64_t i = 0; i < n; i++) {
+        lo = key[i] < lo ? key[i] : lo;
+        hi = key[i] > hi ? key[i] : hi;
+    }
+    int sh = 0;
+    while (((hi - lo) >> sh) >= (uint32_t)nb) sh++;
+    memset(hist, 0, (size_t)nb * sizeof *hist);
+    for (int64_t i = 0; i < n; i++) hist[(key[i] - lo) >> sh]++;
+    *lo_out = lo;
+    *hi_out = hi;
+    return sh;
+}
+
+/* The r-th largest (0-based) of a[0..n) (r < n); a is reused as the survivor list. Each round
+ * histograms the survivors over at most 1024 equal buckets of their key range and keeps the
+ * bucket holding the answer, so the range shrinks 1024-fold a round (at most 4 rounds); a few
+ * survivors are finished by insertion sort. */
+static uint32_t topk_select(uint32_t *a, int64_t n, int64_t r) {
+    for (;;) {
+        if (n <= 48) {
+            for (int64_t i = 1; i < n; i++) {
+                uint32_t kk = a[i];
+                int64_t j = i;
+                for (; j > 0 && a[j - 1] < kk; j--) a[j] = a[j - 1];
+                a[j] = kk;
+            }
+            return a[r];
         }
-        for (; i < n; i++) c4[0][(a[i] >> sh) & 0xff]++;
-        for (int b = 0; b < 256; b++) cnt[b] = c4[0][b] + c4[1][b] + c4[2][b] + c4[3][b];
+        uint32_t hist[1024], lo, hi;
+        const int sh = topk_hist(a, n, 1024, &lo, &hi, hist);
         int64_t acc = 0;
-        int b = 255;
-        for (; b > 0; b--) {
-            if (acc + cnt[b] > r) break;
-            acc += cnt[b];
-        }
-        r -= acc;
-        prefix |= (uint32_t)b << sh;
-        if (sh == 0) break;
-        if (cnt[b] == (uint32_t)n) continue; /* every survivor has this digit */
+        int b = (int)((hi - lo) >> sh);
+        while (acc + (int64_t)hist[b] <= r) acc += hist[b--];
+        if (sh == 0) return lo + (uint32_t)b;
         int64_t m = 0;
-        for (i = 0; i < n; i++) {
+        for (int64_t i = 0; i < n; i++) {
             a[m] = a[i];
-            m += ((a[i] >> sh) & 0xff) == (uint32_t)b;
+            m += (int)((a[i] - lo) >> sh) == b;
         }
         n = m;
+        r -= acc;
     }
-    return prefix;
 }
 
 /* A key t0 that, with high probability, at least k of the n keys reach and not many more
  * (attempt 0; later attempts widen the margin). Returns 0 (take everything) for short inputs, when
- * k is a large fraction of n, or from attempt 2 on. */
+ * k is a large fraction of n, or from attempt 2 on. The bucket holding the sample's rr-th largest
+ * key gives t0 (its lower edge: never above that key). */
 static uint32_t topk_threshold(const float *x, int64_t n, int64_t k, uint32_t *sample, int attempt) {
     if (n <= 768 || k * 4 > n || attempt >= 2) return 0u;
     /* s samples in blocks of 16 consecutive entries spread evenly over x: the sample touches few
      * cache lines, and the collection pass then streams x once at full bandwidth */
     int64_t s = n / 64;
     if (s < 256) s = 256;
-    if (s > 2048) s = 2048;
+    if (s > 8192) s = 8192; /* the sample buffer holds 8192 */
     const int64_t nblk = s / 16, stride = n / nblk;
     for (int64_t b = 0; b < nblk; b++)
         for (int64_t t = 0; t < 16; t++) sample[b * 16 + t] = topk_key(x[b * stride + t]);
     double r = (double)k * (double)s / (double)n;
     double rr = attempt == 0 ? r + 2.5 * sqrt(r) + 4.0 : 2.0 * r + 8.0 * sqrt(r) + 32.0;
     if (rr >= (double)s) return 0u;
-    return topk_rselect(sample, s, (int64_t)rr);
+    uint32_t t0 = topk_select(sample, s, (int64_t)rr);
+    return t0 ? t0 : 1u; /* 0 would mean "everything"; 1 keeps the float compare path */
 }
 
 /* ---- step 3: stable LSD radix sort, key descending ------------------------------------------- */
@@ -199,60 +221,112 @@ static void topk_sort(uint32_t *key, int32_t *idx, uint32_t *tk, int32_t *ti, in
     }
 }
 
-/* ---- step 4 ------------------------------------------------------------------------------ */
+/* ---- step 4: bucket select and sort ------------------------------------------------------ */
 
-/* The k-th largest key among ck[0..c) (c >= k) by radix select over a copy in tk, and how many
- * entries equal to it belong to the top k. */
-static uint32_t topk_kth(const uint32_t *ck, int64_t c, int64_t k, uint32_t *tk, int64_t *n_eq) {
-    memcpy(tk, ck, (size_t)c * sizeof *tk);
-    uint32_t T = topk_rselect(tk, c, k - 1);
-    int64_t gt = 0;
-    for (int64_t i = 0; i < c; i++) gt += ck[i] > T;
-    *n_eq = k - gt;
-    return T;
-}
+#define TOPK_NB 2048 /* buckets over the candidates' key range */
 
-/* Candidates ck/ci[0..c) in index order, c >= k. Writes the top k to out_idx/out_val.
- * sk/si/tk/ti: scratch of c entries each. */
+/* Candidates ck/ci[0..c) in index order, c >= k. Writes the top k to out_idx/out_val, sorted by
+ * score descending (ties by index) or in index order.
+ *
+ * The candidates' keys span [lo, hi], a narrow range once the threshold is tight. One histogram
+ * over TOPK_NB equal buckets of that range finds the bucket holding the k-th key; a radix select
+ * over that bucket's few entries gives the exact k-th key T. The answer is every key > T and the
+ * lowest-index n_eq keys == T. Sorted output is a counting sort by bucket (stable, so index order
+ * within a bucket), then topk_sort inside each bucket (mostly an insertion sort of one or two).
+ * sk/si/tk/ti: scratch of c + 16 entries each. */
 static void topk_finish(const float *x, const uint32_t *ck, const int32_t *ci, int64_t c, int64_t k, int by_index,
                         uint32_t *sk, int32_t *si, uint32_t *tk, int32_t *ti, int32_t *out_idx, float *out_val) {
-    int64_t m = 0;
-    if (c == k) {
-        memcpy(sk, ck, (size_t)c * sizeof *sk);
-        memcpy(si, ci, (size_t)c * sizeof *si);
-        m = c;
-    } else {
-        int64_t n_eq;
-        uint32_t T = topk_kth(ck, c, k, tk, &n_eq);
-        int64_t eq = 0;
-        for (int64_t i = 0; i < c && m < k; i++) { /* the top k, in index order */
+    uint32_t hist[TOPK_NB], lo, hi;
+    const int sh = topk_hist(ck, c, TOPK_NB, &lo, &hi, hist);
+    /* bucket bT holds the k-th largest; `above` entries lie in higher buckets */
+    int64_t above = 0;
+    int bT = (int)((hi - lo) >> sh);
+    while (above + (int64_t)hist[bT] < k) above += hist[bT--];
+    if (by_index) {
+        /* the exact k-th key T from bucket bT's few entries, then one pass in index order */
+        uint32_t T;
+        int64_t gt = above; /* entries > T */
+        if (sh == 0) {
+            T = lo + (uint32_t)bT; /* bucket bT holds only T */
+        } else {
+            uint32_t *copy = (uint32_t *)ti;
+            int64_t nb = 0;
+            for (int64_t i = 0; i < c; i++) {
+                tk[nb] = copy[nb] = ck[i];
+                nb += (int)((ck[i] - lo) >> sh) == bT;
+            }
+            T = topk_select(tk, nb, k - above - 1);
+            for (int64_t i = 0; i < nb; i++) gt += copy[i] > T;
+        }
+        const int64_t n_eq = k - gt;
+        int64_t m = 0, eq = 0;
+        for (int64_t i = 0; i < c && m < k; i++) {
             uint32_t kk = ck[i];
-            int take = kk > T || (kk == T && eq < n_eq);
-            eq += kk == T && take;
-            sk[m] = kk;
-            si[m] = ci[i];
+            int is_eq = kk == T;
+            int take = (kk > T) | (is_eq & (eq < n_eq));
+            eq += is_eq & take;
+            out_idx[m] = ci[i];
             m += take;
         }
+    } else {
+        /* counting sort by bucket, highest bucket first, of every entry in buckets >= bT (stable:
+         * index order within a bucket). Branch free: entries of lower buckets all start at one
+         * spill slot past those, where they overwrite one another. */
+        const int top = (int)((hi - lo) >> sh);
+        uint32_t pos[TOPK_NB], acc = 0, crowded = 0;
+        for (int b = top; b >= bT; b--) {
+            pos[b] = acc;
+            acc += hist[b];
+            crowded |= (b > bT) & (hist[b] > 48);
+        }
+        for (int b = 0; b < bT; b++) pos[b] = acc;
+        for (int64_t i = 0; i < c; i++) {
+            uint32_t kk = ck[i], p = pos[(kk - lo) >> sh]++;
+            sk[p] = kk;
+            si[p] = ci[i];
+        }
+        /* bucket bT sorted whole (stable, key descending): its first k - above entries are the
+         * rest of the answer, ties by lowest index */
+        topk_sort(sk + above, si + above, tk, ti, (int64_t)hist[bT]);
+        if (crowded) { /* sort the crowded buckets above bT apart */
+            uint32_t start = 0;
+            for (int b = top; b > bT; b--) {
+                if (hist[b] > 48) topk_sort(sk + start, si + start, tk, ti, (int64_t)hist[b]);
+                start += hist[b];
+            }
+        }
+        /* buckets are in order; one stable insertion pass orders keys within the small ones */
+        for (int64_t i = 1; i < k; i++) {
+            uint32_t kk = sk[i];
+            if (sk[i - 1] >= kk) continue;
+            int32_t ii = si[i];
+            int64_t j = i;
+            for (; j > 0 && sk[j - 1] < kk; j--) {
+                sk[j] = sk[j - 1];
+                si[j] = si[j - 1];
+            }
+            sk[j] = kk;
+            si[j] = ii;
+        }
+        memcpy(out_idx, si, (size_t)k * sizeof *si);
     }
-    if (!by_index) topk_sort(sk, si, tk, ti, k);
-    memcpy(out_idx, si, (size_t)k * sizeof *si);
     if (out_val)
         for (int64_t i = 0; i < k; i++) out_val[i] = x[out_idx[i]];
 }
 
 /* Words of scratch one row needs: sample + candidates (key, idx) + 2 sort copies. */
-static size_t topk_work_words(int64_t n) { return (size_t)(8192 + 6 * (n + 1) + 64); }
+static size_t topk_work_words(int64_t n) { return (size_t)(8192 + 6 * (n + 16) + 64); }
 
 /* Single-threaded top-k of x[0..n), 1 <= k <= n. */
 static void topk_row(const float *x, int64_t n, int64_t k, int by_index, uint32_t *work, int32_t *out_idx,
                      float *out_val) {
     uint32_t *sample = work;
     uint32_t *ck = work + 8192;
-    int32_t *ci = (int32_t *)(ck + n + 1);
-    uint32_t *sk = (uint32_t *)(ci + n + 1);
-    int32_t *si = (int32_t *)(sk + n + 1);
-    uint32_t *tk = (uint32_t *)(si + n + 1);
-    int32_t *ti = (int32_t *)(tk + n + 1);
+    int32_t *ci = (int32_t *)(ck + n + 16);
+    uint32_t *sk = (uint32_t *)(ci + n + 16);
+    int32_t *si = (int32_t *)(sk + n + 16);
+    uint32_t *tk = (uint32_t *)(si + n + 16);
+    int32_t *ti = (int32_t *)(tk + n + 16);
     int64_t c = 0;
     for (int attempt = 0; c < k; attempt++)
         c = topk_collect(x, n, 0, topk_threshold(x, n, k, sample, attempt), ck, ci);
@@ -306,9 +380,10 @@ kvs_status kvs_cpu_topk_global(kvs_device *dev, const kvs_topk_args *a) {
     if (n < 65536) nt = 1;
     if (nt > 512) nt = 512;
     uint32_t sample[8192];
-    /* candidates in per-thread regions (chunk + 1 entries each), then compacted */
+    /* candidates in per-thread regions (chunk + 16 entries each: whole-vector stores), then
+     * compacted */
     const int64_t chunk = (n + nt - 1) / nt;
-    size_t region = (size_t)chunk + 1;
+    size_t region = (size_t)chunk + 16;
     uint32_t *ck = malloc((size_t)nt * region * sizeof *ck);
     int32_t *ci = malloc((size_t)nt * region * sizeof *ci);
     int64_t cnt[512];
@@ -335,13 +410,13 @@ kvs_status kvs_cpu_topk_global(kvs_device *dev, const kvs_topk_args *a) {
             c += cnt[t];
         }
     }
-    uint32_t *sk = malloc((size_t)(2 * c + 2) * sizeof *sk);
-    int32_t *si = malloc((size_t)(2 * c + 2) * sizeof *si);
+    uint32_t *sk = malloc((size_t)(2 * c + 32) * sizeof *sk);
+    int32_t *si = malloc((size_t)(2 * c + 32) * sizeof *si);
     if (!sk || !si) {
         free(ck); free(ci); free(sk); free(si);
         return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_topk_global (cpu): cannot allocate scratch");
     }
-    topk_finish(x, ck, ci, c, k, a->p.order_by_index, sk, si, sk + c + 1, si + c + 1, oi, ov);
+    topk_finish(x, ck, ci, c, k, a->p.order_by_index, sk, si, sk + c + 16, si + c + 16, oi, ov);
     free(ck); free(ci); free(sk); free(si);
     return KVS_OK;
 }

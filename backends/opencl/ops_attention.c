@@ -3,8 +3,18 @@
  * kv head's group as BQ*G work-items, so a K/V tile in local memory serves the whole group (GQA
  * without expanding K/V); online softmax per (row, head); out, row_max, row_sum, argmax and the
  * (m, l) pairs the statistics passes need. Pass 2 (attn_keymass, attn_probs) recomputes the
- * logits of the requested rows against the final (m, l): deterministic sums, no atomics. */
+ * logits of the requested rows against the final (m, l): deterministic sums, no atomics.
+ * Few query rows (decoding, n_q <= 16), head_dim > 64 or a (query tile, kv head) grid too small
+ * for the device take attn_dec instead: a work-group of 128-256 items per (RB rows, kv head, key
+ * split) whose items share the keys (score lanes) and the head dimension (PV lanes),
+ * flash-decoding style, merged across splits by attn_combine (GPUs only; CPU devices keep
+ * attn_main).
+ * KVS_OCL_ATTN=main|dec forces a path (tests use it to run every case through both);
+ * KVS_OCL_ATTN_SPLITS=n forces n key splits, KVS_OCL_ATTN_WG=n caps attn_dec's work-group;
+ * KVS_OCL_DEBUG=1 prints each call's plan to stderr. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "ocl.h"
 
@@ -19,6 +29,62 @@ static cl_mem mem_or(kvs_device *dev, const kvs_tensor *t) {
 }
 static int64_t off_or(const kvs_tensor *t) { return t ? (int64_t)(t->offset / 4) : 0; }
 
+/* KVS_OCL_DEBUG=1: each call prints its launch plan to stderr (path, work-group, tiles, splits,
+ * the compiled kernel's limits), for checking on a GPU which kernel ran. */
+static int debug_on(void) {
+    const char *e = getenv("KVS_OCL_DEBUG");
+    return e && e[0] && strcmp(e, "0") != 0;
+}
+
+/* attn_dec launch plan (see attention.cl): work-group nt (<= nt_cap), rows per group rb, key tile
+ * bk, lane width vw, separate K/V tiles sepv. Returns 0 when the shape does not fit (the caller
+ * takes attn_main). */
+typedef struct dec_plan { int nt, rb, bk, vw, sepv; } dec_plan;
+
+static int dec_plan_make(kvs_device *dev, int64_t n_q, int G, int hd, size_t nt_cap, dec_plan *pl) {
+    kvs_ocl *o = dev->impl;
+    int vw = hd % 4 == 0 ? 4 : 1;
+    int lanes = hd / vw;
+    /* 128 items for decoding (G * head_dim / vw accumulators spread one or two per item), 256
+     * when a group holds many query vectors; at most nt_cap (device or compiled-kernel limit) */
+    size_t nt = n_q * G * lanes >= 1024 ? 256 : 128;
+    if (nt > nt_cap) nt = kvs_ocl_pow2_floor(nt_cap);
+    if (nt < 32 || (size_t)lanes > nt || (size_t)G > nt) return 0; /* one item per query vector */
+    int pstep = (int)nt / lanes;
+    const int max_acc = vw == 4 ? 8 : 16; /* private accumulators per item (floats: 32 / 16) */
+    if ((G + pstep - 1) / pstep > max_acc) return 0;
+    /* about 32 query vectors per group, fewer when that needs too many accumulators */
+    int rb = 32 / G > 0 ? 32 / G : 1;
+    if (rb > n_q) rb = (int)n_q;
+    while (rb > 1 && (rb * G + pstep - 1) / pstep > max_acc) rb--;
+    /* key tile: enough keys for one score per item, 16..64, within the local memory (a device
+     * reporting more than 48 KiB is held to 48 KiB so that groups stay small enough to co-reside) */
+    size_t budget = o->local_mem < 49152 ? o->local_mem : 49152;
+    budget = budget > 1024 ? budget - 512 : budget;
+    int bk = 32;
+    while (bk < 64 && (size_t)(rb * G * bk) < nt) bk *= 2;
+    if ((size_t)bk > nt) bk = (int)nt;
+    /* separate K and V tiles (one memory round trip per tile) down to 32-key tiles, else one
+     * shared tile buffer down to 8 keys, else fewer rows */
+    int sepv = 1;
+    for (;;) {
+        int pb = rb * G, ks = hd + (vw == 4 ? 4 : 1);
+        size_t bytes = 4 * ((size_t)pb * hd + (size_t)(1 + sepv) * bk * ks + (size_t)pb * (bk + 1) + 6 * (size_t)pb);
+        if (bytes <= budget) break;
+        if (sepv && bk > 32) bk /= 2;
+        else if (sepv) sepv = 0;
+        else if (bk > 8) bk /= 2;
+        else if (rb > 1) rb--;
+        else return 0;
+    }
+    pl->sepv = sepv;
+    pl->nt = (int)nt;
+    pl->rb = rb;
+    pl->bk = bk;
+    pl->vw = vw;
+    return 1;
+}
+
 kvs_status kvs_ocl_attention(kvs_device *dev, const kvs_attention_args *a) {
     kvs_ocl *o = dev->impl;
     const kvs_attention_params *p = &a->p;
@@ -26,12 +92,19 @@ kvs_status kvs_ocl_attention(kvs_device *dev, const kvs_attention_args *a) {
     int hd = (int)a->head_dim;
     int f16 = a->k->dtype == KVS_F16;
     size_t esz = f16 ? 2 : 4;
-    if ((size_t)G > o->max_wg)
-        return kvs_error(KVS_ERR_UNSUPPORTED, "kvs_attention (opencl): GQA group of %d heads exceeds the device's "
-                         "work-group limit %zu", G, o->max_wg);
     if (hd > 512)
         return kvs_error(KVS_ERR_UNSUPPORTED, "kvs_attention (opencl): head_dim %d > 512 not supported", hd);
-    /* Work-group: BQ rows x G heads, about 64 items. */
+    int need_ml = p->key_mass || p->probs;
+    int flags = (p->q_pos ? F_QPOS : 0) | (p->k_pos ? F_KPOS : 0) | (p->kv_len ? F_KVLEN : 0) |
+                (p->row_len ? F_ROWLEN : 0) | (p->mask ? F_MASK : 0) | (p->row_max ? F_ROWMAX : 0) |
+                (p->row_sum ? F_ROWSUM : 0) | (p->argmax ? F_ARGMAX : 0) | (need_ml ? F_ML : 0) |
+                (p->causal ? F_CAUSAL : 0) | (p->unnormalised ? F_UNNORM : 0) |
+                (p->stat_rows ? F_STATROWS : 0) | (p->key_mass_accumulate ? F_ACCUM : 0);
+    cl_mem ml = o->zero;
+    if (need_ml) KVS_TRY(kvs_ocl_scratch(dev, KVS_OCL_SCR_ML, (size_t)(a->n_q * a->n_heads) * 8, &ml));
+    size_t cus = (size_t)(dev->caps.compute_units > 0 ? dev->caps.compute_units : 16);
+
+    /* attn_main: work-group of BQ rows x G heads, about 64 items. */
     int target = 64;
     int bq = target / G > 0 ? target / G : 1;
     if (a->n_q < bq) bq = (int)a->n_q;
@@ -43,33 +116,68 @@ kvs_status kvs_ocl_attention(kvs_device *dev, const kvs_attention_args *a) {
     size_t bk = kvs_ocl_pow2_floor(budget / (8 * (size_t)hd) ? budget / (8 * (size_t)hd) : 1);
     if (bk > 32) bk = 32;
     if (bk < 1) bk = 1;
-    if (8 * bk * (size_t)hd > o->local_mem)
-        return kvs_error(KVS_ERR_UNSUPPORTED, "kvs_attention (opencl): head_dim %d needs more local memory than the "
-                         "device's %zu bytes", hd, o->local_mem);
-    int need_ml = p->key_mass || p->probs;
-    char defs[256];
-    snprintf(defs, sizeof defs,
-             "#define HEAD_DIM %d\n#define G %d\n#define BQ %d\n#define BK %zu\n#define KV_T %d\n"
-             "#define KM_WG 64\n#define KM_TP 16\n",
-             hd, G, bq, bk, f16);
-    int flags = (p->q_pos ? F_QPOS : 0) | (p->k_pos ? F_KPOS : 0) | (p->kv_len ? F_KVLEN : 0) |
-                (p->row_len ? F_ROWLEN : 0) | (p->mask ? F_MASK : 0) | (p->row_max ? F_ROWMAX : 0) |
-                (p->row_sum ? F_ROWSUM : 0) | (p->argmax ? F_ARGMAX : 0) | (need_ml ? F_ML : 0) |
-                (p->causal ? F_CAUSAL : 0) | (p->unnormalised ? F_UNNORM : 0) |
-                (p->stat_rows ? F_STATROWS : 0) | (p->key_mass_accumulate ? F_ACCUM : 0);
-    cl_mem ml = o->zero;
-    if (need_ml) KVS_TRY(kvs_ocl_scratch(dev, KVS_OCL_SCR_ML, (size_t)(a->n_q * a->n_heads) * 8, &ml));
-
-    /* Split-K when the (query tile, kv head) grid is too small to fill the device (decoding):
-     * key ranges of `span` keys (a multiple of BK, at least 4 tiles) per work-group, merged by
-     * attn_combine in split order. */
     size_t ntiles = (size_t)((a->n_q + bq - 1) / bq);
+
+    /* Path: attn_dec for decoding-sized query counts, for head_dim > 64 (attn_main keeps 2 *
+     * head_dim + BK floats per item: 288 at head_dim 128, past a GPU's register file per thread,
+     * so it spills) and when attn_main's grid has fewer work-groups than compute units;
+     * attn_main otherwise, when attn_dec does not fit, and on CPU devices (no registers to
+     * spill, and barriers cost a CPU runtime more than the work they share). */
+    dec_plan pl = {0, 0, 0, 0, 0};
+    const char *force = getenv("KVS_OCL_ATTN"), *wge = getenv("KVS_OCL_ATTN_WG");
+    size_t nt_cap = wge && atoi(wge) > 0 && (size_t)atoi(wge) < o->max_wg ? (size_t)atoi(wge) : o->max_wg;
+    int fits = dec_plan_make(dev, a->n_q, G, hd, nt_cap, &pl);
+    int forced_dec = force && strcmp(force, "dec") == 0, forced_main = force && strcmp(force, "main") == 0;
+    int use_dec = fits && !forced_main &&
+                  (forced_dec || (!o->is_cpu && (a->n_q <= 16 || hd > 64 || ntiles * (size_t)a->n_kv_heads < cus)));
+    char defs[320];
+    cl_kernel k = NULL;
+    size_t kwg = 0;
+    while (use_dec) {
+        snprintf(defs, sizeof defs,
+                 "#define ATTN_DEC 1\n#define HEAD_DIM %d\n#define G %d\n#define DNT %d\n#define RB %d\n#define BK %d\n"
+                 "#define VW %d\n#define SEPV %d\n#define KV_T %d\n#define KM_WG 64\n#define KM_TP 16\n",
+                 hd, G, pl.nt, pl.rb, pl.bk, pl.vw, pl.sepv, f16);
+        KVS_TRY(kvs_ocl_kernel(dev, "attention.cl", defs, "attn_dec", &k));
+        /* the compiled kernel may allow fewer items per group than the device (registers): plan
+         * again for that many items, or take attn_main when no plan fits */
+        kwg = 0;
+        if (clGetKernelWorkGroupInfo(k, o->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof kwg, &kwg, NULL) != CL_SUCCESS ||
+            kwg == 0 || kwg >= (size_t)pl.nt)
+            break;
+        size_t cap_nt = kvs_ocl_pow2_floor(kwg);
+        if (cap_nt >= (size_t)pl.nt || !dec_plan_make(dev, a->n_q, G, hd, cap_nt, &pl)) use_dec = 0;
+    }
+    size_t want_wgs = (use_dec ? 4 : 2) * cus;
+    if (!use_dec) {
+        if ((size_t)G > o->max_wg)
+            return kvs_error(KVS_ERR_UNSUPPORTED, "kvs_attention (opencl): GQA group of %d heads exceeds the device's "
+                             "work-group limit %zu", G, o->max_wg);
+        if (8 * bk * (size_t)hd > o->local_mem)
+            return kvs_error(KVS_ERR_UNSUPPORTED, "kvs_attention (opencl): head_dim %d needs more local memory than "
+                             "the device's %zu bytes", hd, o->local_mem);
+    } else {
+        bk = (size_t)pl.bk;
+        ntiles = (size_t)((a->n_q + pl.rb - 1) / pl.rb);
+    }
+    if (!use_dec)
+        snprintf(defs, sizeof defs,
+                 "#define HEAD_DIM %d\n#define G %d\n#define BQ %d\n#define BK %zu\n#define KV_T %d\n"
+                 "#define KM_WG 64\n#define KM_TP 16\n",
+                 hd, G, bq, bk, f16);
+
+    /* Split-K (flash-decoding) when the (query tile, kv head) grid is too small to fill the
+     * device (attn_main: 2 work-groups per compute unit, attn_dec: 4): key ranges of `span` keys
+     * (a multiple of BK; attn_main at least 4 tiles, attn_dec at least 1) per work-group, merged
+     * by attn_combine in split order. */
     size_t base = ntiles * (size_t)a->n_kv_heads;
-    size_t want_wgs = 2 * (size_t)(dev->caps.compute_units > 0 ? dev->caps.compute_units : 16);
     int64_t n_split = 1, span = 0;
-    if (base < want_wgs) {
-        int64_t want = (int64_t)((want_wgs + base - 1) / base);
-        int64_t maxs = a->n_kv / (4 * (int64_t)bk);
+    int64_t want = base < want_wgs ? (int64_t)((want_wgs + base - 1) / base) : 1;
+    const char *fs = getenv("KVS_OCL_ATTN_SPLITS");
+    if (fs && atoi(fs) > 0) want = atoi(fs);
+    {
+        int64_t maxs = a->n_kv / ((use_dec ? 1 : 4) * (int64_t)bk);
+        if (fs && atoi(fs) > 0) maxs = (a->n_kv + (int64_t)bk - 1) / (int64_t)bk;
         if (want > maxs) want = maxs;
         if (want > 1) {
             span = (a->n_kv + want - 1) / want;
@@ -82,8 +190,8 @@ kvs_status kvs_ocl_attention(kvs_device *dev, const kvs_attention_args *a) {
     if (n_split > 1)
         KVS_TRY(kvs_ocl_scratch(dev, KVS_OCL_SCR_B, (size_t)(n_split * a->n_q * a->n_heads) * (size_t)(hd + 3) * 4, &part));
 
-    cl_kernel k;
-    KVS_TRY(kvs_ocl_kernel(dev, "attention.cl", defs, "attn_main", &k));
+    const char *kname = use_dec ? "attn_dec" : "attn_main";
+    if (!use_dec) KVS_TRY(kvs_ocl_kernel(dev, "attention.cl", defs, kname, &k));
     {
         kvs_ocl_arg args[] = {
             ARG_MEM(kvs_ocl_mem(a->q)), ARG_L(a->q->offset / 4), ARG_MEM(kvs_ocl_mem(a->k)), ARG_L(a->k->offset / esz),
@@ -95,9 +203,26 @@ kvs_status kvs_ocl_attention(kvs_device *dev, const kvs_attention_args *a) {
             ARG_L(off_or(p->row_sum)), ARG_MEM(mem_or(dev, p->argmax)), ARG_L(off_or(p->argmax)), ARG_MEM(ml),
             ARG_MEM(part), ARG_I(span),
             ARG_I(a->n_q), ARG_I(a->n_heads), ARG_I(a->capacity), ARG_I(a->n_kv), ARG_F(p->scale), ARG_I(flags)};
-        size_t lws[3] = {(size_t)(bq * G), 1, 1};
-        size_t gws[3] = {ntiles * (size_t)(bq * G), (size_t)a->n_kv_heads, (size_t)n_split};
-        KVS_TRY(kvs_ocl_launch(dev, k, "attn_main", 3, gws, lws, (int)(sizeof args / sizeof args[0]), args));
+        size_t wg = use_dec ? (size_t)pl.nt : (size_t)(bq * G);
+        size_t lws[3] = {wg, 1, 1};
+        size_t gws[3] = {ntiles * wg, (size_t)a->n_kv_heads, (size_t)n_split};
+        if (debug_on()) {
+            cl_ulong priv = 0, lmem = 0;
+            size_t kw = 0;
+            clGetKernelWorkGroupInfo(k, o->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof kw, &kw, NULL);
+            clGetKernelWorkGroupInfo(k, o->device, CL_KERNEL_PRIVATE_MEM_SIZE, sizeof priv, &priv, NULL);
+            clGetKernelWorkGroupInfo(k, o->device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof lmem, &lmem, NULL);
+            fprintf(stderr,
+                    "kvsieve opencl attention: n_q=%lld n_kv=%lld d=%d G=%d kv_heads=%lld -> %s (dec plan %s, forced %s, "
+                    "cpu %d) wg=%zu rows/wg=%d bk=%zu vw=%d sepv=%d tiles=%zu splits=%lld span=%lld work-groups=%zu "
+                    "kernel: max wg %zu, private %llu B, local %llu B; device: max wg %zu, local %zu B, %zu CUs\n",
+                    (long long)a->n_q, (long long)a->n_kv, hd, G, (long long)a->n_kv_heads, kname,
+                    fits ? "fits" : "does not fit", force ? force : "no", o->is_cpu, wg, use_dec ? pl.rb : bq, bk,
+                    use_dec ? pl.vw : 1, use_dec ? pl.sepv : 1, ntiles, (long long)n_split, (long long)span,
+                    ntiles * (size_t)a->n_kv_heads * (size_t)n_split, kw, (unsigned long long)priv,
+                    (unsigned long long)lmem, o->max_wg, o->local_mem, cus);
+        }
+        KVS_TRY(kvs_ocl_launch(dev, k, kname, 3, gws, lws, (int)(sizeof args / sizeof args[0]), args));
     }
     if (n_split > 1) {
         KVS_TRY(kvs_ocl_kernel(dev, "attention.cl", defs, "attn_combine", &k));
@@ -106,8 +231,9 @@ kvs_status kvs_ocl_attention(kvs_device *dev, const kvs_attention_args *a) {
             ARG_MEM(mem_or(dev, p->row_max)), ARG_L(off_or(p->row_max)), ARG_MEM(mem_or(dev, p->row_sum)),
             ARG_L(off_or(p->row_sum)), ARG_MEM(mem_or(dev, p->argmax)), ARG_L(off_or(p->argmax)), ARG_MEM(ml),
             ARG_I(a->n_q), ARG_I(a->n_heads), ARG_I(flags)};
-        size_t lws = kvs_ocl_wg(dev, 64), gws = (size_t)(a->n_q * a->n_heads);
-        KVS_TRY(kvs_ocl_launch(dev, k, "attn_combine", 1, &gws, &lws, (int)(sizeof args / sizeof args[0]), args));
+        size_t lws[2] = {kvs_ocl_wg(dev, hd <= 32 ? 32 : hd <= 64 ? 64 : 128), 1};
+        size_t gws[2] = {kvs_ocl_round_up((size_t)hd, lws[0]), (size_t)(a->n_q * a->n_heads)};
+        KVS_TRY(kvs_ocl_launch(dev, k, "attn_combine", 2, gws, lws, (int)(sizeof args / sizeof args[0]), args));
     }
     if (p->key_mass && a->n_stat_rows >= 0) {
         KVS_TRY(kvs_ocl_kernel(dev, "attention.cl", defs, "attn_keymass", &k));

@@ -1,5 +1,6 @@
 /* OpenCL backend: gather / scatter / compact of cache rows (shaders/opencl/rows.cl).
- * Rows move as 32-bit words when every row and offset is 4-byte aligned, else as 16-bit words.
+ * Rows move as 128-bit words when every row and offset is 16-byte aligned, else as 32-bit words
+ * when 4-byte aligned, else as 16-bit words.
  * Scatter resolves duplicate indices deterministically (highest i wins) with an integer
  * atomic_max pass into a scratch "winner" table; compact gathers into scratch then copies back. */
 #include <stdio.h>
@@ -7,18 +8,25 @@
 #include "ocl.h"
 
 static size_t word_size(const kvs_rows_args *a) {
-    int ok4 = a->row_bytes % 4 == 0 && a->src->offset % 4 == 0 && a->dst->offset % 4 == 0;
-    return ok4 ? 4 : 2;
+    for (size_t w = 16; w >= 4; w /= 4)
+        if (a->row_bytes % (int64_t)w == 0 && a->src->offset % w == 0 && a->dst->offset % w == 0) return w;
+    return 2;
 }
 
 static kvs_status rows_kernel(kvs_device *dev, size_t ws, const char *name, cl_kernel *k) {
-    return kvs_ocl_kernel(dev, "rows.cl", ws == 4 ? "#define WORD_T uint\n" : "#define WORD_T ushort\n", name, k);
+    const char *defs = ws == 16 ? "#define WORD_T uint4\n" : ws == 4 ? "#define WORD_T uint\n" : "#define WORD_T ushort\n";
+    return kvs_ocl_kernel(dev, "rows.cl", defs, name, k);
 }
 
-static void rows_range(const kvs_rows_args *a, size_t ws, size_t gws[3], size_t lws[3]) {
+/* Grid (row_words, n, G); work-groups of up to 256 items: a row's words (up to 64) times as many
+ * rows as fill the rest, so that short rows do not make one tiny work-group per row. */
+static void rows_range(kvs_device *dev, const kvs_rows_args *a, size_t ws, size_t gws[3], size_t lws[3]) {
     size_t rw = (size_t)a->row_bytes / ws;
+    size_t cap = kvs_ocl_wg(dev, 256);
     lws[0] = kvs_ocl_pow2_floor(rw < 64 ? rw : 64);
-    lws[1] = 1;
+    if (lws[0] > cap) lws[0] = cap;
+    size_t rows = cap / lws[0];
+    lws[1] = kvs_ocl_pow2_floor(rows < (size_t)a->n ? rows : (size_t)a->n);
     lws[2] = 1;
     gws[0] = rw;
     gws[1] = (size_t)a->n;
@@ -34,7 +42,7 @@ kvs_status kvs_ocl_gather(kvs_device *dev, const kvs_rows_args *a) {
                           ARG_I(a->row_bytes / (int64_t)ws), ARG_I(a->n), ARG_I(a->src_rows), ARG_I(a->dst_rows),
                           ARG_I(a->idx_shared)};
     size_t gws[3], lws[3];
-    rows_range(a, ws, gws, lws);
+    rows_range(dev, a, ws, gws, lws);
     return kvs_ocl_launch(dev, k, "gather_rows", 3, gws, lws, 11, args);
 }
 
@@ -62,7 +70,7 @@ kvs_status kvs_ocl_scatter(kvs_device *dev, const kvs_rows_args *a) {
                           ARG_MEM(win), ARG_I(use_winner), ARG_I(a->row_bytes / (int64_t)ws), ARG_I(a->n),
                           ARG_I(a->groups), ARG_I(a->dst_rows), ARG_I(a->idx_shared), ARG_I(a->src_token_major)};
     size_t gws[3], lws[3];
-    rows_range(a, ws, gws, lws);
+    rows_range(dev, a, ws, gws, lws);
     return kvs_ocl_launch(dev, k, "scatter_rows", 3, gws, lws, 14, args);
 }
 
@@ -74,7 +82,7 @@ kvs_status kvs_ocl_compact(kvs_device *dev, const kvs_rows_args *a) {
     cl_kernel k;
     KVS_TRY(rows_kernel(dev, ws, "gather_rows", &k));
     size_t gws[3], lws[3];
-    rows_range(a, ws, gws, lws);
+    rows_range(dev, a, ws, gws, lws);
     {
         /* tmp[g][i] = t[g][idx[g][i]]: a gather into a [G][n][row] scratch. */
         kvs_ocl_arg args[] = {ARG_MEM(kvs_ocl_mem(a->src)), ARG_L(a->src->offset / ws), ARG_MEM(kvs_ocl_mem(a->idx)),

@@ -1,6 +1,6 @@
 /* OpenCL backend: per-row and global top-k (shaders/opencl/topk.cl): 4-pass radix select of the
  * k-th largest key, survivors written in index order, bitonic sort of the k survivors.
- * Scratch: state [rows][4] (A), histograms [rows][C][256] (B), chunk counts [rows][C][2] (C),
+ * Scratch: state [rows][4] (A), histograms [rows][256] (B), chunk counts [rows][C][2] (C),
  * candidates [rows][NP] u64 (D), NP = next power of two >= k. */
 #include <stdio.h>
 
@@ -41,7 +41,7 @@ static kvs_status topk_run(kvs_device *dev, const kvs_topk_args *a, const char *
         return kvs_error(KVS_ERR_UNSUPPORTED, "%s (opencl): k = %lld too large", op, (long long)k);
     cl_mem st, H, CNT, cand;
     KVS_TRY(kvs_ocl_scratch(dev, KVS_OCL_SCR_A, (size_t)rows * 16, &st));
-    KVS_TRY(kvs_ocl_scratch(dev, KVS_OCL_SCR_B, (size_t)(rows * C) * 256 * 4, &H));
+    KVS_TRY(kvs_ocl_scratch(dev, KVS_OCL_SCR_B, (size_t)rows * 256 * 4, &H));
     KVS_TRY(kvs_ocl_scratch(dev, KVS_OCL_SCR_C, (size_t)(rows * C) * 8, &CNT));
     KVS_TRY(kvs_ocl_scratch(dev, KVS_OCL_SCR_D, (size_t)rows * NP * 8, &cand));
     cl_mem x = kvs_ocl_mem(a->x);
@@ -52,9 +52,9 @@ static kvs_status topk_run(kvs_device *dev, const kvs_topk_args *a, const char *
     KVS_TRY(kvs_ocl_kernel(dev, "topk.cl", defs, "tk_init", &kn));
     {
         kvs_ocl_arg args[] = {ARG_MEM(rl ? kvs_ocl_mem(rl) : o->zero), ARG_L(rl ? rl->offset / 4 : 0), ARG_I(rl != NULL),
-                              ARG_I(n), ARG_I(k), ARG_MEM(st), ARG_I(rows)};
+                              ARG_I(n), ARG_I(k), ARG_MEM(st), ARG_I(rows), ARG_MEM(H)};
         size_t gws = (size_t)rows, lws = 1;
-        KVS_TRY(kvs_ocl_launch(dev, kn, "tk_init", 1, &gws, &lws, 7, args));
+        KVS_TRY(kvs_ocl_launch(dev, kn, "tk_init", 1, &gws, &lws, 8, args)); /* tk_select re-zeroes H */
     }
     size_t lws2[2] = {wg, 1};
     size_t gchunks[2] = {(size_t)C * wg, (size_t)rows};
@@ -66,8 +66,8 @@ static kvs_status topk_run(kvs_device *dev, const kvs_topk_args *a, const char *
         int shift = 24 - 8 * pass;
         kvs_ocl_arg ha[] = {ARG_MEM(x), ARG_L(xoff), ARG_L(n), ARG_I(ch), ARG_I(C), ARG_MEM(st), ARG_MEM(H), ARG_I(shift)};
         KVS_TRY(kvs_ocl_launch(dev, kh, "tk_hist", 2, gchunks, lws2, 8, ha));
-        kvs_ocl_arg sa[] = {ARG_MEM(H), ARG_I(C), ARG_MEM(st), ARG_I(shift)};
-        KVS_TRY(kvs_ocl_launch(dev, ks, "tk_select", 2, growsel, lws2, 4, sa));
+        kvs_ocl_arg sa[] = {ARG_MEM(H), ARG_MEM(st), ARG_I(shift)};
+        KVS_TRY(kvs_ocl_launch(dev, ks, "tk_select", 2, growsel, lws2, 3, sa));
     }
     KVS_TRY(kvs_ocl_kernel(dev, "topk.cl", defs, "tk_count", &kn));
     {
@@ -77,8 +77,7 @@ static kvs_status topk_run(kvs_device *dev, const kvs_topk_args *a, const char *
     KVS_TRY(kvs_ocl_kernel(dev, "topk.cl", defs, "tk_scan", &kn));
     {
         kvs_ocl_arg args[] = {ARG_MEM(CNT), ARG_I(C), ARG_I(rows)};
-        size_t gws = (size_t)rows, lws = 1;
-        KVS_TRY(kvs_ocl_launch(dev, kn, "tk_scan", 1, &gws, &lws, 3, args));
+        KVS_TRY(kvs_ocl_launch(dev, kn, "tk_scan", 2, growsel, lws2, 3, args));
     }
     KVS_TRY(kvs_ocl_fill32(dev, cand, 0, 0xffffffffu, (size_t)rows * NP * 2));
     KVS_TRY(kvs_ocl_kernel(dev, "topk.cl", defs, "tk_write", &kn));

@@ -452,11 +452,12 @@ static kvs_status evict_pool(kvs_evictor *e, int l0, int l1, int32_t cur_pos) {
         int64_t k = e->ls[l].budget;
         for (int h = 0; h < e->H; h++) lens[h] = (int32_t)kvs_cache_len(e->c, l, h);
         KVS_TRY(device_topk_rows(e, sc, lens, k, 1, e->idx));
+        float thr = e->pol->threshold; /* threshold mode: rows below it go even within the budget */
         for (int h = 0; h < e->H; h++) {
             int64_t n = 0;
             for (int64_t i = 0; i < k; i++) {
                 int32_t r = e->idx[h * k + i];
-                if (r >= 0) e->keep[(size_t)l * HC + h * e->cap + n++] = r;
+                if (r >= 0 && !(sc[h * e->cap + r] < thr)) e->keep[(size_t)l * HC + h * e->cap + n++] = r;
             }
             e->n_keep[(size_t)l * e->H + h] = n;
         }
@@ -483,6 +484,25 @@ static kvs_status evict_pool(kvs_evictor *e, int l0, int l1, int32_t cur_pos) {
         }
     }
     int64_t n = (int64_t)P * HC;
+    /* threshold mode: rows scoring below the threshold (after the floors, which stay) leave the
+     * pool; the top-k then ranks only the rest, so at most K of them survive */
+    int64_t *above = e->cnt; /* [P*H] rows of each head at or above the threshold */
+    for (int g = 0; g < P * e->H; g++) above[g] = kvs_cache_len(e->c, l0 + g / e->H, g % e->H);
+    if (e->pol->threshold > -INFINITY) {
+        float thr = e->pol->threshold;
+        valid = 0;
+        for (int g = 0; g < P * e->H; g++) {
+            float *s = sc + (size_t)g * e->cap;
+            for (int64_t r = 0; r < above[g]; r++)
+                if (s[r] < thr) s[r] = -INFINITY;
+            int64_t a = 0;
+            for (int64_t r = 0; r < above[g]; r++) a += s[r] > -INFINITY;
+            above[g] = a;
+            valid += a;
+        }
+    }
+    int64_t *n_above = e->n_keep + (size_t)l0 * e->H; /* borrowed until the keep counts are written */
+    memcpy(n_above, above, (size_t)P * e->H * sizeof *n_above);
     memset(e->fixed, 0, (size_t)e->L * e->H);
     memset(e->cnt, 0, (size_t)e->L * e->H * sizeof *e->cnt);
     for (int round = 0; round <= P * e->H; round++) {
@@ -511,8 +531,7 @@ static kvs_status evict_pool(kvs_evictor *e, int l0, int l1, int32_t cur_pos) {
                 e->fixed[g] = 1;
                 int64_t cap_h = e->ls[l0 + g / e->H].head_cap;
                 K -= cap_h;
-                int l = l0 + g / e->H, h = g % e->H;
-                valid -= kvs_cache_len(e->c, l, h);
+                valid -= n_above[g];
                 for (int64_t r = 0; r < e->cap; r++) sc[(size_t)g * e->cap + r] = -INFINITY;
             }
     }

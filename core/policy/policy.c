@@ -227,6 +227,7 @@ kvs_status kvs_policy_custom(kvs_policy **out, const kvs_policy_ops *ops, void *
     p->ops = ops;
     p->self = self;
     p->alpha = alpha;
+    p->threshold = -INFINITY;
     p->beta = beta;
     snprintf(p->name, sizeof p->name, "%s", ops->name);
     *out = p;

@@ -11,6 +11,8 @@ struct kvs_policy {
     void *self;
     float alpha;     /* Ada-KV per-head floor (fraction of the even share); 0 = none */
     int beta;        /* PyramidKV steepness; 0 = uniform layer budgets */
+    float threshold; /* threshold mode (learned policies): whenever eviction runs, every row scoring
+                      * below it is evicted, the budget still caps the rest; -INFINITY = off */
     int builtin;
     char name[48];
     struct kvs_latent *latent; /* latent memory handed to every plan (latent.h), or NULL */

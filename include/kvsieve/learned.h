@@ -13,8 +13,9 @@
  *              with (a, c) one *shared* final projection for every layer and head, so one top-k can
  *              compare entries of all layers and heads (use scope global: one kvs_topk_global over
  *              L * n_kv_heads * N entries under one budget; scopes head/layer and the Ada-KV floor
- *              (alpha) give the per-head, per-layer and floor modes; threshold mode: `threshold`
- *              marks entries whose score falls below it as evictable first).
+ *              (alpha) give the per-head, per-layer and floor modes; threshold mode: every entry
+ *              scoring below `threshold` is evicted whenever eviction runs, the budget capping the
+ *              rest — see kvs_learned_policy).
  *              Training (ours, not the papers' distillation loss): regress log(eps + u) where u is
  *              the token's measured future attention utility — the mean GQA-group attention the
  *              token receives from the W queries after time t in full-cache runs on the train
@@ -28,12 +29,20 @@
  *   rl         DistillCache-style policy (no public code): per-token features
  *                [acc mass / queries seen, max attention received, recent mass (EMA 0.8),
  *                 attention entropy of the head (last step, / log n), ||v||, ||k||, pos / t,
- *                 log(1 + age) / log(ctx)]
- *              -> MLP F=8 -> G -> 1 shared by all layers and heads (plus a per-layer bias).
+ *                 log(1 + age) / log(512), 1 if age < budget / 2 else 0]
+ *              -> MLP F=9 -> G -> 1 shared by all layers and heads (plus a per-layer bias).
+ *              Start (ours): hidden unit 0 holds H2O's score, 3 + f0 + 10 f8 (mean attention
+ *              received, H2O's recent window of half the budget on top) read out with weight 20,
+ *              the other units random with zero read-out: training starts from exactly H2O's
+ *              ranking and REINFORCE fine-tunes it.
  *              Training: keep-sets sampled by Gumbel top-k (scores + Gumbel noise, scope head);
  *              reward per step r_t = -KL(full-cache || evicted-cache next-token distribution);
- *              REINFORCE with reward-to-go (mean of r over the rest of the window) minus an EMA
- *              baseline, on the Plackett-Luce log-probability of the kept rows in sampled order.
+ *              REINFORCE on the Plackett-Luce log-probability of the kept rows in sampled order,
+ *              return = reward-to-go (mean of r over the rest of the window); per window K
+ *              (rl_samples, default 4) episodes share the full-cache reference and each eviction
+ *              event's baseline is the mean return of that event in the other K - 1 episodes
+ *              (leave-one-out, Kool et al. 2019, "Buy 4 REINFORCE samples, get a baseline for
+ *              free"); the budget may cycle over several fractions (n_budgets) step by step.
  *
  * Side files: GGUF v3 with keys kvsieve.policy.kind ("retention"|"indexer"|"rl"),
  * kvsieve.policy.n_layers / n_kv_heads / n_heads / head_dim / dim / vocab (the model it was
@@ -94,26 +103,60 @@ KVS_API kvs_status kvs_learned_save(const kvs_learned *lw, const char *path);
  * wanted), KVS_ERR_OUT_OF_MEMORY. */
 KVS_API kvs_status kvs_learned_load(kvs_learned **out, const char *path, const kvs_model_hparams *hp, int want_kind);
 
-/* A policy scoring with these weights (copied). threshold: retention/indexer score below which
- * entries are marked evictable first (-INFINITY: off). alpha: Ada-KV floor fraction (0 = none).
+/* A policy scoring with these weights (copied), for a kvs_evictor (policy.h) under any scope.
+ *
+ * threshold (threshold mode; -INFINITY = off): a score in the policy's own units, i.e. the value
+ *   compared by the top-k. retention: a * (t - pos) * log beta + c, the scale *after* the shared
+ *   projection (a, c), the same for every layer and kv head; trained as described above it
+ *   predicts log(1e-4 + u), u the mean attention a token receives from the next `horizon`
+ *   queries, so T = log(0.01) = -4.6 evicts tokens predicted to get less than ~1% attention.
+ *   indexer: m + d1 log(1 + t - pos) + d2, trained on the same target scale (per-layer d, so a
+ *   threshold compares across layers only as far as the regression calibrated them). rl: the
+ *   network's raw score (uncalibrated; usable, but only relative to its own scores).
+ *   Semantics: whenever the evictor's trigger fires for a pool (its rows reach budget + buffer
+ *   per kv head), every row of the pool whose score is below the threshold is evicted; of the rows
+ *   at or above it, the budget still caps what stays exactly as without a threshold (scope head:
+ *   the top `budget` per kv head; pooled scopes: one top-k of the pool's budget, a head holding at
+ *   most head_cap). So the cache holds at most the budget and often less. Rows guaranteed by the
+ *   floor (alpha) are kept whatever their score. A kv head may end with no rows (attention then
+ *   sees only the tokens appended after). The trigger itself is unchanged: between evictions rows
+ *   below the threshold stay until the next trigger.
+ * alpha (floor mode; 0 = none): each kv head keeps at least floor(alpha * budget) of its
+ *   best-scoring rows (Ada-KV's floor, Feng et al. arXiv 2407.11550; the evictor pools the heads
+ *   of a layer when the scope is head), in [0, 1].
  * latent_features: indexer only: > 0 attaches a latent memory (latent.h) of that many random
- * features, owned by the policy, into which evicted rows are folded (0 = plain eviction; the CLI
- * uses 64); other kinds ignore it.
- * Errors: KVS_ERR_INVALID_ARGUMENT, KVS_ERR_OUT_OF_MEMORY. */
+ *   features, owned by the policy, into which evicted rows are folded (0 = plain eviction; the CLI
+ *   uses 64); other kinds ignore it.
+ * Errors: KVS_ERR_INVALID_ARGUMENT (NULL, threshold NaN or +INFINITY, alpha outside [0, 1],
+ * latent_features outside [0, 4096]), KVS_ERR_OUT_OF_MEMORY. */
 KVS_API kvs_status kvs_learned_policy(kvs_policy **out, const kvs_learned *lw, float threshold, float alpha,
                                       int latent_features);
 
 /* Training (see the header comment for each kind's objective). */
+#define KVS_TRAIN_MAX_BUDGETS 8
 typedef struct kvs_train_params {
     int64_t steps;        /* optimiser steps (one window each); default 60 */
     uint64_t seed;        /* default 1 */
     double budget;        /* rl: fraction of ctx kept during episodes; default 0.25 */
     int64_t ctx;          /* window length in tokens, BOS included; default 128 */
     int64_t horizon;      /* retention/indexer: future queries in the utility u; default 16 */
-    float lr;             /* Adam learning rate; default 1e-2 (rl: 3e-3) when 0 */
+    float lr;             /* Adam learning rate; default 2e-2 (rl: 1e-3) when 0 */
     /* Called after every step with the step, the loss and user data (may be NULL). */
     void (*progress)(int64_t step, int64_t steps, double loss, void *user);
     void *user;
+    int64_t rl_samples;   /* rl: sampled episodes per window (leave-one-out baseline), 2..64;
+                           * default 4 (0 = the default) */
+    int n_budgets;        /* rl: 0 (default): every episode keeps `budget`; 1..KVS_TRAIN_MAX_BUDGETS:
+                           * the episodes of step s keep budgets[s % n_budgets] instead */
+    double budgets[KVS_TRAIN_MAX_BUDGETS]; /* fractions in (0, 1) */
+    int64_t val_windows;  /* rl: windows of the train split held back for model selection (at most a
+                           * quarter of them): every steps/10 steps (and before the first and after
+                           * the last) the mean KL of unsampled episodes on them at every budget is
+                           * measured, and the best weights seen, the starting ones included, are
+                           * the result; default 0 = none (the last weights) */
+    /* Called after every validation with the step, its mean KL, whether it is the best so far and
+     * user (may be NULL). */
+    void (*validated)(int64_t step, double kl, int best, void *user);
 } kvs_train_params;
 
 KVS_API kvs_train_params kvs_train_params_default(void);
@@ -123,7 +166,9 @@ KVS_API kvs_train_params kvs_train_params_default(void);
  * model runs on its device (full-cache forwards for the targets; rl decodes with the evictor).
  * Deterministic for a seed on one backend. *final_loss: mean loss of the last 10 steps (may be NULL).
  * Errors: KVS_ERR_INVALID_ARGUMENT (NULL, fewer tokens than one window, ctx beyond the model's
- * context, shape mismatch), the model's and ops' errors, KVS_ERR_OUT_OF_MEMORY. */
+ * context, steps < 1, horizon outside [1, ctx/2), a budget outside (0, 1), rl_samples not 0 or
+ * 2..64, n_budgets outside [0, KVS_TRAIN_MAX_BUDGETS], val_windows < 0), KVS_ERR_SHAPE (weights of another model),
+ * the model's and ops' errors, KVS_ERR_OUT_OF_MEMORY. */
 KVS_API kvs_status kvs_learned_train(kvs_learned *lw, kvs_model *m, const int32_t *tokens, int64_t n,
                                      const kvs_train_params *p, double *final_loss);
 

@@ -81,6 +81,7 @@ inline int key_pos(int h, int j, __global const int *kpos, long kpos_off, int ca
     return (flags & F_KPOS) ? kpos[kpos_off + (long)h * cap + j] : j;
 }
 
+#ifndef ATTN_DEC
 /* Main pass. Grid: (ceil(n_q / BQ) * BQ * G, n_kv_heads); work-group (BQ * G, 1). */
 __kernel __attribute__((reqd_work_group_size(BQ * G, 1, 1)))
 void attn_main(__global const float *q, long q_off, KV_PTR k, long k_off, KV_PTR v, long v_off,
@@ -122,6 +123,10 @@ void attn_main(__global const float *q, long q_off, KV_PTR k, long k_off, KV_PTR
     int split = get_group_id(2);
     int jbeg = span > 0 ? split * span : 0;
     int jend = span > 0 ? min(klen, jbeg + span) : klen;
+    /* causal with default positions: keys past the last row's position are invisible to the
+     * whole group, so its tiles are skipped (qpos(i) = n_kv - n_q + i) */
+    if (causal && !(flags & (F_QPOS | F_KPOS)))
+        jend = min(jend, n_kv - n_q + min((int)get_group_id(0) * BQ + BQ, n_q));
     for (int j0 = jbeg; j0 < jend; j0 += BK) {
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int e = lid; e < BK * HEAD_DIM; e += NT) {
@@ -195,46 +200,317 @@ void attn_main(__global const float *q, long q_off, KV_PTR k, long k_off, KV_PTR
         ml[2 * o + 1] = l;
     }
 }
+#endif /* !ATTN_DEC */
+
+#ifdef ATTN_DEC
+/* Cooperative (flash-decoding) pass for few query rows and long key ranges (Dao et al. 2023,
+ * "Flash-Decoding"; FlashAttention-2 work partitioning, Dao 2023, sec. 3.2). One work-group of DNT
+ * items per (RB query rows, kv head, key split) holds the PB = RB * G query vectors of that kv
+ * head's GQA group in local memory; per tile of BK keys the items cooperate:
+ *   scores  S[p][jj] = scale q_p . k_jj (+mask): item (jj = lid % BK) computes key jj against
+ *           the pairs lid / BK + t * DNT / BK (one K read from local serves several pairs);
+ *   max     one item per pair scans its BK scores (running max m, argmax, rescale factor);
+ *   exp     S[p][jj] = exp(S - m_p), all items;
+ *   PV      item (lane = lid % (HEAD_DIM / VW)) owns VW components of the accumulators of the
+ *           pairs lid / LANES + t * (DNT / LANES): acc = acc * corr + sum_jj S[p][jj] V[jj][lane].
+ * K and V tiles (rows padded to KS floats to spread banks) are both loaded at the start of a tile
+ * (SEPV, one memory round trip per tile) or, when local memory is short, share one buffer. The grid is
+ * (ceil(n_q / RB) * DNT, n_kv_heads, n_split); with span > 0 each split writes its partial
+ * {m, l, argmax, acc} for attn_combine, with span == 0 the final outputs. Same visibility rules,
+ * tie-breaking and statistics as attn_main. */
+#ifndef DNT
+#define DNT 128           /* work-group size of attn_dec */
+#endif
+#ifndef RB
+#define RB 1              /* query rows per attn_dec work-group */
+#endif
+#ifndef VW
+#define VW 1              /* components per PV lane: 4 (HEAD_DIM % 4 == 0) or 1 */
+#endif
+#ifndef SEPV
+#define SEPV 0            /* 1: separate K and V tiles, both loaded at the start of a tile */
+#endif
+#define PB (RB * G)                         /* query vectors (row, head) per work-group */
+#define KS (HEAD_DIM + (VW == 4 ? 4 : 1))    /* padded K/V tile row */
+#define SK (BK + 1)                         /* padded score row */
+#define LANES (HEAD_DIM / VW)
+#define PSTEP_E (DNT / LANES)                /* pairs handled side by side in PV */
+#define NACC ((PB + PSTEP_E - 1) / PSTEP_E)
+#define PSTEP_S (DNT / BK)                   /* pairs handled side by side in the scores */
+#define NSC ((PB + PSTEP_S - 1) / PSTEP_S)
+/* K or V rows j0 .. j0 + BK - 1 of a head into a local tile (rows >= jend as 0), VW components
+ * per load */
+#if VW == 4
+#if KV_T == 0
+#define LOAD_KV4(p, i) vload4(0, (p) + (i))
+#else
+inline float4 f16x4_to_f32(ushort4 u) {
+    return (float4)(f16_to_f32(u.x), f16_to_f32(u.y), f16_to_f32(u.z), f16_to_f32(u.w));
+}
+#define LOAD_KV4(p, i) f16x4_to_f32(vload4(0, (p) + (i)))
+#endif
+#define TILE_LOAD(dst, src)                                                                      \
+    for (int e = lid; e < BK * LANES; e += DNT) {                                                \
+        int jj = e / LANES, c = (e - jj * LANES) * 4;                                            \
+        vstore4(j0 + jj < jend ? LOAD_KV4(src, (long)(j0 + jj) * HEAD_DIM + c) : (float4)0.0f, 0, \
+                (dst) + jj * KS + c);                                                            \
+    }
+#else
+#define TILE_LOAD(dst, src)                                                                      \
+    for (int e = lid; e < BK * HEAD_DIM; e += DNT) {                                             \
+        int jj = e / HEAD_DIM, c = e - jj * HEAD_DIM;                                            \
+        (dst)[jj * KS + c] = j0 + jj < jend ? LOAD_KV(src, (long)j0 * HEAD_DIM + e) : 0.0f;      \
+    }
+#endif
+#if VW == 4
+typedef float4 floatv;
+#define LOADV(ptr) vload4(0, (ptr))
+inline float dotv(float4 a, float4 b) { return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w; }
+#else
+typedef float floatv;
+#define LOADV(ptr) (*(ptr))
+inline float dotv(float a, float b) { return a * b; }
+#endif
+
+__kernel __attribute__((reqd_work_group_size(DNT, 1, 1)))
+void attn_dec(__global const float *q, long q_off, KV_PTR k, long k_off, KV_PTR v, long v_off,
+              __global float *out, long out_off,
+              __global const int *qpos, long qpos_off, __global const int *kpos, long kpos_off,
+              __global const int *kvlen, long kvlen_off, __global const int *rowlen, long rowlen_off,
+              __global const float *mask, long mask_off,
+              __global float *row_max, long rm_off, __global float *row_sum, long rs_off,
+              __global int *argmax, long am_off, __global float *ml, __global float *part, int span,
+              int n_q, int n_heads, int cap, int n_kv, float scale, int flags) {
+    __local float Qs[PB * HEAD_DIM];
+    __local float KVs[BK * KS];
+#if SEPV
+    __local float Vs[BK * KS];
+#else
+#define Vs KVs
+#endif
+    __local float S[PB * SK];
+    __local float Mn[PB], Cr[PB], Ls[PB];
+    __local int Rl[PB], Qp[PB], Bs[PB];
+    int h = get_group_id(1);
+    int lid = get_local_id(0);
+    int i0 = get_group_id(0) * RB;
+    int split = get_group_id(2);
+    int causal = (flags & F_CAUSAL) != 0;
+    int klen = key_limit(h, kvlen, kvlen_off, n_kv, flags);
+
+    for (int e = lid; e < PB * HEAD_DIM; e += DNT) {
+        int r = e / (G * HEAD_DIM), i = i0 + r;
+        Qs[e] = i < n_q ? q[q_off + ((long)i * n_heads + h * G) * HEAD_DIM + (e - r * G * HEAD_DIM)] : 0.0f;
+    }
+    for (int p = lid; p < PB; p += DNT) {
+        int i = i0 + p / G;
+        Rl[p] = i < n_q ? row_limit(i, klen, rowlen, rowlen_off, flags) : 0;
+        Qp[p] = i < n_q ? query_pos(i, qpos, qpos_off, n_q, n_kv, flags) : 0;
+    }
+    /* the max/argmax state of pair lid (items lid < PB) */
+    float m = -FLT_MAX;
+    int best = -1;
+    /* PV lanes */
+    int lane = lid % LANES, pe = lid / LANES;
+    if (lid >= PSTEP_E * LANES) pe = PB; /* idle item when LANES does not divide DNT */
+    floatv acc[NACC];
+    float lsum[NACC];
+    for (int t = 0; t < NACC; t++) {
+        acc[t] = (floatv)0.0f;
+        lsum[t] = 0.0f;
+    }
+    /* score lanes */
+    int js = lid % BK, ps = lid / BK;
+
+    KV_PTR kh = k + k_off + (long)h * cap * HEAD_DIM;
+    KV_PTR vh = v + v_off + (long)h * cap * HEAD_DIM;
+    int jbeg = span > 0 ? split * span : 0;
+    int jend = span > 0 ? min(klen, jbeg + span) : klen;
+    if (causal && !(flags & (F_QPOS | F_KPOS))) /* as in attn_main */
+        jend = min(jend, n_kv - n_q + min(i0 + RB, n_q));
+    for (int j0 = jbeg; j0 < jend; j0 += BK) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        TILE_LOAD(KVs, kh);
+#if SEPV
+        TILE_LOAD(Vs, vh);
+#endif
+        barrier(CLK_LOCAL_MEM_FENCE);
+        {
+            float sc[NSC];
+            for (int t = 0; t < NSC; t++) sc[t] = 0.0f;
+            __local const float *kr = KVs + js * KS;
+            for (int c = 0; c < HEAD_DIM; c += VW) {
+                floatv kk = LOADV(kr + c);
+                for (int t = 0; t < NSC; t++) {
+                    int p = min(ps + t * PSTEP_S, PB - 1);
+                    sc[t] += dotv(LOADV(Qs + p * HEAD_DIM + c), kk);
+                }
+            }
+            int j = j0 + js;
+            int kp = (causal && j < jend) ? key_pos(h, j, kpos, kpos_off, cap, flags) : 0;
+            for (int t = 0; t < NSC; t++) {
+                int p = ps + t * PSTEP_S;
+                if (p >= PB) break;
+                float s = -INFINITY;
+                if (j < jend && j < Rl[p] && (!causal || kp <= Qp[p])) {
+                    s = scale * sc[t];
+                    if (flags & F_MASK) s += mask[mask_off + (long)(i0 + p / G) * n_kv + j];
+                    if (!(s > -INFINITY)) s = -INFINITY; /* -inf (and NaN) logits hide the key */
+                }
+                S[p * SK + js] = s;
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+#if !SEPV
+        TILE_LOAD(KVs, vh);
+#endif
+        if (lid < PB) {
+            float tmax = -FLT_MAX;
+            int targ = -1;
+            for (int jj = 0; jj < BK; jj++) {
+                float s = S[lid * SK + jj];
+                if (s > -INFINITY && (targ < 0 || s > tmax)) {
+                    tmax = s;
+                    targ = j0 + jj;
+                }
+            }
+            float corr = 1.0f;
+            if (targ >= 0 && (best < 0 || tmax > m)) {
+                best = targ; /* strictly larger only: ties keep the lower key */
+                float mn = fmax(m, tmax);
+                corr = exp(m - mn);
+                m = mn;
+            }
+            Mn[lid] = m;
+            Cr[lid] = corr;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int e = lid; e < PB * BK; e += DNT) {
+            int p = e / BK, jj = e - p * BK;
+            float s = S[p * SK + jj];
+            S[p * SK + jj] = s > -INFINITY ? exp(s - Mn[p]) : 0.0f;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int t = 0; t < NACC; t++) {
+            int p = min(pe + t * PSTEP_E, PB - 1);
+            float cr = Cr[p];
+            acc[t] *= cr;
+            lsum[t] *= cr;
+        }
+        for (int jj = 0; jj < BK; jj++) {
+            floatv vv = LOADV(Vs + jj * KS + lane * VW);
+            for (int t = 0; t < NACC; t++) {
+                int p = min(pe + t * PSTEP_E, PB - 1);
+                float w = S[p * SK + jj];
+                acc[t] += w * vv;
+                lsum[t] += w;
+            }
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid < PB) {
+        Mn[lid] = m;
+        Bs[lid] = best;
+    }
+    if (lane == 0)
+        for (int t = 0; t < NACC; t++) {
+            int p = pe + t * PSTEP_E;
+            if (p < PB) Ls[p] = lsum[t];
+        }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int t = 0; t < NACC; t++) {
+        int p = pe + t * PSTEP_E;
+        if (p >= PB) break;
+        int i = i0 + p / G;
+        if (i >= n_q) break;
+        long o = (long)i * n_heads + h * G + p % G;
+        float l = Ls[p];
+        floatv a = acc[t];
+        if (span > 0) {
+            /* partial: part[split][i][g] = {m, l, best, acc[HEAD_DIM]} */
+            __global float *pp = part + ((long)split * n_q * n_heads + o) * (HEAD_DIM + 3);
+#if VW == 4
+            vstore4(a, 0, pp + 3 + lane * 4);
+#else
+            pp[3 + lane] = a;
+#endif
+            if (lane == 0) {
+                pp[0] = Mn[p];
+                pp[1] = l;
+                pp[2] = as_float(Bs[p]);
+            }
+            continue;
+        }
+        floatv r = l > 0.0f ? ((flags & F_UNNORM) ? a : a / l) : (floatv)0.0f;
+#if VW == 4
+        vstore4(r, 0, out + out_off + o * HEAD_DIM + lane * 4);
+#else
+        out[out_off + o * HEAD_DIM + lane] = r;
+#endif
+        if (lane != 0) continue;
+        if (flags & F_ROWMAX) row_max[rm_off + o] = Mn[p];
+        if (flags & F_ROWSUM) row_sum[rs_off + o] = l;
+        if (flags & F_ARGMAX) argmax[am_off + o] = Bs[p];
+        if (flags & F_ML) {
+            ml[2 * o] = Mn[p];
+            ml[2 * o + 1] = l;
+        }
+    }
+}
+
+#undef Vs
+#endif /* ATTN_DEC */
 
 /* Merges the split-K partials of each (row, head) in split order: M = max m_s, l = sum l_s
  * exp(m_s - M), acc likewise; argmax from the first split reaching M (splits are in key order,
- * so this is the lowest key, as without splitting). Grid (n_q * n_heads). */
+ * so this is the lowest key, as without splitting). One work-item per (component c, row-head o):
+ * grid (round_up(HEAD_DIM, lws), n_q * n_heads); the c == 0 item writes the statistics. */
 __kernel void attn_combine(__global const float *part, int n_split, __global float *out, long out_off,
                            __global float *row_max, long rm_off, __global float *row_sum, long rs_off,
                            __global int *argmax, long am_off, __global float *ml, int n_q, int n_heads, int flags) {
-    long o = get_global_id(0);
-    if (o >= (long)n_q * n_heads) return;
+    int c = get_global_id(0);
+    long o = get_global_id(1);
+    if (c >= HEAD_DIM || o >= (long)n_q * n_heads) return;
     long stride = (long)n_q * n_heads * (HEAD_DIM + 3);
     __global const float *p0 = part + o * (HEAD_DIM + 3);
+    /* four splits per step, their loads issued before use (the partials are read from L2 with
+     * no dependence between splits) */
     float M = -FLT_MAX;
     int best = -1;
-    for (int s = 0; s < n_split; s++) {
-        __global const float *pp = p0 + s * stride;
-        int b = as_int(pp[2]);
-        if (b >= 0 && (best < 0 || pp[0] > M)) {
-            M = pp[0];
-            best = b;
+    for (int s0 = 0; s0 < n_split; s0 += 4) {
+        float mv[4];
+        int bv[4];
+        for (int u = 0; u < 4; u++) {
+            __global const float *pp = p0 + min(s0 + u, n_split - 1) * stride;
+            mv[u] = pp[0];
+            bv[u] = s0 + u < n_split ? as_int(pp[2]) : -1;
+        }
+        for (int u = 0; u < 4; u++)
+            if (bv[u] >= 0 && (best < 0 || mv[u] > M)) {
+                M = mv[u];
+                best = bv[u];
+            }
+    }
+    float l = 0.0f, acc = 0.0f;
+    for (int s0 = 0; s0 < n_split; s0 += 4) {
+        float mv[4], lv[4], av[4];
+        int bv[4];
+        for (int u = 0; u < 4; u++) {
+            __global const float *pp = p0 + min(s0 + u, n_split - 1) * stride;
+            mv[u] = pp[0];
+            lv[u] = pp[1];
+            bv[u] = s0 + u < n_split ? as_int(pp[2]) : -1;
+            av[u] = pp[3 + c];
+        }
+        for (int u = 0; u < 4; u++) {
+            if (bv[u] < 0) continue;
+            float w = exp(mv[u] - M);
+            l += lv[u] * w;
+            acc += av[u] * w;
         }
     }
-    float l = 0.0f;
-    float acc[HEAD_DIM];
-    for (int c = 0; c < HEAD_DIM; c++) acc[c] = 0.0f;
-    for (int s = 0; s < n_split; s++) {
-        __global const float *pp = p0 + s * stride;
-        if (as_int(pp[2]) < 0) continue;
-        float w = exp(pp[0] - M);
-        l += pp[1] * w;
-        for (int c = 0; c < HEAD_DIM; c++) acc[c] += pp[3 + c] * w;
-    }
-    __global float *orow = out + out_off + o * HEAD_DIM;
-    if (l > 0.0f) {
-        if (flags & F_UNNORM)
-            for (int c = 0; c < HEAD_DIM; c++) orow[c] = acc[c];
-        else
-            for (int c = 0; c < HEAD_DIM; c++) orow[c] = acc[c] / l;
-    } else {
-        for (int c = 0; c < HEAD_DIM; c++) orow[c] = 0.0f;
-    }
+    out[out_off + o * HEAD_DIM + c] = l > 0.0f ? ((flags & F_UNNORM) ? acc : acc / l) : 0.0f;
+    if (c != 0) return;
     if (flags & F_ROWMAX) row_max[rm_off + o] = M;
     if (flags & F_ROWSUM) row_sum[rs_off + o] = l;
     if (flags & F_ARGMAX) argmax[am_off + o] = best;

@@ -1,5 +1,5 @@
 /* kvsieve OpenCL kernels: gather / scatter / compact of cache rows, bit-exact, in words of WORD_T
- * (uint when every row and offset is 4-byte aligned, else ushort).
+ * (uint4 when every row and offset is 16-byte aligned, uint when 4-byte aligned, else ushort).
  * Tensors are [G][N][row_words]; idx is [G][n] (idx_shared = 0) or [n] shared by all groups.
  * Indices outside [0, rows) skip their row (the destination row is left untouched). */
 

@@ -2,7 +2,8 @@
  *
  * Each float maps to an order-preserving 32-bit key (NaN -> 0, below every number; -0 -> +0).
  * The k-th largest key T of a row is found by a 4-pass radix select (8 bits per pass: chunked
- * local histograms with integer atomics, then a per-row bin choice). The selection is every entry
+ * local histograms with integer atomics, summed into a per-row histogram with integer atomics,
+ * then a per-row bin choice). The selection is every entry
  * with key > T plus the lowest-index entries with key == T (ties: lowest index). Survivors are
  * written in index order to a candidate array (per-chunk counts + exclusive scan), encoded as
  * 64-bit sort keys, and bitonic-sorted (local memory for blocks, global steps above).
@@ -29,10 +30,12 @@ inline uint fkey(float f) {
     return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
+/* Row state, and the row's histogram zeroed. Grid (rows). */
 __kernel void tk_init(__global const int *row_len, long rl_off, int has_rl, int n, int k, __global uint *st,
-                      int rows) {
+                      int rows, __global uint *H) {
     int r = get_global_id(0);
     if (r >= rows) return;
+    for (int b = 0; b < 256; b++) H[(long)r * 256 + b] = 0u;
     int len = n;
     if (has_rl) len = clamp(row_len[rl_off + r], 0, n);
     int kk = min(k, len);
@@ -43,51 +46,73 @@ __kernel void tk_init(__global const int *row_len, long rl_off, int has_rl, int 
 }
 
 /* Histogram of digit (key >> shift) & 255 over the entries of chunk c whose higher digits equal
- * the prefix. H [rows][C][256]. Grid (C * TK_WG, rows). */
+ * the prefix, added into the row's histogram H [rows][256] (zero before the pass) with integer
+ * atomics: the sums do not depend on the order. Grid (C * TK_WG, rows). The first passes see few distinct digits
+ * (the sign and exponent bits of similar numbers), so the work-group counts into HCOPY
+ * sub-histograms (item lid into copy lid % HCOPY, copies HSTRIDE apart so that they sit in
+ * different banks) and sums them at the end: 1/HCOPY of the atomic contention on a hot bin. */
+#define HCOPY (TK_WG >= 8 ? 8 : TK_WG)
+#define HSTRIDE 257
 __kernel __attribute__((reqd_work_group_size(TK_WG, 1, 1)))
 void tk_hist(__global const float *x, long x_off, long n, int CH, int C, __global const uint *st,
              __global uint *H, int shift) {
-    __local uint hist[256];
+    __local uint hist[HCOPY * HSTRIDE];
     int lid = get_local_id(0);
     int c = get_group_id(0);
     long r = get_group_id(1);
-    for (int b = lid; b < 256; b += TK_WG) hist[b] = 0u;
+    for (int b = lid; b < HCOPY * HSTRIDE; b += TK_WG) hist[b] = 0u;
     barrier(CLK_LOCAL_MEM_FENCE);
     uint prefix = st[4 * r], len = st[4 * r + 2];
     uint himask = shift >= 24 ? 0u : (0xffffffffu << (shift + 8));
     long j0 = (long)c * CH;
     long j1 = min(j0 + CH, (long)len);
     __global const float *xr = x + x_off + r * n;
+    __local uint *hc = hist + (lid % HCOPY) * HSTRIDE;
     for (long j = j0 + lid; j < j1; j += TK_WG) {
         uint key = fkey(xr[j]);
-        if ((key & himask) == prefix) atomic_inc(&hist[(key >> shift) & 255u]);
+        if ((key & himask) == prefix) atomic_inc(&hc[(key >> shift) & 255u]);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    __global uint *h = H + (r * C + c) * 256;
-    for (int b = lid; b < 256; b += TK_WG) h[b] = hist[b];
+    __global uint *h = H + r * 256;
+    for (int b = lid; b < 256; b += TK_WG) {
+        uint sum = 0u;
+        for (int t = 0; t < HCOPY; t++) sum += hist[t * HSTRIDE + b];
+        if (sum) atomic_add(&h[b], sum);
+    }
 }
 
-/* Chooses the digit containing the remaining-th largest entry. Grid (TK_WG, rows). */
+/* Chooses the digit containing the remaining-th largest entry: the largest digit b whose suffix
+ * count (entries with digit >= b) reaches `remaining` (digit 0 when none does), by a parallel
+ * suffix scan of the 256 bins; zeroes the row's histogram for the next pass. Grid (TK_WG, rows). */
 __kernel __attribute__((reqd_work_group_size(TK_WG, 1, 1)))
-void tk_select(__global const uint *H, int C, __global uint *st, int shift) {
-    __local uint cnt[256];
+void tk_select(__global uint *H, __global uint *st, int shift) {
+    __local uint cnt[2][257];
     int lid = get_local_id(0);
     long r = get_group_id(1);
     for (int b = lid; b < 256; b += TK_WG) {
-        uint s = 0u;
-        for (int c = 0; c < C; c++) s += H[(r * C + c) * 256 + b];
-        cnt[b] = s;
+        cnt[0][b] = H[r * 256 + b];
+        H[r * 256 + b] = 0u; /* ready for the next pass */
+    }
+    if (lid == 0) {
+        cnt[0][256] = 0u;
+        cnt[1][256] = 0u;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    if (lid == 0) {
-        uint kr = st[4 * r + 1], cum = 0u;
-        int b = 255;
-        for (; b > 0; b--) {
-            if (cum + cnt[b] >= kr) break;
-            cum += cnt[b];
+    int cur = 0;
+    for (int off = 1; off < 256; off <<= 1) {
+        for (int b = lid; b < 256; b += TK_WG) cnt[cur ^ 1][b] = cnt[cur][b] + (b + off < 256 ? cnt[cur][b + off] : 0u);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        cur ^= 1;
+    }
+    uint kr = st[4 * r + 1];
+    barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+    for (int b = lid; b < 256; b += TK_WG) {
+        uint above = cnt[cur][b + 1]; /* entries with digit > b */
+        int pick = b == 0 ? above < kr : (cnt[cur][b] >= kr && above < kr);
+        if (pick) {
+            st[4 * r] |= ((uint)b) << shift;
+            st[4 * r + 1] = kr - above;
         }
-        st[4 * r] |= ((uint)b) << shift;
-        st[4 * r + 1] = kr - cum;
     }
 }
 
@@ -125,15 +150,39 @@ void tk_count(__global const float *x, long x_off, long n, int CH, int C, __glob
     }
 }
 
-/* Exclusive scan of the chunk counts of each row, in place. Grid (rows). */
-__kernel void tk_scan(__global uint *CNT, int C, int rows) {
-    long r = get_global_id(0);
+/* Exclusive scan of the chunk counts of each row, in place: item t sums a contiguous block of
+ * chunks, the block sums are scanned in local memory (Hillis-Steele), then each item writes its
+ * block's prefixes. Grid (TK_WG, rows). */
+__kernel __attribute__((reqd_work_group_size(TK_WG, 1, 1)))
+void tk_scan(__global uint *CNT, int C, int rows) {
+    __local uint sg[TK_WG], se[TK_WG];
+    int lid = get_local_id(0);
+    long r = get_group_id(1);
     if (r >= rows) return;
+    int per = (C + TK_WG - 1) / TK_WG;
+    int c0 = min(lid * per, C), c1 = min(c0 + per, C);
+    __global uint *cr = CNT + r * C * 2;
     uint g = 0u, e = 0u;
-    for (int c = 0; c < C; c++) {
-        uint a = CNT[(r * C + c) * 2], b = CNT[(r * C + c) * 2 + 1];
-        CNT[(r * C + c) * 2] = g;
-        CNT[(r * C + c) * 2 + 1] = e;
+    for (int c = c0; c < c1; c++) {
+        g += cr[2 * c];
+        e += cr[2 * c + 1];
+    }
+    sg[lid] = g;
+    se[lid] = e;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int off = 1; off < TK_WG; off <<= 1) {
+        uint a = lid >= off ? sg[lid - off] : 0u, b = lid >= off ? se[lid - off] : 0u;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        sg[lid] += a;
+        se[lid] += b;
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    g = sg[lid] - g;
+    e = se[lid] - e;
+    for (int c = c0; c < c1; c++) {
+        uint a = cr[2 * c], b = cr[2 * c + 1];
+        cr[2 * c] = g;
+        cr[2 * c + 1] = e;
         g += a;
         e += b;
     }
@@ -164,19 +213,16 @@ void tk_write(__global const float *x, long x_off, long n, int CH, int C, __glob
     sg[lid] = gt;
     se[lid] = eq;
     barrier(CLK_LOCAL_MEM_FENCE);
-    if (lid == 0) {
-        uint a = OFF[(r * C + c) * 2], b = OFF[(r * C + c) * 2 + 1];
-        for (int t = 0; t < TK_WG; t++) {
-            uint x1 = sg[t], x2 = se[t];
-            sg[t] = a;
-            se[t] = b;
-            a += x1;
-            b += x2;
-        }
+    /* inclusive scan of the items' counts (Hillis-Steele), then offsets = chunk offset + scan - own */
+    for (int off = 1; off < TK_WG; off <<= 1) {
+        uint a = lid >= off ? sg[lid - off] : 0u, b = lid >= off ? se[lid - off] : 0u;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        sg[lid] += a;
+        se[lid] += b;
+        barrier(CLK_LOCAL_MEM_FENCE);
     }
-    barrier(CLK_LOCAL_MEM_FENCE);
     if (kk == 0u) return;
-    uint pg = sg[lid], pe = se[lid], ngt = kk - rem;
+    uint pg = OFF[(r * C + c) * 2] + sg[lid] - gt, pe = OFF[(r * C + c) * 2 + 1] + se[lid] - eq, ngt = kk - rem;
     __global ulong *cr = cand + r * NP;
     for (long j = j0; j < j1; j++) {
         uint key = fkey(xr[j]);

@@ -226,6 +226,7 @@ int cmd_eval(int argc, char **argv) {
         {"sink", 0, CLI_INT, &po.sink, "N", "streaming: sink tokens (default 4)"},
         {"window", 0, CLI_INT64, &po.window, "N", "h2o recent / snapkv observation window (default: policy's)"},
         {"buffer", 0, CLI_INT64, &po.buffer, "N", "tokens above the budget before evicting (default: budget/8, 1..128)"},
+        POLICY_MODE_OPTS(po),
         {"json", 0, CLI_FLAG, &json, NULL, "print one JSON object instead of the table"},
         {"plot", 0, CLI_STRING, &plot, "FILE.svg", "write an SVG plot: top-1 agreement and KL vs budget per policy"},
         {"backend", 'b', CLI_STRING, &backend, "B[:I]", "device (default cpu)"},
@@ -268,6 +269,10 @@ int cmd_eval(int argc, char **argv) {
     pp.window = po.window;
     if (strcmp(split, "all") != 0 && strcmp(split, "train") != 0 && strcmp(split, "held-out") != 0)
         return cli_fail(CLI_EXIT_USAGE, prog, "--split '%s': all, train or held-out", split);
+    float thr, fl;
+    rc = policy_parse_modes(prog, &po, pnames, np, &thr, &fl);
+    if (rc != CLI_EXIT_OK) return rc;
+    if (fl >= 0.0f) pp.alpha = fl;
     for (int i = 0; i < np; i++)
         if (!policy_is_learned(pnames[i]) && kvs_policy_create(&pols[i], pnames[i], &pp) != KVS_OK) {
             rc = cli_fail(CLI_EXIT_USAGE, prog, "--policies: %s", kvs_last_error());
@@ -328,7 +333,7 @@ int cmd_eval(int argc, char **argv) {
     e.hp = kvs_model_get_hparams(e.m);
     for (int i = 0; i < np; i++)
         if (policy_is_learned(pnames[i])) {
-            rc = policy_make_learned(prog, pnames[i], po.policy_file, e.hp, &pols[i]);
+            rc = policy_make_learned(prog, pnames[i], po.policy_file, e.hp, thr, fl, &pols[i]);
             if (rc != CLI_EXIT_OK) goto done;
             rc = CLI_EXIT_FAIL;
         }
@@ -431,6 +436,8 @@ int cmd_eval(int argc, char **argv) {
         json_object_object_add(root, "predictions", json_object_new_int64(cells[0].n));
         json_object_object_add(root, "scope", json_object_new_string(kvs_budget_scope_name(scope)));
         json_object_object_add(root, "recall_mentions", json_object_new_int64(total_probes));
+        json_object_object_add(root, "learned_threshold", thr > -INFINITY ? json_object_new_double(thr) : NULL);
+        json_object_object_add(root, "floor", fl >= 0.0f ? json_object_new_double(fl) : NULL);
         for (int k = 0; k < ncell; k++) {
             cell *c = &cells[k];
             json_object *o = json_object_new_object();
@@ -457,6 +464,11 @@ int cmd_eval(int argc, char **argv) {
     } else {
         printf("kvsieve eval: %s, %s (split %s): %lld windows x %lld tokens (%lld predictions), scope %s\n", path, text, split,
                (long long)windows, (long long)ctx, (long long)cells[0].n, kvs_budget_scope_name(scope));
+        if (thr > -INFINITY || fl >= 0.0f) {
+            if (thr > -INFINITY) printf("threshold mode: learned policies evict every token scoring below %g", (double)thr);
+            if (fl >= 0.0f) printf("%sfloor: each kv head keeps at least %g x its share", thr > -INFINITY ? "; " : "", (double)fl);
+            printf("\n");
+        }
         printf("recall: %lld later-mention tokens of early names; probes = those the full cache ranks in its top %d\n",
                (long long)total_probes, RECALL_TOPK);
         printf("%-10s %6s %6s %12s %7s %8s %8s %10s %14s %6s\n", "policy", "budget", "tokens", "KL(full||ev)", "top1%", "ppl",

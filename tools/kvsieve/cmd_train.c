@@ -23,24 +23,33 @@ static void progress(int64_t step, int64_t steps, double loss, void *user) {
             cli_now() - *t0);
 }
 
+static void validated(int64_t step, double kl, int best, void *user) {
+    const double *t0 = user;
+    fprintf(stderr, "kvsieve train: validation at step %lld: greedy KL %.6f%s  (%.1f s)\n", (long long)step, kl,
+            best ? "  (best so far, kept)" : "", cli_now() - *t0);
+}
+
 int cmd_train(int argc, char **argv) {
     const char *prog = "kvsieve train";
-    const char *model = NULL, *text = NULL, *kind_s = NULL, *out = NULL, *backend = NULL, *budget_s = "0.25";
-    int64_t steps = -1, seed = 1, ctx = 128;
-    int threads = 0;
+    const char *model = NULL, *text = NULL, *kind_s = NULL, *out = NULL, *backend = NULL, *budget_s = NULL;
+    int64_t steps = -1, seed = 1, ctx = 128, samples = 4;
+    int threads = 1; /* the models trained here are tiny: one thread, no OpenMP contention */
     double lr = 0.0;
     const cli_opt opts[] = {
         {"kind", 0, CLI_STRING, &kind_s, "K", "retention, indexer or rl; required"},
         {"model", 'm', CLI_STRING, &model, "MODEL", "model file (path or name under KVSIEVE_MODELS); required"},
         {"text", 0, CLI_STRING, &text, "FILE", "training text (its first 90% of tokens are used); required"},
-        {"budget", 0, CLI_STRING, &budget_s, "F", "rl: fraction of the window kept during episodes (default 0.25)"},
+        {"budget", 0, CLI_STRING, &budget_s, "F[,F..]",
+         "rl: fractions of the window kept during episodes, cycled step by step (default 0.1,0.25,0.5)"},
         {"out", 'o', CLI_STRING, &out, "POLICY.gguf", "side file to write; required"},
-        {"steps", 0, CLI_INT64, &steps, "N", "optimiser steps, one window each (default: retention 150, indexer 150, rl 40)"},
+        {"steps", 0, CLI_INT64, &steps, "N", "optimiser steps, one window each (rl: 4 sampled episodes each; default: retention 150, indexer 150, rl 500)"},
+        {"samples", 0, CLI_INT64, &samples, "K", "rl: sampled episodes per window, 2..64 (leave-one-out baseline; default 4)"},
         {"seed", 0, CLI_INT64, &seed, "S", "seed of the initial weights, window order and sampling (default 1)"},
         {"ctx", 0, CLI_INT64, &ctx, "N", "window length in tokens, BOS included (default 128)"},
-        {"lr", 0, CLI_DOUBLE, &lr, "X", "Adam learning rate (default 0.02; rl 0.003)"},
+        {"lr", 0, CLI_DOUBLE, &lr, "X", "Adam learning rate (default 0.02; rl 0.001)"},
         {"backend", 'b', CLI_STRING, &backend, "B[:I]", "device (default cpu)"},
-        {"threads", 't', CLI_INT, &threads, "N", "CPU threads (default: all cores)"},
+        {"threads", 't', CLI_INT, &threads, "N",
+         "CPU threads (default 1: the steps are tiny and extra threads mostly wait on each other; 0 = all cores)"},
     };
     const cli_spec spec = {
         .prog = prog,
@@ -57,11 +66,18 @@ int cmd_train(int argc, char **argv) {
     if (!kind_s || !model || !text || !out) return cli_fail(CLI_EXIT_USAGE, prog, "--kind, -m MODEL, --text FILE and --out FILE are required");
     kvs_learned_kind kind;
     if (kvs_learned_kind_from_name(kind_s, &kind) != KVS_OK) return cli_fail(CLI_EXIT_USAGE, prog, "--kind: %s", kvs_last_error());
-    double budget;
-    if (policy_parse_budget(budget_s, &budget) != 0 || !(budget < 1.0))
-        return cli_fail(CLI_EXIT_USAGE, prog, "--budget '%s': want a fraction in (0, 1)", budget_s);
-    if (steps == -1) steps = kind == KVS_LEARNED_RL ? 40 : 150;
+    if (!budget_s) budget_s = kind == KVS_LEARNED_RL ? "0.1,0.25,0.5" : "0.25";
+    double budgets[KVS_TRAIN_MAX_BUDGETS];
+    int n_budgets = 0;
+    if (cli_parse_double_list(budget_s, budgets, KVS_TRAIN_MAX_BUDGETS, &n_budgets) != 0)
+        return cli_fail(CLI_EXIT_USAGE, prog, "--budget '%s': want 1 to %d comma-separated fractions in (0, 1)", budget_s,
+                        KVS_TRAIN_MAX_BUDGETS);
+    for (int i = 0; i < n_budgets; i++)
+        if (!(budgets[i] > 0.0 && budgets[i] < 1.0))
+            return cli_fail(CLI_EXIT_USAGE, prog, "--budget '%s': want fractions in (0, 1)", budget_s);
+    if (steps == -1) steps = kind == KVS_LEARNED_RL ? 500 : 150;
     if (steps < 1 || seed < 0 || ctx < 16) return cli_fail(CLI_EXIT_USAGE, prog, "--steps >= 1, --seed >= 0, --ctx >= 16");
+    if (samples < 2 || samples > 64) return cli_fail(CLI_EXIT_USAGE, prog, "--samples %lld: want 2..64", (long long)samples);
 
     char path[4096];
     kvs_model_file *mf = NULL;
@@ -103,12 +119,17 @@ int cmd_train(int argc, char **argv) {
     kvs_train_params tp = kvs_train_params_default();
     tp.steps = steps;
     tp.seed = (uint64_t)seed;
-    tp.budget = budget;
+    tp.budget = budgets[0];
+    tp.n_budgets = n_budgets;
+    memcpy(tp.budgets, budgets, sizeof budgets);
     tp.ctx = ctx;
     if (tp.horizon >= ctx / 2) tp.horizon = ctx / 4; /* short windows: a shorter utility horizon */
     tp.lr = (float)lr;
     double t0 = cli_now(), loss = 0.0;
     tp.progress = progress;
+    tp.validated = validated;
+    tp.val_windows = kind == KVS_LEARNED_RL ? 8 : 0;
+    tp.rl_samples = samples;
     tp.user = &t0;
     fprintf(stderr, "%s: %s on %s: %lld train tokens (of %lld; the last %lld held out), %lld steps of %lld tokens\n", prog, kind_s,
             text, (long long)n_train, (long long)n_ids, (long long)(n_ids - n_train), (long long)steps, (long long)ctx);

@@ -16,7 +16,35 @@ int policy_is_learned(const char *name) {
            kvs_learned_kind_from_name(name, &k) == KVS_OK;
 }
 
-int policy_make_learned(const char *prog, const char *name, const char *files, const kvs_model_hparams *hp, kvs_policy **pol) {
+int policy_parse_modes(const char *prog, const policy_opts *po, const char *const *names, int n, float *threshold, float *floor) {
+    *threshold = -INFINITY;
+    *floor = -1.0f;
+    int learned = 0, ada = 0;
+    for (int i = 0; i < n; i++) {
+        learned |= policy_is_learned(names[i]);
+        ada |= names[i] && strcmp(names[i], "adakv") == 0;
+    }
+    double v;
+    if (po->threshold) {
+        if (cli_parse_double(po->threshold, &v) != 0 || !isfinite((float)v))
+            return cli_fail(CLI_EXIT_USAGE, prog, "--learned-threshold '%s': want a finite score (the learned policy's score units)",
+                            po->threshold);
+        if (!learned)
+            return cli_fail(CLI_EXIT_USAGE, prog, "--learned-threshold needs a learned policy (retention, indexer or rl)");
+        *threshold = (float)v;
+    }
+    if (po->floor) {
+        if (cli_parse_double(po->floor, &v) != 0 || !(v >= 0.0 && v <= 1.0))
+            return cli_fail(CLI_EXIT_USAGE, prog, "--floor '%s': want a fraction in [0, 1] of a kv head's even share", po->floor);
+        if (!learned && !ada)
+            return cli_fail(CLI_EXIT_USAGE, prog, "--floor applies to adakv and the learned policies (retention, indexer, rl)");
+        *floor = (float)v;
+    }
+    return CLI_EXIT_OK;
+}
+
+int policy_make_learned(const char *prog, const char *name, const char *files, const kvs_model_hparams *hp, float threshold,
+                        float floor, kvs_policy **pol) {
     *pol = NULL;
     kvs_learned_kind kind;
     if (kvs_learned_kind_from_name(name, &kind) != KVS_OK) return cli_fail(CLI_EXIT_USAGE, prog, "%s", kvs_last_error());
@@ -39,7 +67,7 @@ int policy_make_learned(const char *prog, const char *name, const char *files, c
     kvs_learned *lw = NULL;
     if (kvs_learned_load(&lw, chosen, hp, (int)kind) != KVS_OK)
         return cli_fail(CLI_EXIT_USAGE, prog, "--policy-file: %s", kvs_last_error());
-    kvs_status s = kvs_learned_policy(pol, lw, -INFINITY, 0.0f, 64);
+    kvs_status s = kvs_learned_policy(pol, lw, threshold, floor > 0.0f ? floor : 0.0f, 64);
     kvs_learned_destroy(&lw);
     if (s != KVS_OK) return cli_fail(CLI_EXIT_FAIL, prog, "%s", kvs_last_error());
     return CLI_EXIT_OK;
@@ -92,15 +120,20 @@ int policy_opts_make(const char *prog, const policy_opts *po, kvs_policy **pol, 
         return cli_fail(CLI_EXIT_USAGE, prog, "--scope: %s", kvs_last_error());
     if (po->buffer < 0) return cli_fail(CLI_EXIT_USAGE, prog, "--buffer must be >= 0");
     if (!po->policy) {
-        if (po->budget || po->scope) return cli_fail(CLI_EXIT_USAGE, prog, "--budget/--scope need --policy");
+        if (po->budget || po->scope || po->threshold || po->floor)
+            return cli_fail(CLI_EXIT_USAGE, prog, "--budget/--scope/--learned-threshold/--floor need --policy");
         return CLI_EXIT_OK;
     }
     kvs_policy_params pp = kvs_policy_params_default();
     if (po->sink >= 0) pp.n_sink = po->sink;
     if (po->window < 0) return cli_fail(CLI_EXIT_USAGE, prog, "--window must be >= 0");
     pp.window = po->window;
+    float thr, fl;
+    int rc = policy_parse_modes(prog, po, &po->policy, 1, &thr, &fl);
+    if (rc != CLI_EXIT_OK) return rc;
+    if (fl >= 0.0f) pp.alpha = fl;
     if (policy_is_learned(po->policy)) {
-        int rc = policy_make_learned(prog, po->policy, po->policy_file, po->hp, pol);
+        rc = policy_make_learned(prog, po->policy, po->policy_file, po->hp, thr, fl, pol);
         if (rc != CLI_EXIT_OK) return rc;
     } else if (kvs_policy_create(pol, po->policy, &pp) != KVS_OK) {
         return cli_fail(CLI_EXIT_USAGE, prog, "--policy: %s", kvs_last_error());

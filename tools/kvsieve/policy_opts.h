@@ -1,5 +1,6 @@
 /* kvsieve CLI — the eviction flags shared by `generate` and `eval`:
  *   --policy NAME --budget F|N [--scope head|layer|global] [--sink N] [--window N] [--buffer N]
+ *   [--learned-threshold T] [--floor A]
  * POLICY_OPTS(po) expands to the cli_opt rows; policy_opts_make() turns the parsed values into a
  * kvs_policy and the kvs_ar_params fields. */
 #ifndef KVS_TOOLS_POLICY_OPTS_H
@@ -21,9 +22,21 @@ typedef struct policy_opts {
     const char *policy_file; /* learned policies (retention, indexer, rl): GGUF side file(s),
                               * comma-separated; the file whose kind matches the policy is used */
     const kvs_model_hparams *hp; /* set by the caller before policy_opts_make: the model's shape */
+    const char *threshold;   /* learned policies: threshold mode (--learned-threshold T), NULL: off */
+    const char *floor;       /* adakv and learned policies: per-head floor fraction (--floor A) */
 } policy_opts;
 
-#define POLICY_OPTS_INIT {NULL, NULL, NULL, -1, 0, 0, NULL, NULL}
+#define POLICY_OPTS_INIT {NULL, NULL, NULL, -1, 0, 0, NULL, NULL, NULL, NULL}
+
+/* The rows of --learned-threshold and --floor (also in POLICY_OPTS). */
+#define POLICY_MODE_OPTS(po)                                                                                       \
+    {"learned-threshold", 0, CLI_STRING, &(po).threshold, "T",                                                    \
+     "learned policies: threshold mode: whenever eviction runs, every token scoring below T goes, the budget "     \
+     "caps the rest (T in the policy's score units: retention/indexer predict log(1e-4 + future attention), "     \
+     "e.g. -4.6 = 1%; default: off)"},                                                                             \
+    {"floor", 0, CLI_STRING, &(po).floor, "A",                                                                     \
+     "floor mode: each kv head keeps at least A x its even share, A in [0, 1] (adakv's alpha, default 0.2; "       \
+     "learned policies: default 0 = no floor)"}
 
 #define POLICY_OPTS(po)                                                                                            \
     {"policy", 0, CLI_STRING, &(po).policy, "NAME",                                                                \
@@ -36,15 +49,24 @@ typedef struct policy_opts {
     {"scope", 0, CLI_STRING, &(po).scope, "S", "budget scope: head, layer (pooled over heads), global (default head)"}, \
     {"sink", 0, CLI_INT, &(po).sink, "N", "streaming: sink tokens always kept (default 4)"},                       \
     {"window", 0, CLI_INT64, &(po).window, "N", "h2o recent / snapkv observation window (default: policy's); with --cache elastic: masked positions queried per step (default 16)"},     \
-    {"buffer", 0, CLI_INT64, &(po).buffer, "N", "tokens above the budget before evicting (default: budget/8, 1..128)"}
+    {"buffer", 0, CLI_INT64, &(po).buffer, "N", "tokens above the budget before evicting (default: budget/8, 1..128)"}, \
+    POLICY_MODE_OPTS(po)
 
 /* 1 when name is a learned policy kind (retention, indexer, rl). */
 int policy_is_learned(const char *name);
 
+/* Parses --learned-threshold and --floor for the policies names[0..n): *threshold (-INFINITY when
+ * unset) and *floor (-1 when unset). Refuses (CLI_EXIT_USAGE, one line on stderr) a value that is
+ * not a finite number / a fraction in [0, 1], and a flag that none of the policies takes
+ * (threshold: the learned ones; floor: adakv and the learned ones). CLI_EXIT_OK otherwise. */
+int policy_parse_modes(const char *prog, const policy_opts *po, const char *const *names, int n, float *threshold, float *floor);
+
 /* Creates the learned policy `name` from the file among files (comma-separated) whose kind is
- * name, checked against the model shape hp. Prints "prog: ..." and returns CLI_EXIT_USAGE on a
- * missing, malformed or mismatched file; CLI_EXIT_OK otherwise. */
-int policy_make_learned(const char *prog, const char *name, const char *files, const kvs_model_hparams *hp, kvs_policy **pol);
+ * name, checked against the model shape hp, in threshold mode (threshold > -INFINITY) and floor
+ * mode (floor > 0). Prints "prog: ..." and returns CLI_EXIT_USAGE on a missing, malformed or
+ * mismatched file; CLI_EXIT_OK otherwise. */
+int policy_make_learned(const char *prog, const char *name, const char *files, const kvs_model_hparams *hp, float threshold,
+                        float floor, kvs_policy **pol);
 
 /* Reads and tokenizes a text file (no BOS) into *ids (malloc'ed) and *n. CLI exit code. */
 int policy_read_tokens(const char *prog, const kvs_tokenizer *tk, const char *path, int32_t **ids, int64_t *n);

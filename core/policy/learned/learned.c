@@ -153,9 +153,8 @@ kvs_status kvs_learned_create(kvs_learned **out, kvs_learned_kind kind, const kv
         if (!isnan(v))
             for (int64_t j = 0; j < b[i].ne0 * b[i].ne1; j++) w->p[b[i].off + j] = v;
         if (strcmp(s, "proj") == 0) w->p[b[i].off] = 1.0f, w->p[b[i].off + 1] = 0.0f;
-        if (strcmp(s, "w2") == 0 && w->kind == KVS_LEARNED_RL)
-            for (int64_t j = 0; j < b[i].ne0; j++) w->p[b[i].off + j] = (float)(0.3 * lrn_normal(&r));
     }
+    if (w->kind == KVS_LEARNED_RL) lrn_rl_heuristic_init(w, &r);
     *out = w;
     return KVS_OK;
 }
@@ -347,10 +346,30 @@ float lrn_rl_score(const kvs_learned *w, int l, const float *f, float *pre, floa
     return s;
 }
 
+/* The rl policy's starting point (ours): hidden unit 0 computes H2O's score,
+ *   pre0 = 3 + f0 + 10 f8  (mean attention received since entering the cache, + 10 inside the
+ *                           recent half of the budget: H2O's kept window),
+ * read out with w2[0] = LRN_RL_INIT_SCALE (silu is increasing above -1.28 and pre0 >= 3 here, so
+ * the ranking is exactly H2O's: kvsieve eval gives identical numbers; the scale sets how greedy
+ * the Gumbel top-k sampling starts). The other hidden units start with W1 ~ N(0, 0.3) and w2 = 0:
+ * REINFORCE grows them from there. */
+void lrn_rl_heuristic_init(kvs_learned *w, lrn_rng *r) {
+    float *W1 = w->p, *b1 = W1 + w->G * LRN_RL_F, *w2 = b1 + w->G, *b2 = w2 + w->G, *lb = b2 + 1;
+    for (int j = 0; j < w->G; j++) {
+        for (int i = 0; i < LRN_RL_F; i++) W1[j * LRN_RL_F + i] = j == 0 ? 0.0f : (float)(0.3 * lrn_normal(r));
+        b1[j] = 0.0f;
+        w2[j] = 0.0f;
+    }
+    W1[0] = 1.0f, W1[8] = 10.0f;
+    b1[0] = 3.0f;
+    w2[0] = LRN_RL_INIT_SCALE;
+    b2[0] = 0.0f;
+    for (int l = 0; l < w->L; l++) lb[l] = 0.0f;
+}
+
 /* Per-policy state: NF floats per (layer, kv head, cache row). */
 typedef struct lpol {
     kvs_learned *w;
-    float threshold;
     int L, H, NF;
     int64_t cap;
     float *rows;        /* [L][H][cap][NF] */
@@ -490,6 +509,7 @@ static kvs_status lpol_score(void *self, const kvs_policy_input *in, float *scor
                 f[5] = (float)sqrt(kn) / (float)sqrt((double)w->hd);
                 f[6] = in->cur_pos > 0 ? (float)pos[r] / (float)in->cur_pos : 1.0f;
                 f[7] = (float)(log1p(age) / log(512.0));
+                f[8] = 2.0 * age < (double)in->budget ? 1.0f : 0.0f; /* in the recent half of the budget */
                 s = lrn_rl_score(w, l, f, p->pre, p->g);
                 p->sc[h * p->cap + r] = s;
                 if (p->rec) { /* Gumbel top-k: perturb, the evictor's top-k then samples */
@@ -498,7 +518,6 @@ static kvs_status lpol_score(void *self, const kvs_policy_input *in, float *scor
                     p->pert[h * p->cap + r] = s;
                 }
             }
-            if (s < p->threshold) s -= 1e6f;
             if (!isfinite(s)) s = s > 0 ? 3e38f : -3e38f;
             scores[h * in->stride + r] = s;
         }
@@ -615,7 +634,10 @@ kvs_status kvs_learned_policy(kvs_policy **out, const kvs_learned *src, float th
     *out = NULL;
     if (latent_features < 0 || latent_features > 4096)
         return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: latent_features %d outside [0, 4096]", op, latent_features);
-    if (isnan(threshold)) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: threshold is NaN", op);
+    if (isnan(threshold) || threshold == INFINITY)
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: threshold %g: want a finite score or -INFINITY (off)", op, (double)threshold);
+    if (!(alpha >= 0.0f && alpha <= 1.0f))
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: floor alpha %g outside [0, 1]", op, (double)alpha);
     lpol *p = calloc(1, sizeof *p);
     if (!p) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
     kvs_status s = alloc_learned(&p->w, src->kind, src->L, src->H, src->NH, src->hd, src->dim, src->vocab);
@@ -624,7 +646,6 @@ kvs_status kvs_learned_policy(kvs_policy **out, const kvs_learned *src, float th
         return s;
     }
     memcpy(p->w->p, src->p, (size_t)src->n * sizeof(float));
-    p->threshold = threshold;
     p->L = src->L, p->H = src->H;
     p->NF = src->kind == KVS_LEARNED_RETENTION ? 1 : src->kind == KVS_LEARNED_INDEXER ? src->G + 1 : 2;
     p->entropy = calloc((size_t)(p->L * p->H), sizeof(float));
@@ -649,6 +670,7 @@ kvs_status kvs_learned_policy(kvs_policy **out, const kvs_learned *src, float th
         return s;
     }
     kvs_policy_set_latent(*out, p->latent);
+    (*out)->threshold = threshold; /* the evictor's threshold mode (policy_internal.h) */
     return s;
 }
 

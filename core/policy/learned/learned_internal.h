@@ -6,7 +6,7 @@
 
 #include "kvsieve/learned.h"
 
-#define LRN_RL_F 8 /* rl features per token */
+#define LRN_RL_F 9 /* rl features per token */
 
 struct kvs_learned {
     kvs_learned_kind kind;
@@ -45,6 +45,9 @@ void lrn_ret_gate(const kvs_learned *w, int l, const float *xn, float *pre, floa
 /* indexer: the xn part u = Wx xn + b1 [G]; then m from u and k */
 void lrn_idx_u(const kvs_learned *w, int l, const float *xn, float *u);
 float lrn_idx_m(const kvs_learned *w, int l, const float *u, const float *k, float *pre, float *g);
+/* rl: the heuristic starting weights (learned.c comment); w2[0] scale */
+#define LRN_RL_INIT_SCALE 20.0f
+void lrn_rl_heuristic_init(kvs_learned *w, lrn_rng *r);
 /* rl: score of features f[F] at layer l */
 float lrn_rl_score(const kvs_learned *w, int l, const float *f, float *pre, float *g);
 

@@ -10,7 +10,8 @@
 #include "learned_internal.h"
 
 kvs_train_params kvs_train_params_default(void) {
-    kvs_train_params p = {.steps = 60, .seed = 1, .budget = 0.25, .ctx = 128, .horizon = 16, .lr = 0.0f, .progress = NULL, .user = NULL};
+    kvs_train_params p = {.steps = 60, .seed = 1, .budget = 0.25, .ctx = 128, .horizon = 16, .lr = 0.0f, .progress = NULL, .user = NULL,
+                          .rl_samples = 4};
     return p;
 }
 
@@ -204,38 +205,33 @@ static void log_softmax(const float *l, int64_t V, double *out) {
 typedef struct rl_ctx {
     kvs_model *m;
     kvs_kv_cache *full, *ev_cache;
-    kvs_evictor *ev;
+    kvs_evictor *ev;        /* the evictor of the current step's budget (one of evs) */
+    kvs_evictor *evs[KVS_TRAIN_MAX_BUDGETS];
+    int n_evs;
     kvs_policy *pol;
     lrn_rl_rec rec;
     double *full_lp, *lp;   /* [N][V], [V] */
-    double *kl;             /* [N] */
-    float *ev_grad;         /* [max events][n] */
-    int64_t *ev_t;
+    int64_t K;              /* sampled episodes per window */
+    double *kl;             /* [K][N] */
+    float *ev_grad;         /* [K][max events][n] */
+    int64_t *ev_t;          /* [K][max events] */
+    int64_t *n_ev;          /* [K] */
     int64_t max_ev;
-    double baseline;
-    int have_baseline;
     kvs_layer_plan *lp_plan;
 } rl_ctx;
 
-/* One REINFORCE episode on a window; adds the policy-gradient loss gradient into grad. Returns the
- * mean KL of the episode in *loss. */
-static kvs_status rl_episode(rl_ctx *r, kvs_learned *w, const int32_t *tok, int64_t N, float *grad, double *loss) {
+/* One sampled episode (sample i) on a window whose full-cache log-probabilities are in r->full_lp:
+ * the per-step KL into kl[i], each eviction event's d log p / d theta and step into ev_grad / ev_t. */
+static kvs_status rl_episode(rl_ctx *r, kvs_learned *w, const int32_t *tok, int64_t N, int64_t i, double *loss) {
     const kvs_model_hparams *hp = kvs_model_get_hparams(r->m);
     int64_t V = hp->vocab;
-    /* full-cache reference: one prefill with every row's logits */
-    KVS_TRY(kvs_cache_reset(r->full));
-    int32_t *rows = malloc((size_t)N * sizeof *rows);
-    if (!rows) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_learned_train: out of host memory");
-    for (int64_t i = 0; i < N; i++) rows[i] = (int32_t)i;
-    kvs_step_plan fp = {.tokens = tok, .n_tokens = N, .logit_rows = rows, .n_logit_rows = N};
     kvs_step_result res;
-    kvs_status s = kvs_model_forward(r->m, r->full, &fp, &res);
-    for (int64_t t = 0; t < N && s == KVS_OK; t++) log_softmax(res.logits + t * V, V, r->full_lp + t * V);
-    free(rows);
-    KVS_TRY(s);
     KVS_TRY(kvs_cache_reset(r->ev_cache));
     KVS_TRY(kvs_evictor_begin(r->ev, r->ev_cache));
     int64_t n_ev = 0;
+    float *evg = r->ev_grad + i * r->max_ev * w->n;
+    int64_t *evt = r->ev_t + i * r->max_ev;
+    double *kls = r->kl + i * N;
     memset(r->rec.grad, 0, (size_t)w->n * sizeof(float));
     r->rec.event_pending = 0;
     double klsum = 0;
@@ -249,8 +245,8 @@ static kvs_status rl_episode(rl_ctx *r, kvs_learned *w, const int32_t *tok, int6
         KVS_TRY(kvs_evictor_update(r->ev, r->ev_cache, &res));
         if (r->rec.event_pending) {
             if (n_ev < r->max_ev) {
-                memcpy(r->ev_grad + n_ev * w->n, r->rec.grad, (size_t)w->n * sizeof(float));
-                r->ev_t[n_ev++] = t;
+                memcpy(evg + n_ev * w->n, r->rec.grad, (size_t)w->n * sizeof(float));
+                evt[n_ev++] = t;
             }
             memset(r->rec.grad, 0, (size_t)w->n * sizeof(float));
             r->rec.event_pending = 0;
@@ -258,23 +254,91 @@ static kvs_status rl_episode(rl_ctx *r, kvs_learned *w, const int32_t *tok, int6
         log_softmax(res.logits, V, r->lp);
         const double *fl = r->full_lp + t * V;
         double kl = 0;
-        for (int64_t i = 0; i < V; i++) kl += exp(fl[i]) * (fl[i] - r->lp[i]);
-        r->kl[t] = kl > 0 ? kl : 0;
-        klsum += r->kl[t];
+        for (int64_t v = 0; v < V; v++) kl += exp(fl[v]) * (fl[v] - r->lp[v]);
+        kls[t] = kl > 0 ? kl : 0;
+        klsum += kls[t];
     }
+    r->n_ev[i] = n_ev;
     *loss = klsum / (double)(N - 1);
-    /* reward-to-go: mean of -KL from the event's step to the end; advantage vs an EMA baseline */
+    return KVS_OK;
+}
+
+/* The full-cache reference of a window: one prefill with every row's logits into r->full_lp. */
+static kvs_status rl_reference(rl_ctx *r, const int32_t *tok, int64_t N) {
+    int64_t V = kvs_model_get_hparams(r->m)->vocab;
+    KVS_TRY(kvs_cache_reset(r->full));
+    int32_t *rows = malloc((size_t)N * sizeof *rows);
+    if (!rows) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_learned_train: out of host memory");
+    for (int64_t i = 0; i < N; i++) rows[i] = (int32_t)i;
+    kvs_step_plan fp = {.tokens = tok, .n_tokens = N, .logit_rows = rows, .n_logit_rows = N};
+    kvs_step_result res;
+    kvs_status s = kvs_model_forward(r->m, r->full, &fp, &res);
+    for (int64_t t = 0; t < N && s == KVS_OK; t++) log_softmax(res.logits + t * V, V, r->full_lp + t * V);
+    free(rows);
+    return s;
+}
+
+/* One REINFORCE step on a window: the full-cache reference, K sampled episodes, and the gradient of
+ * the policy-gradient loss into grad. Each eviction event's return is the reward-to-go (mean -KL
+ * from the step after it to the end of the window); its baseline is the mean return of the same event in
+ * the other K - 1 episodes of the window (leave-one-out, "RLOO", Kool et al. 2019): the scope-head
+ * trigger schedule does not depend on the sampled keep-sets, so event e happens at the same step
+ * in every episode. Returns the mean KL over the K episodes in *loss. */
+static kvs_status rl_step(rl_ctx *r, kvs_learned *w, const int32_t *tok, int64_t N, float *grad, double *loss) {
+    int64_t K = r->K;
+    KVS_TRY(rl_reference(r, tok, N));
+    double sum_loss = 0;
+    for (int64_t i = 0; i < K; i++) {
+        double l = 0;
+        KVS_TRY(rl_episode(r, w, tok, N, i, &l));
+        sum_loss += l;
+    }
+    *loss = sum_loss / (double)K;
+    int64_t n_ev = r->max_ev;
+    for (int64_t i = 0; i < K; i++) n_ev = r->n_ev[i] < n_ev ? r->n_ev[i] : n_ev;
+    if (K < 2 || n_ev < 1) return KVS_OK;
+    double G[64];
     for (int64_t e = 0; e < n_ev; e++) {
-        double sum = 0;
-        for (int64_t t = r->ev_t[e]; t + 1 < N; t++) sum -= r->kl[t];
-        double G = sum / (double)(N - 1 - r->ev_t[e]);
-        if (!r->have_baseline) r->baseline = G, r->have_baseline = 1;
-        double adv = G - r->baseline;
-        r->baseline = 0.95 * r->baseline + 0.05 * G;
-        const float *ge = r->ev_grad + e * w->n;
-        for (int64_t i = 0; i < w->n; i++) grad[i] -= (float)(adv * ge[i] / (double)(n_ev > 0 ? n_ev : 1));
+        double mean = 0;
+        for (int64_t i = 0; i < K; i++) {
+            /* the eviction after step t0 first shows in the logits of step t0 + 1 */
+            int64_t t0 = r->ev_t[i * r->max_ev + e];
+            double sum = 0;
+            for (int64_t t = t0 + 1; t + 1 < N; t++) sum -= r->kl[i * N + t];
+            G[i] = t0 + 2 < N ? sum / (double)(N - 2 - t0) : 0.0;
+            mean += G[i];
+        }
+        for (int64_t i = 0; i < K; i++) {
+            double adv = (G[i] - (mean - G[i]) / (double)(K - 1));
+            const float *ge = r->ev_grad + (i * r->max_ev + e) * w->n;
+            for (int64_t j = 0; j < w->n; j++) grad[j] -= (float)(adv * ge[j] / (double)(n_ev * K));
+        }
     }
     return KVS_OK;
+}
+
+/* rl model selection: the mean KL of greedy (unsampled) episodes over the validation windows
+ * vw[0..n_val) of the train split, at every training budget. */
+static kvs_status rl_validate(rl_ctx *r, kvs_learned *w, const int32_t *tokens, const int64_t *vw, int64_t n_val, int64_t N,
+                              int32_t bos, int32_t *tok, double *out) {
+    lrn_policy_set_rl_rec(r->pol, NULL);
+    double sum = 0;
+    int64_t cnt = 0;
+    kvs_status s = KVS_OK;
+    for (int64_t v = 0; v < n_val && s == KVS_OK; v++) {
+        tok[0] = bos;
+        memcpy(tok + 1, tokens + vw[v] * (N - 1), (size_t)(N - 1) * sizeof *tok);
+        s = rl_reference(r, tok, N);
+        for (int b = 0; b < r->n_evs && s == KVS_OK; b++) {
+            double l = 0;
+            r->ev = r->evs[b];
+            s = rl_episode(r, w, tok, N, 0, &l);
+            sum += l, cnt++;
+        }
+    }
+    lrn_policy_set_rl_rec(r->pol, &r->rec);
+    *out = cnt ? sum / (double)cnt : 0.0;
+    return s;
 }
 
 kvs_status kvs_learned_train(kvs_learned *w, kvs_model *m, const int32_t *tokens, int64_t n, const kvs_train_params *pp,
@@ -286,9 +350,14 @@ kvs_status kvs_learned_train(kvs_learned *w, kvs_model *m, const int32_t *tokens
     if (hp->n_layers != w->L || hp->n_kv_heads != w->H || hp->head_dim != w->hd || hp->dim != w->dim || hp->n_heads != w->NH)
         return kvs_error(KVS_ERR_SHAPE, "%s: weights for another model shape", op);
     if (p.ctx < 16 || (hp->ctx_len > 0 && p.ctx > hp->ctx_len) || p.steps < 1 || p.horizon < 1 || p.horizon >= p.ctx / 2 ||
-        !(p.budget > 0.0 && p.budget < 1.0))
-        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: ctx %lld (16..%d), steps %lld >= 1, horizon %lld (1..ctx/2), budget %g in (0, 1)",
-                         op, (long long)p.ctx, hp->ctx_len, (long long)p.steps, (long long)p.horizon, p.budget);
+        !(p.budget > 0.0 && p.budget < 1.0) || p.val_windows < 0 || p.rl_samples < 0 || p.rl_samples == 1 || p.rl_samples > 64 || p.n_budgets < 0 ||
+        p.n_budgets > KVS_TRAIN_MAX_BUDGETS)
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT,
+                         "%s: ctx %lld (16..%d), steps %lld >= 1, horizon %lld (1..ctx/2), budget %g in (0, 1), rl_samples %lld (0 or 2..64)",
+                         op, (long long)p.ctx, hp->ctx_len, (long long)p.steps, (long long)p.horizon, p.budget, (long long)p.rl_samples);
+    for (int i = 0; i < p.n_budgets; i++)
+        if (!(p.budgets[i] > 0.0 && p.budgets[i] < 1.0))
+            return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: budgets[%d] = %g: want a fraction in (0, 1)", op, i, p.budgets[i]);
     int64_t N = p.ctx, nw = n / (N - 1);
     if (nw < 1) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: %lld tokens, not one window of %lld", op, (long long)n, (long long)N);
     int L = w->L, H = w->H;
@@ -324,19 +393,21 @@ kvs_status kvs_learned_train(kvs_learned *w, kvs_model *m, const int32_t *tokens
     if (s == KVS_OK) s = kvs_cache_create(&c, dev, &cp);
     kvs_learned *tw = w; /* the weights trained in place */
     if (w->kind == KVS_LEARNED_RL) {
-        ad.lr = p.lr > 0 ? p.lr : 3e-3f;
+        ad.lr = p.lr > 0 ? p.lr : 1e-3f;
         r.m = m;
         r.full = c;
         r.max_ev = N * L;
+        r.K = p.rl_samples > 0 ? p.rl_samples : 4;
         r.full_lp = malloc((size_t)(N * hp->vocab) * sizeof(double));
         r.lp = malloc((size_t)hp->vocab * sizeof(double));
-        r.kl = malloc((size_t)N * sizeof(double));
-        r.ev_grad = malloc((size_t)(r.max_ev * w->n) * sizeof(float));
-        r.ev_t = malloc((size_t)r.max_ev * sizeof(int64_t));
+        r.kl = malloc((size_t)(r.K * N) * sizeof(double));
+        r.ev_grad = malloc((size_t)(r.K * r.max_ev * w->n) * sizeof(float));
+        r.ev_t = malloc((size_t)(r.K * r.max_ev) * sizeof(int64_t));
+        r.n_ev = calloc((size_t)r.K, sizeof(int64_t));
         r.rec.grad = calloc((size_t)w->n, sizeof(float));
         r.rec.rng.s = p.seed * 0x9E3779B97F4A7C15ull + 3;
         r.lp_plan = lp;
-        if (s == KVS_OK && (!r.full_lp || !r.lp || !r.kl || !r.ev_grad || !r.ev_t || !r.rec.grad))
+        if (s == KVS_OK && (!r.full_lp || !r.lp || !r.kl || !r.ev_grad || !r.ev_t || !r.n_ev || !r.rec.grad))
             s = kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
         if (s == KVS_OK) s = kvs_learned_policy(&r.pol, w, -INFINITY, 0.0f, 0);
         if (s == KVS_OK) {
@@ -344,12 +415,19 @@ kvs_status kvs_learned_train(kvs_learned *w, kvs_model *m, const int32_t *tokens
             lrn_policy_set_rl_rec(r.pol, &r.rec);
             kvs_evict_params ep = kvs_evict_params_default();
             ep.policy = r.pol;
-            ep.budget = p.budget;
             ep.scope = KVS_SCOPE_HEAD;
-            s = kvs_evictor_create(&r.ev, &ep, hp, N);
+            r.n_evs = p.n_budgets > 0 ? p.n_budgets : 1;
+            for (int i = 0; i < r.n_evs && s == KVS_OK; i++) {
+                ep.budget = p.n_budgets > 0 ? p.budgets[i] : p.budget;
+                s = kvs_evictor_create(&r.evs[i], &ep, hp, N);
+            }
         }
         kvs_cache_params ecp = cp;
-        if (s == KVS_OK) ecp.capacity = kvs_evictor_capacity(r.ev, 1);
+        ecp.capacity = 1;
+        for (int i = 0; i < r.n_evs && s == KVS_OK; i++) {
+            int64_t c1 = kvs_evictor_capacity(r.evs[i], 1);
+            if (c1 > ecp.capacity) ecp.capacity = c1;
+        }
         if (s == KVS_OK) s = kvs_cache_create(&r.ev_cache, dev, &ecp);
     } else {
         ad.lr = p.lr > 0 ? p.lr : 2e-2f;
@@ -361,14 +439,34 @@ kvs_status kvs_learned_train(kvs_learned *w, kvs_model *m, const int32_t *tokens
     }
     double tail = 0.0;
     int64_t ntail = 0;
-    for (int64_t step = 0; step < p.steps && s == KVS_OK; step++) {
-        int64_t wi = order[step % nw];
-        tok[0] = hp->bos_id >= 0 ? hp->bos_id : 1;
+    /* rl model selection: the last n_val windows of the shuffled order are never trained on; the
+     * weights with the lowest greedy KL on them (the start included) are the result */
+    int32_t bos = hp->bos_id >= 0 ? hp->bos_id : 1;
+    int64_t n_val = w->kind == KVS_LEARNED_RL && p.val_windows > 0 ? p.val_windows : 0, n_trainw = nw;
+    if (n_val > nw / 4) n_val = nw / 4;
+    n_trainw = nw - n_val;
+    int64_t val_every = p.steps / 10 > 0 ? p.steps / 10 : 1;
+    double best_kl = INFINITY;
+    float *best = n_val > 0 ? malloc((size_t)w->n * sizeof *best) : NULL;
+    if (n_val > 0 && !best && s == KVS_OK) s = kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
+    for (int64_t step = 0; step <= p.steps && s == KVS_OK; step++) {
+        if (n_val > 0 && (step % val_every == 0 || step == p.steps)) {
+            double vk = 0;
+            s = rl_validate(&r, tw, tokens, order + n_trainw, n_val, N, bos, tok, &vk);
+            if (s != KVS_OK) break;
+            int better = vk < best_kl;
+            if (better) best_kl = vk, memcpy(best, tw->p, (size_t)w->n * sizeof *best);
+            if (p.validated) p.validated(step, vk, better, p.user);
+        }
+        if (step == p.steps) break;
+        int64_t wi = order[step % n_trainw];
+        tok[0] = bos;
         memcpy(tok + 1, tokens + wi * (N - 1), (size_t)(N - 1) * sizeof *tok);
         memset(grad, 0, (size_t)w->n * sizeof *grad);
         double loss = 0.0;
         if (w->kind == KVS_LEARNED_RL) {
-            s = rl_episode(&r, tw, tok, N, grad, &loss);
+            r.ev = r.evs[step % r.n_evs];
+            s = rl_step(&r, tw, tok, N, grad, &loss);
             /* clip the gradient's norm to 1 (REINFORCE variance) */
             double nn = 0;
             for (int64_t i = 0; i < w->n; i++) nn += (double)grad[i] * grad[i];
@@ -386,6 +484,8 @@ kvs_status kvs_learned_train(kvs_learned *w, kvs_model *m, const int32_t *tokens
         if (step >= p.steps - 10) tail += loss, ntail++;
         if (p.progress) p.progress(step, p.steps, loss, p.user);
     }
+    if (s == KVS_OK && best) memcpy(tw->p, best, (size_t)w->n * sizeof(float));
+    free(best);
     if (s == KVS_OK && tw != w) memcpy(w->p, tw->p, (size_t)w->n * sizeof(float));
     if (s == KVS_OK) {
         w->train_steps = p.steps;
@@ -393,10 +493,10 @@ kvs_status kvs_learned_train(kvs_learned *w, kvs_model *m, const int32_t *tokens
         w->train_budget = p.budget;
         if (final_loss) *final_loss = ntail ? tail / (double)ntail : 0.0;
     }
-    kvs_evictor_destroy(&r.ev);
+    for (int i = 0; i < KVS_TRAIN_MAX_BUDGETS; i++) kvs_evictor_destroy(&r.evs[i]);
     kvs_policy_destroy(&r.pol);
     kvs_cache_destroy(&r.ev_cache);
-    free(r.full_lp), free(r.lp), free(r.kl), free(r.ev_grad), free(r.ev_t), free(r.rec.grad);
+    free(r.full_lp), free(r.lp), free(r.kl), free(r.ev_grad), free(r.ev_t), free(r.n_ev), free(r.rec.grad);
     kvs_cache_destroy(&c);
     free(order), free(tok), free(rows), free(grad), free(ad.m), free(ad.v), free(ad.scale), free(lp), free(x), free(A), free(K);
     return s;
