@@ -98,6 +98,7 @@ static int64_t topk_collect(const float *x, int64_t n, int64_t base, uint32_t t0
 
 /* Histogram of key[0..n) (n >= 1) over equal buckets of width 2^sh spanning [lo, hi], at most nb
  * of them; returns sh. hist must hold nb entries. */
+KVS_CLONES
 static int topk_hist(const uint32_t *key, int64_t n, int nb, uint32_t *lo_out, uint32_t *hi_out, uint32_t *hist) {
     uint32_t lo = UINT32_MAX, hi = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -117,6 +118,7 @@ static int topk_hist(const uint32_t *key, int64_t n, int nb, uint32_t *lo_out, u
  * histograms the survivors over at most 1024 equal buckets of their key range and keeps the
  * bucket holding the answer, so the range shrinks 1024-fold a round (at most 4 rounds); a few
  * survivors are finished by insertion sort. */
+KVS_CLONES
 static uint32_t topk_select(uint32_t *a, int64_t n, int64_t r) {
     for (;;) {
         if (n <= 48) {
@@ -148,6 +150,7 @@ static uint32_t topk_select(uint32_t *a, int64_t n, int64_t r) {
  * (attempt 0; later attempts widen the margin). Returns 0 (take everything) for short inputs, when
  * k is a large fraction of n, or from attempt 2 on. The bucket holding the sample's rr-th largest
  * key gives t0 (its lower edge: never above that key). */
+KVS_CLONES
 static uint32_t topk_threshold(const float *x, int64_t n, int64_t k, uint32_t *sample, int attempt) {
     if (n <= 768 || k * 4 > n || attempt >= 2) return 0u;
     /* s samples in blocks of 16 consecutive entries spread evenly over x: the sample touches few
@@ -234,6 +237,7 @@ static void topk_sort(uint32_t *key, int32_t *idx, uint32_t *tk, int32_t *ti, in
  * lowest-index n_eq keys == T. Sorted output is a counting sort by bucket (stable, so index order
  * within a bucket), then topk_sort inside each bucket (mostly an insertion sort of one or two).
  * sk/si/tk/ti: scratch of c + 16 entries each. */
+KVS_CLONES
 static void topk_finish(const float *x, const uint32_t *ck, const int32_t *ci, int64_t c, int64_t k, int by_index,
                         uint32_t *sk, int32_t *si, uint32_t *tk, int32_t *ti, int32_t *out_idx, float *out_val) {
     uint32_t hist[TOPK_NB], lo, hi;
@@ -318,6 +322,7 @@ static void topk_finish(const float *x, const uint32_t *ck, const int32_t *ci, i
 static size_t topk_work_words(int64_t n) { return (size_t)(8192 + 6 * (n + 16) + 64); }
 
 /* Single-threaded top-k of x[0..n), 1 <= k <= n. */
+KVS_CLONES
 static void topk_row(const float *x, int64_t n, int64_t k, int by_index, uint32_t *work, int32_t *out_idx,
                      float *out_val) {
     uint32_t *sample = work;
@@ -343,7 +348,8 @@ kvs_status kvs_cpu_topk(kvs_device *dev, const kvs_topk_args *a) {
     (void)nt; /* unused without OpenMP */
     if (nt > a->rows) nt = (int)a->rows;
     size_t per = topk_work_words(n);
-    uint32_t *scr = malloc((size_t)nt * per * sizeof(uint32_t));
+    /* the device's grow-only scratch: a fresh allocation per call would fault its pages in again */
+    uint32_t *scr = kvs_cpu_scratch(dev, (size_t)nt * per * sizeof(uint32_t));
     if (!scr) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_topk (cpu): cannot allocate scratch");
     KVS_OMP(parallel num_threads(nt))
     {
@@ -366,7 +372,6 @@ kvs_status kvs_cpu_topk(kvs_device *dev, const kvs_topk_args *a) {
             }
         }
     }
-    free(scr);
     return KVS_OK;
 }
 
@@ -384,14 +389,10 @@ kvs_status kvs_cpu_topk_global(kvs_device *dev, const kvs_topk_args *a) {
      * compacted */
     const int64_t chunk = (n + nt - 1) / nt;
     size_t region = (size_t)chunk + 16;
-    uint32_t *ck = malloc((size_t)nt * region * sizeof *ck);
-    int32_t *ci = malloc((size_t)nt * region * sizeof *ci);
+    uint32_t *ck = kvs_cpu_scratch(dev, 2 * (size_t)nt * region * sizeof *ck); /* grow-only, kept */
+    int32_t *ci = ck ? (int32_t *)(ck + (size_t)nt * region) : NULL;
     int64_t cnt[512];
-    if (!ck || !ci) {
-        free(ck);
-        free(ci);
-        return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_topk_global (cpu): cannot allocate scratch");
-    }
+    if (!ck) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_topk_global (cpu): cannot allocate scratch");
     int64_t c = 0;
     for (int attempt = 0; c < k; attempt++) {
         uint32_t t0 = topk_threshold(x, n, k, sample, attempt);
@@ -413,10 +414,10 @@ kvs_status kvs_cpu_topk_global(kvs_device *dev, const kvs_topk_args *a) {
     uint32_t *sk = malloc((size_t)(2 * c + 32) * sizeof *sk);
     int32_t *si = malloc((size_t)(2 * c + 32) * sizeof *si);
     if (!sk || !si) {
-        free(ck); free(ci); free(sk); free(si);
+        free(sk); free(si);
         return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_topk_global (cpu): cannot allocate scratch");
     }
     topk_finish(x, ck, ci, c, k, a->p.order_by_index, sk, si, sk + c + 16, si + c + 16, oi, ov);
-    free(ck); free(ci); free(sk); free(si);
+    free(sk); free(si);
     return KVS_OK;
 }
