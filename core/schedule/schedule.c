@@ -40,6 +40,7 @@ kvs_status kvs_dlm_schedule_get_stats(const kvs_dlm_schedule *s, kvs_dlm_schedul
 typedef struct sched_none {
     int32_t *rows;
     int64_t cap;
+    kvs_dlm_schedule_stats st; /* every step is a full step */
 } sched_none;
 
 static kvs_status none_plan(void *self, const kvs_dlm_view *v, kvs_dlm_step *out) {
@@ -57,6 +58,20 @@ static kvs_status none_plan(void *self, const kvs_dlm_view *v, kvs_dlm_step *out
     memset(out, 0, sizeof *out);
     out->plan.logit_rows = s->rows;
     out->plan.n_logit_rows = n;
+    s->st.steps++;
+    s->st.full_steps++;
+    for (int l = 0; l < v->n_layers && l < KVS_SCHED_MAX_LAYERS; l++) {
+        s->st.rows[l] += v->n_tokens;
+        s->st.refreshes[l]++;
+    }
+    return KVS_OK;
+}
+
+static void none_stats(void *self, kvs_dlm_schedule_stats *out) { *out = ((sched_none *)self)->st; }
+
+static kvs_status none_begin(void *self, int64_t n_tokens, int n_layers) {
+    (void)n_tokens, (void)n_layers;
+    memset(&((sched_none *)self)->st, 0, sizeof(kvs_dlm_schedule_stats));
     return KVS_OK;
 }
 
@@ -67,7 +82,8 @@ static void none_destroy(void *self) {
 }
 
 static const kvs_dlm_schedule_ops none_ops = {
-    .name = "none", .cache_flags = 0, .plan = none_plan, .destroy = none_destroy,
+    .name = "none", .cache_flags = 0, .plan = none_plan, .begin = none_begin, .stats = none_stats,
+    .destroy = none_destroy,
 };
 
 kvs_status kvs_dlm_schedule_none(kvs_dlm_schedule **out) {

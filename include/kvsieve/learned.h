@@ -168,6 +168,7 @@ KVS_API kvs_train_params kvs_train_params_default(void);
  * Errors: KVS_ERR_INVALID_ARGUMENT (NULL, fewer tokens than one window, ctx beyond the model's
  * context, steps < 1, horizon outside [1, ctx/2), a budget outside (0, 1), rl_samples not 0 or
  * 2..64, n_budgets outside [0, KVS_TRAIN_MAX_BUDGETS], val_windows < 0), KVS_ERR_SHAPE (weights of another model),
+ * KVS_ERR_OUT_OF_RANGE (training diverged: a non-finite loss, e.g. from too high a learning rate),
  * the model's and ops' errors, KVS_ERR_OUT_OF_MEMORY. */
 KVS_API kvs_status kvs_learned_train(kvs_learned *lw, kvs_model *m, const int32_t *tokens, int64_t n,
                                      const kvs_train_params *p, double *final_loss);

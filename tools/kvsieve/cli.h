@@ -16,10 +16,17 @@
 #ifndef KVS_TOOLS_CLI_H
 #define KVS_TOOLS_CLI_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "kvsieve/kvsieve.h"
+
+/* "Not given" markers for option defaults: no value a user can type parses to these (numbers are
+ * range-checked, doubles must be finite), so a default never hides a bad value such as -n -1. */
+#define CLI_UNSET_INT INT32_MIN
+#define CLI_UNSET_I64 INT64_MIN
+#define CLI_UNSET_DBL NAN
 
 /* Exit statuses shared by all subcommands. */
 enum { CLI_EXIT_OK = 0, CLI_EXIT_FAIL = 1, CLI_EXIT_USAGE = 2 };

@@ -264,11 +264,20 @@ int cmd_eval(int argc, char **argv) {
         return cli_fail(CLI_EXIT_USAGE, prog, "--scope: %s", kvs_last_error());
     kvs_policy *pols[MAX_POL] = {0};
     kvs_policy_params pp = kvs_policy_params_default();
-    if (po.sink >= 0) pp.n_sink = po.sink;
-    if (po.window < 0 || po.buffer < 0) return cli_fail(CLI_EXIT_USAGE, prog, "--window and --buffer must be >= 0");
+    if (po.sink != CLI_UNSET_INT && po.sink < 0) return cli_fail(CLI_EXIT_USAGE, prog, "--sink must be >= 0");
+    if (po.sink != CLI_UNSET_INT) pp.n_sink = po.sink;
+    if (po.window < 0) return cli_fail(CLI_EXIT_USAGE, prog, "--window must be >= 0");
+    if (po.buffer != CLI_UNSET_I64 && po.buffer < 1) return cli_fail(CLI_EXIT_USAGE, prog, "--buffer must be >= 1");
     pp.window = po.window;
     if (strcmp(split, "all") != 0 && strcmp(split, "train") != 0 && strcmp(split, "held-out") != 0)
         return cli_fail(CLI_EXIT_USAGE, prog, "--split '%s': all, train or held-out", split);
+    if (po.policy_file) {
+        int any_learned = 0;
+        for (int i = 0; i < np; i++) any_learned |= policy_is_learned(pnames[i]);
+        if (!any_learned)
+            return cli_fail(CLI_EXIT_USAGE, prog, "--policy-file is for learned policies (retention, indexer, rl), "
+                            "none of which is in --policies");
+    }
     float thr, fl;
     rc = policy_parse_modes(prog, &po, pnames, np, &thr, &fl);
     if (rc != CLI_EXIT_OK) return rc;
@@ -391,7 +400,7 @@ int cmd_eval(int argc, char **argv) {
             ep.policy = pols[i];
             ep.budget = bud[j];
             ep.scope = scope;
-            ep.buffer = po.buffer;
+            ep.buffer = po.buffer == CLI_UNSET_I64 ? 0 : po.buffer; /* 0: automatic */
             s = kvs_evictor_create(&evs[1 + i * nb + j], &ep, e.hp, ctx);
             if (s != KVS_OK) break;
             c->kept = kvs_evictor_budget(evs[1 + i * nb + j], 0);

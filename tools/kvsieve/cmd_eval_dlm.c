@@ -383,15 +383,17 @@ int cmd_eval_dlm(int argc, char **argv) {
     int ng = split_list(gbuf, gl, MAX_LIST), nc = split_list(cbuf, caches, MAX_LIST);
     int64_t gens[MAX_LIST];
     for (int i = 0; i < ng; i++)
-        if (cli_parse_int64(gl[i], &gens[i]) || gens[i] < 1)
-            return cli_fail(CLI_EXIT_USAGE, PROG, "--gen: bad length '%s'", gl[i]);
+        if (cli_parse_int64(gl[i], &gens[i]) || gens[i] < 1 || (gens[i] > block && gens[i] % block != 0))
+            return cli_fail(CLI_EXIT_USAGE, PROG, "--gen: bad length '%s' (a length above the block must be a multiple "
+                            "of --block %lld)", gl[i], (long long)block);
     if (ng == 0 || nc == 0) return cli_fail(CLI_EXIT_USAGE, PROG, "--gen and --caches need at least one item");
     for (int i = 0; i < nc; i++) {
         kvs_dlm_schedule *t = NULL;
-        if (kvs_dlm_schedule_from_name(&t, caches[i], co.reload, NULL) != KVS_OK)
+        if (kvs_dlm_schedule_from_name(&t, caches[i], co.reload != CLI_UNSET_INT ? co.reload : 4, NULL) != KVS_OK)
             return cli_fail(CLI_EXIT_USAGE, PROG, "--caches: %s", kvs_last_error());
         kvs_dlm_schedule_destroy(&t);
     }
+    if (dlm_cache_check_flags(PROG, &co, caches, nc) != 0) return CLI_EXIT_USAGE;
     double budgets[MAX_LIST];
     int nb = 0;
     if (cli_parse_double_list(budgets_s, budgets, MAX_LIST, &nb))
@@ -497,9 +499,23 @@ int cmd_eval_dlm(int argc, char **argv) {
             if (lp[nlp].n > long_len) lp[nlp].n = long_len;
             nlp++;
         }
-        if (nlp > 0 && long_len + long_gen > hp->ctx_len) {
+        if (long_len + long_gen > hp->ctx_len) {
             exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "--long-len %lld + --long-gen %lld exceed the model context %d",
                                  (long long)long_len, (long long)long_gen, hp->ctx_len);
+            goto done;
+        }
+    }
+    if (long_n > 0 && nlp == 0) {
+        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "--long-len %lld: the long text is too short for one such prompt",
+                             (long long)long_len);
+        goto done;
+    }
+    for (int gi = 0; gi < ng; gi++) {
+        int fits = 0;
+        for (int pi = 0; pi < np; pi++) fits |= ps[pi].n + gens[gi] <= hp->ctx_len;
+        if (!fits) {
+            exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "--gen %lld: no prompt + %lld tokens fits the model context %d",
+                                 (long long)gens[gi], (long long)gens[gi], hp->ctx_len);
             goto done;
         }
     }

@@ -32,15 +32,16 @@ static void validated(int64_t step, double kl, int best, void *user) {
 int cmd_train(int argc, char **argv) {
     const char *prog = "kvsieve train";
     const char *model = NULL, *text = NULL, *kind_s = NULL, *out = NULL, *backend = NULL, *budget_s = NULL;
-    int64_t steps = -1, seed = 1, ctx = 128, samples = 4;
+    int64_t steps = CLI_UNSET_I64, seed = 1, ctx = 128, samples = 4;
     int threads = 1; /* the models trained here are tiny: one thread, no OpenMP contention */
-    double lr = 0.0;
+    double lr = CLI_UNSET_DBL;
     const cli_opt opts[] = {
         {"kind", 0, CLI_STRING, &kind_s, "K", "retention, indexer or rl; required"},
         {"model", 'm', CLI_STRING, &model, "MODEL", "model file (path or name under KVSIEVE_MODELS); required"},
         {"text", 0, CLI_STRING, &text, "FILE", "training text (its first 90% of tokens are used); required"},
         {"budget", 0, CLI_STRING, &budget_s, "F[,F..]",
-         "rl: fractions of the window kept during episodes, cycled step by step (default 0.1,0.25,0.5)"},
+         "rl: fractions of the window kept during episodes, cycled step by step (default 0.1,0.25,0.5); "
+         "retention and indexer learn from full-cache runs and do not use it"},
         {"out", 'o', CLI_STRING, &out, "POLICY.gguf", "side file to write; required"},
         {"steps", 0, CLI_INT64, &steps, "N", "optimiser steps, one window each (rl: 4 sampled episodes each; default: retention 150, indexer 150, rl 500)"},
         {"samples", 0, CLI_INT64, &samples, "K", "rl: sampled episodes per window, 2..64 (leave-one-out baseline; default 4)"},
@@ -75,8 +76,9 @@ int cmd_train(int argc, char **argv) {
     for (int i = 0; i < n_budgets; i++)
         if (!(budgets[i] > 0.0 && budgets[i] < 1.0))
             return cli_fail(CLI_EXIT_USAGE, prog, "--budget '%s': want fractions in (0, 1)", budget_s);
-    if (steps == -1) steps = kind == KVS_LEARNED_RL ? 500 : 150;
+    if (steps == CLI_UNSET_I64) steps = kind == KVS_LEARNED_RL ? 500 : 150;
     if (steps < 1 || seed < 0 || ctx < 16) return cli_fail(CLI_EXIT_USAGE, prog, "--steps >= 1, --seed >= 0, --ctx >= 16");
+    if (!isnan(lr) && !(lr > 0.0)) return cli_fail(CLI_EXIT_USAGE, prog, "--lr must be > 0");
     if (samples < 2 || samples > 64) return cli_fail(CLI_EXIT_USAGE, prog, "--samples %lld: want 2..64", (long long)samples);
 
     char path[4096];
@@ -124,7 +126,7 @@ int cmd_train(int argc, char **argv) {
     memcpy(tp.budgets, budgets, sizeof budgets);
     tp.ctx = ctx;
     if (tp.horizon >= ctx / 2) tp.horizon = ctx / 4; /* short windows: a shorter utility horizon */
-    tp.lr = (float)lr;
+    tp.lr = isnan(lr) ? 0.0f : (float)lr; /* 0: the kind's default */
     double t0 = cli_now(), loss = 0.0;
     tp.progress = progress;
     tp.validated = validated;

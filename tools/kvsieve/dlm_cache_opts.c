@@ -1,12 +1,31 @@
 /* kvsieve CLI — DLM cache schedule options (see dlm_cache_opts.h). */
+#include <math.h>
 #include <string.h>
 
 #include "dlm_cache_opts.h"
 
 dlm_cache_opts dlm_cache_opts_default(void) {
-    dlm_cache_opts o = {.cache = "none", .gamma = 0.9, .window = 16, .track = 1, .reload = 4, .sim = "rows", .block_refresh = 1, .wavefilter = 0,
+    /* the schedule-specific fields start "not given" (defaults resolved in dlm_cache_build), so a
+     * flag for a schedule that is not run can be refused */
+    dlm_cache_opts o = {.cache = "none", .gamma = CLI_UNSET_DBL, .window = CLI_UNSET_INT, .track = CLI_UNSET_INT,
+                        .reload = CLI_UNSET_INT, .sim = NULL, .block_refresh = CLI_UNSET_INT, .wavefilter = 0,
                         .wf_family = "haar", .wf_levels = 3, .wf_budget = 0.5, .wf_rho = 0.5};
     return o;
+}
+
+int dlm_cache_check_flags(const char *prog, const dlm_cache_opts *o, char *const *caches, int n) {
+    int elastic = 0, delayed = 0;
+    for (int i = 0; i < n; i++) {
+        elastic |= !strcmp(caches[i], "elastic");
+        delayed |= !strcmp(caches[i], "delayed");
+    }
+    if (!elastic && (!isnan(o->gamma) || o->window != CLI_UNSET_INT || o->track != CLI_UNSET_INT || o->sim ||
+                     o->block_refresh != CLI_UNSET_INT))
+        return cli_fail(CLI_EXIT_USAGE, prog, "--gamma, --window, --track, --elastic-sim and --elastic-block-refresh "
+                        "are for the elastic cache, which is not run");
+    if (!delayed && o->reload != CLI_UNSET_INT)
+        return cli_fail(CLI_EXIT_USAGE, prog, "--reload is for the delayed cache, which is not run");
+    return 0;
 }
 
 void dlm_cache_cli_opts(dlm_cache_opts *o, cli_opt *opts) {
@@ -34,15 +53,15 @@ int dlm_cache_build(const char *prog, const dlm_cache_opts *o, const char *cache
     const char *name = cache ? cache : o->cache;
     int wf = o->wavefilter || budget > 0;
     if (!strcmp(name, "none") && !wf) return 0;
-    kvs_elastic_params ep = kvs_elastic_params_default();
-    ep.gamma = (float)o->gamma;
-    ep.window = o->window;
-    ep.track = o->track;
-    ep.block_refresh = o->block_refresh;
-    if (!strcmp(o->sim, "heads")) ep.sim = KVS_ELASTIC_SIM_HEADS;
-    else if (strcmp(o->sim, "rows")) return cli_fail(CLI_EXIT_USAGE, prog, "--elastic-sim %s: want rows or heads", o->sim);
+    kvs_elastic_params ep = kvs_elastic_params_default(); /* 0.9, 16, 1, rows, block refresh on */
+    if (!isnan(o->gamma)) ep.gamma = (float)o->gamma;
+    if (o->window != CLI_UNSET_INT) ep.window = o->window;
+    if (o->track != CLI_UNSET_INT) ep.track = o->track;
+    if (o->block_refresh != CLI_UNSET_INT) ep.block_refresh = o->block_refresh;
+    if (o->sim && !strcmp(o->sim, "heads")) ep.sim = KVS_ELASTIC_SIM_HEADS;
+    else if (o->sim && strcmp(o->sim, "rows")) return cli_fail(CLI_EXIT_USAGE, prog, "--elastic-sim %s: want rows or heads", o->sim);
     kvs_dlm_schedule *s = NULL;
-    if (kvs_dlm_schedule_from_name(&s, name, o->reload, &ep) != KVS_OK)
+    if (kvs_dlm_schedule_from_name(&s, name, o->reload != CLI_UNSET_INT ? o->reload : 4, &ep) != KVS_OK)
         return cli_fail(CLI_EXIT_USAGE, prog, "--cache %s: %s", name, kvs_last_error());
     if (wf) {
         kvs_wavefilter_params wp = kvs_wavefilter_params_default();

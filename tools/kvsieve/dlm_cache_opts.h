@@ -34,4 +34,9 @@ void dlm_cache_cli_opts(dlm_cache_opts *o, cli_opt *opts);
  * overrides o->wf_budget and turns WaveFilter on. */
 int dlm_cache_build(const char *prog, const dlm_cache_opts *o, const char *cache, double budget, kvs_dlm_schedule **out);
 
+/* Refuses (CLI_EXIT_USAGE, one line) schedule-specific flags when no listed cache takes them:
+ * --gamma/--window/--track/--elastic-sim/--elastic-block-refresh without elastic, --reload without
+ * delayed. 0 when fine. */
+int dlm_cache_check_flags(const char *prog, const dlm_cache_opts *o, char *const *caches, int n);
+
 #endif

@@ -118,14 +118,15 @@ int policy_opts_make(const char *prog, const policy_opts *po, kvs_policy **pol, 
     kvs_budget_scope scope = KVS_SCOPE_HEAD;
     if (po->scope && kvs_budget_scope_from_name(po->scope, &scope) != KVS_OK)
         return cli_fail(CLI_EXIT_USAGE, prog, "--scope: %s", kvs_last_error());
-    if (po->buffer < 0) return cli_fail(CLI_EXIT_USAGE, prog, "--buffer must be >= 0");
+    if (po->buffer != CLI_UNSET_I64 && po->buffer < 1) return cli_fail(CLI_EXIT_USAGE, prog, "--buffer must be >= 1");
+    if (po->sink != CLI_UNSET_INT && po->sink < 0) return cli_fail(CLI_EXIT_USAGE, prog, "--sink must be >= 0");
     if (!po->policy) {
         if (po->budget || po->scope || po->threshold || po->floor)
             return cli_fail(CLI_EXIT_USAGE, prog, "--budget/--scope/--learned-threshold/--floor need --policy");
         return CLI_EXIT_OK;
     }
     kvs_policy_params pp = kvs_policy_params_default();
-    if (po->sink >= 0) pp.n_sink = po->sink;
+    if (po->sink != CLI_UNSET_INT) pp.n_sink = po->sink;
     if (po->window < 0) return cli_fail(CLI_EXIT_USAGE, prog, "--window must be >= 0");
     pp.window = po->window;
     float thr, fl;
@@ -141,6 +142,6 @@ int policy_opts_make(const char *prog, const policy_opts *po, kvs_policy **pol, 
     p->policy = *pol;
     p->budget = budget;
     p->scope = scope;
-    p->evict_buffer = po->buffer;
+    p->evict_buffer = po->buffer == CLI_UNSET_I64 ? 0 : po->buffer; /* 0: automatic */
     return CLI_EXIT_OK;
 }

@@ -16,9 +16,9 @@ typedef struct policy_opts {
     const char *policy;   /* NULL: no eviction */
     const char *budget;   /* "0.25" (fraction of the planned length) or "64" (tokens per kv head) */
     const char *scope;    /* "head" (default), "layer", "global" */
-    int sink;             /* streaming sinks (-1: default 4) */
+    int sink;             /* streaming sinks (CLI_UNSET_INT: default 4) */
     int64_t window;       /* h2o / snapkv window (0: the policy's default) */
-    int64_t buffer;       /* tokens above the budget before eviction (0: automatic) */
+    int64_t buffer;       /* tokens above the budget before eviction (CLI_UNSET_I64: automatic) */
     const char *policy_file; /* learned policies (retention, indexer, rl): GGUF side file(s),
                               * comma-separated; the file whose kind matches the policy is used */
     const kvs_model_hparams *hp; /* set by the caller before policy_opts_make: the model's shape */
@@ -26,7 +26,7 @@ typedef struct policy_opts {
     const char *floor;       /* adakv and learned policies: per-head floor fraction (--floor A) */
 } policy_opts;
 
-#define POLICY_OPTS_INIT {NULL, NULL, NULL, -1, 0, 0, NULL, NULL, NULL, NULL}
+#define POLICY_OPTS_INIT {NULL, NULL, NULL, CLI_UNSET_INT, 0, CLI_UNSET_I64, NULL, NULL, NULL, NULL}
 
 /* The rows of --learned-threshold and --floor (also in POLICY_OPTS). */
 #define POLICY_MODE_OPTS(po)                                                                                       \

@@ -471,13 +471,18 @@ kvs_status kvs_learned_train(kvs_learned *w, kvs_model *m, const int32_t *tokens
             double nn = 0;
             for (int64_t i = 0; i < w->n; i++) nn += (double)grad[i] * grad[i];
             nn = sqrt(nn);
+            if (s == KVS_OK && !(isfinite(nn) && isfinite(loss)))
+                s = kvs_error(KVS_ERR_OUT_OF_RANGE, "%s: training diverged: a non-finite loss or gradient at step "
+                              "%lld (lower the learning rate)", op, (long long)step);
             if (nn > 1.0)
                 for (int64_t i = 0; i < w->n; i++) grad[i] = (float)(grad[i] / nn);
         } else {
             s = collect(m, c, tok, N, x, A, K, lp, rows);
             if (s == KVS_OK && step == 0) init_offsets(w, N, p.horizon, A);
             if (s == KVS_OK) loss = supervised_loss(w, N, p.horizon, x, A, K, grad);
-            if (s == KVS_OK && !isfinite(loss)) s = kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
+            if (s == KVS_OK && !isfinite(loss))
+                s = kvs_error(KVS_ERR_OUT_OF_RANGE, "%s: training diverged: the loss is not finite at step %lld (lower the "
+                              "learning rate)", op, (long long)step);
         }
         if (s != KVS_OK) break;
         adam_step(&ad, tw->p, grad);
