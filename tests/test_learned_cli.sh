@@ -73,4 +73,16 @@ bad "needs a learned policy" eval -m $model --text "$text" --policies h2o,snapkv
 [ $? -eq 2 ] || fail "a text file taken as a policy file"
 "$exe" train --kind nope -m $model --text "$text" --out "$dir/x.gguf" >/dev/null 2>&1
 [ $? -eq 2 ] || fail "bad --kind accepted"
+# bad values caught before any training: learning rate, context, output path, text
+for args in "--lr 0" "--lr -1" "--steps -1" "--ctx 100000" "--out $dir"; do
+  # shellcheck disable=SC2086
+  "$exe" train --kind retention -m $model --text "$text" --out "$dir/x.gguf" $args >/dev/null 2>&1
+  [ $? -eq 2 ] || fail "train $args accepted"
+done
+"$exe" train --kind retention -m $model --text "$dir" --out "$dir/x.gguf" >/dev/null 2>&1
+[ $? -eq 2 ] || fail "a directory taken as --text"
+# a diverging run says so (not "out of memory")
+"$exe" train --kind retention -m $model --text "$text" --out "$dir/x.gguf" --steps 3 --ctx 32 --lr 1e30 \
+  >/dev/null 2>"$dir/err"
+grep -q "diverged" "$dir/err" || fail "divergence not reported: $(cat "$dir/err")"
 echo "PASS"

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 int cli_fail(int code, const char *prog, const char *fmt, ...) {
@@ -188,4 +189,15 @@ double cli_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int cli_check_writable(const char *prog, const char *flag, const char *path) {
+    struct stat sb;
+    int existed = stat(path, &sb) == 0;
+    if (existed && S_ISDIR(sb.st_mode)) return cli_fail(CLI_EXIT_USAGE, prog, "%s %s: is a directory", flag, path);
+    FILE *f = fopen(path, "ab");
+    if (!f) return cli_fail(CLI_EXIT_USAGE, prog, "%s %s: cannot write: %s", flag, path, strerror(errno));
+    fclose(f);
+    if (!existed) remove(path);
+    return CLI_EXIT_OK;
 }

@@ -91,4 +91,9 @@ int cli_open_device(const char *prog, const char *spec, int n_threads, kvs_devic
 /* Monotonic wall-clock seconds. */
 double cli_now(void);
 
+/* Checks before a long run that `path` can be written (not a directory, its folder writable; a
+ * file that did not exist is not left behind). CLI_EXIT_OK, or CLI_EXIT_USAGE after one line
+ * "PROG: FLAG PATH: reason". */
+int cli_check_writable(const char *prog, const char *flag, const char *path);
+
 #endif

@@ -779,6 +779,8 @@ static int bench_ops(int argc, char **argv) {
         fprintf(stderr, "kvsieve bench ops: %d case%s failed\n", b.n_errors, b.n_errors == 1 ? "" : "s");
         return CLI_EXIT_FAIL;
     }
+    if (b.filter && *b.filter && b.n_rows == 0)
+        return cli_fail(CLI_EXIT_USAGE, spec.prog, "--filter '%s' matches no case", b.filter);
     return CLI_EXIT_OK;
 }
 

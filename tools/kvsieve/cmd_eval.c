@@ -271,6 +271,7 @@ int cmd_eval(int argc, char **argv) {
     pp.window = po.window;
     if (strcmp(split, "all") != 0 && strcmp(split, "train") != 0 && strcmp(split, "held-out") != 0)
         return cli_fail(CLI_EXIT_USAGE, prog, "--split '%s': all, train or held-out", split);
+    if (plot && cli_check_writable(prog, "--plot", plot) != CLI_EXIT_OK) return CLI_EXIT_USAGE;
     if (po.policy_file) {
         int any_learned = 0;
         for (int i = 0; i < np; i++) any_learned |= policy_is_learned(pnames[i]);
@@ -318,10 +319,10 @@ int cmd_eval(int argc, char **argv) {
     fseek(tf, 0, SEEK_END);
     long tlen = ftell(tf);
     fseek(tf, 0, SEEK_SET);
-    txt = malloc((size_t)tlen + 1);
+    txt = tlen >= 0 ? malloc((size_t)tlen + 1) : NULL;
     if (!txt || fread(txt, 1, (size_t)tlen, tf) != (size_t)tlen) {
         fclose(tf);
-        rc = cli_fail(CLI_EXIT_FAIL, prog, "cannot read %s", text);
+        rc = cli_fail(CLI_EXIT_USAGE, prog, "cannot read --text %s (not a readable file)", text);
         goto done;
     }
     fclose(tf);

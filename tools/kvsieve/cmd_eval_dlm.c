@@ -394,6 +394,7 @@ int cmd_eval_dlm(int argc, char **argv) {
         kvs_dlm_schedule_destroy(&t);
     }
     if (dlm_cache_check_flags(PROG, &co, caches, nc) != 0) return CLI_EXIT_USAGE;
+    if (plot && cli_check_writable(PROG, "--plot", plot) != CLI_EXIT_OK) return CLI_EXIT_USAGE;
     double budgets[MAX_LIST];
     int nb = 0;
     if (cli_parse_double_list(budgets_s, budgets, MAX_LIST, &nb))
@@ -481,11 +482,11 @@ int cmd_eval_dlm(int argc, char **argv) {
         fseek(tf, 0, SEEK_END);
         long tsz = ftell(tf);
         fseek(tf, 0, SEEK_SET);
-        text = malloc((size_t)tsz + 1);
+        text = tsz >= 0 ? malloc((size_t)tsz + 1) : NULL;
         size_t got = text ? fread(text, 1, (size_t)tsz, tf) : 0;
         fclose(tf);
         if (!text || got != (size_t)tsz) {
-            exit_code = cli_fail(CLI_EXIT_FAIL, PROG, "cannot read %s", long_text);
+            exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "cannot read --long-text %s (not a readable file)", long_text);
             goto done;
         }
         size_t chunk = (size_t)long_len * 8;

@@ -114,6 +114,19 @@ int cmd_train(int argc, char **argv) {
         goto done;
     }
     int64_t n_train = (int64_t)((double)n_ids * KVS_LEARNED_TRAIN_FRACTION);
+    if (ctx > hp->ctx_len) {
+        rc = cli_fail(CLI_EXIT_USAGE, prog, "--ctx %lld exceeds the model context %d", (long long)ctx, hp->ctx_len);
+        goto done;
+    }
+    if (n_train < ctx) {
+        rc = cli_fail(CLI_EXIT_USAGE, prog, "%s: %lld training tokens (the first %.0f%%), fewer than one window of --ctx %lld",
+                      text, (long long)n_train, 100.0 * KVS_LEARNED_TRAIN_FRACTION, (long long)ctx);
+        goto done;
+    }
+    if (cli_check_writable(prog, "--out", out) != CLI_EXIT_OK) {
+        rc = CLI_EXIT_USAGE;
+        goto done;
+    }
     if (kvs_learned_create(&lw, kind, hp, (uint64_t)seed) != KVS_OK) {
         rc = cli_fail(CLI_EXIT_FAIL, prog, "%s", kvs_last_error());
         goto done;

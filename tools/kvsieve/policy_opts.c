@@ -85,7 +85,7 @@ int policy_read_tokens(const char *prog, const kvs_tokenizer *tk, const char *pa
     if (!txt || fread(txt, 1, (size_t)tlen, tf) != (size_t)tlen) {
         fclose(tf);
         free(txt);
-        return cli_fail(CLI_EXIT_FAIL, prog, "cannot read %s", path);
+        return cli_fail(CLI_EXIT_USAGE, prog, "cannot read --text %s (not a readable file)", path);
     }
     fclose(tf);
     int64_t cnt = 0;

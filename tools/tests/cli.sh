@@ -67,6 +67,9 @@ expect 2 bench nope && one_line_error
 expect 0 bench ops --help && contains '--backend'
 expect 2 bench ops --reps && one_line_error
 expect 2 bench ops --reps x && one_line_error
+expect 2 bench ops --reps 0 && one_line_error
+expect 2 bench ops --max-seconds 0 && one_line_error
+expect 2 bench ops --quick --reps 1 --filter no-such-case && one_line_error
 expect 2 bench ops --json=1 && one_line_error
 expect 2 bench ops --backend nope && one_line_error
 expect 2 bench ops --backend cpu:7 && one_line_error

@@ -50,6 +50,13 @@ expect_usage -m /nonexistent/model.gguf
 expect_usage -m stories260K-f32.v3.gguf --temp -1
 expect_usage -m stories260K-llada-f32.gguf -n 50 --block 32
 expect_usage -m stories260K-f32.v3.gguf --backend nosuchbackend
+# values that equal an option's internal default must not slip through as "not given"
+expect_usage -m stories260K-f32.v3.gguf -n -1
+expect_usage -m stories260K-f32.v3.gguf -n 8 --policy streaming --budget 0.5 --sink -1
+expect_usage -m stories260K-f32.v3.gguf -n 8 --policy h2o --budget 0.5 --buffer 0
+# a flag for a schedule that is not run
+expect_usage -m stories260K-llada-f32.gguf -n 32 --gamma 0.5
+expect_usage -m stories260K-llada-f32.gguf -n 32 --cache prefix --reload 2
 tmp=$(mktemp)
 head -c 1000 "$models/stories260K-f32.v3.gguf" > "$tmp"
 expect_usage -m "$tmp"
