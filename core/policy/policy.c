@@ -199,7 +199,8 @@ kvs_status kvs_policy_create(kvs_policy **out, const char *name, const kvs_polic
         else alpha = p.alpha;
     } else if (!scorer_from_name(name, &kind)) {
         return kvs_error(KVS_ERR_NOT_FOUND,
-                         "%s: unknown policy '%s' (known: streaming, h2o, snapkv, tova, knorm, pyramidkv, adakv)", op, name);
+                         "%s: unknown policy '%s' (known: streaming, h2o, snapkv, tova, knorm, pyramidkv, adakv; "
+                         "learned, from a policy file: retention, indexer, rl)", op, name);
     }
     builtin *b = calloc(1, sizeof *b);
     if (!b) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "cmds.h"
@@ -238,7 +239,8 @@ int cmd_eval(int argc, char **argv) {
         .summary = "Teacher-forced fidelity of KV eviction: each window of the text is decoded token by token\n"
                    "with the full cache and with every policy and budget; per cell the mean next-token\n"
                    "KL(full || evicted), top-1 agreement, perplexity and its change, peak cache bytes and the\n"
-                   "recall of names introduced early in the window.",
+                   "recall of names introduced early in the window.\n"
+                   "Diffusion-model caches have their own evaluation: kvsieve eval --dlm --help.",
         .opts = opts,
         .n_opts = (int)(sizeof opts / sizeof opts[0]),
     };
@@ -413,15 +415,16 @@ int cmd_eval(int argc, char **argv) {
             s = kvs_cache_create(&caches[1 + i * nb + j], e.dev, &cpi);
         }
     int64_t total_probes = 0;
+    const int tty = isatty(fileno(stderr)); /* progress lines only where a person watches */
     for (int64_t w = 0; w < windows && s == KVS_OK; w++) {
         win[0] = e.hp->bos_id >= 0 ? e.hp->bos_id : 1;
         memcpy(win + 1, ids + w * (ctx - 1), (size_t)(ctx - 1) * sizeof *win);
         total_probes += mark_probes(tk, win, ctx, e.probe);
         s = run_window(&e, full_cache, NULL, win, &cells[0], 1);
         for (int k = 1; k < ncell && s == KVS_OK; k++) s = run_window(&e, caches[k], evs[k], win, &cells[k], 0);
-        if (!json) fprintf(stderr, "\r%s: window %lld/%lld", prog, (long long)(w + 1), (long long)windows);
+        if (!json && tty) fprintf(stderr, "\r%s: window %lld/%lld", prog, (long long)(w + 1), (long long)windows);
     }
-    if (!json) fprintf(stderr, "\n");
+    if (!json && tty) fprintf(stderr, "\n");
     for (int k = 0; k < ncell; k++) {
         if (evs) kvs_evictor_destroy(&evs[k]);
         if (caches) kvs_cache_destroy(&caches[k]);

@@ -257,7 +257,7 @@ static void agg_print(const agg *a, int with_budget, int fid_col) {
            (double)a->first_div / (double)(a->prompts ? a->prompts : 1));
     if (with_budget) printf(" %7.3f", a->context ? (double)a->kept / (double)a->context : 1.0);
     if (a->fid_total > 0) printf(" %9.3f", (double)a->fid_match / (double)a->fid_total);
-    else if (fid_col) printf(" %9s", "1");
+    else if (fid_col) printf(" %9.3f", 1.0); /* the no-cache row is its own reference */
     printf("\n");
 }
 

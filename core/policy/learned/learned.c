@@ -240,7 +240,7 @@ kvs_status kvs_learned_load(kvs_learned **out, const char *path, const kvs_model
     if (s == KVS_OK) s = get_u(g, path, "kvsieve.policy.hidden", &G);
     if (s == KVS_OK && H > 256) s = kvs_error(KVS_ERR_FORMAT, "%s: %d kv heads (at most 256)", path, H);
     if (s == KVS_OK && want_kind >= 0 && (int)kind != want_kind)
-        s = kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: a '%s' policy file, not '%s'", path, kname,
+        s = kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: the policy file is of kind '%s', not '%s'", path, kname,
                       kvs_learned_kind_name((kvs_learned_kind)want_kind));
     if (s == KVS_OK && hp &&
         (hp->n_layers != L || hp->n_kv_heads != H || hp->n_heads != NH || hp->head_dim != hd || hp->dim != dim || hp->vocab != vocab))
