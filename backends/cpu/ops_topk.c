@@ -162,7 +162,7 @@ static uint32_t topk_threshold(const float *x, int64_t n, int64_t k, uint32_t *s
     for (int64_t b = 0; b < nblk; b++)
         for (int64_t t = 0; t < 16; t++) sample[b * 16 + t] = topk_key(x[b * stride + t]);
     double r = (double)k * (double)s / (double)n;
-    double rr = attempt == 0 ? r + 2.0 * sqrt(r) + 2.0 : 2.0 * r + 8.0 * sqrt(r) + 32.0;
+    double rr = attempt == 0 ? r + 2.5 * sqrt(r) + 4.0 : 2.0 * r + 8.0 * sqrt(r) + 32.0;
     if (rr >= (double)s) return 0u;
     uint32_t t0 = topk_select(sample, s, (int64_t)rr);
     return t0 ? t0 : 1u; /* 0 would mean "everything"; 1 keeps the float compare path */
