@@ -30,6 +30,18 @@ inline uint fkey(float f) {
     return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
+/* Inclusive scan (Hillis-Steele) of two TK_WG-entry local arrays at once; every item of the
+ * work-group calls it (it holds barriers). */
+inline void scan2(__local uint *sg, __local uint *se, int lid) {
+    for (int off = 1; off < TK_WG; off <<= 1) {
+        uint a = lid >= off ? sg[lid - off] : 0u, b = lid >= off ? se[lid - off] : 0u;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        sg[lid] += a;
+        se[lid] += b;
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+}
+
 /* Row state, and the row's histogram zeroed. Grid (rows). */
 __kernel void tk_init(__global const int *row_len, long rl_off, int has_rl, int n, int k, __global uint *st,
                       int rows, __global uint *H) {
@@ -170,13 +182,7 @@ void tk_scan(__global uint *CNT, int C, int rows) {
     sg[lid] = g;
     se[lid] = e;
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int off = 1; off < TK_WG; off <<= 1) {
-        uint a = lid >= off ? sg[lid - off] : 0u, b = lid >= off ? se[lid - off] : 0u;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        sg[lid] += a;
-        se[lid] += b;
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
+    scan2(sg, se, lid);
     g = sg[lid] - g;
     e = se[lid] - e;
     for (int c = c0; c < c1; c++) {
@@ -214,13 +220,7 @@ void tk_write(__global const float *x, long x_off, long n, int CH, int C, __glob
     se[lid] = eq;
     barrier(CLK_LOCAL_MEM_FENCE);
     /* inclusive scan of the items' counts (Hillis-Steele), then offsets = chunk offset + scan - own */
-    for (int off = 1; off < TK_WG; off <<= 1) {
-        uint a = lid >= off ? sg[lid - off] : 0u, b = lid >= off ? se[lid - off] : 0u;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        sg[lid] += a;
-        se[lid] += b;
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
+    scan2(sg, se, lid);
     if (kk == 0u) return;
     uint pg = OFF[(r * C + c) * 2] + sg[lid] - gt, pe = OFF[(r * C + c) * 2 + 1] + se[lid] - eq, ngt = kk - rem;
     __global ulong *cr = cand + r * NP;
