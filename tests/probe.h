@@ -1,9 +1,11 @@
-/* Backend probing for test mains. OpenCL (PoCL) and Vulkan drivers may start threads or take locks
- * when first queried; a Check child forked after that can deadlock. So the device count is read in a
- * throw-away child process and the parent never touches the driver. */
+/* Shared test-main helpers: the backend probe and the suite runner. OpenCL (PoCL) and Vulkan
+ * drivers may start threads or take locks when first queried; a Check child forked after that can
+ * deadlock. So the device count is read in a throw-away child process and the parent never touches
+ * the driver. */
 #ifndef KVS_TESTS_PROBE_H
 #define KVS_TESTS_PROBE_H
 
+#include <check.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/types.h>
@@ -47,6 +49,15 @@ static inline int kvs_test_setup(int argc, char **argv, const char *prog, kvs_de
         return 77;
     }
     return -1;
+}
+
+/* Runs suite s (CK_NORMAL output) and returns the process status: 0 when every test passed. */
+static inline int kvs_test_run(Suite *s) {
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
 }
 
 #endif

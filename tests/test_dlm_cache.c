@@ -293,9 +293,5 @@ int main(int argc, char **argv) {
     ADD(test_defaults_save_compute);
 #undef ADD
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return kvs_test_run(s);
 }

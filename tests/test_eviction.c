@@ -168,9 +168,5 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_budget_follows);
     tcase_add_test(tc, test_backend_agrees_with_cpu);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return kvs_test_run(s);
 }

@@ -286,9 +286,5 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_dlm_reference);
     tcase_add_test(tc, test_forward_errors);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return kvs_test_run(s);
 }

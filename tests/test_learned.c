@@ -471,9 +471,5 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_policies_decode);
     tcase_add_test(tc, test_threshold_keep_set);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return kvs_test_run(s);
 }

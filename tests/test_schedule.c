@@ -15,6 +15,7 @@
 
 #include "kvsieve/kvsieve.h"
 #include "kvsieve/schedule.h"
+#include "probe.h"
 
 #define N 40
 #define L 3
@@ -356,9 +357,5 @@ int main(void) {
     tcase_add_test(tc, test_elastic_block_refresh);
     tcase_add_test(tc, test_wavefilter_keep);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return kvs_test_run(s);
 }

@@ -201,3 +201,22 @@ int cli_check_writable(const char *prog, const char *flag, const char *path) {
     if (!existed) remove(path);
     return CLI_EXIT_OK;
 }
+
+int cli_read_file(const char *prog, const char *flag, const char *path, char **buf, size_t *len) {
+    *buf = NULL;
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return cli_fail(CLI_EXIT_USAGE, prog, "cannot open %s %s", flag, path);
+    long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    char *b = n >= 0 && fseek(f, 0, SEEK_SET) == 0 ? malloc((size_t)n + 1) : NULL;
+    if (!b || fread(b, 1, (size_t)n, f) != (size_t)n) {
+        fclose(f);
+        free(b);
+        return cli_fail(CLI_EXIT_USAGE, prog, "cannot read %s %s (not a readable file)", flag, path);
+    }
+    fclose(f);
+    b[n] = '\0';
+    *buf = b;
+    *len = (size_t)n;
+    return CLI_EXIT_OK;
+}

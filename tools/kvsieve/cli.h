@@ -91,6 +91,11 @@ int cli_open_device(const char *prog, const char *spec, int n_threads, kvs_devic
 /* Monotonic wall-clock seconds. */
 double cli_now(void);
 
+/* Reads the whole file at path (given by option FLAG) into a malloc'd buffer, NUL-terminated;
+ * *len excludes the NUL. CLI_EXIT_OK, or CLI_EXIT_USAGE after one line "PROG: cannot open/read
+ * FLAG PATH" (missing, unreadable, a directory). */
+int cli_read_file(const char *prog, const char *flag, const char *path, char **buf, size_t *len);
+
 /* Checks before a long run that `path` can be written (not a directory, its folder writable; a
  * file that did not exist is not left behind). CLI_EXIT_OK, or CLI_EXIT_USAGE after one line
  * "PROG: FLAG PATH: reason". */

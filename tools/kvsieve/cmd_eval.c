@@ -301,7 +301,6 @@ int cmd_eval(int argc, char **argv) {
     e.prog = prog;
     cell *cells = NULL;
     int32_t *ids = NULL;
-    char *txt = NULL;
     kvs_kv_cache *full_cache = NULL;
     rc = CLI_EXIT_FAIL;
     if (kvs_model_locate(model, path, sizeof path) != KVS_OK) {
@@ -313,28 +312,9 @@ int cmd_eval(int argc, char **argv) {
         goto done;
     }
     kvs_model_file_close(&mf);
-    FILE *tf = fopen(text, "rb");
-    if (!tf) {
-        rc = cli_fail(CLI_EXIT_USAGE, prog, "cannot open --text %s", text);
-        goto done;
-    }
-    fseek(tf, 0, SEEK_END);
-    long tlen = ftell(tf);
-    fseek(tf, 0, SEEK_SET);
-    txt = tlen >= 0 ? malloc((size_t)tlen + 1) : NULL;
-    if (!txt || fread(txt, 1, (size_t)tlen, tf) != (size_t)tlen) {
-        fclose(tf);
-        rc = cli_fail(CLI_EXIT_USAGE, prog, "cannot read --text %s (not a readable file)", text);
-        goto done;
-    }
-    fclose(tf);
     int64_t n_ids = 0;
-    kvs_tokenizer_encode(tk, txt, (size_t)tlen, 0, NULL, 0, &n_ids);
-    ids = malloc((size_t)(n_ids + 1) * sizeof *ids);
-    if (!ids || kvs_tokenizer_encode(tk, txt, (size_t)tlen, 0, ids, n_ids, &n_ids) != KVS_OK) {
-        rc = cli_fail(CLI_EXIT_FAIL, prog, "tokenizing %s: %s", text, kvs_last_error());
-        goto done;
-    }
+    rc = policy_read_tokens(prog, tk, text, &ids, &n_ids);
+    if (rc != CLI_EXIT_OK) goto done;
     rc = cli_open_device(prog, backend, threads, &e.dev);
     if (rc != CLI_EXIT_OK) goto done;
     rc = CLI_EXIT_FAIL;
@@ -541,6 +521,6 @@ done:
     kvs_tokenizer_destroy(&tk);
     kvs_model_file_close(&mf);
     free(e.lp); free(e.full_lp); free(e.full_top); free(e.lp_buf); free(e.probe);
-    free(cells); free(ids); free(txt);
+    free(cells); free(ids);
     return rc;
 }

@@ -474,24 +474,13 @@ int cmd_eval_dlm(int argc, char **argv) {
             }
             long_text = tp;
         }
-        FILE *tf = fopen(long_text, "rb");
-        if (!tf) {
-            exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "cannot open --long-text %s", long_text);
-            goto done;
-        }
-        fseek(tf, 0, SEEK_END);
-        long tsz = ftell(tf);
-        fseek(tf, 0, SEEK_SET);
-        text = tsz >= 0 ? malloc((size_t)tsz + 1) : NULL;
-        size_t got = text ? fread(text, 1, (size_t)tsz, tf) : 0;
-        fclose(tf);
-        if (!text || got != (size_t)tsz) {
-            exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "cannot read --long-text %s (not a readable file)", long_text);
-            goto done;
-        }
+        size_t tsz = 0;
+        exit_code = cli_read_file(PROG, "--long-text", long_text, &text, &tsz);
+        if (exit_code != CLI_EXIT_OK) goto done;
+        exit_code = CLI_EXIT_FAIL;
         size_t chunk = (size_t)long_len * 8;
-        for (int i = 0; i < long_n && (size_t)tsz > chunk; i++) {
-            size_t off = (size_t)((double)(tsz - (long)chunk) * (i + 0.5) / long_n);
+        for (int i = 0; i < long_n && tsz > chunk; i++) {
+            size_t off = (size_t)((double)(tsz - chunk) * (i + 0.5) / long_n);
             while (off > 0 && text[off - 1] != '\n') off--; /* start at a line */
             if (tokenize(tok, text + off, chunk, &lp[nlp])) {
                 exit_code = cli_fail(CLI_EXIT_FAIL, PROG, "cannot tokenize the long text: %s", kvs_last_error());

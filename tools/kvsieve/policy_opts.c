@@ -76,22 +76,14 @@ int policy_make_learned(const char *prog, const char *name, const char *files, c
 int policy_read_tokens(const char *prog, const kvs_tokenizer *tk, const char *path, int32_t **ids, int64_t *n) {
     *ids = NULL;
     *n = 0;
-    FILE *tf = fopen(path, "rb");
-    if (!tf) return cli_fail(CLI_EXIT_USAGE, prog, "cannot open --text %s", path);
-    fseek(tf, 0, SEEK_END);
-    long tlen = ftell(tf);
-    fseek(tf, 0, SEEK_SET);
-    char *txt = tlen >= 0 ? malloc((size_t)tlen + 1) : NULL;
-    if (!txt || fread(txt, 1, (size_t)tlen, tf) != (size_t)tlen) {
-        fclose(tf);
-        free(txt);
-        return cli_fail(CLI_EXIT_USAGE, prog, "cannot read --text %s (not a readable file)", path);
-    }
-    fclose(tf);
+    char *txt = NULL;
+    size_t tlen = 0;
+    int rc = cli_read_file(prog, "--text", path, &txt, &tlen);
+    if (rc != CLI_EXIT_OK) return rc;
     int64_t cnt = 0;
-    kvs_tokenizer_encode(tk, txt, (size_t)tlen, 0, NULL, 0, &cnt);
+    kvs_tokenizer_encode(tk, txt, tlen, 0, NULL, 0, &cnt);
     int32_t *v = malloc((size_t)(cnt + 1) * sizeof *v);
-    if (!v || kvs_tokenizer_encode(tk, txt, (size_t)tlen, 0, v, cnt + 1, &cnt) != KVS_OK) {
+    if (!v || kvs_tokenizer_encode(tk, txt, tlen, 0, v, cnt + 1, &cnt) != KVS_OK) {
         free(v);
         free(txt);
         return cli_fail(CLI_EXIT_FAIL, prog, "tokenizing %s: %s", path, kvs_last_error());
