@@ -29,8 +29,9 @@ static uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
 /* ---- element-wise ------------------------------------------------------------------------- */
 
-kvs_status kvs_vk_add(kvs_device *dev, const kvs_tensor *a, const kvs_tensor *b, kvs_tensor *y, int64_t n) {
-    const char *op = "kvs_add";
+/* y = f(a, b) element-wise over n floats, shader `name` (add, swiglu). */
+static kvs_status vk_binary(kvs_device *dev, const char *op, const char *name, const kvs_tensor *a,
+                            const kvs_tensor *b, kvs_tensor *y, int64_t n) {
     kvs_vk *v = kvs_vk_of(dev);
     KVS_TRY(kvs_vk_begin_op(v, op));
     kvs_vk_arg args[3];
@@ -39,20 +40,15 @@ kvs_status kvs_vk_add(kvs_device *dev, const kvs_tensor *a, const kvs_tensor *b,
     BIND(b, 0, 1, pc.ob);
     BIND(y, 1, 2, pc.oy);
     uint32_t wg = wg_size(dev, WG_ELEM);
-    return kvs_vk_dispatch(v, "add", &wg, 1, args, 3, &pc, sizeof pc, ceil_div((uint64_t)n, wg), op);
+    return kvs_vk_dispatch(v, name, &wg, 1, args, 3, &pc, sizeof pc, ceil_div((uint64_t)n, wg), op);
+}
+
+kvs_status kvs_vk_add(kvs_device *dev, const kvs_tensor *a, const kvs_tensor *b, kvs_tensor *y, int64_t n) {
+    return vk_binary(dev, "kvs_add", "add", a, b, y, n);
 }
 
 kvs_status kvs_vk_swiglu(kvs_device *dev, const kvs_tensor *gate, const kvs_tensor *up, kvs_tensor *out, int64_t n) {
-    const char *op = "kvs_swiglu";
-    kvs_vk *v = kvs_vk_of(dev);
-    KVS_TRY(kvs_vk_begin_op(v, op));
-    kvs_vk_arg args[3];
-    struct { uint32_t n, og, ou, oo; } pc = {(uint32_t)n, 0, 0, 0};
-    BIND(gate, 0, 0, pc.og);
-    BIND(up, 0, 1, pc.ou);
-    BIND(out, 1, 2, pc.oo);
-    uint32_t wg = wg_size(dev, WG_ELEM);
-    return kvs_vk_dispatch(v, "swiglu", &wg, 1, args, 3, &pc, sizeof pc, ceil_div((uint64_t)n, wg), op);
+    return vk_binary(dev, "kvs_swiglu", "swiglu", gate, up, out, n);
 }
 
 kvs_status kvs_vk_copy_op(kvs_device *dev, const kvs_tensor *src, kvs_tensor *dst, int64_t n) {

@@ -95,6 +95,19 @@ static int vk_has_layer(const char *name) {
     return found;
 }
 
+/* The validation messenger: warnings and errors of every type go to vk_debug_cb (which turns them
+ * into op errors). Used for instance creation (pNext) and the instance's own messenger. */
+static VkDebugUtilsMessengerCreateInfoEXT vk_messenger_info(kvs_vk *v) {
+    VkDebugUtilsMessengerCreateInfoEXT dci = {
+        .sType = VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT,
+        .messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT,
+        .messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT |
+                       VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT,
+        .pfnUserCallback = vk_debug_cb,
+        .pUserData = v};
+    return dci;
+}
+
 static kvs_status vk_instance(VkInstance *out, int validation, kvs_vk *v) {
     uint32_t api = VK_API_VERSION_1_0;
     PFN_vkEnumerateInstanceVersion ev =
@@ -108,13 +121,7 @@ static kvs_status vk_instance(VkInstance *out, int validation, kvs_vk *v) {
     const char *layers[1] = {"VK_LAYER_KHRONOS_validation"};
     const char *exts[1] = {VK_EXT_DEBUG_UTILS_EXTENSION_NAME};
     VkInstanceCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, .pApplicationInfo = &app};
-    VkDebugUtilsMessengerCreateInfoEXT dci = {
-        .sType = VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT,
-        .messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT,
-        .messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT |
-                       VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT,
-        .pfnUserCallback = vk_debug_cb,
-        .pUserData = v};
+    VkDebugUtilsMessengerCreateInfoEXT dci = vk_messenger_info(v);
     if (validation) {
         if (!vk_has_layer(layers[0]))
             return kvs_error(KVS_ERR_UNSUPPORTED,
@@ -772,13 +779,7 @@ static kvs_status vk_setup(kvs_device *dev, kvs_vk *v, const kvs_device_params *
         PFN_vkCreateDebugUtilsMessengerEXT f =
             (PFN_vkCreateDebugUtilsMessengerEXT)vkGetInstanceProcAddr(v->instance, "vkCreateDebugUtilsMessengerEXT");
         if (!f) return kvs_error(KVS_ERR_UNSUPPORTED, "vulkan: validation requested but VK_EXT_debug_utils is missing");
-        VkDebugUtilsMessengerCreateInfoEXT dci = {
-            .sType = VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT,
-            .messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT,
-            .messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT |
-                           VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT,
-            .pfnUserCallback = vk_debug_cb,
-            .pUserData = v};
+        VkDebugUtilsMessengerCreateInfoEXT dci = vk_messenger_info(v);
         VKC(f(v->instance, &dci, NULL, &v->messenger), "vkCreateDebugUtilsMessengerEXT");
     }
     int n;
