@@ -38,15 +38,14 @@ static inline uint32_t topk_key(float v) {
 
 /* ---- step 2: candidate collection ------------------------------------------------------ */
 
-/* Appends (key, base + i) for every x[i] with key >= t0; returns the count. Buffers hold n + 16. */
-static int64_t topk_collect_generic(const float *x, int64_t n, int64_t base, uint32_t t0, uint32_t *ck,
-                                    int32_t *ci) {
+/* Appends base + i for every x[i] with key >= t0; returns the count. ci holds n + 16 entries.
+ * Only indices are stored: the few candidates' keys are read back from x by topk_keys, which
+ * keeps the streaming loop to a compare and one compress. */
+static int64_t topk_collect_generic(const float *x, int64_t n, int64_t base, uint32_t t0, int32_t *ci) {
     int64_t m = 0;
     for (int64_t i = 0; i < n; i++) {
-        uint32_t kk = topk_key(x[i]);
-        ck[m] = kk;
         ci[m] = (int32_t)(base + i);
-        m += kk >= t0;
+        m += topk_key(x[i]) >= t0;
     }
     return m;
 }
@@ -58,59 +57,115 @@ static inline float topk_key_float(uint32_t t) {
     return kvs_bits_f32((t & 0x80000000u) ? (t & 0x7fffffffu) : ~t);
 }
 
-/* Branch-free: the selected lanes are compressed into a register and stored whole (the buffers
- * hold n + 16 entries), so a selection pattern the branch predictor cannot learn costs nothing. */
+/* Branch-free: the selected lanes' indices are compressed into a register and stored whole (ci
+ * holds n + 16 entries), so a selection pattern the branch predictor cannot learn costs nothing.
+ * Four vectors a round, their compares independent of the store chain. */
 __attribute__((target("avx512f")))
-static int64_t topk_collect_avx512(const float *x, int64_t n, int64_t base, uint32_t t0, uint32_t *ck,
-                                   int32_t *ci) {
-    if (t0 == 0) return topk_collect_generic(x, n, base, t0, ck, ci);
+static int64_t topk_collect_avx512(const float *x, int64_t n, int64_t base, uint32_t t0, int32_t *ci) {
+    if (t0 == 0) return topk_collect_generic(x, n, base, t0, ci);
     const __m512 vf0 = _mm512_set1_ps(topk_key_float(t0));
-    const __m512i negz = _mm512_set1_epi32((int)0x80000000u), sign = negz;
     const __m512i step = _mm512_set1_epi32(16);
     __m512i vidx = _mm512_add_epi32(_mm512_set1_epi32((int32_t)base),
                                     _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
     int64_t m = 0, i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512 v = _mm512_loadu_ps(x + i);
-        __mmask16 sel = _mm512_cmp_ps_mask(v, vf0, _CMP_GE_OQ);
-        __m512i u = _mm512_castps_si512(v);
-        u = _mm512_mask_mov_epi32(u, _mm512_cmpeq_epi32_mask(u, negz), _mm512_setzero_si512());
-        __m512i key = _mm512_xor_si512(u, _mm512_or_si512(_mm512_srai_epi32(u, 31), sign));
+    for (; i + 64 <= n; i += 64) {
         _mm_prefetch((const char *)(x + i + 1024), _MM_HINT_T0);
-        _mm512_storeu_si512((void *)(ck + m), _mm512_maskz_compress_epi32(sel, key));
-        _mm512_storeu_si512((void *)(ci + m), _mm512_maskz_compress_epi32(sel, vidx));
-        m += __builtin_popcount((unsigned)sel);
+        _mm_prefetch((const char *)(x + i + 1040), _MM_HINT_T0);
+        _mm_prefetch((const char *)(x + i + 1056), _MM_HINT_T0);
+        _mm_prefetch((const char *)(x + i + 1072), _MM_HINT_T0);
+        __mmask16 s0 = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + i), vf0, _CMP_GE_OQ);
+        __mmask16 s1 = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + i + 16), vf0, _CMP_GE_OQ);
+        __mmask16 s2 = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + i + 32), vf0, _CMP_GE_OQ);
+        __mmask16 s3 = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + i + 48), vf0, _CMP_GE_OQ);
+        _mm512_storeu_si512((void *)(ci + m), _mm512_maskz_compress_epi32(s0, vidx));
+        m += __builtin_popcount((unsigned)s0);
+        vidx = _mm512_add_epi32(vidx, step);
+        _mm512_storeu_si512((void *)(ci + m), _mm512_maskz_compress_epi32(s1, vidx));
+        m += __builtin_popcount((unsigned)s1);
+        vidx = _mm512_add_epi32(vidx, step);
+        _mm512_storeu_si512((void *)(ci + m), _mm512_maskz_compress_epi32(s2, vidx));
+        m += __builtin_popcount((unsigned)s2);
+        vidx = _mm512_add_epi32(vidx, step);
+        _mm512_storeu_si512((void *)(ci + m), _mm512_maskz_compress_epi32(s3, vidx));
+        m += __builtin_popcount((unsigned)s3);
         vidx = _mm512_add_epi32(vidx, step);
     }
-    m += topk_collect_generic(x + i, n - i, base + i, t0, ck + m, ci + m);
+    m += topk_collect_generic(x + i, n - i, base + i, t0, ci + m);
     return m;
 }
 #endif
 
-static int64_t topk_collect(const float *x, int64_t n, int64_t base, uint32_t t0, uint32_t *ck, int32_t *ci) {
+static int64_t topk_collect(const float *x, int64_t n, int64_t base, uint32_t t0, int32_t *ci) {
 #if KVS_CPU_HAVE_AVX512
-    if (kvs_cpu_avx512()) return topk_collect_avx512(x, n, base, t0, ck, ci);
+    if (kvs_cpu_avx512()) return topk_collect_avx512(x, n, base, t0, ci);
 #endif
-    return topk_collect_generic(x, n, base, t0, ck, ci);
+    return topk_collect_generic(x, n, base, t0, ci);
+}
+
+/* ck[i] = key of x[ci[i]] for the c (>= 1) candidates, and their key range [lo, hi]. */
+static void topk_keys_generic(const float *x, const int32_t *ci, int64_t c, uint32_t *ck, uint32_t *lo_out,
+                              uint32_t *hi_out) {
+    uint32_t lo = UINT32_MAX, hi = 0;
+    for (int64_t i = 0; i < c; i++) {
+        uint32_t kk = topk_key(x[ci[i]]);
+        ck[i] = kk;
+        lo = kk < lo ? kk : lo;
+        hi = kk > hi ? kk : hi;
+    }
+    *lo_out = lo;
+    *hi_out = hi;
+}
+
+#if KVS_CPU_HAVE_AVX512
+/* topk_key on 16 lanes. */
+__attribute__((target("avx512f")))
+static inline __m512i topk_key16(__m512 v) {
+    const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
+    __m512i u = _mm512_castps_si512(v);
+    __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    u = _mm512_mask_mov_epi32(u, _mm512_cmpeq_epi32_mask(u, sign), _mm512_setzero_si512()); /* -0 -> +0 */
+    __m512i key = _mm512_xor_si512(u, _mm512_or_si512(_mm512_srai_epi32(u, 31), sign));
+    return _mm512_mask_mov_epi32(key, nan, _mm512_setzero_si512());
+}
+
+__attribute__((target("avx512f")))
+static void topk_keys_avx512(const float *x, const int32_t *ci, int64_t c, uint32_t *ck, uint32_t *lo_out,
+                             uint32_t *hi_out) {
+    __m512i lo = _mm512_set1_epi32(-1), hi = _mm512_setzero_si512();
+    for (int64_t i = 0; i < c; i += 16) {
+        __mmask16 live = c - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (c - i)) - 1u);
+        __m512i vi = _mm512_maskz_loadu_epi32(live, ci + i);
+        __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), live, vi, x, 4);
+        __m512i key = topk_key16(v);
+        _mm512_mask_storeu_epi32(ck + i, live, key);
+        lo = _mm512_mask_min_epu32(lo, live, lo, key);
+        hi = _mm512_mask_max_epu32(hi, live, hi, key);
+    }
+    *lo_out = _mm512_reduce_min_epu32(lo);
+    *hi_out = _mm512_reduce_max_epu32(hi);
+}
+#endif
+
+static void topk_keys(const float *x, const int32_t *ci, int64_t c, uint32_t *ck, uint32_t *lo, uint32_t *hi) {
+#if KVS_CPU_HAVE_AVX512
+    if (kvs_cpu_avx512()) {
+        topk_keys_avx512(x, ci, c, ck, lo, hi);
+        return;
+    }
+#endif
+    topk_keys_generic(x, ci, c, ck, lo, hi);
 }
 
 /* ---- step 1: threshold from a sample ------------------------------------------------------ */
 
-/* Histogram of key[0..n) (n >= 1) over equal buckets of width 2^sh spanning [lo, hi], at most nb
- * of them; returns sh. hist must hold nb entries. */
+/* Histogram of key[0..n) (n >= 1, every key in [lo, hi]) over equal buckets of width 2^sh
+ * spanning [lo, hi], at most nb of them; returns sh. hist must hold nb entries. */
 KVS_CLONES
-static int topk_hist(const uint32_t *key, int64_t n, int nb, uint32_t *lo_out, uint32_t *hi_out, uint32_t *hist) {
-    uint32_t lo = UINT32_MAX, hi = 0;
-    for (int64_t i = 0; i < n; i++) {
-        lo = key[i] < lo ? key[i] : lo;
-        hi = key[i] > hi ? key[i] : hi;
-    }
+static int topk_hist(const uint32_t *key, int64_t n, int nb, uint32_t lo, uint32_t hi, uint32_t *hist) {
     int sh = 0;
     while (((hi - lo) >> sh) >= (uint32_t)nb) sh++;
     memset(hist, 0, (size_t)nb * sizeof *hist);
     for (int64_t i = 0; i < n; i++) hist[(key[i] - lo) >> sh]++;
-    *lo_out = lo;
-    *hi_out = hi;
     return sh;
 }
 
@@ -130,8 +185,12 @@ static uint32_t topk_select(uint32_t *a, int64_t n, int64_t r) {
             }
             return a[r];
         }
-        uint32_t hist[1024], lo, hi;
-        const int sh = topk_hist(a, n, 1024, &lo, &hi, hist);
+        uint32_t hist[1024], lo = UINT32_MAX, hi = 0;
+        for (int64_t i = 0; i < n; i++) {
+            lo = a[i] < lo ? a[i] : lo;
+            hi = a[i] > hi ? a[i] : hi;
+        }
+        const int sh = topk_hist(a, n, 1024, lo, hi, hist);
         int64_t acc = 0;
         int b = (int)((hi - lo) >> sh);
         while (acc + (int64_t)hist[b] <= r) acc += hist[b--];
@@ -228,7 +287,7 @@ static void topk_sort(uint32_t *key, int32_t *idx, uint32_t *tk, int32_t *ti, in
 
 #define TOPK_NB 2048 /* buckets over the candidates' key range */
 
-/* Candidates ck/ci[0..c) in index order, c >= k. Writes the top k to out_idx/out_val, sorted by
+/* Candidates ci[0..c) (indices into x) in index order, c >= k; their keys go to ck. Writes the top k to out_idx/out_val, sorted by
  * score descending (ties by index) or in index order.
  *
  * The candidates' keys span [lo, hi], a narrow range once the threshold is tight. One histogram
@@ -236,12 +295,13 @@ static void topk_sort(uint32_t *key, int32_t *idx, uint32_t *tk, int32_t *ti, in
  * over that bucket's few entries gives the exact k-th key T. The answer is every key > T and the
  * lowest-index n_eq keys == T. Sorted output is a counting sort by bucket (stable, so index order
  * within a bucket), then topk_sort inside each bucket (mostly an insertion sort of one or two).
- * sk/si/tk/ti: scratch of c + 16 entries each. */
+ * ck/sk/si/tk/ti: scratch of c + 16 entries each. */
 KVS_CLONES
-static void topk_finish(const float *x, const uint32_t *ck, const int32_t *ci, int64_t c, int64_t k, int by_index,
+static void topk_finish(const float *x, const int32_t *ci, int64_t c, int64_t k, int by_index, uint32_t *ck,
                         uint32_t *sk, int32_t *si, uint32_t *tk, int32_t *ti, int32_t *out_idx, float *out_val) {
     uint32_t hist[TOPK_NB], lo, hi;
-    const int sh = topk_hist(ck, c, TOPK_NB, &lo, &hi, hist);
+    topk_keys(x, ci, c, ck, &lo, &hi);
+    const int sh = topk_hist(ck, c, TOPK_NB, lo, hi, hist);
     /* bucket bT holds the k-th largest; `above` entries lie in higher buckets */
     int64_t above = 0;
     int bT = (int)((hi - lo) >> sh);
@@ -334,8 +394,8 @@ static void topk_row(const float *x, int64_t n, int64_t k, int by_index, uint32_
     int32_t *ti = (int32_t *)(tk + n + 16);
     int64_t c = 0;
     for (int attempt = 0; c < k; attempt++)
-        c = topk_collect(x, n, 0, topk_threshold(x, n, k, sample, attempt), ck, ci);
-    topk_finish(x, ck, ci, c, k, by_index, sk, si, tk, ti, out_idx, out_val);
+        c = topk_collect(x, n, 0, topk_threshold(x, n, k, sample, attempt), ci);
+    topk_finish(x, ci, c, k, by_index, ck, sk, si, tk, ti, out_idx, out_val);
 }
 
 kvs_status kvs_cpu_topk(kvs_device *dev, const kvs_topk_args *a) {
@@ -389,10 +449,9 @@ kvs_status kvs_cpu_topk_global(kvs_device *dev, const kvs_topk_args *a) {
      * compacted */
     const int64_t chunk = (n + nt - 1) / nt;
     size_t region = (size_t)chunk + 16;
-    uint32_t *ck = kvs_cpu_scratch(dev, 2 * (size_t)nt * region * sizeof *ck); /* grow-only, kept */
-    int32_t *ci = ck ? (int32_t *)(ck + (size_t)nt * region) : NULL;
+    int32_t *ci = kvs_cpu_scratch(dev, (size_t)nt * region * sizeof *ci); /* grow-only, kept */
     int64_t cnt[512];
-    if (!ck) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_topk_global (cpu): cannot allocate scratch");
+    if (!ci) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_topk_global (cpu): cannot allocate scratch");
     int64_t c = 0;
     for (int attempt = 0; c < k; attempt++) {
         uint32_t t0 = topk_threshold(x, n, k, sample, attempt);
@@ -400,24 +459,21 @@ kvs_status kvs_cpu_topk_global(kvs_device *dev, const kvs_topk_args *a) {
         for (int t = 0; t < nt; t++) {
             int64_t c0 = (int64_t)t * chunk, c1 = c0 + chunk < n ? c0 + chunk : n;
             if (c0 > c1) c0 = c1;
-            cnt[t] = topk_collect(x + c0, c1 - c0, c0, t0, ck + (size_t)t * region, ci + (size_t)t * region);
+            cnt[t] = topk_collect(x + c0, c1 - c0, c0, t0, ci + (size_t)t * region);
         }
         c = 0;
         for (int t = 0; t < nt; t++) {
-            if ((size_t)c != (size_t)t * region) {
-                memmove(ck + c, ck + (size_t)t * region, (size_t)cnt[t] * sizeof *ck);
-                memmove(ci + c, ci + (size_t)t * region, (size_t)cnt[t] * sizeof *ci);
-            }
+            if ((size_t)c != (size_t)t * region) memmove(ci + c, ci + (size_t)t * region, (size_t)cnt[t] * sizeof *ci);
             c += cnt[t];
         }
     }
-    uint32_t *sk = malloc((size_t)(2 * c + 32) * sizeof *sk);
+    uint32_t *sk = malloc((size_t)(3 * c + 48) * sizeof *sk);
     int32_t *si = malloc((size_t)(2 * c + 32) * sizeof *si);
     if (!sk || !si) {
         free(sk); free(si);
         return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_topk_global (cpu): cannot allocate scratch");
     }
-    topk_finish(x, ck, ci, c, k, a->p.order_by_index, sk, si, sk + c + 16, si + c + 16, oi, ov);
+    topk_finish(x, ci, c, k, a->p.order_by_index, sk + 2 * c + 32, sk, si, sk + c + 16, si + c + 16, oi, ov);
     free(sk); free(si);
     return KVS_OK;
 }
