@@ -227,50 +227,51 @@ static uint32_t topk_threshold(const float *x, int64_t n, int64_t k, uint32_t *s
     return t0 ? t0 : 1u; /* 0 would mean "everything"; 1 keeps the float compare path */
 }
 
-/* ---- step 3: stable LSD radix sort, key descending ------------------------------------------- */
+/* ---- step 4: sort ---------------------------------------------------------------------------- */
 
-static void topk_sort(uint32_t *key, int32_t *idx, uint32_t *tk, int32_t *ti, int64_t n) {
-    if (n <= 48) { /* insertion sort: stable, descending */
+/* Stable LSD radix sort of key/idx[0..n), key descending (equal keys keep their order), every key
+ * in [hi - range, hi]: digits of at most 11 bits of d = hi - key, as few passes as the range needs
+ * (two for the top 1024 of 64k uniform scores). tk/ti: scratch of n entries. Result in key/idx. */
+static void topk_sort(uint32_t *key, int32_t *idx, uint32_t *tk, int32_t *ti, int64_t n, uint32_t hi,
+                      uint32_t range) {
+    if (n <= 32) { /* insertion sort: stable, descending */
         for (int64_t i = 1; i < n; i++) {
             uint32_t kk = key[i];
             int32_t ii = idx[i];
             int64_t j = i;
-            while (j > 0 && key[j - 1] < kk) {
+            for (; j > 0 && key[j - 1] < kk; j--) {
                 key[j] = key[j - 1];
                 idx[j] = idx[j - 1];
-                j--;
             }
             key[j] = kk;
             idx[j] = ii;
         }
         return;
     }
-    uint32_t cnt[4][256];
-    memset(cnt, 0, sizeof cnt);
+    const int bits = range ? 32 - __builtin_clz(range) : 0;
+    if (bits == 0) return; /* all keys equal: index order is the order */
+    const int passes = (bits + 10) / 11, w = (bits + passes - 1) / passes;
+    const uint32_t mask = (1u << w) - 1u;
+    uint32_t cnt[3][2048];
+    memset(cnt, 0, (size_t)passes * sizeof cnt[0]);
     for (int64_t i = 0; i < n; i++) {
-        uint32_t d = ~key[i];
-        cnt[0][d & 0xff]++;
-        cnt[1][(d >> 8) & 0xff]++;
-        cnt[2][(d >> 16) & 0xff]++;
-        cnt[3][d >> 24]++;
+        uint32_t d = hi - key[i];
+        cnt[0][d & mask]++;
+        if (passes > 1) cnt[1][(d >> w) & mask]++;
+        if (passes > 2) cnt[2][(d >> 2 * w) & mask]++;
     }
     uint32_t *ks = key, *kd = tk;
     int32_t *is = idx, *id = ti;
-    for (int pass = 0; pass < 4; pass++) {
-        uint32_t *c = cnt[pass];
-        int skip = 0;
-        for (int b = 0; b < 256; b++)
-            if (c[b] == (uint32_t)n) skip = 1;
-        if (skip) continue;
-        uint32_t sum = 0;
-        for (int b = 0; b < 256; b++) {
+    for (int p = 0; p < passes; p++) {
+        uint32_t *c = cnt[p], sum = 0;
+        for (uint32_t b = 0; b <= mask; b++) {
             uint32_t v = c[b];
             c[b] = sum;
             sum += v;
         }
-        const int sh = 8 * pass;
+        const int sh = p * w;
         for (int64_t i = 0; i < n; i++) {
-            uint32_t pos = c[((~ks[i]) >> sh) & 0xff]++;
+            uint32_t pos = c[((hi - ks[i]) >> sh) & mask]++;
             kd[pos] = ks[i];
             id[pos] = is[i];
         }
@@ -283,18 +284,80 @@ static void topk_sort(uint32_t *key, int32_t *idx, uint32_t *tk, int32_t *ti, in
     }
 }
 
-/* ---- step 4: bucket select and sort ------------------------------------------------------ */
+/* Copies the entries with key >= t, in order, to sk/si (each holding c + 16); returns the count. */
+static int64_t topk_above_generic(const uint32_t *ck, const int32_t *ci, int64_t c, uint32_t t, uint32_t *sk,
+                                  int32_t *si) {
+    int64_t m = 0;
+    for (int64_t i = 0; i < c; i++) {
+        sk[m] = ck[i];
+        si[m] = ci[i];
+        m += ck[i] >= t;
+    }
+    return m;
+}
+
+/* out_val[i] = x[out_idx[i]] for i < k. */
+static void topk_values_generic(const float *x, const int32_t *out_idx, int64_t k, float *out_val) {
+    for (int64_t i = 0; i < k; i++) out_val[i] = x[out_idx[i]];
+}
+
+#if KVS_CPU_HAVE_AVX512
+__attribute__((target("avx512f")))
+static int64_t topk_above_avx512(const uint32_t *ck, const int32_t *ci, int64_t c, uint32_t t, uint32_t *sk,
+                                 int32_t *si) {
+    const __m512i vt = _mm512_set1_epi32((int)t);
+    int64_t m = 0, i = 0;
+    for (; i + 16 <= c; i += 16) {
+        __m512i key = _mm512_loadu_si512((const void *)(ck + i));
+        __mmask16 sel = _mm512_cmpge_epu32_mask(key, vt);
+        _mm512_storeu_si512((void *)(sk + m), _mm512_maskz_compress_epi32(sel, key));
+        _mm512_storeu_si512((void *)(si + m),
+                            _mm512_maskz_compress_epi32(sel, _mm512_loadu_si512((const void *)(ci + i))));
+        m += __builtin_popcount((unsigned)sel);
+    }
+    return m + topk_above_generic(ck + i, ci + i, c - i, t, sk + m, si + m);
+}
+
+__attribute__((target("avx512f")))
+static void topk_values_avx512(const float *x, const int32_t *out_idx, int64_t k, float *out_val) {
+    for (int64_t i = 0; i < k; i += 16) {
+        __mmask16 live = k - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (k - i)) - 1u);
+        __m512i vi = _mm512_maskz_loadu_epi32(live, out_idx + i);
+        _mm512_mask_storeu_ps(out_val + i, live, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), live, vi, x, 4));
+    }
+}
+#endif
+
+static int64_t topk_above(const uint32_t *ck, const int32_t *ci, int64_t c, uint32_t t, uint32_t *sk, int32_t *si) {
+#if KVS_CPU_HAVE_AVX512
+    if (kvs_cpu_avx512()) return topk_above_avx512(ck, ci, c, t, sk, si);
+#endif
+    return topk_above_generic(ck, ci, c, t, sk, si);
+}
+
+static void topk_values(const float *x, const int32_t *out_idx, int64_t k, float *out_val) {
+#if KVS_CPU_HAVE_AVX512
+    if (kvs_cpu_avx512()) {
+        topk_values_avx512(x, out_idx, k, out_val);
+        return;
+    }
+#endif
+    topk_values_generic(x, out_idx, k, out_val);
+}
+
+/* ---- step 3: the k-th key and the answer ------------------------------------------------------ */
 
 #define TOPK_NB 2048 /* buckets over the candidates' key range */
 
-/* Candidates ci[0..c) (indices into x) in index order, c >= k; their keys go to ck. Writes the top k to out_idx/out_val, sorted by
- * score descending (ties by index) or in index order.
+/* Candidates ci[0..c) (indices into x) in index order, c >= k; their keys go to ck. Writes the top
+ * k to out_idx/out_val, sorted by score descending (ties by index) or in index order.
  *
  * The candidates' keys span [lo, hi], a narrow range once the threshold is tight. One histogram
- * over TOPK_NB equal buckets of that range finds the bucket holding the k-th key; a radix select
- * over that bucket's few entries gives the exact k-th key T. The answer is every key > T and the
- * lowest-index n_eq keys == T. Sorted output is a counting sort by bucket (stable, so index order
- * within a bucket), then topk_sort inside each bucket (mostly an insertion sort of one or two).
+ * over TOPK_NB equal buckets of that range finds the bucket bT holding the k-th key.
+ * Sorted output: the entries of buckets >= bT (k and a few more) are taken in index order and
+ * radix-sorted (stable, so ties stay in index order); the first k are the answer.
+ * order_by_index: a radix select over bucket bT's few entries gives the exact k-th key T; the
+ * answer is every key > T and the lowest-index n_eq keys == T, taken in one pass in index order.
  * ck/sk/si/tk/ti: scratch of c + 16 entries each. */
 KVS_CLONES
 static void topk_finish(const float *x, const int32_t *ci, int64_t c, int64_t k, int by_index, uint32_t *ck,
@@ -333,49 +396,12 @@ static void topk_finish(const float *x, const int32_t *ci, int64_t c, int64_t k,
             m += take;
         }
     } else {
-        /* counting sort by bucket, highest bucket first, of every entry in buckets >= bT (stable:
-         * index order within a bucket). Branch free: entries of lower buckets all start at one
-         * spill slot past those, where they overwrite one another. */
-        const int top = (int)((hi - lo) >> sh);
-        uint32_t pos[TOPK_NB], acc = 0, crowded = 0;
-        for (int b = top; b >= bT; b--) {
-            pos[b] = acc;
-            acc += hist[b];
-            crowded |= (b > bT) & (hist[b] > 48);
-        }
-        for (int b = 0; b < bT; b++) pos[b] = acc;
-        for (int64_t i = 0; i < c; i++) {
-            uint32_t kk = ck[i], p = pos[(kk - lo) >> sh]++;
-            sk[p] = kk;
-            si[p] = ci[i];
-        }
-        /* bucket bT sorted whole (stable, key descending): its first k - above entries are the
-         * rest of the answer, ties by lowest index */
-        topk_sort(sk + above, si + above, tk, ti, (int64_t)hist[bT]);
-        if (crowded) { /* sort the crowded buckets above bT apart */
-            uint32_t start = 0;
-            for (int b = top; b > bT; b--) {
-                if (hist[b] > 48) topk_sort(sk + start, si + start, tk, ti, (int64_t)hist[b]);
-                start += hist[b];
-            }
-        }
-        /* buckets are in order; one stable insertion pass orders keys within the small ones */
-        for (int64_t i = 1; i < k; i++) {
-            uint32_t kk = sk[i];
-            if (sk[i - 1] >= kk) continue;
-            int32_t ii = si[i];
-            int64_t j = i;
-            for (; j > 0 && sk[j - 1] < kk; j--) {
-                sk[j] = sk[j - 1];
-                si[j] = si[j - 1];
-            }
-            sk[j] = kk;
-            si[j] = ii;
-        }
+        const uint32_t base = lo + ((uint32_t)bT << sh); /* lower edge of bucket bT */
+        const int64_t m = topk_above(ck, ci, c, base, sk, si);
+        topk_sort(sk, si, tk, ti, m, hi, hi - base);
         memcpy(out_idx, si, (size_t)k * sizeof *si);
     }
-    if (out_val)
-        for (int64_t i = 0; i < k; i++) out_val[i] = x[out_idx[i]];
+    if (out_val) topk_values(x, out_idx, k, out_val);
 }
 
 /* Words of scratch one row needs: sample + candidates (key, idx) + 2 sort copies. */
