@@ -229,58 +229,57 @@ static uint32_t topk_threshold(const float *x, int64_t n, int64_t k, uint32_t *s
 
 /* ---- step 4: sort ---------------------------------------------------------------------------- */
 
-/* Stable LSD radix sort of key/idx[0..n), key descending (equal keys keep their order), every key
- * in [hi - range, hi]: digits of at most 11 bits of d = hi - key, as few passes as the range needs
- * (two for the top 1024 of 64k uniform scores). tk/ti: scratch of n entries. Result in key/idx. */
-static void topk_sort(uint32_t *key, int32_t *idx, uint32_t *tk, int32_t *ti, int64_t n, uint32_t hi,
-                      uint32_t range) {
-    if (n <= 32) { /* insertion sort: stable, descending */
-        for (int64_t i = 1; i < n; i++) {
-            uint32_t kk = key[i];
-            int32_t ii = idx[i];
-            int64_t j = i;
-            for (; j > 0 && key[j - 1] < kk; j--) {
-                key[j] = key[j - 1];
-                idx[j] = idx[j - 1];
-            }
-            key[j] = kk;
-            idx[j] = ii;
-        }
-        return;
-    }
-    const int bits = range ? 32 - __builtin_clz(range) : 0;
-    if (bits == 0) return; /* all keys equal: index order is the order */
-    const int passes = (bits + 10) / 11, w = (bits + passes - 1) / passes;
-    const uint32_t mask = (1u << w) - 1u;
-    uint32_t cnt[3][2048];
-    memset(cnt, 0, (size_t)passes * sizeof cnt[0]);
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t d = hi - key[i];
-        cnt[0][d & mask]++;
-        if (passes > 1) cnt[1][(d >> w) & mask]++;
-        if (passes > 2) cnt[2][(d >> 2 * w) & mask]++;
-    }
+/* Stable sort of key/idx[0..n), key descending (equal keys keep their order). Every key lies in
+ * [lo, hi] and falls in bucket (key - lo) >> sh of the caller's histogram; pos[b] is where bucket b
+ * starts in the sorted order (buckets descending; pos is used up). LSD radix: the bits inside a
+ * bucket in digits of at most 11 bits (one pass for the top 1024 of 64k uniform scores), then one
+ * counting pass by bucket whose counts the histogram already gave. tk/ti: scratch of n entries.
+ * Result in key/idx. */
+static void topk_sort(uint32_t *key, int32_t *idx, uint32_t *tk, int32_t *ti, int64_t n, uint32_t lo, int sh,
+                      uint32_t *pos) {
     uint32_t *ks = key, *kd = tk;
     int32_t *is = idx, *id = ti;
-    for (int p = 0; p < passes; p++) {
-        uint32_t *c = cnt[p], sum = 0;
-        for (uint32_t b = 0; b <= mask; b++) {
-            uint32_t v = c[b];
-            c[b] = sum;
-            sum += v;
-        }
-        const int sh = p * w;
+    if (sh > 0) {
+        /* D = the bits inside the bucket, inverted so that ascending D is descending key */
+        const uint32_t lmask = (1u << sh) - 1u; /* sh <= 21: the histogram has at most 2048 buckets */
+        const int passes = (sh + 10) / 11, w = (sh + passes - 1) / passes;
+        const uint32_t mask = (1u << w) - 1u;
+        uint32_t cnt[3][2048];
+        memset(cnt, 0, (size_t)passes * sizeof cnt[0]);
         for (int64_t i = 0; i < n; i++) {
-            uint32_t pos = c[((hi - ks[i]) >> sh) & mask]++;
-            kd[pos] = ks[i];
-            id[pos] = is[i];
+            uint32_t d = ~(key[i] - lo) & lmask;
+            cnt[0][d & mask]++;
+            if (passes > 1) cnt[1][(d >> w) & mask]++;
+            if (passes > 2) cnt[2][(d >> 2 * w) & mask]++;
         }
-        uint32_t *t1 = ks; ks = kd; kd = t1;
-        int32_t *t2 = is; is = id; id = t2;
+        for (int p = 0; p < passes; p++) {
+            uint32_t *c = cnt[p], sum = 0;
+            for (uint32_t b = 0; b <= mask; b++) {
+                uint32_t v = c[b];
+                c[b] = sum;
+                sum += v;
+            }
+            const int dsh = p * w;
+            for (int64_t i = 0; i < n; i++) {
+                uint32_t at = c[((~(ks[i] - lo) & lmask) >> dsh) & mask]++;
+                kd[at] = ks[i];
+                id[at] = is[i];
+            }
+            uint32_t *t1 = ks; ks = kd; kd = t1;
+            int32_t *t2 = is; is = id; id = t2;
+        }
     }
-    if (ks != key) {
-        memcpy(key, ks, (size_t)n * sizeof *key);
-        memcpy(idx, is, (size_t)n * sizeof *idx);
+    /* by bucket, into key/idx when the digit passes left the data in the scratch */
+    if (ks == key) {
+        memcpy(tk, key, (size_t)n * sizeof *key);
+        memcpy(ti, idx, (size_t)n * sizeof *idx);
+        ks = tk;
+        is = ti;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t at = pos[(ks[i] - lo) >> sh]++;
+        key[at] = ks[i];
+        idx[at] = is[i];
     }
 }
 
@@ -368,7 +367,12 @@ static void topk_finish(const float *x, const int32_t *ci, int64_t c, int64_t k,
     /* bucket bT holds the k-th largest; `above` entries lie in higher buckets */
     int64_t above = 0;
     int bT = (int)((hi - lo) >> sh);
-    while (above + (int64_t)hist[bT] < k) above += hist[bT--];
+    uint32_t pos[TOPK_NB]; /* where each bucket from bT up starts in the sorted order */
+    for (; above + (int64_t)hist[bT] < k; bT--) {
+        pos[bT] = (uint32_t)above;
+        above += hist[bT];
+    }
+    pos[bT] = (uint32_t)above;
     if (by_index) {
         /* the exact k-th key T from bucket bT's few entries, then one pass in index order */
         uint32_t T;
@@ -398,7 +402,7 @@ static void topk_finish(const float *x, const int32_t *ci, int64_t c, int64_t k,
     } else {
         const uint32_t base = lo + ((uint32_t)bT << sh); /* lower edge of bucket bT */
         const int64_t m = topk_above(ck, ci, c, base, sk, si);
-        topk_sort(sk, si, tk, ti, m, hi, hi - base);
+        topk_sort(sk, si, tk, ti, m, lo, sh, pos);
         memcpy(out_idx, si, (size_t)k * sizeof *si);
     }
     if (out_val) topk_values(x, out_idx, k, out_val);
