@@ -14,6 +14,7 @@
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu.h"
@@ -39,7 +40,8 @@ static inline int kvs_omp_tid(void) { return 0; }
 #endif
 
 /* Hand-written AVX-512 kernels (attention tiles, GEMV, top-k collection): compiled with target
- * attributes, chosen at run time by kvs_cpu_avx512(). */
+ * attributes, chosen at run time by kvs_cpu_avx512(); KVS_CPU_KERNELS=portable forces the portable
+ * kernels (their tests run on AVX-512 machines this way). */
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(KVS_NO_CLONES)
 #define KVS_CPU_HAVE_AVX512 1
 #else
@@ -52,6 +54,9 @@ static inline int kvs_cpu_avx512(void) {
     if (cached < 0) {
         __builtin_cpu_init();
         cached = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("f16c") ? 1 : 0;
+        /* KVS_CPU_KERNELS=portable: the portable kernels on an AVX-512 machine (their tests) */
+        const char *env = getenv("KVS_CPU_KERNELS");
+        if (env && strcmp(env, "portable") == 0) cached = 0;
     }
     return cached;
 #else

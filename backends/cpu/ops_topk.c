@@ -8,15 +8,16 @@
  * Threshold select (as in sample-select / GPU radix-select top-k):
  *  1. a sample of the keys (blocks of 16 spread over x) gives a threshold t0 a margin below the
  *     expected k-th key (topk_select: histogram rounds over the sample's key range);
- *  2. one streaming pass collects the candidates key >= t0 with their indices, in index order
- *     (AVX-512: a float compare and branch-free compress into registers; elsewhere a branch-free
- *     loop); should fewer than k survive (an unlucky sample), the pass is repeated with a wider
- *     margin, then with t0 = 0;
- *  3. a histogram of the candidates over 2048 equal buckets of their (narrow) key range finds the
+ *  2. one streaming pass collects the indices of the candidates key >= t0, in index order
+ *     (AVX-512: a float compare and a branch-free compress of the indices into registers;
+ *     elsewhere a branch-free loop); should fewer than k survive (an unlucky sample), the pass is
+ *     repeated with a wider margin, then with t0 = 0;
+ *  3. the candidates' keys are read back (a gather of a few thousand entries the scan just left in
+ *     cache) and histogrammed over 2048 equal buckets of their narrow key range, which finds the
  *     bucket bT of the k-th key;
- *  4. sorted output: a counting sort by bucket (stable) of the buckets >= bT, bucket bT sorted whole
- *     and cut at k, crowded buckets radix-sorted, then one insertion pass orders keys inside the
- *     small buckets: key descending, ties by index;
+ *  4. sorted output: the candidates in buckets >= bT (k and a few more) are radix-sorted, stable and
+ *     key descending: digits over the bits inside a bucket, then one pass by bucket whose counts the
+ *     histogram gave; ties stay in index order;
  *     order_by_index: the exact k-th key T by selection inside bucket bT, then one pass in index
  *     order takes every key above T and the lowest-index ones equal to T.
  * Global top-k runs step 2 on contiguous chunks in parallel and concatenates them in order. */
