@@ -294,26 +294,15 @@ int cmd_eval(int argc, char **argv) {
 
     /* model, tokenizer, text */
     char path[4096];
-    kvs_model_file *mf = NULL;
     kvs_tokenizer *tk = NULL;
     eval_ctx e;
     memset(&e, 0, sizeof e);
     e.prog = prog;
     cell *cells = NULL;
     int32_t *ids = NULL;
-    kvs_kv_cache *full_cache = NULL;
-    rc = CLI_EXIT_FAIL;
-    if (kvs_model_locate(model, path, sizeof path) != KVS_OK) {
-        rc = cli_fail(CLI_EXIT_USAGE, prog, "%s", kvs_last_error());
-        goto done;
-    }
-    if (kvs_model_file_open(&mf, path, NULL) != KVS_OK || kvs_tokenizer_from_model_file(&tk, mf) != KVS_OK) {
-        rc = cli_fail(CLI_EXIT_USAGE, prog, "%s: %s", path, kvs_last_error());
-        goto done;
-    }
-    kvs_model_file_close(&mf);
     int64_t n_ids = 0;
-    rc = policy_read_tokens(prog, tk, text, &ids, &n_ids);
+    kvs_kv_cache *full_cache = NULL;
+    rc = policy_model_tokens(prog, model, text, path, sizeof path, &tk, &ids, &n_ids);
     if (rc != CLI_EXIT_OK) goto done;
     rc = cli_open_device(prog, backend, threads, &e.dev);
     if (rc != CLI_EXIT_OK) goto done;
@@ -519,7 +508,6 @@ done:
     kvs_model_destroy(&e.m);
     if (e.dev) kvs_device_destroy(&e.dev);
     kvs_tokenizer_destroy(&tk);
-    kvs_model_file_close(&mf);
     free(e.lp); free(e.full_lp); free(e.full_top); free(e.lp_buf); free(e.probe);
     free(cells); free(ids);
     return rc;

@@ -82,24 +82,13 @@ int cmd_train(int argc, char **argv) {
     if (samples < 2 || samples > 64) return cli_fail(CLI_EXIT_USAGE, prog, "--samples %lld: want 2..64", (long long)samples);
 
     char path[4096];
-    kvs_model_file *mf = NULL;
     kvs_tokenizer *tk = NULL;
     kvs_device *dev = NULL;
     kvs_model *m = NULL;
     kvs_learned *lw = NULL;
     int32_t *ids = NULL;
     int64_t n_ids = 0;
-    rc = CLI_EXIT_FAIL;
-    if (kvs_model_locate(model, path, sizeof path) != KVS_OK) {
-        rc = cli_fail(CLI_EXIT_USAGE, prog, "%s", kvs_last_error());
-        goto done;
-    }
-    if (kvs_model_file_open(&mf, path, NULL) != KVS_OK || kvs_tokenizer_from_model_file(&tk, mf) != KVS_OK) {
-        rc = cli_fail(CLI_EXIT_USAGE, prog, "%s: %s", path, kvs_last_error());
-        goto done;
-    }
-    kvs_model_file_close(&mf);
-    rc = policy_read_tokens(prog, tk, text, &ids, &n_ids);
+    rc = policy_model_tokens(prog, model, text, path, sizeof path, &tk, &ids, &n_ids);
     if (rc != CLI_EXIT_OK) goto done;
     rc = cli_open_device(prog, backend, threads, &dev);
     if (rc != CLI_EXIT_OK) goto done;
@@ -166,7 +155,6 @@ done:
     kvs_model_destroy(&m);
     if (dev) kvs_device_destroy(&dev);
     kvs_tokenizer_destroy(&tk);
-    kvs_model_file_close(&mf);
     free(ids);
     return rc;
 }
