@@ -151,25 +151,39 @@ static void dwt_offsets(int64_t n, int J, int64_t *len, int64_t *doff) {
     }
 }
 
-kvs_status kvs_cpu_dwt(kvs_device *dev, const kvs_dwt_args *a) {
+/* What kvs_cpu_dwt and kvs_cpu_idwt share: the filter, the level lengths and coefficient offsets,
+ * the thread count, and two ping-pong buffers of hb floats per thread in the device's scratch
+ * (grow-only: a fresh allocation per call would fault its pages in again). */
+typedef struct dwt_plan {
     dwt_filt f;
-    dwt_filter(a->w, &f);
     int64_t len[KVS_DWT_MAX_LEVELS + 1], doff[KVS_DWT_MAX_LEVELS + 1];
-    dwt_offsets(a->n, a->levels, len, doff);
+    int nt;
+    int64_t hb;
+    float *scr;
+} dwt_plan;
+
+static kvs_status dwt_plan_make(kvs_device *dev, const kvs_dwt_args *a, int64_t hb, const char *op, dwt_plan *p) {
+    dwt_filter(a->w, &p->f);
+    dwt_offsets(a->n, a->levels, p->len, p->doff);
+    p->nt = kvs_cpu_nt(dev, (double)a->rows * (double)a->n * (double)p->f.T);
+    p->hb = hb;
+    p->scr = kvs_cpu_scratch(dev, (size_t)p->nt * 2 * (size_t)hb * sizeof(float));
+    if (!p->scr) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s (cpu): cannot allocate scratch", op);
+    return KVS_OK;
+}
+
+kvs_status kvs_cpu_dwt(kvs_device *dev, const kvs_dwt_args *a) {
+    dwt_plan pl;
+    kvs_status st = dwt_plan_make(dev, a, a->n / 2 + 16, "kvs_dwt", &pl);
+    if (st != KVS_OK) return st;
     const int64_t n = a->n, nc = a->ncoef;
-    int nt = kvs_cpu_nt(dev, (double)a->rows * (double)n * (double)f.T);
-    (void)nt; /* unused without OpenMP */
-    const int64_t hb = n / 2 + 16;
-    const size_t per = (size_t)(2 * hb);
-    float *scr = malloc((size_t)nt * per * sizeof(float));
-    if (!scr) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_dwt (cpu): cannot allocate scratch");
     const float *x = kvs_tensor_host_ptr(a->src);
     float *y = kvs_tensor_host_ptr(a->dst);
-    KVS_OMP(parallel num_threads(nt))
+    KVS_OMP(parallel num_threads(pl.nt))
     {
         float *bufs[2];
-        bufs[0] = scr + (size_t)kvs_omp_tid() * per;
-        bufs[1] = bufs[0] + hb;
+        bufs[0] = pl.scr + (size_t)kvs_omp_tid() * 2 * (size_t)pl.hb;
+        bufs[1] = bufs[0] + pl.hb;
         KVS_OMP(for schedule(static))
         for (int64_t r = 0; r < a->rows; r++) {
             const float *cur = x + r * n;
@@ -177,45 +191,36 @@ kvs_status kvs_cpu_dwt(kvs_device *dev, const kvs_dwt_args *a) {
             for (int l = 1; l <= a->levels; l++) {
                 /* the last level writes a_J straight into the output row */
                 float *dst = l == a->levels ? yr : bufs[l & 1];
-                dwt_level(cur, len[l - 1], dst, yr + doff[l], &f);
+                dwt_level(cur, pl.len[l - 1], dst, yr + pl.doff[l], &pl.f);
                 cur = dst;
             }
         }
     }
-    free(scr);
     return KVS_OK;
 }
 
 kvs_status kvs_cpu_idwt(kvs_device *dev, const kvs_dwt_args *a) {
-    dwt_filt f;
-    dwt_filter(a->w, &f);
-    int64_t len[KVS_DWT_MAX_LEVELS + 1], doff[KVS_DWT_MAX_LEVELS + 1];
-    dwt_offsets(a->n, a->levels, len, doff);
+    dwt_plan pl;
+    kvs_status st = dwt_plan_make(dev, a, a->n + 2, "kvs_idwt", &pl);
+    if (st != KVS_OK) return st;
     const int64_t n = a->n, nc = a->ncoef;
-    int nt = kvs_cpu_nt(dev, (double)a->rows * (double)n * (double)f.T);
-    (void)nt; /* unused without OpenMP */
-    const int64_t hb = n + 2;
-    const size_t per = (size_t)(2 * hb);
-    float *scr = malloc((size_t)nt * per * sizeof(float));
-    if (!scr) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_idwt (cpu): cannot allocate scratch");
     const float *y = kvs_tensor_host_ptr(a->src);
     float *x = kvs_tensor_host_ptr(a->dst);
-    KVS_OMP(parallel num_threads(nt))
+    KVS_OMP(parallel num_threads(pl.nt))
     {
         float *bufs[2];
-        bufs[0] = scr + (size_t)kvs_omp_tid() * per;
-        bufs[1] = bufs[0] + hb;
+        bufs[0] = pl.scr + (size_t)kvs_omp_tid() * 2 * (size_t)pl.hb;
+        bufs[1] = bufs[0] + pl.hb;
         KVS_OMP(for schedule(static))
         for (int64_t r = 0; r < a->rows; r++) {
             const float *yr = y + r * nc;
             const float *cur = yr; /* a_J */
             for (int l = a->levels; l >= 1; l--) {
                 float *dst = l == 1 ? x + r * n : bufs[l & 1];
-                idwt_level(cur, yr + doff[l], len[l], len[l - 1], dst, &f);
+                idwt_level(cur, yr + pl.doff[l], pl.len[l], pl.len[l - 1], dst, &pl.f);
                 cur = dst;
             }
         }
     }
-    free(scr);
     return KVS_OK;
 }
