@@ -18,8 +18,11 @@
  *  - on register-blocked AVX-512 kernels (8 rows x 32 keys / 8 rows x 32 dims, FMA) when the CPU
  *    has AVX-512F, d % 16 == 0 and there are enough query rows (n_q >= 4, n_q*G >= 8) to amortise
  *    one f32 copy of K per call, laid out in panels of 32 keys [n_kv_heads][n_kv/32][d][32];
+ *  - on AVX-512 decoding kernels over the row-major K/V tiles when there are fewer query rows
+ *    (each key row loaded once for up to 4 packed rows, lane-reduced dot products; P.V with 4 rows
+ *    x 64 columns in registers), f16 tiles converted to f32 first;
  *  - or through cblas_sgemm on each tile (single-threaded OpenBLAS inside the OpenMP tasks),
- *    f16 K/V tiles converted to f32 first (decoding, odd head sizes, other CPUs).
+ *    f16 K/V tiles converted to f32 first (head sizes not a multiple of 16, CPUs without AVX-512).
  * Tasks are spread over OpenMP threads (dynamic schedule: causal tiles differ in cost). */
 #include <stdlib.h>
 
@@ -134,6 +137,66 @@ static void att_pv_avx512(const float *P, int64_t Mp, int64_t n, const float *V,
     }
 }
 
+/* Decoding (few query rows, K/V row-major as stored): S[r][j] = scale * Qp[r] . K[j] for r < M,
+ * j < n; K [n][d], S row stride ATT_BK, d % 16 == 0. Each key row is loaded once for up to four
+ * query rows; the dot products reduce across lanes. */
+__attribute__((target("avx512f")))
+static void att_qk_dec_avx512(const float *Qp, const float *K, int64_t d, int64_t M, int64_t n, float scale,
+                              float *S) {
+    for (int64_t r0 = 0; r0 < M; r0 += 4) {
+        const int64_t R = M - r0 < 4 ? M - r0 : 4;
+        const float *q = Qp + r0 * d;
+        float *s = S + r0 * ATT_BK;
+        for (int64_t j = 0; j < n; j++) {
+            const float *k = K + j * d;
+            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int64_t t = 0; t < d; t += 16) {
+                __m512 kv = _mm512_loadu_ps(k + t);
+                a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + t), kv, a0);
+                if (R > 1) a1 = _mm512_fmadd_ps(_mm512_loadu_ps(q + d + t), kv, a1);
+                if (R > 2) a2 = _mm512_fmadd_ps(_mm512_loadu_ps(q + 2 * d + t), kv, a2);
+                if (R > 3) a3 = _mm512_fmadd_ps(_mm512_loadu_ps(q + 3 * d + t), kv, a3);
+            }
+            s[j] = scale * _mm512_reduce_add_ps(a0);
+            if (R > 1) s[ATT_BK + j] = scale * _mm512_reduce_add_ps(a1);
+            if (R > 2) s[2 * ATT_BK + j] = scale * _mm512_reduce_add_ps(a2);
+            if (R > 3) s[3 * ATT_BK + j] = scale * _mm512_reduce_add_ps(a3);
+        }
+    }
+}
+
+/* Decoding: O[r][:] += sum_{j<n} P[r][j] V[j][:] for r < M; P row stride ATT_BK, V [n][d], O [M][d],
+ * d % 16 == 0. Blocks of up to 4 rows x 64 columns stay in registers over all n keys. */
+__attribute__((target("avx512f")))
+static void att_pv_dec_avx512(const float *P, int64_t M, int64_t n, const float *V, int64_t d, float *O) {
+    for (int64_t r0 = 0; r0 < M; r0 += 4) {
+        const int64_t R = M - r0 < 4 ? M - r0 : 4;
+        const float *p = P + r0 * ATT_BK;
+        for (int64_t c = 0; c < d; c += 64) {
+            const int64_t C = d - c < 64 ? (d - c) / 16 : 4; /* vectors in this column block */
+            __m512 acc[4][4];
+            for (int64_t r = 0; r < R; r++)
+                for (int64_t u = 0; u < C; u++) acc[r][u] = _mm512_loadu_ps(O + (r0 + r) * d + c + 16 * u);
+            for (int64_t j = 0; j < n; j++) {
+                const float *v = V + j * d + c;
+                __m512 v0 = _mm512_loadu_ps(v);
+                __m512 v1 = C > 1 ? _mm512_loadu_ps(v + 16) : v0;
+                __m512 v2 = C > 2 ? _mm512_loadu_ps(v + 32) : v0;
+                __m512 v3 = C > 3 ? _mm512_loadu_ps(v + 48) : v0;
+                for (int64_t r = 0; r < R; r++) {
+                    __m512 b = _mm512_set1_ps(p[r * ATT_BK + j]);
+                    acc[r][0] = _mm512_fmadd_ps(b, v0, acc[r][0]);
+                    if (C > 1) acc[r][1] = _mm512_fmadd_ps(b, v1, acc[r][1]);
+                    if (C > 2) acc[r][2] = _mm512_fmadd_ps(b, v2, acc[r][2]);
+                    if (C > 3) acc[r][3] = _mm512_fmadd_ps(b, v3, acc[r][3]);
+                }
+            }
+            for (int64_t r = 0; r < R; r++)
+                for (int64_t u = 0; u < C; u++) _mm512_storeu_ps(O + (r0 + r) * d + c + 16 * u, acc[r][u]);
+        }
+    }
+}
+
 /* max_t s[t] (-inf for n == 0). */
 __attribute__((target("avx512f")))
 static float att_row_max_avx512(const float *s, int64_t n) {
@@ -222,6 +285,7 @@ typedef struct att_ctx {
     float *probs;
     /* AVX-512 path: K as f32 panels [n_kv_heads][ldk/32][d][32] (zero-padded to ldk), V as f32 */
     int fast;
+    int dec; /* AVX-512 decoding kernels on row-major K/V tiles (few query rows) */
     const float *KT, *V32;
     int64_t ldk;
 } att_ctx;
@@ -336,8 +400,13 @@ static int att_logits(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int6
 #endif
     {
         const float *Kt = att_tile(c, c->k, w->Kc, h, j0, n);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)n, (int)d, a->p.scale, w->Qp, (int)d, Kt,
-                    (int)d, 0.0f, w->S, ATT_BK);
+#if KVS_CPU_HAVE_AVX512
+        if (c->dec)
+            att_qk_dec_avx512(w->Qp, Kt, d, M, n, a->p.scale, w->S);
+        else
+#endif
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)n, (int)d, a->p.scale, w->Qp, (int)d,
+                        Kt, (int)d, 0.0f, w->S, ATT_BK);
     }
     for (int64_t r = 0; r < M; r++) {
         int64_t i = i0 + r / G;
@@ -390,7 +459,7 @@ static void att_task(const att_ctx *c, att_work *w, int64_t h, int64_t qt) {
         for (int64_t r = 0; r < M; r++) {
             float *s = w->S + r * ATT_BK;
 #if KVS_CPU_HAVE_AVX512
-            float tmax = c->fast ? att_row_max_avx512(s, n) : att_row_max(s, n);
+            float tmax = c->fast || c->dec ? att_row_max_avx512(s, n) : att_row_max(s, n);
 #else
             float tmax = att_row_max(s, n);
 #endif
@@ -409,7 +478,7 @@ static void att_task(const att_ctx *c, att_work *w, int64_t h, int64_t qt) {
                 w->m[r] = mnew;
             }
 #if KVS_CPU_HAVE_AVX512
-            w->l[r] += c->fast ? att_exp_row_avx512(s, n, mnew) : att_exp_row(s, n, mnew);
+            w->l[r] += c->fast || c->dec ? att_exp_row_avx512(s, n, mnew) : att_exp_row(s, n, mnew);
 #else
             w->l[r] += att_exp_row(s, n, mnew);
 #endif
@@ -421,8 +490,13 @@ static void att_task(const att_ctx *c, att_work *w, int64_t h, int64_t qt) {
 #endif
         {
             const float *Vt = att_tile(c, c->v, w->Vc, h, j0, n);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)d, (int)n, 1.0f, w->S, ATT_BK, Vt,
-                        (int)d, 1.0f, w->O, (int)d);
+#if KVS_CPU_HAVE_AVX512
+            if (c->dec)
+                att_pv_dec_avx512(w->S, M, n, Vt, d, w->O);
+            else
+#endif
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)d, (int)n, 1.0f, w->S, ATT_BK, Vt,
+                            (int)d, 1.0f, w->O, (int)d);
         }
     }
 
@@ -604,6 +678,7 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
         c.KT = kt_buf;
         c.V32 = c.kv_f16 ? v_buf : (const float *)c.v;
     }
+    c.dec = kvs_cpu_avx512() && d % 16 == 0 && !c.fast;
 
     kvs_cpu_blas_threads(1);
     KVS_OMP(parallel num_threads(nt))
