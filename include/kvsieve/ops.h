@@ -230,13 +230,21 @@ KVS_API kvs_topk_params kvs_topk_params_default(void);
 /* Per-row top-k: for each row r of x ([rows][n] F32) select the k largest entries.
  * Order: larger score first; equal scores: lower index first; NaN ranks below every number
  * (including -INFINITY). idx: [rows][k] I32 column indices; val: [rows][k] F32 or NULL.
- * Deterministic: every backend returns identical idx for identical x. */
+ * Deterministic: every backend returns identical idx for identical x.
+ * Extra errors: KVS_ERR_OUT_OF_RANGE for k outside [1, n] or n > 2^31-1; KVS_ERR_SHAPE for
+ * idx/val/row_len of the wrong size; KVS_ERR_INVALID_ARGUMENT when idx or val aliases x or each other.
+ * Method: threshold selection as in sample-select (Sanders & Winkel 2004) and GPU radix select
+ * (Alabi et al. 2012, "Fast k-selection algorithms for graphics processing units"): a threshold from
+ * a sample or from key-digit histograms, one pass collecting the candidates, then an exact select and
+ * sort over those few; each backend's top-k source file describes its variant. */
 KVS_API kvs_status kvs_topk(kvs_device *dev, const kvs_tensor *x, kvs_tensor *idx, kvs_tensor *val,
                             const kvs_topk_params *p);
 
 /* Global top-k over all elements of x (any shape, flattened in memory order, n = nelements up to
  * 2^31-1): idx: [k] I32 flat indices, val: [k] F32 or NULL. Same ordering and tie rules as
- * kvs_topk; p->row_len must be NULL. Used for one budget across layers and heads. */
+ * kvs_topk; p->row_len must be NULL. Used for one budget across layers and heads.
+ * Errors as kvs_topk, and KVS_ERR_INVALID_ARGUMENT for a row_len. Method as kvs_topk, the collecting
+ * pass split over the whole tensor. */
 KVS_API kvs_status kvs_topk_global(kvs_device *dev, const kvs_tensor *x, kvs_tensor *idx,
                                    kvs_tensor *val, const kvs_topk_params *p);
 
