@@ -68,6 +68,7 @@ static const attn_case cases[] = {
     {"unnormalised", 13, 4, 2, 64, 33, 0, 1, 0, A_STATS | A_UNNORM, 0},
     {"extreme_logits", 13, 4, 2, 64, 100, 0, 0, 0, A_EXTREME | A_STATS | A_UNNORM, 0},
     {"argmax_ties", 5, 4, 2, 32, 20, 0, 0, 0, A_TIES | A_STATS, 0},
+    {"argmax_ties_long", 1, 4, 2, 32, 800, 0, 0, 0, A_TIES | A_STATS, 0},
     {"everything", 33, 8, 2, 64, 70, 65, 1, 0,
      A_QPOS | A_KPOS | A_KVLEN | A_ROWLEN | A_MASK | A_MASKINF | A_STATS | A_STATROWS | A_ACCUM | A_NANPAD, 0.3f},
     {"long_kv", 4, 8, 2, 128, 1100, 1027, 1, 0, A_STATS | A_NANPAD, 0},
@@ -174,12 +175,15 @@ static void attention_run(int _i) {
             for (int64_t j = 0; j < nkv; j++) mask[2 * nkv + j] = -INFINITY; /* fully masked row */
     }
     if (f & A_TIES) {
-        /* every query of kv head h equals u_h; keys 3 and 11 are both 2*u_h: exact tie, argmax 3 */
+        /* every query of kv head h equals u_h; keys 3 and 11 (and, in long caches, the last valid
+         * key: another key tile or split) are all 2*u_h: exact tie, argmax 3 */
         for (int64_t h = 0; h < Hkv; h++) {
             float *u = q + h * G * d; /* query row 0, head h*G */
             for (int64_t i = 0; i < nq; i++)
                 for (int64_t g = h * G; g < (h + 1) * G; g++) memmove(q + (i * H + g) * d, u, 4 * (size_t)d);
             for (int64_t t = 0; t < d; t++) k[(h * cap + 3) * d + t] = k[(h * cap + 11) * d + t] = 2.0f * u[t];
+            if (nkv > 300)
+                for (int64_t t = 0; t < d; t++) k[(h * cap + nkv - 1) * d + t] = 2.0f * u[t];
         }
     }
     if (f & A_NANPAD) {

@@ -23,7 +23,11 @@
  *    x 64 columns in registers), f16 tiles converted to f32 first;
  *  - or through cblas_sgemm on each tile (single-threaded OpenBLAS inside the OpenMP tasks),
  *    f16 K/V tiles converted to f32 first (head sizes not a multiple of 16, CPUs without AVX-512).
- * Tasks are spread over OpenMP threads (dynamic schedule: causal tiles differ in cost). */
+ * Tasks are spread over OpenMP threads (dynamic schedule: causal tiles differ in cost). With fewer
+ * tasks than threads (decoding with few kv heads) the keys are split as in flash-decoding (Dao et al.
+ * 2023, "Flash-Decoding for long-context inference"): each split leaves its (m, l, O, argmax), a
+ * merge rescales them to the common maximum, and the statistics pass runs per split with the
+ * merged (m, l). */
 #include <stdlib.h>
 
 #include <cblas.h>
@@ -286,6 +290,10 @@ typedef struct att_ctx {
     /* AVX-512 path: K as f32 panels [n_kv_heads][ldk/32][d][32] (zero-padded to ldk), V as f32 */
     int fast;
     int dec; /* AVX-512 decoding kernels on row-major K/V tiles (few query rows) */
+    /* split-key decoding: keys cut into `splits` ranges of split_keys (a multiple of ATT_BK) when
+     * there are fewer (query tile, kv head) tasks than threads; part: partial states */
+    int64_t splits, split_keys, part_words;
+    float *part;
     const float *KT, *V32;
     int64_t ldk;
 } att_ctx;
@@ -431,7 +439,10 @@ static int att_logits(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int6
     return 1;
 }
 
-static void att_task(const att_ctx *c, att_work *w, int64_t h, int64_t qt) {
+/* Packs the query rows of tile qt for kv head h into w (Qp, positions, limits, fresh softmax state)
+ * and returns their count M; *jend: keys any row can see, *max_qpos: the largest query position. */
+static int64_t att_rows(const att_ctx *c, att_work *w, int64_t h, int64_t qt, int64_t *jend_out,
+                        int64_t *max_qpos_out) {
     const kvs_attention_args *a = c->a;
     const int64_t d = c->d, G = c->G;
     const int64_t i0 = qt * c->BQ, i1 = i0 + c->BQ < a->n_q ? i0 + c->BQ : a->n_q;
@@ -452,9 +463,18 @@ static void att_task(const att_ctx *c, att_work *w, int64_t h, int64_t qt) {
     const int64_t Mp = (M + 7) & ~(int64_t)7; /* rows padded for the 8-row kernels */
     memset(w->Qp + M * d, 0, (size_t)((Mp - M) * d) * sizeof(float));
     memset(w->O, 0, (size_t)(Mp * d) * sizeof(float));
+    *jend_out = jend;
+    *max_qpos_out = max_qpos;
+    return M;
+}
 
-    for (int64_t j0 = 0; j0 < jend; j0 += ATT_BK) {
-        int64_t n = jend - j0 < ATT_BK ? jend - j0 : ATT_BK;
+/* The online-softmax pass of M rows over keys [ja, jb) (one key split, or all keys). */
+static void att_pass(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int64_t M, int64_t ja, int64_t jb,
+                     int64_t max_qpos) {
+    const kvs_attention_args *a = c->a;
+    const int64_t d = c->d;
+    for (int64_t j0 = ja; j0 < jb; j0 += ATT_BK) {
+        int64_t n = jb - j0 < ATT_BK ? jb - j0 : ATT_BK;
         if (!att_logits(c, w, h, i0, M, j0, n, max_qpos)) continue;
         for (int64_t r = 0; r < M; r++) {
             float *s = w->S + r * ATT_BK;
@@ -499,7 +519,12 @@ static void att_task(const att_ctx *c, att_work *w, int64_t h, int64_t qt) {
                             (int)d, 1.0f, w->O, (int)d);
         }
     }
+}
 
+/* Writes out, row_max, row_sum and argmax of the M rows from w's final softmax state. */
+static void att_write(const att_ctx *c, const att_work *w, int64_t h, int64_t i0, int64_t M) {
+    const kvs_attention_args *a = c->a;
+    const int64_t d = c->d, G = c->G;
     for (int64_t r = 0; r < M; r++) {
         int64_t i = i0 + r / G, g = h * G + r % G;
         float *o = c->out + (i * a->n_heads + g) * d;
@@ -516,24 +541,27 @@ static void att_task(const att_ctx *c, att_work *w, int64_t h, int64_t qt) {
         if (c->row_sum) c->row_sum[qi] = l;
         if (c->argmax) c->argmax[qi] = w->best[r];
     }
+}
 
-    /* ---- second pass: normalised probabilities for key_mass and probe rows ---- */
-    if (!c->stat_w && !c->probs) return;
-    int any = 0;
-    for (int64_t i = i0; i < i1 && !any; i++)
-        any = (c->stat_w && c->stat_w[i] > 0) || (c->probs && c->probe_start[i + 1] > c->probe_start[i]);
-    if (!any) return;
-    const int64_t cap = a->capacity;
-    /* probe rows: zero their whole rows first (invisible and invalid keys read 0) */
-    if (c->probs) {
-        for (int64_t r = 0; r < M; r++) {
-            int64_t i = i0 + r / G, g = h * G + r % G;
-            for (int32_t e = c->probe_start[i]; e < c->probe_start[i + 1]; e++)
-                memset(c->probs + ((int64_t)c->probe_list[e] * a->n_heads + g) * cap, 0, (size_t)cap * sizeof(float));
-        }
+/* Zeroes the probs rows of the probe rows among the M rows (invisible and invalid keys read 0). */
+static void att_zero_probes(const att_ctx *c, int64_t h, int64_t i0, int64_t M) {
+    const kvs_attention_args *a = c->a;
+    for (int64_t r = 0; r < M; r++) {
+        int64_t i = i0 + r / c->G, g = h * c->G + r % c->G;
+        for (int32_t e = c->probe_start[i]; e < c->probe_start[i + 1]; e++)
+            memset(c->probs + ((int64_t)c->probe_list[e] * a->n_heads + g) * a->capacity, 0,
+                   (size_t)a->capacity * sizeof(float));
     }
-    for (int64_t j0 = 0; j0 < jend; j0 += ATT_BK) {
-        int64_t n = jend - j0 < ATT_BK ? jend - j0 : ATT_BK;
+}
+
+/* Second pass over keys [ja, jb) with each row's final (m, l) in w: normalised probabilities for
+ * key_mass and the probe rows (whose rows the caller zeroed). */
+static void att_stats(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int64_t M, int64_t ja, int64_t jb,
+                      int64_t max_qpos) {
+    const kvs_attention_args *a = c->a;
+    const int64_t G = c->G, cap = a->capacity;
+    for (int64_t j0 = ja; j0 < jb; j0 += ATT_BK) {
+        int64_t n = jb - j0 < ATT_BK ? jb - j0 : ATT_BK;
         if (!att_logits(c, w, h, i0, M, j0, n, max_qpos)) continue;
         for (int64_t r = 0; r < M; r++) {
             int64_t i = i0 + r / G, g = h * G + r % G;
@@ -556,6 +584,97 @@ static void att_task(const att_ctx *c, att_work *w, int64_t h, int64_t qt) {
                            (size_t)n * sizeof(float));
         }
     }
+}
+
+/* Whether query tile qt needs the statistics pass. */
+static int att_wants_stats(const att_ctx *c, int64_t qt) {
+    if (!c->stat_w && !c->probs) return 0;
+    const int64_t i0 = qt * c->BQ, i1 = i0 + c->BQ < c->a->n_q ? i0 + c->BQ : c->a->n_q;
+    for (int64_t i = i0; i < i1; i++)
+        if ((c->stat_w && c->stat_w[i] > 0) || (c->probs && c->probe_start[i + 1] > c->probe_start[i])) return 1;
+    return 0;
+}
+
+/* Split-key decoding state of one (query tile, kv head, split): its rows' m, l, best logit and key,
+ * and unnormalised O, in the part buffer. */
+static float *att_part(const att_ctx *c, int64_t h, int64_t qt, int64_t sp) {
+    return c->part + (size_t)(((qt * c->a->n_kv_heads + h) * c->splits + sp) * c->part_words);
+}
+
+/* One task: query tile qt against kv head h, keys of split sp (all keys when there is one split).
+ * Unsplit it writes the outputs and runs the statistics pass; split it leaves its partial state. */
+static void att_task(const att_ctx *c, att_work *w, int64_t h, int64_t qt, int64_t sp) {
+    int64_t jend, max_qpos;
+    const int64_t M = att_rows(c, w, h, qt, &jend, &max_qpos), i0 = qt * c->BQ, d = c->d;
+    if (c->splits == 1) {
+        att_pass(c, w, h, i0, M, 0, jend, max_qpos);
+        att_write(c, w, h, i0, M);
+        if (att_wants_stats(c, qt)) {
+            if (c->probs) att_zero_probes(c, h, i0, M);
+            att_stats(c, w, h, i0, M, 0, jend, max_qpos);
+        }
+        return;
+    }
+    const int64_t ja = sp * c->split_keys, jb = ja + c->split_keys < jend ? ja + c->split_keys : jend;
+    att_pass(c, w, h, i0, M, ja, jb, max_qpos);
+    float *pt = att_part(c, h, qt, sp);
+    memcpy(pt, w->m, (size_t)M * sizeof(float));
+    memcpy(pt + M, w->l, (size_t)M * sizeof(float));
+    memcpy(pt + 2 * M, w->bestv, (size_t)M * sizeof(float));
+    memcpy(pt + 3 * M, w->best, (size_t)M * sizeof(int32_t));
+    memcpy(pt + 4 * M, w->O, (size_t)(M * d) * sizeof(float));
+}
+
+/* Split-key decoding: merges the splits' partial softmax states of (qt, h) (flash-decoding: m = max
+ * m_s, l = sum l_s e^(m_s - m), O = sum O_s e^(m_s - m); argmax from the first split holding the
+ * best logit, as one pass in key order would find it), writes the outputs and leaves the final
+ * (m, l) in split 0's slot for the statistics pass. */
+static void att_merge(const att_ctx *c, att_work *w, int64_t h, int64_t qt) {
+    int64_t jend, max_qpos;
+    const int64_t M = att_rows(c, w, h, qt, &jend, &max_qpos), i0 = qt * c->BQ, d = c->d;
+    for (int64_t r = 0; r < M; r++) {
+        float m = -FLT_MAX;
+        for (int64_t sp = 0; sp < c->splits; sp++) {
+            const float ms = att_part(c, h, qt, sp)[r];
+            m = ms > m ? ms : m;
+        }
+        float l = 0.0f, *o = w->O + r * d;
+        for (int64_t sp = 0; sp < c->splits; sp++) {
+            const float *pt = att_part(c, h, qt, sp);
+            const float ls = pt[M + r];
+            if (!(ls > 0.0f)) continue; /* a split with no visible key adds nothing */
+            const float f = kvs_expf(pt[r] - m);
+            l += ls * f;
+            const float *os = pt + 4 * M + r * d;
+            for (int64_t t = 0; t < d; t++) o[t] += os[t] * f;
+            const float bv = pt[2 * M + r];
+            int32_t bi;
+            memcpy(&bi, pt + 3 * M + r, sizeof bi);
+            if (bi >= 0 && (w->best[r] < 0 || bv > w->bestv[r])) {
+                w->bestv[r] = bv;
+                w->best[r] = bi;
+            }
+        }
+        w->m[r] = m;
+        w->l[r] = l;
+    }
+    att_write(c, w, h, i0, M);
+    float *p0 = att_part(c, h, qt, 0);
+    memcpy(p0, w->m, (size_t)M * sizeof(float));
+    memcpy(p0 + M, w->l, (size_t)M * sizeof(float));
+    if (c->probs && att_wants_stats(c, qt)) att_zero_probes(c, h, i0, M);
+}
+
+/* Split-key decoding: the statistics pass of split sp with the merged (m, l). */
+static void att_task_stats(const att_ctx *c, att_work *w, int64_t h, int64_t qt, int64_t sp) {
+    if (!att_wants_stats(c, qt)) return;
+    int64_t jend, max_qpos;
+    const int64_t M = att_rows(c, w, h, qt, &jend, &max_qpos), i0 = qt * c->BQ;
+    const float *p0 = att_part(c, h, qt, 0);
+    memcpy(w->m, p0, (size_t)M * sizeof(float));
+    memcpy(w->l, p0 + M, (size_t)M * sizeof(float));
+    const int64_t ja = sp * c->split_keys, jb = ja + c->split_keys < jend ? ja + c->split_keys : jend;
+    att_stats(c, w, h, i0, M, ja, jb, max_qpos);
 }
 
 kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
@@ -603,7 +722,17 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
     double flops = 4.0 * (double)a->n_q * (double)a->n_kv * (double)d * (double)a->n_heads;
     int nt = kvs_cpu_nt(dev, flops / 8.0);
     (void)nt; /* unused without OpenMP */
-    if (nt > n_tasks) nt = (int)n_tasks;
+    /* split-key decoding (flash-decoding) when the (query tile, kv head) tasks cannot keep the
+     * threads busy: about two tasks a thread; KVS_CPU_ATTN_SPLITS=n forces n splits (tests) */
+    const int64_t key_tiles = (a->n_kv + ATT_BK - 1) / ATT_BK;
+    int64_t splits = n_tasks < nt ? (2 * nt + n_tasks - 1) / n_tasks : 1;
+    const char *fs = getenv("KVS_CPU_ATTN_SPLITS");
+    if (fs && atoi(fs) > 0) splits = atoi(fs);
+    if (splits > key_tiles) splits = key_tiles;
+    if (splits < 1) splits = 1;
+    c.splits = splits;
+    c.split_keys = (key_tiles + splits - 1) / splits * ATT_BK;
+    if (nt > n_tasks * splits) nt = (int)(n_tasks * splits);
     const int want_km = a->p.key_mass != NULL;
     const int64_t cap = a->capacity;
 
@@ -612,9 +741,12 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
     size_t per = off_km;
     if (want_km) per += (size_t)(a->n_kv_heads * cap);
     size_t meta = (size_t)(want_km ? a->n_q : 0) + (size_t)(a->n_probe ? 2 * a->n_q + 2 + a->n_probe : 0);
-    float *scr = malloc(((size_t)nt * per + meta) * sizeof(float) + 64);
+    c.part_words = M * (d + 4);
+    const size_t part = splits > 1 ? (size_t)(n_tasks * splits * c.part_words) : 0;
+    float *scr = malloc(((size_t)nt * per + part + meta) * sizeof(float) + 64);
     if (!scr) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: cannot allocate scratch", op);
-    int32_t *metap = (int32_t *)(scr + (size_t)nt * per);
+    c.part = splits > 1 ? scr + (size_t)nt * per : NULL;
+    int32_t *metap = (int32_t *)(scr + (size_t)nt * per + part);
     if (want_km) {
         int32_t *sw = metap;
         metap += a->n_q;
@@ -698,8 +830,18 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
         w.lim = w.qpos + M;
         w.km = want_km ? base + off_km : NULL;
         if (w.km) memset(w.km, 0, (size_t)(a->n_kv_heads * cap) * sizeof(float));
+        const int64_t n_run = n_tasks * c.splits;
         KVS_OMP(for schedule(dynamic, 1))
-        for (int64_t t = 0; t < n_tasks; t++) att_task(&c, &w, t / n_qt, t % n_qt);
+        for (int64_t t = 0; t < n_run; t++) att_task(&c, &w, t / (n_qt * c.splits), (t / c.splits) % n_qt, t % c.splits);
+        if (c.splits > 1) { /* (each omp for ends with a barrier: partials, then merges, then statistics) */
+            KVS_OMP(for schedule(static))
+            for (int64_t t = 0; t < n_tasks; t++) att_merge(&c, &w, t / n_qt, t % n_qt);
+            if (c.stat_w || c.probs) {
+                KVS_OMP(for schedule(dynamic, 1))
+                for (int64_t t = 0; t < n_run; t++)
+                    att_task_stats(&c, &w, t / (n_qt * c.splits), (t / c.splits) % n_qt, t % c.splits);
+            }
+        }
     }
 
     if (want_km) {
