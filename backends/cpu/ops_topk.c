@@ -70,26 +70,16 @@ static int64_t topk_collect_avx512(const float *x, int64_t n, int64_t base, uint
                                     _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
     int64_t m = 0, i = 0;
     for (; i + 64 <= n; i += 64) {
-        _mm_prefetch((const char *)(x + i + 1024), _MM_HINT_T0);
-        _mm_prefetch((const char *)(x + i + 1040), _MM_HINT_T0);
-        _mm_prefetch((const char *)(x + i + 1056), _MM_HINT_T0);
-        _mm_prefetch((const char *)(x + i + 1072), _MM_HINT_T0);
-        __mmask16 s0 = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + i), vf0, _CMP_GE_OQ);
-        __mmask16 s1 = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + i + 16), vf0, _CMP_GE_OQ);
-        __mmask16 s2 = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + i + 32), vf0, _CMP_GE_OQ);
-        __mmask16 s3 = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + i + 48), vf0, _CMP_GE_OQ);
-        _mm512_storeu_si512((void *)(ci + m), _mm512_maskz_compress_epi32(s0, vidx));
-        m += __builtin_popcount((unsigned)s0);
-        vidx = _mm512_add_epi32(vidx, step);
-        _mm512_storeu_si512((void *)(ci + m), _mm512_maskz_compress_epi32(s1, vidx));
-        m += __builtin_popcount((unsigned)s1);
-        vidx = _mm512_add_epi32(vidx, step);
-        _mm512_storeu_si512((void *)(ci + m), _mm512_maskz_compress_epi32(s2, vidx));
-        m += __builtin_popcount((unsigned)s2);
-        vidx = _mm512_add_epi32(vidx, step);
-        _mm512_storeu_si512((void *)(ci + m), _mm512_maskz_compress_epi32(s3, vidx));
-        m += __builtin_popcount((unsigned)s3);
-        vidx = _mm512_add_epi32(vidx, step);
+        __mmask16 sel[4];
+        for (int u = 0; u < 4; u++) {
+            _mm_prefetch((const char *)(x + i + 1024 + 16 * u), _MM_HINT_T0);
+            sel[u] = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + i + 16 * u), vf0, _CMP_GE_OQ);
+        }
+        for (int u = 0; u < 4; u++) {
+            _mm512_storeu_si512((void *)(ci + m), _mm512_maskz_compress_epi32(sel[u], vidx));
+            m += __builtin_popcount((unsigned)sel[u]);
+            vidx = _mm512_add_epi32(vidx, step);
+        }
     }
     m += topk_collect_generic(x + i, n - i, base + i, t0, ci + m);
     return m;
