@@ -58,7 +58,8 @@ typedef struct kvs_kv_cache kvs_kv_cache;
 KVS_API kvs_status kvs_cache_create(kvs_kv_cache **out, kvs_device *dev, const kvs_cache_params *p);
 KVS_API void kvs_cache_destroy(kvs_kv_cache **c);
 
-/* Empties every layer (len 0, pos -1); memory is kept. */
+/* Empties every layer (len 0, pos -1); memory is kept. Errors: KVS_ERR_INVALID_ARGUMENT (NULL c),
+ * KVS_ERR_BACKEND (uploading the emptied positions and lengths to the device). */
 KVS_API kvs_status kvs_cache_reset(kvs_kv_cache *c);
 
 KVS_API const kvs_cache_params *kvs_cache_get_params(const kvs_kv_cache *c);

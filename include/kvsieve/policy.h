@@ -234,7 +234,9 @@ KVS_API kvs_status kvs_evictor_begin(kvs_evictor *e, kvs_kv_cache *c);
  * layer): stat_rows / probe_rows that collect exactly what the policy declares for the queries
  * that will matter at the next eviction; everything else zero. The arrays pointed to are owned by
  * the evictor and valid until its next call. Sets *any to 1 when some layer collects statistics
- * (pass layers to the plan then; otherwise the plan may use NULL layers). */
+ * (pass layers to the plan then; otherwise the plan may use NULL layers).
+ * Errors: KVS_ERR_INVALID_ARGUMENT (NULL argument, n_new < 1), KVS_ERR_STATE (no kvs_evictor_begin),
+ * KVS_ERR_OUT_OF_MEMORY. */
 KVS_API kvs_status kvs_evictor_plan(kvs_evictor *e, int64_t n_new, kvs_layer_plan *layers, int *any);
 
 /* After the forward of the planned step: accumulates its statistics, then evicts every pool whose

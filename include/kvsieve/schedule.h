@@ -77,14 +77,15 @@ struct kvs_dlm_schedule {
     void *self;
 };
 
-/* Wraps user callbacks as a schedule (for engines with their own policies). */
+/* Wraps user callbacks as a schedule (for engines with their own policies).
+ * Errors: KVS_ERR_INVALID_ARGUMENT (out NULL, ops without name or plan), KVS_ERR_OUT_OF_MEMORY. */
 KVS_API kvs_status kvs_dlm_schedule_custom(kvs_dlm_schedule **out, const kvs_dlm_schedule_ops *ops, void *self);
 KVS_API void kvs_dlm_schedule_destroy(kvs_dlm_schedule **s);
 KVS_API const char *kvs_dlm_schedule_name(const kvs_dlm_schedule *s);
 KVS_API unsigned kvs_dlm_schedule_cache_flags(const kvs_dlm_schedule *s);
 
 /* The no-cache baseline: every step computes every row at every layer; logits at the block's
- * masked positions. */
+ * masked positions. Errors: KVS_ERR_INVALID_ARGUMENT (out NULL), KVS_ERR_OUT_OF_MEMORY. */
 KVS_API kvs_status kvs_dlm_schedule_none(kvs_dlm_schedule **out);
 
 /* Counters of the decode (zero for schedules without counters). Errors: KVS_ERR_INVALID_ARGUMENT. */
@@ -100,7 +101,8 @@ KVS_API kvs_status kvs_dlm_schedule_get_stats(const kvs_dlm_schedule *s, kvs_dlm
 KVS_API kvs_status kvs_dlm_schedule_prefix(kvs_dlm_schedule **out);
 
 /* Fast-dLLM dual cache (generate_with_dual_cache): as prefix, but later steps run only the block's
- * rows [block_start, block_end); prefix and suffix K/V come from the block's first step. */
+ * rows [block_start, block_end); prefix and suffix K/V come from the block's first step.
+ * Errors: KVS_ERR_INVALID_ARGUMENT (out NULL), KVS_ERR_OUT_OF_MEMORY. */
 KVS_API kvs_status kvs_dlm_schedule_dual(kvs_dlm_schedule **out);
 
 /* dKV-Cache, decode variant (Ma et al. 2025, "dKV-Cache", arXiv 2505.15781; reference

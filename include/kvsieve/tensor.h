@@ -50,7 +50,8 @@ typedef struct kvs_tensor kvs_tensor;
 KVS_API kvs_status kvs_tensor_create(kvs_tensor **out, kvs_device *dev, kvs_dtype dtype, int ndim,
                                      const int64_t *ne);
 
-/* Convenience: ne given as arguments, ne0 fastest; pass 0 for unused trailing dims. */
+/* Convenience: ne given as arguments, ne0 fastest; pass 0 for unused trailing dims (ndim is one
+ * past the last dim > 0; a 0 before it counts as 1). Errors: as kvs_tensor_create. */
 KVS_API kvs_status kvs_tensor_new(kvs_tensor **out, kvs_device *dev, kvs_dtype dtype, int64_t ne0,
                                   int64_t ne1, int64_t ne2, int64_t ne3);
 
