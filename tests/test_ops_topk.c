@@ -26,6 +26,7 @@ enum {
     K_NEG = 1 << 8,    /* every score negative (log-probabilities): the threshold is negative */
     K_FINE = 1 << 9,   /* values on a fine grid of a narrow range: crowded buckets, many ties */
     K_OUTLIER = 1 << 10, /* a few huge values: a wide key range, distinct keys crowd one bucket */
+    K_HOLES = 1 << 11,   /* NaN but every 97th entry of a row and its last 10: a sample of NaN */
 };
 
 static void fill_scores(float *x, int64_t n, unsigned f, int levels) {
@@ -42,10 +43,22 @@ static void fill_scores(float *x, int64_t n, unsigned f, int levels) {
     }
 }
 
+/* K_HOLES on rows of n: numbers sit both in a vector scan's body and in its scalar tail (the last
+ * 10, all below the body's: a scan that drops its body returns only them), while a sampled
+ * threshold sees almost only NaN. */
+static void punch_holes(float *x, int64_t rows, int64_t n) {
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < n; j++) {
+            float *v = x + r * n + j;
+            if (j >= n - 10) *v = -1000.0f - (float)(j % 7);
+            else if (j % 97 != 5) *v = NAN;
+        }
+}
+
 static void flag_str(unsigned f, char *buf, size_t n) {
-    static const char *names[] = {"ties", "nan", "-inf", "order_by_index", "row_len", "no_val", "signed_zeros", "+inf", "negative", "fine", "outliers"};
+    static const char *names[] = {"ties", "nan", "-inf", "order_by_index", "row_len", "no_val", "signed_zeros", "+inf", "negative", "fine", "outliers", "nan_holes"};
     buf[0] = '\0';
-    for (int i = 0; i < 11; i++)
+    for (int i = 0; i < 12; i++)
         if (f & (1u << i)) {
             strncat(buf, buf[0] ? "," : "", n - strlen(buf) - 1);
             strncat(buf, names[i], n - strlen(buf) - 1);
@@ -79,6 +92,12 @@ static const topk_case row_cases[] = {
     {2, 40000, 3000, K_FINE},
     {2, 40000, 3000, K_FINE | K_ORDER},
     {3, 65536, 1024, K_OUTLIER},
+    /* mostly NaN (a NaN threshold once made the AVX-512 scan drop every number before its tail);
+     * n = 20000: a sample size that is not a whole number of blocks */
+    {3, 1000, 1, K_HOLES},
+    {2, 20000, 7, K_HOLES},
+    {2, 20000, 7, K_HOLES | K_ORDER},
+    {1, 65537, 50, K_HOLES | K_NEG},
 };
 
 static void topk_rows_run(int _i) {
@@ -90,6 +109,7 @@ static void topk_rows_run(int _i) {
     int64_t rows = c->rows, n = c->n, k = c->k;
     float *x = t_alloc(4 * (size_t)(rows * n));
     fill_scores(x, rows * n, c->flags, 9);
+    if (c->flags & K_HOLES) punch_holes(x, rows, n);
     if ((c->flags & K_NAN) && n >= 2) x[1] = NAN;
     int32_t *rl = NULL;
     if (c->flags & K_ROWLEN) {
@@ -159,6 +179,8 @@ static const global_case global_cases[] = {
     {300, 1000, 0, 4096, K_NEG | K_NAN, 0},
     {200, 1000, 0, 5000, K_FINE, 0},
     {200, 1000, 0, 5000, K_FINE | K_ORDER, 0},
+    {1000, 0, 0, 1, K_HOLES, 0},
+    {100003, 0, 0, 5, K_HOLES, 0},
 };
 
 static void topk_global_run(int _i) {
@@ -173,6 +195,7 @@ static void topk_global_run(int _i) {
            (long long)ne[2], (long long)n, c->k, c->levels, fl);
     float *x = t_alloc(4 * (size_t)n);
     fill_scores(x, n, c->flags, c->levels);
+    if (c->flags & K_HOLES) punch_holes(x, 1, n);
     tt *xt = t_new(KVS_F32, ndim, ne), *it = t_new1(KVS_I32, k);
     tt *vt = (c->flags & K_NOVAL) ? NULL : t_new1(KVS_F32, k);
     t_upload_f32(xt, x);

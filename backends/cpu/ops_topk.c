@@ -29,6 +29,8 @@
 #include <immintrin.h>
 #endif
 
+#define TOPK_KEY_NINF 0x007fffffu /* topk_key(-INFINITY): the lowest key of a number */
+
 static inline uint32_t topk_key(float v) {
     uint32_t u = kvs_f32_bits(v);
     uint32_t isnan = (u & 0x7fffffffu) > 0x7f800000u;
@@ -52,8 +54,8 @@ static int64_t topk_collect_generic(const float *x, int64_t n, int64_t base, uin
 }
 
 #if KVS_CPU_HAVE_AVX512
-/* The float f whose key is t (t > 0 and produced by topk_key): key(x) >= t  <=>  x >= f for every
- * non-NaN x, and NaN (key 0) fails both, so the scan can compare floats directly. */
+/* The float f whose key is t (t >= TOPK_KEY_NINF, so f is a number): key(x) >= t  <=>  x >= f for
+ * every non-NaN x, and NaN (key 0) fails both, so the scan can compare floats directly. */
 static inline float topk_key_float(uint32_t t) {
     return kvs_bits_f32((t & 0x80000000u) ? (t & 0x7fffffffu) : ~t);
 }
@@ -209,13 +211,18 @@ static uint32_t topk_threshold(const float *x, int64_t n, int64_t k, uint32_t *s
     if (s < 256) s = 256;
     if (s > 8192) s = 8192; /* the sample buffer holds 8192 */
     const int64_t nblk = s / 16, stride = n / nblk;
+    s = nblk * 16; /* every sampled slot is written */
     for (int64_t b = 0; b < nblk; b++)
         for (int64_t t = 0; t < 16; t++) sample[b * 16 + t] = topk_key(x[b * stride + t]);
     double r = (double)k * (double)s / (double)n;
     double rr = attempt == 0 ? r + 2.5 * sqrt(r) + 4.0 : 2.0 * r + 8.0 * sqrt(r) + 32.0;
     if (rr >= (double)s) return 0u;
     uint32_t t0 = topk_select(sample, s, (int64_t)rr);
-    return t0 ? t0 : 1u; /* 0 would mean "everything"; 1 keeps the float compare path */
+    /* No score has a key in [1, TOPK_KEY_NINF): raising t0 there selects the same entries (every
+     * number), and keeps it a key whose float (-inf) the scan can compare against: the float of a
+     * key in that range is a NaN, which no compare reaches. 0 ("everything", NaN included) is only
+     * returned above. */
+    return t0 < TOPK_KEY_NINF ? TOPK_KEY_NINF : t0;
 }
 
 /* ---- step 4: sort ---------------------------------------------------------------------------- */
