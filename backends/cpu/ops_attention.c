@@ -471,7 +471,6 @@ static int64_t att_rows(const att_ctx *c, att_work *w, int64_t h, int64_t qt, in
 /* The online-softmax pass of M rows over keys [ja, jb) (one key split, or all keys). */
 static void att_pass(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int64_t M, int64_t ja, int64_t jb,
                      int64_t max_qpos) {
-    const kvs_attention_args *a = c->a;
     const int64_t d = c->d;
     for (int64_t j0 = ja; j0 < jb; j0 += ATT_BK) {
         int64_t n = jb - j0 < ATT_BK ? jb - j0 : ATT_BK;
@@ -505,7 +504,7 @@ static void att_pass(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int64
         }
 #if KVS_CPU_HAVE_AVX512
         if (c->fast) {
-            att_pv_avx512(w->S, (M + 7) & ~(int64_t)7, n, c->V32 + (h * a->capacity + j0) * d, d, w->O);
+            att_pv_avx512(w->S, (M + 7) & ~(int64_t)7, n, c->V32 + (h * c->a->capacity + j0) * d, d, w->O);
         } else
 #endif
         {
