@@ -27,15 +27,23 @@ static int64_t detail_off(const kvs_dwt_args *a, int l) {
 
 static size_t lws_for(size_t n) { return kvs_ocl_pow2_floor(n < 64 ? n : 64); }
 
+/* What dwt and idwt share: the level kernel `name` of a->w, and (for more than one level) two
+ * ping-pong buffers of rows x (first level's length) floats in the device's scratch. */
+static kvs_status dwt_setup(kvs_device *dev, const kvs_dwt_args *a, const char *name, cl_kernel *k, cl_mem buf[2]) {
+    KVS_TRY(dwt_kernel(dev, a->w, name, k));
+    buf[0] = buf[1] = NULL;
+    if (a->levels > 1) {
+        size_t bytes = (size_t)(a->rows * kvs_dwt_level_length(a->n, 1)) * 4;
+        KVS_TRY(kvs_ocl_scratch(dev, KVS_OCL_SCR_A, bytes, &buf[0]));
+        KVS_TRY(kvs_ocl_scratch(dev, KVS_OCL_SCR_B, bytes, &buf[1]));
+    }
+    return KVS_OK;
+}
+
 kvs_status kvs_ocl_dwt(kvs_device *dev, const kvs_dwt_args *a) {
     cl_kernel k;
-    KVS_TRY(dwt_kernel(dev, a->w, "dwt_level", &k));
-    int64_t len1 = kvs_dwt_level_length(a->n, 1);
     cl_mem buf[2];
-    if (a->levels > 1) {
-        KVS_TRY(kvs_ocl_scratch(dev, KVS_OCL_SCR_A, (size_t)(a->rows * len1) * 4, &buf[0]));
-        KVS_TRY(kvs_ocl_scratch(dev, KVS_OCL_SCR_B, (size_t)(a->rows * len1) * 4, &buf[1]));
-    }
+    KVS_TRY(dwt_setup(dev, a, "dwt_level", &k, buf));
     cl_mem y = kvs_ocl_mem(a->dst);
     int64_t yoff = (int64_t)(a->dst->offset / 4);
     cl_mem src = kvs_ocl_mem(a->src);
@@ -59,13 +67,8 @@ kvs_status kvs_ocl_dwt(kvs_device *dev, const kvs_dwt_args *a) {
 
 kvs_status kvs_ocl_idwt(kvs_device *dev, const kvs_dwt_args *a) {
     cl_kernel k;
-    KVS_TRY(dwt_kernel(dev, a->w, "idwt_level", &k));
-    int64_t len1 = kvs_dwt_level_length(a->n, 1);
     cl_mem buf[2];
-    if (a->levels > 1) {
-        KVS_TRY(kvs_ocl_scratch(dev, KVS_OCL_SCR_A, (size_t)(a->rows * len1) * 4, &buf[0]));
-        KVS_TRY(kvs_ocl_scratch(dev, KVS_OCL_SCR_B, (size_t)(a->rows * len1) * 4, &buf[1]));
-    }
+    KVS_TRY(dwt_setup(dev, a, "idwt_level", &k, buf));
     cl_mem y = kvs_ocl_mem(a->src), x = kvs_ocl_mem(a->dst);
     int64_t yoff = (int64_t)(a->src->offset / 4), xoff = (int64_t)(a->dst->offset / 4);
     /* Current approximation a_l: starts as a_J inside y. */
