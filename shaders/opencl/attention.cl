@@ -77,6 +77,17 @@ inline int query_pos(int i, __global const int *qpos, long qpos_off, int n_q, in
     return (flags & F_QPOS) ? qpos[qpos_off + i] : n_kv - n_q + i;
 }
 
+/* The argument list attn_main and attn_dec share (the host sets both through one launcher). */
+#define ATTN_PARAMS                                                                                  \
+    __global const float *q, long q_off, KV_PTR k, long k_off, KV_PTR v, long v_off,                \
+    __global float *out, long out_off,                                                                \
+    __global const int *qpos, long qpos_off, __global const int *kpos, long kpos_off,                 \
+    __global const int *kvlen, long kvlen_off, __global const int *rowlen, long rowlen_off,           \
+    __global const float *mask, long mask_off,                                                        \
+    __global float *row_max, long rm_off, __global float *row_sum, long rs_off,                       \
+    __global int *argmax, long am_off, __global float *ml, __global float *part, int span,            \
+    int n_q, int n_heads, int cap, int n_kv, float scale, int flags
+
 inline int key_pos(int h, int j, __global const int *kpos, long kpos_off, int cap, int flags) {
     return (flags & F_KPOS) ? kpos[kpos_off + (long)h * cap + j] : j;
 }
@@ -84,14 +95,7 @@ inline int key_pos(int h, int j, __global const int *kpos, long kpos_off, int ca
 #ifndef ATTN_DEC
 /* Main pass. Grid: (ceil(n_q / BQ) * BQ * G, n_kv_heads); work-group (BQ * G, 1). */
 __kernel __attribute__((reqd_work_group_size(BQ * G, 1, 1)))
-void attn_main(__global const float *q, long q_off, KV_PTR k, long k_off, KV_PTR v, long v_off,
-               __global float *out, long out_off,
-               __global const int *qpos, long qpos_off, __global const int *kpos, long kpos_off,
-               __global const int *kvlen, long kvlen_off, __global const int *rowlen, long rowlen_off,
-               __global const float *mask, long mask_off,
-               __global float *row_max, long rm_off, __global float *row_sum, long rs_off,
-               __global int *argmax, long am_off, __global float *ml, __global float *part, int span,
-               int n_q, int n_heads, int cap, int n_kv, float scale, int flags) {
+void attn_main(ATTN_PARAMS) {
     __local float Kt[BK * HEAD_DIM];
     __local float Vt[BK * HEAD_DIM];
     const int NT = BQ * G;
@@ -273,14 +277,7 @@ inline float dotv(float a, float b) { return a * b; }
 #endif
 
 __kernel __attribute__((reqd_work_group_size(DNT, 1, 1)))
-void attn_dec(__global const float *q, long q_off, KV_PTR k, long k_off, KV_PTR v, long v_off,
-              __global float *out, long out_off,
-              __global const int *qpos, long qpos_off, __global const int *kpos, long kpos_off,
-              __global const int *kvlen, long kvlen_off, __global const int *rowlen, long rowlen_off,
-              __global const float *mask, long mask_off,
-              __global float *row_max, long rm_off, __global float *row_sum, long rs_off,
-              __global int *argmax, long am_off, __global float *ml, __global float *part, int span,
-              int n_q, int n_heads, int cap, int n_kv, float scale, int flags) {
+void attn_dec(ATTN_PARAMS) {
     __local float Qs[PB * HEAD_DIM];
     __local float KVs[BK * KS];
 #if SEPV
