@@ -27,10 +27,15 @@
 #ifdef _OPENMP
 #define KVS_OMP(x) KVS_PRAGMA_(omp x)
 static inline int kvs_omp_tid(void) { return omp_get_thread_num(); }
+static inline int kvs_omp_team(void) { return omp_get_num_threads(); }
 #else
 #define KVS_OMP(x)
 static inline int kvs_omp_tid(void) { return 0; }
+static inline int kvs_omp_team(void) { return 1; }
 #endif
+/* A parallel region may get fewer threads than num_threads asks for (a call from inside the
+ * caller's own parallel region, OMP_THREAD_LIMIT, OMP_DYNAMIC): work is shared with omp for, never
+ * split by thread id, and per-thread partials are reduced over kvs_omp_team() threads. */
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__ELF__) &&          \
     !defined(KVS_NO_CLONES)

@@ -812,8 +812,10 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
     c.dec = kvs_cpu_avx512() && d % 16 == 0 && !c.fast;
 
     kvs_cpu_blas_threads(1);
+    int team = 1; /* threads the region got (key_mass partials to reduce) */
     KVS_OMP(parallel num_threads(nt))
     {
+        if (kvs_omp_tid() == 0) team = kvs_omp_team();
         float *base = scr + (size_t)kvs_omp_tid() * per;
         att_work w;
         w.Qp = base;
@@ -850,7 +852,7 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
             int64_t len = c.kv_len ? c.kv_len[h] : a->n_kv;
             for (int64_t j = 0; j < len; j++) {
                 float s = 0.0f;
-                for (int th = 0; th < nt; th++) s += scr[(size_t)th * per + off_km + (size_t)(h * cap + j)];
+                for (int th = 0; th < team; th++) s += scr[(size_t)th * per + off_km + (size_t)(h * cap + j)];
                 s *= invG;
                 km[h * cap + j] = a->p.key_mass_accumulate ? km[h * cap + j] + s : s;
             }

@@ -401,12 +401,12 @@ kvs_status kvs_cpu_matmul(kvs_device *dev, const kvs_matmul_args *a) {
                              (long long)P, (long long)k);
     }
     kvs_cpu_blas_threads(1);
-    /* blocks of rows of W: a multiple of 16 per thread */
+    /* nt blocks of rows of W, a multiple of 16 each */
     const int64_t per = ((m + nt - 1) / nt + 15) & ~(int64_t)15;
-    KVS_OMP(parallel num_threads(nt))
-    {
+    KVS_OMP(parallel for num_threads(nt) schedule(static))
+    for (int blk = 0; blk < nt; blk++) {
         int tid = kvs_omp_tid();
-        int64_t r0 = tid * per, r1 = r0 + per < m ? r0 + per : m;
+        int64_t r0 = blk * per, r1 = r0 + per < m ? r0 + per : m;
         if (dt == KVS_F32) {
             if (r1 > r0)
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)(r1 - r0), (int)k, 1.0f, x, (int)k,
