@@ -21,6 +21,12 @@ int cli_fail(int code, const char *prog, const char *fmt, ...) {
     return code;
 }
 
+int cli_fail_file(int code, const char *prog, const char *path) {
+    const char *err = kvs_last_error();
+    if (path && !strstr(err, path)) return cli_fail(code, prog, "%s: %s", path, err);
+    return cli_fail(code, prog, "%s", err);
+}
+
 int cli_parse_int(const char *s, int *out) {
     int64_t v;
     if (!s || cli_parse_int64(s, &v) != 0 || v < INT_MIN || v > INT_MAX) return -1;

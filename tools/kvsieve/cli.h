@@ -64,6 +64,10 @@ typedef struct cli_spec {
  * CLI_EXIT_USAGE after printing a one-line error to stderr. */
 int cli_parse(const cli_spec *spec, int argc, char **argv, char **pos, int *n_pos);
 
+/* Prints "PROG: PATH: <kvs_last_error()>" (without PATH when the library's message names it
+ * already) and returns code: for failures to open or load a model file. */
+int cli_fail_file(int code, const char *prog, const char *path);
+
 /* Prints the generated help for spec to stdout. */
 void cli_help(const cli_spec *spec);
 

@@ -308,7 +308,7 @@ int cmd_eval(int argc, char **argv) {
     if (rc != CLI_EXIT_OK) goto done;
     rc = CLI_EXIT_FAIL;
     if (kvs_model_load(&e.m, e.dev, path, NULL) != KVS_OK) {
-        rc = cli_fail(CLI_EXIT_USAGE, prog, "%s: %s", path, kvs_last_error());
+        rc = cli_fail_file(CLI_EXIT_USAGE, prog, path);
         goto done;
     }
     e.hp = kvs_model_get_hparams(e.m);

@@ -58,7 +58,8 @@ int cmd_train(int argc, char **argv) {
         .summary = "Trains a learned KV eviction policy on the train split (first 90% of the tokens) of a text:\n"
                    "retention gates and the indexer regress the measured future attention of full-cache runs;\n"
                    "rl runs REINFORCE on -KL(full || evicted) with Gumbel top-k keep-sets. Writes a GGUF side\n"
-                   "file for `kvsieve generate/eval --policy KIND --policy-file FILE`.",
+                   "file for `kvsieve generate --policy KIND --policy-file FILE` and\n"
+                   "`kvsieve eval --policies KIND,... --policy-file FILE`.",
         .opts = opts,
         .n_opts = (int)(sizeof opts / sizeof opts[0]),
     };
@@ -94,7 +95,7 @@ int cmd_train(int argc, char **argv) {
     if (rc != CLI_EXIT_OK) goto done;
     rc = CLI_EXIT_FAIL;
     if (kvs_model_load(&m, dev, path, NULL) != KVS_OK) {
-        rc = cli_fail(CLI_EXIT_USAGE, prog, "%s: %s", path, kvs_last_error());
+        rc = cli_fail_file(CLI_EXIT_USAGE, prog, path);
         goto done;
     }
     const kvs_model_hparams *hp = kvs_model_get_hparams(m);

@@ -103,7 +103,7 @@ int policy_model_tokens(const char *prog, const char *model, const char *text, c
     kvs_model_file *mf = NULL;
     if (kvs_model_file_open(&mf, path, NULL) != KVS_OK || kvs_tokenizer_from_model_file(tk, mf) != KVS_OK) {
         kvs_model_file_close(&mf);
-        return cli_fail(CLI_EXIT_USAGE, prog, "%s: %s", path, kvs_last_error());
+        return cli_fail_file(CLI_EXIT_USAGE, prog, path);
     }
     kvs_model_file_close(&mf);
     return policy_read_tokens(prog, *tk, text, ids, n);
