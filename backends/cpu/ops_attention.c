@@ -594,10 +594,23 @@ static int att_wants_stats(const att_ctx *c, int64_t qt) {
     return 0;
 }
 
-/* Split-key decoding state of one (query tile, kv head, split): its rows' m, l, best logit and key,
- * and unnormalised O, in the part buffer. */
-static float *att_part(const att_ctx *c, int64_t h, int64_t qt, int64_t sp) {
-    return c->part + (size_t)(((qt * c->a->n_kv_heads + h) * c->splits + sp) * c->part_words);
+/* Split-key decoding state of one (query tile, kv head, split) in the part buffer, for its M rows:
+ * running max, denominator, best logit and its key, unnormalised O [M][d]. */
+typedef struct att_part {
+    float *m, *l, *bestv, *O;
+    int32_t *best;
+} att_part;
+
+static att_part att_part_at(const att_ctx *c, int64_t h, int64_t qt, int64_t sp, int64_t M) {
+    float *p = c->part + (size_t)(((qt * c->a->n_kv_heads + h) * c->splits + sp) * c->part_words);
+    att_part v = {.m = p, .l = p + M, .bestv = p + 2 * M, .best = (int32_t *)(p + 3 * M), .O = p + 4 * M};
+    return v;
+}
+
+/* Keys [*ja, *jb) of split sp, clipped to the jend keys any row sees. */
+static void att_split_keys(const att_ctx *c, int64_t sp, int64_t jend, int64_t *ja, int64_t *jb) {
+    *ja = sp * c->split_keys;
+    *jb = *ja + c->split_keys < jend ? *ja + c->split_keys : jend;
 }
 
 /* One task: query tile qt against kv head h, keys of split sp (all keys when there is one split).
@@ -614,14 +627,15 @@ static void att_task(const att_ctx *c, att_work *w, int64_t h, int64_t qt, int64
         }
         return;
     }
-    const int64_t ja = sp * c->split_keys, jb = ja + c->split_keys < jend ? ja + c->split_keys : jend;
+    int64_t ja, jb;
+    att_split_keys(c, sp, jend, &ja, &jb);
     att_pass(c, w, h, i0, M, ja, jb, max_qpos);
-    float *pt = att_part(c, h, qt, sp);
-    memcpy(pt, w->m, (size_t)M * sizeof(float));
-    memcpy(pt + M, w->l, (size_t)M * sizeof(float));
-    memcpy(pt + 2 * M, w->bestv, (size_t)M * sizeof(float));
-    memcpy(pt + 3 * M, w->best, (size_t)M * sizeof(int32_t));
-    memcpy(pt + 4 * M, w->O, (size_t)(M * d) * sizeof(float));
+    const att_part pt = att_part_at(c, h, qt, sp, M);
+    memcpy(pt.m, w->m, (size_t)M * sizeof(float));
+    memcpy(pt.l, w->l, (size_t)M * sizeof(float));
+    memcpy(pt.bestv, w->bestv, (size_t)M * sizeof(float));
+    memcpy(pt.best, w->best, (size_t)M * sizeof(int32_t));
+    memcpy(pt.O, w->O, (size_t)(M * d) * sizeof(float));
 }
 
 /* Split-key decoding: merges the splits' partial softmax states of (qt, h) (flash-decoding: m = max
@@ -634,33 +648,29 @@ static void att_merge(const att_ctx *c, att_work *w, int64_t h, int64_t qt) {
     for (int64_t r = 0; r < M; r++) {
         float m = -FLT_MAX;
         for (int64_t sp = 0; sp < c->splits; sp++) {
-            const float ms = att_part(c, h, qt, sp)[r];
+            const float ms = att_part_at(c, h, qt, sp, M).m[r];
             m = ms > m ? ms : m;
         }
         float l = 0.0f, *o = w->O + r * d;
         for (int64_t sp = 0; sp < c->splits; sp++) {
-            const float *pt = att_part(c, h, qt, sp);
-            const float ls = pt[M + r];
-            if (!(ls > 0.0f)) continue; /* a split with no visible key adds nothing */
-            const float f = kvs_expf(pt[r] - m);
-            l += ls * f;
-            const float *os = pt + 4 * M + r * d;
+            const att_part pt = att_part_at(c, h, qt, sp, M);
+            if (!(pt.l[r] > 0.0f)) continue; /* a split with no visible key adds nothing */
+            const float f = kvs_expf(pt.m[r] - m);
+            l += pt.l[r] * f;
+            const float *os = pt.O + r * d;
             for (int64_t t = 0; t < d; t++) o[t] += os[t] * f;
-            const float bv = pt[2 * M + r];
-            int32_t bi;
-            memcpy(&bi, pt + 3 * M + r, sizeof bi);
-            if (bi >= 0 && (w->best[r] < 0 || bv > w->bestv[r])) {
-                w->bestv[r] = bv;
-                w->best[r] = bi;
+            if (pt.best[r] >= 0 && (w->best[r] < 0 || pt.bestv[r] > w->bestv[r])) {
+                w->bestv[r] = pt.bestv[r];
+                w->best[r] = pt.best[r];
             }
         }
         w->m[r] = m;
         w->l[r] = l;
     }
     att_write(c, w, h, i0, M);
-    float *p0 = att_part(c, h, qt, 0);
-    memcpy(p0, w->m, (size_t)M * sizeof(float));
-    memcpy(p0 + M, w->l, (size_t)M * sizeof(float));
+    const att_part p0 = att_part_at(c, h, qt, 0, M);
+    memcpy(p0.m, w->m, (size_t)M * sizeof(float));
+    memcpy(p0.l, w->l, (size_t)M * sizeof(float));
     if (c->probs && att_wants_stats(c, qt)) att_zero_probes(c, h, i0, M);
 }
 
@@ -669,10 +679,11 @@ static void att_task_stats(const att_ctx *c, att_work *w, int64_t h, int64_t qt,
     if (!att_wants_stats(c, qt)) return;
     int64_t jend, max_qpos;
     const int64_t M = att_rows(c, w, h, qt, &jend, &max_qpos), i0 = qt * c->BQ;
-    const float *p0 = att_part(c, h, qt, 0);
-    memcpy(w->m, p0, (size_t)M * sizeof(float));
-    memcpy(w->l, p0 + M, (size_t)M * sizeof(float));
-    const int64_t ja = sp * c->split_keys, jb = ja + c->split_keys < jend ? ja + c->split_keys : jend;
+    const att_part p0 = att_part_at(c, h, qt, 0, M);
+    memcpy(w->m, p0.m, (size_t)M * sizeof(float));
+    memcpy(w->l, p0.l, (size_t)M * sizeof(float));
+    int64_t ja, jb;
+    att_split_keys(c, sp, jend, &ja, &jb);
     att_stats(c, w, h, i0, M, ja, jb, max_qpos);
 }
 
