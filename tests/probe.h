@@ -51,6 +51,18 @@ static inline int kvs_test_setup(int argc, char **argv, const char *prog, kvs_de
     return -1;
 }
 
+/* The directory holding the full fixture set (../shared/models next to the source tree, or
+ * $KVSIEVE_MODELS): the GGUF v1, llama2.c, safetensors and vocab files that the repository's models/
+ * does not bundle. Found through stories260K-f32.v1.gguf; writes the directory into dir[cap] and
+ * returns 1, or returns 0 (a bare clone: the caller skips what needs them). */
+static inline int kvs_test_full_fixtures(char *dir, size_t cap) {
+    if (kvs_model_locate("stories260K-f32.v1.gguf", dir, cap) != KVS_OK) return 0;
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, cap, ".");
+    else *slash = '\0';
+    return 1;
+}
+
 /* Runs suite s (CK_NORMAL output) and returns the process status: 0 when every test passed. */
 static inline int kvs_test_run(Suite *s) {
     SRunner *sr = srunner_create(s);

@@ -47,6 +47,12 @@ static const char *const encodings[] = {"stories260K-f32.v3.gguf", "stories260K-
                                         "stories260K-hf"};
 
 START_TEST(test_ar_greedy_reference) {
+    char probe[4096];
+    if (_i > 0 && kvs_model_locate(encodings[_i], probe, sizeof probe) != KVS_OK) {
+        /* only the GGUF v3 encoding is bundled in models/; the others live in ../shared/models */
+        printf("SKIP: %s not found (a clone without ../shared/models)\n", encodings[_i]);
+        return;
+    }
     json_object *ref = load_json("ref_greedy_256.json"), *ids;
     ck_assert(json_object_object_get_ex(ref, "generated_ids", &ids));
     int64_t n_ref = (int64_t)json_object_array_length(ids);

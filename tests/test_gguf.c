@@ -12,12 +12,12 @@
 
 #include "kvsieve/gguf.h"
 #include "kvsieve/model_file.h"
+#include "probe.h"
 
 static char g_models[4096];
 
 static int have_models(void) {
-    return kvs_model_locate("stories260K-f32.v3.gguf", g_models, sizeof g_models) == KVS_OK &&
-           kvs_model_locate(NULL, g_models, sizeof g_models) == KVS_OK;
+    return kvs_test_full_fixtures(g_models, sizeof g_models); /* not all are in the repository's models/ */
 }
 
 static uint8_t *slurp(const char *rel, size_t *n) {
@@ -726,7 +726,7 @@ int main(void) {
         tcase_add_test(tc, test_byte_flips);
         tcase_add_test(tc, test_writer_reproduces_file);
     } else {
-        fprintf(stderr, "model fixtures not found (set KVSIEVE_MODELS): fixture tests skipped\n");
+        fprintf(stderr, "model fixtures (../shared/models) not found (set KVSIEVE_MODELS): fixture tests skipped\n");
     }
     suite_add_tcase(s, tc);
     SRunner *r = srunner_create(s);

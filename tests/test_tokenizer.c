@@ -10,13 +10,13 @@
 
 #include "kvsieve/gguf.h"
 #include "kvsieve/model_file.h"
+#include "probe.h"
 #include "kvsieve/tokenizer.h"
 
 static char g_models[4096];
 
 static int have_models(void) {
-    return kvs_model_locate("stories260K.bin", g_models, sizeof g_models) == KVS_OK &&
-           kvs_model_locate(NULL, g_models, sizeof g_models) == KVS_OK;
+    return kvs_test_full_fixtures(g_models, sizeof g_models); /* not all are in the repository's models/ */
 }
 
 static char *slurp(const char *rel, size_t *n) {
@@ -437,7 +437,7 @@ END_TEST
 
 int main(void) {
     if (!have_models()) {
-        fprintf(stderr, "model fixtures not found (set KVSIEVE_MODELS): skipping\n");
+        fprintf(stderr, "model fixtures (../shared/models) not found (set KVSIEVE_MODELS): skipping\n");
         return 77;
     }
     Suite *s = suite_create("tokenizer");

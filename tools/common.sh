@@ -9,7 +9,8 @@
 #   KVSIEVE_BUILD_DIR   build directory (default: build/ in the source tree)
 #   KVSIEVE_MESON_ARGS  extra arguments for meson setup, e.g. "-Dvulkan=disabled"
 #   KVSIEVE_NO_INSTALL  1: never call apt-get, only report what is missing
-#   KVSIEVE_MODELS      model directory (default: ../shared/models next to the source tree)
+#   KVSIEVE_MODELS      model directory searched first (default: none; then the repository's
+#                       models/, then ../shared/models next to the source tree: kvs_model_locate)
 #   POCL_CACHE_DIR      PoCL kernel cache (default: pocl-cache/ in the build directory)
 #   CK_DEFAULT_TIMEOUT  Check per-test timeout in seconds (default: 600; cold GPU compiles are slow)
 #   OMP_WAIT_POLICY     OpenMP idle threads (default: passive, see kvs_export_env)
@@ -80,10 +81,11 @@ kvs_install_packages() {
 
 # Exports what the tools and tests expect; call after the build directory exists.
 kvs_export_env() {
-  if [[ -z "${KVSIEVE_MODELS:-}" ]]; then
-    KVSIEVE_MODELS="$(dirname "$KVSIEVE_ROOT")/shared/models"
+  # Models: kvs_model_locate looks in $KVSIEVE_MODELS (when set), the repository's models/, then
+  # ../shared/models; the scripts find them the same way (kvs_model_path).
+  if [[ -n "${KVSIEVE_MODELS:-}" ]]; then
+    export KVSIEVE_MODELS
   fi
-  export KVSIEVE_MODELS
   export CK_DEFAULT_TIMEOUT="${CK_DEFAULT_TIMEOUT:-600}"
   # OpenMP threads that spin at barriers stall badly when cores are shared (meson runs tests in
   # parallel; CI machines have 2 cores): measured 150 s vs 2.7 s for the CPU generate test under
@@ -94,9 +96,36 @@ kvs_export_env() {
     POCL_CACHE_DIR="$(mktemp -d "${TMPDIR:-/tmp}/kvsieve-pocl.XXXXXX")"
     export POCL_CACHE_DIR
   fi
-  if [[ ! -d "$KVSIEVE_MODELS" ]]; then
-    kvs_log "note: model directory $KVSIEVE_MODELS does not exist: set KVSIEVE_MODELS to the directory holding the test models"
+  if [[ -n "${KVSIEVE_MODELS:-}" && ! -d "$KVSIEVE_MODELS" ]]; then
+    kvs_log "note: KVSIEVE_MODELS=$KVSIEVE_MODELS does not exist: models are looked up in $KVSIEVE_ROOT/models and ../shared/models instead"
   fi
+}
+
+# The model directories in lookup order (the same as kvs_model_locate): $KVSIEVE_MODELS when set, the
+# repository's models/, ../shared/models next to the source tree; one a line, existing ones only.
+kvs_model_dirs() {
+  local d
+  for d in ${KVSIEVE_MODELS:+"$KVSIEVE_MODELS"} "$KVSIEVE_ROOT/models" "$(dirname "$KVSIEVE_ROOT")/shared/models"; do
+    [[ -d "$d" ]] && printf '%s\n' "$d"
+  done
+  return 0
+}
+
+# Prints the path of model NAME (a path that exists, else the first of kvs_model_dirs holding it);
+# returns 1 and prints nothing when none has it.
+kvs_model_path() {
+  local name="$1" d
+  if [[ -e "$name" ]]; then
+    printf '%s\n' "$name"
+    return 0
+  fi
+  while read -r d; do
+    if [[ -e "$d/$name" ]]; then
+      printf '%s\n' "$d/$name"
+      return 0
+    fi
+  done < <(kvs_model_dirs)
+  return 1
 }
 
 kvs_configure() {

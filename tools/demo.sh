@@ -1,7 +1,17 @@
 #!/usr/bin/env bash
 # tools/demo.sh — the first command to run: installs what is missing (as root; otherwise prints the
-# apt-get command), configures and builds kvsieve, then runs its main job.
-# Extra arguments go to the main job, e.g. `tools/demo.sh --backend vulkan`.
+# apt-get command), configures and builds kvsieve, then shows what it is for, in under a minute on a
+# 2-core machine after the build:
+#   1. a diffusion decode twice — no cache, then the elastic cache with threshold decoding — the two
+#      answers side by side with the wall-time speedup, the compute fraction and whether they agree;
+#   2. an autoregressive decode of stories260K with H2O eviction at a 25% cache budget next to the
+#      full cache, and the teacher-forced KL / top-1 agreement of that budget;
+#   3. every diffusion cache schedule against no cache (speedup, agreement) as a table and an SVG
+#      plot, written to build/demo/dlm-schedules.svg (the path is printed).
+# Extra arguments go to every decode, e.g. `tools/demo.sh --backend vulkan`.
+# Environment: DEMO_DLM_MODEL / DEMO_DLM_PROMPTS override the diffusion model and its prompts;
+# DEMO_THREADS (default 1) the CPU threads of every decode: the bundled models are so small that
+# more threads mostly measure thread start-up and, on a busy 2-core machine, scheduling stalls.
 if [ -z "${BASH_VERSION:-}" ]; then exec bash "$0" "$@"; fi
 set -euo pipefail
 
@@ -9,16 +19,93 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 kvs_setup
 
-kvs_log "KVSIEVE_MODELS=$KVSIEVE_MODELS"
+kvs_log "models: $(kvs_model_dirs | paste -sd " " -)"
 
-# ---- main job -------------------------------------------------------------------------------
-# 1. masked diffusion: the bundled LLaDA-layout model decodes 64 tokens in blocks of 32;
-# 2. autoregressive: stories260K, greedy, the published 256-token text.
-# Extra arguments (e.g. --backend vulkan) go to both decodes.
+# ---- the diffusion model: the one variable to change ------------------------------------------------
+# The task-trained DLM (models/task-dlm/: a GGUF and a task file of prompts) replaces the small
+# stories260K-llada when it is there; its prompts are the lines of the task file (text before a tab).
+DLM_MODEL="${DEMO_DLM_MODEL:-stories260K-llada-f32.gguf}"
+DLM_PROMPTS="${DEMO_DLM_PROMPTS:-$KVSIEVE_ROOT/tools/data/dlm-prompts.txt}"
+if [[ -z "${DEMO_DLM_MODEL:-}" ]] && compgen -G "$KVSIEVE_ROOT/models/task-dlm/*.gguf" >/dev/null; then
+  DLM_MODEL="$(compgen -G "$KVSIEVE_ROOT/models/task-dlm/*.gguf" | head -1)"
+  task="$(compgen -G "$KVSIEVE_ROOT/models/task-dlm/*.txt" | head -1 || true)"
+  [[ -z "${DEMO_DLM_PROMPTS:-}" && -n "$task" ]] && DLM_PROMPTS="$task"
+fi
+kvs_model_path "$DLM_MODEL" >/dev/null || kvs_die "diffusion model '$DLM_MODEL' not found in: $(kvs_model_dirs | paste -sd " " -)"
+threads=(--threads "${DEMO_THREADS:-1}")
+out_dir="$KVSIEVE_BUILD_DIR/demo"
+mkdir -p "$out_dir"
+# the prompts: comment lines skipped, the text before a tab (task files: prompt<TAB>answer)
+grep -v '^#' "$DLM_PROMPTS" | grep -v '^[[:space:]]*$' | cut -f1 | head -2 >"$out_dir/prompts.txt"
+prompt="$(head -1 "$out_dir/prompts.txt")"
+
 "$KVSIEVE_BIN" devices
 echo
-kvs_log "masked diffusion: stories260K-llada-f32.gguf, 64 tokens, blocks of 32, threshold 0.9"
-"$KVSIEVE_BIN" generate -m stories260K-llada-f32.gguf -p "Once upon a time" -n 64 --block 32 --threshold 0.9 "$@"
+
+# ---- 1. diffusion: no cache vs elastic ----------------------------------------------------------
+kvs_log "masked diffusion: $(basename "$DLM_MODEL"), 128 tokens in blocks of 32, threshold 0.9: no cache, then elastic"
+dlm=(generate -m "$DLM_MODEL" -p "$prompt" -n 128 --block 32 --threshold 0.9 --json "${threads[@]}")
+"$KVSIEVE_BIN" "${dlm[@]}" --cache none "$@" >"$out_dir/dlm-none.json"
+"$KVSIEVE_BIN" "${dlm[@]}" --cache elastic "$@" >"$out_dir/dlm-elastic.json"
+python3 - "$prompt" "$out_dir/dlm-none.json" "$out_dir/dlm-elastic.json" <<'PY'
+import json, sys, textwrap
+prompt, a, b = sys.argv[1], json.load(open(sys.argv[2])), json.load(open(sys.argv[3]))
+w = 44
+left = textwrap.wrap(a["text"], w) or [""]
+right = textwrap.wrap(b["text"], w) or [""]
+print("prompt: %s" % prompt)
+print("%-*s | %s" % (w, "no cache", "elastic cache"))
+print("-" * w + "-+-" + "-" * w)
+for i in range(max(len(left), len(right))):
+    print("%-*s | %s" % (w, left[i] if i < len(left) else "", right[i] if i < len(right) else ""))
+sa, sb = a["stats"], b["stats"]
+same = sum(x == y for x, y in zip(a["tokens"], b["tokens"]))
+n = max(len(a["tokens"]), len(b["tokens"]))
+print("-" * w + "-+-" + "-" * w)
+print("wall time %.3f s vs %.3f s: speedup %.2fx; compute fraction %.3f vs %.3f (rows %d vs %d)"
+      % (sa["seconds"], sb["seconds"], sa["seconds"] / sb["seconds"], sa["compute_fraction"],
+         sb["compute_fraction"], sa["rows_computed"], sb["rows_computed"]))
+print("answers identical: %s (%d of %d tokens equal)" % ("yes" if a["tokens"] == b["tokens"] else "no", same, n))
+PY
 echo
-kvs_log "autoregressive: stories260K-f32.v3.gguf, greedy, 256 tokens"
-"$KVSIEVE_BIN" generate -m stories260K-f32.v3.gguf -n 256 "$@"
+
+# ---- 2. autoregressive: H2O at a 25% budget vs the full cache -------------------------------------
+ar_model=stories260K-f32.v3.gguf
+kvs_log "autoregressive: $ar_model, greedy, 128 tokens: full cache, then H2O keeping 25% of the tokens"
+"$KVSIEVE_BIN" generate -m "$ar_model" -n 128 --json "${threads[@]}" "$@" >"$out_dir/ar-full.json"
+"$KVSIEVE_BIN" generate -m "$ar_model" -n 128 --policy h2o --budget 0.25 --json "${threads[@]}" "$@" >"$out_dir/ar-h2o.json"
+python3 - "$out_dir/ar-full.json" "$out_dir/ar-h2o.json" <<'PY'
+import json, sys, textwrap
+a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+w = 44
+left, right = textwrap.wrap(a["text"], w), textwrap.wrap(b["text"], w)
+print("%-*s | %s" % (w, "full cache", "h2o, 25% budget"))
+print("-" * w + "-+-" + "-" * w)
+for i in range(max(len(left), len(right))):
+    print("%-*s | %s" % (w, left[i] if i < len(left) else "", right[i] if i < len(right) else ""))
+print("-" * w + "-+-" + "-" * w)
+first = next((i for i, (x, y) in enumerate(zip(a["tokens"], b["tokens"])) if x != y), None)
+same = sum(x == y for x, y in zip(a["tokens"], b["tokens"]))
+sa, sb = a["stats"], b["stats"]
+print("cache peak %.1f KiB vs %.1f KiB; %d of %d tokens equal%s" % (
+    sa["cache_bytes_peak"] / 1024, sb["cache_bytes_peak"] / 1024, same, len(a["tokens"]),
+    "" if first is None else ", first difference at token %d" % first))
+PY
+text="$(kvs_model_path ref_greedy_256.txt)" || kvs_die "ref_greedy_256.txt not found"
+"$KVSIEVE_BIN" eval -m "$ar_model" --text "$text" --policies h2o --budgets 0.25 --windows 1 --json "${threads[@]}" "$@" >"$out_dir/ar-eval.json"
+python3 - "$out_dir/ar-eval.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+c = [c for c in r["cells"] if c.get("policy") == "h2o"][0]
+print("teacher-forced on the model's own 256-token text: KL(full || h2o 25%%) = %.5f nats/token, "
+      "top-1 agreement %.1f%%" % (c["kl"], 100 * c["top1_agreement"]))
+PY
+echo
+
+# ---- 3. every diffusion schedule: table and SVG ---------------------------------------------------
+svg="$out_dir/dlm-schedules.svg"
+kvs_log "diffusion cache schedules vs no cache on $(wc -l <"$out_dir/prompts.txt") prompts, 64 tokens"
+"$KVSIEVE_BIN" eval --dlm -m "$DLM_MODEL" --prompts "$out_dir/prompts.txt" --gen 64 --long-prompts 0 \
+  --plot "$svg" "${threads[@]}" "$@"
+echo
+kvs_log "SVG (speedup, compute fraction and agreement per schedule) written to $svg"

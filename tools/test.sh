@@ -9,5 +9,5 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 kvs_setup
 
-kvs_log "KVSIEVE_MODELS=$KVSIEVE_MODELS"
+kvs_log "models: $(kvs_model_dirs | paste -sd " " -)"
 meson test -C "$KVSIEVE_BUILD_DIR" --print-errorlogs "$@"

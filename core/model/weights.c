@@ -294,15 +294,17 @@ kvs_status kvs_model_locate(const char *name, char *buf, size_t cap) {
     if (!buf || cap == 0) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_model_locate: NULL buffer");
     buf[0] = '\0';
     if (!name) name = "";
-    char tried[3][KVS_PATH_MAX + 64];
+    /* the order documented in model_file.h: the name itself, $KVSIEVE_MODELS, the repository's
+     * models/, then ../shared/models next to the source tree */
+    char tried[4][KVS_PATH_MAX + 64];
     int n = 0;
     if (name[0]) snprintf(tried[n++], sizeof tried[0], "%s", name);
     const char *env = getenv("KVSIEVE_MODELS");
     if (name[0] != '/') {
-        if (env && env[0])
-            snprintf(tried[n++], sizeof tried[0], "%s%s%s", env, name[0] ? "/" : "", name);
-        snprintf(tried[n++], sizeof tried[0], "%s/../shared/models%s%s", KVS_SOURCE_ROOT,
-                 name[0] ? "/" : "", name);
+        const char *sep = name[0] ? "/" : "";
+        if (env && env[0]) snprintf(tried[n++], sizeof tried[0], "%s%s%s", env, sep, name);
+        snprintf(tried[n++], sizeof tried[0], "%s/models%s%s", KVS_SOURCE_ROOT, sep, name);
+        snprintf(tried[n++], sizeof tried[0], "%s/../shared/models%s%s", KVS_SOURCE_ROOT, sep, name);
     }
     for (int i = 0; i < n; i++) {
         if (access(tried[i], F_OK) == 0) {
@@ -313,7 +315,7 @@ kvs_status kvs_model_locate(const char *name, char *buf, size_t cap) {
             return KVS_OK;
         }
     }
-    char msg[3 * (KVS_PATH_MAX + 70)];
+    char msg[4 * (KVS_PATH_MAX + 70)];
     size_t k = 0;
     msg[0] = '\0';
     for (int i = 0; i < n && k < sizeof msg; i++)

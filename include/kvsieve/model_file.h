@@ -135,8 +135,11 @@ KVS_API kvs_status kvs_model_file_tokenizer_path(const kvs_model_file *m, char *
 KVS_API kvs_status kvs_weight_to_f32(const kvs_weight *w, float *dst);
 
 /* Model lookup: resolves `name` to an existing path. In order: name itself if it exists (absolute,
- * or relative to the working directory); $KVSIEVE_MODELS/name; KVS_SOURCE_ROOT/../shared/models/name
- * (the fixtures next to the source tree). name = NULL or "" resolves the models directory itself.
+ * or relative to the working directory); $KVSIEVE_MODELS/name; KVS_SOURCE_ROOT/models/name (the
+ * small models bundled in the repository); KVS_SOURCE_ROOT/../shared/models/name (the full fixture
+ * set next to the source tree, where CI has it). An absolute name is tried only as itself.
+ * name = NULL or "" resolves the first models directory that exists (so, without $KVSIEVE_MODELS,
+ * the repository's models/).
  * Errors: KVS_ERR_NOT_FOUND (message lists every path tried), KVS_ERR_OUT_OF_RANGE (cap too small),
  * KVS_ERR_INVALID_ARGUMENT. */
 KVS_API kvs_status kvs_model_locate(const char *name, char *buf, size_t cap);

@@ -3,7 +3,8 @@
 # the command line (--json), and one-line errors with exit status 2 for bad flags and files.
 set -euo pipefail
 kvsieve="$1"
-models="${KVSIEVE_MODELS:-${KVSIEVE_SOURCE_ROOT:-.}/../shared/models}"
+# the reference JSON: $KVSIEVE_MODELS, else the repository's models/ (kvs_model_locate's order)
+models="${KVSIEVE_MODELS:-${KVSIEVE_SOURCE_ROOT:-.}/models}"
 export MODELS_DIR="$models"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
