@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Checks that the C example shown in README.md is byte-identical to tools/examples/attention.c
-# (which the build compiles and the test suite runs), so the manual's code stays correct.
-# Usage: readme_example.sh README.md tools/examples/attention.c
+# Checks that an example shown in README.md is byte-identical to its file (tools/examples/attention.c,
+# python/examples/quickstart.py: the test suite runs both), so the manual's code stays correct.
+# Usage: readme_example.sh README.md FILE [NAME]   (NAME in the README's marker line
+# "<!-- example: NAME -->"; default tools/examples/attention.c)
 set -euo pipefail
 readme="$1"
 src="$2"
-marker="<!-- example: tools/examples/attention.c -->"
+marker="<!-- example: ${3:-tools/examples/attention.c} -->"
 # The fenced block right after the marker line, without its fences.
 shown="$(awk -v m="$marker" '
   $0 == m { found = 1; next }

@@ -1,0 +1,33 @@
+/* Prints "StructName sizeof offsetof-of-last-field" for every struct the Python binding declares
+ * (python/kvsieve/_lib.py), so test_kvsieve.py can check the ctypes layouts against the compiler's. */
+#include <kvsieve/kvsieve.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#define ROW(py, c, last) printf("%s %zu %zu\n", py, sizeof(c), offsetof(c, last))
+
+int main(void) {
+    ROW("DeviceParams", kvs_device_params, validation);
+    ROW("Caps", kvs_caps, n_threads);
+    ROW("DeviceInfo", kvs_device_info, driver);
+    ROW("RopeParams", kvs_rope_params, freq_scale);
+    ROW("AttentionParams", kvs_attention_params, unnormalised);
+    ROW("TopkParams", kvs_topk_params, row_len);
+    ROW("ModelHparams", kvs_model_hparams, tied_output);
+    ROW("ModelFileParams", kvs_model_file_params, tokenizer_path);
+    ROW("ModelParams", kvs_model_params, weight_dtype);
+    ROW("CacheParams", kvs_cache_params, flags);
+    ROW("LayerStats", kvs_layer_stats, n_x_rows);
+    ROW("LayerPlan", kvs_layer_plan, hook_user);
+    ROW("StepPlan", kvs_step_plan, n_logit_rows);
+    ROW("StepResult", kvs_step_result, rows_computed);
+    ROW("PolicyParams", kvs_policy_params, base);
+    ROW("EvictParams", kvs_evict_params, head_cap);
+    ROW("EvictStats", kvs_evict_stats, stat_steps);
+    ROW("ElasticParams", kvs_elastic_params, block_refresh);
+    ROW("WavefilterParams", kvs_wavefilter_params, n_recent);
+    ROW("GenStats", kvs_gen_stats, rows_evicted);
+    ROW("ArParams", kvs_ar_params, evict_buffer);
+    ROW("DlmParams", kvs_dlm_params, schedule);
+    return 0;
+}

@@ -1,0 +1,332 @@
+"""Tests of the kvsieve Python binding (python/kvsieve) on the CPU device: struct layouts against the
+compiler's, attention equal to the C example's printed numbers and to a float64 numpy reference,
+the other ops against numpy, models (tokenize, forward, AR with eviction, diffusion with schedules,
+eval) against the C library's own results, and bad arguments raising KvsError, never crashing."""
+import ctypes
+import os
+import re
+import subprocess
+import unittest
+
+import numpy as np
+
+import kvsieve
+from kvsieve import _lib as L
+
+N_Q, N_KV, HEADS, KV_HEADS, D = 4, 6, 4, 2, 8
+
+
+def example_inputs():
+    """The inputs of tools/examples/attention.c, computed the same way."""
+    i = np.arange(N_Q * HEADS * D)
+    q = (((i * 7) % 11) / np.float32(11.0) - np.float32(0.5)).astype(np.float32).reshape(N_Q, HEADS, D)
+    j = np.arange(KV_HEADS * N_KV * D)
+    k = (((j * 5) % 13) / np.float32(13.0) - np.float32(0.5)).astype(np.float32).reshape(KV_HEADS, N_KV, D)
+    v = ((j % D) + (j // D)).astype(np.float32).reshape(KV_HEADS, N_KV, D)
+    return q, k, v
+
+
+def reference_attention(q, k, v, causal, probs=False):
+    """float64 GQA attention: out, key mass (group mean, summed over rows), argmax (and the
+    attention weights (n_q, heads, n_kv) with probs=True)."""
+    n_q, heads, d = q.shape
+    kvh, n_kv, _ = k.shape
+    g = heads // kvh
+    out = np.zeros((n_q, heads, d))
+    mass = np.zeros((kvh, n_kv))
+    am = np.zeros((n_q, heads), dtype=np.int32)
+    pp = np.zeros((n_q, heads, n_kv))
+    for i in range(n_q):
+        for h in range(heads):
+            s = k[h // g].astype(np.float64) @ q[i, h].astype(np.float64) / np.sqrt(d)
+            if causal:
+                s[n_kv - n_q + i + 1:] = -np.inf
+            p = np.exp(s - s.max())
+            p /= p.sum()
+            out[i, h] = p @ v[h // g]
+            mass[h // g] += p / g
+            am[i, h] = int(np.argmax(p))
+            pp[i, h] = p
+    return (out, mass, am, pp) if probs else (out, mass, am)
+
+
+class Layout(unittest.TestCase):
+    def test_struct_sizes_match_the_compiler(self):
+        exe = os.environ.get("KVSIEVE_PYTHON_LAYOUT")
+        if not exe:
+            self.skipTest("KVSIEVE_PYTHON_LAYOUT not set (run through meson test)")
+        rows = subprocess.run([exe], check=True, capture_output=True, text=True).stdout.split("\n")
+        n = 0
+        for line in filter(None, rows):
+            name, size, last = line.split()
+            cls = getattr(L, name)
+            last_field = cls._fields_[-1][0]
+            self.assertEqual(ctypes.sizeof(cls), int(size), name)
+            self.assertEqual(getattr(cls, last_field).offset, int(last), name + "." + last_field)
+            n += 1
+        self.assertEqual(n, 22)
+
+
+class Devices(unittest.TestCase):
+    def test_version_backends_devices(self):
+        self.assertRegex(kvsieve.version(), r"^\d+\.\d+\.\d+")
+        self.assertTrue(kvsieve.backends()["cpu"])
+        self.assertTrue(any(d["backend"] == "cpu" for d in kvsieve.devices()))
+        with kvsieve.Device("cpu", threads=2) as dev:
+            self.assertEqual(dev.backend, "cpu")
+            self.assertEqual(dev.caps["n_threads"], 2)
+
+    def test_bad_device_raises(self):
+        with self.assertRaises(kvsieve.KvsError) as e:
+            kvsieve.Device("nosuchbackend")
+        self.assertEqual(e.exception.name, "KVS_ERR_INVALID_ARGUMENT")
+        self.assertIn("nosuchbackend", e.exception.message)
+        with self.assertRaises(kvsieve.KvsError) as e:
+            kvsieve.Device("cpu:7")
+        self.assertEqual(e.exception.name, "KVS_ERR_NO_DEVICE")
+        with self.assertRaises(kvsieve.KvsError):
+            kvsieve.Device("cpu", threads=-1)
+
+
+class Tensors(unittest.TestCase):
+    def setUp(self):
+        self.dev = kvsieve.Device("cpu")
+
+    def tearDown(self):
+        self.dev.close()
+
+    def test_round_trip_and_checks(self):
+        a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+        t = self.dev.tensor(a)
+        self.assertEqual(t.shape, (2, 3, 4))
+        np.testing.assert_array_equal(t.numpy(), a)
+        h = self.dev.tensor(a.astype(np.float16))
+        self.assertEqual(h.dtype, "f16")
+        np.testing.assert_array_equal(h.numpy(), a.astype(np.float16))
+        with self.assertRaises(kvsieve.KvsError) as e:
+            t.upload(np.zeros((2, 3, 5), np.float32))
+        self.assertEqual(e.exception.status, 2)  # KVS_ERR_SHAPE
+        with self.assertRaises(kvsieve.KvsError) as e:
+            t.upload(np.zeros((2, 3, 4), np.int32))
+        self.assertEqual(e.exception.name, "KVS_ERR_DTYPE")
+        with self.assertRaises(kvsieve.KvsError) as e:
+            self.dev.tensor(np.zeros(3, np.float64))
+        self.assertEqual(e.exception.name, "KVS_ERR_DTYPE")
+        with self.assertRaises(kvsieve.KvsError):
+            self.dev.tensor(shape=(1, 2, 3, 4, 5))
+        with self.assertRaises(kvsieve.KvsError) as e:
+            self.dev.tensor(shape=(32, 3), dtype="q8_0")  # ne[0] = 3 is not a multiple of 32
+        self.assertEqual(e.exception.name, "KVS_ERR_DTYPE")
+
+
+class Ops(unittest.TestCase):
+    def setUp(self):
+        self.dev = kvsieve.Device("cpu")
+
+    def tearDown(self):
+        self.dev.close()
+
+    def test_attention_equals_the_c_example(self):
+        q, k, v = example_inputs()
+        r = kvsieve.ops.attention(self.dev, q, k, v, causal=True, key_mass=True, argmax=True)
+        exe = os.environ.get("KVSIEVE_EXAMPLE_ATTENTION")
+        if exe:  # the numbers tools/examples/attention.c prints, to its printed precision
+            text = subprocess.run([exe, "cpu"], check=True, capture_output=True, text=True).stdout
+            masses = [[float(x) for x in m.split()] for m in re.findall(r"key mass:((?: [-\d.]+)+)  \(sum", text)]
+            self.assertEqual(len(masses), KV_HEADS)
+            np.testing.assert_allclose(r["key_mass"], np.array(masses), atol=5e-4)
+            o = re.search(r"out\[0\]\[0\]\[0\.\.3\] = (\S+) (\S+) (\S+) (\S+), most-attended key of row 0 head 0: (-?\d+)",
+                          text)
+            np.testing.assert_allclose(r["out"][0, 0, :4], [float(x) for x in o.groups()[:4]], atol=5e-5)
+            self.assertEqual(int(r["argmax"][0, 0]), int(o.group(5)))
+        out, mass, am = reference_attention(q, k, v, causal=True)
+        np.testing.assert_allclose(r["out"], out, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(r["key_mass"], mass, atol=1e-5)
+        # argmax: equal wherever the float64 reference's top two weights are not tied to float32
+        # rounding (row 0 head 3 has two keys within 1e-7)
+        _, _, _, p = reference_attention(q, k, v, causal=True, probs=True)
+        top2 = np.sort(p, axis=2)[:, :, -2:]
+        clear = (top2[:, :, 1] - top2[:, :, 0]) > 1e-5
+        np.testing.assert_array_equal(r["argmax"][clear], am[clear])
+        self.assertGreaterEqual(int(clear.sum()), N_Q * HEADS - 1)
+        np.testing.assert_allclose(r["key_mass"].sum(axis=1), [N_Q, N_Q], atol=1e-4)
+
+    def test_attention_probs_and_row_stats(self):
+        q, k, v = example_inputs()
+        r = kvsieve.ops.attention(self.dev, q, k, v, probe_rows=[1, 3], row_stats=True)
+        self.assertEqual(r["probs"].shape, (2, HEADS, N_KV))
+        np.testing.assert_allclose(r["probs"].sum(axis=2), np.ones((2, HEADS)), atol=1e-5)
+        self.assertTrue(np.all(r["row_sum"] >= 1.0))
+
+    def test_attention_bad_arguments_raise(self):
+        q, k, v = example_inputs()
+        kvsieve.ops.attention(self.dev, q, k, v)  # the device's scratch grows once
+        before = self.dev.bytes_allocated()
+        cases = [
+            dict(q=q[:, :3], k=k, v=v),                        # 3 heads over 2 kv heads
+            dict(q=q, k=k[:, :, :4], v=v[:, :, :4]),            # head_dim mismatch
+            dict(q=q.astype(np.int32), k=k, v=v),               # dtype
+            dict(q=q, k=k, v=v[:1]),                            # k/v differ
+            dict(q=q, k=k, v=v, kv_len=[1, 2, 3]),              # kv_len shape
+            dict(q=q, k=k, v=v, n_kv=N_KV + 1),                 # n_kv > capacity
+            dict(q=q, k=k, v=v, mask=np.zeros((N_Q, 2), np.float32)),
+            dict(q=None, k=k, v=v),
+        ]
+        for kw in cases:
+            with self.assertRaises(kvsieve.KvsError, msg=str({a: getattr(b, "shape", b) for a, b in kw.items()})) as e:
+                kvsieve.ops.attention(self.dev, **kw)
+            self.assertTrue(e.exception.message)
+        self.assertEqual(self.dev.bytes_allocated(), before)  # no tensor left behind on the error paths
+
+    def test_dwt_idwt(self):
+        x = np.random.default_rng(3).standard_normal((3, 40)).astype(np.float32)
+        y = kvsieve.ops.dwt(self.dev, x, "db2", 3)
+        self.assertEqual(y.shape, (3, int(L.lib.kvs_dwt_length(40, 3))))
+        np.testing.assert_allclose(np.sum(y ** 2, axis=1), np.sum(x ** 2, axis=1), rtol=1e-4)  # orthonormal
+        h = kvsieve.ops.dwt(self.dev, np.array([[1, 3, 5, 7]], np.float32), "haar", 1)
+        np.testing.assert_allclose(h, [[4 / np.sqrt(2), 12 / np.sqrt(2), -2 / np.sqrt(2), -2 / np.sqrt(2)]], rtol=1e-6)
+        np.testing.assert_allclose(kvsieve.ops.idwt(self.dev, y, 40, "db2", 3), x, atol=1e-5)
+        with self.assertRaises(kvsieve.KvsError):
+            kvsieve.ops.dwt(self.dev, x, "db3", 1)
+        with self.assertRaises(kvsieve.KvsError):
+            kvsieve.ops.dwt(self.dev, x, "haar", 99)
+
+    def test_topk(self):
+        x = np.array([[0.5, 3.0, -1.0, 3.0, 2.0], [np.nan, 1.0, 0.0, -np.inf, 7.0]], np.float32)
+        idx, val = kvsieve.ops.topk(self.dev, x, 3)
+        np.testing.assert_array_equal(idx, [[1, 3, 4], [4, 1, 2]])
+        np.testing.assert_array_equal(val[0], [3.0, 3.0, 2.0])
+        idx, _ = kvsieve.ops.topk(self.dev, x, 2, order_by_index=True, row_len=[5, 3], values=False)
+        np.testing.assert_array_equal(idx, [[1, 3], [1, 2]])
+        gi, gv = kvsieve.ops.topk(self.dev, x, 2, global_=True)
+        np.testing.assert_array_equal(gi, [9, 1])
+        for bad in (0, 6):
+            with self.assertRaises(kvsieve.KvsError) as e:
+                kvsieve.ops.topk(self.dev, x, bad)
+            self.assertEqual(e.exception.name, "KVS_ERR_OUT_OF_RANGE")
+
+    def test_gather_scatter_compact(self):
+        src = np.arange(2 * 5 * 3, dtype=np.float32).reshape(2, 5, 3)
+        idx = np.array([[4, 0], [1, 1]], np.int32)
+        g = kvsieve.ops.gather(self.dev, src, idx)
+        np.testing.assert_array_equal(g, np.stack([src[0, [4, 0]], src[1, [1, 1]]]))
+        dst = np.zeros((2, 5, 3), np.float32)
+        s = kvsieve.ops.scatter(self.dev, g, np.array([[0, 2], [3, 4]], np.int32), dst)
+        np.testing.assert_array_equal(s[0, 2], src[0, 0])
+        np.testing.assert_array_equal(s[1, 3], src[1, 1])
+        c = kvsieve.ops.compact(self.dev, src, np.array([1, 3, 4], np.int32))
+        np.testing.assert_array_equal(c[:, :3], src[:, [1, 3, 4]])
+        with self.assertRaises(kvsieve.KvsError) as e:
+            kvsieve.ops.gather(self.dev, src, np.array([[9, 0], [0, 0]], np.int32))  # index out of range (CPU)
+        self.assertEqual(e.exception.name, "KVS_ERR_OUT_OF_RANGE")
+        with self.assertRaises(kvsieve.KvsError):
+            kvsieve.ops.gather(self.dev, src, np.array([[0.5]], np.float32))
+
+    def test_softmax_rmsnorm_matmul(self):
+        x = np.random.default_rng(5).standard_normal((3, 16)).astype(np.float32)
+        e = np.exp(x - x.max(axis=1, keepdims=True))
+        np.testing.assert_allclose(kvsieve.ops.softmax(self.dev, x), e / e.sum(axis=1, keepdims=True), rtol=1e-5)
+        w = np.linspace(0.5, 1.5, 16).astype(np.float32)
+        ref = x / np.sqrt(np.mean(x.astype(np.float64) ** 2, axis=1, keepdims=True) + 1e-5) * w
+        np.testing.assert_allclose(kvsieve.ops.rmsnorm(self.dev, x, w), ref, rtol=1e-5, atol=1e-6)
+        W = np.random.default_rng(6).standard_normal((5, 16)).astype(np.float32)
+        np.testing.assert_allclose(kvsieve.ops.matmul(self.dev, W, x), x @ W.T, rtol=1e-4, atol=1e-5)
+
+
+class Models(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dev = kvsieve.Device("cpu", threads=1)
+        cls.ar = kvsieve.Model(cls.dev, "stories260K-f32.v3.gguf")
+        cls.dlm = kvsieve.Model(cls.dev, "stories260K-llada-f32.gguf")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.dev.close()
+
+    def test_hparams_and_tokenizer(self):
+        hp = self.ar.hparams
+        self.assertEqual((hp["arch"], hp["n_layers"], hp["dim"], hp["n_heads"], hp["n_kv_heads"], hp["vocab"]),
+                         ("llama", 5, 64, 8, 4, 512))
+        self.assertEqual(self.dlm.arch, "llada")
+        ids = self.dlm.tokenize("Once upon a time")
+        self.assertEqual(ids.tolist(), [1, 403, 407, 261, 378])  # stories260K-llada-ref.json's prompt tokens
+        self.assertEqual(self.dlm.detokenize(ids), "Once upon a time")
+
+    def test_generate_ar_reproduces_the_published_text(self):
+        import json
+        ref = json.load(open(kvsieve.locate("ref_greedy_256.json")))["generated_ids"]
+        r = self.ar.generate_ar("", max_new=64)
+        self.assertEqual(r["tokens"].tolist(), ref[:64])
+        self.assertTrue(r["text"].startswith("Once upon a time, there was a little girl named Lily."))
+        self.assertEqual(r["stats"]["steps"], 64)
+
+    def test_generate_ar_with_eviction(self):
+        r = self.ar.generate_ar("", max_new=128, policy="h2o", budget=0.25)
+        self.assertGreater(r["stats"]["evictions"], 0)
+        self.assertLess(r["stats"]["cache_bytes_peak"], 128 * 5 * 2 * 4 * 8 * 4)
+        full = self.ar.generate_ar("", max_new=128)
+        self.assertEqual(r["tokens"][:40].tolist(), full["tokens"][:40].tolist())  # the budget is not hit before
+
+    def test_forward_step_plan_with_statistics(self):
+        c = self.ar.cache(16, "append")
+        ids = self.ar.tokenize("Once upon a time")
+        layers = [dict(stat_all_rows=1, want_argmax=1)] * 5
+        r = self.ar.forward(c, ids, layers=layers, logit_rows=[len(ids) - 1])
+        self.assertEqual(r["logits"].shape, (1, 512))
+        self.assertEqual(r["rows_computed"], 5 * len(ids))
+        self.assertEqual(r["layers"][0]["key_mass"].shape, (4, len(ids)))
+        np.testing.assert_allclose(r["layers"][0]["key_mass"].sum(axis=1), [len(ids)] * 4, rtol=1e-4)
+        self.assertEqual(r["layers"][2]["argmax"].shape, (len(ids), 8))
+        # the next greedy token equals generate_ar's first token after the same prompt
+        g = self.ar.generate_ar(ids, max_new=1)
+        self.assertEqual(int(np.argmax(r["logits"][0])), int(g["tokens"][0]))
+        with self.assertRaises(kvsieve.KvsError) as e:
+            self.ar.forward(c, [600])  # outside the vocabulary
+        self.assertEqual(e.exception.name, "KVS_ERR_INVALID_ARGUMENT")
+        c.close()
+
+    def test_generate_dlm_reference_and_schedules(self):
+        base = self.dlm.generate_dlm("Once upon a time", gen_len=64, block_len=32, steps=64)
+        self.assertEqual(base["tokens"][:8].tolist(), [432, 383, 286, 261, 376, 298, 315, 421])  # ref case 1
+        self.assertEqual(base["stats"]["compute_fraction"], 1.0)
+        for name in ("prefix", "dual", "delayed", "elastic"):
+            r = self.dlm.generate_dlm("Once upon a time", gen_len=64, threshold=0.9, schedule=name)
+            self.assertLess(r["stats"]["compute_fraction"], 1.0, name)
+        s = kvsieve.Schedule("elastic", gamma=1.0)  # gamma 1: never reuses, equals no cache
+        r = self.dlm.generate_dlm("Once upon a time", gen_len=64, block_len=32, steps=64, schedule=s)
+        self.assertEqual(r["tokens"].tolist(), base["tokens"].tolist())
+        wf = kvsieve.Schedule("prefix", wavefilter=dict(budget=1.0))
+        r = self.dlm.generate_dlm("Once upon a time", gen_len=64, threshold=0.9, schedule=wf)
+        self.assertEqual(len(r["tokens"]), 64)
+
+    def test_eval_matches_the_cli_numbers(self):
+        text = open(kvsieve.locate("ref_greedy_256.txt")).read()
+        e = self.ar.eval_eviction(text, "h2o", budget=0.25, ctx=256)
+        # `kvsieve eval --policies h2o --budgets 0.25 --windows 1` on the same text prints these
+        self.assertAlmostEqual(e["kl"], 0.00771, places=5)
+        self.assertAlmostEqual(e["top1_agreement"], 0.9294, places=4)
+        full = self.ar.eval_eviction(text, "h2o", budget=1.0, ctx=64)
+        self.assertEqual(full["kl"], 0.0)
+        self.assertEqual(full["top1_agreement"], 1.0)
+
+    def test_model_errors_raise(self):
+        with self.assertRaises(kvsieve.KvsError) as e:
+            kvsieve.Model(self.dev, "no-such-model.gguf")
+        self.assertEqual(e.exception.name, "KVS_ERR_NOT_FOUND")
+        with self.assertRaises(kvsieve.KvsError):
+            kvsieve.Policy("no-such-policy")
+        with self.assertRaises(kvsieve.KvsError):
+            kvsieve.Schedule("no-such-schedule")
+        with self.assertRaises(kvsieve.KvsError):
+            self.ar.generate_dlm("x")  # not a diffusion model
+        with self.assertRaises(kvsieve.KvsError):
+            self.dlm.generate_dlm("x", gen_len=50, block_len=32)  # block does not divide gen_len
+        with self.assertRaises(kvsieve.KvsError):
+            self.ar.generate_ar("", max_new=8, policy="h2o", budget=-1)
+        with self.assertRaises(kvsieve.KvsError):
+            self.ar.tokenize(b"bytes")
+
+
+if __name__ == "__main__":
+    unittest.main()
