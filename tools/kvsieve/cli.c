@@ -120,7 +120,11 @@ void cli_help(const cli_spec *spec) {
         else n = snprintf(left, sizeof left, "    ");
         snprintf(left + n, sizeof left - (size_t)n, "--%s%s%s", o->name, o->metavar ? " " : "",
                  o->metavar ? o->metavar : "");
-        printf("  %-26s %s\n", left, o->help ? o->help : "");
+        /* every flag states its default: the table's text, else "off" (a flag) / "none" */
+        const char *h = o->help ? o->help : "";
+        const char *dflt = strstr(h, "default") || strstr(h, "required") ? ""
+                           : o->kind == CLI_FLAG ? " (default off)" : " (default: none)";
+        printf("  %-26s %s%s\n", left, h, dflt);
     }
     printf("  %-26s %s\n", "-h, --help", "show this help and exit");
     if (spec->epilog) printf("\n%s\n", spec->epilog);

@@ -218,6 +218,7 @@ int cmd_eval(int argc, char **argv) {
         {"policies", 0, CLI_STRING, &policies, "a,b,c", "policies to compare (default: all seven)"},
         {"budgets", 0, CLI_STRING, &budgets, "F,F,..", "budgets: fractions of ctx or token counts (default 0.1,0.25,0.5)"},
         {"ctx", 0, CLI_INT64, &ctx, "N", "window length in tokens, BOS included (default 256, at most the model's context)"},
+        {"ctx-size", 'c', CLI_INT64, &ctx, "N", "llama.cpp's name of --ctx (default 256)"},
         {"windows", 0, CLI_INT64, &windows, "N", "windows evaluated from the start of the text (default 8; 0 = all)"},
         {"scope", 0, CLI_STRING, &po.scope, "S", "budget scope: head, layer, global (default head)"},
         {"policy-file", 0, CLI_STRING, &po.policy_file, "F.gguf[,..]",

@@ -342,6 +342,7 @@ int cmd_eval_dlm(int argc, char **argv) {
         {"gen", 0, CLI_STRING, &gens_s, "N,N,..", "generation lengths (default 64,128,256,448; prompt + gen must fit the context)"},
         {"caches", 0, CLI_STRING, &caches_s, "C,C,..", "schedules (default none,prefix,dual,delayed,elastic)"},
         {"block", 0, CLI_INT64, &block, "B", "block length (default 32)"},
+        {"diffusion-block-length", 0, CLI_INT64, &block, "B", "llama-diffusion-cli's name of --block (default 32)"},
         {"threshold", 0, CLI_DOUBLE, &threshold, "E", "parallel decoding threshold (default 0.9; 0 = one token per step)"},
         {"long-text", 0, CLI_STRING, &long_text, "FILE", "text the long prompts are cut from (default ../shared/text/tinystories-sample.txt)"},
         {"long-prompts", 0, CLI_INT, &long_n, "N", "long prompts (default 3; 0 = no long-prompt rows)"},

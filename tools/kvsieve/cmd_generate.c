@@ -27,6 +27,7 @@ typedef struct gen_opts {
     int64_t seed, block, steps;
     int threads, json, no_stream;
     int compare;      /* diffusion: also decode without cache, report speedup and agreement */
+    int64_t ctx;      /* -c/--ctx-size: prompt + generated tokens must fit; 0 = the model's context */
 } gen_opts;
 
 typedef struct stream_ctx {
@@ -69,17 +70,21 @@ int cmd_generate(int argc, char **argv) {
     policy_opts po = POLICY_OPTS_INIT;
     dlm_cache_opts co = dlm_cache_opts_default();
     cli_opt opts[64] = {
-        {"model", 'm', CLI_STRING, &o.model, "MODEL", "model file or directory (GGUF, safetensors dir, llama2.c .bin); "
-                                                      "a bare name is looked up in $KVSIEVE_MODELS, then ../shared/models"},
+        {"model", 'm', CLI_STRING, &o.model, "MODEL", "model file or directory (GGUF, safetensors dir, llama2.c .bin), required; "
+                                                      "a bare name is looked up in $KVSIEVE_MODELS, models/, then ../shared/models"},
         {"prompt", 'p', CLI_STRING, &o.prompt, "TEXT", "prompt text (default: empty, BOS only)"},
         {"n", 'n', CLI_INT64, &o.n, "N", "tokens to generate (default: 256 autoregressive, 64 diffusion)"},
         {"backend", 'b', CLI_STRING, &o.backend, "B[:I]", "cpu | opencl | vulkan, optional device index (default cpu)"},
         {"threads", 't', CLI_INT, &o.threads, "N", "CPU backend threads (default: all cores)"},
         {"temp", 0, CLI_DOUBLE, &o.temp, "T", "autoregressive sampling temperature; 0 = greedy (default 0)"},
         {"top-p", 0, CLI_DOUBLE, &o.top_p, "P", "nucleus sampling mass in (0, 1] (default 1 = off)"},
-        {"seed", 0, CLI_INT64, &o.seed, "S", "sampler seed (default 42)"},
+        {"seed", 's', CLI_INT64, &o.seed, "S", "sampler seed (default 42)"},
+        {"ctx-size", 'c', CLI_INT64, &o.ctx, "N", "context size: the prompt + N generated tokens must fit "
+                                                  "(default 0 = the model's trained context)"},
         {"block", 0, CLI_INT64, &o.block, "B", "diffusion block length (default 32)"},
         {"steps", 0, CLI_INT64, &o.steps, "S", "diffusion denoising steps over all blocks (default: = N)"},
+        {"diffusion-steps", 0, CLI_INT64, &o.steps, "S", "llama-diffusion-cli's name of --steps (default: = N)"},
+        {"diffusion-block-length", 0, CLI_INT64, &o.block, "B", "llama-diffusion-cli's name of --block (default 32)"},
         {"threshold", 0, CLI_DOUBLE, &o.threshold, "E", "diffusion: Fast-dLLM parallel decoding threshold in (0, 1] "
                                                         "(default 0 = fixed steps)"},
         {"json", 0, CLI_FLAG, &o.json, NULL, "print one JSON object on stdout instead of streaming text"},
@@ -102,7 +107,7 @@ int cmd_generate(int argc, char **argv) {
             }
     const cli_spec spec = {
         .prog = PROG,
-        .usage = "-m MODEL [-p PROMPT] [-n N] [--backend B] [--temp T] [--top-p P] [--seed S] [--block B] "
+        .usage = "-m MODEL [-p PROMPT] [-n N] [-c N] [--backend B] [--temp T] [--top-p P] [--seed S] [--block B] "
                  "[--steps S] [--threshold E] [--json] [--policy NAME --budget F|N [--scope head|layer|global] "
                  "[--sink N] [--window N]] [--cache none|prefix|dual|delayed|elastic] [--gamma G] "
                  "[--window W] [--track K] [--reload R] [--wavefilter] [--wf-family F] [--wf-levels J] "
@@ -114,6 +119,7 @@ int cmd_generate(int argc, char **argv) {
     int rc = cli_parse(&spec, argc, argv, NULL, NULL);
     if (rc >= 0) return rc;
     if (!o.model) return cli_fail(CLI_EXIT_USAGE, PROG, "-m MODEL is required");
+    if (o.ctx < 0) return cli_fail(CLI_EXIT_USAGE, PROG, "-c/--ctx-size must be >= 0 (0 = the model's context)");
     if (o.temp < 0 || !(o.top_p > 0 && o.top_p <= 1)) return cli_fail(CLI_EXIT_USAGE, PROG, "need --temp >= 0 and --top-p in (0, 1]");
     if (o.threshold < 0 || o.threshold > 1) return cli_fail(CLI_EXIT_USAGE, PROG, "--threshold must be in [0, 1]");
     if ((o.n != CLI_UNSET_I64 && o.n < 1) || o.block < 1 || o.steps < 0) return cli_fail(CLI_EXIT_USAGE, PROG, "need -n >= 1, --block >= 1, --steps >= 0");
@@ -180,6 +186,11 @@ int cmd_generate(int argc, char **argv) {
     }
     if (kvs_tokenizer_encode(tok, o.prompt, plen, flags, prompt, n_prompt + 1, &n_prompt) != KVS_OK) {
         exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "cannot tokenize the prompt: %s", kvs_last_error());
+        goto done;
+    }
+    if (o.ctx > 0 && n_prompt + n_gen > o.ctx) {
+        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "prompt (%lld tokens) + %lld exceeds --ctx-size %lld",
+                             (long long)n_prompt, (long long)n_gen, (long long)o.ctx);
         goto done;
     }
     if (n_prompt + n_gen > hp->ctx_len) {

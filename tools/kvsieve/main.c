@@ -37,7 +37,8 @@ static void usage(FILE *f) {
     fprintf(f, "commands:\n");
     for (int i = 0; i < N_COMMANDS; i++) fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
     fprintf(f, "\nenvironment:\n"
-               "  KVSIEVE_MODELS          model directory (default: ../shared/models next to the source tree)\n"
+               "  KVSIEVE_MODELS          model directory searched first (then models/ and ../shared/models\n"
+               "                          next to the source tree)\n"
                "  KVS_VULKAN_VALIDATION   1: run Vulkan with the validation layer, messages become errors\n"
                "  VK_DRIVER_FILES         pick a Vulkan driver (e.g. lavapipe's lvp_icd.x86_64.json)\n"
                "  POCL_CACHE_DIR          writable kernel cache directory for PoCL (OpenCL on CPU)\n");
@@ -54,7 +55,10 @@ int main(int argc, char **argv) {
         return CLI_EXIT_OK;
     }
     if (strcmp(name, "--version") == 0 || strcmp(name, "version") == 0) {
-        printf("kvsieve %s\n", kvs_version());
+        printf("kvsieve %s\nbackends built in:", kvs_version());
+        for (int b = 0; b < KVS_BACKEND_COUNT; b++)
+            if (kvs_backend_built((kvs_backend)b)) printf(" %s", kvs_backend_name((kvs_backend)b));
+        printf("\n");
         return CLI_EXIT_OK;
     }
     for (int i = 0; i < N_COMMANDS; i++)

@@ -44,6 +44,13 @@ contains() {
   fi
 }
 
+contains_err() {
+  if ! grep -q -- "$1" "$tmp/err"; then
+    echo "FAIL: stderr lacks '$1'"
+    fails=$((fails + 1))
+  fi
+}
+
 expect 0 --help && contains devices
 expect 0 --version
 expect 2 || true
@@ -85,8 +92,41 @@ if ((${#cmds[@]} < 2)); then
 fi
 for c in "${cmds[@]}"; do
   expect 0 "$c" --help
+  # every option line states its default (or that it is required)
+  if grep -E '^  (-[a-zA-Z], )?--|^      --' "$tmp/out" | grep -v -- '--help ' | grep -viE 'default|required'; then
+    echo "FAIL: kvsieve $c --help: the option lines above state no default"
+    fails=$((fails + 1))
+  fi
   expect 2 "$c" --no-such-flag && one_line_error
 done
+expect 0 eval --dlm --help && contains '--diffusion-block-length'
+
+# --version names the version and the backends built in (cpu always)
+expect 0 --version && contains 'backends built in: cpu'
+
+# llama.cpp spellings (-s, -c/--ctx-size, --diffusion-steps/--diffusion-block-length) are the same
+# options as ours; they need the bundled models (kvs_model_locate: models/ in the source tree)
+if "$KVSIEVE" generate -m stories260K-f32.v3.gguf -n 1 --json >/dev/null 2>&1; then
+  expect 0 generate -m stories260K-f32.v3.gguf -n 24 --temp 1.5 -s 7 --json && cp "$tmp/out" "$tmp/short.json"
+  expect 0 generate -m stories260K-f32.v3.gguf -n 24 --temp 1.5 --seed 7 --json
+  cmp -s <(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["tokens"])' "$tmp/short.json") \
+         <(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["tokens"])' "$tmp/out") ||
+    { echo "FAIL: -s 7 and --seed 7 differ"; fails=$((fails + 1)); }
+  expect 0 generate -m stories260K-f32.v3.gguf -n 8 -c 9 -t 1 --json
+  expect 2 generate -m stories260K-f32.v3.gguf -n 8 --ctx-size 8 && one_line_error && contains_err 'ctx-size'
+  expect 2 generate -m stories260K-f32.v3.gguf -n 8 -c -1 && one_line_error
+  dlm=(generate -m stories260K-llada-f32.gguf -p "Once upon a time" -n 64 -t 1 --json)
+  expect 0 "${dlm[@]}" --diffusion-block-length 32 --diffusion-steps 64 && cp "$tmp/out" "$tmp/alias.json"
+  expect 0 "${dlm[@]}" --block 32 --steps 64
+  cmp -s "$tmp/alias.json" "$tmp/out" 2>/dev/null ||
+    python3 - "$tmp/alias.json" "$tmp/out" <<'PY' || { echo "FAIL: diffusion aliases differ"; fails=$((fails + 1)); }
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+assert a["tokens"] == b["tokens"] and a["tokens"][:4] == [432, 383, 286, 261], (a["tokens"][:4], b["tokens"][:4])
+PY
+else
+  echo "skip: the bundled models are not found: llama.cpp flag checks skipped"
+fi
 
 if ((fails > 0)); then
   echo "$fails check(s) failed"
