@@ -4,8 +4,9 @@
  *    each of the four encodings (GGUF v1, GGUF v3, llama2.c .bin, safetensors);
  *  - stories260K-llada diffusion decodes (no cache) = stories260K-llada-ref.json, every case;
  *  - the forward's argument checking.
- * Models are located with kvs_model_locate (KVSIEVE_MODELS or ../shared/models); missing fixtures
- * or a missing backend skip the run (exit 77). */
+ * Models are located with kvs_model_locate ($KVSIEVE_MODELS, models/, ../shared/models); a missing
+ * v3/llada fixture or backend skips the run (exit 77), a missing GGUF v1/llama2.c/safetensors encoding
+ * (not bundled in models/) skips that encoding's case. */
 #include <check.h>
 #include <math.h>
 #include <json-c/json.h>

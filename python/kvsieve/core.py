@@ -6,6 +6,7 @@ contiguity of numpy arrays) raise KvsError(KVS_ERR_DTYPE / KVS_ERR_SHAPE / KVS_E
 too, with a message of the same form, so a caller handles one exception type.
 """
 import ctypes
+import weakref
 
 import numpy as np
 
@@ -71,8 +72,9 @@ def devices():
 
 class Device:
     """An open kvsieve device: Device("cpu"), Device("opencl:1"), Device("vulkan", threads=...).
-    threads: CPU worker threads (0 = all cores). Close with .close() or a with-block; tensors and
-    models made on it must go first (the binding keeps them referenced from the device until then)."""
+    threads: CPU worker threads (0 = all cores). Close with .close() or a with-block: that first
+    closes the tensors, caches and models still open on it. Each of those also frees itself when
+    garbage-collected (it keeps its device alive until then)."""
 
     def __init__(self, spec="cpu", threads=0):
         p = L.lib.kvs_device_params_default()
@@ -85,7 +87,7 @@ class Device:
         h = ctypes.c_void_p()
         check(L.lib.kvs_device_open(ctypes.byref(h), ctypes.byref(p)), "device '%s'" % spec)
         self._h = h
-        self._children = []  # weak bookkeeping: objects closed before the device
+        self._children = weakref.WeakSet()  # live tensors, caches, models: closed before the device
 
     @property
     def handle(self):
@@ -121,9 +123,9 @@ class Device:
         return Tensor(self, array, shape=shape, dtype=dtype)
 
     def close(self):
-        for c in reversed(self._children):
+        for c in list(self._children):
             c.close()
-        self._children = []
+        self._children = weakref.WeakSet()
         if self._h:
             L.lib.kvs_device_destroy(ctypes.byref(self._h))
             self._h = None
@@ -176,7 +178,7 @@ class Tensor:
         h = ctypes.c_void_p()
         check(L.lib.kvs_tensor_create(ctypes.byref(h), device.handle, kind, len(shape), ne))
         self._h, self.device, self.shape, self.kind = h, device, shape, kind
-        device._children.append(self)
+        device._children.add(self)
         if array is not None:
             self.upload(array)
 
@@ -219,10 +221,13 @@ class Tensor:
         if self._h:
             L.lib.kvs_tensor_destroy(ctypes.byref(self._h))
             self._h = None
-            try:
-                self.device._children.remove(self)
-            except ValueError:
-                pass
+            self.device._children.discard(self)
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
 
     def __repr__(self):
         return "Tensor(%s, shape=%s, device=%s)" % (self.dtype, self.shape, self.device.backend)

@@ -133,7 +133,7 @@ class Cache:
         self._h = ctypes.c_void_p()
         check(L.lib.kvs_cache_create(ctypes.byref(self._h), model.device.handle, ctypes.byref(p)))
         self.model, self.capacity, self.mode = model, int(capacity), mode
-        model.device._children.append(self)
+        model.device._children.add(self)
 
     def reset(self):
         check(L.lib.kvs_cache_reset(self._h))
@@ -148,6 +148,13 @@ class Cache:
         if self._h:
             L.lib.kvs_cache_destroy(ctypes.byref(self._h))
             self._h = None
+            self.model.device._children.discard(self)
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
 
 
 class Model:
@@ -175,7 +182,7 @@ class Model:
         self._hp = L.ModelHparams.from_buffer_copy(hp)
         self.hparams = {f: getattr(hp, f) for f, _ in L.ModelHparams._fields_}
         self.hparams["arch"] = L.ARCH_NAMES.get(hp.arch, str(hp.arch))
-        device._children.append(self)
+        device._children.add(self)
 
     @property
     def arch(self):
@@ -397,6 +404,14 @@ class Model:
         if getattr(self, "_tok", None):
             L.lib.kvs_tokenizer_destroy(ctypes.byref(self._tok))
             self._tok = None
+        if getattr(self, "device", None) is not None:
+            self.device._children.discard(self)
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
 
 
 __all__ = ["Model", "Cache", "Policy", "Schedule", "locate", "KvsError"]

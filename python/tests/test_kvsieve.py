@@ -118,6 +118,21 @@ class Tensors(unittest.TestCase):
             self.dev.tensor(shape=(32, 3), dtype="q8_0")  # ne[0] = 3 is not a multiple of 32
         self.assertEqual(e.exception.name, "KVS_ERR_DTYPE")
 
+    def test_tensors_free_themselves(self):
+        import gc
+        before = self.dev.bytes_allocated()
+        t = self.dev.tensor(shape=(256, 64))
+        self.assertEqual(self.dev.bytes_allocated(), before + 256 * 64 * 4)
+        del t
+        gc.collect()
+        self.assertEqual(self.dev.bytes_allocated(), before)
+        t = self.dev.tensor(shape=(8,))
+        self.dev.close()  # closes what is still open on it first
+        with self.assertRaises(kvsieve.KvsError) as e:
+            t.numpy()
+        self.assertEqual(e.exception.name, "KVS_ERR_STATE")
+        self.dev = kvsieve.Device("cpu")
+
 
 class Ops(unittest.TestCase):
     def setUp(self):

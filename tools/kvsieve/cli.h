@@ -1,8 +1,8 @@
 /* kvsieve CLI — the small helpers every subcommand shares: option parsing, help text, device
  * opening, timing.
  *
- * Model files are found with kvs_model_locate() (CLI path, else $KVSIEVE_MODELS, else
- * ../shared/models next to the source tree).
+ * Model files are found with kvs_model_locate() (CLI path, else $KVSIEVE_MODELS, else the
+ * repository's models/, else ../shared/models next to the source tree).
  *
  * A subcommand is one function `int cmd_NAME(int argc, char **argv)` in its own cmd_NAME.c, listed
  * in cmds.h and in the table in main.c. argv[0] is the subcommand's name. It returns the process
