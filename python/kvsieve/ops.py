@@ -287,3 +287,68 @@ def rope(dev, x, pos, mode="adjacent", theta_base=10000.0, n_rot=0):
         return tx.numpy()
     finally:
         _free(*made)
+
+
+def add(dev, a, b):
+    """a + b element-wise (kvs_add), float32, equal element counts; returns a's shape."""
+    ta, tb = as_tensor(dev, a, "a", "f32"), as_tensor(dev, b, "b", "f32")
+    made = [t for t, x in ((ta, a), (tb, b)) if t is not x]
+    try:
+        y = _out(dev, ta.shape)
+        made.append(y)
+        check(L.lib.kvs_add(dev.handle, ta.handle, tb.handle, y.handle))
+        return y.numpy()
+    finally:
+        _free(*made)
+
+
+def swiglu(dev, gate, up):
+    """silu(gate) * up (kvs_swiglu), float32, identical shapes."""
+    tg, tu = as_tensor(dev, gate, "gate", "f32"), as_tensor(dev, up, "up", "f32")
+    made = [t for t, x in ((tg, gate), (tu, up)) if t is not x]
+    try:
+        y = _out(dev, tg.shape)
+        made.append(y)
+        check(L.lib.kvs_swiglu(dev.handle, tg.handle, tu.handle, y.handle))
+        return y.numpy()
+    finally:
+        _free(*made)
+
+
+def copy(dev, src, dtype):
+    """Converts src (float32 / float16 array or Tensor) to dtype "f32", "f16" or "bf16" (kvs_copy,
+    round-to-nearest-even). bf16 comes back as its raw uint16 bits."""
+    ts = as_tensor(dev, src, "src", ("f32", "f16", "bf16"))
+    made = [ts] if ts is not src else []
+    try:
+        if dtype not in ("f32", "f16", "bf16"):
+            fail(3, "copy: dtype %r, want f32, f16 or bf16" % (dtype,))
+        y = _out(dev, ts.shape, dtype)
+        made.append(y)
+        check(L.lib.kvs_copy(dev.handle, ts.handle, y.handle))
+        return y.numpy()
+    finally:
+        _free(*made)
+
+
+def embedding(dev, table, ids):
+    """out[i] = table[ids[i]] (kvs_embedding): table (vocab, dim) float32/float16, ids ints in
+    [0, vocab) (checked by the library: KVS_ERR_OUT_OF_RANGE names the first bad id)."""
+    tt = as_tensor(dev, table, "table", ("f32", "f16"))
+    made = [tt] if tt is not table else []
+    try:
+        if len(tt.shape) != 2:
+            fail(SHAPE, "embedding: table shape %s, want (vocab, dim)" % (tt.shape,))
+        ids = np.ascontiguousarray(np.asarray(ids, dtype=np.int64).reshape(-1))
+        if ids.size and (ids.min() < -2**31 or ids.max() >= 2**31):
+            fail(6, "embedding: an id does not fit int32")
+        ids = ids.astype(np.int32)
+        if ids.size == 0:
+            fail(INVALID_ARGUMENT, "embedding: no ids")
+        y = _out(dev, (ids.size, tt.shape[1]))
+        made.append(y)
+        check(L.lib.kvs_embedding(dev.handle, tt.handle, ids.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)),
+                                  ids.size, y.handle))
+        return y.numpy()
+    finally:
+        _free(*made)

@@ -247,6 +247,22 @@ class Ops(unittest.TestCase):
         W = np.random.default_rng(6).standard_normal((5, 16)).astype(np.float32)
         np.testing.assert_allclose(kvsieve.ops.matmul(self.dev, W, x), x @ W.T, rtol=1e-4, atol=1e-5)
 
+    def test_add_swiglu_copy_embedding(self):
+        a = np.random.default_rng(7).standard_normal((4, 8)).astype(np.float32)
+        b = np.random.default_rng(8).standard_normal((4, 8)).astype(np.float32)
+        np.testing.assert_allclose(kvsieve.ops.add(self.dev, a, b), a + b, rtol=1e-6)
+        np.testing.assert_allclose(kvsieve.ops.swiglu(self.dev, a, b), a / (1 + np.exp(-a)) * b, rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(kvsieve.ops.copy(self.dev, a, "f16"), a.astype(np.float16))
+        bf = kvsieve.ops.copy(self.dev, np.array([1.0, -2.5, 3.0e38], np.float32), "bf16")
+        np.testing.assert_array_equal(bf, [0x3F80, 0xC020, 0x7F62])
+        e = kvsieve.ops.embedding(self.dev, a, [3, 0, 3])
+        np.testing.assert_array_equal(e, a[[3, 0, 3]])
+        with self.assertRaises(kvsieve.KvsError) as err:
+            kvsieve.ops.embedding(self.dev, a, [4])
+        self.assertEqual(err.exception.name, "KVS_ERR_OUT_OF_RANGE")
+        with self.assertRaises(kvsieve.KvsError):
+            kvsieve.ops.add(self.dev, a, b[:2])
+
 
 class Models(unittest.TestCase):
     @classmethod
