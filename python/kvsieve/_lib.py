@@ -311,6 +311,13 @@ _PROTOS = {
     "kvs_evictor_plan": (_S, [_P, c_int64, POINTER(LayerPlan), POINTER(c_int)]),
     "kvs_evictor_update": (_S, [_P, _P, POINTER(StepResult)]),
     "kvs_evictor_get_stats": (EvictStats, [_P]),
+    # learned.h
+    "kvs_learned_kind_from_name": (_S, [c_char_p, POINTER(c_int)]),
+    "kvs_learned_create": (_S, [_PP, c_int, POINTER(ModelHparams), ctypes.c_uint64]),
+    "kvs_learned_load": (_S, [_PP, c_char_p, POINTER(ModelHparams), c_int]),
+    "kvs_learned_save": (_S, [_P, c_char_p]),
+    "kvs_learned_destroy": (None, [_PP]),
+    "kvs_learned_policy": (_S, [_PP, _P, c_float, c_float, c_int]),
     # schedule.h
     "kvs_elastic_params_default": (ElasticParams, []),
     "kvs_wavefilter_params_default": (WavefilterParams, []),

@@ -59,6 +59,32 @@ class Policy:
         check(L.lib.kvs_policy_create(ctypes.byref(self._h), str(name).encode(), ctypes.byref(p)))
         self.name = name
 
+    @classmethod
+    def learned(cls, model, path=None, kind=None, seed=1, threshold=float("-inf"), alpha=0.0, latent_features=0):
+        """A learned policy (learned.h) for `model`: weights from the side file `path` written by
+        `kvsieve train` (checked against the model's shape; kind, if given, must match), or fresh
+        weights of `kind` ("retention", "indexer", "rl") from `seed` when path is None.
+        threshold / alpha / latent_features as kvs_learned_policy."""
+        want = -1
+        if kind is not None:
+            k = ctypes.c_int(-1)
+            check(L.lib.kvs_learned_kind_from_name(str(kind).encode(), ctypes.byref(k)))
+            want = k.value
+        lw = ctypes.c_void_p()
+        if path is not None:
+            check(L.lib.kvs_learned_load(ctypes.byref(lw), str(path).encode(), ctypes.byref(model._hp), want), str(path))
+        elif want < 0:
+            fail(INVALID_ARGUMENT, "Policy.learned: give a side file path or a kind")
+        else:
+            check(L.lib.kvs_learned_create(ctypes.byref(lw), want, ctypes.byref(model._hp), int(seed)))
+        self = cls.__new__(cls)
+        self._h, self.name = ctypes.c_void_p(), "learned"
+        try:
+            check(L.lib.kvs_learned_policy(ctypes.byref(self._h), lw, float(threshold), float(alpha), int(latent_features)))
+        finally:
+            L.lib.kvs_learned_destroy(ctypes.byref(lw))  # the policy holds a copy of the weights
+        return self
+
     def close(self):
         if self._h:
             L.lib.kvs_policy_destroy(ctypes.byref(self._h))

@@ -299,6 +299,17 @@ class Models(unittest.TestCase):
         full = self.ar.generate_ar("", max_new=128)
         self.assertEqual(r["tokens"][:40].tolist(), full["tokens"][:40].tolist())  # the budget is not hit before
 
+    def test_learned_policy(self):
+        pol = kvsieve.Policy.learned(self.ar, kind="retention", seed=3)
+        r = self.ar.generate_ar("", max_new=96, policy=pol, budget=0.25)
+        self.assertGreater(r["stats"]["evictions"], 0)
+        self.assertEqual(len(r["tokens"]), 96)
+        with self.assertRaises(kvsieve.KvsError):
+            kvsieve.Policy.learned(self.ar, kind="no-such-kind")
+        with self.assertRaises(kvsieve.KvsError) as e:
+            kvsieve.Policy.learned(self.ar, "/nonexistent/policy.gguf")
+        self.assertIn("/nonexistent/policy.gguf", e.exception.message)
+
     def test_forward_step_plan_with_statistics(self):
         c = self.ar.cache(16, "append")
         ids = self.ar.tokenize("Once upon a time")
