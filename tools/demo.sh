@@ -22,21 +22,40 @@ kvs_setup
 kvs_log "models: $(kvs_model_dirs | paste -sd " " -)"
 
 # ---- the diffusion model: the one variable to change ------------------------------------------------
-# The task-trained DLM (models/task-dlm/: a GGUF and a task file of prompts) replaces the small
-# stories260K-llada when it is there; its prompts are the lines of the task file (text before a tab).
+# The task-trained DLM (models/task-dlm/: a GGUF and a task file) replaces the small stories260K-llada
+# when it is there. A task file is JSON lines {"task", "prompt", "answer", ...} (kvsieve eval --dlm
+# --tasks) or plain text, one prompt a line.
 DLM_MODEL="${DEMO_DLM_MODEL:-stories260K-llada-f32.gguf}"
 DLM_PROMPTS="${DEMO_DLM_PROMPTS:-$KVSIEVE_ROOT/tools/data/dlm-prompts.txt}"
 if [[ -z "${DEMO_DLM_MODEL:-}" ]] && compgen -G "$KVSIEVE_ROOT/models/task-dlm/*.gguf" >/dev/null; then
   DLM_MODEL="$(compgen -G "$KVSIEVE_ROOT/models/task-dlm/*.gguf" | head -1)"
-  task="$(compgen -G "$KVSIEVE_ROOT/models/task-dlm/*.txt" | head -1 || true)"
+  task="$(compgen -G "$KVSIEVE_ROOT/models/task-dlm/*.jsonl" | head -1 || true)"
+  [[ -z "$task" ]] && task="$(compgen -G "$KVSIEVE_ROOT/models/task-dlm/*.txt" | head -1 || true)"
   [[ -z "${DEMO_DLM_PROMPTS:-}" && -n "$task" ]] && DLM_PROMPTS="$task"
 fi
 kvs_model_path "$DLM_MODEL" >/dev/null || kvs_die "diffusion model '$DLM_MODEL' not found in: $(kvs_model_dirs | paste -sd " " -)"
 threads=(--threads "${DEMO_THREADS:-1}")
 out_dir="$KVSIEVE_BUILD_DIR/demo"
 mkdir -p "$out_dir"
-# the prompts: comment lines skipped, the text before a tab (task files: prompt<TAB>answer)
-grep -v '^#' "$DLM_PROMPTS" | grep -v '^[[:space:]]*$' | cut -f1 | head -2 >"$out_dir/prompts.txt"
+# the first two prompts (and the expected answer of the first, from a JSON-lines task file)
+python3 - "$DLM_PROMPTS" "$out_dir/prompts.txt" "$out_dir/answer.txt" <<'PY'
+import json, sys
+prompts, answer = [], ""
+for line in open(sys.argv[1], encoding="utf-8"):
+    line = line.rstrip("\n")
+    if not line.strip() or line.startswith("#"):
+        continue
+    if line.lstrip().startswith("{"):
+        case = json.loads(line)
+        if not prompts:
+            answer = case.get("answer", "")
+        line = case["prompt"]
+    prompts.append(line.replace("\n", " "))
+    if len(prompts) == 2:
+        break
+open(sys.argv[2], "w", encoding="utf-8").write("\n".join(prompts) + "\n")
+open(sys.argv[3], "w", encoding="utf-8").write(answer)
+PY
 prompt="$(head -1 "$out_dir/prompts.txt")"
 
 "$KVSIEVE_BIN" devices
@@ -47,13 +66,15 @@ kvs_log "masked diffusion: $(basename "$DLM_MODEL"), 128 tokens in blocks of 32,
 dlm=(generate -m "$DLM_MODEL" -p "$prompt" -n 128 --block 32 --threshold 0.9 --json "${threads[@]}")
 "$KVSIEVE_BIN" "${dlm[@]}" --cache none "$@" >"$out_dir/dlm-none.json"
 "$KVSIEVE_BIN" "${dlm[@]}" --cache elastic "$@" >"$out_dir/dlm-elastic.json"
-python3 - "$prompt" "$out_dir/dlm-none.json" "$out_dir/dlm-elastic.json" <<'PY'
+python3 - "$prompt" "$out_dir/dlm-none.json" "$out_dir/dlm-elastic.json" "$(cat "$out_dir/answer.txt")" <<'PY'
 import json, sys, textwrap
 prompt, a, b = sys.argv[1], json.load(open(sys.argv[2])), json.load(open(sys.argv[3]))
 w = 44
 left = textwrap.wrap(a["text"], w) or [""]
 right = textwrap.wrap(b["text"], w) or [""]
 print("prompt: %s" % prompt)
+if len(sys.argv) > 4 and sys.argv[4]:
+    print("expected answer: %s" % sys.argv[4].strip())
 print("%-*s | %s" % (w, "no cache", "elastic cache"))
 print("-" * w + "-+-" + "-" * w)
 for i in range(max(len(left), len(right))):
@@ -104,8 +125,14 @@ echo
 
 # ---- 3. every diffusion schedule: table and SVG ---------------------------------------------------
 svg="$out_dir/dlm-schedules.svg"
-kvs_log "diffusion cache schedules vs no cache on $(wc -l <"$out_dir/prompts.txt") prompts, 64 tokens"
-"$KVSIEVE_BIN" eval --dlm -m "$DLM_MODEL" --prompts "$out_dir/prompts.txt" --gen 64 --long-prompts 0 \
-  --plot "$svg" "${threads[@]}" "$@"
+if [[ "$DLM_PROMPTS" == *.jsonl ]] && "$KVSIEVE_BIN" eval --dlm --help | grep -q -- '--tasks'; then
+  # a task file: accuracy against the answers per schedule (kvsieve eval --dlm --tasks)
+  kvs_log "diffusion cache schedules on the tasks of $(basename "$DLM_PROMPTS"): accuracy and speedup"
+  "$KVSIEVE_BIN" eval --dlm -m "$DLM_MODEL" --tasks "$DLM_PROMPTS" --plot "$svg" "${threads[@]}" "$@"
+else
+  kvs_log "diffusion cache schedules vs no cache on $(wc -l <"$out_dir/prompts.txt") prompts, 64 tokens"
+  "$KVSIEVE_BIN" eval --dlm -m "$DLM_MODEL" --prompts "$out_dir/prompts.txt" --gen 64 --long-prompts 0 \
+    --plot "$svg" "${threads[@]}" "$@"
+fi
 echo
 kvs_log "SVG (speedup, compute fraction and agreement per schedule) written to $svg"
