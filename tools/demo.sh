@@ -64,8 +64,21 @@ echo
 # ---- 1. diffusion: no cache vs elastic ----------------------------------------------------------
 kvs_log "masked diffusion: $(basename "$DLM_MODEL"), 128 tokens in blocks of 32, threshold 0.9: no cache, then elastic"
 dlm=(generate -m "$DLM_MODEL" -p "$prompt" -n 128 --block 32 --threshold 0.9 --json "${threads[@]}")
-"$KVSIEVE_BIN" "${dlm[@]}" --cache none "$@" >"$out_dir/dlm-none.json"
-"$KVSIEVE_BIN" "${dlm[@]}" --cache elastic "$@" >"$out_dir/dlm-elastic.json"
+# each decode runs three times, alternating, and the fastest run of each counts: the wall time of a
+# sub-second decode on a shared machine is mostly the other processes' (same tokens every run)
+for rep in 1 2 3; do
+  for c in none elastic; do
+    "$KVSIEVE_BIN" "${dlm[@]}" --cache "$c" "$@" >"$out_dir/dlm-$c.$rep.json"
+  done
+done
+for c in none elastic; do
+  python3 - "$out_dir/dlm-$c".[123].json >"$out_dir/dlm-$c.json" <<'PY'
+import json, sys
+runs = [json.load(open(p)) for p in sys.argv[1:]]
+assert all(r["tokens"] == runs[0]["tokens"] for r in runs), "a repeated decode gave other tokens"
+print(json.dumps(min(runs, key=lambda r: r["stats"]["seconds"])))
+PY
+done
 python3 - "$prompt" "$out_dir/dlm-none.json" "$out_dir/dlm-elastic.json" "$(cat "$out_dir/answer.txt")" <<'PY'
 import json, sys, textwrap
 prompt, a, b = sys.argv[1], json.load(open(sys.argv[2])), json.load(open(sys.argv[3]))
@@ -83,7 +96,7 @@ sa, sb = a["stats"], b["stats"]
 same = sum(x == y for x, y in zip(a["tokens"], b["tokens"]))
 n = max(len(a["tokens"]), len(b["tokens"]))
 print("-" * w + "-+-" + "-" * w)
-print("wall time %.3f s vs %.3f s: speedup %.2fx; compute fraction %.3f vs %.3f (rows %d vs %d)"
+print("wall time (fastest of 3) %.3f s vs %.3f s: speedup %.2fx; compute fraction %.3f vs %.3f (rows %d vs %d)"
       % (sa["seconds"], sb["seconds"], sa["seconds"] / sb["seconds"], sa["compute_fraction"],
          sb["compute_fraction"], sa["rows_computed"], sb["rows_computed"]))
 print("answers identical: %s (%d of %d tokens equal)" % ("yes" if a["tokens"] == b["tokens"] else "no", same, n))
