@@ -10,8 +10,9 @@
 #      plot, written to build/demo/dlm-schedules.svg (the path is printed).
 # Extra arguments go to every decode, e.g. `tools/demo.sh --backend vulkan`.
 # Environment: DEMO_DLM_MODEL / DEMO_DLM_PROMPTS override the diffusion model and its prompts;
-# DEMO_THREADS (default 1) the CPU threads of every decode: the bundled models are so small that
-# more threads mostly measure thread start-up and, on a busy 2-core machine, scheduling stalls.
+# DEMO_TASKS (default 4) the task cases evaluated from a task file; DEMO_THREADS (default 1) the CPU
+# threads of every decode: the bundled models are so small that more threads mostly measure thread
+# start-up and, on a busy 2-core machine, scheduling stalls.
 if [ -z "${BASH_VERSION:-}" ]; then exec bash "$0" "$@"; fi
 set -euo pipefail
 
@@ -37,33 +38,43 @@ kvs_model_path "$DLM_MODEL" >/dev/null || kvs_die "diffusion model '$DLM_MODEL' 
 threads=(--threads "${DEMO_THREADS:-1}")
 out_dir="$KVSIEVE_BUILD_DIR/demo"
 mkdir -p "$out_dir"
-# the first two prompts (and the expected answer of the first, from a JSON-lines task file)
-python3 - "$DLM_PROMPTS" "$out_dir/prompts.txt" "$out_dir/answer.txt" <<'PY'
-import json, sys
-prompts, answer = [], ""
+# From the prompts: the first two, one a line (eval --dlm --prompts), and the first one as it is
+# (newlines kept) with, from a JSON-lines task file, its expected answer, length and block; the first
+# DEMO_TASKS cases (default 4) go to build/demo/tasks.jsonl for eval --dlm --tasks.
+python3 - "$DLM_PROMPTS" "$out_dir" "${DEMO_TASKS:-4}" <<'PY'
+import json, os, sys
+prompts, answer, tasks, first, gen, block = [], "", [], None, 128, 32
 for line in open(sys.argv[1], encoding="utf-8"):
+    if line.lstrip().startswith("{") and len(tasks) < int(sys.argv[3]):
+        tasks.append(line.rstrip("\n"))
     line = line.rstrip("\n")
     if not line.strip() or line.startswith("#"):
         continue
     if line.lstrip().startswith("{"):
         case = json.loads(line)
         if not prompts:
-            answer = case.get("answer", "")
+            answer, gen, block = case.get("answer", ""), case.get("gen", 64), case.get("block", 32)
         line = case["prompt"]
-    prompts.append(line.replace("\n", " "))
-    if len(prompts) == 2:
-        break
-open(sys.argv[2], "w", encoding="utf-8").write("\n".join(prompts) + "\n")
-open(sys.argv[3], "w", encoding="utf-8").write(answer)
+    if first is None:
+        first = line
+    if len(prompts) < 2:
+        prompts.append(line.replace("\n", " "))
+out = lambda name, text: open(os.path.join(sys.argv[2], name), "w", encoding="utf-8").write(text)
+out("prompts.txt", "\n".join(prompts) + "\n")
+out("prompt.txt", first or "")
+out("answer.txt", answer)
+out("gen.txt", "%d %d\n" % (gen, block))
+out("tasks.jsonl", "".join(t + "\n" for t in tasks))
 PY
-prompt="$(head -1 "$out_dir/prompts.txt")"
+prompt="$(cat "$out_dir/prompt.txt")"
+read -r gen block <"$out_dir/gen.txt"
 
 "$KVSIEVE_BIN" devices
 echo
 
 # ---- 1. diffusion: no cache vs elastic ----------------------------------------------------------
-kvs_log "masked diffusion: $(basename "$DLM_MODEL"), 128 tokens in blocks of 32, threshold 0.9: no cache, then elastic"
-dlm=(generate -m "$DLM_MODEL" -p "$prompt" -n 128 --block 32 --threshold 0.9 --json "${threads[@]}")
+kvs_log "masked diffusion: $(basename "$DLM_MODEL"), $gen tokens in blocks of $block, threshold 0.9: no cache, then elastic"
+dlm=(generate -m "$DLM_MODEL" -p "$prompt" -n "$gen" --block "$block" --threshold 0.9 --json "${threads[@]}")
 # each decode runs three times, alternating, and the fastest run of each counts: the wall time of a
 # sub-second decode on a shared machine is mostly the other processes' (same tokens every run)
 for rep in 1 2 3; do
@@ -140,8 +151,8 @@ echo
 svg="$out_dir/dlm-schedules.svg"
 if [[ "$DLM_PROMPTS" == *.jsonl ]] && "$KVSIEVE_BIN" eval --dlm --help | grep -q -- '--tasks'; then
   # a task file: accuracy against the answers per schedule (kvsieve eval --dlm --tasks)
-  kvs_log "diffusion cache schedules on the tasks of $(basename "$DLM_PROMPTS"): accuracy and speedup"
-  "$KVSIEVE_BIN" eval --dlm -m "$DLM_MODEL" --tasks "$DLM_PROMPTS" --plot "$svg" "${threads[@]}" "$@"
+  kvs_log "diffusion cache schedules on the first $(wc -l <"$out_dir/tasks.jsonl") tasks of $(basename "$DLM_PROMPTS"): accuracy and speedup"
+  "$KVSIEVE_BIN" eval --dlm -m "$DLM_MODEL" --tasks "$out_dir/tasks.jsonl" --plot "$svg" "${threads[@]}" "$@"
 else
   kvs_log "diffusion cache schedules vs no cache on $(wc -l <"$out_dir/prompts.txt") prompts, 64 tokens"
   "$KVSIEVE_BIN" eval --dlm -m "$DLM_MODEL" --prompts "$out_dir/prompts.txt" --gen 64 --long-prompts 0 \
