@@ -4,7 +4,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "model_internal.h"
+#include "model/model_internal.h"
 #include "kvsieve/generate.h"
 #include "kvsieve/schedule.h"
 

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "internal.h"
-#include "model/weights.h"
+#include "format/format.h"
 
 kvs_status kvs_map_file(const char *path, void **map, void **heap, size_t *size) {
     *map = NULL;

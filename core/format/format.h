@@ -1,7 +1,7 @@
-/* Private helpers of core/model's file readers: file mapping, a string->index hash, dtype
+/* Private helpers of core/format's file readers: file mapping, a string->index hash, dtype
  * conversion to f32. Not installed. */
-#ifndef KVS_MODEL_WEIGHTS_H
-#define KVS_MODEL_WEIGHTS_H
+#ifndef KVS_FORMAT_FORMAT_H
+#define KVS_FORMAT_FORMAT_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -12,7 +12,7 @@
 
 #include "internal.h"
 #include "kvsieve/gguf.h"
-#include "model/weights.h"
+#include "format/format.h"
 
 #define GGUF_MAX_DEPTH 8
 #define GGUF_MAX_NAME 1024

@@ -9,7 +9,7 @@
 
 #include "internal.h"
 #include "kvs_config.h"
-#include "model/weights.h"
+#include "format/format.h"
 
 const char *kvs_arch_name(kvs_arch a) {
     switch (a) {

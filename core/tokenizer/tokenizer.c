@@ -6,8 +6,8 @@
 
 #include "internal.h"
 #include "kvsieve/tokenizer.h"
-#include "model/tokenizer_unicode.h"
-#include "model/weights.h"
+#include "tokenizer/tokenizer_unicode.h"
+#include "format/format.h"
 
 #define SPACE_ESC "\xe2\x96\x81"   /* U+2581 LOWER ONE EIGHTH BLOCK */
 #define UNK_PIECE "\xe2\x96\x85"   /* U+2585, llama.cpp's rendering of the unknown token */
