@@ -7,7 +7,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kvsieve/kvsieve.h"
+#include "kvsieve/device.h"
+#include "kvsieve/ops.h"
+#include "kvsieve/status.h"
+#include "kvsieve/tensor.h"
+#include "kvsieve/version.h"
 
 #if defined(__GNUC__)
 #define KVS_PRINTF(a, b) __attribute__((format(printf, a, b)))

@@ -14,6 +14,7 @@
 #include "kvsieve/export.h"
 #include "kvsieve/model.h"
 #include "kvsieve/policy.h"
+#include "kvsieve/schedule.h"
 #include "kvsieve/status.h"
 
 #ifdef __cplusplus
@@ -77,8 +78,6 @@ KVS_API kvs_status kvs_generate_ar(kvs_model *m, kvs_kv_cache *cache, const int3
                                    int64_t *n_out, kvs_gen_stats *stats);
 
 /* ---- masked diffusion ------------------------------------------------------------------------ */
-
-typedef struct kvs_dlm_schedule kvs_dlm_schedule;
 
 typedef struct kvs_dlm_params {
     int64_t gen_len;      /* masked tokens appended to the prompt; default 64 */

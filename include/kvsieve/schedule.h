@@ -11,7 +11,6 @@
 #include <stdint.h>
 
 #include "kvsieve/export.h"
-#include "kvsieve/generate.h"
 #include "kvsieve/model.h"
 #include "kvsieve/ops.h"
 #include "kvsieve/status.h"
@@ -19,6 +18,9 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* A diffusion-LM cache schedule (the handle kvs_dlm_params.schedule of generate.h takes). */
+typedef struct kvs_dlm_schedule kvs_dlm_schedule;
 
 /* The decoding state a schedule sees at each step (read-only; valid during the call). */
 typedef struct kvs_dlm_view {
