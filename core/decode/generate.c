@@ -1,14 +1,15 @@
-/* Generation loops: autoregressive sampling and LLaDA-style masked diffusion. See generate.h. */
+/* The autoregressive decode loop (sampling, eviction through the evictor) and the helpers the
+ * decode loops share; the masked-diffusion loop is dlm.c. See generate.h. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "model/model_internal.h"
-#include "kvsieve/generate.h"
-#include "kvsieve/schedule.h"
+#include "decode/decode_internal.h"
+#include "kvsieve/model.h"
+#include "kvsieve/policy.h"
 
-static double now_s(void) {
+double kvs_decode_now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
@@ -25,7 +26,7 @@ static uint32_t rng_u32(uint64_t *state) {
 
 static float rng_f32(uint64_t *state) { return (float)(rng_u32(state) >> 8) / 16777216.0f; }
 
-static int32_t argmax_f32(const float *x, int64_t n) {
+int32_t kvs_decode_argmax(const float *x, int64_t n) {
     int64_t best = 0;
     for (int64_t i = 1; i < n; i++)
         if (x[i] > x[best]) best = i;
@@ -46,7 +47,7 @@ static int cmp_prob_desc(const void *a, const void *b) {
 
 /* Samples from logits[n] (modified in place). probs: scratch of n prob_idx. */
 static int32_t sample(float *logits, int64_t n, const kvs_ar_params *p, uint64_t *rng, prob_idx *scratch) {
-    if (p->temperature <= 0.0f) return argmax_f32(logits, n);
+    if (p->temperature <= 0.0f) return kvs_decode_argmax(logits, n);
     float mx = logits[0];
     for (int64_t i = 1; i < n; i++) mx = logits[i] > mx ? logits[i] : mx;
     double sum = 0.0;
@@ -90,9 +91,9 @@ kvs_ar_params kvs_ar_params_default(void) {
     return p;
 }
 
-static void stats_finish(kvs_gen_stats *st, double t0, int64_t n_gen, const kvs_kv_cache *c) {
-    st->seconds = now_s() - t0;
-    st->tokens_per_s = st->seconds > 0 ? (double)n_gen / st->seconds : 0.0;
+void kvs_decode_stats_finish(kvs_gen_stats *st, double t0, const kvs_kv_cache *c) {
+    st->seconds = kvs_decode_now_s() - t0;
+    st->tokens_per_s = st->seconds > 0 ? (double)st->tokens / st->seconds : 0.0;
     st->compute_fraction = st->rows_baseline > 0 ? (double)st->rows_computed / (double)st->rows_baseline : 1.0;
     st->cache_bytes_allocated = kvs_cache_bytes_allocated(c);
 }
@@ -179,7 +180,7 @@ kvs_status kvs_generate_ar(kvs_model *m, kvs_kv_cache *cache, const int32_t *pro
         return kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
     }
     uint64_t rng = p.seed ? p.seed : 0x9E3779B97F4A7C15ull;
-    double t0 = now_s();
+    double t0 = kvs_decode_now_s();
     int32_t tok = 0;
     int64_t pos = 0;
     /* prefill: all prompt tokens at once; logits of the last */
@@ -224,196 +225,12 @@ kvs_status kvs_generate_ar(kvs_model *m, kvs_kv_cache *cache, const int32_t *pro
         st.rows_evicted = es.rows_evicted;
     }
     *n_out = n;
-    stats_finish(&st, t0, n, cache);
+    st.tokens = n;
+    kvs_decode_stats_finish(&st, t0, cache);
     if (stats) *stats = st;
     free(logits);
     free(scratch);
     free(lp);
     kvs_evictor_destroy(&ev);
-    return s;
-}
-
-/* ---- masked diffusion ------------------------------------------------------------------------ */
-
-kvs_dlm_params kvs_dlm_params_default(void) {
-    kvs_dlm_params p = {.gen_len = 64, .block_len = 32, .steps = 0, .threshold = 0.0f, .schedule = NULL};
-    return p;
-}
-
-typedef struct cand {
-    double conf;
-    int32_t pos;
-    int32_t tok;
-} cand;
-
-static int cmp_cand(const void *a, const void *b) {
-    const cand *x = a, *y = b;
-    if (x->conf > y->conf) return -1;
-    if (x->conf < y->conf) return 1;
-    return (x->pos > y->pos) - (x->pos < y->pos);
-}
-
-/* float64 softmax confidence of one logits row: argmax id (lowest on ties) and its probability. */
-static void confidence(const float *l, int64_t V, int32_t *tok, double *conf) {
-    int32_t best = argmax_f32(l, V);
-    double mx = l[best], sum = 0.0;
-    for (int64_t j = 0; j < V; j++) sum += exp((double)l[j] - mx);
-    *tok = best;
-    *conf = 1.0 / sum;
-}
-
-kvs_status kvs_generate_dlm(kvs_model *m, kvs_kv_cache *cache, const int32_t *prompt, int64_t n_prompt,
-                            const kvs_dlm_params *pp, kvs_token_cb cb, void *user, int32_t *out, kvs_gen_stats *stats) {
-    const char *op = "kvs_generate_dlm";
-    if (!m || !cache || !out || (n_prompt > 0 && !prompt)) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: NULL argument", op);
-    kvs_dlm_params p = pp ? *pp : kvs_dlm_params_default();
-    const kvs_model_hparams *hp = kvs_model_get_hparams(m);
-    if (hp->arch != KVS_ARCH_LLADA || hp->mask_id < 0)
-        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: model '%s' is not a masked-diffusion model with a mask id", op,
-                         kvs_arch_name(hp->arch));
-    if (n_prompt < 0 || p.gen_len < 1 || p.block_len < 1 || p.gen_len % p.block_len)
-        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: gen_len %lld must be a positive multiple of block_len %lld", op,
-                         (long long)p.gen_len, (long long)p.block_len);
-    int64_t nb = p.gen_len / p.block_len;
-    if (p.steps == 0) p.steps = p.gen_len;
-    if (p.threshold < 0.0f || p.threshold > 1.0f)
-        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: threshold %g outside [0, 1]", op, (double)p.threshold);
-    if (p.threshold == 0.0f && (p.steps < nb || p.steps % nb))
-        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: steps %lld must be a positive multiple of the block count %lld", op,
-                         (long long)p.steps, (long long)nb);
-    int64_t spb = p.steps / nb;
-    const kvs_cache_params *cp = kvs_cache_get_params(cache);
-    int64_t n = n_prompt + p.gen_len;
-    if (cp->mode != KVS_CACHE_POSITIONAL) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: needs a POSITIONAL cache", op);
-    if (n > cp->capacity)
-        return kvs_error(KVS_ERR_OUT_OF_RANGE, "%s: %lld tokens exceed the cache capacity %lld", op, (long long)n,
-                         (long long)cp->capacity);
-    unsigned need = kvs_dlm_schedule_cache_flags(p.schedule);
-    if ((cp->flags & need) != need)
-        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: schedule '%s' needs cache flags 0x%x", op,
-                         kvs_dlm_schedule_name(p.schedule), need);
-    KVS_TRY(kvs_cache_reset(cache));
-
-    kvs_dlm_schedule *own = NULL, *sched = p.schedule;
-    if (!sched) {
-        KVS_TRY(kvs_dlm_schedule_none(&own));
-        sched = own;
-    }
-    int32_t *tokens = malloc((size_t)n * sizeof *tokens);
-    uint8_t *masked = calloc((size_t)n, 1);
-    int32_t *decoded = malloc((size_t)n * sizeof *decoded);
-    int32_t *row_of = malloc((size_t)n * sizeof *row_of);
-    int64_t *quota = malloc((size_t)(spb > 0 ? spb : 1) * sizeof *quota);
-    cand *cands = malloc((size_t)n * sizeof *cands);
-    kvs_status s = KVS_OK;
-    if (!tokens || !masked || !decoded || !row_of || !quota || !cands) {
-        s = kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
-        goto done;
-    }
-    for (int64_t i = 0; i < n; i++) {
-        tokens[i] = i < n_prompt ? prompt[i] : hp->mask_id;
-        masked[i] = i >= n_prompt;
-    }
-    if (sched->ops->begin) s = sched->ops->begin(sched->self, n, hp->n_layers);
-    kvs_gen_stats st;
-    memset(&st, 0, sizeof st);
-    double t0 = now_s();
-    int64_t n_decoded = 0, step = 0;
-    for (int64_t b = 0; b < nb && s == KVS_OK; b++) {
-        int64_t bs = n_prompt + b * p.block_len, be = bs + p.block_len;
-        int64_t mcount = 0;
-        for (int64_t i = bs; i < be; i++) mcount += masked[i];
-        for (int64_t i = 0; i < spb; i++) quota[i] = mcount / spb + (i < mcount % spb ? 1 : 0);
-        int step_in_block = 0;
-        while (mcount > 0 && s == KVS_OK) {
-            kvs_dlm_view v = {.tokens = tokens, .n_tokens = n, .prompt_len = n_prompt, .mask_id = hp->mask_id,
-                              .masked = masked, .block_start = bs, .block_end = be, .block = (int)b,
-                              .step_in_block = step_in_block, .step = step, .decoded_prev = decoded,
-                              .n_decoded_prev = n_decoded, .n_layers = hp->n_layers,
-                              .n_heads = hp->n_heads, .n_kv_heads = hp->n_kv_heads};
-            kvs_dlm_step ds;
-            memset(&ds, 0, sizeof ds);
-            s = sched->ops->plan(sched->self, &v, &ds);
-            if (s != KVS_OK) break;
-            ds.plan.tokens = tokens;
-            ds.plan.n_tokens = n;
-            ds.plan.positions = NULL;
-            kvs_step_result r;
-            s = kvs_model_forward(m, cache, &ds.plan, &r);
-            if (s != KVS_OK) break;
-            st.rows_computed += r.rows_computed;
-            st.rows_baseline += n * hp->n_layers;
-            int64_t used = kvs_cache_bytes_used(cache);
-            if (used > st.cache_bytes_peak) st.cache_bytes_peak = used;
-            if (sched->ops->feedback) {
-                s = sched->ops->feedback(sched->self, &v, &r);
-                if (s != KVS_OK) break;
-            }
-            /* candidates and their confidences */
-            for (int64_t i = 0; i < ds.plan.n_logit_rows; i++) row_of[ds.plan.logit_rows[i]] = (int32_t)i;
-            int64_t nc = 0;
-            const int32_t *cpos = ds.candidates;
-            int64_t ncand = ds.candidates ? ds.n_candidates : 0;
-            if (!cpos) {
-                for (int64_t i = bs; i < be; i++)
-                    if (masked[i]) decoded[ncand++] = (int32_t)i; /* decoded[] reused as scratch */
-                cpos = decoded;
-            }
-            for (int64_t i = 0; i < ncand; i++) {
-                int32_t pos = cpos[i];
-                int found = 0;
-                for (int64_t j = 0; j < ds.plan.n_logit_rows; j++)
-                    if (ds.plan.logit_rows[j] == pos) { found = 1; break; }
-                if (pos < bs || pos >= be || !masked[pos] || !found) {
-                    s = kvs_error(KVS_ERR_INVALID_ARGUMENT,
-                                  "%s: schedule '%s' proposed candidate %d that is not a masked position of the block with logits",
-                                  op, kvs_dlm_schedule_name(sched), pos);
-                    break;
-                }
-                cands[nc].pos = pos;
-                confidence(r.logits + (int64_t)row_of[pos] * hp->vocab, hp->vocab, &cands[nc].tok, &cands[nc].conf);
-                nc++;
-            }
-            if (s != KVS_OK) break;
-            if (nc == 0) {
-                s = kvs_error(KVS_ERR_STATE, "%s: schedule '%s' proposed no candidates", op, kvs_dlm_schedule_name(sched));
-                break;
-            }
-            qsort(cands, (size_t)nc, sizeof *cands, cmp_cand);
-            int64_t k;
-            if (p.threshold > 0.0f) {
-                k = 0;
-                while (k < nc && cands[k].conf >= (double)p.threshold) k++;
-                if (k == 0) k = 1;
-            } else {
-                k = step_in_block < spb ? quota[step_in_block] : 1;
-                if (k < 1) k = 1;
-                if (k > nc) k = nc;
-            }
-            n_decoded = 0;
-            for (int64_t i = 0; i < k; i++) {
-                tokens[cands[i].pos] = cands[i].tok;
-                masked[cands[i].pos] = 0;
-                decoded[n_decoded++] = cands[i].pos;
-            }
-            mcount -= k;
-            step++;
-            step_in_block++;
-        }
-        if (s == KVS_OK) {
-            int stop = 0;
-            for (int64_t i = bs; i < be; i++) {
-                out[i - n_prompt] = tokens[i];
-                if (cb && !stop) stop = cb(user, tokens[i]);
-            }
-            if (stop) break;
-        }
-    }
-    st.steps = step;
-    stats_finish(&st, t0, p.gen_len, cache);
-    if (stats) *stats = st;
-done:
-    kvs_dlm_schedule_destroy(&own);
-    free(tokens); free(masked); free(decoded); free(row_of); free(quota); free(cands);
     return s;
 }

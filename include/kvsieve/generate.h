@@ -24,7 +24,7 @@ extern "C" {
 /* Statistics every generation reports. */
 typedef struct kvs_gen_stats {
     double seconds;            /* wall time of the generation (prompt + decode), s */
-    double tokens_per_s;       /* generated tokens / seconds */
+    double tokens_per_s;       /* tokens / seconds */
     int64_t steps;             /* forward steps (AR: tokens; DLM: denoising steps) */
     int64_t rows_computed;     /* sum over steps and layers of rows run through a layer */
     int64_t rows_baseline;     /* the same for the no-cache baseline (DLM: n_tokens * n_layers
@@ -34,6 +34,11 @@ typedef struct kvs_gen_stats {
     int64_t cache_bytes_allocated; /* cache capacity allocated, bytes */
     int64_t evictions;         /* AR eviction events (kvs_evict_stats.evictions) */
     int64_t rows_evicted;      /* K/V rows evicted, summed over layers and kv heads */
+    int64_t tokens;            /* tokens produced by decoding: AR: *n_out; DLM: generated positions
+                                * committed by a denoising step (gen_len unless the decode stopped
+                                * early: callback or stop_eos) */
+    int64_t tokens_eos_filled; /* DLM with stop_eos: masked positions after the first EOS set to EOS
+                                * without decoding (0 otherwise) */
 } kvs_gen_stats;
 
 /* Called with each token as it is finalised (AR: every token; DLM: every token of a finished block,
@@ -88,6 +93,10 @@ typedef struct kvs_dlm_params {
                            * with confidence >= threshold, at least the most confident one; steps
                            * ignored); 0 (default): low-confidence remasking with a fixed count */
     kvs_dlm_schedule *schedule; /* NULL: no cache (every step recomputes every row) */
+    int stop_eos;         /* 1: LLaDA's early stop at EOS: once every generated position before the
+                           * first committed EOS is decoded, the positions after it are EOS and are
+                           * not decoded (counted in kvs_gen_stats.tokens_eos_filled); needs the
+                           * model's eos_id. 0 (default): decode every block. */
 } kvs_dlm_params;
 
 KVS_API kvs_dlm_params kvs_dlm_params_default(void);
@@ -100,10 +109,14 @@ KVS_API kvs_dlm_params kvs_dlm_params_default(void);
  * takes p = softmax(logits) in float64 at the candidate positions (default: the block's masked
  * positions), token = argmax p (lowest id on ties), confidence = max p, and commits the most
  * confident candidates (lowest position on ties). A block ends when it has no mask left.
- * out: caller array of gen_len ids (the decoded suffix). cache: a POSITIONAL cache with capacity
+ * out: caller array of gen_len ids (the decoded suffix), all set: when the callback stops the decode
+ * after a block, the positions never decoded hold mask_id (stats->tokens counts those decoded); with
+ * stop_eos the positions after the first EOS hold EOS. stats->tokens_per_s = stats->tokens / seconds.
+ * cb: called with every token of out[] as its block finishes (with stop_eos, the EOS tail too),
+ * until it returns non-zero. cache: a POSITIONAL cache with capacity
  * >= n_prompt + gen_len (flags as the schedule requires), reset by this call.
  * Errors: KVS_ERR_INVALID_ARGUMENT (bad lengths, model is not a masked-diffusion model or has no
- * mask id, cache mode), KVS_ERR_OUT_OF_RANGE (capacity), the schedule's and the forward's errors. */
+ * mask id, stop_eos without an EOS id, cache mode), KVS_ERR_OUT_OF_RANGE (capacity), the schedule's and the forward's errors. */
 KVS_API kvs_status kvs_generate_dlm(kvs_model *m, kvs_kv_cache *cache, const int32_t *prompt, int64_t n_prompt,
                                     const kvs_dlm_params *p, kvs_token_cb cb, void *user, int32_t *out,
                                     kvs_gen_stats *stats);
