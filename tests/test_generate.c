@@ -297,6 +297,51 @@ START_TEST(test_dlm_early_stop) {
 }
 END_TEST
 
+/* kvs_dlm_schedule_fidelity: the no-cache schedule against a no-cache shadow forward agrees at
+ * every logit row; rows compared = the masked positions of every step (32 + 31 + ... + 1). */
+START_TEST(test_dlm_fidelity) {
+    kvs_device *dev = open_dev();
+    kvs_model *m = NULL, *shadow = NULL;
+    ck_assert_msg(kvs_model_load(&m, dev, locate("stories260K-llada-f32.gguf"), NULL) == KVS_OK, "%s", kvs_last_error());
+    ck_assert_msg(kvs_model_load(&shadow, dev, locate("stories260K-llada-f32.gguf"), NULL) == KVS_OK, "%s", kvs_last_error());
+    int32_t prompt[3] = {1, 403, 407}, out[32], ref[32];
+    kvs_cache_params cp = kvs_model_cache_params(m);
+    cp.capacity = 3 + 32;
+    kvs_kv_cache *c = NULL, *sc = NULL;
+    ck_assert(kvs_cache_create(&c, dev, &cp) == KVS_OK);
+    ck_assert(kvs_cache_create(&sc, dev, &cp) == KVS_OK);
+    kvs_dlm_params p = kvs_dlm_params_default();
+    p.gen_len = 32;
+    p.block_len = 32;
+    kvs_gen_stats st;
+    ck_assert_msg(kvs_generate_dlm(m, c, prompt, 3, &p, NULL, NULL, ref, &st) == KVS_OK, "%s", kvs_last_error());
+    kvs_dlm_schedule *none = NULL, *w = NULL;
+    ck_assert(kvs_dlm_schedule_none(&none) == KVS_OK);
+    kvs_dlm_fidelity fr;
+    ck_assert_int_eq(kvs_dlm_fidelity_get(none, &fr), KVS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(kvs_dlm_schedule_fidelity(&w, none, shadow, NULL), KVS_ERR_INVALID_ARGUMENT);
+    ck_assert_msg(kvs_dlm_schedule_fidelity(&w, none, shadow, sc) == KVS_OK, "%s", kvs_last_error());
+    ck_assert_str_eq(kvs_dlm_schedule_name(w), "none");
+    p.schedule = w;
+    ck_assert_msg(kvs_generate_dlm(m, c, prompt, 3, &p, NULL, NULL, out, &st) == KVS_OK, "%s", kvs_last_error());
+    for (int i = 0; i < 32; i++) ck_assert_int_eq(out[i], ref[i]);
+    ck_assert(kvs_dlm_fidelity_get(w, &fr) == KVS_OK);
+    ck_assert_int_eq(fr.total, 32 * 33 / 2);
+    ck_assert_int_eq(fr.match, fr.total);
+    ck_assert(fr.seconds >= 0.0);
+    kvs_dlm_schedule_stats ss;
+    ck_assert(kvs_dlm_schedule_get_stats(w, &ss) == KVS_OK);
+    ck_assert_int_eq(ss.steps, 32);
+    kvs_dlm_schedule_destroy(&w);
+    kvs_dlm_schedule_destroy(&none);
+    kvs_cache_destroy(&sc);
+    kvs_cache_destroy(&c);
+    kvs_model_destroy(&shadow);
+    kvs_model_destroy(&m);
+    kvs_device_destroy(&dev);
+}
+END_TEST
+
 START_TEST(test_forward_errors) {
     kvs_device *dev = open_dev();
     kvs_model *m = NULL;
@@ -375,6 +420,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_append_positions_after_eviction);
     tcase_add_test(tc, test_dlm_reference);
     tcase_add_test(tc, test_dlm_early_stop);
+    tcase_add_test(tc, test_dlm_fidelity);
     tcase_add_test(tc, test_forward_errors);
     suite_add_tcase(s, tc);
     return kvs_test_run(s);

@@ -121,6 +121,34 @@ KVS_API kvs_status kvs_generate_dlm(kvs_model *m, kvs_kv_cache *cache, const int
                                     const kvs_dlm_params *p, kvs_token_cb cb, void *user, int32_t *out,
                                     kvs_gen_stats *stats);
 
+/* ---- step fidelity of a cache schedule (kvsieve eval --dlm --fidelity) ------------------------ */
+
+/* What kvs_dlm_schedule_fidelity measured since its creation. */
+typedef struct kvs_dlm_fidelity {
+    int64_t match;        /* logit rows whose argmax equals the no-cache forward's */
+    int64_t total;        /* logit rows compared, summed over steps */
+    double seconds;       /* wall time of the shadow forwards, s (subtract from kvs_gen_stats.seconds
+                           * for the schedule's own time) */
+} kvs_dlm_fidelity;
+
+/* A measuring wrapper around a cache schedule: it plans as `inner` and, after each step of
+ * kvs_generate_dlm, runs the no-cache forward of the same decoding state on `shadow` (a second
+ * device model with the weights of the decoding one, never the decoding model itself) into
+ * shadow_cache (POSITIONAL, capacity >= the decode's n_prompt + gen_len; reset at every decode),
+ * and compares the argmax at the schedule's logit rows. Unlike positional agreement with a
+ * no-cache decode, this does not cascade after a first differing token. The wrapper has inner's
+ * name and cache flags and reports inner's kvs_dlm_schedule_get_stats. Borrowed: inner, shadow,
+ * shadow_cache (destroy the wrapper first; destroying it leaves inner alone). Read the counts with
+ * kvs_dlm_fidelity_get.
+ * Errors: KVS_ERR_INVALID_ARGUMENT (NULL, shadow cache not POSITIONAL), KVS_ERR_OUT_OF_MEMORY; during
+ * the decode, the shadow forward's errors (kvs_model_forward). */
+KVS_API kvs_status kvs_dlm_schedule_fidelity(kvs_dlm_schedule **out, kvs_dlm_schedule *inner, kvs_model *shadow,
+                                             kvs_kv_cache *shadow_cache);
+
+/* The counts of a kvs_dlm_schedule_fidelity wrapper.
+ * Errors: KVS_ERR_INVALID_ARGUMENT (NULL, s is not a fidelity wrapper). */
+KVS_API kvs_status kvs_dlm_fidelity_get(const kvs_dlm_schedule *s, kvs_dlm_fidelity *out);
+
 #ifdef __cplusplus
 }
 #endif

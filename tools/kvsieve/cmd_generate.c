@@ -329,7 +329,7 @@ int cmd_generate(int argc, char **argv) {
             kvs_dlm_schedule_stats ss;
             kvs_dlm_schedule_get_stats(sched, &ss);
             json_object *rl = json_object_new_array(), *rf = json_object_new_array();
-            for (int l = 0; l < hp->n_layers && l < KVS_SCHED_MAX_LAYERS; l++) {
+            for (int l = 0; l < ss.n_layers; l++) {
                 json_object_array_add(rl, json_object_new_int64(ss.rows[l]));
                 json_object_array_add(rf, json_object_new_int64(ss.refreshes[l]));
             }
@@ -372,9 +372,9 @@ int cmd_generate(int argc, char **argv) {
             kvs_dlm_schedule_stats ss;
             kvs_dlm_schedule_get_stats(sched, &ss);
             fprintf(stderr, "cache %s: rows per layer", kvs_dlm_schedule_name(sched));
-            for (int l = 0; l < hp->n_layers && l < KVS_SCHED_MAX_LAYERS; l++) fprintf(stderr, " %lld", (long long)ss.rows[l]);
+            for (int l = 0; l < ss.n_layers; l++) fprintf(stderr, " %lld", (long long)ss.rows[l]);
             fprintf(stderr, "; refreshes per layer");
-            for (int l = 0; l < hp->n_layers && l < KVS_SCHED_MAX_LAYERS; l++)
+            for (int l = 0; l < ss.n_layers; l++)
                 fprintf(stderr, " %lld", (long long)ss.refreshes[l]);
             if (ss.context_rows > 0)
                 fprintf(stderr, "; WaveFilter kept %.3f of the context", (double)ss.kept_rows / (double)ss.context_rows);
