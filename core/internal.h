@@ -52,6 +52,12 @@ struct kvs_tensor {
     char name[64];
 };
 
+/* A view of parent (the checks of kvs_tensor_view) written into caller storage *t, without a
+ * reference on the buffer and without allocating: valid while parent lives, never passed to
+ * kvs_tensor_destroy. For per-step views in reusable workspaces (the forward, the cache's writes).
+ * Errors: KVS_ERR_INVALID_ARGUMENT (NULL), those of kvs_tensor_view (shape, range). */
+kvs_status kvs_tensor_view_into(kvs_tensor *t, const kvs_tensor *parent, int64_t offset_elems, int ndim, const int64_t *ne);
+
 /* Element offset -> pointer for host-visible (CPU) tensors. */
 static inline void *kvs_tensor_host_ptr(const kvs_tensor *t) {
     return (char *)t->buf->handle + t->offset;

@@ -24,7 +24,7 @@ static kvs_status grow_tensor(kvs_tensor **t, kvs_device *dev, kvs_dtype dt, int
 
 void kvs_workspace_free(kvs_workspace *ws) {
     kvs_tensor **all[] = {&ws->x, &ws->xn, &ws->q, &ws->att, &ws->k, &ws->v, &ws->gate, &ws->up, &ws->pos,
-                          &ws->slots, &ws->rowsel, &ws->stat_rows, &ws->argmax, &ws->logits, &ws->key_mass,
+                          &ws->rowsel, &ws->stat_rows, &ws->argmax, &ws->logits, &ws->key_mass,
                           &ws->probs, &ws->probe_rows, &ws->ks, &ws->vs, &ws->ks_pos, &ws->ks_len, &ws->keep_idx};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) kvs_tensor_destroy(all[i]);
     memset(ws, 0, sizeof *ws);
@@ -45,7 +45,6 @@ static kvs_status ws_rows(kvs_model *m, int64_t rows) {
     KVS_TRY(grow_tensor(&ws->gate, d, KVS_F32, hp->ffn_dim, rows, 0, "ws.gate"));
     KVS_TRY(grow_tensor(&ws->up, d, KVS_F32, hp->ffn_dim, rows, 0, "ws.up"));
     KVS_TRY(grow_tensor(&ws->pos, d, KVS_I32, rows, 0, 0, "ws.pos"));
-    KVS_TRY(grow_tensor(&ws->slots, d, KVS_I32, rows, hp->n_kv_heads, 0, "ws.slots"));
     KVS_TRY(grow_tensor(&ws->rowsel, d, KVS_I32, rows, 0, 0, "ws.rowsel"));
     KVS_TRY(grow_tensor(&ws->stat_rows, d, KVS_I32, rows, 0, 0, "ws.stat_rows"));
     KVS_TRY(grow_tensor(&ws->argmax, d, KVS_I32, hp->n_heads, rows, 0, "ws.argmax"));
@@ -110,69 +109,20 @@ typedef struct fwd_ctx {
      * (each upload can cost a queue flush on GPU backends). */
     int32_t *pos_rows;        /* [n_tokens] copy of the rows whose positions ws.pos holds */
     int64_t pos_n;            /* 0: ws.pos holds nothing valid yet */
-    int32_t *slots_host;      /* [H * n_tokens] the slot indices ws.slots holds */
-    int64_t slots_n;          /* entries valid in slots_host (0: none) */
 } fwd_ctx;
 
 /* Writes this layer's new K/V (ws.k/ws.v rows [0, n), token-major) into the cache. */
 static kvs_status write_cache(fwd_ctx *f, int l, const int32_t *rows, int64_t n) {
     kvs_model *m = f->m;
-    kvs_kv_cache *c = f->c;
-    const kvs_cache_params *cp = kvs_cache_get_params(c);
-    int H = cp->n_kv_heads;
-    int64_t *len = kvs_cache_host_len_mut(c, l);
-    int32_t *slots = f->tmp;
-    if (cp->mode == KVS_CACHE_POSITIONAL) {
-        for (int h = 0; h < H; h++)
-            for (int64_t i = 0; i < n; i++) slots[h * n + i] = f->pos_host[rows[i]];
-    } else {
-        for (int h = 0; h < H; h++) {
-            if (len[h] + n > cp->capacity)
-                return kvs_error(KVS_ERR_OUT_OF_RANGE,
-                                 "kvs_model_forward: append cache full at layer %d head %d (%lld + %lld > capacity %lld)",
-                                 l, h, (long long)len[h], (long long)n, (long long)cp->capacity);
-            for (int64_t i = 0; i < n; i++) slots[h * n + i] = (int32_t)(len[h] + i);
-        }
-    }
-    kvs_status s;
-    kvs_tensor *idx = NULL, *ksrc = NULL, *vsrc = NULL;
-    s = view3(&idx, m->ws.slots, 0, n, H, 1);
-    if (s == KVS_OK && !(f->slots_n == H * n && memcmp(f->slots_host, slots, (size_t)H * n * 4) == 0)) {
-        s = kvs_tensor_upload(idx, slots, 0, (size_t)H * n * 4);
-        memcpy(f->slots_host, slots, (size_t)H * n * 4);
-        f->slots_n = s == KVS_OK ? H * n : 0;
-    }
-    if (s == KVS_OK) s = view3(&ksrc, m->ws.k, 0, m->hp.head_dim, H, n);
+    int H = m->hp.n_kv_heads;
+    for (int64_t i = 0; i < n; i++) f->tmp[i] = f->pos_host[rows[i]];
+    kvs_tensor *ksrc = NULL, *vsrc = NULL;
+    kvs_status s = view3(&ksrc, m->ws.k, 0, m->hp.head_dim, H, n);
     if (s == KVS_OK) s = view3(&vsrc, m->ws.v, 0, m->hp.head_dim, H, n);
-    if (s == KVS_OK) s = kvs_scatter(m->dev, ksrc, idx, kvs_cache_k(c, l), 1);
-    if (s == KVS_OK) s = kvs_scatter(m->dev, vsrc, idx, kvs_cache_v(c, l), 1);
-    kvs_tensor_destroy(&idx);
+    if (s == KVS_OK) s = kvs_cache_write_rows(f->c, l, ksrc, vsrc, f->tmp, n);
     kvs_tensor_destroy(&ksrc);
     kvs_tensor_destroy(&vsrc);
-    KVS_TRY(s);
-    /* host mirrors + device pos/len (uploaded only when something changed: a positional cache
-     * refreshing rows in place keeps both) */
-    int changed = 0;
-    for (int h = 0; h < H; h++) {
-        int32_t *pos = kvs_cache_host_pos_mut(c, l, h);
-        for (int64_t i = 0; i < n; i++) {
-            int32_t *dst = &pos[slots[h * n + i]];
-            if (f->pos_host[rows[i]] + 1 > *kvs_cache_next_pos_mut(c)) *kvs_cache_next_pos_mut(c) = f->pos_host[rows[i]] + 1;
-            changed |= *dst != f->pos_host[rows[i]];
-            *dst = f->pos_host[rows[i]];
-        }
-        if (cp->mode == KVS_CACHE_APPEND) {
-            len[h] += n;
-            changed |= n > 0;
-        } else {
-            for (int64_t i = 0; i < n; i++)
-                if (slots[h * n + i] + 1 > len[h]) {
-                    len[h] = slots[h * n + i] + 1;
-                    changed = 1;
-                }
-        }
-    }
-    return changed ? kvs_cache_sync_layer(c, l) : KVS_OK;
+    return s;
 }
 
 /* Sparse keep-set attention (kvs_layer_plan.keep): gathers, for every kv head h, the cache rows
@@ -548,9 +498,8 @@ kvs_status kvs_model_forward(kvs_model *m, kvs_kv_cache *c, const kvs_step_plan 
     f.all_rows = malloc((size_t)n_tok * sizeof *f.all_rows);
     f.tmp = malloc((size_t)tmp_n * sizeof *f.tmp);
     f.pos_rows = malloc((size_t)n_tok * sizeof *f.pos_rows);
-    f.slots_host = malloc((size_t)n_tok * (cp->n_kv_heads > 0 ? cp->n_kv_heads : 1) * sizeof *f.slots_host);
     kvs_status s = KVS_OK;
-    if (!f.pos_host || !f.all_rows || !f.tmp || !f.pos_rows || !f.slots_host) {
+    if (!f.pos_host || !f.all_rows || !f.tmp || !f.pos_rows) {
         s = kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
         goto done;
     }
@@ -559,7 +508,7 @@ kvs_status kvs_model_forward(kvs_model *m, kvs_kv_cache *c, const kvs_step_plan 
         if (plan->positions) {
             f.pos_host[i] = plan->positions[i];
         } else if (cp->mode == KVS_CACHE_APPEND) {
-            f.pos_host[i] = (int32_t)(*kvs_cache_next_pos_mut(c) + i);
+            f.pos_host[i] = (int32_t)(kvs_cache_next_pos(c) + i);
         } else {
             f.pos_host[i] = (int32_t)i;
         }
@@ -663,7 +612,6 @@ done:
     free(f.pos_host);
     free(f.all_rows);
     free(f.tmp);
-    free(f.slots_host);
     free(f.pos_rows);
     return s;
 }

@@ -24,7 +24,6 @@ typedef struct kvs_workspace {
     kvs_tensor *k, *v;       /* [rows][n_kv_heads*head_dim] */
     kvs_tensor *gate, *up;   /* [rows][ffn_dim] */
     kvs_tensor *pos;         /* [rows] I32 positions of the layer's rows */
-    kvs_tensor *slots;       /* [n_kv_heads][rows] I32 cache rows written */
     kvs_tensor *rowsel;      /* [rows] I32 generic row selection */
     kvs_tensor *stat_rows;   /* [rows] I32 */
     kvs_tensor *argmax;      /* [rows][n_heads] I32 */
@@ -61,13 +60,5 @@ struct kvs_model {
 };
 
 void kvs_workspace_free(kvs_workspace *ws);
-
-/* Cache internals used by the forward (core/cache/kv_cache.c). */
-int32_t *kvs_cache_host_pos_mut(kvs_kv_cache *c, int l, int h);
-int64_t *kvs_cache_host_len_mut(kvs_kv_cache *c, int l);
-kvs_status kvs_cache_sync_layer(kvs_kv_cache *c, int l);
-/* 1 + the largest token position the cache ever held (survives eviction); default positions of an
- * append cache continue from it. */
-int64_t *kvs_cache_next_pos_mut(kvs_kv_cache *c);
 
 #endif
