@@ -16,7 +16,11 @@ typedef struct kvs_layer_tensors {
     kvs_tensor *w_up;        /* [ffn_dim][dim]  (w3) */
 } kvs_layer_tensors;
 
-/* Device tensors of one step, grown on demand (rows = max tokens seen). */
+#define KVS_WS_VIEWS 64 /* views one layer of the forward may hold at once */
+
+/* What one step of the forward works in, grown on demand and reused (rows = max tokens seen): no
+ * allocation per step once the sizes are reached. Device buffers, the views over them (an arena
+ * emptied at every layer), and host index buffers. */
 typedef struct kvs_workspace {
     int64_t rows;            /* row capacity of the per-token buffers */
     kvs_tensor *x, *xn;      /* [rows][dim] */
@@ -36,6 +40,13 @@ typedef struct kvs_workspace {
     kvs_tensor *probe_rows;  /* [probe_cap] I32 */
     kvs_tensor *ks, *vs, *ks_pos, *ks_len; /* sparse attention: gathered K/V [n_kv_heads][kv_cap][hd] */
     kvs_tensor *keep_idx;    /* [n_kv_heads][kv_cap] I32 */
+    int64_t lat_rows;        /* rows the latent-memory buffers hold (0: not made yet) */
+    kvs_tensor *lat_max, *lat_sum; /* [lat_rows][n_heads] F32 row max / sum of the unnormalised attention */
+    kvs_tensor views[KVS_WS_VIEWS]; /* view arena (kvs_tensor_view_into: no references, never destroyed) */
+    int n_views;
+    int32_t *h_pos, *h_rows, *h_pos_rows, *h_tmp, *h_keep; /* host: positions, identity rows, rows of ws.pos,
+                                                            * scratch, keep-set indices/positions/lengths */
+    int64_t h_pos_cap, h_rows_cap, h_pos_rows_cap, h_tmp_cap, h_keep_cap;
 } kvs_workspace;
 
 struct kvs_model {
