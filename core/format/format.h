@@ -35,6 +35,10 @@ int64_t kvs_strhash_find_n(const kvs_strhash *h, const char *key, size_t len);
 /* Inserts (or replaces) key -> val, growing the table. Returns 0, or -1 out of memory. */
 int kvs_strhash_put(kvs_strhash *h, const char *key, int64_t val);
 
+/* 1 when p names a directory / a regular file (stat), else 0. */
+int kvs_path_is_dir(const char *p);
+int kvs_path_is_file(const char *p);
+
 /* Converts n elements of dtype (F32, F16, BF16, Q8_0; n a multiple of 32 for Q8_0) at src (any
  * alignment) to f32. Errors: KVS_ERR_DTYPE. */
 kvs_status kvs_convert_to_f32(kvs_dtype dt, const void *src, int64_t n, float *dst);
