@@ -149,7 +149,7 @@ kvs_status kvs_vk_dispatch(kvs_vk *v, const char *name, const uint32_t *spec, in
 
 /* Records a buffer copy / fill (tracked like dispatches). */
 kvs_status kvs_vk_copy_buffer(kvs_vk *v, VkBuffer src, VkDeviceSize so, VkBuffer dst, VkDeviceSize dso,
-                       VkDeviceSize n);
+                              VkDeviceSize n);
 kvs_status kvs_vk_fill(kvs_vk *v, VkBuffer dst, VkDeviceSize off, VkDeviceSize n, uint32_t word);
 
 /* Submits recorded work and waits; resets the arenas and descriptor pools. */

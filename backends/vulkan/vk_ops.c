@@ -66,8 +66,8 @@ kvs_status kvs_vk_copy(kvs_device *dev, const kvs_copy_args *oa) {
     KVS_TRY(kvs_vk_begin_op(v, op));
     if (src->dtype == dst->dtype) {
         const kvs_vk_alloc *sa = kvs_vk_alloc_of(src), *da = kvs_vk_alloc_of(dst);
-        return kvs_vk_copy_buffer(v, sa->block->buf, sa->offset + src->offset, da->block->buf, da->offset + dst->offset,
-                           src->nbytes);
+        return kvs_vk_copy_buffer(v, sa->block->buf, sa->offset + src->offset, da->block->buf,
+                                  da->offset + dst->offset, src->nbytes);
     }
     kvs_vk_arg args[2];
     struct { uint32_t n, os, od; } pc = {(uint32_t)n, 0, 0};
@@ -584,7 +584,7 @@ kvs_status kvs_vk_compact(kvs_device *dev, const kvs_rows_args *a) {
     KVS_TRY(rows_dispatch(dev, a, 0, t, s, NULL, a->n, op));
     for (int64_t g = 0; g < a->groups; g++)
         KVS_TRY(kvs_vk_copy_buffer(v, sa->block->buf, so + (VkDeviceSize)g * per, t.a->block->buf,
-                            t.off + (VkDeviceSize)g * (VkDeviceSize)a->dst_rows * rb, per));
+                                   t.off + (VkDeviceSize)g * (VkDeviceSize)a->dst_rows * rb, per));
     return KVS_OK;
 }
 

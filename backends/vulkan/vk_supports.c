@@ -14,11 +14,14 @@
 
 #define NO(...) (snprintf(why, n, __VA_ARGS__), 0)
 
-/* Every non-NULL tensor fits one storage-buffer binding (with the alignment slack kvs_vk_bind adds). */
+/* Every non-NULL tensor fits one storage-buffer binding: the range kvs_vk_bind binds, from the
+ * tensor's first byte rounded down to the binding alignment to its end. */
 static int fits_binding(const kvs_vk *v, const kvs_tensor *const *t, int count, char *why, size_t n) {
     for (int i = 0; i < count; i++) {
         if (!t[i]) continue;
-        VkDeviceSize range = (VkDeviceSize)t[i]->nbytes + v->align;
+        const kvs_vk_alloc *al = kvs_vk_alloc_of(t[i]);
+        VkDeviceSize abs = al->offset + t[i]->offset;
+        VkDeviceSize range = abs + (VkDeviceSize)t[i]->nbytes - abs / v->align * v->align;
         if (range > v->props.limits.maxStorageBufferRange)
             return NO("a tensor of %llu bytes ('%s') exceeds this device's maxStorageBufferRange (%u bytes); "
                       "split it into smaller tensors",
