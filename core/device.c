@@ -1,5 +1,6 @@
 /* Backend registry front-end and device lifetime. */
 #include <ctype.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -89,6 +90,37 @@ kvs_status kvs_device_params_parse(const char *spec, kvs_device_params *p) {
     return KVS_OK;
 }
 
+/* ---- the op list ------------------------------------------------------------------------- */
+
+#define KVS_OP_NAME_(ctx, name, args) #name,
+static const char *const kvs_op_names[KVS_OP_COUNT] = {KVS_OP_LIST(KVS_OP_NAME_, ~)};
+
+const char *kvs_op_name(kvs_op_id op) { return (op >= 0 && op < KVS_OP_COUNT) ? kvs_op_names[op] : NULL; }
+
+int kvs_op_from_name(const char *name, size_t len) {
+    for (int i = 0; name && i < KVS_OP_COUNT; i++)
+        if (strlen(kvs_op_names[i]) == len && strncmp(name, kvs_op_names[i], len) == 0) return i;
+    return -1;
+}
+
+kvs_status kvs_backend_check(const kvs_backend_ops *ops) {
+    const char *missing = NULL;
+#define KVS_REQUIRE_(slot)                                                                         \
+    if (!missing && !ops->slot) missing = #slot;
+    KVS_REQUIRE_(name) KVS_REQUIRE_(device_count) KVS_REQUIRE_(device_describe) KVS_REQUIRE_(device_open)
+    KVS_REQUIRE_(device_close) KVS_REQUIRE_(device_sync) KVS_REQUIRE_(buffer_alloc) KVS_REQUIRE_(buffer_free)
+    KVS_REQUIRE_(upload) KVS_REQUIRE_(download) KVS_REQUIRE_(fill32)
+#define KVS_REQUIRE_OP_(ctx, name, args) KVS_REQUIRE_(name)
+    KVS_OP_LIST(KVS_REQUIRE_OP_, ~)
+#undef KVS_REQUIRE_OP_
+#undef KVS_REQUIRE_
+    if (!missing && ops->n_variants > 0 && !ops->variants) missing = "variants";
+    if (missing)
+        return kvs_error(KVS_ERR_INTERNAL, "backend '%s': required ops-table slot '%s' is NULL",
+                         ops->name ? ops->name : "?", missing);
+    return KVS_OK;
+}
+
 kvs_status kvs_device_open(kvs_device **out, const kvs_device_params *p) {
     if (!out) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_device_open: out is NULL");
     *out = NULL;
@@ -98,6 +130,7 @@ kvs_status kvs_device_open(kvs_device **out, const kvs_device_params *p) {
                          params.n_threads);
     const kvs_backend_ops *ops;
     KVS_TRY(kvs_backend_get(params.backend, &ops));
+    KVS_TRY(kvs_backend_check(ops));
     int n = 0;
     KVS_TRY(ops->device_count(&n));
     if (params.index < 0 || params.index >= n)
@@ -112,6 +145,13 @@ kvs_status kvs_device_open(kvs_device **out, const kvs_device_params *p) {
     if (s != KVS_OK) {
         free(dev);
         return s;
+    }
+    const char *env = getenv("KVS_VARIANT");
+    if (env && env[0] && (s = kvs_device_set_variants(dev, env)) != KVS_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", kvs_last_error());
+        kvs_device_destroy(&dev);
+        return kvs_error(s, "KVS_VARIANT: %s", msg);
     }
     *out = dev;
     return KVS_OK;
@@ -141,4 +181,79 @@ kvs_status kvs_device_set_threads(kvs_device *dev, int n_threads) {
 kvs_status kvs_device_sync(kvs_device *dev) {
     if (!dev) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_device_sync: dev is NULL");
     return dev->ops->device_sync(dev);
+}
+
+kvs_status kvs_device_set_query(kvs_device *dev, int on) {
+    if (!dev) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_device_set_query: dev is NULL");
+    dev->query = on != 0;
+    return KVS_OK;
+}
+
+/* ---- kernel variants ---------------------------------------------------------------------- */
+
+static int variant_op(const kvs_device *dev, const char *op) {
+    return dev && op ? kvs_op_from_name(op, strlen(op)) : -1;
+}
+
+int kvs_device_variant_count(const kvs_device *dev, const char *op) {
+    int id = variant_op(dev, op), n = 0;
+    for (int i = 0; id >= 0 && i < dev->ops->n_variants; i++) n += dev->ops->variants[i].op == (kvs_op_id)id;
+    return n;
+}
+
+const char *kvs_device_variant_name(const kvs_device *dev, const char *op, int i) {
+    int id = variant_op(dev, op);
+    for (int v = 0; id >= 0 && v < dev->ops->n_variants; v++)
+        if (dev->ops->variants[v].op == (kvs_op_id)id && i-- == 0) return dev->ops->variants[v].name;
+    return NULL;
+}
+
+/* Forces one "op:variant" entry (len bytes of e). */
+static kvs_status variant_force(kvs_device *dev, const char *e, size_t len) {
+    const char *colon = memchr(e, ':', len);
+    if (!colon || colon == e || colon + 1 == e + len)
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "variant spec entry '%.*s' is not OP:VARIANT", (int)len, e);
+    int op = kvs_op_from_name(e, (size_t)(colon - e));
+    if (op < 0) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "variant spec: unknown op '%.*s'", (int)(colon - e), e);
+    const char *vn = colon + 1;
+    size_t vl = (size_t)(e + len - vn);
+    if (vl == 4 && strncmp(vn, "auto", 4) == 0) {
+        dev->forced[op] = NULL;
+        return KVS_OK;
+    }
+    char names[256] = "auto";
+    for (int i = 0; i < dev->ops->n_variants; i++) {
+        const kvs_variant *v = &dev->ops->variants[i];
+        if (v->op != (kvs_op_id)op) continue;
+        if (strlen(v->name) == vl && strncmp(v->name, vn, vl) == 0) {
+            char why[256] = "";
+            if (v->usable && !v->usable(dev, why, sizeof why))
+                return kvs_error(KVS_ERR_UNSUPPORTED, "variant %s:%s cannot run on %s device '%s': %s",
+                                 kvs_op_name((kvs_op_id)op), v->name, dev->ops->name, dev->info.name, why);
+            dev->forced[op] = v;
+            return KVS_OK;
+        }
+        size_t used = strlen(names);
+        snprintf(names + used, sizeof names - used, ", %s", v->name);
+    }
+    return kvs_error(KVS_ERR_INVALID_ARGUMENT, "variant spec: op '%s' has no variant '%.*s' on the %s backend (%s)",
+                     kvs_op_name((kvs_op_id)op), (int)vl, vn, dev->ops->name, names);
+}
+
+kvs_status kvs_device_set_variants(kvs_device *dev, const char *spec) {
+    if (!dev) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_device_set_variants: dev is NULL");
+    if (!spec || !spec[0]) {
+        for (int i = 0; i < KVS_OP_COUNT; i++) dev->forced[i] = NULL;
+        return KVS_OK;
+    }
+    for (const char *e = spec;;) {
+        while (*e == ' ') e++;
+        size_t len = strcspn(e, ",");
+        size_t tl = len;
+        while (tl > 0 && e[tl - 1] == ' ') tl--;
+        KVS_TRY(variant_force(dev, e, tl));
+        if (!e[len]) break;
+        e += len + 1;
+    }
+    return KVS_OK;
 }

@@ -7,7 +7,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kvsieve/kvsieve.h"
+#include "kvsieve/device.h"
+#include "kvsieve/ops.h"
+#include "kvsieve/status.h"
+#include "kvsieve/tensor.h"
+#include "kvsieve/version.h"
 
 #if defined(__GNUC__)
 #define KVS_PRINTF(a, b) __attribute__((format(printf, a, b)))
@@ -47,6 +51,12 @@ struct kvs_tensor {
     size_t nbytes;
     char name[64];
 };
+
+/* A view of parent (the checks of kvs_tensor_view) written into caller storage *t, without a
+ * reference on the buffer and without allocating: valid while parent lives, never passed to
+ * kvs_tensor_destroy. For per-step views in reusable workspaces (the forward, the cache's writes).
+ * Errors: KVS_ERR_INVALID_ARGUMENT (NULL), those of kvs_tensor_view (shape, range). */
+kvs_status kvs_tensor_view_into(kvs_tensor *t, const kvs_tensor *parent, int64_t offset_elems, int ndim, const int64_t *ne);
 
 /* Element offset -> pointer for host-visible (CPU) tensors. */
 static inline void *kvs_tensor_host_ptr(const kvs_tensor *t) {
@@ -101,10 +111,90 @@ typedef struct kvs_rows_args {
     int src_token_major;                     /* scatter: src is [n][G][row] */
 } kvs_rows_args;
 
+typedef struct kvs_binary_args {        /* add: y = a + b; swiglu: y = silu(a) * b */
+    const kvs_tensor *a, *b; kvs_tensor *y;
+    int64_t n;                           /* elements of each */
+} kvs_binary_args;
+
+typedef struct kvs_copy_args {
+    const kvs_tensor *src; kvs_tensor *dst;
+    int64_t n;                           /* elements of each */
+} kvs_copy_args;
+
+typedef struct kvs_rmsnorm_args {
+    const kvs_tensor *x, *w; kvs_tensor *y;
+    int64_t rows, dim;
+    float eps;
+} kvs_rmsnorm_args;
+
+typedef struct kvs_softmax_args {
+    const kvs_tensor *x; kvs_tensor *y;
+    int64_t rows, n;
+    float scale;
+} kvs_softmax_args;
+
+typedef struct kvs_embedding_args {
+    const kvs_tensor *table; kvs_tensor *out;
+    const int32_t *ids;                  /* host values, already range-checked */
+    int64_t n, dim;
+} kvs_embedding_args;
+
+/* The op list, spelled once: X(name, argument struct). It generates the op ids (KVS_OP_name), the
+ * ops-table slots, each backend's prototypes (KVS_OP_PROTOTYPES) and table entries
+ * (KVS_OP_TABLE_ENTRIES), the front-ends' dispatch (core/ops.c) and the open-time check that a
+ * backend fills every slot (kvs_backend_check). Every op slot is required. An op's name is also
+ * its name in variant specs ("attention:avx512"). */
+#define KVS_OP_LIST(X, ctx)                                                                        \
+    X(ctx, matmul, kvs_matmul_args)                                                                \
+    X(ctx, add, kvs_binary_args)                                                                   \
+    X(ctx, copy, kvs_copy_args)                                                                    \
+    X(ctx, rmsnorm, kvs_rmsnorm_args)                                                              \
+    X(ctx, swiglu, kvs_binary_args)                                                                \
+    X(ctx, softmax, kvs_softmax_args)                                                              \
+    X(ctx, embedding, kvs_embedding_args)                                                          \
+    X(ctx, rope, kvs_rope_args)                                                                    \
+    X(ctx, attention, kvs_attention_args)                                                          \
+    X(ctx, dwt, kvs_dwt_args)                                                                      \
+    X(ctx, idwt, kvs_dwt_args)                                                                     \
+    X(ctx, topk, kvs_topk_args)                                                                    \
+    X(ctx, topk_global, kvs_topk_args)                                                             \
+    X(ctx, gather, kvs_rows_args)                                                                  \
+    X(ctx, scatter, kvs_rows_args)                                                                 \
+    X(ctx, compact, kvs_rows_args)
+
+#define KVS_OP_ID_(ctx, name, args) KVS_OP_##name,
+typedef enum kvs_op_id { KVS_OP_LIST(KVS_OP_ID_, ~) KVS_OP_COUNT } kvs_op_id;
+
+/* "matmul", "attention", ... for op ids; NULL outside [0, KVS_OP_COUNT). Lookup by name: -1 if
+ * unknown (core/device.c). */
+const char *kvs_op_name(kvs_op_id op);
+int kvs_op_from_name(const char *name, size_t len);
+
+/* In a backend's header: `KVS_OP_PROTOTYPES(kvs_cpu_)` declares
+ * kvs_status kvs_cpu_<name>(kvs_device *dev, const <args> *a) for every op; in its table:
+ * `KVS_OP_TABLE_ENTRIES(kvs_cpu_)` fills every op slot with them. */
+#define KVS_OP_PROTO_(pfx, name, args) kvs_status pfx##name(kvs_device *dev, const args *a);
+#define KVS_OP_PROTOTYPES(pfx) KVS_OP_LIST(KVS_OP_PROTO_, pfx)
+#define KVS_OP_ENTRY_(pfx, name, args) .name = pfx##name,
+#define KVS_OP_TABLE_ENTRIES(pfx) KVS_OP_LIST(KVS_OP_ENTRY_, pfx)
+
+/* A kernel variant of one op: data in the backend's variant table, chosen automatically from the
+ * device caps and the op's arguments unless an expert or a test forces one (kvs_device_set_variants;
+ * KVS_VARIANT at device open). `code` is the backend's own value for it (kvs_device_variant). */
+typedef struct kvs_variant {
+    kvs_op_id op;
+    const char *name;          /* unique within the op, e.g. "portable", "avx512", "main-split4" */
+    int code;                  /* backend-defined, != 0 */
+    /* optional: 1 when this device can run the variant; else 0 with the reason in why[0..n-1].
+     * NULL = always usable. */
+    int (*usable)(const kvs_device *dev, char *why, size_t n);
+} kvs_variant;
+
 /* One backend: a table of function pointers filled with designated initialisers.
- * Every slot is required unless marked optional; core/ validates all arguments before a call, so
- * a backend may assume valid, consistent input. Slots return KVS_ERR_UNSUPPORTED (with a message)
- * for variants the device cannot run. */
+ * Every slot is required unless marked optional (with its default); kvs_device_open refuses a table
+ * with a required slot left NULL (KVS_ERR_INTERNAL naming the slot, kvs_backend_check). core/
+ * validates all arguments before a call, so a backend may assume valid, consistent input; it is
+ * asked supports() first and only called for what it said it supports. */
 typedef struct kvs_backend_ops {
     kvs_backend id;
     const char *name;
@@ -115,7 +205,7 @@ typedef struct kvs_backend_ops {
     kvs_status (*device_open)(kvs_device *dev, const kvs_device_params *p);
     void (*device_close)(kvs_device *dev);
     kvs_status (*device_sync)(kvs_device *dev);
-    /* optional: NULL = KVS_ERR_UNSUPPORTED */
+    /* optional: NULL = kvs_device_set_threads returns KVS_ERR_UNSUPPORTED */
     kvs_status (*set_threads)(kvs_device *dev, int n_threads);
 
     kvs_status (*buffer_alloc)(kvs_device *dev, size_t nbytes, void **handle);
@@ -125,29 +215,25 @@ typedef struct kvs_backend_ops {
     /* Fill n 4-byte words at byte offset with the bit pattern `word`. */
     kvs_status (*fill32)(kvs_device *dev, void *handle, size_t offset, uint32_t word, size_t n);
 
-    kvs_status (*matmul)(kvs_device *dev, const kvs_matmul_args *a);
-    kvs_status (*add)(kvs_device *dev, const kvs_tensor *a, const kvs_tensor *b, kvs_tensor *y,
-                      int64_t n);
-    kvs_status (*copy)(kvs_device *dev, const kvs_tensor *src, kvs_tensor *dst, int64_t n);
-    kvs_status (*rmsnorm)(kvs_device *dev, const kvs_tensor *x, const kvs_tensor *w, kvs_tensor *y,
-                          int64_t rows, int64_t dim, float eps);
-    kvs_status (*swiglu)(kvs_device *dev, const kvs_tensor *gate, const kvs_tensor *up,
-                         kvs_tensor *out, int64_t n);
-    kvs_status (*softmax)(kvs_device *dev, const kvs_tensor *x, kvs_tensor *y, int64_t rows,
-                          int64_t n, float scale);
-    /* ids are host values, already range-checked. */
-    kvs_status (*embedding)(kvs_device *dev, const kvs_tensor *table, const int32_t *ids, int64_t n,
-                            kvs_tensor *out, int64_t dim);
-    kvs_status (*rope)(kvs_device *dev, const kvs_rope_args *a);
-    kvs_status (*attention)(kvs_device *dev, const kvs_attention_args *a);
-    kvs_status (*dwt)(kvs_device *dev, const kvs_dwt_args *a);
-    kvs_status (*idwt)(kvs_device *dev, const kvs_dwt_args *a);
-    kvs_status (*topk)(kvs_device *dev, const kvs_topk_args *a);
-    kvs_status (*topk_global)(kvs_device *dev, const kvs_topk_args *a);
-    kvs_status (*gather)(kvs_device *dev, const kvs_rows_args *a);
-    kvs_status (*scatter)(kvs_device *dev, const kvs_rows_args *a);
-    kvs_status (*compact)(kvs_device *dev, const kvs_rows_args *a);
+    /* optional (as ggml's supports_op): 1 when the device can run op `op` with the validated
+     * arguments `args` (the op's argument struct) under the variant in force; else 0 and the reason
+     * in why[0..n-1] (the front-end returns KVS_ERR_UNSUPPORTED with it). NULL = every valid call is
+     * supported. Cheap and free of side effects: it is asked before every op call. */
+    int (*supports)(kvs_device *dev, kvs_op_id op, const void *args, char *why, size_t n);
+
+    /* optional: the kernel variants a test or an expert may force, n_variants entries (NULL/0: the
+     * backend has one kernel per op). */
+    const kvs_variant *variants;
+    int n_variants;
+
+#define KVS_OP_SLOT_(ctx, name, args) kvs_status (*name)(kvs_device *dev, const args *a);
+    KVS_OP_LIST(KVS_OP_SLOT_, ~)
+#undef KVS_OP_SLOT_
 } kvs_backend_ops;
+
+/* KVS_OK when every required slot of ops is set, else KVS_ERR_INTERNAL naming the first NULL one
+ * (called by kvs_device_open; core/device.c). */
+kvs_status kvs_backend_check(const kvs_backend_ops *ops);
 
 struct kvs_device {
     const kvs_backend_ops *ops;
@@ -155,7 +241,14 @@ struct kvs_device {
     kvs_caps caps;
     kvs_device_info info;
     int64_t bytes_allocated;
+    int query;                  /* kvs_device_set_query: ops validate and ask supports(), run nothing */
+    const kvs_variant *forced[KVS_OP_COUNT]; /* variant forced per op; NULL = automatic */
 };
+
+/* The code of the variant forced for op on dev, 0 when the backend chooses (core/device.c). */
+static inline int kvs_device_variant(const kvs_device *dev, kvs_op_id op) {
+    return dev->forced[op] ? dev->forced[op]->code : 0;
+}
 
 /* The backends compiled into this build (backends/registry.c); NULL when not built. */
 const kvs_backend_ops *kvs_backend_lookup(kvs_backend b);

@@ -51,6 +51,23 @@ static int is_float(kvs_dtype d) { return d == KVS_F32 || d == KVS_F16 || d == K
 
 #define TRY_DEV(t) KVS_TRY(same_dev(op, dev, t, #t))
 
+/* ---- dispatch: the backend's supports() first, then the op (nothing in query mode) ---------- */
+
+static kvs_status ask_supports(kvs_device *dev, kvs_op_id op, const void *args) {
+    if (!dev->ops->supports) return KVS_OK;
+    char why[256] = "";
+    if (dev->ops->supports(dev, op, args, why, sizeof why)) return KVS_OK;
+    return kvs_error(KVS_ERR_UNSUPPORTED, "kvs_%s (%s, %s): %s", kvs_op_name(op), dev->ops->name, dev->info.name,
+                     why[0] ? why : "not supported by this device");
+}
+
+#define KVS_OP_DISPATCH_(ctx, name, args)                                                          \
+    static kvs_status dispatch_##name(kvs_device *dev, const args *a) {                             \
+        KVS_TRY(ask_supports(dev, KVS_OP_##name, a));                                               \
+        return dev->query ? KVS_OK : dev->ops->name(dev, a);                                        \
+    }
+KVS_OP_LIST(KVS_OP_DISPATCH_, ~)
+
 /* ---- dense ops ---------------------------------------------------------------------------- */
 
 kvs_status kvs_matmul(kvs_device *dev, const kvs_tensor *W, const kvs_tensor *x, kvs_tensor *y, int accumulate) {
@@ -72,7 +89,7 @@ kvs_status kvs_matmul(kvs_device *dev, const kvs_tensor *W, const kvs_tensor *x,
         return kvs_error(KVS_ERR_SHAPE, "%s: y must be [%lld][%lld], is ne={%lld, rows %lld}", op, (long long)a.n,
                          (long long)a.m, (long long)y->ne[0], (long long)kvs_tensor_rows(y));
     if (overlaps(y, x) || overlaps(y, W)) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: y aliases x or W", op);
-    return dev->ops->matmul(dev, &a);
+    return dispatch_matmul(dev, &a);
 }
 
 /* Shared checks of the f32 element-wise ops y = f(a, b): non-NULL, one device, f32, equal element
@@ -99,7 +116,8 @@ static kvs_status check_ew2(kvs_device *dev, const char *op, const kvs_tensor *a
 kvs_status kvs_add(kvs_device *dev, const kvs_tensor *a, const kvs_tensor *b, kvs_tensor *y) {
     int64_t n = 0;
     KVS_TRY(check_ew2(dev, "kvs_add", a, "a", b, "b", y, "y", &n));
-    return dev->ops->add(dev, a, b, y, n);
+    kvs_binary_args args = {.a = a, .b = b, .y = y, .n = n};
+    return dispatch_add(dev, &args);
 }
 
 kvs_status kvs_copy(kvs_device *dev, const kvs_tensor *src, kvs_tensor *dst) {
@@ -112,7 +130,8 @@ kvs_status kvs_copy(kvs_device *dev, const kvs_tensor *src, kvs_tensor *dst) {
     int64_t n = kvs_tensor_nelements(src);
     KVS_TRY(want_nel(op, dst, "dst", n));
     if (overlaps(src, dst)) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: dst aliases src", op);
-    return dev->ops->copy(dev, src, dst, n);
+    kvs_copy_args a = {.src = src, .dst = dst, .n = n};
+    return dispatch_copy(dev, &a);
 }
 
 kvs_status kvs_rmsnorm(kvs_device *dev, const kvs_tensor *x, const kvs_tensor *w, kvs_tensor *y, float eps) {
@@ -128,13 +147,15 @@ kvs_status kvs_rmsnorm(kvs_device *dev, const kvs_tensor *x, const kvs_tensor *w
         return kvs_error(KVS_ERR_SHAPE, "%s: y shape differs from x", op);
     if (!(eps > 0.0f) || !isfinite(eps)) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: eps must be > 0", op);
     if (overlaps(y, x) && y->offset != x->offset) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: y partially overlaps x", op);
-    return dev->ops->rmsnorm(dev, x, w, y, kvs_tensor_rows(x), dim, eps);
+    kvs_rmsnorm_args a = {.x = x, .w = w, .y = y, .rows = kvs_tensor_rows(x), .dim = dim, .eps = eps};
+    return dispatch_rmsnorm(dev, &a);
 }
 
 kvs_status kvs_swiglu(kvs_device *dev, const kvs_tensor *gate, const kvs_tensor *up, kvs_tensor *out) {
     int64_t n = 0;
     KVS_TRY(check_ew2(dev, "kvs_swiglu", gate, "gate", up, "up", out, "out", &n));
-    return dev->ops->swiglu(dev, gate, up, out, n);
+    kvs_binary_args a = {.a = gate, .b = up, .y = out, .n = n};
+    return dispatch_swiglu(dev, &a);
 }
 
 kvs_status kvs_softmax(kvs_device *dev, const kvs_tensor *x, kvs_tensor *y, float scale) {
@@ -147,7 +168,8 @@ kvs_status kvs_softmax(kvs_device *dev, const kvs_tensor *x, kvs_tensor *y, floa
         return kvs_error(KVS_ERR_SHAPE, "%s: y shape differs from x", op);
     if (!(scale > 0.0f) || !isfinite(scale)) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: scale must be finite and > 0", op);
     if (overlaps(y, x) && y->offset != x->offset) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: y partially overlaps x", op);
-    return dev->ops->softmax(dev, x, y, kvs_tensor_rows(x), x->ne[0], scale);
+    kvs_softmax_args a = {.x = x, .y = y, .rows = kvs_tensor_rows(x), .n = x->ne[0], .scale = scale};
+    return dispatch_softmax(dev, &a);
 }
 
 kvs_status kvs_embedding(kvs_device *dev, const kvs_tensor *table, const int32_t *ids, int64_t n, kvs_tensor *out) {
@@ -165,7 +187,8 @@ kvs_status kvs_embedding(kvs_device *dev, const kvs_tensor *table, const int32_t
         if (ids[i] < 0 || ids[i] >= vocab)
             return kvs_error(KVS_ERR_OUT_OF_RANGE, "%s: ids[%lld] = %d outside vocabulary [0, %lld)", op, (long long)i,
                              ids[i], (long long)vocab);
-    return dev->ops->embedding(dev, table, ids, n, out, dim);
+    kvs_embedding_args a = {.table = table, .out = out, .ids = ids, .n = n, .dim = dim};
+    return dispatch_embedding(dev, &a);
 }
 
 /* ---- rope --------------------------------------------------------------------------------- */
@@ -202,7 +225,7 @@ kvs_status kvs_rope(kvs_device *dev, kvs_tensor *x, const kvs_tensor *pos, const
     a.n_vec = x->ne[1] * x->ne[2];
     KVS_TRY(want_nel(op, pos, "pos", x->ne[2]));
     KVS_TRY(rope_resolve(op, p, a.head_dim, &a.p));
-    return dev->ops->rope(dev, &a);
+    return dispatch_rope(dev, &a);
 }
 
 kvs_status kvs_rope_shift(kvs_device *dev, kvs_tensor *k, const kvs_tensor *delta, int64_t n_rows,
@@ -222,7 +245,7 @@ kvs_status kvs_rope_shift(kvs_device *dev, kvs_tensor *k, const kvs_tensor *delt
     kvs_rope_args a = {.x = k, .pos = delta, .head_dim = k->ne[0], .pos_div = 1, .n_vec = cap * k->ne[2],
                        .vec_stride_rows = cap, .n_rows = n_rows};
     KVS_TRY(rope_resolve(op, p, a.head_dim, &a.p));
-    return dev->ops->rope(dev, &a);
+    return dispatch_rope(dev, &a);
 }
 
 /* ---- attention ---------------------------------------------------------------------------- */
@@ -317,7 +340,7 @@ kvs_status kvs_attention(kvs_device *dev, const kvs_tensor *q, const kvs_tensor 
             if (overlaps(outs[i], outs[j]))
                 return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: two statistics outputs alias", op);
     }
-    return dev->ops->attention(dev, &a);
+    return dispatch_attention(dev, &a);
 }
 
 /* ---- wavelets ----------------------------------------------------------------------------- */
@@ -396,7 +419,7 @@ kvs_status kvs_dwt(kvs_device *dev, const kvs_tensor *x, kvs_tensor *y, kvs_wave
     KVS_TRY(dwt_common("kvs_dwt", dev, x, y, w, levels, &a));
     a.src = x;
     a.dst = y;
-    return dev->ops->dwt(dev, &a);
+    return dispatch_dwt(dev, &a);
 }
 
 kvs_status kvs_idwt(kvs_device *dev, const kvs_tensor *y, kvs_tensor *x, kvs_wavelet w, int levels) {
@@ -404,7 +427,7 @@ kvs_status kvs_idwt(kvs_device *dev, const kvs_tensor *y, kvs_tensor *x, kvs_wav
     KVS_TRY(dwt_common("kvs_idwt", dev, x, y, w, levels, &a));
     a.src = y;
     a.dst = x;
-    return dev->ops->idwt(dev, &a);
+    return dispatch_idwt(dev, &a);
 }
 
 /* ---- top-k -------------------------------------------------------------------------------- */
@@ -444,7 +467,7 @@ kvs_status kvs_topk(kvs_device *dev, const kvs_tensor *x, kvs_tensor *idx, kvs_t
         KVS_TRY(want_nel(op, p->row_len, "row_len", a.rows));
     }
     KVS_TRY(topk_outputs(op, dev, &a));
-    return dev->ops->topk(dev, &a);
+    return dispatch_topk(dev, &a);
 }
 
 kvs_status kvs_topk_global(kvs_device *dev, const kvs_tensor *x, kvs_tensor *idx, kvs_tensor *val,
@@ -467,7 +490,7 @@ kvs_status kvs_topk_global(kvs_device *dev, const kvs_tensor *x, kvs_tensor *idx
     }
     if (overlaps(idx, x) || overlaps(val, x) || overlaps(val, idx))
         return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: outputs alias", op);
-    return dev->ops->topk_global(dev, &a);
+    return dispatch_topk_global(dev, &a);
 }
 
 /* ---- gather / scatter / compact ----------------------------------------------------------- */
@@ -508,7 +531,7 @@ kvs_status kvs_gather(kvs_device *dev, const kvs_tensor *src, const kvs_tensor *
     a.dst_rows = dst->ne[1];
     if (a.n > a.dst_rows) return kvs_error(KVS_ERR_SHAPE, "%s: %lld indices but dst holds %lld rows", op, (long long)a.n, (long long)a.dst_rows);
     if (overlaps(src, dst) || overlaps(idx, dst)) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: dst aliases src or idx", op);
-    return dev->ops->gather(dev, &a);
+    return dispatch_gather(dev, &a);
 }
 
 kvs_status kvs_scatter(kvs_device *dev, const kvs_tensor *src, const kvs_tensor *idx, kvs_tensor *dst, int src_token_major) {
@@ -530,7 +553,7 @@ kvs_status kvs_scatter(kvs_device *dev, const kvs_tensor *src, const kvs_tensor 
     a.src_rows = a.n;
     a.dst_rows = dst->ne[1];
     if (overlaps(src, dst) || overlaps(idx, dst)) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: dst aliases src or idx", op);
-    return dev->ops->scatter(dev, &a);
+    return dispatch_scatter(dev, &a);
 }
 
 kvs_status kvs_compact(kvs_device *dev, kvs_tensor *t, const kvs_tensor *idx) {
@@ -544,5 +567,5 @@ kvs_status kvs_compact(kvs_device *dev, kvs_tensor *t, const kvs_tensor *idx) {
     a.src_rows = a.dst_rows = t->ne[1];
     if (a.n > a.dst_rows) return kvs_error(KVS_ERR_SHAPE, "%s: %lld indices but t holds %lld rows", op, (long long)a.n, (long long)a.dst_rows);
     if (overlaps(idx, t)) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: idx aliases t", op);
-    return dev->ops->compact(dev, &a);
+    return dispatch_compact(dev, &a);
 }

@@ -96,29 +96,42 @@ kvs_status kvs_tensor_new(kvs_tensor **out, kvs_device *dev, kvs_dtype dtype, in
     return kvs_tensor_create(out, dev, dtype, ndim, ne);
 }
 
-kvs_status kvs_tensor_view(kvs_tensor **out, kvs_tensor *parent, int64_t offset_elems, int ndim, const int64_t *ne) {
-    if (!out) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_tensor_view: out is NULL");
-    *out = NULL;
-    if (!parent || !ne) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_tensor_view: NULL parent or shape");
+/* The checks and the fields of a view (no reference taken). */
+static kvs_status view_fill(kvs_tensor *t, const kvs_tensor *parent, int64_t offset_elems, int ndim, const int64_t *ne,
+                            const char *op) {
     size_t nbytes;
-    KVS_TRY(kvs_shape_check(parent->dtype, ndim, ne, &nbytes, "kvs_tensor_view"));
+    KVS_TRY(kvs_shape_check(parent->dtype, ndim, ne, &nbytes, op));
     if (offset_elems < 0 || (parent->dtype == KVS_Q8_0 && offset_elems % 32))
-        return kvs_error(KVS_ERR_OUT_OF_RANGE, "kvs_tensor_view: bad offset %lld", (long long)offset_elems);
+        return kvs_error(KVS_ERR_OUT_OF_RANGE, "%s: bad offset %lld", op, (long long)offset_elems);
     size_t off = kvs_dtype_bytes(parent->dtype, offset_elems);
     if (off + nbytes > parent->nbytes)
-        return kvs_error(KVS_ERR_OUT_OF_RANGE,
-                         "kvs_tensor_view: view of %zu bytes at byte %zu exceeds parent '%s' of %zu bytes",
+        return kvs_error(KVS_ERR_OUT_OF_RANGE, "%s: view of %zu bytes at byte %zu exceeds parent '%s' of %zu bytes", op,
                          nbytes, off, parent->name, parent->nbytes);
-    kvs_tensor *t = calloc(1, sizeof *t);
-    if (!t) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_tensor_view: out of host memory");
     *t = *parent;
-    t->buf->refs++;
     t->offset = parent->offset + off;
     t->ndim = ndim;
     for (int i = 0; i < KVS_MAX_DIMS; i++) t->ne[i] = i < ndim ? ne[i] : 1;
     t->nbytes = nbytes;
+    return KVS_OK;
+}
+
+kvs_status kvs_tensor_view(kvs_tensor **out, kvs_tensor *parent, int64_t offset_elems, int ndim, const int64_t *ne) {
+    if (!out) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_tensor_view: out is NULL");
+    *out = NULL;
+    if (!parent || !ne) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_tensor_view: NULL parent or shape");
+    kvs_tensor v;
+    KVS_TRY(view_fill(&v, parent, offset_elems, ndim, ne, "kvs_tensor_view"));
+    kvs_tensor *t = calloc(1, sizeof *t);
+    if (!t) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_tensor_view: out of host memory");
+    *t = v;
+    t->buf->refs++;
     *out = t;
     return KVS_OK;
+}
+
+kvs_status kvs_tensor_view_into(kvs_tensor *t, const kvs_tensor *parent, int64_t offset_elems, int ndim, const int64_t *ne) {
+    if (!t || !parent || !ne) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_tensor_view_into: NULL argument");
+    return view_fill(t, parent, offset_elems, ndim, ne, "kvs_tensor_view_into");
 }
 
 void kvs_tensor_destroy(kvs_tensor **t) {

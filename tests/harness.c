@@ -10,6 +10,7 @@
 
 kvs_device_params t_params;
 uint64_t t_base_seed = 20251129;
+char t_variant[256];
 
 /* ---- shared counters (MAP_SHARED so forked Check children can update them) ---- */
 
@@ -39,7 +40,7 @@ static kvs_tensor *g_plain[T_MAX_TENSORS];
 static int g_nplain;
 static void *g_allocs[T_MAX_ALLOCS];
 static int g_nallocs;
-static char g_case[512];
+static char g_case[1024];
 static int g_case_open, g_case_skipped;
 static uint64_t g_rng[4];
 
@@ -110,11 +111,15 @@ void t_seed(const char *test_name) { rng_seed(t_base_seed ^ hash_str(test_name))
 kvs_device *t_begin(const char *test_name) {
     g_ntensors = g_nplain = g_nallocs = 0;
     g_case_open = g_case_skipped = 0;
-    snprintf(g_case, sizeof g_case, "%s %s", kvs_backend_name(t_params.backend), test_name);
+    snprintf(g_case, sizeof g_case, "%s%s%s %s", kvs_backend_name(t_params.backend), t_variant[0] ? " " : "",
+             t_variant, test_name);
     rng_seed(t_base_seed ^ hash_str(test_name));
     kvs_status s = kvs_device_open(&g_dev, &t_params);
     ck_assert_msg(s == KVS_OK, "%s: cannot open %s device %d: %s (%s)", test_name,
                   kvs_backend_name(t_params.backend), t_params.index, kvs_status_str(s), kvs_last_error());
+    s = kvs_device_set_variants(g_dev, t_variant);
+    ck_assert_msg(s == KVS_OK, "%s: cannot force variants '%s': %s (%s)", test_name, t_variant, kvs_status_str(s),
+                  kvs_last_error());
     return g_dev;
 }
 
@@ -152,17 +157,29 @@ void t_case(const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    snprintf(g_case, sizeof g_case, "%s %s", kvs_backend_name(t_params.backend), buf);
+    snprintf(g_case, sizeof g_case, "%s%s%s %s", kvs_backend_name(t_params.backend), t_variant[0] ? " " : "",
+             t_variant, buf);
     g_case_open = 1;
 }
 
 const char *t_case_str(void) { return g_case; }
 
-int t_op(kvs_status s) {
+void t_query_begin(void) {
+    ck_assert_msg(kvs_device_set_query(g_dev, 1) == KVS_OK, "kvs_device_set_query: %s", kvs_last_error());
+}
+
+int t_run_end(kvs_status s) {
+    T_ASSERT(s == KVS_OK, "op failed: %s (%s): %s%s", kvs_status_name(s), kvs_status_str(s), kvs_last_error(),
+             s == KVS_ERR_UNSUPPORTED ? " (after the support query accepted the call)" : "");
+    return 0;
+}
+
+int t_query_end(kvs_status s) {
+    ck_assert_msg(kvs_device_set_query(g_dev, 0) == KVS_OK, "kvs_device_set_query: %s", kvs_last_error());
     if (s == KVS_ERR_UNSUPPORTED) {
         if (!g_case_skipped && g_counters) {
             __sync_fetch_and_add(&g_counters->cases_skipped, 1);
-            char line[600];
+            char line[1700];
             snprintf(line, sizeof line, "  SKIP (unsupported) %s: %s\n", g_case, kvs_last_error());
             /* Best effort append; concurrent writers cannot happen (Check runs tests one by one). */
             size_t used = strlen(g_counters->skipped);
@@ -173,7 +190,8 @@ int t_op(kvs_status s) {
         g_case_skipped = 1;
         return 1;
     }
-    T_ASSERT(s == KVS_OK, "op failed: %s (%s): %s", kvs_status_name(s), kvs_status_str(s), kvs_last_error());
+    T_ASSERT(s == KVS_OK, "support query failed: %s (%s): %s", kvs_status_name(s), kvs_status_str(s),
+             kvs_last_error());
     return 0;
 }
 

@@ -31,6 +31,7 @@
 /* ---- global run configuration (set by main before the runner starts) ---- */
 extern kvs_device_params t_params;   /* backend + device index under test */
 extern uint64_t t_base_seed;         /* printed at start; KVS_TEST_SEED overrides */
+extern char t_variant[256];          /* kernel variants t_begin forces ("op:variant,..."; "" = auto) */
 
 /* ---- per-test lifetime ---- */
 kvs_device *t_begin(const char *test_name); /* opens the device under test; seeds t_rng */
@@ -63,10 +64,19 @@ kvs_backend t_backend(void);
 /* Names the current case (printf-style). Closes the previous case as run (if not skipped). */
 void t_case(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 const char *t_case_str(void);
-/* If s is KVS_ERR_UNSUPPORTED: records the current case as skipped (printed with the device's
- * reason) and returns 1. Otherwise asserts s == KVS_OK (failing with kvs_last_error()) and returns 0.
- * Usage: if (t_op(kvs_matmul(...))) continue;  -- or return; */
-int t_op(kvs_status s);
+/* Support query, then the op (as test-backend-ops asks ggml's supports_op before running a case):
+ * t_op(call) evaluates the op call twice: first with the device in query mode
+ * (kvs_device_set_query: validation and the backend's supports(), nothing runs); if the device
+ * reports KVS_ERR_UNSUPPORTED the case is recorded as skipped (printed with the device's reason),
+ * never passed, and t_op returns 1 without running it. Otherwise the call runs for real and must
+ * return KVS_OK (an unsupported error now fails the test: supports() accepted the call); returns 0.
+ * t_query(call) is the first half alone: 1 (skipped) or 0 (supported; the caller runs the call).
+ * The call's arguments must be free of side effects. Usage: if (t_op(kvs_matmul(...))) return; */
+#define t_query(call) (t_query_begin(), t_query_end(call))
+#define t_op(call) (t_query(call) ? 1 : t_run_end(call))
+void t_query_begin(void);     /* puts the device in query mode */
+int t_query_end(kvs_status s); /* leaves query mode; 1 and the skip recorded when s is unsupported */
+int t_run_end(kvs_status s);   /* asserts s == KVS_OK, returns 0 */
 /* Asserts s == want, and (for errors) that kvs_last_error() is non-empty. */
 void t_expect(kvs_status s, kvs_status want, const char *what);
 
@@ -75,6 +85,8 @@ typedef struct t_counters {
     long cases_run;
     long cases_skipped;
     char skipped[4096]; /* first skipped case names + reasons, '\n'-separated */
+    char variants[4096]; /* the device's usable variants, "op:variant\n" each (test_ops' probe) */
+    char variants_unusable[2048]; /* "op:variant: reason\n" each */
 } t_counters;
 t_counters *t_counters_get(void);
 void t_counters_init(void);

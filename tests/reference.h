@@ -66,7 +66,9 @@ int64_t ref_attn_valid(const ref_attn *a, int64_t h);
 void ref_attention(ref_attn *a);
 
 /* ---- wavelets ---- */
-/* Orthonormal low-pass taps written independently of the library (db2 in closed form). */
+/* Orthonormal low-pass taps written independently of the library's kvs_wavelet_filter tables (db2
+ * in closed form). The DWT below is the library's float64 host DWT (core/schedule/dwt_host.c, used
+ * by the WaveFilter schedule), not any backend's kvs_dwt. */
 int ref_wavelet_lo(kvs_wavelet w, double *lo);
 int64_t ref_dwt_level_len(int64_t n, int level);
 int64_t ref_dwt_len(int64_t n, int levels);

@@ -2,7 +2,8 @@
  * backend per run (test_generate --backend cpu|opencl|vulkan).
  *  - stories260K greedy (llama2.c run.c, BOS-only prompt, 256 tokens) = ref_greedy_256.json, from
  *    each of the four encodings (GGUF v1, GGUF v3, llama2.c .bin, safetensors);
- *  - stories260K-llada diffusion decodes (no cache) = stories260K-llada-ref.json, every case;
+ *  - stories260K-llada diffusion decodes (no cache) = stories260K-llada-ref.json, every case, and the
+ *    loop's early exits (callback stop, stop_eos);
  *  - the forward's argument checking.
  * Models are located with kvs_model_locate ($KVSIEVE_MODELS, models/, ../shared/models); a missing
  * v3/llada fixture or backend skips the run (exit 77), a missing GGUF v1/llama2.c/safetensors encoding
@@ -219,6 +220,140 @@ START_TEST(test_dlm_reference) {
 }
 END_TEST
 
+static int stop_after_first(void *user, int32_t tok) {
+    (void)tok;
+    return ++*(int *)user >= 1;
+}
+
+/* The DLM loop's early exits (issue 14, issue 13 part 3): a callback stop leaves the undecoded
+ * positions at mask_id and counts only the decoded tokens; stop_eos (LLaDA) ends the decode once
+ * every position before the first committed EOS is decoded and sets the rest to EOS. The fixture
+ * never produces its EOS, so the test gives the model file the EOS id of a token the reference
+ * decode commits at position 2 (" was" = 286 in case 0) before creating the device model. */
+START_TEST(test_dlm_early_stop) {
+    json_object *ref = load_json("stories260K-llada-ref.json"), *cases, *cj, *pt, *toks;
+    ck_assert(json_object_object_get_ex(ref, "cases", &cases));
+    cj = json_object_array_get_idx(cases, 0);
+    ck_assert(json_object_object_get_ex(cj, "prompt_tokens", &pt));
+    ck_assert(json_object_object_get_ex(cj, "tokens", &toks));
+    int64_t np = (int64_t)json_object_array_length(pt);
+    int32_t prompt[64], want[64], out[64];
+    for (int64_t i = 0; i < np; i++) prompt[i] = json_object_get_int(json_object_array_get_idx(pt, (size_t)i));
+    for (int64_t i = 0; i < 64; i++) want[i] = json_object_get_int(json_object_array_get_idx(toks, (size_t)i));
+    const int32_t eos = 286;
+    ck_assert_int_eq(want[2], eos);
+    ck_assert(want[0] != eos && want[1] != eos);
+
+    kvs_device *dev = open_dev();
+    kvs_model_file *mf = NULL;
+    ck_assert_msg(kvs_model_file_open(&mf, locate("stories260K-llada-f32.gguf"), NULL) == KVS_OK, "%s", kvs_last_error());
+    kvs_model_hparams *hp = (kvs_model_hparams *)kvs_model_file_hparams(mf); /* test hook: the EOS id */
+    int32_t file_eos = hp->eos_id;
+    hp->eos_id = -1;
+    kvs_model *no_eos = NULL, *m = NULL;
+    ck_assert_msg(kvs_model_create(&no_eos, dev, mf, NULL) == KVS_OK, "%s", kvs_last_error());
+    hp->eos_id = eos;
+    ck_assert_msg(kvs_model_create(&m, dev, mf, NULL) == KVS_OK, "%s", kvs_last_error());
+    hp->eos_id = file_eos;
+    kvs_cache_params cp = kvs_model_cache_params(m);
+    cp.capacity = np + 64;
+    kvs_kv_cache *c = NULL;
+    ck_assert_msg(kvs_cache_create(&c, dev, &cp) == KVS_OK, "%s", kvs_last_error());
+    kvs_dlm_params p = kvs_dlm_params_default();
+    p.gen_len = 64;
+    p.block_len = 32;
+    p.steps = 64;
+    kvs_gen_stats st;
+
+    /* the full decode: the reference, every position decoded */
+    ck_assert_msg(kvs_generate_dlm(m, c, prompt, np, &p, NULL, NULL, out, &st) == KVS_OK, "%s", kvs_last_error());
+    for (int i = 0; i < 64; i++) ck_assert_int_eq(out[i], want[i]);
+    ck_assert_int_eq(st.tokens, 64);
+    ck_assert_int_eq(st.tokens_eos_filled, 0);
+    ck_assert_int_eq(st.steps, 64);
+
+    /* the callback stops after the first block: block 2 is never decoded */
+    int calls = 0;
+    for (int i = 0; i < 64; i++) out[i] = -7;
+    ck_assert_msg(kvs_generate_dlm(m, c, prompt, np, &p, stop_after_first, &calls, out, &st) == KVS_OK, "%s",
+                  kvs_last_error());
+    ck_assert_int_eq(calls, 1);
+    for (int i = 0; i < 32; i++) ck_assert_int_eq(out[i], want[i]);
+    for (int i = 32; i < 64; i++) ck_assert_int_eq(out[i], kvs_model_get_hparams(m)->mask_id);
+    ck_assert_int_eq(st.tokens, 32);
+    ck_assert_int_eq(st.steps, 32);
+    ck_assert(st.seconds <= 0 || fabs(st.tokens_per_s - 32.0 / st.seconds) <= 1e-9 * st.tokens_per_s);
+
+    /* stop at EOS: positions 0..2 as the reference, then EOS; the masked ones were not decoded */
+    p.stop_eos = 1;
+    for (int i = 0; i < 64; i++) out[i] = -7;
+    ck_assert_msg(kvs_generate_dlm(m, c, prompt, np, &p, NULL, NULL, out, &st) == KVS_OK, "%s", kvs_last_error());
+    for (int i = 0; i < 3; i++) ck_assert_int_eq(out[i], want[i]);
+    for (int i = 3; i < 64; i++) ck_assert_int_eq(out[i], eos);
+    ck_assert_int_ge(st.tokens, 3);
+    ck_assert_int_lt(st.tokens, 32);
+    ck_assert_int_eq(st.tokens + st.tokens_eos_filled, 64);
+    ck_assert_int_eq(st.steps, st.tokens); /* one token per step */
+    ck_assert(st.rows_computed == st.steps * (np + 64) * kvs_model_get_hparams(m)->n_layers);
+
+    /* stop_eos needs an EOS id */
+    ck_assert_int_eq(kvs_generate_dlm(no_eos, c, prompt, np, &p, NULL, NULL, out, &st), KVS_ERR_INVALID_ARGUMENT);
+    ck_assert(strstr(kvs_last_error(), "EOS") != NULL);
+
+    kvs_cache_destroy(&c);
+    kvs_model_destroy(&m);
+    kvs_model_destroy(&no_eos);
+    kvs_model_file_close(&mf);
+    kvs_device_destroy(&dev);
+    json_object_put(ref);
+}
+END_TEST
+
+/* kvs_dlm_schedule_fidelity: the no-cache schedule against a no-cache shadow forward agrees at
+ * every logit row; rows compared = the masked positions of every step (32 + 31 + ... + 1). */
+START_TEST(test_dlm_fidelity) {
+    kvs_device *dev = open_dev();
+    kvs_model *m = NULL, *shadow = NULL;
+    ck_assert_msg(kvs_model_load(&m, dev, locate("stories260K-llada-f32.gguf"), NULL) == KVS_OK, "%s", kvs_last_error());
+    ck_assert_msg(kvs_model_load(&shadow, dev, locate("stories260K-llada-f32.gguf"), NULL) == KVS_OK, "%s", kvs_last_error());
+    int32_t prompt[3] = {1, 403, 407}, out[32], ref[32];
+    kvs_cache_params cp = kvs_model_cache_params(m);
+    cp.capacity = 3 + 32;
+    kvs_kv_cache *c = NULL, *sc = NULL;
+    ck_assert(kvs_cache_create(&c, dev, &cp) == KVS_OK);
+    ck_assert(kvs_cache_create(&sc, dev, &cp) == KVS_OK);
+    kvs_dlm_params p = kvs_dlm_params_default();
+    p.gen_len = 32;
+    p.block_len = 32;
+    kvs_gen_stats st;
+    ck_assert_msg(kvs_generate_dlm(m, c, prompt, 3, &p, NULL, NULL, ref, &st) == KVS_OK, "%s", kvs_last_error());
+    kvs_dlm_schedule *none = NULL, *w = NULL;
+    ck_assert(kvs_dlm_schedule_none(&none) == KVS_OK);
+    kvs_dlm_fidelity fr;
+    ck_assert_int_eq(kvs_dlm_fidelity_get(none, &fr), KVS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(kvs_dlm_schedule_fidelity(&w, none, shadow, NULL), KVS_ERR_INVALID_ARGUMENT);
+    ck_assert_msg(kvs_dlm_schedule_fidelity(&w, none, shadow, sc) == KVS_OK, "%s", kvs_last_error());
+    ck_assert_str_eq(kvs_dlm_schedule_name(w), "none");
+    p.schedule = w;
+    ck_assert_msg(kvs_generate_dlm(m, c, prompt, 3, &p, NULL, NULL, out, &st) == KVS_OK, "%s", kvs_last_error());
+    for (int i = 0; i < 32; i++) ck_assert_int_eq(out[i], ref[i]);
+    ck_assert(kvs_dlm_fidelity_get(w, &fr) == KVS_OK);
+    ck_assert_int_eq(fr.total, 32 * 33 / 2);
+    ck_assert_int_eq(fr.match, fr.total);
+    ck_assert(fr.seconds >= 0.0);
+    kvs_dlm_schedule_stats ss;
+    ck_assert(kvs_dlm_schedule_get_stats(w, &ss) == KVS_OK);
+    ck_assert_int_eq(ss.steps, 32);
+    kvs_dlm_schedule_destroy(&w);
+    kvs_dlm_schedule_destroy(&none);
+    kvs_cache_destroy(&sc);
+    kvs_cache_destroy(&c);
+    kvs_model_destroy(&shadow);
+    kvs_model_destroy(&m);
+    kvs_device_destroy(&dev);
+}
+END_TEST
+
 START_TEST(test_forward_errors) {
     kvs_device *dev = open_dev();
     kvs_model *m = NULL;
@@ -296,6 +431,8 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_encodings_identical_logits);
     tcase_add_test(tc, test_append_positions_after_eviction);
     tcase_add_test(tc, test_dlm_reference);
+    tcase_add_test(tc, test_dlm_early_stop);
+    tcase_add_test(tc, test_dlm_fidelity);
     tcase_add_test(tc, test_forward_errors);
     suite_add_tcase(s, tc);
     return kvs_test_run(s);

@@ -23,18 +23,30 @@
 #include "suites.h"
 
 typedef Suite *(*suite_fn)(void);
+/* Each suite with the ops whose kernel variants it sweeps (comma-separated op names). */
 static const struct {
     const char *name;
     suite_fn fn;
+    const char *ops;
 } all_suites[] = {
-    {"tensor", suite_tensor},       {"matmul", suite_matmul}, {"elementwise", suite_elementwise},
-    {"embedding", suite_embedding}, {"rope", suite_rope},     {"attention", suite_attention},
-    {"dwt", suite_dwt},             {"topk", suite_topk},     {"rows", suite_rows},
+    {"tensor", suite_tensor, ""},
+    {"matmul", suite_matmul, "matmul"},
+    {"elementwise", suite_elementwise, "add,copy,rmsnorm,swiglu,softmax"},
+    {"embedding", suite_embedding, "embedding"},
+    {"rope", suite_rope, "rope"},
+    {"attention", suite_attention, "attention"},
+    {"dwt", suite_dwt, "dwt,idwt"},
+    {"topk", suite_topk, "topk,topk_global"},
+    {"rows", suite_rows, "gather,scatter,compact"},
 };
+static const char *const all_ops[] = {"matmul", "add", "copy", "rmsnorm", "swiglu", "softmax", "embedding", "rope",
+                                      "attention", "dwt", "idwt", "topk", "topk_global", "gather", "scatter",
+                                      "compact"};
 #define N_SUITES (sizeof all_suites / sizeof all_suites[0])
 
 static void usage(void) {
-    fprintf(stderr, "usage: test_ops [--backend cpu|opencl|vulkan[:INDEX]] [--threads N] [--suite NAME] [--tcase NAME] [--list]\n"
+    fprintf(stderr, "usage: test_ops [--backend cpu|opencl|vulkan[:INDEX]] [--threads N] [--suite NAME] [--tcase NAME]\n"
+                    "                [--variant OP:VARIANT,...|auto] [--list]\n"
                     "suites:");
     for (size_t i = 0; i < N_SUITES; i++) fprintf(stderr, " %s", all_suites[i].name);
     fprintf(stderr, "\n");
@@ -52,6 +64,21 @@ static void mkdir_p(const char *path) {
     }
     mkdir(buf, 0777);
 }
+
+/* 1 when op is one of the comma-separated names in list. */
+static int op_in(const char *list, const char *op) {
+    size_t n = strlen(op);
+    for (const char *p = list; *p;) {
+        size_t len = strcspn(p, ",");
+        if (len == n && !strncmp(p, op, n)) return 1;
+        p += len;
+        if (*p == ',') p++;
+    }
+    return 0;
+}
+
+static int run_suite[64];        /* suite index of each variant run (run 0: every selected suite) */
+static char run_name[64][64];    /* the variant name of each run */
 
 /* Environment defaults for the backend under test; never overrides what the caller set. */
 static void setup_env(kvs_backend b) {
@@ -104,6 +131,19 @@ static int probe_device(void) {
                kvs_backend_name(info->backend), info->index, info->name, info->vendor, info->driver, c->fp16_storage,
                c->fp16_arith, c->bf16_storage, c->subgroup_size, (long long)c->shared_mem_bytes,
                c->max_workgroup_size, (long long)c->max_buffer_bytes);
+        /* the variants this device can run (the sweep) and those it cannot (reported as skipped) */
+        t_counters *tc = t_counters_get();
+        for (size_t o = 0; o < sizeof all_ops / sizeof all_ops[0]; o++)
+            for (int i = 0; i < kvs_device_variant_count(dev, all_ops[o]); i++) {
+                char spec[128], line[400];
+                snprintf(spec, sizeof spec, "%s:%s", all_ops[o], kvs_device_variant_name(dev, all_ops[o], i));
+                kvs_status vs = kvs_device_set_variants(dev, spec);
+                char *list = vs == KVS_OK ? tc->variants : tc->variants_unusable;
+                size_t cap = vs == KVS_OK ? sizeof tc->variants : sizeof tc->variants_unusable;
+                if (vs == KVS_OK) snprintf(line, sizeof line, "%s\n", spec);
+                else snprintf(line, sizeof line, "%s: %s\n", spec, kvs_last_error());
+                if (strlen(list) + strlen(line) < cap) strcat(list, line);
+            }
         fflush(stdout);
         kvs_device_destroy(&dev);
         _exit(0);
@@ -117,13 +157,14 @@ static int probe_device(void) {
 
 int main(int argc, char **argv) {
     const char *spec = getenv("KVS_TEST_BACKEND");
-    const char *suite = NULL, *tcase = NULL, *threads = getenv("KVS_TEST_THREADS");
+    const char *suite = NULL, *tcase = NULL, *variant = NULL, *threads = getenv("KVS_TEST_THREADS");
     int list = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--backend") && i + 1 < argc) spec = argv[++i];
         else if (!strcmp(argv[i], "--suite") && i + 1 < argc) suite = argv[++i];
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = argv[++i];
         else if (!strcmp(argv[i], "--tcase") && i + 1 < argc) tcase = argv[++i];
+        else if (!strcmp(argv[i], "--variant") && i + 1 < argc) variant = argv[++i];
         else if (!strcmp(argv[i], "--list")) list = 1;
         else {
             usage();
@@ -163,6 +204,7 @@ int main(int argc, char **argv) {
         return 77;
     }
     setup_env(t_params.backend);
+    t_counters_init();
     int probe = probe_device();
     if (probe == 77) {
         printf("# SKIP: no %s device %d on this machine\n", kvs_backend_name(t_params.backend), t_params.index);
@@ -173,19 +215,61 @@ int main(int argc, char **argv) {
         return 1;
     }
 
-    t_counters_init();
-    SRunner *sr = NULL;
-    for (size_t i = 0; i < N_SUITES; i++) {
-        if (suite && strcmp(all_suites[i].name, suite)) continue;
-        if (!sr) sr = srunner_create(all_suites[i].fn());
-        else srunner_add_suite(sr, all_suites[i].fn());
-    }
-    srunner_run(sr, NULL, tcase, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    int ran = srunner_ntests_run(sr);
-    srunner_free(sr);
-
     t_counters *c = t_counters_get();
+    /* The runs: automatic variant choice first, then (checkasm-style) every variant the device can
+     * run of each swept op, every case against the same float64 references. Variants of the
+     * suite's ops with the same name run together ("topk:avx512,topk_global:avx512"). --variant
+     * runs one spec only (to reproduce a failure). */
+    char runs[64][256];
+    int n_runs = 0;
+    if (variant) {
+        snprintf(runs[n_runs++], sizeof runs[0], "%s", strcmp(variant, "auto") ? variant : "");
+    } else {
+        runs[n_runs++][0] = '\0';
+        for (size_t i = 0; i < N_SUITES; i++) {
+            if (suite && strcmp(all_suites[i].name, suite)) continue;
+            for (const char *l = c->variants; *l; l = strchr(l, '\n') + 1) {
+                char op[64], name[64];
+                if (sscanf(l, "%63[^:]:%63[^\n]", op, name) != 2) break;
+                if (!op_in(all_suites[i].ops, op)) continue;
+                /* a run of this suite with this variant name exists: add the op to it */
+                int r;
+                for (r = 1; r < n_runs; r++)
+                    if (run_suite[r] == (int)i && !strcmp(run_name[r], name)) break;
+                if (r == n_runs) {
+                    if (n_runs == 64) break;
+                    runs[r][0] = '\0';
+                    run_suite[r] = (int)i;
+                    snprintf(run_name[r], sizeof run_name[r], "%s", name);
+                    n_runs++;
+                }
+                size_t used = strlen(runs[r]);
+                snprintf(runs[r] + used, sizeof runs[r] - used, "%s%s:%s", used ? "," : "", op, name);
+            }
+        }
+    }
+    if (c->variants_unusable[0]) printf("# variants this device cannot run (skipped, not passed):\n%s", c->variants_unusable);
+    int failed = 0, ran = 0;
+    for (int r = 0; r < n_runs; r++) {
+        memcpy(t_variant, runs[r], sizeof t_variant);
+        SRunner *sr = NULL;
+        for (size_t i = 0; i < N_SUITES; i++) {
+            if (suite && strcmp(all_suites[i].name, suite)) continue;
+            if (r > 0 && !variant && run_suite[r] != (int)i) continue;
+            if (!sr) sr = srunner_create(all_suites[i].fn());
+            else srunner_add_suite(sr, all_suites[i].fn());
+        }
+        long before = c->cases_run;
+        printf("# run %d/%d: variants %s\n", r + 1, n_runs, runs[r][0] ? runs[r] : "auto");
+        fflush(stdout);
+        srunner_run(sr, NULL, tcase, CK_NORMAL);
+        failed += srunner_ntests_failed(sr);
+        ran += srunner_ntests_run(sr);
+        srunner_free(sr);
+        printf("# run %d/%d: variants %s: %ld cases passed\n", r + 1, n_runs, runs[r][0] ? runs[r] : "auto",
+               c->cases_run - before);
+    }
+
     printf("# %s: %d Check tests, %d failed; %ld cases passed, %ld cases skipped as unsupported\n",
            kvs_backend_name(t_params.backend), ran, failed, c->cases_run, c->cases_skipped);
     if (c->cases_skipped) printf("# skipped cases:\n%s", c->skipped);

@@ -472,11 +472,40 @@ END_TEST
 static const t_seq test_attention_sequence_seq[] = {{attention_run, N_CASES}, {attention_accumulate_split_run, 1}};
 T_SEQUENCE_TEST(test_attention_sequence, test_attention_sequence_seq)
 
+/* The support query agrees with the op: for a head_dim past what GPU kernels take in shared/local
+ * memory (OpenCL: > 512; Vulkan: its shared-memory tiles), the query and the real call give the
+ * same answer, an unsupported answer carries the device's reason, and a supported call runs. Not a
+ * reference comparison (the cases above are): this exercises the refusal path of supports(). */
+START_TEST(test_attention_support_query) {
+    kvs_device *dev = t_begin("attention_support_query");
+    const int64_t hd = 2048, nkv = 4;
+    t_case("support query vs call, head_dim %lld", (long long)hd);
+    tt *qt = t_new3(KVS_F32, hd, 1, 1), *kt = t_new3(KVS_F32, hd, nkv, 1), *vt = t_new3(KVS_F32, hd, nkv, 1);
+    tt *ot = t_new3(KVS_F32, hd, 1, 1);
+    float *h = t_alloc((size_t)(hd * nkv) * sizeof(float));
+    t_fill_uniform(h, hd * nkv, -1.0, 1.0);
+    t_upload_f32(qt, h);
+    t_upload_f32(kt, h);
+    t_upload_f32(vt, h);
+    kvs_attention_params p = kvs_attention_params_default();
+    ck_assert_int_eq(kvs_device_set_query(dev, 1), KVS_OK);
+    kvs_status q = kvs_attention(dev, qt->t, kt->t, vt->t, ot->t, &p);
+    ck_assert_int_eq(kvs_device_set_query(dev, 0), KVS_OK);
+    T_ASSERT(q == KVS_OK || q == KVS_ERR_UNSUPPORTED, "query: %s: %s", kvs_status_name(q), kvs_last_error());
+    if (q == KVS_ERR_UNSUPPORTED) T_ASSERT(strstr(kvs_last_error(), "head_dim") != NULL, "reason: %s", kvs_last_error());
+    kvs_status s = kvs_attention(dev, qt->t, kt->t, vt->t, ot->t, &p);
+    T_ASSERT(s == q, "real call %s (%s) but query %s", kvs_status_name(s), kvs_last_error(), kvs_status_name(q));
+    if (s == KVS_OK) t_download(ot, NULL);
+    t_end();
+}
+END_TEST
+
 Suite *suite_attention(void) {
     Suite *s = suite_create("attention");
     TCase *tc = tcase_create("attention");
     tcase_add_loop_test(tc, test_attention, 0, N_CASES);
     tcase_add_test(tc, test_attention_accumulate_split);
+    tcase_add_test(tc, test_attention_support_query);
     suite_add_tcase(s, tc);
     tc = tcase_create("sequence");
     tcase_add_test(tc, test_attention_sequence);

@@ -129,8 +129,7 @@ START_TEST(test_unaligned_views) {
     ck_assert(kvs_tensor_view(&vb, pb, 3, 1, &n) == KVS_OK);
     ck_assert(kvs_tensor_view(&vy, py, 5, 1, &n) == KVS_OK);
     t_case("add on views at element offsets a+1 b+3 y+5 n=%lld", (long long)n);
-    kvs_status s = kvs_add(dev, va, vb, vy);
-    if (!t_op(s)) {
+    if (!t_op(kvs_add(dev, va, vb, vy))) {
         ck_assert(kvs_tensor_download(py, y, 0, sizeof y) == KVS_OK);
         float want[64];
         memcpy(want, y0, sizeof want);
@@ -145,9 +144,9 @@ START_TEST(test_unaligned_views) {
         ck_assert(kvs_tensor_upload(ph_, h0, 0, sizeof h0) == KVS_OK);
         ck_assert(kvs_tensor_view(&vh, ph_, 3, 1, &n) == KVS_OK);
         t_case("copy f32 view a+1 -> %s view +3 n=%lld (byte offset 6)", kvs_dtype_name(dts[d]), (long long)n);
-        s = kvs_copy(dev, va, vh);
+        int skip = t_op(kvs_copy(dev, va, vh));
         kvs_tensor_destroy(&vh);
-        if (t_op(s)) continue;
+        if (skip) continue;
         ck_assert(kvs_tensor_download(ph_, h, 0, sizeof h) == KVS_OK);
         for (int i = 0; i < 64; i++) {
             uint16_t want = (i >= 3 && i < 3 + n) ? (d ? ref_bf16_bits(a[1 + i - 3]) : ref_f16_bits(a[1 + i - 3])) : h0[i];
@@ -167,10 +166,10 @@ START_TEST(test_unaligned_views) {
         tt *it = t_new1(KVS_I32, 4);
         int32_t idx[4] = {5, 0, 2, 2};
         t_upload_i32(it, idx);
-        s = kvs_gather(dev, vs, it->t, vd);
+        int skip = t_op(kvs_gather(dev, vs, it->t, vd));
         kvs_tensor_destroy(&vs);
         kvs_tensor_destroy(&vd);
-        if (!t_op(s)) {
+        if (!skip) {
             ck_assert(kvs_tensor_download(ph, h, 0, sizeof h) == KVS_OK);
             uint16_t want[64];
             memcpy(want, h0, sizeof want);

@@ -16,10 +16,6 @@
 #include "kvsieve/cache.h"
 #include "kvsieve/policy.h"
 
-/* cache internals (core/cache/kv_cache.c), used by the forward to append rows */
-int32_t *kvs_cache_host_pos_mut(kvs_kv_cache *c, int l, int h);
-int64_t *kvs_cache_host_len_mut(kvs_kv_cache *c, int l);
-kvs_status kvs_cache_sync_layer(kvs_kv_cache *c, int l);
 
 static kvs_device_params g_params;
 
@@ -79,20 +75,42 @@ static void h_plan(harness *h, int64_t n_new) {
  * key_mass[l] ([H][n_kv]) and probs[l] ([n_probe][NH][n_kv]) as this step's statistics. */
 static void h_step(harness *h, int64_t n_new, const float *const *key_mass, const float *const *probs) {
     const kvs_cache_params *cp = kvs_cache_get_params(h->c);
+    int H = cp->n_kv_heads, hd = cp->head_dim;
+    size_t cap_elems = (size_t)H * cp->capacity * hd, new_elems = (size_t)n_new * H * hd;
+    float *kall = malloc(cap_elems * sizeof *kall), *vall = malloc(cap_elems * sizeof *vall);
+    float *knew = malloc(new_elems * sizeof *knew), *vnew = malloc(new_elems * sizeof *vnew);
+    int32_t *pos = malloc((size_t)n_new * sizeof *pos);
+    ck_assert(kall && vall && knew && vnew && pos);
+    for (int64_t i = 0; i < n_new; i++) pos[i] = h->next_pos + (int32_t)i;
     for (int l = 0; l < cp->n_layers; l++) {
-        int64_t *len = kvs_cache_host_len_mut(h->c, l);
-        for (int hh = 0; hh < cp->n_kv_heads; hh++) {
-            int32_t *pos = kvs_cache_host_pos_mut(h->c, l, hh);
-            for (int64_t i = 0; i < n_new; i++) pos[len[hh] + i] = h->next_pos + (int32_t)i;
-            len[hh] += n_new;
-        }
-        ck_assert(kvs_cache_sync_layer(h->c, l) == KVS_OK);
+        /* the rows about to be appended keep what the test uploaded there (upload_keys): read them
+         * back and write them through kvs_cache_write_rows, as the forward writes new K/V */
+        ck_assert(kvs_tensor_download(kvs_cache_k(h->c, l), kall, 0, cap_elems * 4) == KVS_OK);
+        ck_assert(kvs_tensor_download(kvs_cache_v(h->c, l), vall, 0, cap_elems * 4) == KVS_OK);
+        for (int hh = 0; hh < H; hh++)
+            for (int64_t i = 0; i < n_new; i++)
+                for (int d = 0; d < hd; d++) {
+                    size_t src = ((size_t)hh * cp->capacity + (size_t)(kvs_cache_len(h->c, l, hh) + i)) * hd + d;
+                    size_t dst = ((size_t)i * H + hh) * hd + d;
+                    knew[dst] = kall[src];
+                    vnew[dst] = vall[src];
+                }
+        kvs_tensor *kt = NULL, *vt = NULL;
+        ck_assert(kvs_tensor_new(&kt, h->dev, KVS_F32, hd, H, n_new, 0) == KVS_OK);
+        ck_assert(kvs_tensor_new(&vt, h->dev, KVS_F32, hd, H, n_new, 0) == KVS_OK);
+        ck_assert(kvs_tensor_upload(kt, knew, 0, new_elems * 4) == KVS_OK);
+        ck_assert(kvs_tensor_upload(vt, vnew, 0, new_elems * 4) == KVS_OK);
+        ck_assert_msg(kvs_cache_write_rows(h->c, l, kt, vt, pos, n_new) == KVS_OK, "%s", kvs_last_error());
+        kvs_tensor_destroy(&kt);
+        kvs_tensor_destroy(&vt);
         h->st[l].n_kv = kvs_cache_max_len(h->c, l);
         h->st[l].key_mass = key_mass ? key_mass[l] : NULL;
         h->st[l].probs = probs ? probs[l] : NULL;
         h->st[l].argmax = NULL;
     }
+    free(kall), free(vall), free(knew), free(vnew), free(pos);
     h->next_pos += (int32_t)n_new;
+    ck_assert_int_eq(kvs_cache_next_pos(h->c), h->next_pos);
     kvs_step_result r = {.logits = NULL, .layers = h->st};
     kvs_status s = kvs_evictor_update(h->ev, h->c, &r);
     ck_assert_msg(s == KVS_OK, "update: %s", kvs_last_error());
@@ -504,6 +522,58 @@ START_TEST(test_custom_policy) {
 }
 END_TEST
 
+/* kvs_cache_write_rows: the cache owns its writes (positional refresh in place, append after len,
+ * host mirrors, next position) and refuses bad input with a message. */
+START_TEST(test_cache_write_rows) {
+    kvs_device *dev = NULL;
+    ck_assert(kvs_device_open(&dev, &g_params) == KVS_OK);
+    for (int mode = 0; mode < 2; mode++) {
+        kvs_cache_params cp = kvs_cache_params_default();
+        cp.n_layers = 2, cp.n_kv_heads = 2, cp.head_dim = 3, cp.capacity = 6;
+        cp.mode = mode ? KVS_CACHE_APPEND : KVS_CACHE_POSITIONAL;
+        kvs_kv_cache *c = NULL;
+        ck_assert(kvs_cache_create(&c, dev, &cp) == KVS_OK);
+        ck_assert_int_eq(kvs_cache_next_pos(c), 0);
+        float kv[3 * 2 * 3]; /* [3 rows][2 heads][3] */
+        for (int i = 0; i < 18; i++) kv[i] = (float)i;
+        kvs_tensor *k = NULL, *bad = NULL;
+        ck_assert(kvs_tensor_new(&k, dev, KVS_F32, 3, 2, 3, 0) == KVS_OK);
+        ck_assert(kvs_tensor_new(&bad, dev, KVS_F32, 3, 2, 2, 0) == KVS_OK);
+        ck_assert(kvs_tensor_upload(k, kv, 0, sizeof kv) == KVS_OK);
+        const int32_t pos[3] = {4, 1, 2};
+        ck_assert_msg(kvs_cache_write_rows(c, 1, k, k, pos, 3) == KVS_OK, "%s", kvs_last_error());
+        ck_assert_int_eq(kvs_cache_next_pos(c), 5);
+        ck_assert_int_eq(kvs_cache_len(c, 0, 0), 0);
+        float got[2 * 6 * 3];
+        ck_assert(kvs_tensor_download(kvs_cache_k(c, 1), got, 0, sizeof got) == KVS_OK);
+        for (int h = 0; h < 2; h++) {
+            const int32_t *p = kvs_cache_positions(c, 1, h);
+            for (int i = 0; i < 3; i++) {
+                int row = mode ? i : pos[i];
+                ck_assert_int_eq(p[row], pos[i]);
+                for (int d = 0; d < 3; d++) ck_assert(got[(h * 6 + row) * 3 + d] == kv[(i * 2 + h) * 3 + d]);
+            }
+            ck_assert_int_eq(kvs_cache_len(c, 1, h), mode ? 3 : 5);
+        }
+        ck_assert_int_eq(kvs_cache_write_rows(c, 1, bad, k, pos, 3), KVS_ERR_SHAPE);
+        ck_assert_int_eq(kvs_cache_write_rows(c, 2, k, k, pos, 3), KVS_ERR_INVALID_ARGUMENT);
+        ck_assert_int_eq(kvs_cache_write_rows(c, 1, k, k, pos, 0), KVS_ERR_INVALID_ARGUMENT);
+        if (mode) { /* 3 + 3 fits, 3 more do not */
+            ck_assert(kvs_cache_write_rows(c, 1, k, k, pos, 3) == KVS_OK);
+            ck_assert_int_eq(kvs_cache_write_rows(c, 1, k, k, pos, 3), KVS_ERR_OUT_OF_RANGE);
+        } else {
+            const int32_t far[3] = {0, 1, 6};
+            ck_assert_int_eq(kvs_cache_write_rows(c, 1, k, k, far, 3), KVS_ERR_OUT_OF_RANGE);
+        }
+        ck_assert(strlen(kvs_last_error()) > 0);
+        kvs_tensor_destroy(&k);
+        kvs_tensor_destroy(&bad);
+        kvs_cache_destroy(&c);
+    }
+    kvs_device_destroy(&dev);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("policy");
     TCase *tc = tcase_create("host");
@@ -514,6 +584,7 @@ static Suite *suite(void) {
     suite_add_tcase(s, tc);
     TCase *tk = tcase_create("keep");
     tcase_set_timeout(tk, 1200);
+    tcase_add_test(tk, test_cache_write_rows);
     tcase_add_test(tk, test_streaming_keep);
     tcase_add_test(tk, test_h2o_keep);
     tcase_add_test(tk, test_snapkv_keep);

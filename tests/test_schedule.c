@@ -81,6 +81,47 @@ START_TEST(test_prefix_dual) {
 }
 END_TEST
 
+/* kvs_dlm_schedule_stats is sized by the model (once capped at 128 layers by fixed arrays). */
+START_TEST(test_stats_many_layers) {
+    enum { BIG = 300 };
+    kvs_dlm_schedule *sc = NULL;
+    ck_assert(kvs_dlm_schedule_none(&sc) == KVS_OK);
+    kvs_dlm_schedule_stats ss;
+    ck_assert(kvs_dlm_schedule_get_stats(sc, &ss) == KVS_OK);
+    ck_assert_int_eq(ss.n_layers, 0);
+    ck_assert_ptr_null(ss.rows);
+    ck_assert(sc->ops->begin(sc->self, N, BIG) == KVS_OK);
+    state s;
+    state_init(&s, 0, 0, 0);
+    s.v.n_layers = BIG;
+    kvs_dlm_step st;
+    ck_assert(sc->ops->plan(sc->self, &s.v, &st) == KVS_OK);
+    ck_assert(sc->ops->plan(sc->self, &s.v, &st) == KVS_OK);
+    ck_assert(kvs_dlm_schedule_get_stats(sc, &ss) == KVS_OK);
+    ck_assert_int_eq(ss.n_layers, BIG);
+    ck_assert_int_eq(ss.steps, 2);
+    for (int l = 0; l < BIG; l++) {
+        ck_assert_int_eq(ss.rows[l], 2 * N);
+        ck_assert_int_eq(ss.refreshes[l], 2);
+    }
+    /* a new decode with fewer layers starts from zero */
+    ck_assert(sc->ops->begin(sc->self, N, 2) == KVS_OK);
+    ck_assert(kvs_dlm_schedule_get_stats(sc, &ss) == KVS_OK);
+    ck_assert_int_eq(ss.n_layers, 2);
+    ck_assert_int_eq(ss.rows[1], 0);
+    ck_assert_int_eq(ss.refreshes[0], 0);
+    kvs_dlm_schedule_destroy(&sc);
+    /* the block schedules too */
+    ck_assert(kvs_dlm_schedule_prefix(&sc) == KVS_OK);
+    ck_assert(sc->ops->begin(sc->self, N, BIG) == KVS_OK);
+    ck_assert(sc->ops->plan(sc->self, &s.v, &st) == KVS_OK);
+    ck_assert(kvs_dlm_schedule_get_stats(sc, &ss) == KVS_OK);
+    ck_assert_int_eq(ss.n_layers, BIG);
+    ck_assert_int_eq(ss.rows[BIG - 1], N);
+    kvs_dlm_schedule_destroy(&sc);
+}
+END_TEST
+
 START_TEST(test_delayed) {
     kvs_dlm_schedule *sc = NULL;
     ck_assert_int_eq(kvs_dlm_schedule_delayed(&sc, 0), KVS_ERR_INVALID_ARGUMENT);
@@ -353,6 +394,7 @@ int main(void) {
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_prefix_dual);
     tcase_add_test(tc, test_delayed);
+    tcase_add_test(tc, test_stats_many_layers);
     tcase_add_test(tc, test_elastic);
     tcase_add_test(tc, test_elastic_block_refresh);
     tcase_add_test(tc, test_wavefilter_keep);

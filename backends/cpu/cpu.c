@@ -1,4 +1,5 @@
-/* CPU backend: device, host buffers, and the ops table. Ops live in ops_*.c beside this file. */
+/* CPU backend: device and host buffers. The ops table is in backend.c, the ops in ops_*.c, the BLAS
+ * helpers in blas.c. */
 #if defined(__linux__) && !defined(_DEFAULT_SOURCE)
 #define _DEFAULT_SOURCE /* madvise */
 #endif
@@ -11,7 +12,7 @@
 
 #include "cpu_kernels.h"
 
-static kvs_status cpu_device_count(int *count) {
+kvs_status kvs_cpu_device_count(int *count) {
     *count = 1;
     return KVS_OK;
 }
@@ -36,7 +37,7 @@ static void cpu_read_model_name(char *dst, size_t n) {
     fclose(f);
 }
 
-static kvs_status cpu_device_describe(int index, kvs_device_info *info) {
+kvs_status kvs_cpu_device_describe(int index, kvs_device_info *info) {
     (void)index;
     info->type = KVS_DEVICE_CPU;
     cpu_read_model_name(info->name, sizeof info->name);
@@ -52,18 +53,18 @@ static int cpu_online_cores(void) {
     return n > 0 ? (int)n : 1;
 }
 
-static kvs_status cpu_set_threads(kvs_device *dev, int n_threads) {
+kvs_status kvs_cpu_set_threads(kvs_device *dev, int n_threads) {
     kvs_cpu *c = dev->impl;
     c->n_threads = n_threads;
     dev->caps.n_threads = n_threads;
     return KVS_OK;
 }
 
-static kvs_status cpu_device_open(kvs_device *dev, const kvs_device_params *p) {
+kvs_status kvs_cpu_device_open(kvs_device *dev, const kvs_device_params *p) {
     kvs_cpu *c = calloc(1, sizeof *c);
     if (!c) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "cpu backend: out of host memory");
     dev->impl = c;
-    cpu_device_describe(0, &dev->info);
+    kvs_cpu_device_describe(0, &dev->info);
     int cores = cpu_online_cores();
     kvs_caps *caps = &dev->caps;
     caps->fp16_storage = 1;
@@ -77,23 +78,23 @@ static kvs_status cpu_device_open(kvs_device *dev, const kvs_device_params *p) {
     caps->total_memory_bytes = (pages > 0 && page > 0) ? (int64_t)pages * page : 0;
     caps->compute_units = cores;
     caps->unified_memory = 1;
-    cpu_set_threads(dev, p->n_threads > 0 ? p->n_threads : cores);
+    kvs_cpu_set_threads(dev, p->n_threads > 0 ? p->n_threads : cores);
     return KVS_OK;
 }
 
-static void cpu_device_close(kvs_device *dev) {
+void kvs_cpu_device_close(kvs_device *dev) {
     kvs_cpu *c = dev->impl;
     if (c) free(c->scratch);
     free(c);
     dev->impl = NULL;
 }
 
-static kvs_status cpu_device_sync(kvs_device *dev) {
+kvs_status kvs_cpu_device_sync(kvs_device *dev) {
     (void)dev;
     return KVS_OK;
 }
 
-static kvs_status cpu_buffer_alloc(kvs_device *dev, size_t nbytes, void **handle) {
+kvs_status kvs_cpu_buffer_alloc(kvs_device *dev, size_t nbytes, void **handle) {
     (void)dev;
     /* 64-byte alignment for AVX-512 loads; rounded up so aligned_alloc accepts the size. Buffers of
      * 2 MiB and more (weights, KV caches, score rows) are 2 MiB aligned and offered to the kernel
@@ -115,24 +116,24 @@ static kvs_status cpu_buffer_alloc(kvs_device *dev, size_t nbytes, void **handle
     return KVS_OK;
 }
 
-static void cpu_buffer_free(kvs_device *dev, void *handle) {
+void kvs_cpu_buffer_free(kvs_device *dev, void *handle) {
     (void)dev;
     free(handle);
 }
 
-static kvs_status cpu_upload(kvs_device *dev, void *handle, size_t offset, const void *src, size_t n) {
+kvs_status kvs_cpu_upload(kvs_device *dev, void *handle, size_t offset, const void *src, size_t n) {
     (void)dev;
     memcpy((char *)handle + offset, src, n);
     return KVS_OK;
 }
 
-static kvs_status cpu_download(kvs_device *dev, void *handle, size_t offset, void *dst, size_t n) {
+kvs_status kvs_cpu_download(kvs_device *dev, void *handle, size_t offset, void *dst, size_t n) {
     (void)dev;
     memcpy(dst, (const char *)handle + offset, n);
     return KVS_OK;
 }
 
-static kvs_status cpu_fill32(kvs_device *dev, void *handle, size_t offset, uint32_t word, size_t n) {
+kvs_status kvs_cpu_fill32(kvs_device *dev, void *handle, size_t offset, uint32_t word, size_t n) {
     (void)dev;
     uint32_t *p = (uint32_t *)((char *)handle + offset);
     for (size_t i = 0; i < n; i++) p[i] = word;
@@ -148,35 +149,3 @@ void *kvs_cpu_scratch(kvs_device *dev, size_t nbytes) {
     }
     return c->scratch;
 }
-
-const kvs_backend_ops kvs_cpu_backend = {
-    .id = KVS_BACKEND_CPU,
-    .name = "cpu",
-    .device_count = cpu_device_count,
-    .device_describe = cpu_device_describe,
-    .device_open = cpu_device_open,
-    .device_close = cpu_device_close,
-    .device_sync = cpu_device_sync,
-    .set_threads = cpu_set_threads,
-    .buffer_alloc = cpu_buffer_alloc,
-    .buffer_free = cpu_buffer_free,
-    .upload = cpu_upload,
-    .download = cpu_download,
-    .fill32 = cpu_fill32,
-    .matmul = kvs_cpu_matmul,
-    .add = kvs_cpu_add,
-    .copy = kvs_cpu_copy,
-    .rmsnorm = kvs_cpu_rmsnorm,
-    .swiglu = kvs_cpu_swiglu,
-    .softmax = kvs_cpu_softmax,
-    .embedding = kvs_cpu_embedding,
-    .rope = kvs_cpu_rope,
-    .attention = kvs_cpu_attention,
-    .dwt = kvs_cpu_dwt,
-    .idwt = kvs_cpu_idwt,
-    .topk = kvs_cpu_topk,
-    .topk_global = kvs_cpu_topk_global,
-    .gather = kvs_cpu_gather,
-    .scatter = kvs_cpu_scatter,
-    .compact = kvs_cpu_compact,
-};

@@ -1,4 +1,4 @@
-/* CPU backend internals: device state and op entry points (one per ops-table slot). */
+/* CPU backend internals: device state, the ops-table entry points, variant codes. */
 #ifndef KVS_BACKENDS_CPU_H
 #define KVS_BACKENDS_CPU_H
 
@@ -20,33 +20,40 @@ void *kvs_cpu_scratch(kvs_device *dev, size_t nbytes);
 static inline int kvs_cpu_threads(const kvs_device *dev) { return ((const kvs_cpu *)dev->impl)->n_threads; }
 
 /* Sets OpenBLAS's (process-wide) thread count when it differs from the last value set; no-op for
- * other BLAS libraries. */
+ * other BLAS libraries (blas.c). */
 void kvs_cpu_blas_threads(int n);
 
-/* 1 when kvs_matmul uses the backend's own AVX-512 GEMM instead of cblas_sgemm (the CPU has
- * AVX-512 and the BLAS has no AVX-512 kernels for it; env KVS_CPU_GEMM=blas|own overrides). */
+/* 1 when kvs_matmul's automatic choice is the backend's own AVX-512 GEMM instead of cblas_sgemm
+ * (the CPU has AVX-512 and the BLAS has no AVX-512 kernels for it); blas.c. */
 int kvs_cpu_own_gemm(void);
 
-/* "OpenBLAS core <name>, GEMM: ..." for device descriptions. */
+/* "OpenBLAS core <name>, GEMM: ..." for device descriptions (blas.c). */
 const char *kvs_cpu_blas_name(void);
 
-kvs_status kvs_cpu_matmul(kvs_device *dev, const kvs_matmul_args *a);
-kvs_status kvs_cpu_add(kvs_device *dev, const kvs_tensor *a, const kvs_tensor *b, kvs_tensor *y, int64_t n);
-kvs_status kvs_cpu_copy(kvs_device *dev, const kvs_tensor *src, kvs_tensor *dst, int64_t n);
-kvs_status kvs_cpu_rmsnorm(kvs_device *dev, const kvs_tensor *x, const kvs_tensor *w, kvs_tensor *y, int64_t rows,
-                           int64_t dim, float eps);
-kvs_status kvs_cpu_swiglu(kvs_device *dev, const kvs_tensor *gate, const kvs_tensor *up, kvs_tensor *out, int64_t n);
-kvs_status kvs_cpu_softmax(kvs_device *dev, const kvs_tensor *x, kvs_tensor *y, int64_t rows, int64_t n, float scale);
-kvs_status kvs_cpu_embedding(kvs_device *dev, const kvs_tensor *table, const int32_t *ids, int64_t n, kvs_tensor *out,
-                             int64_t dim);
-kvs_status kvs_cpu_rope(kvs_device *dev, const kvs_rope_args *a);
-kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a);
-kvs_status kvs_cpu_dwt(kvs_device *dev, const kvs_dwt_args *a);
-kvs_status kvs_cpu_idwt(kvs_device *dev, const kvs_dwt_args *a);
-kvs_status kvs_cpu_topk(kvs_device *dev, const kvs_topk_args *a);
-kvs_status kvs_cpu_topk_global(kvs_device *dev, const kvs_topk_args *a);
-kvs_status kvs_cpu_gather(kvs_device *dev, const kvs_rows_args *a);
-kvs_status kvs_cpu_scatter(kvs_device *dev, const kvs_rows_args *a);
-kvs_status kvs_cpu_compact(kvs_device *dev, const kvs_rows_args *a);
+/* Device and buffer slots of the ops table (cpu.c). */
+kvs_status kvs_cpu_device_count(int *count);
+kvs_status kvs_cpu_device_describe(int index, kvs_device_info *info);
+kvs_status kvs_cpu_device_open(kvs_device *dev, const kvs_device_params *p);
+void kvs_cpu_device_close(kvs_device *dev);
+kvs_status kvs_cpu_device_sync(kvs_device *dev);
+kvs_status kvs_cpu_set_threads(kvs_device *dev, int n_threads);
+kvs_status kvs_cpu_buffer_alloc(kvs_device *dev, size_t nbytes, void **handle);
+void kvs_cpu_buffer_free(kvs_device *dev, void *handle);
+kvs_status kvs_cpu_upload(kvs_device *dev, void *handle, size_t offset, const void *src, size_t n);
+kvs_status kvs_cpu_download(kvs_device *dev, void *handle, size_t offset, void *dst, size_t n);
+kvs_status kvs_cpu_fill32(kvs_device *dev, void *handle, size_t offset, uint32_t word, size_t n);
+
+/* The ops (ops_*.c): kvs_cpu_<op>(dev, const <args> *a) for every op of KVS_OP_LIST. */
+KVS_OP_PROTOTYPES(kvs_cpu_)
+
+/* Kernel variants (backend.c): kvs_variant.code is a set of these bits. PORTABLE: the plain C
+ * kernels, the reference implementation of every op (readable, and what a CPU without AVX-512
+ * runs); AVX512: the hand-written AVX-512 kernels (backends/cpu/x86/, files named AREA_avx512.c) where the shape
+ * allows them (head_dim or k a multiple of 16), the portable ones elsewhere; BLAS: matmul's larger
+ * products through cblas_sgemm instead of the own AVX-512 GEMM; SPLIT: attention split over 3 key
+ * ranges (flash-decoding) on every call. Without a forced variant the backend takes AVX512 when
+ * the CPU has it, BLAS unless OpenBLAS lacks AVX-512 kernels for this CPU, and splits when the
+ * (query tile, kv head) tasks are fewer than the threads. */
+enum { KVS_CPU_V_PORTABLE = 1, KVS_CPU_V_AVX512 = 2, KVS_CPU_V_BLAS = 4, KVS_CPU_V_SPLIT = 8 };
 
 #endif

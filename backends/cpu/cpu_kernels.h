@@ -44,9 +44,10 @@ static inline int kvs_omp_team(void) { return 1; }
 #define KVS_CLONES
 #endif
 
-/* Hand-written AVX-512 kernels (attention tiles, GEMV, top-k collection): compiled with target
- * attributes, chosen at run time by kvs_cpu_avx512(); KVS_CPU_KERNELS=portable forces the portable
- * kernels (their tests run on AVX-512 machines this way). */
+/* Hand-written AVX-512 kernels (attention tiles, GEMV, GEMM, top-k; backends/cpu/x86/): compiled
+ * with target attributes, chosen per call by kvs_cpu_use_avx512(): the op's forced variant, else
+ * whether this CPU has AVX-512F and F16C (kvs_cpu_avx512). The tests force the portable variants to
+ * run the portable kernels on AVX-512 machines. */
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(KVS_NO_CLONES)
 #define KVS_CPU_HAVE_AVX512 1
 #else
@@ -59,14 +60,17 @@ static inline int kvs_cpu_avx512(void) {
     if (cached < 0) {
         __builtin_cpu_init();
         cached = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("f16c") ? 1 : 0;
-        /* KVS_CPU_KERNELS=portable: the portable kernels on an AVX-512 machine (their tests) */
-        const char *env = getenv("KVS_CPU_KERNELS");
-        if (env && strcmp(env, "portable") == 0) cached = 0;
     }
     return cached;
 #else
     return 0;
 #endif
+}
+
+/* 1 when op should run its AVX-512 kernels on dev: the forced variant's choice, else the CPU's. */
+static inline int kvs_cpu_use_avx512(const kvs_device *dev, kvs_op_id op) {
+    int v = kvs_device_variant(dev, op);
+    return v ? (v & KVS_CPU_V_AVX512) != 0 && kvs_cpu_avx512() : kvs_cpu_avx512();
 }
 
 #if defined(__GNUC__)

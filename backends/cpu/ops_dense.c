@@ -5,45 +5,11 @@
 #include <cblas.h>
 
 #include "cpu_kernels.h"
-
-#if KVS_CPU_HAVE_AVX512
-#include <immintrin.h>
-#endif
-
-/* ---- BLAS threads ------------------------------------------------------------------------- */
-
-void kvs_cpu_blas_threads(int n) {
-#ifdef OPENBLAS_VERSION
-    static int current = -1; /* OpenBLAS's thread count is process-wide */
-    if (n < 1) n = 1;
-    if (n != current) {
-        openblas_set_num_threads(n);
-        current = n;
-    }
-#else
-    (void)n;
-#endif
-}
-
-const char *kvs_cpu_blas_name(void) {
-#ifdef OPENBLAS_VERSION
-    static char name[96];
-    if (!name[0]) {
-        const char *core = openblas_get_corename();
-        snprintf(name, sizeof name, "OpenBLAS core %s, GEMM: %s", core ? core : "?",
-                 kvs_cpu_own_gemm() ? "own AVX-512" : "OpenBLAS");
-    }
-    return name;
-#else
-    return kvs_cpu_own_gemm() ? "cblas, GEMM: own AVX-512" : "cblas GEMM";
-#endif
-}
+#include "matmul.h"
 
 /* ---- weight rows -> f32 ------------------------------------------------------------------- */
 
-/* Q8_0 (GGUF): blocks of 32 values, each 34 bytes = f16 scale d + 32 int8 q; value = d * q. */
-#define KVS_Q8_BLOCK 32
-#define KVS_Q8_BYTES 34
+/* Q8_0 layout: matmul.h. */
 
 KVS_CLONES
 static void row_f16_to_f32(const uint16_t *KVS_RESTRICT s, float *KVS_RESTRICT d, int64_t n) {
@@ -83,13 +49,10 @@ static void row_to_f32(const void *base, kvs_dtype dt, int64_t r, int64_t n, flo
 
 /* ---- matmul -------------------------------------------------------------------------------- */
 
-/* Few x rows (decoding: n <= KVS_GEMV_MAX_N): the op is bound by streaming W, so W is read once, in
- * its own dtype, and dotted with every x row (AVX-512 with F16C-style conversions where the CPU has
- * it, portable 16-lane C otherwise). Rows of W are split over the threads. */
-#define KVS_GEMV_MAX_N 4
+/* Few x rows (n <= KVS_GEMV_MAX_N): see matmul.h. */
 
 /* acc[i] = W_row . x_i for i < n, W row of k values of type T read through TO_F32 (portable
- * 16-lane C the compiler vectorises; the AVX-512 path below is the fast one). */
+ * 16-lane C the compiler vectorises; the AVX-512 one is in x86/matmul_avx512.c). */
 #define KVS_DEFINE_DOT_ROWS(name, T, TO_F32)                                                            \
     KVS_CLONES                                                                                       \
     static void name(const T *KVS_RESTRICT w, const float *KVS_RESTRICT x, int64_t k, int64_t n,      \
@@ -134,59 +97,6 @@ static void dot_rows_q8(const uint8_t *KVS_RESTRICT w, const float *KVS_RESTRICT
     }
 }
 
-#if KVS_CPU_HAVE_AVX512
-/* acc[i] = W_row . x_i for i < n (n <= 4); W row of k values in dtype dt (k % 16 == 0; q8_0:
- * k % 32 == 0). One pass over the W row, up to 4 x rows at once, two accumulators each. */
-__attribute__((target("avx512f,f16c")))
-static void dot_rows_avx512(const void *wrow, kvs_dtype dt, const float *x, int64_t k, int64_t n, float *acc) {
-    __m512 a[KVS_GEMV_MAX_N][2];
-    for (int i = 0; i < KVS_GEMV_MAX_N; i++) a[i][0] = a[i][1] = _mm512_setzero_ps();
-    if (dt == KVS_Q8_0) {
-        const uint8_t *w = wrow;
-        for (int64_t b = 0; b < k / KVS_Q8_BLOCK; b++) {
-            const uint8_t *blk = w + b * KVS_Q8_BYTES;
-            uint16_t hs;
-            memcpy(&hs, blk, 2);
-            __m512 sc = _mm512_set1_ps(kvs_h2f(hs));
-            __m512 w0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 2))));
-            __m512 w1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 18))));
-            w0 = _mm512_mul_ps(w0, sc);
-            w1 = _mm512_mul_ps(w1, sc);
-            for (int64_t i = 0; i < n; i++) {
-                const float *xb = x + i * k + b * KVS_Q8_BLOCK;
-                a[i][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xb), a[i][0]);
-                a[i][1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xb + 16), a[i][1]);
-            }
-        }
-    } else {
-        for (int64_t c = 0; c < k; c += 32) {
-            __m512 w0, w1;
-            if (dt == KVS_F32) {
-                const float *w = (const float *)wrow + c;
-                w0 = _mm512_loadu_ps(w);
-                w1 = c + 16 < k ? _mm512_loadu_ps(w + 16) : _mm512_setzero_ps();
-            } else if (dt == KVS_F16) {
-                const uint16_t *w = (const uint16_t *)wrow + c;
-                w0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)w));
-                w1 = c + 16 < k ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + 16))) : _mm512_setzero_ps();
-            } else {
-                const uint16_t *w = (const uint16_t *)wrow + c;
-                w0 = _mm512_castsi512_ps(
-                    _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)w)), 16));
-                w1 = c + 16 < k ? _mm512_castsi512_ps(_mm512_slli_epi32(
-                                      _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(w + 16))), 16))
-                                : _mm512_setzero_ps();
-            }
-            for (int64_t i = 0; i < n; i++) {
-                const float *xc = x + i * k + c;
-                a[i][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xc), a[i][0]);
-                if (c + 16 < k) a[i][1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xc + 16), a[i][1]);
-            }
-        }
-    }
-    for (int64_t i = 0; i < n; i++) acc[i] = _mm512_reduce_add_ps(_mm512_add_ps(a[i][0], a[i][1]));
-}
-#endif
 
 static void matmul_small_n(kvs_device *dev, const kvs_matmul_args *a) {
     const void *W = kvs_tensor_host_ptr(a->W);
@@ -195,7 +105,7 @@ static void matmul_small_n(kvs_device *dev, const kvs_matmul_args *a) {
     const int64_t m = a->m, k = a->k, n = a->n;
     const kvs_dtype dt = a->W->dtype;
     const size_t wrow = kvs_dtype_bytes(dt, k);
-    const int fast = kvs_cpu_avx512() && k % 16 == 0;
+    const int fast = kvs_cpu_use_avx512(dev, KVS_OP_matmul) && k % 16 == 0;
     (void)fast;
     int nt = kvs_cpu_nt(dev, (double)m * (double)k * (double)n);
     (void)nt; /* unused without OpenMP */
@@ -205,7 +115,7 @@ static void matmul_small_n(kvs_device *dev, const kvs_matmul_args *a) {
         const void *wr = (const char *)W + (size_t)r * wrow;
 #if KVS_CPU_HAVE_AVX512
         if (fast) {
-            dot_rows_avx512(wr, dt, x, k, n, acc);
+            kvs_cpu_dot_rows_avx512(wr, dt, x, k, n, acc);
         } else
 #endif
         {
@@ -222,64 +132,10 @@ static void matmul_small_n(kvs_device *dev, const kvs_matmul_args *a) {
 
 /* ---- own AVX-512 GEMM (used when the BLAS has no AVX-512 kernels for this CPU) ---------------- */
 
-/* OpenBLAS picks its kernels from the CPU model at load time and falls back to old SSE3 kernels
- * ("Prescott") for models it does not know, e.g. some virtualised Xeons, where its SGEMM runs at a
- * fraction of the machine's rate. There, and with other BLAS libraries, a register-blocked AVX-512
- * kernel of our own is faster; with OpenBLAS's AVX-512 kernels, cblas_sgemm is used. */
-int kvs_cpu_own_gemm(void) {
-#if KVS_CPU_HAVE_AVX512
-    static int cached = -1;
-    if (cached < 0) {
-        int own = kvs_cpu_avx512();
-#ifdef OPENBLAS_VERSION
-        const char *core = openblas_get_corename();
-        if (core && (strstr(core, "kylakex") || strstr(core, "KYLAKEX") || strstr(core, "ooperlake") ||
-                     strstr(core, "OOPERLAKE") || strstr(core, "apphire") || strstr(core, "APPHIRE")))
-            own = 0;
-#endif
-        const char *env = getenv("KVS_CPU_GEMM"); /* "blas" or "own": override, for benchmarking */
-        if (env && strcmp(env, "blas") == 0) own = 0;
-        if (env && strcmp(env, "own") == 0 && kvs_cpu_avx512()) own = 1;
-        cached = own;
-    }
-    return cached;
-#else
-    return 0;
-#endif
-}
-
 #define MM_RB 256  /* W rows per thread block */
 #define MM_KC 256 /* depth per pass */
 #define MM_NB 128 /* x rows per block */
 
-#if KVS_CPU_HAVE_AVX512
-/* C[8][32] (+)= A[8][K] . B[K][32]: A rows of stride lda, B rows of stride ldb, C rows of stride
- * ldc; load_c = 0 starts from zero. */
-__attribute__((target("avx512f")))
-static void mm_kernel_8x32(const float *A, int64_t lda, const float *B, int64_t ldb, int64_t K, float *C, int64_t ldc,
-                           int load_c) {
-    __m512 a00, a01, a10, a11, a20, a21, a30, a31, a40, a41, a50, a51, a60, a61, a70, a71;
-#define MM_INIT(R)                                                                                     \
-    a##R##0 = load_c ? _mm512_loadu_ps(C + (R) * ldc) : _mm512_setzero_ps();                            \
-    a##R##1 = load_c ? _mm512_loadu_ps(C + (R) * ldc + 16) : _mm512_setzero_ps();
-    MM_INIT(0) MM_INIT(1) MM_INIT(2) MM_INIT(3) MM_INIT(4) MM_INIT(5) MM_INIT(6) MM_INIT(7)
-#undef MM_INIT
-    for (int64_t t = 0; t < K; t++) {
-        __m512 b0 = _mm512_loadu_ps(B + t * ldb), b1 = _mm512_loadu_ps(B + t * ldb + 16), q;
-#define MM_ROW(R)                                                                                      \
-    q = _mm512_set1_ps(A[(R) * lda + t]);                                                              \
-    a##R##0 = _mm512_fmadd_ps(q, b0, a##R##0);                                                         \
-    a##R##1 = _mm512_fmadd_ps(q, b1, a##R##1);
-        MM_ROW(0) MM_ROW(1) MM_ROW(2) MM_ROW(3) MM_ROW(4) MM_ROW(5) MM_ROW(6) MM_ROW(7)
-#undef MM_ROW
-    }
-#define MM_STORE(R)                                                                                    \
-    _mm512_storeu_ps(C + (R) * ldc, a##R##0);                                                          \
-    _mm512_storeu_ps(C + (R) * ldc + 16, a##R##1);
-    MM_STORE(0) MM_STORE(1) MM_STORE(2) MM_STORE(3) MM_STORE(4) MM_STORE(5) MM_STORE(6) MM_STORE(7)
-#undef MM_STORE
-}
-#endif
 
 /* Per thread: Wp [MM_RB][MM_KC] packed W chunk, Ct [MM_RB][MM_NB] transposed y block. Shared:
  * xP [np/32][k][32]: x transposed in panels of 32 rows (zero-padded to np = n rounded up to 32), so
@@ -345,7 +201,7 @@ static kvs_status matmul_own(kvs_device *dev, const kvs_matmul_args *a) {
                     }
                     for (int64_t ib = 0; ib < ni; ib += 32)
                         for (int64_t rr = 0; rr < MM_RB; rr += 8)
-                            mm_kernel_8x32(Wp + rr * MM_KC, MM_KC, xT + ((i0 + ib) / 32) * k * 32 + c0 * 32, 32, kc,
+                            kvs_cpu_mm_kernel_8x32_avx512(Wp + rr * MM_KC, MM_KC, xT + ((i0 + ib) / 32) * k * 32 + c0 * 32, 32, kc,
                                            Ct + rr * MM_NB + ib, MM_NB, c0 > 0);
                 }
                 /* y[i][r0 + r] (+)= Ct[r][i - i0] */
@@ -380,7 +236,9 @@ kvs_status kvs_cpu_matmul(kvs_device *dev, const kvs_matmul_args *a) {
         matmul_small_n(dev, a);
         return KVS_OK;
     }
-    if (kvs_cpu_own_gemm()) return matmul_own(dev, a);
+    /* the own AVX-512 GEMM: variant avx512, or automatically when the BLAS lacks AVX-512 kernels */
+    const int variant = kvs_device_variant(dev, KVS_OP_matmul);
+    if (variant ? variant == KVS_CPU_V_AVX512 : kvs_cpu_own_gemm()) return matmul_own(dev, a);
     const float *x = kvs_tensor_host_ptr(a->x);
     float *y = kvs_tensor_host_ptr(a->y);
     const float beta = a->accumulate ? 1.0f : 0.0f;
@@ -431,7 +289,10 @@ static void add_f32(const float *a, const float *b, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = a[i] + b[i];
 }
 
-kvs_status kvs_cpu_add(kvs_device *dev, const kvs_tensor *a, const kvs_tensor *b, kvs_tensor *y, int64_t n) {
+kvs_status kvs_cpu_add(kvs_device *dev, const kvs_binary_args *oa) {
+    const kvs_tensor *a = oa->a, *b = oa->b;
+    kvs_tensor *y = oa->y;
+    const int64_t n = oa->n;
     const float *pa = kvs_tensor_host_ptr(a), *pb = kvs_tensor_host_ptr(b);
     float *py = kvs_tensor_host_ptr(y);
     int nt = kvs_cpu_nt(dev, (double)n);
@@ -484,7 +345,10 @@ static void convert_chunk(const void *src, kvs_dtype st, void *dst, kvs_dtype dt
     else conv_bf16_f16(sh, dh, n);
 }
 
-kvs_status kvs_cpu_copy(kvs_device *dev, const kvs_tensor *src, kvs_tensor *dst, int64_t n) {
+kvs_status kvs_cpu_copy(kvs_device *dev, const kvs_copy_args *oa) {
+    const kvs_tensor *src = oa->src;
+    kvs_tensor *dst = oa->dst;
+    const int64_t n = oa->n;
     const void *s = kvs_tensor_host_ptr(src);
     void *d = kvs_tensor_host_ptr(dst);
     int nt = kvs_cpu_nt(dev, (double)n);
@@ -512,8 +376,11 @@ static void rmsnorm_row(const float *x, const float *w, float *y, int64_t dim, f
     for (int64_t c = 0; c < dim; c++) y[c] = (x[c] * inv) * w[c];
 }
 
-kvs_status kvs_cpu_rmsnorm(kvs_device *dev, const kvs_tensor *x, const kvs_tensor *w, kvs_tensor *y, int64_t rows,
-                           int64_t dim, float eps) {
+kvs_status kvs_cpu_rmsnorm(kvs_device *dev, const kvs_rmsnorm_args *oa) {
+    const kvs_tensor *x = oa->x, *w = oa->w;
+    kvs_tensor *y = oa->y;
+    const int64_t rows = oa->rows, dim = oa->dim;
+    const float eps = oa->eps;
     const float *px = kvs_tensor_host_ptr(x), *pw = kvs_tensor_host_ptr(w);
     float *py = kvs_tensor_host_ptr(y);
     int nt = kvs_cpu_nt(dev, (double)rows * (double)dim);
@@ -528,8 +395,10 @@ static void swiglu_chunk(const float *g, const float *u, float *o, int64_t n) {
     for (int64_t i = 0; i < n; i++) o[i] = g[i] / (1.0f + kvs_expf(-g[i])) * u[i];
 }
 
-kvs_status kvs_cpu_swiglu(kvs_device *dev, const kvs_tensor *gate, const kvs_tensor *up, kvs_tensor *out,
-                          int64_t n) {
+kvs_status kvs_cpu_swiglu(kvs_device *dev, const kvs_binary_args *oa) {
+    const kvs_tensor *gate = oa->a, *up = oa->b;
+    kvs_tensor *out = oa->y;
+    const int64_t n = oa->n;
     const float *g = kvs_tensor_host_ptr(gate), *u = kvs_tensor_host_ptr(up);
     float *o = kvs_tensor_host_ptr(out);
     int nt = kvs_cpu_nt(dev, (double)n * 8.0);
@@ -582,8 +451,11 @@ static void softmax_row(const float *x, float *y, int64_t n, float s) {
     for (j = 0; j < n; j++) y[j] *= inv;
 }
 
-kvs_status kvs_cpu_softmax(kvs_device *dev, const kvs_tensor *x, kvs_tensor *y, int64_t rows, int64_t n,
-                           float scale) {
+kvs_status kvs_cpu_softmax(kvs_device *dev, const kvs_softmax_args *oa) {
+    const kvs_tensor *x = oa->x;
+    kvs_tensor *y = oa->y;
+    const int64_t rows = oa->rows, n = oa->n;
+    const float scale = oa->scale;
     const float *px = kvs_tensor_host_ptr(x);
     float *py = kvs_tensor_host_ptr(y);
     int nt = kvs_cpu_nt(dev, (double)rows * (double)n * 8.0);
@@ -593,8 +465,11 @@ kvs_status kvs_cpu_softmax(kvs_device *dev, const kvs_tensor *x, kvs_tensor *y, 
     return KVS_OK;
 }
 
-kvs_status kvs_cpu_embedding(kvs_device *dev, const kvs_tensor *table, const int32_t *ids, int64_t n,
-                             kvs_tensor *out, int64_t dim) {
+kvs_status kvs_cpu_embedding(kvs_device *dev, const kvs_embedding_args *oa) {
+    const kvs_tensor *table = oa->table;
+    kvs_tensor *out = oa->out;
+    const int32_t *ids = oa->ids;
+    const int64_t n = oa->n, dim = oa->dim;
     const void *t = kvs_tensor_host_ptr(table);
     float *o = kvs_tensor_host_ptr(out);
     int nt = kvs_cpu_nt(dev, (double)n * (double)dim);

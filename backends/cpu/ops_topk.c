@@ -24,27 +24,15 @@
 #include <stdlib.h>
 
 #include "cpu_kernels.h"
+#include "topk.h"
 
-#if KVS_CPU_HAVE_AVX512
-#include <immintrin.h>
-#endif
-
-#define TOPK_KEY_NINF 0x007fffffu /* topk_key(-INFINITY): the lowest key of a number */
-
-static inline uint32_t topk_key(float v) {
-    uint32_t u = kvs_f32_bits(v);
-    uint32_t isnan = (u & 0x7fffffffu) > 0x7f800000u;
-    u = u == 0x80000000u ? 0u : u; /* -0 == +0 */
-    uint32_t key = u ^ ((uint32_t)((int32_t)u >> 31) | 0x80000000u);
-    return isnan ? 0u : key;
-}
 
 /* ---- step 2: candidate collection ------------------------------------------------------ */
 
 /* Appends base + i for every x[i] with key >= t0; returns the count. ci holds n + 16 entries.
  * Only indices are stored: the few candidates' keys are read back from x by topk_keys, which
  * keeps the streaming loop to a compare and one compress. */
-static int64_t topk_collect_generic(const float *x, int64_t n, int64_t base, uint32_t t0, int32_t *ci) {
+int64_t kvs_cpu_topk_collect_c(const float *x, int64_t n, int64_t base, uint32_t t0, int32_t *ci) {
     int64_t m = 0;
     for (int64_t i = 0; i < n; i++) {
         ci[m] = (int32_t)(base + i);
@@ -53,46 +41,13 @@ static int64_t topk_collect_generic(const float *x, int64_t n, int64_t base, uin
     return m;
 }
 
-#if KVS_CPU_HAVE_AVX512
-/* The float f whose key is t (t >= TOPK_KEY_NINF, so f is a number): key(x) >= t  <=>  x >= f for
- * every non-NaN x, and NaN (key 0) fails both, so the scan can compare floats directly. */
-static inline float topk_key_float(uint32_t t) {
-    return kvs_bits_f32((t & 0x80000000u) ? (t & 0x7fffffffu) : ~t);
-}
 
-/* Branch-free: the selected lanes' indices are compressed into a register and stored whole (ci
- * holds n + 16 entries), so a selection pattern the branch predictor cannot learn costs nothing.
- * Four vectors a round, their compares independent of the store chain. */
-__attribute__((target("avx512f")))
-static int64_t topk_collect_avx512(const float *x, int64_t n, int64_t base, uint32_t t0, int32_t *ci) {
-    if (t0 == 0) return topk_collect_generic(x, n, base, t0, ci);
-    const __m512 vf0 = _mm512_set1_ps(topk_key_float(t0));
-    const __m512i step = _mm512_set1_epi32(16);
-    __m512i vidx = _mm512_add_epi32(_mm512_set1_epi32((int32_t)base),
-                                    _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
-    int64_t m = 0, i = 0;
-    for (; i + 64 <= n; i += 64) {
-        __mmask16 sel[4];
-        for (int u = 0; u < 4; u++) {
-            _mm_prefetch((const char *)(x + i + 1024 + 16 * u), _MM_HINT_T0);
-            sel[u] = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + i + 16 * u), vf0, _CMP_GE_OQ);
-        }
-        for (int u = 0; u < 4; u++) {
-            _mm512_storeu_si512((void *)(ci + m), _mm512_maskz_compress_epi32(sel[u], vidx));
-            m += __builtin_popcount((unsigned)sel[u]);
-            vidx = _mm512_add_epi32(vidx, step);
-        }
-    }
-    m += topk_collect_generic(x + i, n - i, base + i, t0, ci + m);
-    return m;
-}
-#endif
-
-static int64_t topk_collect(const float *x, int64_t n, int64_t base, uint32_t t0, int32_t *ci) {
+static int64_t topk_collect(int avx, const float *x, int64_t n, int64_t base, uint32_t t0, int32_t *ci) {
+    (void)avx; /* unused without AVX-512 kernels */
 #if KVS_CPU_HAVE_AVX512
-    if (kvs_cpu_avx512()) return topk_collect_avx512(x, n, base, t0, ci);
+    if (avx) return kvs_cpu_topk_collect_avx512(x, n, base, t0, ci);
 #endif
-    return topk_collect_generic(x, n, base, t0, ci);
+    return kvs_cpu_topk_collect_c(x, n, base, t0, ci);
 }
 
 /* ck[i] = key of x[ci[i]] for the c (>= 1) candidates, and their key range [lo, hi]. */
@@ -109,40 +64,12 @@ static void topk_keys_generic(const float *x, const int32_t *ci, int64_t c, uint
     *hi_out = hi;
 }
 
-#if KVS_CPU_HAVE_AVX512
-/* topk_key on 16 lanes. */
-__attribute__((target("avx512f")))
-static inline __m512i topk_key16(__m512 v) {
-    const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
-    __m512i u = _mm512_castps_si512(v);
-    __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-    u = _mm512_mask_mov_epi32(u, _mm512_cmpeq_epi32_mask(u, sign), _mm512_setzero_si512()); /* -0 -> +0 */
-    __m512i key = _mm512_xor_si512(u, _mm512_or_si512(_mm512_srai_epi32(u, 31), sign));
-    return _mm512_mask_mov_epi32(key, nan, _mm512_setzero_si512());
-}
 
-__attribute__((target("avx512f")))
-static void topk_keys_avx512(const float *x, const int32_t *ci, int64_t c, uint32_t *ck, uint32_t *lo_out,
-                             uint32_t *hi_out) {
-    __m512i lo = _mm512_set1_epi32(-1), hi = _mm512_setzero_si512();
-    for (int64_t i = 0; i < c; i += 16) {
-        __mmask16 live = c - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (c - i)) - 1u);
-        __m512i vi = _mm512_maskz_loadu_epi32(live, ci + i);
-        __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), live, vi, x, 4);
-        __m512i key = topk_key16(v);
-        _mm512_mask_storeu_epi32(ck + i, live, key);
-        lo = _mm512_mask_min_epu32(lo, live, lo, key);
-        hi = _mm512_mask_max_epu32(hi, live, hi, key);
-    }
-    *lo_out = _mm512_reduce_min_epu32(lo);
-    *hi_out = _mm512_reduce_max_epu32(hi);
-}
-#endif
-
-static void topk_keys(const float *x, const int32_t *ci, int64_t c, uint32_t *ck, uint32_t *lo, uint32_t *hi) {
+static void topk_keys(int avx, const float *x, const int32_t *ci, int64_t c, uint32_t *ck, uint32_t *lo, uint32_t *hi) {
+    (void)avx; /* unused without AVX-512 kernels */
 #if KVS_CPU_HAVE_AVX512
-    if (kvs_cpu_avx512()) {
-        topk_keys_avx512(x, ci, c, ck, lo, hi);
+    if (avx) {
+        kvs_cpu_topk_keys_avx512(x, ci, c, ck, lo, hi);
         return;
     }
 #endif
@@ -282,7 +209,7 @@ static void topk_sort(uint32_t *key, int32_t *idx, uint32_t *tk, int32_t *ti, in
 }
 
 /* Copies the entries with key >= t, in order, to sk/si (each holding c + 16); returns the count. */
-static int64_t topk_above_generic(const uint32_t *ck, const int32_t *ci, int64_t c, uint32_t t, uint32_t *sk,
+int64_t kvs_cpu_topk_above_c(const uint32_t *ck, const int32_t *ci, int64_t c, uint32_t t, uint32_t *sk,
                                   int32_t *si) {
     int64_t m = 0;
     for (int64_t i = 0; i < c; i++) {
@@ -298,44 +225,20 @@ static void topk_values_generic(const float *x, const int32_t *out_idx, int64_t 
     for (int64_t i = 0; i < k; i++) out_val[i] = x[out_idx[i]];
 }
 
-#if KVS_CPU_HAVE_AVX512
-__attribute__((target("avx512f")))
-static int64_t topk_above_avx512(const uint32_t *ck, const int32_t *ci, int64_t c, uint32_t t, uint32_t *sk,
-                                 int32_t *si) {
-    const __m512i vt = _mm512_set1_epi32((int)t);
-    int64_t m = 0, i = 0;
-    for (; i + 16 <= c; i += 16) {
-        __m512i key = _mm512_loadu_si512((const void *)(ck + i));
-        __mmask16 sel = _mm512_cmpge_epu32_mask(key, vt);
-        _mm512_storeu_si512((void *)(sk + m), _mm512_maskz_compress_epi32(sel, key));
-        _mm512_storeu_si512((void *)(si + m),
-                            _mm512_maskz_compress_epi32(sel, _mm512_loadu_si512((const void *)(ci + i))));
-        m += __builtin_popcount((unsigned)sel);
-    }
-    return m + topk_above_generic(ck + i, ci + i, c - i, t, sk + m, si + m);
-}
 
-__attribute__((target("avx512f")))
-static void topk_values_avx512(const float *x, const int32_t *out_idx, int64_t k, float *out_val) {
-    for (int64_t i = 0; i < k; i += 16) {
-        __mmask16 live = k - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (k - i)) - 1u);
-        __m512i vi = _mm512_maskz_loadu_epi32(live, out_idx + i);
-        _mm512_mask_storeu_ps(out_val + i, live, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), live, vi, x, 4));
-    }
-}
+static int64_t topk_above(int avx, const uint32_t *ck, const int32_t *ci, int64_t c, uint32_t t, uint32_t *sk, int32_t *si) {
+    (void)avx; /* unused without AVX-512 kernels */
+#if KVS_CPU_HAVE_AVX512
+    if (avx) return kvs_cpu_topk_above_avx512(ck, ci, c, t, sk, si);
 #endif
-
-static int64_t topk_above(const uint32_t *ck, const int32_t *ci, int64_t c, uint32_t t, uint32_t *sk, int32_t *si) {
-#if KVS_CPU_HAVE_AVX512
-    if (kvs_cpu_avx512()) return topk_above_avx512(ck, ci, c, t, sk, si);
-#endif
-    return topk_above_generic(ck, ci, c, t, sk, si);
+    return kvs_cpu_topk_above_c(ck, ci, c, t, sk, si);
 }
 
-static void topk_values(const float *x, const int32_t *out_idx, int64_t k, float *out_val) {
+static void topk_values(int avx, const float *x, const int32_t *out_idx, int64_t k, float *out_val) {
+    (void)avx; /* unused without AVX-512 kernels */
 #if KVS_CPU_HAVE_AVX512
-    if (kvs_cpu_avx512()) {
-        topk_values_avx512(x, out_idx, k, out_val);
+    if (avx) {
+        kvs_cpu_topk_values_avx512(x, out_idx, k, out_val);
         return;
     }
 #endif
@@ -357,10 +260,10 @@ static void topk_values(const float *x, const int32_t *out_idx, int64_t k, float
  * answer is every key > T and the lowest-index n_eq keys == T, taken in one pass in index order.
  * ck/sk/si/tk/ti: scratch of c + 16 entries each. */
 KVS_CLONES
-static void topk_finish(const float *x, const int32_t *ci, int64_t c, int64_t k, int by_index, uint32_t *ck,
+static void topk_finish(int avx, const float *x, const int32_t *ci, int64_t c, int64_t k, int by_index, uint32_t *ck,
                         uint32_t *sk, int32_t *si, uint32_t *tk, int32_t *ti, int32_t *out_idx, float *out_val) {
     uint32_t hist[TOPK_NB], lo, hi;
-    topk_keys(x, ci, c, ck, &lo, &hi);
+    topk_keys(avx, x, ci, c, ck, &lo, &hi);
     const int sh = topk_hist(ck, c, TOPK_NB, lo, hi, hist);
     /* bucket bT holds the k-th largest; `above` entries lie in higher buckets */
     int64_t above = 0;
@@ -399,11 +302,11 @@ static void topk_finish(const float *x, const int32_t *ci, int64_t c, int64_t k,
         }
     } else {
         const uint32_t base = lo + ((uint32_t)bT << sh); /* lower edge of bucket bT */
-        const int64_t m = topk_above(ck, ci, c, base, sk, si);
+        const int64_t m = topk_above(avx, ck, ci, c, base, sk, si);
         topk_sort(sk, si, tk, ti, m, lo, sh, pos);
         memcpy(out_idx, si, (size_t)k * sizeof *si);
     }
-    if (out_val) topk_values(x, out_idx, k, out_val);
+    if (out_val) topk_values(avx, x, out_idx, k, out_val);
 }
 
 /* Words of scratch one row needs: sample + candidates (key, idx) + 2 sort copies. */
@@ -411,7 +314,7 @@ static size_t topk_work_words(int64_t n) { return (size_t)(8192 + 6 * (n + 16) +
 
 /* Single-threaded top-k of x[0..n), 1 <= k <= n. */
 KVS_CLONES
-static void topk_row(const float *x, int64_t n, int64_t k, int by_index, uint32_t *work, int32_t *out_idx,
+static void topk_row(int avx, const float *x, int64_t n, int64_t k, int by_index, uint32_t *work, int32_t *out_idx,
                      float *out_val) {
     uint32_t *sample = work;
     uint32_t *ck = work + 8192;
@@ -422,11 +325,12 @@ static void topk_row(const float *x, int64_t n, int64_t k, int by_index, uint32_
     int32_t *ti = (int32_t *)(tk + n + 16);
     int64_t c = 0;
     for (int attempt = 0; c < k; attempt++)
-        c = topk_collect(x, n, 0, topk_threshold(x, n, k, sample, attempt), ci);
-    topk_finish(x, ci, c, k, by_index, ck, sk, si, tk, ti, out_idx, out_val);
+        c = topk_collect(avx, x, n, 0, topk_threshold(x, n, k, sample, attempt), ci);
+    topk_finish(avx, x, ci, c, k, by_index, ck, sk, si, tk, ti, out_idx, out_val);
 }
 
 kvs_status kvs_cpu_topk(kvs_device *dev, const kvs_topk_args *a) {
+    const int avx = kvs_cpu_use_avx512(dev, KVS_OP_topk);
     const float *x = kvs_tensor_host_ptr(a->x);
     int32_t *oi = kvs_tensor_host_ptr(a->idx);
     float *ov = a->val ? kvs_tensor_host_ptr(a->val) : NULL;
@@ -453,7 +357,7 @@ kvs_status kvs_cpu_topk(kvs_device *dev, const kvs_topk_args *a) {
             int64_t kk = k < len ? k : len;
             int32_t *ri = oi + r * k;
             float *rv = ov ? ov + r * k : NULL;
-            if (kk > 0) topk_row(x + r * n, len, kk, a->p.order_by_index, work, ri, rv);
+            if (kk > 0) topk_row(avx, x + r * n, len, kk, a->p.order_by_index, work, ri, rv);
             for (int64_t t = kk; t < k; t++) {
                 ri[t] = -1;
                 if (rv) rv[t] = -INFINITY;
@@ -464,6 +368,7 @@ kvs_status kvs_cpu_topk(kvs_device *dev, const kvs_topk_args *a) {
 }
 
 kvs_status kvs_cpu_topk_global(kvs_device *dev, const kvs_topk_args *a) {
+    const int avx = kvs_cpu_use_avx512(dev, KVS_OP_topk_global);
     const float *x = kvs_tensor_host_ptr(a->x);
     int32_t *oi = kvs_tensor_host_ptr(a->idx);
     float *ov = a->val ? kvs_tensor_host_ptr(a->val) : NULL;
@@ -487,7 +392,7 @@ kvs_status kvs_cpu_topk_global(kvs_device *dev, const kvs_topk_args *a) {
         for (int t = 0; t < nt; t++) {
             int64_t c0 = (int64_t)t * chunk, c1 = c0 + chunk < n ? c0 + chunk : n;
             if (c0 > c1) c0 = c1;
-            cnt[t] = topk_collect(x + c0, c1 - c0, c0, t0, ci + (size_t)t * region);
+            cnt[t] = topk_collect(avx, x + c0, c1 - c0, c0, t0, ci + (size_t)t * region);
         }
         c = 0;
         for (int t = 0; t < nt; t++) {
@@ -501,7 +406,7 @@ kvs_status kvs_cpu_topk_global(kvs_device *dev, const kvs_topk_args *a) {
         free(sk); free(si);
         return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_topk_global (cpu): cannot allocate scratch");
     }
-    topk_finish(x, ci, c, k, a->p.order_by_index, sk + 2 * c + 32, sk, si, sk + c + 16, si + c + 16, oi, ov);
+    topk_finish(avx, x, ci, c, k, a->p.order_by_index, sk + 2 * c + 32, sk, si, sk + c + 16, si + c + 16, oi, ov);
     free(sk); free(si);
     return KVS_OK;
 }

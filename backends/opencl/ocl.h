@@ -114,26 +114,15 @@ static inline size_t kvs_ocl_round_up(size_t v, size_t m) { return (v + m - 1) /
 /* A default 1-D work-group size: min(256, max_wg), power of two. */
 size_t kvs_ocl_wg(kvs_device *dev, size_t want);
 
-/* Op entry points (ops_*.c). */
-kvs_status kvs_ocl_matmul(kvs_device *dev, const kvs_matmul_args *a);
-kvs_status kvs_ocl_add(kvs_device *dev, const kvs_tensor *a, const kvs_tensor *b, kvs_tensor *y, int64_t n);
-kvs_status kvs_ocl_copy(kvs_device *dev, const kvs_tensor *src, kvs_tensor *dst, int64_t n);
-kvs_status kvs_ocl_rmsnorm(kvs_device *dev, const kvs_tensor *x, const kvs_tensor *w, kvs_tensor *y,
-                           int64_t rows, int64_t dim, float eps);
-kvs_status kvs_ocl_swiglu(kvs_device *dev, const kvs_tensor *gate, const kvs_tensor *up, kvs_tensor *out,
-                          int64_t n);
-kvs_status kvs_ocl_softmax(kvs_device *dev, const kvs_tensor *x, kvs_tensor *y, int64_t rows, int64_t n,
-                           float scale);
-kvs_status kvs_ocl_embedding(kvs_device *dev, const kvs_tensor *table, const int32_t *ids, int64_t n,
-                             kvs_tensor *out, int64_t dim);
-kvs_status kvs_ocl_rope(kvs_device *dev, const kvs_rope_args *a);
-kvs_status kvs_ocl_attention(kvs_device *dev, const kvs_attention_args *a);
-kvs_status kvs_ocl_dwt(kvs_device *dev, const kvs_dwt_args *a);
-kvs_status kvs_ocl_idwt(kvs_device *dev, const kvs_dwt_args *a);
-kvs_status kvs_ocl_topk(kvs_device *dev, const kvs_topk_args *a);
-kvs_status kvs_ocl_topk_global(kvs_device *dev, const kvs_topk_args *a);
-kvs_status kvs_ocl_gather(kvs_device *dev, const kvs_rows_args *a);
-kvs_status kvs_ocl_scatter(kvs_device *dev, const kvs_rows_args *a);
-kvs_status kvs_ocl_compact(kvs_device *dev, const kvs_rows_args *a);
+/* Op entry points (ops_*.c): kvs_ocl_<op>(dev, const <args> *a) for every op of KVS_OP_LIST. */
+KVS_OP_PROTOTYPES(kvs_ocl_)
+
+/* The ops table's supports() and variant table (ops_supports.c); attention's part of supports()
+ * (ops_attention.c). */
+int kvs_ocl_attention_supported(kvs_device *dev, const kvs_attention_args *a, char *why, size_t n);
+int kvs_ocl_supports(kvs_device *dev, kvs_op_id op, const void *args, char *why, size_t n);
+enum { KVS_OCL_ATTN_DEC = 1, KVS_OCL_ATTN_MAIN_SPLIT4 = 2 }; /* kvs_variant.code of attention */
+#define KVS_OCL_N_VARIANTS 2
+extern const kvs_variant kvs_ocl_variants[KVS_OCL_N_VARIANTS];
 
 #endif

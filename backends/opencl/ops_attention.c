@@ -36,6 +36,12 @@ static int debug_on(void) {
     return e && e[0] && strcmp(e, "0") != 0;
 }
 
+/* The forced attention variant's name, "auto" when none. */
+static const char *variant_name(const kvs_device *dev) {
+    const kvs_variant *v = dev->forced[KVS_OP_attention];
+    return v ? v->name : "auto";
+}
+
 /* attn_dec launch plan (see attention.cl): work-group nt (<= nt_cap), rows per group rb, key tile
  * bk, lane width vw, separate K/V tiles sepv. Returns 0 when the shape does not fit (the caller
  * takes attn_main). */
@@ -85,6 +91,80 @@ static int dec_plan_make(kvs_device *dev, int64_t n_q, int G, int hd, size_t nt_
     return 1;
 }
 
+/* The launch choice made before any kernel is compiled: attn_main's tiling (bq rows, bk keys,
+ * ntiles tiles), attn_dec's plan, and whether attn_dec is taken. */
+typedef struct attn_choice {
+    int bq;
+    size_t bk, ntiles, cus;
+    dec_plan pl;
+    int use_dec;
+} attn_choice;
+
+static void attn_choose(kvs_device *dev, const kvs_attention_args *a, attn_choice *ch) {
+    kvs_ocl *o = dev->impl;
+    int G = (int)(a->n_heads / a->n_kv_heads);
+    int hd = (int)a->head_dim;
+    ch->cus = (size_t)(dev->caps.compute_units > 0 ? dev->caps.compute_units : 16);
+    /* attn_main: work-group of BQ rows x G heads, about 64 items. */
+    int target = 64;
+    int bq = target / G > 0 ? target / G : 1;
+    if (a->n_q < bq) bq = (int)a->n_q;
+    if (bq < 1) bq = 1;
+    while ((size_t)(bq * G) > o->max_wg && bq > 1) bq--;
+    ch->bq = bq;
+    /* Key tile: K and V tiles of BK x head_dim floats in at most half the local memory (<= 32 KiB). */
+    size_t budget = o->local_mem / 2;
+    if (budget > 32768) budget = 32768;
+    size_t bk = kvs_ocl_pow2_floor(budget / (8 * (size_t)hd) ? budget / (8 * (size_t)hd) : 1);
+    if (bk > 32) bk = 32;
+    if (bk < 1) bk = 1;
+    ch->bk = bk;
+    ch->ntiles = (size_t)((a->n_q + bq - 1) / bq);
+
+    /* Path: attn_dec for decoding-sized query counts, for head_dim > 64 (attn_main keeps 2 *
+     * head_dim + BK floats per item: 288 at head_dim 128, past a GPU's register file per thread,
+     * so it spills), for causal attention (measured on an NVIDIA H200, n 2048, d 64: attn_dec
+     * 0.70 ms, attn_main 1.05 ms) and when attn_main's grid has fewer work-groups than compute
+     * units; attn_main otherwise (n 2048, d 64 bidirectional: attn_main 0.87-0.92 ms, attn_dec
+     * 1.09), when attn_dec does not fit, and on CPU devices (no registers to spill, and barriers
+     * cost a CPU runtime more than the work they share). The variants "dec" and "main-split4"
+     * force a kernel (dec only where its plan fits). */
+    memset(&ch->pl, 0, sizeof ch->pl);
+    const int variant = kvs_device_variant(dev, KVS_OP_attention);
+    int fits = dec_plan_make(dev, a->n_q, G, hd, o->max_wg, &ch->pl);
+    int forced_dec = variant == KVS_OCL_ATTN_DEC, forced_main = variant == KVS_OCL_ATTN_MAIN_SPLIT4;
+    ch->use_dec = fits && !forced_main &&
+                  (forced_dec || (!o->is_cpu && (a->n_q <= 16 || hd > 64 || a->p.causal ||
+                                                   ch->ntiles * (size_t)a->n_kv_heads < ch->cus)));
+}
+
+/* attn_main's limits, checked when attn_main runs. */
+static int attn_main_fits(kvs_device *dev, const kvs_attention_args *a, size_t bk, char *why, size_t n) {
+    kvs_ocl *o = dev->impl;
+    int G = (int)(a->n_heads / a->n_kv_heads), hd = (int)a->head_dim;
+    if ((size_t)G > o->max_wg) {
+        snprintf(why, n, "GQA group of %d heads exceeds the device's work-group limit %zu", G, o->max_wg);
+        return 0;
+    }
+    if (8 * bk * (size_t)hd > o->local_mem) {
+        snprintf(why, n, "head_dim %d needs more local memory than the device's %zu bytes", hd, o->local_mem);
+        return 0;
+    }
+    return 1;
+}
+
+int kvs_ocl_attention_supported(kvs_device *dev, const kvs_attention_args *a, char *why, size_t n) {
+    if (a->head_dim > 512) {
+        snprintf(why, n, "head_dim %lld > 512 not supported", (long long)a->head_dim);
+        return 0;
+    }
+    attn_choice ch;
+    attn_choose(dev, a, &ch);
+    /* attn_dec may still fall back to attn_main when its compiled kernel allows fewer items than
+     * planned; the op checks attn_main's limits again then */
+    return ch.use_dec || attn_main_fits(dev, a, ch.bk, why, n);
+}
+
 kvs_status kvs_ocl_attention(kvs_device *dev, const kvs_attention_args *a) {
     kvs_ocl *o = dev->impl;
     const kvs_attention_params *p = &a->p;
@@ -102,37 +182,13 @@ kvs_status kvs_ocl_attention(kvs_device *dev, const kvs_attention_args *a) {
                 (p->stat_rows ? F_STATROWS : 0) | (p->key_mass_accumulate ? F_ACCUM : 0);
     cl_mem ml = o->zero;
     if (need_ml) KVS_TRY(kvs_ocl_scratch(dev, KVS_OCL_SCR_ML, (size_t)(a->n_q * a->n_heads) * 8, &ml));
-    size_t cus = (size_t)(dev->caps.compute_units > 0 ? dev->caps.compute_units : 16);
-
-    /* attn_main: work-group of BQ rows x G heads, about 64 items. */
-    int target = 64;
-    int bq = target / G > 0 ? target / G : 1;
-    if (a->n_q < bq) bq = (int)a->n_q;
-    if (bq < 1) bq = 1;
-    while ((size_t)(bq * G) > o->max_wg && bq > 1) bq--;
-    /* Key tile: K and V tiles of BK x head_dim floats in at most half the local memory (<= 32 KiB). */
-    size_t budget = o->local_mem / 2;
-    if (budget > 32768) budget = 32768;
-    size_t bk = kvs_ocl_pow2_floor(budget / (8 * (size_t)hd) ? budget / (8 * (size_t)hd) : 1);
-    if (bk > 32) bk = 32;
-    if (bk < 1) bk = 1;
-    size_t ntiles = (size_t)((a->n_q + bq - 1) / bq);
-
-    /* Path: attn_dec for decoding-sized query counts, for head_dim > 64 (attn_main keeps 2 *
-     * head_dim + BK floats per item: 288 at head_dim 128, past a GPU's register file per thread,
-     * so it spills), for causal attention (measured on an NVIDIA H200, n 2048, d 64: attn_dec
-     * 0.70 ms, attn_main 1.05 ms) and when attn_main's grid has fewer work-groups than compute
-     * units; attn_main otherwise (n 2048, d 64 bidirectional: attn_main 0.87-0.92 ms, attn_dec
-     * 1.09), when attn_dec does not fit, and on CPU devices (no registers to spill, and barriers
-     * cost a CPU runtime more than the work they share). */
-    dec_plan pl = {0, 0, 0, 0, 0};
-    const char *force = getenv("KVS_OCL_ATTN"), *wge = getenv("KVS_OCL_ATTN_WG");
-    size_t nt_cap = wge && atoi(wge) > 0 && (size_t)atoi(wge) < o->max_wg ? (size_t)atoi(wge) : o->max_wg;
-    int fits = dec_plan_make(dev, a->n_q, G, hd, nt_cap, &pl);
-    int forced_dec = force && strcmp(force, "dec") == 0, forced_main = force && strcmp(force, "main") == 0;
-    int use_dec = fits && !forced_main &&
-                  (forced_dec || (!o->is_cpu && (a->n_q <= 16 || hd > 64 || p->causal ||
-                                                   ntiles * (size_t)a->n_kv_heads < cus)));
+    attn_choice ch;
+    attn_choose(dev, a, &ch);
+    const size_t cus = ch.cus;
+    const int bq = ch.bq;
+    size_t bk = ch.bk, ntiles = ch.ntiles;
+    dec_plan pl = ch.pl;
+    int use_dec = ch.use_dec;
     char defs[320];
     cl_kernel k = NULL;
     size_t kwg = 0;
@@ -153,12 +209,9 @@ kvs_status kvs_ocl_attention(kvs_device *dev, const kvs_attention_args *a) {
     }
     size_t want_wgs = (use_dec ? 4 : 2) * cus;
     if (!use_dec) {
-        if ((size_t)G > o->max_wg)
-            return kvs_error(KVS_ERR_UNSUPPORTED, "kvs_attention (opencl): GQA group of %d heads exceeds the device's "
-                             "work-group limit %zu", G, o->max_wg);
-        if (8 * bk * (size_t)hd > o->local_mem)
-            return kvs_error(KVS_ERR_UNSUPPORTED, "kvs_attention (opencl): head_dim %d needs more local memory than "
-                             "the device's %zu bytes", hd, o->local_mem);
+        char why[160];
+        if (!attn_main_fits(dev, a, bk, why, sizeof why))
+            return kvs_error(KVS_ERR_UNSUPPORTED, "kvs_attention (opencl): %s", why);
     } else {
         bk = (size_t)pl.bk;
         ntiles = (size_t)((a->n_q + pl.rb - 1) / pl.rb);
@@ -176,11 +229,12 @@ kvs_status kvs_ocl_attention(kvs_device *dev, const kvs_attention_args *a) {
     size_t base = ntiles * (size_t)a->n_kv_heads;
     int64_t n_split = 1, span = 0;
     int64_t want = base < want_wgs ? (int64_t)((want_wgs + base - 1) / base) : 1;
-    const char *fs = getenv("KVS_OCL_ATTN_SPLITS");
-    if (fs && atoi(fs) > 0) want = atoi(fs);
+    /* the variant main-split4 forces 4 splits (as many as there are key tiles, if fewer) */
+    const int forced_splits = kvs_device_variant(dev, KVS_OP_attention) == KVS_OCL_ATTN_MAIN_SPLIT4 ? 4 : 0;
+    if (forced_splits) want = forced_splits;
     {
         int64_t maxs = a->n_kv / ((use_dec ? 1 : 4) * (int64_t)bk);
-        if (fs && atoi(fs) > 0) maxs = (a->n_kv + (int64_t)bk - 1) / (int64_t)bk;
+        if (forced_splits) maxs = (a->n_kv + (int64_t)bk - 1) / (int64_t)bk;
         if (want > maxs) want = maxs;
         if (want > 1) {
             span = (a->n_kv + want - 1) / want;
@@ -216,11 +270,11 @@ kvs_status kvs_ocl_attention(kvs_device *dev, const kvs_attention_args *a) {
             clGetKernelWorkGroupInfo(k, o->device, CL_KERNEL_PRIVATE_MEM_SIZE, sizeof priv, &priv, NULL);
             clGetKernelWorkGroupInfo(k, o->device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof lmem, &lmem, NULL);
             fprintf(stderr,
-                    "kvsieve opencl attention: n_q=%lld n_kv=%lld d=%d G=%d kv_heads=%lld -> %s (dec plan %s, forced %s, "
+                    "kvsieve opencl attention: n_q=%lld n_kv=%lld d=%d G=%d kv_heads=%lld -> %s (dec plan %s, variant %s, "
                     "cpu %d) wg=%zu rows/wg=%d bk=%zu vw=%d sepv=%d tiles=%zu splits=%lld span=%lld work-groups=%zu "
                     "kernel: max wg %zu, private %llu B, local %llu B; device: max wg %zu, local %zu B, %zu CUs\n",
                     (long long)a->n_q, (long long)a->n_kv, hd, G, (long long)a->n_kv_heads, kname,
-                    fits ? "fits" : "does not fit", force ? force : "no", o->is_cpu, wg, use_dec ? pl.rb : bq, bk,
+                    ch.pl.nt ? "fits" : "does not fit", variant_name(dev), o->is_cpu, wg, use_dec ? pl.rb : bq, bk,
                     use_dec ? pl.vw : 1, use_dec ? pl.sepv : 1, ntiles, (long long)n_split, (long long)span,
                     ntiles * (size_t)a->n_kv_heads * (size_t)n_split, kw, (unsigned long long)priv,
                     (unsigned long long)lmem, o->max_wg, o->local_mem, cus);

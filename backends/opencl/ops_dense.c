@@ -49,7 +49,10 @@ static kvs_status launch_1d(kvs_device *dev, cl_kernel k, const char *what, int6
     return kvs_ocl_launch(dev, k, what, 1, &gws, &lws, nargs, args);
 }
 
-kvs_status kvs_ocl_add(kvs_device *dev, const kvs_tensor *a, const kvs_tensor *b, kvs_tensor *y, int64_t n) {
+kvs_status kvs_ocl_add(kvs_device *dev, const kvs_binary_args *oa) {
+    const kvs_tensor *a = oa->a, *b = oa->b;
+    kvs_tensor *y = oa->y;
+    const int64_t n = oa->n;
     cl_kernel k;
     KVS_TRY(dense_kernel(dev, 0, 0, 256, "add_f32", &k));
     kvs_ocl_arg args[] = {ARG_MEM(kvs_ocl_mem(a)), ARG_L(elem_off(a)), ARG_MEM(kvs_ocl_mem(b)), ARG_L(elem_off(b)),
@@ -57,8 +60,10 @@ kvs_status kvs_ocl_add(kvs_device *dev, const kvs_tensor *a, const kvs_tensor *b
     return launch_1d(dev, k, "add_f32", n, 7, args);
 }
 
-kvs_status kvs_ocl_swiglu(kvs_device *dev, const kvs_tensor *gate, const kvs_tensor *up, kvs_tensor *out,
-                          int64_t n) {
+kvs_status kvs_ocl_swiglu(kvs_device *dev, const kvs_binary_args *oa) {
+    const kvs_tensor *gate = oa->a, *up = oa->b;
+    kvs_tensor *out = oa->y;
+    const int64_t n = oa->n;
     cl_kernel k;
     KVS_TRY(dense_kernel(dev, 0, 0, 256, "swiglu_f32", &k));
     kvs_ocl_arg args[] = {ARG_MEM(kvs_ocl_mem(gate)), ARG_L(elem_off(gate)), ARG_MEM(kvs_ocl_mem(up)),
@@ -66,7 +71,10 @@ kvs_status kvs_ocl_swiglu(kvs_device *dev, const kvs_tensor *gate, const kvs_ten
     return launch_1d(dev, k, "swiglu_f32", n, 7, args);
 }
 
-kvs_status kvs_ocl_copy(kvs_device *dev, const kvs_tensor *src, kvs_tensor *dst, int64_t n) {
+kvs_status kvs_ocl_copy(kvs_device *dev, const kvs_copy_args *oa) {
+    const kvs_tensor *src = oa->src;
+    kvs_tensor *dst = oa->dst;
+    const int64_t n = oa->n;
     kvs_ocl *o = dev->impl;
     if (src->dtype == dst->dtype) {
         /* Same dtype: a bit-exact copy. */
@@ -83,8 +91,11 @@ kvs_status kvs_ocl_copy(kvs_device *dev, const kvs_tensor *src, kvs_tensor *dst,
 
 /* ---- row reductions -------------------------------------------------------------------------- */
 
-kvs_status kvs_ocl_rmsnorm(kvs_device *dev, const kvs_tensor *x, const kvs_tensor *w, kvs_tensor *y,
-                           int64_t rows, int64_t dim, float eps) {
+kvs_status kvs_ocl_rmsnorm(kvs_device *dev, const kvs_rmsnorm_args *oa) {
+    const kvs_tensor *x = oa->x, *w = oa->w;
+    kvs_tensor *y = oa->y;
+    const int64_t rows = oa->rows, dim = oa->dim;
+    const float eps = oa->eps;
     size_t wg = red_wg(dev);
     cl_kernel k;
     KVS_TRY(dense_kernel(dev, 0, 0, wg, "rmsnorm_f32", &k));
@@ -94,8 +105,11 @@ kvs_status kvs_ocl_rmsnorm(kvs_device *dev, const kvs_tensor *x, const kvs_tenso
     return kvs_ocl_launch(dev, k, "rmsnorm_f32", 1, &gws, &wg, 8, args);
 }
 
-kvs_status kvs_ocl_softmax(kvs_device *dev, const kvs_tensor *x, kvs_tensor *y, int64_t rows, int64_t n,
-                           float scale) {
+kvs_status kvs_ocl_softmax(kvs_device *dev, const kvs_softmax_args *oa) {
+    const kvs_tensor *x = oa->x;
+    kvs_tensor *y = oa->y;
+    const int64_t rows = oa->rows, n = oa->n;
+    const float scale = oa->scale;
     size_t wg = red_wg(dev);
     cl_kernel k;
     KVS_TRY(dense_kernel(dev, 0, 0, wg, "softmax_f32", &k));
@@ -107,8 +121,11 @@ kvs_status kvs_ocl_softmax(kvs_device *dev, const kvs_tensor *x, kvs_tensor *y, 
 
 /* ---- embedding ------------------------------------------------------------------------------- */
 
-kvs_status kvs_ocl_embedding(kvs_device *dev, const kvs_tensor *table, const int32_t *ids, int64_t n,
-                             kvs_tensor *out, int64_t dim) {
+kvs_status kvs_ocl_embedding(kvs_device *dev, const kvs_embedding_args *oa) {
+    const kvs_tensor *table = oa->table;
+    kvs_tensor *out = oa->out;
+    const int32_t *ids = oa->ids;
+    const int64_t n = oa->n, dim = oa->dim;
     cl_mem idm;
     KVS_TRY(kvs_ocl_scratch(dev, KVS_OCL_SCR_IDS, (size_t)n * 4, &idm));
     KVS_TRY(kvs_ocl_write(dev, idm, 0, ids, (size_t)n * 4));

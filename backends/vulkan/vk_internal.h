@@ -148,8 +148,8 @@ kvs_status kvs_vk_dispatch(kvs_vk *v, const char *name, const uint32_t *spec, in
                            uint64_t groups, const char *op);
 
 /* Records a buffer copy / fill (tracked like dispatches). */
-kvs_status kvs_vk_copy(kvs_vk *v, VkBuffer src, VkDeviceSize so, VkBuffer dst, VkDeviceSize dso,
-                       VkDeviceSize n);
+kvs_status kvs_vk_copy_buffer(kvs_vk *v, VkBuffer src, VkDeviceSize so, VkBuffer dst, VkDeviceSize dso,
+                              VkDeviceSize n);
 kvs_status kvs_vk_fill(kvs_vk *v, VkBuffer dst, VkDeviceSize off, VkDeviceSize n, uint32_t word);
 
 /* Submits recorded work and waits; resets the arenas and descriptor pools. */
@@ -160,26 +160,10 @@ static inline const kvs_vk_alloc *kvs_vk_alloc_of(const kvs_tensor *t) {
     return (const kvs_vk_alloc *)t->buf->handle;
 }
 
-/* ---- vk_ops.c ---- */
-kvs_status kvs_vk_matmul(kvs_device *dev, const kvs_matmul_args *a);
-kvs_status kvs_vk_add(kvs_device *dev, const kvs_tensor *a, const kvs_tensor *b, kvs_tensor *y, int64_t n);
-kvs_status kvs_vk_copy_op(kvs_device *dev, const kvs_tensor *src, kvs_tensor *dst, int64_t n);
-kvs_status kvs_vk_rmsnorm(kvs_device *dev, const kvs_tensor *x, const kvs_tensor *w, kvs_tensor *y,
-                          int64_t rows, int64_t dim, float eps);
-kvs_status kvs_vk_swiglu(kvs_device *dev, const kvs_tensor *gate, const kvs_tensor *up, kvs_tensor *out,
-                         int64_t n);
-kvs_status kvs_vk_softmax(kvs_device *dev, const kvs_tensor *x, kvs_tensor *y, int64_t rows, int64_t n,
-                          float scale);
-kvs_status kvs_vk_embedding(kvs_device *dev, const kvs_tensor *table, const int32_t *ids, int64_t n,
-                            kvs_tensor *out, int64_t dim);
-kvs_status kvs_vk_rope(kvs_device *dev, const kvs_rope_args *a);
-kvs_status kvs_vk_attention(kvs_device *dev, const kvs_attention_args *a);
-kvs_status kvs_vk_dwt(kvs_device *dev, const kvs_dwt_args *a);
-kvs_status kvs_vk_idwt(kvs_device *dev, const kvs_dwt_args *a);
-kvs_status kvs_vk_topk(kvs_device *dev, const kvs_topk_args *a);
-kvs_status kvs_vk_topk_global(kvs_device *dev, const kvs_topk_args *a);
-kvs_status kvs_vk_gather(kvs_device *dev, const kvs_rows_args *a);
-kvs_status kvs_vk_scatter(kvs_device *dev, const kvs_rows_args *a);
-kvs_status kvs_vk_compact(kvs_device *dev, const kvs_rows_args *a);
+/* ---- the ops (vk_ops.c): kvs_vk_<op>(dev, const <args> *a) for every op of KVS_OP_LIST ---- */
+KVS_OP_PROTOTYPES(kvs_vk_)
+
+/* ---- vk_supports.c: the ops table's supports() ---- */
+int kvs_vk_supports(kvs_device *dev, kvs_op_id op, const void *args, char *why, size_t n);
 
 #endif

@@ -43,22 +43,31 @@ static kvs_status vk_binary(kvs_device *dev, const char *op, const char *name, c
     return kvs_vk_dispatch(v, name, &wg, 1, args, 3, &pc, sizeof pc, ceil_div((uint64_t)n, wg), op);
 }
 
-kvs_status kvs_vk_add(kvs_device *dev, const kvs_tensor *a, const kvs_tensor *b, kvs_tensor *y, int64_t n) {
+kvs_status kvs_vk_add(kvs_device *dev, const kvs_binary_args *oa) {
+    const kvs_tensor *a = oa->a, *b = oa->b;
+    kvs_tensor *y = oa->y;
+    const int64_t n = oa->n;
     return vk_binary(dev, "kvs_add", "add", a, b, y, n);
 }
 
-kvs_status kvs_vk_swiglu(kvs_device *dev, const kvs_tensor *gate, const kvs_tensor *up, kvs_tensor *out, int64_t n) {
+kvs_status kvs_vk_swiglu(kvs_device *dev, const kvs_binary_args *oa) {
+    const kvs_tensor *gate = oa->a, *up = oa->b;
+    kvs_tensor *out = oa->y;
+    const int64_t n = oa->n;
     return vk_binary(dev, "kvs_swiglu", "swiglu", gate, up, out, n);
 }
 
-kvs_status kvs_vk_copy_op(kvs_device *dev, const kvs_tensor *src, kvs_tensor *dst, int64_t n) {
+kvs_status kvs_vk_copy(kvs_device *dev, const kvs_copy_args *oa) {
+    const kvs_tensor *src = oa->src;
+    kvs_tensor *dst = oa->dst;
+    const int64_t n = oa->n;
     const char *op = "kvs_copy";
     kvs_vk *v = kvs_vk_of(dev);
     KVS_TRY(kvs_vk_begin_op(v, op));
     if (src->dtype == dst->dtype) {
         const kvs_vk_alloc *sa = kvs_vk_alloc_of(src), *da = kvs_vk_alloc_of(dst);
-        return kvs_vk_copy(v, sa->block->buf, sa->offset + src->offset, da->block->buf, da->offset + dst->offset,
-                           src->nbytes);
+        return kvs_vk_copy_buffer(v, sa->block->buf, sa->offset + src->offset, da->block->buf,
+                                  da->offset + dst->offset, src->nbytes);
     }
     kvs_vk_arg args[2];
     struct { uint32_t n, os, od; } pc = {(uint32_t)n, 0, 0};
@@ -74,8 +83,11 @@ static uint32_t row_wg(kvs_device *dev, int64_t n) {
     return wg_size(dev, w);
 }
 
-kvs_status kvs_vk_rmsnorm(kvs_device *dev, const kvs_tensor *x, const kvs_tensor *w, kvs_tensor *y, int64_t rows,
-                          int64_t dim, float eps) {
+kvs_status kvs_vk_rmsnorm(kvs_device *dev, const kvs_rmsnorm_args *oa) {
+    const kvs_tensor *x = oa->x, *w = oa->w;
+    kvs_tensor *y = oa->y;
+    const int64_t rows = oa->rows, dim = oa->dim;
+    const float eps = oa->eps;
     const char *op = "kvs_rmsnorm";
     kvs_vk *v = kvs_vk_of(dev);
     KVS_TRY(kvs_vk_begin_op(v, op));
@@ -88,7 +100,11 @@ kvs_status kvs_vk_rmsnorm(kvs_device *dev, const kvs_tensor *x, const kvs_tensor
     return kvs_vk_dispatch(v, "rmsnorm", &wg, 1, args, 3, &pc, sizeof pc, (uint64_t)rows, op);
 }
 
-kvs_status kvs_vk_softmax(kvs_device *dev, const kvs_tensor *x, kvs_tensor *y, int64_t rows, int64_t n, float scale) {
+kvs_status kvs_vk_softmax(kvs_device *dev, const kvs_softmax_args *oa) {
+    const kvs_tensor *x = oa->x;
+    kvs_tensor *y = oa->y;
+    const int64_t rows = oa->rows, n = oa->n;
+    const float scale = oa->scale;
     const char *op = "kvs_softmax";
     kvs_vk *v = kvs_vk_of(dev);
     KVS_TRY(kvs_vk_begin_op(v, op));
@@ -100,8 +116,11 @@ kvs_status kvs_vk_softmax(kvs_device *dev, const kvs_tensor *x, kvs_tensor *y, i
     return kvs_vk_dispatch(v, "softmax", &wg, 1, args, 2, &pc, sizeof pc, (uint64_t)rows, op);
 }
 
-kvs_status kvs_vk_embedding(kvs_device *dev, const kvs_tensor *table, const int32_t *ids, int64_t n, kvs_tensor *out,
-                            int64_t dim) {
+kvs_status kvs_vk_embedding(kvs_device *dev, const kvs_embedding_args *oa) {
+    const kvs_tensor *table = oa->table;
+    kvs_tensor *out = oa->out;
+    const int32_t *ids = oa->ids;
+    const int64_t n = oa->n, dim = oa->dim;
     const char *op = "kvs_embedding";
     kvs_vk *v = kvs_vk_of(dev);
     KVS_TRY(kvs_vk_begin_op(v, op));
@@ -564,8 +583,8 @@ kvs_status kvs_vk_compact(kvs_device *dev, const kvs_rows_args *a) {
     /* gather the kept rows into scratch [G][n][row], then copy each group back to rows [0, n) */
     KVS_TRY(rows_dispatch(dev, a, 0, t, s, NULL, a->n, op));
     for (int64_t g = 0; g < a->groups; g++)
-        KVS_TRY(kvs_vk_copy(v, sa->block->buf, so + (VkDeviceSize)g * per, t.a->block->buf,
-                            t.off + (VkDeviceSize)g * (VkDeviceSize)a->dst_rows * rb, per));
+        KVS_TRY(kvs_vk_copy_buffer(v, sa->block->buf, so + (VkDeviceSize)g * per, t.a->block->buf,
+                                   t.off + (VkDeviceSize)g * (VkDeviceSize)a->dst_rows * rb, per));
     return KVS_OK;
 }
 

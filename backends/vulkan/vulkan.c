@@ -474,7 +474,7 @@ static kvs_status vk_maybe_flush(kvs_vk *v) {
     return KVS_OK;
 }
 
-kvs_status kvs_vk_copy(kvs_vk *v, VkBuffer src, VkDeviceSize so, VkBuffer dst, VkDeviceSize dso, VkDeviceSize n) {
+kvs_status kvs_vk_copy_buffer(kvs_vk *v, VkBuffer src, VkDeviceSize so, VkBuffer dst, VkDeviceSize dso, VkDeviceSize n) {
     if (!n) return KVS_OK;
     KVS_TRY(vk_begin(v));
     kvs_vk_access acc[2] = {{src, so, so + n, 0}, {dst, dso, dso + n, 1}};
@@ -967,7 +967,7 @@ static kvs_status vk_upload(kvs_device *dev, void *handle, size_t offset, const 
         void *host;
         KVS_TRY(kvs_vk_stage(v, chunk, &st, &so, &host));
         memcpy(host, s, chunk);
-        KVS_TRY(kvs_vk_copy(v, st->block->buf, so, a->block->buf, abs, chunk));
+        KVS_TRY(kvs_vk_copy_buffer(v, st->block->buf, so, a->block->buf, abs, chunk));
         s += chunk;
         abs += chunk;
         n -= chunk;
@@ -992,7 +992,7 @@ static kvs_status vk_download(kvs_device *dev, void *handle, size_t offset, void
         VkDeviceSize so;
         void *host;
         KVS_TRY(kvs_vk_stage(v, chunk, &st, &so, &host));
-        KVS_TRY(kvs_vk_copy(v, a->block->buf, abs, st->block->buf, so, chunk));
+        KVS_TRY(kvs_vk_copy_buffer(v, a->block->buf, abs, st->block->buf, so, chunk));
         KVS_TRY(kvs_vk_flush(v));
         memcpy(d, host, chunk);
         d += chunk;
@@ -1023,20 +1023,6 @@ const kvs_backend_ops kvs_vulkan_backend = {
     .upload = vk_upload,
     .download = vk_download,
     .fill32 = vk_fill32,
-    .matmul = kvs_vk_matmul,
-    .add = kvs_vk_add,
-    .copy = kvs_vk_copy_op,
-    .rmsnorm = kvs_vk_rmsnorm,
-    .swiglu = kvs_vk_swiglu,
-    .softmax = kvs_vk_softmax,
-    .embedding = kvs_vk_embedding,
-    .rope = kvs_vk_rope,
-    .attention = kvs_vk_attention,
-    .dwt = kvs_vk_dwt,
-    .idwt = kvs_vk_idwt,
-    .topk = kvs_vk_topk,
-    .topk_global = kvs_vk_topk_global,
-    .gather = kvs_vk_gather,
-    .scatter = kvs_vk_scatter,
-    .compact = kvs_vk_compact,
+    .supports = kvs_vk_supports,
+    KVS_OP_TABLE_ENTRIES(kvs_vk_)
 };

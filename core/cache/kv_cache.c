@@ -13,6 +13,10 @@ struct kvs_kv_cache {
     int64_t *host_len;                      /* [n_layers][n_kv_heads] */
     int32_t *scratch;                       /* host scratch for uploads */
     int64_t next_pos;                       /* 1 + the largest position ever written (0: empty) */
+    kvs_tensor *slots;                      /* [n_kv_heads * capacity] I32: rows written by the last write */
+    int32_t *scratch_slots;                 /* [n_kv_heads * capacity] host scratch of kvs_cache_write_rows */
+    int32_t *slots_host;                    /* [n_kv_heads * capacity] what slots holds */
+    int64_t slots_n;                        /* entries of slots_host valid (0: none) */
 };
 
 kvs_cache_params kvs_cache_params_default(void) {
@@ -43,6 +47,9 @@ void kvs_cache_destroy(kvs_kv_cache **cp) {
     }
     free(c->k); free(c->v); free(c->pos); free(c->len); free(c->x);
     free(c->host_pos); free(c->host_len); free(c->scratch);
+    kvs_tensor_destroy(&c->slots);
+    free(c->slots_host);
+    free(c->scratch_slots);
     free(c);
     *cp = NULL;
 }
@@ -78,8 +85,10 @@ kvs_status kvs_cache_create(kvs_kv_cache **out, kvs_device *dev, const kvs_cache
     c->host_pos = malloc(L * H * cap * sizeof *c->host_pos);
     c->host_len = calloc(L * H, sizeof *c->host_len);
     c->scratch = malloc((H > 16 ? H : 16) * sizeof *c->scratch);
+    c->slots_host = malloc(H * cap * sizeof *c->slots_host);
+    c->scratch_slots = malloc(H * cap * sizeof *c->scratch_slots);
     kvs_status s = KVS_OK;
-    if (!c->k || !c->v || !c->pos || !c->len || !c->x || !c->host_pos || !c->host_len || !c->scratch) {
+    if (!c->k || !c->v || !c->pos || !c->len || !c->x || !c->host_pos || !c->host_len || !c->scratch || !c->slots_host || !c->scratch_slots) {
         s = kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_cache_create: out of host memory");
         goto fail;
     }
@@ -99,6 +108,11 @@ kvs_status kvs_cache_create(kvs_kv_cache **out, kvs_device *dev, const kvs_cache
             kvs_tensor_set_name(c->k[l], "cache.k");
             kvs_tensor_set_name(c->v[l], "cache.v");
         }
+    }
+    if (s == KVS_OK) {
+        int64_t slots_ne[1] = {p->n_kv_heads * p->capacity};
+        s = kvs_tensor_create(&c->slots, dev, KVS_I32, 1, slots_ne);
+        if (s == KVS_OK) kvs_tensor_set_name(c->slots, "cache.slots");
     }
     if (s == KVS_OK) {
         /* K/V start as zeros so that never-written rows read as finite values. */
@@ -177,20 +191,80 @@ int64_t kvs_cache_bytes_allocated(const kvs_kv_cache *c) {
     return per_layer * c->p.n_layers;
 }
 
-/* ---- internal: used by the forward ---------------------------------------------------------- */
+int64_t kvs_cache_next_pos(const kvs_kv_cache *c) { return c ? c->next_pos : -1; }
 
-int32_t *kvs_cache_host_pos_mut(kvs_kv_cache *c, int l, int h);
-int64_t *kvs_cache_host_len_mut(kvs_kv_cache *c, int l);
-kvs_status kvs_cache_sync_layer(kvs_kv_cache *c, int l);
-
-int32_t *kvs_cache_host_pos_mut(kvs_kv_cache *c, int l, int h) {
-    return c->host_pos + ((size_t)l * c->p.n_kv_heads + h) * c->p.capacity;
+static int rows_shape_ok(const kvs_tensor *t, const kvs_cache_params *p, int64_t n) {
+    return kvs_tensor_dtype(t) == KVS_F32 && kvs_tensor_ne(t, 0) == p->head_dim && kvs_tensor_ne(t, 1) == p->n_kv_heads &&
+           kvs_tensor_ne(t, 2) == n && kvs_tensor_ne(t, 3) == 1;
 }
-int64_t *kvs_cache_host_len_mut(kvs_kv_cache *c, int l) { return c->host_len + (size_t)l * c->p.n_kv_heads; }
-kvs_status kvs_cache_sync_layer(kvs_kv_cache *c, int l) { return sync_layer(c, l); }
 
-int64_t *kvs_cache_next_pos_mut(kvs_kv_cache *c);
-int64_t *kvs_cache_next_pos_mut(kvs_kv_cache *c) { return &c->next_pos; }
+kvs_status kvs_cache_write_rows(kvs_kv_cache *c, int l, const kvs_tensor *k, const kvs_tensor *v, const int32_t *positions,
+                                int64_t n) {
+    const char *op = "kvs_cache_write_rows";
+    if (!LAYER_OK(c, l) || !k || !v || !positions || n < 1)
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: NULL argument, bad layer %d or n %lld < 1", op, l, (long long)n);
+    const kvs_cache_params *cp = &c->p;
+    int H = cp->n_kv_heads;
+    if (!rows_shape_ok(k, cp, n) || !rows_shape_ok(v, cp, n))
+        return kvs_error(KVS_ERR_SHAPE, "%s: k and v must be F32 [%lld][%d][%d]", op, (long long)n, H, cp->head_dim);
+    int64_t *len = c->host_len + (size_t)l * H;
+    int32_t *slots = c->scratch_slots;
+    for (int64_t i = 0; i < n; i++) {
+        if (positions[i] < 0) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: position %d < 0", op, positions[i]);
+        if (cp->mode == KVS_CACHE_POSITIONAL && positions[i] >= cp->capacity)
+            return kvs_error(KVS_ERR_OUT_OF_RANGE, "%s: position %d outside the capacity %lld", op, positions[i],
+                             (long long)cp->capacity);
+    }
+    if (cp->mode == KVS_CACHE_POSITIONAL) {
+        for (int h = 0; h < H; h++)
+            for (int64_t i = 0; i < n; i++) slots[h * n + i] = positions[i];
+    } else {
+        for (int h = 0; h < H; h++) {
+            if (len[h] + n > cp->capacity)
+                return kvs_error(KVS_ERR_OUT_OF_RANGE, "%s: append cache full at layer %d head %d (%lld + %lld > capacity %lld)",
+                                 op, l, h, (long long)len[h], (long long)n, (long long)cp->capacity);
+            for (int64_t i = 0; i < n; i++) slots[h * n + i] = (int32_t)(len[h] + i);
+        }
+    }
+    /* the device row indices [H][n], uploaded only when they changed */
+    kvs_tensor idx;
+    int64_t ne[2] = {n, H};
+    kvs_status s = kvs_tensor_view_into(&idx, c->slots, 0, 2, ne);
+    size_t bytes = (size_t)H * (size_t)n * sizeof *slots;
+    if (s == KVS_OK && !(c->slots_n == H * n && memcmp(c->slots_host, slots, bytes) == 0)) {
+        c->slots_n = 0;
+        s = kvs_tensor_upload(&idx, slots, 0, bytes);
+        if (s == KVS_OK) {
+            memcpy(c->slots_host, slots, bytes);
+            c->slots_n = H * n;
+        }
+    }
+    if (s == KVS_OK) s = kvs_scatter(c->dev, k, &idx, c->k[l], 1);
+    if (s == KVS_OK) s = kvs_scatter(c->dev, v, &idx, c->v[l], 1);
+    KVS_TRY(s);
+    /* host mirrors + device pos/len (uploaded only when something changed) */
+    int changed = 0;
+    for (int h = 0; h < H; h++) {
+        int32_t *pos = c->host_pos + ((size_t)l * H + h) * cp->capacity;
+        for (int64_t i = 0; i < n; i++) {
+            int32_t *dst = &pos[slots[h * n + i]];
+            if (positions[i] + 1 > c->next_pos) c->next_pos = positions[i] + 1;
+            changed |= *dst != positions[i];
+            *dst = positions[i];
+        }
+        if (cp->mode == KVS_CACHE_APPEND) {
+            len[h] += n;
+            changed = 1;
+        } else {
+            for (int64_t i = 0; i < n; i++)
+                if (slots[h * n + i] + 1 > len[h]) {
+                    len[h] = slots[h * n + i] + 1;
+                    changed = 1;
+                }
+        }
+    }
+    return changed ? sync_layer(c, l) : KVS_OK;
+}
 
 kvs_status kvs_cache_keep(kvs_kv_cache *c, int layer, const int32_t *keep, const int64_t *n_keep, int64_t keep_stride) {
     const char *op = "kvs_cache_keep";
@@ -233,7 +307,7 @@ kvs_status kvs_cache_keep(kvs_kv_cache *c, int layer, const int32_t *keep, const
     kvs_tensor_destroy(&t);
     if (s == KVS_OK) {
         for (int h = 0; h < H; h++) {
-            int32_t *pos = kvs_cache_host_pos_mut(c, layer, h);
+            int32_t *pos = c->host_pos + ((size_t)layer * H + h) * c->p.capacity;
             int64_t len = c->host_len[(size_t)layer * H + h];
             for (int64_t i = 0; i < n_keep[h]; i++) pos[i] = pos[keep[h * keep_stride + i]];
             for (int64_t i = n_keep[h]; i < len; i++) pos[i] = -1;

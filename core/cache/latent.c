@@ -6,7 +6,6 @@
 
 #include "internal.h"
 #include "kvsieve/latent.h"
-#include "policy/policy_internal.h"
 
 struct kvs_latent {
     int L, H, NH, hd, F;
@@ -161,8 +160,3 @@ kvs_status kvs_latent_merge(const kvs_latent *m, int l, const kvs_tensor *q, kvs
     free(hq), free(ho), free(hm), free(hl), free(lp);
     return s;
 }
-
-void kvs_policy_set_latent(kvs_policy *p, kvs_latent *lm) {
-    if (p) p->latent = lm;
-}
-kvs_latent *kvs_policy_get_latent(const kvs_policy *p) { return p ? p->latent : NULL; }

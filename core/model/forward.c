@@ -1,21 +1,36 @@
 /* The step-plan forward of a llama-family transformer (llama2.c run.c / llama.cpp llm_build_llama
- * dataflow; LLaDA uses the same blocks with bidirectional attention). See model.h. */
+ * dataflow; LLaDA uses the same blocks with bidirectional attention). See model.h.
+ * The attention of a layer (dense or over a keep-set, with statistics and latent memory) is
+ * forward_attention.c; the workspace helpers both use are declared in forward_internal.h. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "model_internal.h"
-#include "kvsieve/latent.h"
+#include "model/forward_internal.h"
 
 /* ---- small helpers -------------------------------------------------------------------------- */
 
-/* A dense view with up to three dims over the first rows of a workspace buffer. */
-static kvs_status view3(kvs_tensor **out, kvs_tensor *t, int64_t off, int64_t a, int64_t b, int64_t c) {
-    int64_t ne[3] = {a, b, c};
-    return kvs_tensor_view(out, t, off, c > 1 ? 3 : (b > 1 ? 2 : 1), ne);
+/* Views in the workspace's arena, tensor growth, host growth: see forward_internal.h. */
+kvs_status fwd_view_nd(kvs_model *m, kvs_tensor **out, kvs_tensor *t, int64_t off, int ndim, const int64_t *ne) {
+    kvs_workspace *ws = &m->ws;
+    *out = NULL;
+    if (ws->n_views >= KVS_WS_VIEWS)
+        return kvs_error(KVS_ERR_STATE, "kvs_model_forward: internal error: more than %d views in one layer", KVS_WS_VIEWS);
+    kvs_tensor *v = &ws->views[ws->n_views];
+    KVS_TRY(kvs_tensor_view_into(v, t, off, ndim, ne));
+    ws->n_views++;
+    *out = v;
+    return KVS_OK;
 }
 
-static kvs_status grow_tensor(kvs_tensor **t, kvs_device *dev, kvs_dtype dt, int64_t a, int64_t b, int64_t c,
-                              const char *name) {
+kvs_status fwd_view3(kvs_model *m, kvs_tensor **out, kvs_tensor *t, int64_t off, int64_t a, int64_t b, int64_t c) {
+    int64_t ne[3] = {a, b, c};
+    return fwd_view_nd(m, out, t, off, c > 1 ? 3 : (b > 1 ? 2 : 1), ne);
+}
+
+void fwd_view_done(kvs_tensor **v) { *v = NULL; }
+
+kvs_status fwd_grow_tensor(kvs_tensor **t, kvs_device *dev, kvs_dtype dt, int64_t a, int64_t b, int64_t c,
+                           const char *name) {
     kvs_tensor_destroy(t);
     KVS_TRY(kvs_tensor_new(t, dev, dt, a, b, c, 0));
     kvs_tensor_set_name(*t, name);
@@ -24,9 +39,10 @@ static kvs_status grow_tensor(kvs_tensor **t, kvs_device *dev, kvs_dtype dt, int
 
 void kvs_workspace_free(kvs_workspace *ws) {
     kvs_tensor **all[] = {&ws->x, &ws->xn, &ws->q, &ws->att, &ws->k, &ws->v, &ws->gate, &ws->up, &ws->pos,
-                          &ws->slots, &ws->rowsel, &ws->stat_rows, &ws->argmax, &ws->logits, &ws->key_mass,
+                          &ws->rowsel, &ws->stat_rows, &ws->lat_max, &ws->lat_sum, &ws->argmax, &ws->logits, &ws->key_mass,
                           &ws->probs, &ws->probe_rows, &ws->ks, &ws->vs, &ws->ks_pos, &ws->ks_len, &ws->keep_idx};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) kvs_tensor_destroy(all[i]);
+    free(ws->h_pos), free(ws->h_rows), free(ws->h_pos_rows), free(ws->h_tmp), free(ws->h_keep);
     memset(ws, 0, sizeof *ws);
 }
 
@@ -36,47 +52,23 @@ static kvs_status ws_rows(kvs_model *m, int64_t rows) {
     const kvs_model_hparams *hp = &m->hp;
     kvs_device *d = m->dev;
     int64_t qd = (int64_t)hp->n_heads * hp->head_dim, kd = (int64_t)hp->n_kv_heads * hp->head_dim;
-    KVS_TRY(grow_tensor(&ws->x, d, KVS_F32, hp->dim, rows, 0, "ws.x"));
-    KVS_TRY(grow_tensor(&ws->xn, d, KVS_F32, hp->dim, rows, 0, "ws.xn"));
-    KVS_TRY(grow_tensor(&ws->q, d, KVS_F32, qd, rows, 0, "ws.q"));
-    KVS_TRY(grow_tensor(&ws->att, d, KVS_F32, qd, rows, 0, "ws.att"));
-    KVS_TRY(grow_tensor(&ws->k, d, KVS_F32, kd, rows, 0, "ws.k"));
-    KVS_TRY(grow_tensor(&ws->v, d, KVS_F32, kd, rows, 0, "ws.v"));
-    KVS_TRY(grow_tensor(&ws->gate, d, KVS_F32, hp->ffn_dim, rows, 0, "ws.gate"));
-    KVS_TRY(grow_tensor(&ws->up, d, KVS_F32, hp->ffn_dim, rows, 0, "ws.up"));
-    KVS_TRY(grow_tensor(&ws->pos, d, KVS_I32, rows, 0, 0, "ws.pos"));
-    KVS_TRY(grow_tensor(&ws->slots, d, KVS_I32, rows, hp->n_kv_heads, 0, "ws.slots"));
-    KVS_TRY(grow_tensor(&ws->rowsel, d, KVS_I32, rows, 0, 0, "ws.rowsel"));
-    KVS_TRY(grow_tensor(&ws->stat_rows, d, KVS_I32, rows, 0, 0, "ws.stat_rows"));
-    KVS_TRY(grow_tensor(&ws->argmax, d, KVS_I32, hp->n_heads, rows, 0, "ws.argmax"));
+    KVS_TRY(fwd_grow_tensor(&ws->x, d, KVS_F32, hp->dim, rows, 0, "ws.x"));
+    KVS_TRY(fwd_grow_tensor(&ws->xn, d, KVS_F32, hp->dim, rows, 0, "ws.xn"));
+    KVS_TRY(fwd_grow_tensor(&ws->q, d, KVS_F32, qd, rows, 0, "ws.q"));
+    KVS_TRY(fwd_grow_tensor(&ws->att, d, KVS_F32, qd, rows, 0, "ws.att"));
+    KVS_TRY(fwd_grow_tensor(&ws->k, d, KVS_F32, kd, rows, 0, "ws.k"));
+    KVS_TRY(fwd_grow_tensor(&ws->v, d, KVS_F32, kd, rows, 0, "ws.v"));
+    KVS_TRY(fwd_grow_tensor(&ws->gate, d, KVS_F32, hp->ffn_dim, rows, 0, "ws.gate"));
+    KVS_TRY(fwd_grow_tensor(&ws->up, d, KVS_F32, hp->ffn_dim, rows, 0, "ws.up"));
+    KVS_TRY(fwd_grow_tensor(&ws->pos, d, KVS_I32, rows, 0, 0, "ws.pos"));
+    KVS_TRY(fwd_grow_tensor(&ws->rowsel, d, KVS_I32, rows, 0, 0, "ws.rowsel"));
+    KVS_TRY(fwd_grow_tensor(&ws->stat_rows, d, KVS_I32, rows, 0, 0, "ws.stat_rows"));
+    KVS_TRY(fwd_grow_tensor(&ws->argmax, d, KVS_I32, hp->n_heads, rows, 0, "ws.argmax"));
     ws->rows = rows;
     return KVS_OK;
 }
 
-static kvs_status ws_kv(kvs_model *m, int64_t kv_cap, int64_t n_probe) {
-    kvs_workspace *ws = &m->ws;
-    const kvs_model_hparams *hp = &m->hp;
-    kvs_device *d = m->dev;
-    if (kv_cap > ws->kv_cap) {
-        KVS_TRY(grow_tensor(&ws->key_mass, d, KVS_F32, kv_cap, hp->n_kv_heads, 0, "ws.key_mass"));
-        kvs_tensor_destroy(&ws->ks);
-        kvs_tensor_destroy(&ws->vs);
-        kvs_tensor_destroy(&ws->ks_pos);
-        kvs_tensor_destroy(&ws->keep_idx);
-        kvs_tensor_destroy(&ws->probs);
-        ws->probe_cap = 0;
-        ws->kv_cap = kv_cap;
-    }
-    if (n_probe > ws->probe_cap) {
-        int64_t pc = n_probe < 8 ? 8 : n_probe;
-        KVS_TRY(grow_tensor(&ws->probs, d, KVS_F32, ws->kv_cap, hp->n_heads, pc, "ws.probs"));
-        KVS_TRY(grow_tensor(&ws->probe_rows, d, KVS_I32, pc, 0, 0, "ws.probe_rows"));
-        ws->probe_cap = pc;
-    }
-    return KVS_OK;
-}
-
-static int rows_valid(const int32_t *rows, int64_t n, int64_t limit) {
+int fwd_rows_valid(const int32_t *rows, int64_t n, int64_t limit) {
     for (int64_t i = 0; i < n; i++)
         if (rows[i] < 0 || rows[i] >= limit || (i > 0 && rows[i] <= rows[i - 1])) return 0;
     return 1;
@@ -86,7 +78,7 @@ static int rows_equal(const int32_t *a, int64_t na, const int32_t *b, int64_t nb
     return na == nb && (a == b || memcmp(a, b, (size_t)na * sizeof *a) == 0);
 }
 
-static kvs_status host_grow(void **p, int64_t *cap, int64_t n, size_t elem) {
+kvs_status fwd_host_grow(void **p, int64_t *cap, int64_t n, size_t elem) {
     if (n <= *cap) return KVS_OK;
     void *q = realloc(*p, (size_t)n * elem);
     if (!q) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_model_forward: out of host memory");
@@ -97,289 +89,18 @@ static kvs_status host_grow(void **p, int64_t *cap, int64_t n, size_t elem) {
 
 /* ---- the forward ---------------------------------------------------------------------------- */
 
-typedef struct fwd_ctx {
-    kvs_model *m;
-    kvs_kv_cache *c;
-    const kvs_step_plan *plan;
-    int32_t *pos_host;      /* [n_tokens] positions */
-    int32_t *all_rows;      /* [n_tokens] identity */
-    int32_t *tmp;           /* [max(n_tokens, H*n)] scratch */
-    int64_t n_tok;
-    const kvs_layer_plan *lp; /* the current layer's plan (NULL: all rows, no statistics) */
-    /* What the small device index buffers hold, so that layers with the same rows skip re-uploads
-     * (each upload can cost a queue flush on GPU backends). */
-    int32_t *pos_rows;        /* [n_tokens] copy of the rows whose positions ws.pos holds */
-    int64_t pos_n;            /* 0: ws.pos holds nothing valid yet */
-    int32_t *slots_host;      /* [H * n_tokens] the slot indices ws.slots holds */
-    int64_t slots_n;          /* entries valid in slots_host (0: none) */
-} fwd_ctx;
 
 /* Writes this layer's new K/V (ws.k/ws.v rows [0, n), token-major) into the cache. */
 static kvs_status write_cache(fwd_ctx *f, int l, const int32_t *rows, int64_t n) {
     kvs_model *m = f->m;
-    kvs_kv_cache *c = f->c;
-    const kvs_cache_params *cp = kvs_cache_get_params(c);
-    int H = cp->n_kv_heads;
-    int64_t *len = kvs_cache_host_len_mut(c, l);
-    int32_t *slots = f->tmp;
-    if (cp->mode == KVS_CACHE_POSITIONAL) {
-        for (int h = 0; h < H; h++)
-            for (int64_t i = 0; i < n; i++) slots[h * n + i] = f->pos_host[rows[i]];
-    } else {
-        for (int h = 0; h < H; h++) {
-            if (len[h] + n > cp->capacity)
-                return kvs_error(KVS_ERR_OUT_OF_RANGE,
-                                 "kvs_model_forward: append cache full at layer %d head %d (%lld + %lld > capacity %lld)",
-                                 l, h, (long long)len[h], (long long)n, (long long)cp->capacity);
-            for (int64_t i = 0; i < n; i++) slots[h * n + i] = (int32_t)(len[h] + i);
-        }
-    }
-    kvs_status s;
-    kvs_tensor *idx = NULL, *ksrc = NULL, *vsrc = NULL;
-    s = view3(&idx, m->ws.slots, 0, n, H, 1);
-    if (s == KVS_OK && !(f->slots_n == H * n && memcmp(f->slots_host, slots, (size_t)H * n * 4) == 0)) {
-        s = kvs_tensor_upload(idx, slots, 0, (size_t)H * n * 4);
-        memcpy(f->slots_host, slots, (size_t)H * n * 4);
-        f->slots_n = s == KVS_OK ? H * n : 0;
-    }
-    if (s == KVS_OK) s = view3(&ksrc, m->ws.k, 0, m->hp.head_dim, H, n);
-    if (s == KVS_OK) s = view3(&vsrc, m->ws.v, 0, m->hp.head_dim, H, n);
-    if (s == KVS_OK) s = kvs_scatter(m->dev, ksrc, idx, kvs_cache_k(c, l), 1);
-    if (s == KVS_OK) s = kvs_scatter(m->dev, vsrc, idx, kvs_cache_v(c, l), 1);
-    kvs_tensor_destroy(&idx);
-    kvs_tensor_destroy(&ksrc);
-    kvs_tensor_destroy(&vsrc);
-    KVS_TRY(s);
-    /* host mirrors + device pos/len (uploaded only when something changed: a positional cache
-     * refreshing rows in place keeps both) */
-    int changed = 0;
-    for (int h = 0; h < H; h++) {
-        int32_t *pos = kvs_cache_host_pos_mut(c, l, h);
-        for (int64_t i = 0; i < n; i++) {
-            int32_t *dst = &pos[slots[h * n + i]];
-            if (f->pos_host[rows[i]] + 1 > *kvs_cache_next_pos_mut(c)) *kvs_cache_next_pos_mut(c) = f->pos_host[rows[i]] + 1;
-            changed |= *dst != f->pos_host[rows[i]];
-            *dst = f->pos_host[rows[i]];
-        }
-        if (cp->mode == KVS_CACHE_APPEND) {
-            len[h] += n;
-            changed |= n > 0;
-        } else {
-            for (int64_t i = 0; i < n; i++)
-                if (slots[h * n + i] + 1 > len[h]) {
-                    len[h] = slots[h * n + i] + 1;
-                    changed = 1;
-                }
-        }
-    }
-    return changed ? kvs_cache_sync_layer(c, l) : KVS_OK;
-}
-
-/* Sparse keep-set attention (kvs_layer_plan.keep): gathers, for every kv head h, the cache rows
- * keep[h][0..n_keep[h]) into the workspace K/V (padded to the longest set with the head's last kept
- * row, hidden from the queries by the per-head kv_len) and uploads their positions and lengths.
- * On success *kmax is the longest set. */
-static kvs_status gather_keep(fwd_ctx *f, int l, const kvs_layer_plan *lp, int64_t *kmax, kvs_tensor **ks,
-                              kvs_tensor **vs, kvs_tensor **kpos, kvs_tensor **klen) {
-    kvs_model *m = f->m;
-    kvs_kv_cache *c = f->c;
-    kvs_workspace *ws = &m->ws;
-    const kvs_cache_params *cp = kvs_cache_get_params(c);
-    int H = cp->n_kv_heads;
-    int64_t S = lp->keep_stride, km = 0;
-    if (!lp->n_keep || S < 1 || S > cp->capacity)
-        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_model_forward: layer %d keep-set needs n_keep and 1 <= keep_stride <= capacity %lld",
-                         l, (long long)cp->capacity);
-    for (int h = 0; h < H; h++) {
-        int64_t nk = lp->n_keep[h], len = kvs_cache_len(c, l, h);
-        if (nk < 1 || nk > S)
-            return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_model_forward: layer %d head %d keeps %lld rows (want 1..%lld)", l, h,
-                             (long long)nk, (long long)S);
-        const int32_t *kr = lp->keep + (int64_t)h * S;
-        if (!rows_valid(kr, nk, len))
-            return kvs_error(KVS_ERR_INVALID_ARGUMENT,
-                             "kvs_model_forward: layer %d head %d keep-set must be strictly increasing cache rows < %lld", l, h,
-                             (long long)len);
-        if (nk > km) km = nk;
-    }
-    int32_t *idx = malloc((size_t)H * (size_t)km * 2 * sizeof *idx);
-    if (!idx) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_model_forward: out of host memory");
-    int32_t *pos = idx + (int64_t)H * km;
-    int32_t lens[64], *lenp = H <= 64 ? lens : malloc((size_t)H * sizeof *lenp);
-    if (!lenp) {
-        free(idx);
-        return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_model_forward: out of host memory");
-    }
-    for (int h = 0; h < H; h++) {
-        const int32_t *kr = lp->keep + (int64_t)h * S;
-        const int32_t *hp_pos = kvs_cache_positions(c, l, h);
-        int64_t nk = lp->n_keep[h];
-        for (int64_t i = 0; i < km; i++) {
-            int32_t r = kr[i < nk ? i : nk - 1];
-            idx[h * km + i] = r;
-            pos[h * km + i] = hp_pos[r];
-        }
-        lenp[h] = (int32_t)nk;
-    }
-    kvs_status s = KVS_OK;
-    kvs_dtype dt = cp->dtype;
-    if (!ws->ks || kvs_tensor_dtype(ws->ks) != dt || kvs_tensor_ne(ws->ks, 1) < ws->kv_cap) {
-        s = grow_tensor(&ws->ks, m->dev, dt, cp->head_dim, ws->kv_cap, H, "ws.ks");
-        if (s == KVS_OK) s = grow_tensor(&ws->vs, m->dev, dt, cp->head_dim, ws->kv_cap, H, "ws.vs");
-        if (s == KVS_OK) s = grow_tensor(&ws->ks_pos, m->dev, KVS_I32, ws->kv_cap, H, 0, "ws.ks_pos");
-        if (s == KVS_OK) s = grow_tensor(&ws->keep_idx, m->dev, KVS_I32, ws->kv_cap, H, 0, "ws.keep_idx");
-    }
-    if (s == KVS_OK && !ws->ks_len) s = grow_tensor(&ws->ks_len, m->dev, KVS_I32, H, 0, 0, "ws.ks_len");
-    kvs_tensor *iv = NULL;
-    if (s == KVS_OK) s = view3(&iv, ws->keep_idx, 0, km, H, 1);
-    if (s == KVS_OK) s = kvs_tensor_upload(iv, idx, 0, (size_t)H * km * 4);
-    if (s == KVS_OK) s = view3(ks, ws->ks, 0, cp->head_dim, km, H);
-    if (s == KVS_OK) s = view3(vs, ws->vs, 0, cp->head_dim, km, H);
-    if (s == KVS_OK) s = kvs_gather(m->dev, kvs_cache_k(c, l), iv, *ks);
-    if (s == KVS_OK) s = kvs_gather(m->dev, kvs_cache_v(c, l), iv, *vs);
-    if (s == KVS_OK) s = view3(kpos, ws->ks_pos, 0, km, H, 1);
-    if (s == KVS_OK) s = kvs_tensor_upload(*kpos, pos, 0, (size_t)H * km * 4);
-    if (s == KVS_OK) s = view3(klen, ws->ks_len, 0, H, 1, 1);
-    if (s == KVS_OK) s = kvs_tensor_upload(*klen, lenp, 0, (size_t)H * 4);
-    kvs_tensor_destroy(&iv);
-    if (lenp != lens) free(lenp);
-    free(idx);
-    *kmax = km;
-    return s;
-}
-
-static kvs_status layer_attention(fwd_ctx *f, int l, const kvs_layer_plan *lp, int64_t n, kvs_layer_stats *st) {
-    kvs_model *m = f->m;
-    kvs_kv_cache *c = f->c;
-    const kvs_model_hparams *hp = &m->hp;
-    int H = hp->n_kv_heads;
-    int64_t n_kv = kvs_cache_max_len(c, l);
-    int64_t cap = kvs_cache_get_params(c)->capacity;
-    int64_t n_probe = lp ? lp->n_probe : 0;
-    KVS_TRY(ws_kv(m, cap, n_probe));
-    kvs_workspace *ws = &m->ws;
-    int sparse = lp && lp->keep;
-
-    kvs_attention_params ap = kvs_attention_params_default();
-    ap.causal = hp->arch == KVS_ARCH_LLAMA;
-    kvs_tensor *qpos = NULL, *q = NULL, *out = NULL, *srows = NULL, *prow = NULL, *amax = NULL;
-    kvs_tensor *ks = NULL, *vs = NULL, *kpos = NULL, *klen = NULL, *kmv = NULL, *pv = NULL;
-    /* keys the attention sees: the cache rows [0, n_kv) (dense) or the gathered keep-set (sparse,
-     * akv = the longest set); statistics come back in that key space and are mapped to cache rows */
-    int64_t akv = n_kv;
-    kvs_status s = view3(&qpos, ws->pos, 0, n, 1, 1);
-    if (s == KVS_OK) s = view3(&q, ws->q, 0, hp->head_dim, hp->n_heads, n);
-    if (s == KVS_OK) s = view3(&out, ws->att, 0, hp->head_dim, hp->n_heads, n);
-    const kvs_tensor *kk = kvs_cache_k(c, l), *vv = kvs_cache_v(c, l);
-    int64_t kcap = cap;
-    if (s == KVS_OK && sparse) {
-        s = gather_keep(f, l, lp, &akv, &ks, &vs, &kpos, &klen);
-        kk = ks;
-        vv = vs;
-        kcap = akv;
-        ap.k_pos = kpos;
-        ap.kv_len = klen;
-    } else {
-        ap.k_pos = kvs_cache_pos_tensor(c, l);
-        ap.kv_len = kvs_cache_len_tensor(c, l);
-    }
-    ap.n_kv = akv;
-    ap.q_pos = qpos;
-
-    /* latent memory (latent.h): unnormalised attention + row max/sum, merged after the op */
-    kvs_tensor *lat_max = NULL, *lat_sum = NULL;
-    const struct kvs_latent *lat = lp && lp->latent && kvs_latent_active(lp->latent, l) ? lp->latent : NULL;
-    if (s == KVS_OK && lat) {
-        s = kvs_tensor_new(&lat_max, m->dev, KVS_F32, hp->n_heads, n, 0, 0);
-        if (s == KVS_OK) s = kvs_tensor_new(&lat_sum, m->dev, KVS_F32, hp->n_heads, n, 0, 0);
-        ap.unnormalised = 1;
-        ap.row_max = lat_max;
-        ap.row_sum = lat_sum;
-    }
-    int want_mass = lp && (lp->stat_all_rows || lp->n_stat_rows > 0);
-    if (s == KVS_OK && want_mass) {
-        /* key_mass covers [H][kcap]; keys beyond a head's length are untouched: zero first. */
-        s = view3(&kmv, ws->key_mass, 0, kcap, H, 1);
-        if (s == KVS_OK) s = kvs_tensor_fill(kmv, 0.0);
-        ap.key_mass = kmv;
-        if (s == KVS_OK && !lp->stat_all_rows) {
-            s = view3(&srows, ws->stat_rows, 0, lp->n_stat_rows, 1, 1);
-            if (s == KVS_OK) s = kvs_tensor_upload(srows, lp->stat_rows, 0, (size_t)lp->n_stat_rows * 4);
-            ap.stat_rows = srows;
-        }
-    }
-    if (s == KVS_OK && n_probe > 0) {
-        s = view3(&prow, ws->probe_rows, 0, n_probe, 1, 1);
-        if (s == KVS_OK) s = kvs_tensor_upload(prow, lp->probe_rows, 0, (size_t)n_probe * 4);
-        if (s == KVS_OK) s = view3(&pv, ws->probs, 0, kcap, hp->n_heads, n_probe);
-        ap.probe_rows = prow;
-        ap.probs = pv;
-    }
-    if (s == KVS_OK && lp && lp->want_argmax) {
-        s = view3(&amax, ws->argmax, 0, hp->n_heads, n, 1);
-        ap.argmax = amax;
-    }
-    if (s == KVS_OK) s = kvs_attention(m->dev, q, kk, vv, out, &ap);
-
-    if (s == KVS_OK && lat) s = kvs_latent_merge(lat, l, q, out, lat_max, lat_sum);
-    kvs_tensor_destroy(&lat_max);
-    kvs_tensor_destroy(&lat_sum);
-    /* statistics to host, as [.][n_kv] over cache rows */
-    st->n_kv = n_kv;
-    st->key_mass = NULL;
-    st->probs = NULL;
-    st->argmax = NULL;
-    int G = hp->n_heads / H;
-    if (s == KVS_OK && want_mass) {
-        int64_t need = (int64_t)H * (kcap > n_kv ? kcap : n_kv) * (sparse ? 2 : 1);
-        s = host_grow((void **)&m->key_mass_host[l], &m->key_mass_cap[l], need, sizeof(float));
-        float *km = m->key_mass_host[l];
-        float *raw = sparse ? km + (int64_t)H * n_kv : km;
-        if (s == KVS_OK) s = kvs_tensor_download(kmv, raw, 0, (size_t)H * kcap * 4);
-        if (s == KVS_OK && sparse) {
-            memset(km, 0, (size_t)H * n_kv * sizeof *km);
-            for (int h = 0; h < H; h++)
-                for (int64_t i = 0; i < lp->n_keep[h]; i++) km[h * n_kv + lp->keep[h * lp->keep_stride + i]] = raw[h * kcap + i];
-        } else if (s == KVS_OK) {
-            /* compact [H][cap] -> [H][n_kv] in place */
-            for (int h = 1; h < H; h++) memmove(km + h * n_kv, km + h * kcap, (size_t)n_kv * sizeof *km);
-        }
-        if (s == KVS_OK) st->key_mass = km;
-    }
-    if (s == KVS_OK && n_probe > 0) {
-        int64_t rows = n_probe * hp->n_heads;
-        int64_t need = rows * (kcap > n_kv ? kcap : n_kv) + (sparse ? rows * kcap : 0);
-        s = host_grow((void **)&m->probs_host[l], &m->probs_cap[l], need, sizeof(float));
-        float *pr = m->probs_host[l];
-        float *raw = sparse ? pr + rows * n_kv : pr;
-        if (s == KVS_OK) s = kvs_tensor_download(pv, raw, 0, (size_t)(rows * kcap) * 4);
-        if (s == KVS_OK && sparse) {
-            memset(pr, 0, (size_t)(rows * n_kv) * sizeof *pr);
-            for (int64_t r = 0; r < rows; r++) {
-                int h = (int)(r % hp->n_heads) / G;
-                const int32_t *kr = lp->keep + h * lp->keep_stride;
-                for (int64_t i = 0; i < lp->n_keep[h]; i++) pr[r * n_kv + kr[i]] = raw[r * kcap + i];
-            }
-        } else if (s == KVS_OK) {
-            for (int64_t r = 1; r < rows; r++) memmove(pr + r * n_kv, pr + r * kcap, (size_t)n_kv * 4);
-        }
-        if (s == KVS_OK) st->probs = pr;
-    }
-    if (s == KVS_OK && amax) {
-        int64_t tot = n * hp->n_heads;
-        s = host_grow((void **)&m->argmax_host[l], &m->argmax_cap[l], tot, sizeof(int32_t));
-        if (s == KVS_OK) s = kvs_tensor_download(amax, m->argmax_host[l], 0, (size_t)tot * 4);
-        if (s == KVS_OK && sparse) {
-            int32_t *am = m->argmax_host[l];
-            for (int64_t r = 0; r < tot; r++) {
-                int h = (int)(r % hp->n_heads) / G;
-                if (am[r] >= 0 && am[r] < lp->n_keep[h]) am[r] = lp->keep[h * lp->keep_stride + am[r]];
-            }
-        }
-        if (s == KVS_OK) st->argmax = m->argmax_host[l];
-    }
-    kvs_tensor *all[] = {qpos, q, out, srows, prow, amax, ks, vs, kpos, klen, kmv, pv};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) kvs_tensor_destroy(&all[i]);
+    int H = m->hp.n_kv_heads;
+    for (int64_t i = 0; i < n; i++) f->tmp[i] = f->pos_host[rows[i]];
+    kvs_tensor *ksrc = NULL, *vsrc = NULL;
+    kvs_status s = fwd_view3(m, &ksrc, m->ws.k, 0, m->hp.head_dim, H, n);
+    if (s == KVS_OK) s = fwd_view3(m, &vsrc, m->ws.v, 0, m->hp.head_dim, H, n);
+    if (s == KVS_OK) s = kvs_cache_write_rows(f->c, l, ksrc, vsrc, f->tmp, n);
+    fwd_view_done(&ksrc);
+    fwd_view_done(&vsrc);
     return s;
 }
 
@@ -394,17 +115,17 @@ static kvs_status run_layer(fwd_ctx *f, int l, const int32_t *rows, int64_t n, k
     int64_t qd = (int64_t)hp->n_heads * hp->head_dim, kd = (int64_t)hp->n_kv_heads * hp->head_dim;
     kvs_tensor *x = NULL, *xn = NULL, *q = NULL, *k = NULL, *v = NULL, *att = NULL, *g = NULL, *u = NULL, *pos = NULL;
     kvs_tensor *q3 = NULL, *k3 = NULL;
-    kvs_status s = view3(&x, ws->x, 0, hp->dim, n, 1);
-    if (s == KVS_OK) s = view3(&xn, ws->xn, 0, hp->dim, n, 1);
-    if (s == KVS_OK) s = view3(&q, ws->q, 0, qd, n, 1);
-    if (s == KVS_OK) s = view3(&k, ws->k, 0, kd, n, 1);
-    if (s == KVS_OK) s = view3(&v, ws->v, 0, kd, n, 1);
-    if (s == KVS_OK) s = view3(&att, ws->att, 0, qd, n, 1);
-    if (s == KVS_OK) s = view3(&g, ws->gate, 0, hp->ffn_dim, n, 1);
-    if (s == KVS_OK) s = view3(&u, ws->up, 0, hp->ffn_dim, n, 1);
-    if (s == KVS_OK) s = view3(&pos, ws->pos, 0, n, 1, 1);
-    if (s == KVS_OK) s = view3(&q3, ws->q, 0, hp->head_dim, hp->n_heads, n);
-    if (s == KVS_OK) s = view3(&k3, ws->k, 0, hp->head_dim, hp->n_kv_heads, n);
+    kvs_status s = fwd_view3(m, &x, ws->x, 0, hp->dim, n, 1);
+    if (s == KVS_OK) s = fwd_view3(m, &xn, ws->xn, 0, hp->dim, n, 1);
+    if (s == KVS_OK) s = fwd_view3(m, &q, ws->q, 0, qd, n, 1);
+    if (s == KVS_OK) s = fwd_view3(m, &k, ws->k, 0, kd, n, 1);
+    if (s == KVS_OK) s = fwd_view3(m, &v, ws->v, 0, kd, n, 1);
+    if (s == KVS_OK) s = fwd_view3(m, &att, ws->att, 0, qd, n, 1);
+    if (s == KVS_OK) s = fwd_view3(m, &g, ws->gate, 0, hp->ffn_dim, n, 1);
+    if (s == KVS_OK) s = fwd_view3(m, &u, ws->up, 0, hp->ffn_dim, n, 1);
+    if (s == KVS_OK) s = fwd_view3(m, &pos, ws->pos, 0, n, 1, 1);
+    if (s == KVS_OK) s = fwd_view3(m, &q3, ws->q, 0, hp->head_dim, hp->n_heads, n);
+    if (s == KVS_OK) s = fwd_view3(m, &k3, ws->k, 0, hp->head_dim, hp->n_kv_heads, n);
     if (s == KVS_OK && !(f->pos_n > 0 && rows_equal(rows, n, f->pos_rows, f->pos_n))) {
         for (int64_t i = 0; i < n; i++) f->tmp[i] = f->pos_host[rows[i]];
         s = kvs_tensor_upload(pos, f->tmp, 0, (size_t)n * 4);
@@ -419,7 +140,7 @@ static kvs_status run_layer(fwd_ctx *f, int l, const int32_t *rows, int64_t n, k
     st->x = NULL;
     st->n_x_rows = 0;
     if (s == KVS_OK && lp && lp->want_x) { /* learned eviction: the rows' normalised input */
-        s = host_grow((void **)&m->x_host[l], &m->x_cap[l], n * hp->dim, sizeof(float));
+        s = fwd_host_grow((void **)&m->x_host[l], &m->x_cap[l], n * hp->dim, sizeof(float));
         if (s == KVS_OK) s = kvs_tensor_download(xn, m->x_host[l], 0, (size_t)(n * hp->dim) * sizeof(float));
         if (s == KVS_OK) {
             st->x = m->x_host[l];
@@ -432,7 +153,7 @@ static kvs_status run_layer(fwd_ctx *f, int l, const int32_t *rows, int64_t n, k
     if (s == KVS_OK) s = kvs_rope(d, q3, pos, &rp);
     if (s == KVS_OK) s = kvs_rope(d, k3, pos, &rp);
     if (s == KVS_OK) s = write_cache(f, l, rows, n);
-    if (s == KVS_OK) s = layer_attention(f, l, lp, n, st);
+    if (s == KVS_OK) s = fwd_layer_attention(f, l, lp, n, st);
     if (s == KVS_OK) s = kvs_matmul(d, w->wo, att, x, 1);
     if (s == KVS_OK) s = kvs_rmsnorm(d, x, w->ffn_norm, xn, hp->rms_eps);
     if (s == KVS_OK) s = kvs_matmul(d, w->w_gate, xn, g, 0);
@@ -440,7 +161,7 @@ static kvs_status run_layer(fwd_ctx *f, int l, const int32_t *rows, int64_t n, k
     if (s == KVS_OK) s = kvs_swiglu(d, g, u, g);
     if (s == KVS_OK) s = kvs_matmul(d, w->w_down, g, x, 1);
     kvs_tensor *all[] = {x, xn, q, k, v, att, g, u, pos, q3, k3};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) kvs_tensor_destroy(&all[i]);
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) fwd_view_done(&all[i]);
     return s;
 }
 
@@ -453,25 +174,25 @@ static kvs_status exchange_x(fwd_ctx *f, int l, const int32_t *prev, int64_t np,
     if (!xc) return KVS_OK;
     int64_t dim = m->hp.dim;
     kvs_tensor *idx = NULL, *src = NULL, *dst3 = NULL;
-    kvs_status s = view3(&idx, m->ws.rowsel, 0, np, 1, 1);
+    kvs_status s = fwd_view3(m, &idx, m->ws.rowsel, 0, np, 1, 1);
     for (int64_t i = 0; i < np && s == KVS_OK; i++) f->tmp[i] = f->pos_host[prev[i]];
     if (s == KVS_OK) s = kvs_tensor_upload(idx, f->tmp, 0, (size_t)np * 4);
-    if (s == KVS_OK) s = view3(&src, m->ws.x, 0, dim, np, 1);
+    if (s == KVS_OK) s = fwd_view3(m, &src, m->ws.x, 0, dim, np, 1);
     int64_t xne[3] = {dim, kvs_tensor_ne(xc, 1), 1};
-    if (s == KVS_OK) s = kvs_tensor_view(&dst3, xc, 0, 3, xne);
+    if (s == KVS_OK) s = fwd_view_nd(m, &dst3, xc, 0, 3, xne);
     if (s == KVS_OK) s = kvs_scatter(m->dev, src, idx, dst3, 0);
-    kvs_tensor_destroy(&idx);
-    kvs_tensor_destroy(&src);
+    fwd_view_done(&idx);
+    fwd_view_done(&src);
     if (s == KVS_OK && load) {
-        s = view3(&idx, m->ws.rowsel, 0, nc, 1, 1);
+        s = fwd_view3(m, &idx, m->ws.rowsel, 0, nc, 1, 1);
         for (int64_t i = 0; i < nc && s == KVS_OK; i++) f->tmp[i] = f->pos_host[cur[i]];
         if (s == KVS_OK) s = kvs_tensor_upload(idx, f->tmp, 0, (size_t)nc * 4);
-        if (s == KVS_OK) s = view3(&src, m->ws.x, 0, dim, nc, 1);
+        if (s == KVS_OK) s = fwd_view3(m, &src, m->ws.x, 0, dim, nc, 1);
         if (s == KVS_OK) s = kvs_gather(m->dev, dst3, idx, src);
-        kvs_tensor_destroy(&idx);
-        kvs_tensor_destroy(&src);
+        fwd_view_done(&idx);
+        fwd_view_done(&src);
     }
-    kvs_tensor_destroy(&dst3);
+    fwd_view_done(&dst3);
     return s;
 }
 
@@ -500,24 +221,24 @@ static kvs_status final_logits(fwd_ctx *f, const int32_t *rows, int64_t n, kvs_s
     }
     kvs_workspace *ws = &m->ws;
     if (nl > ws->logit_rows) {
-        KVS_TRY(grow_tensor(&ws->logits, m->dev, KVS_F32, hp->vocab, nl, 0, "ws.logits"));
+        KVS_TRY(fwd_grow_tensor(&ws->logits, m->dev, KVS_F32, hp->vocab, nl, 0, "ws.logits"));
         ws->logit_rows = nl;
     }
     kvs_tensor *idx = NULL, *x3 = NULL, *xn3 = NULL, *xn = NULL, *lg = NULL;
-    kvs_status s = view3(&idx, ws->rowsel, 0, nl, 1, 1);
+    kvs_status s = fwd_view3(m, &idx, ws->rowsel, 0, nl, 1, 1);
     if (s == KVS_OK) s = kvs_tensor_upload(idx, sel, 0, (size_t)nl * 4);
-    if (s == KVS_OK) s = view3(&x3, ws->x, 0, hp->dim, n, 1);
-    if (s == KVS_OK) s = view3(&xn3, ws->xn, 0, hp->dim, nl, 1);
+    if (s == KVS_OK) s = fwd_view3(m, &x3, ws->x, 0, hp->dim, n, 1);
+    if (s == KVS_OK) s = fwd_view3(m, &xn3, ws->xn, 0, hp->dim, nl, 1);
     if (s == KVS_OK) s = kvs_gather(m->dev, x3, idx, xn3);
-    if (s == KVS_OK) s = view3(&xn, ws->xn, 0, hp->dim, nl, 1);
+    if (s == KVS_OK) s = fwd_view3(m, &xn, ws->xn, 0, hp->dim, nl, 1);
     if (s == KVS_OK) s = kvs_rmsnorm(m->dev, xn3, m->out_norm, xn, hp->rms_eps);
-    if (s == KVS_OK) s = view3(&lg, ws->logits, 0, hp->vocab, nl, 1);
+    if (s == KVS_OK) s = fwd_view3(m, &lg, ws->logits, 0, hp->vocab, nl, 1);
     if (s == KVS_OK) s = kvs_matmul(m->dev, m->output, xn, lg, 0);
-    if (s == KVS_OK) s = host_grow((void **)&m->logits_host, &m->logits_host_cap, nl * hp->vocab, sizeof(float));
+    if (s == KVS_OK) s = fwd_host_grow((void **)&m->logits_host, &m->logits_host_cap, nl * hp->vocab, sizeof(float));
     if (s == KVS_OK) s = kvs_tensor_download(lg, m->logits_host, 0, (size_t)nl * hp->vocab * 4);
     if (s == KVS_OK) res->logits = m->logits_host;
     kvs_tensor *all[] = {idx, x3, xn3, xn, lg};
-    for (size_t i = 0; i < 5; i++) kvs_tensor_destroy(&all[i]);
+    for (size_t i = 0; i < 5; i++) fwd_view_done(&all[i]);
     return s;
 }
 
@@ -544,22 +265,22 @@ kvs_status kvs_model_forward(kvs_model *m, kvs_kv_cache *c, const kvs_step_plan 
 
     fwd_ctx f = {.m = m, .c = c, .plan = plan, .n_tok = n_tok};
     int64_t tmp_n = n_tok * (cp->n_kv_heads > 2 ? cp->n_kv_heads : 2) + plan->n_logit_rows + 16;
-    f.pos_host = malloc((size_t)n_tok * sizeof *f.pos_host);
-    f.all_rows = malloc((size_t)n_tok * sizeof *f.all_rows);
-    f.tmp = malloc((size_t)tmp_n * sizeof *f.tmp);
-    f.pos_rows = malloc((size_t)n_tok * sizeof *f.pos_rows);
-    f.slots_host = malloc((size_t)n_tok * (cp->n_kv_heads > 0 ? cp->n_kv_heads : 1) * sizeof *f.slots_host);
-    kvs_status s = KVS_OK;
-    if (!f.pos_host || !f.all_rows || !f.tmp || !f.pos_rows || !f.slots_host) {
-        s = kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
-        goto done;
-    }
+    kvs_workspace *ws = &m->ws;
+    kvs_status s = fwd_host_grow((void **)&ws->h_pos, &ws->h_pos_cap, n_tok, sizeof *ws->h_pos);
+    if (s == KVS_OK) s = fwd_host_grow((void **)&ws->h_rows, &ws->h_rows_cap, n_tok, sizeof *ws->h_rows);
+    if (s == KVS_OK) s = fwd_host_grow((void **)&ws->h_pos_rows, &ws->h_pos_rows_cap, n_tok, sizeof *ws->h_pos_rows);
+    if (s == KVS_OK) s = fwd_host_grow((void **)&ws->h_tmp, &ws->h_tmp_cap, tmp_n, sizeof *ws->h_tmp);
+    if (s != KVS_OK) goto done;
+    f.pos_host = ws->h_pos;
+    f.all_rows = ws->h_rows;
+    f.tmp = ws->h_tmp;
+    f.pos_rows = ws->h_pos_rows;
     for (int64_t i = 0; i < n_tok; i++) {
         f.all_rows[i] = (int32_t)i;
         if (plan->positions) {
             f.pos_host[i] = plan->positions[i];
         } else if (cp->mode == KVS_CACHE_APPEND) {
-            f.pos_host[i] = (int32_t)(*kvs_cache_next_pos_mut(c) + i);
+            f.pos_host[i] = (int32_t)(kvs_cache_next_pos(c) + i);
         } else {
             f.pos_host[i] = (int32_t)i;
         }
@@ -581,6 +302,7 @@ kvs_status kvs_model_forward(kvs_model *m, kvs_kv_cache *c, const kvs_step_plan 
     const kvs_layer_plan *over = NULL;
     int over_from = 0;
     for (int l = 0; l < hp->n_layers && s == KVS_OK; l++) {
+        m->ws.n_views = 0;
         const kvs_layer_plan *lp = over ? &over[l - over_from] : (plan->layers ? &plan->layers[l] : NULL);
         f.lp = lp;
         const int32_t *rows;
@@ -588,7 +310,7 @@ kvs_status kvs_model_forward(kvs_model *m, kvs_kv_cache *c, const kvs_step_plan 
         if (lp && lp->rows) {
             rows = lp->rows;
             n = lp->n_rows;
-            if (n < 1 || !rows_valid(rows, n, n_tok)) {
+            if (n < 1 || !fwd_rows_valid(rows, n, n_tok)) {
                 s = kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: layer %d rows must be strictly increasing token indices in [0, %lld)",
                               op, l, (long long)n_tok);
                 break;
@@ -626,9 +348,9 @@ kvs_status kvs_model_forward(kvs_model *m, kvs_kv_cache *c, const kvs_step_plan 
             kvs_tensor *x = NULL;
             int32_t *ids = f.tmp;
             for (int64_t i = 0; i < n; i++) ids[i] = plan->tokens[rows[i]];
-            s = view3(&x, m->ws.x, 0, hp->dim, n, 1);
+            s = fwd_view3(m, &x, m->ws.x, 0, hp->dim, n, 1);
             if (s == KVS_OK) s = kvs_embedding(m->dev, m->tok_embd, ids, n, x);
-            kvs_tensor_destroy(&x);
+            fwd_view_done(&x);
             if (s == KVS_OK && (cp->flags & KVS_CACHE_KEEP_X)) s = exchange_x(&f, 0, rows, n, NULL, 0, 0);
         } else if (cp->flags & KVS_CACHE_KEEP_X) {
             s = exchange_x(&f, l, prev, n_prev, rows, n, changed);
@@ -657,13 +379,9 @@ kvs_status kvs_model_forward(kvs_model *m, kvs_kv_cache *c, const kvs_step_plan 
                 }
         }
     }
+    m->ws.n_views = 0;
     if (s == KVS_OK) s = final_logits(&f, prev, n_prev, res);
     res->layers = m->stats;
 done:
-    free(f.pos_host);
-    free(f.all_rows);
-    free(f.tmp);
-    free(f.slots_host);
-    free(f.pos_rows);
     return s;
 }

@@ -16,7 +16,11 @@ typedef struct kvs_layer_tensors {
     kvs_tensor *w_up;        /* [ffn_dim][dim]  (w3) */
 } kvs_layer_tensors;
 
-/* Device tensors of one step, grown on demand (rows = max tokens seen). */
+#define KVS_WS_VIEWS 64 /* views one layer of the forward may hold at once */
+
+/* What one step of the forward works in, grown on demand and reused (rows = max tokens seen): no
+ * allocation per step once the sizes are reached. Device buffers, the views over them (an arena
+ * emptied at every layer), and host index buffers. */
 typedef struct kvs_workspace {
     int64_t rows;            /* row capacity of the per-token buffers */
     kvs_tensor *x, *xn;      /* [rows][dim] */
@@ -24,7 +28,6 @@ typedef struct kvs_workspace {
     kvs_tensor *k, *v;       /* [rows][n_kv_heads*head_dim] */
     kvs_tensor *gate, *up;   /* [rows][ffn_dim] */
     kvs_tensor *pos;         /* [rows] I32 positions of the layer's rows */
-    kvs_tensor *slots;       /* [n_kv_heads][rows] I32 cache rows written */
     kvs_tensor *rowsel;      /* [rows] I32 generic row selection */
     kvs_tensor *stat_rows;   /* [rows] I32 */
     kvs_tensor *argmax;      /* [rows][n_heads] I32 */
@@ -37,6 +40,13 @@ typedef struct kvs_workspace {
     kvs_tensor *probe_rows;  /* [probe_cap] I32 */
     kvs_tensor *ks, *vs, *ks_pos, *ks_len; /* sparse attention: gathered K/V [n_kv_heads][kv_cap][hd] */
     kvs_tensor *keep_idx;    /* [n_kv_heads][kv_cap] I32 */
+    int64_t lat_rows;        /* rows the latent-memory buffers hold (0: not made yet) */
+    kvs_tensor *lat_max, *lat_sum; /* [lat_rows][n_heads] F32 row max / sum of the unnormalised attention */
+    kvs_tensor views[KVS_WS_VIEWS]; /* view arena (kvs_tensor_view_into: no references, never destroyed) */
+    int n_views;
+    int32_t *h_pos, *h_rows, *h_pos_rows, *h_tmp, *h_keep; /* host: positions, identity rows, rows of ws.pos,
+                                                            * scratch, keep-set indices/positions/lengths */
+    int64_t h_pos_cap, h_rows_cap, h_pos_rows_cap, h_tmp_cap, h_keep_cap;
 } kvs_workspace;
 
 struct kvs_model {
@@ -61,13 +71,5 @@ struct kvs_model {
 };
 
 void kvs_workspace_free(kvs_workspace *ws);
-
-/* Cache internals used by the forward (core/cache/kv_cache.c). */
-int32_t *kvs_cache_host_pos_mut(kvs_kv_cache *c, int l, int h);
-int64_t *kvs_cache_host_len_mut(kvs_kv_cache *c, int l);
-kvs_status kvs_cache_sync_layer(kvs_kv_cache *c, int l);
-/* 1 + the largest token position the cache ever held (survives eviction); default positions of an
- * append cache continue from it. */
-int64_t *kvs_cache_next_pos_mut(kvs_kv_cache *c);
 
 #endif

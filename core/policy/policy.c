@@ -315,3 +315,9 @@ kvs_status kvs_budget_scope_from_name(const char *name, kvs_budget_scope *out) {
         }
     return kvs_error(KVS_ERR_INVALID_ARGUMENT, "unknown budget scope '%s' (head, layer, global)", name);
 }
+
+/* The latent memory a policy hands to its plans (policy.h). */
+void kvs_policy_set_latent(kvs_policy *p, kvs_latent *lm) {
+    if (p) p->latent = lm;
+}
+kvs_latent *kvs_policy_get_latent(const kvs_policy *p) { return p ? p->latent : NULL; }

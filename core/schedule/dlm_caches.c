@@ -19,13 +19,12 @@ typedef struct sched_block {
     kvs_layer_plan *layers; /* [L] */
     uint8_t *mark;          /* [n] scratch */
     int64_t n;
-    kvs_dlm_schedule_stats st;
+    kvs_sched_counts st;
 } sched_block;
 
 static kvs_status block_begin(void *self, int64_t n_tokens, int n_layers) {
     sched_block *s = self;
-    if (n_layers < 1 || n_layers > KVS_SCHED_MAX_LAYERS)
-        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "schedule: %d layers (1..%d supported)", n_layers, KVS_SCHED_MAX_LAYERS);
+    if (n_layers < 1) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "schedule: %d layers (want >= 1)", n_layers);
     free(s->layers);
     free(s->mark);
     s->layers = calloc((size_t)n_layers, sizeof *s->layers);
@@ -33,7 +32,7 @@ static kvs_status block_begin(void *self, int64_t n_tokens, int n_layers) {
     if (!s->layers || !s->mark) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "schedule: out of host memory");
     s->L = n_layers;
     s->n = n_tokens;
-    memset(&s->st, 0, sizeof s->st);
+    KVS_TRY(kvs_sched_counts_begin(&s->st, n_layers));
     return KVS_OK;
 }
 
@@ -78,7 +77,7 @@ static kvs_status block_plan(void *self, const kvs_dlm_view *v, kvs_dlm_step *ou
     return KVS_OK;
 }
 
-static void block_stats(void *self, kvs_dlm_schedule_stats *out) { *out = ((sched_block *)self)->st; }
+static void block_stats(void *self, kvs_dlm_schedule_stats *out) { kvs_sched_counts_get(&((sched_block *)self)->st, out); }
 
 static void block_destroy(void *self) {
     sched_block *s = self;
@@ -87,6 +86,7 @@ static void block_destroy(void *self) {
     kvs_ibuf_free(&s->logits);
     free(s->layers);
     free(s->mark);
+    kvs_sched_counts_free(&s->st);
     free(s);
 }
 
@@ -148,7 +148,7 @@ typedef struct sched_elastic {
     int64_t prev_cap;
     float *mass;            /* [L][n] window attention mass of the last step (refresh probes) */
     int have_mass;
-    kvs_dlm_schedule_stats st;
+    kvs_sched_counts st;
 } sched_elastic;
 
 static void elastic_free_buffers(sched_elastic *s) {
@@ -176,9 +176,7 @@ static void elastic_free_buffers(sched_elastic *s) {
 
 static kvs_status elastic_begin(void *self, int64_t n_tokens, int n_layers) {
     sched_elastic *s = self;
-    if (n_layers < 1 || n_layers > KVS_SCHED_MAX_LAYERS)
-        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "schedule elastic: %d layers (1..%d supported)", n_layers,
-                         KVS_SCHED_MAX_LAYERS);
+    if (n_layers < 1) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "schedule elastic: %d layers (want >= 1)", n_layers);
     elastic_free_buffers(s);
     s->L = n_layers;
     s->n = n_tokens;
@@ -195,7 +193,7 @@ static kvs_status elastic_begin(void *self, int64_t n_tokens, int n_layers) {
     s->all.n = n_tokens;
     s->have_mass = 0;
     s->T.n = 0;
-    memset(&s->st, 0, sizeof s->st);
+    KVS_TRY(kvs_sched_counts_begin(&s->st, n_layers));
     return KVS_OK;
 }
 
@@ -414,12 +412,13 @@ static kvs_status elastic_feedback(void *self, const kvs_dlm_view *v, const kvs_
     return KVS_OK;
 }
 
-static void elastic_stats(void *self, kvs_dlm_schedule_stats *out) { *out = ((sched_elastic *)self)->st; }
+static void elastic_stats(void *self, kvs_dlm_schedule_stats *out) { kvs_sched_counts_get(&((sched_elastic *)self)->st, out); }
 
 static void elastic_destroy(void *self) {
     sched_elastic *s = self;
     if (!s) return;
     elastic_free_buffers(s);
+    kvs_sched_counts_free(&s->st);
     free(s);
 }
 

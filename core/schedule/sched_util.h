@@ -37,6 +37,43 @@ static inline void kvs_ibuf_free(kvs_ibuf *b) {
     memset(b, 0, sizeof *b);
 }
 
+/* A schedule's counters (kvs_dlm_schedule_stats), the per-layer arrays sized by the model. */
+typedef struct kvs_sched_counts {
+    int64_t steps, full_steps;
+    int n_layers;
+    int64_t *rows, *refreshes;   /* [n_layers] */
+    int64_t kept_rows, context_rows;
+} kvs_sched_counts;
+
+/* Zeroes the counters for a decode of n_layers layers (arrays grown as needed).
+ * Errors: KVS_ERR_OUT_OF_MEMORY. */
+static inline kvs_status kvs_sched_counts_begin(kvs_sched_counts *c, int n_layers) {
+    if (n_layers > c->n_layers) {
+        int64_t *r = realloc(c->rows, (size_t)n_layers * 2 * sizeof *r);
+        if (!r) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "schedule: out of host memory (%d layers)", n_layers);
+        c->rows = r;
+    }
+    int64_t *rows = c->rows;
+    memset(c, 0, sizeof *c);
+    c->rows = rows;
+    c->n_layers = n_layers > 0 ? n_layers : 0;
+    c->refreshes = rows ? rows + c->n_layers : NULL;
+    if (rows) memset(rows, 0, (size_t)c->n_layers * 2 * sizeof *rows);
+    return KVS_OK;
+}
+
+static inline void kvs_sched_counts_free(kvs_sched_counts *c) {
+    free(c->rows);
+    memset(c, 0, sizeof *c);
+}
+
+/* The public view of the counters (arrays borrowed from c). */
+static inline void kvs_sched_counts_get(const kvs_sched_counts *c, kvs_dlm_schedule_stats *out) {
+    *out = (kvs_dlm_schedule_stats){.steps = c->steps, .full_steps = c->full_steps, .n_layers = c->n_layers,
+                                    .rows = c->n_layers ? c->rows : NULL, .refreshes = c->n_layers ? c->refreshes : NULL,
+                                    .kept_rows = c->kept_rows, .context_rows = c->context_rows};
+}
+
 /* Index of v in the increasing list a[0..n), or -1. */
 static inline int64_t kvs_ibuf_find(const int32_t *a, int64_t n, int32_t v) {
     int64_t lo = 0, hi = n - 1;

@@ -2,8 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
-#include "kvsieve/schedule.h"
+#include "schedule/sched_util.h"
 
 kvs_status kvs_dlm_schedule_custom(kvs_dlm_schedule **out, const kvs_dlm_schedule_ops *ops, void *self) {
     if (!out) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_dlm_schedule_custom: out is NULL");
@@ -40,7 +39,7 @@ kvs_status kvs_dlm_schedule_get_stats(const kvs_dlm_schedule *s, kvs_dlm_schedul
 typedef struct sched_none {
     int32_t *rows;
     int64_t cap;
-    kvs_dlm_schedule_stats st; /* every step is a full step */
+    kvs_sched_counts st; /* every step is a full step */
 } sched_none;
 
 static kvs_status none_plan(void *self, const kvs_dlm_view *v, kvs_dlm_step *out) {
@@ -60,24 +59,26 @@ static kvs_status none_plan(void *self, const kvs_dlm_view *v, kvs_dlm_step *out
     out->plan.n_logit_rows = n;
     s->st.steps++;
     s->st.full_steps++;
-    for (int l = 0; l < v->n_layers && l < KVS_SCHED_MAX_LAYERS; l++) {
+    for (int l = 0; l < v->n_layers && l < s->st.n_layers; l++) {
         s->st.rows[l] += v->n_tokens;
         s->st.refreshes[l]++;
     }
     return KVS_OK;
 }
 
-static void none_stats(void *self, kvs_dlm_schedule_stats *out) { *out = ((sched_none *)self)->st; }
+static void none_stats(void *self, kvs_dlm_schedule_stats *out) { kvs_sched_counts_get(&((sched_none *)self)->st, out); }
 
 static kvs_status none_begin(void *self, int64_t n_tokens, int n_layers) {
-    (void)n_tokens, (void)n_layers;
-    memset(&((sched_none *)self)->st, 0, sizeof(kvs_dlm_schedule_stats));
-    return KVS_OK;
+    (void)n_tokens;
+    return kvs_sched_counts_begin(&((sched_none *)self)->st, n_layers);
 }
 
 static void none_destroy(void *self) {
     sched_none *s = self;
-    if (s) free(s->rows);
+    if (s) {
+        free(s->rows);
+        kvs_sched_counts_free(&s->st);
+    }
     free(s);
 }
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "sched_util.h"
+#include "schedule/dwt_host.h"
 
 kvs_wavefilter_params kvs_wavefilter_params_default(void) {
     kvs_wavefilter_params p = {.family = KVS_WAVELET_HAAR, .levels = 3, .rho = 0.5f, .budget = 0.5f, .n_sink = 4,
@@ -27,7 +28,6 @@ typedef struct sched_wf {
     int64_t *n_keep;            /* [L][nkvh] */
     int have_keep, collect, sparse;
     int64_t block_start, block_end;
-    kvs_device *cpu;            /* for kvs_dwt / kvs_idwt */
     kvs_dlm_schedule_ops ops;   /* wf_ops with the base's name and cache flags */
     char name[64];
     kvs_dlm_schedule_stats st;
@@ -195,21 +195,16 @@ static kvs_status wf_build(sched_wf *s, const float *sig, int64_t n) {
     uint8_t *kept = malloc((size_t)(R * n));
     int64_t *count = calloc((size_t)R, sizeof *count);
     scored *sc = malloc((size_t)(n > nc ? n : nc) * sizeof *sc);
-    kvs_tensor *x = NULL, *y = NULL;
-    kvs_status st = (!coef || !focus || !kept || !count || !sc)
+    double *dx = malloc((size_t)(n + nc + 2 * (n + 2)) * sizeof *dx), *dy = dx ? dx + n : NULL, *dscr = dx ? dy + nc : NULL;
+    kvs_status st = (!coef || !focus || !kept || !count || !sc || !dx)
                         ? kvs_error(KVS_ERR_OUT_OF_MEMORY, "schedule wavefilter: out of host memory")
                         : KVS_OK;
-    if (st == KVS_OK && !s->cpu) {
-        kvs_device_params dp = kvs_device_params_default();
-        dp.backend = KVS_BACKEND_CPU;
-        dp.n_threads = 1;
-        st = kvs_device_open(&s->cpu, &dp);
+    /* the host DWT (float64) of every (layer, kv head) signal row */
+    for (int64_t r = 0; r < R && st == KVS_OK; r++) {
+        for (int64_t j = 0; j < n; j++) dx[j] = sig[r * n + j];
+        kvs_host_dwt_row(dx, n, s->p.family, J, dy, dscr);
+        for (int64_t i = 0; i < nc; i++) coef[r * nc + i] = (float)dy[i];
     }
-    if (st == KVS_OK) st = kvs_tensor_new(&x, s->cpu, KVS_F32, n, R, 0, 0);
-    if (st == KVS_OK) st = kvs_tensor_new(&y, s->cpu, KVS_F32, nc, R, 0, 0);
-    if (st == KVS_OK) st = kvs_tensor_upload(x, sig, 0, (size_t)(R * n) * 4);
-    if (st == KVS_OK) st = kvs_dwt(s->cpu, x, y, s->p.family, J);
-    if (st == KVS_OK) st = kvs_tensor_download(y, coef, 0, (size_t)(R * nc) * 4);
     int64_t lenJ = kvs_dwt_level_length(n, J), nd = nc - lenJ, region = (int64_t)1 << J;
 #define KEEP(j)                                                                                                        \
     do {                                                                                                               \
@@ -247,9 +242,11 @@ static kvs_status wf_build(sched_wf *s, const float *sig, int64_t n) {
         for (int64_t i = m; i < nd; i++) c[lenJ + sc[i].i] = 0.0f;
         memset(c, 0, (size_t)lenJ * sizeof *c);
     }
-    if (st == KVS_OK) st = kvs_tensor_upload(y, coef, 0, (size_t)(R * nc) * 4);
-    if (st == KVS_OK) st = kvs_idwt(s->cpu, y, x, s->p.family, J);
-    if (st == KVS_OK) st = kvs_tensor_download(x, focus, 0, (size_t)(R * n) * 4);
+    for (int64_t r = 0; r < R && st == KVS_OK; r++) {
+        for (int64_t i = 0; i < nc; i++) dy[i] = coef[r * nc + i];
+        kvs_host_idwt_row(dy, n, s->p.family, J, dx, dscr);
+        for (int64_t j = 0; j < n; j++) focus[r * n + j] = (float)dx[j];
+    }
     for (int64_t r = 0; r < R && st == KVS_OK; r++) {
         uint8_t *kp = kept + r * n;
         int64_t *cnt = &count[r];
@@ -268,8 +265,7 @@ static kvs_status wf_build(sched_wf *s, const float *sig, int64_t n) {
             if (kp[j]) keep[s->n_keep[r]++] = (int32_t)j;
     }
 #undef KEEP
-    kvs_tensor_destroy(&x);
-    kvs_tensor_destroy(&y);
+    free(dx);
     free(coef);
     free(focus);
     free(kept);
@@ -321,7 +317,6 @@ static void wf_destroy(void *self) {
     if (!s) return;
     wf_free_buffers(s);
     kvs_dlm_schedule_destroy(&s->base);
-    kvs_device_destroy(&s->cpu);
     free(s);
 }
 

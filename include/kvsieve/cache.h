@@ -79,6 +79,25 @@ KVS_API const int32_t *kvs_cache_positions(const kvs_kv_cache *c, int layer, int
 /* max over heads of len (the n_kv an attention over this layer must cover). */
 KVS_API int64_t kvs_cache_max_len(const kvs_kv_cache *c, int layer);
 
+/* The position a token appended without an explicit position takes: 1 + the largest token position
+ * the cache ever held (survives eviction; 0 when empty or reset). -1 for a NULL cache. */
+KVS_API int64_t kvs_cache_next_pos(const kvs_kv_cache *c);
+
+/* Writes n new K/V rows into layer `layer` (the model's forward does, once per layer and step):
+ *   k, v:      [n][n_kv_heads][head_dim] F32 on the cache's device (token-major, as the K/V
+ *              projections write them; keys after RoPE), converted to the cache dtype;
+ *   positions: host [n] token positions of the rows.
+ * POSITIONAL: row i goes to cache row positions[i] of every head (overwriting what it held);
+ * APPEND: rows go after each head's len, in order. The host mirrors (positions, lengths, the next
+ * position) follow, and the device pos/len tensors are uploaded when they changed (a positional
+ * cache refreshing rows in place keeps both). The device row indices are kept between calls and
+ * re-uploaded only when they change.
+ * Errors: KVS_ERR_INVALID_ARGUMENT (NULL, bad layer, n < 1, a position < 0), KVS_ERR_SHAPE (k/v
+ * not F32 [n][n_kv_heads][head_dim]), KVS_ERR_OUT_OF_RANGE (a position >= capacity of a positional
+ * cache; an append head without room for n rows), the scatter op's and upload errors. */
+KVS_API kvs_status kvs_cache_write_rows(kvs_kv_cache *c, int layer, const kvs_tensor *k, const kvs_tensor *v,
+                                        const int32_t *positions, int64_t n);
+
 /* Bytes of K/V (and x, when kept) for the rows in use, summed over layers and heads: the cache's
  * logical footprint; and the bytes allocated (capacity). */
 KVS_API int64_t kvs_cache_bytes_used(const kvs_kv_cache *c);

@@ -129,6 +129,40 @@ KVS_API kvs_status kvs_device_sync(kvs_device *dev);
 /* Bytes of device memory currently held by tensors of this device (live allocations). */
 KVS_API int64_t kvs_device_bytes_allocated(const kvs_device *dev);
 
+/* ---- support queries (as ggml's supports_op) ---------------------------------------------- */
+
+/* on = 1: until it is set back to 0, every op called on dev (kvs_matmul ... kvs_compact) validates
+ * its arguments exactly as a real call and asks the backend whether the device can run it (under
+ * the variant in force), but runs nothing and reads or writes no tensor. The op then returns KVS_OK
+ * (supported), KVS_ERR_UNSUPPORTED (message: the device's reason) or the validation error the real
+ * call would return. Real calls ask the same question first, so a call the query accepted is never
+ * refused as unsupported. Used by the tests to skip a case before running it.
+ * Errors: KVS_ERR_INVALID_ARGUMENT (dev NULL). */
+KVS_API kvs_status kvs_device_set_query(kvs_device *dev, int on);
+
+/* ---- kernel variants (experts and tests) -------------------------------------------------- */
+
+/* A backend may hold several kernels ("variants") for one op, e.g. the CPU backend's portable C and
+ * AVX-512 attention, or split-key decoding forced on. It picks one per call from the device caps
+ * and the op's arguments; these functions list the variants and force one, so that the tests can
+ * check every variant against the reference in one run (checkasm-style) and experts can compare
+ * them. Op names are the op functions' names without "kvs_": "matmul", "attention", "topk", ...
+ *
+ * Number of variants of `op` a test may force on dev (0: the backend has one kernel for it, or op is
+ * not an op name); kvs_device_variant_name returns the i-th name (NULL when i is out of range). */
+KVS_API int kvs_device_variant_count(const kvs_device *dev, const char *op);
+KVS_API const char *kvs_device_variant_name(const kvs_device *dev, const char *op, int i);
+
+/* Forces variants: spec is a comma-separated list of OP:VARIANT ("attention:avx512-split,
+ * matmul:blas"); VARIANT "auto" returns that op to automatic choice; NULL or "" returns every op to
+ * automatic choice. Applied in order; on error, entries before the bad one stay applied.
+ * kvs_device_open applies the environment variable KVS_VARIANT the same way (an error there fails
+ * the open), which is the one override of kernel choice for experts.
+ * Errors: KVS_ERR_INVALID_ARGUMENT (dev NULL, malformed spec, unknown op or variant: the message
+ * lists the op's variants); KVS_ERR_UNSUPPORTED (the device cannot run that variant, e.g. AVX-512
+ * kernels on a CPU without AVX-512: the message says why). */
+KVS_API kvs_status kvs_device_set_variants(kvs_device *dev, const char *spec);
+
 #ifdef __cplusplus
 }
 #endif

@@ -14,6 +14,7 @@
 #include "kvsieve/export.h"
 #include "kvsieve/model.h"
 #include "kvsieve/policy.h"
+#include "kvsieve/schedule.h"
 #include "kvsieve/status.h"
 
 #ifdef __cplusplus
@@ -23,7 +24,7 @@ extern "C" {
 /* Statistics every generation reports. */
 typedef struct kvs_gen_stats {
     double seconds;            /* wall time of the generation (prompt + decode), s */
-    double tokens_per_s;       /* generated tokens / seconds */
+    double tokens_per_s;       /* tokens / seconds */
     int64_t steps;             /* forward steps (AR: tokens; DLM: denoising steps) */
     int64_t rows_computed;     /* sum over steps and layers of rows run through a layer */
     int64_t rows_baseline;     /* the same for the no-cache baseline (DLM: n_tokens * n_layers
@@ -33,6 +34,11 @@ typedef struct kvs_gen_stats {
     int64_t cache_bytes_allocated; /* cache capacity allocated, bytes */
     int64_t evictions;         /* AR eviction events (kvs_evict_stats.evictions) */
     int64_t rows_evicted;      /* K/V rows evicted, summed over layers and kv heads */
+    int64_t tokens;            /* tokens produced by decoding: AR: *n_out; DLM: generated positions
+                                * committed by a denoising step (gen_len unless the decode stopped
+                                * early: callback or stop_eos) */
+    int64_t tokens_eos_filled; /* DLM with stop_eos: masked positions after the first EOS set to EOS
+                                * without decoding (0 otherwise) */
 } kvs_gen_stats;
 
 /* Called with each token as it is finalised (AR: every token; DLM: every token of a finished block,
@@ -78,8 +84,6 @@ KVS_API kvs_status kvs_generate_ar(kvs_model *m, kvs_kv_cache *cache, const int3
 
 /* ---- masked diffusion ------------------------------------------------------------------------ */
 
-typedef struct kvs_dlm_schedule kvs_dlm_schedule;
-
 typedef struct kvs_dlm_params {
     int64_t gen_len;      /* masked tokens appended to the prompt; default 64 */
     int64_t block_len;    /* block length, divides gen_len; default 32 */
@@ -89,6 +93,10 @@ typedef struct kvs_dlm_params {
                            * with confidence >= threshold, at least the most confident one; steps
                            * ignored); 0 (default): low-confidence remasking with a fixed count */
     kvs_dlm_schedule *schedule; /* NULL: no cache (every step recomputes every row) */
+    int stop_eos;         /* 1: LLaDA's early stop at EOS: once every generated position before the
+                           * first committed EOS is decoded, the positions after it are EOS and are
+                           * not decoded (counted in kvs_gen_stats.tokens_eos_filled); needs the
+                           * model's eos_id. 0 (default): decode every block. */
 } kvs_dlm_params;
 
 KVS_API kvs_dlm_params kvs_dlm_params_default(void);
@@ -101,13 +109,45 @@ KVS_API kvs_dlm_params kvs_dlm_params_default(void);
  * takes p = softmax(logits) in float64 at the candidate positions (default: the block's masked
  * positions), token = argmax p (lowest id on ties), confidence = max p, and commits the most
  * confident candidates (lowest position on ties). A block ends when it has no mask left.
- * out: caller array of gen_len ids (the decoded suffix). cache: a POSITIONAL cache with capacity
+ * out: caller array of gen_len ids (the decoded suffix), all set: when the callback stops the decode
+ * after a block, the positions never decoded hold mask_id (stats->tokens counts those decoded); with
+ * stop_eos the positions after the first EOS hold EOS. stats->tokens_per_s = stats->tokens / seconds.
+ * cb: called with every token of out[] as its block finishes (with stop_eos, the EOS tail too),
+ * until it returns non-zero. cache: a POSITIONAL cache with capacity
  * >= n_prompt + gen_len (flags as the schedule requires), reset by this call.
  * Errors: KVS_ERR_INVALID_ARGUMENT (bad lengths, model is not a masked-diffusion model or has no
- * mask id, cache mode), KVS_ERR_OUT_OF_RANGE (capacity), the schedule's and the forward's errors. */
+ * mask id, stop_eos without an EOS id, cache mode), KVS_ERR_OUT_OF_RANGE (capacity), the schedule's and the forward's errors. */
 KVS_API kvs_status kvs_generate_dlm(kvs_model *m, kvs_kv_cache *cache, const int32_t *prompt, int64_t n_prompt,
                                     const kvs_dlm_params *p, kvs_token_cb cb, void *user, int32_t *out,
                                     kvs_gen_stats *stats);
+
+/* ---- step fidelity of a cache schedule (kvsieve eval --dlm --fidelity) ------------------------ */
+
+/* What kvs_dlm_schedule_fidelity measured since its creation. */
+typedef struct kvs_dlm_fidelity {
+    int64_t match;        /* logit rows whose argmax equals the no-cache forward's */
+    int64_t total;        /* logit rows compared, summed over steps */
+    double seconds;       /* wall time of the shadow forwards, s (subtract from kvs_gen_stats.seconds
+                           * for the schedule's own time) */
+} kvs_dlm_fidelity;
+
+/* A measuring wrapper around a cache schedule: it plans as `inner` and, after each step of
+ * kvs_generate_dlm, runs the no-cache forward of the same decoding state on `shadow` (a second
+ * device model with the weights of the decoding one, never the decoding model itself) into
+ * shadow_cache (POSITIONAL, capacity >= the decode's n_prompt + gen_len; reset at every decode),
+ * and compares the argmax at the schedule's logit rows. Unlike positional agreement with a
+ * no-cache decode, this does not cascade after a first differing token. The wrapper has inner's
+ * name and cache flags and reports inner's kvs_dlm_schedule_get_stats. Borrowed: inner, shadow,
+ * shadow_cache (destroy the wrapper first; destroying it leaves inner alone). Read the counts with
+ * kvs_dlm_fidelity_get.
+ * Errors: KVS_ERR_INVALID_ARGUMENT (NULL, shadow cache not POSITIONAL), KVS_ERR_OUT_OF_MEMORY; during
+ * the decode, the shadow forward's errors (kvs_model_forward). */
+KVS_API kvs_status kvs_dlm_schedule_fidelity(kvs_dlm_schedule **out, kvs_dlm_schedule *inner, kvs_model *shadow,
+                                             kvs_kv_cache *shadow_cache);
+
+/* The counts of a kvs_dlm_schedule_fidelity wrapper.
+ * Errors: KVS_ERR_INVALID_ARGUMENT (NULL, s is not a fidelity wrapper). */
+KVS_API kvs_status kvs_dlm_fidelity_get(const kvs_dlm_schedule *s, kvs_dlm_fidelity *out);
 
 #ifdef __cplusplus
 }

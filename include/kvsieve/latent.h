@@ -19,7 +19,8 @@
  * does for layers whose memory is empty).
  * Keys are folded as cached (after RoPE) and queries are merged after RoPE, so q . k is the logit.
  *
- * Ownership: the caller owns a kvs_latent; a policy or plan only borrows it.
+ * Ownership: the caller owns a kvs_latent; a policy or plan only borrows it (a policy is given one
+ * with kvs_policy_set_latent, policy.h).
  * Thread-safety: one decode at a time. */
 #ifndef KVSIEVE_LATENT_H
 #define KVSIEVE_LATENT_H
@@ -27,7 +28,6 @@
 #include <stdint.h>
 
 #include "kvsieve/export.h"
-#include "kvsieve/policy.h"
 #include "kvsieve/status.h"
 #include "kvsieve/tensor.h"
 
@@ -65,12 +65,6 @@ KVS_API int kvs_latent_forced(const kvs_latent *lm);
  * device's transfer errors, KVS_ERR_OUT_OF_MEMORY. */
 KVS_API kvs_status kvs_latent_merge(const kvs_latent *lm, int layer, const kvs_tensor *q, kvs_tensor *out,
                                     const kvs_tensor *row_max, const kvs_tensor *row_sum);
-
-/* Attaches a latent memory to a policy (borrowed; NULL detaches): the evictor then hands it to
- * every step plan (kvs_layer_plan.latent) and the policy's evicted rows are folded into it by the
- * policy itself (the learned indexer does; see learned.h). */
-KVS_API void kvs_policy_set_latent(kvs_policy *p, kvs_latent *lm);
-KVS_API kvs_latent *kvs_policy_get_latent(const kvs_policy *p);
 
 #ifdef __cplusplus
 }

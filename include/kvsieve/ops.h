@@ -12,7 +12,9 @@
  *   KVS_ERR_INVALID_ARGUMENT  NULL device/tensor/params, tensors on different devices, bad param value
  *   KVS_ERR_SHAPE             shapes inconsistent with each other (message names both)
  *   KVS_ERR_DTYPE             a dtype the op does not accept
- *   KVS_ERR_UNSUPPORTED       the device cannot run this variant (message says why, e.g. no f16)
+ *   KVS_ERR_UNSUPPORTED       the device cannot run this variant (message says why, e.g. no f16):
+ *                             the backend's support query, asked before every call (to ask
+ *                             without running: kvs_device_set_query in device.h)
  *   KVS_ERR_BACKEND           driver failure (message names the failing call)
  *   KVS_ERR_OUT_OF_MEMORY     scratch memory could not be allocated
  *

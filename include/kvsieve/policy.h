@@ -57,6 +57,7 @@
 
 #include "kvsieve/cache.h"
 #include "kvsieve/export.h"
+#include "kvsieve/latent.h"
 #include "kvsieve/model.h"
 #include "kvsieve/status.h"
 
@@ -246,6 +247,12 @@ KVS_API kvs_status kvs_evictor_plan(kvs_evictor *e, int64_t n_new, kvs_layer_pla
 KVS_API kvs_status kvs_evictor_update(kvs_evictor *e, kvs_kv_cache *c, const kvs_step_result *r);
 
 KVS_API kvs_evict_stats kvs_evictor_get_stats(const kvs_evictor *e);
+
+/* Attaches a latent memory (latent.h) to a policy (borrowed; NULL detaches): the evictor then hands
+ * it to every step plan (kvs_layer_plan.latent) and the policy's evicted rows are folded into it by
+ * the policy itself (the learned indexer does; see learned.h). NULL p: no effect / NULL. */
+KVS_API void kvs_policy_set_latent(kvs_policy *p, kvs_latent *lm);
+KVS_API kvs_latent *kvs_policy_get_latent(const kvs_policy *p);
 
 #ifdef __cplusplus
 }

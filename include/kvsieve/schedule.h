@@ -11,7 +11,6 @@
 #include <stdint.h>
 
 #include "kvsieve/export.h"
-#include "kvsieve/generate.h"
 #include "kvsieve/model.h"
 #include "kvsieve/ops.h"
 #include "kvsieve/status.h"
@@ -19,6 +18,9 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* A diffusion-LM cache schedule (the handle kvs_dlm_params.schedule of generate.h takes). */
+typedef struct kvs_dlm_schedule kvs_dlm_schedule;
 
 /* The decoding state a schedule sees at each step (read-only; valid during the call). */
 typedef struct kvs_dlm_view {
@@ -46,14 +48,15 @@ typedef struct kvs_dlm_step {
     int64_t n_candidates;
 } kvs_dlm_step;
 
-#define KVS_SCHED_MAX_LAYERS 128
-
-/* What a cache schedule did over the decodes since its creation (or the last begin). */
+/* What a cache schedule did over the decodes since its creation (or the last begin). The per-layer
+ * arrays are sized by the model (n_layers entries), owned by the schedule and valid until its next
+ * begin (a new decode) or its destroy; NULL with n_layers = 0 before the first decode. */
 typedef struct kvs_dlm_schedule_stats {
     int64_t steps;                                /* plans produced */
     int64_t full_steps;                           /* steps that recomputed every row at every layer */
-    int64_t rows[KVS_SCHED_MAX_LAYERS];           /* rows computed per layer, summed over steps */
-    int64_t refreshes[KVS_SCHED_MAX_LAYERS];      /* steps in which the layer recomputed all rows */
+    int n_layers;                                 /* entries of rows[] and refreshes[] */
+    const int64_t *rows;                          /* [n_layers] rows computed per layer, summed over steps */
+    const int64_t *refreshes;                     /* [n_layers] steps in which the layer recomputed all rows */
     int64_t kept_rows, context_rows;              /* WaveFilter: kept K/V rows vs rows available,
                                                    * summed over sparse (layer, kv head, step) */
 } kvs_dlm_schedule_stats;
@@ -110,9 +113,13 @@ KVS_API kvs_status kvs_dlm_schedule_dual(kvs_dlm_schedule **out);
  * block runs every row when i == 0, i == 1 or i % reload == 0 (cache_reloading_step); otherwise it
  * runs the still-masked rows plus the rows decoded by the previous step (a token decoded at step t
  * is recomputed once more at t+1 with its new identity and is read from the cache from t+2 on).
- * reload >= 1 (1: every step is a full refresh = no cache; the reference example uses 4).
+ * reload >= 1 (1: every step is a full refresh = no cache; the reference example uses 4, the
+ * default KVS_DLM_DELAYED_RELOAD_DEFAULT).
  * Errors: KVS_ERR_INVALID_ARGUMENT (out NULL, reload < 1), KVS_ERR_OUT_OF_MEMORY. */
 KVS_API kvs_status kvs_dlm_schedule_delayed(kvs_dlm_schedule **out, int reload);
+
+/* The delayed cache's default reload interval (the dKV-Cache reference example's). */
+#define KVS_DLM_DELAYED_RELOAD_DEFAULT 4
 
 /* How Elastic-Cache compares a tracked token's attention between steps. */
 typedef enum kvs_elastic_sim {

@@ -194,7 +194,8 @@ class GenStats(Structure):
     _fields_ = [("seconds", c_double), ("tokens_per_s", c_double), ("steps", c_int64),
                 ("rows_computed", c_int64), ("rows_baseline", c_int64), ("compute_fraction", c_double),
                 ("cache_bytes_peak", c_int64), ("cache_bytes_allocated", c_int64),
-                ("evictions", c_int64), ("rows_evicted", c_int64)]
+                ("evictions", c_int64), ("rows_evicted", c_int64), ("tokens", c_int64),
+                ("tokens_eos_filled", c_int64)]
 
 
 class ArParams(Structure):
@@ -205,7 +206,7 @@ class ArParams(Structure):
 
 class DlmParams(Structure):
     _fields_ = [("gen_len", c_int64), ("block_len", c_int64), ("steps", c_int64), ("threshold", c_float),
-                ("schedule", c_void_p)]
+                ("schedule", c_void_p), ("stop_eos", c_int)]
 
 
 TOKEN_CB = ctypes.CFUNCTYPE(c_int, c_void_p, c_int32)

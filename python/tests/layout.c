@@ -26,8 +26,8 @@ int main(void) {
     ROW("EvictStats", kvs_evict_stats, stat_steps);
     ROW("ElasticParams", kvs_elastic_params, block_refresh);
     ROW("WavefilterParams", kvs_wavefilter_params, n_recent);
-    ROW("GenStats", kvs_gen_stats, rows_evicted);
+    ROW("GenStats", kvs_gen_stats, tokens_eos_filled);
     ROW("ArParams", kvs_ar_params, evict_buffer);
-    ROW("DlmParams", kvs_dlm_params, schedule);
+    ROW("DlmParams", kvs_dlm_params, stop_eos);
     return 0;
 }

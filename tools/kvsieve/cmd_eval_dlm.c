@@ -48,71 +48,6 @@ typedef struct ctx {
     float threshold;
 } ctx;
 
-/* ---- step fidelity: at every step, the no-cache forward of the same state (a shadow model and
- * cache) and the schedule's logits give the same argmax at the schedule's logit rows? Unlike
- * positional agreement this does not cascade after a first differing token. ----------------- */
-
-typedef struct shadow {
-    kvs_dlm_schedule *inner;
-    kvs_dlm_schedule_ops ops;
-    kvs_model *m;
-    kvs_kv_cache *c;
-    const int32_t *rows;
-    int64_t n_rows;
-    int64_t match, total;
-    double seconds;         /* spent in the shadow forward (taken out of the schedule's time) */
-} shadow;
-
-static int32_t argmax_row(const float *x, int64_t n) {
-    int64_t b = 0;
-    for (int64_t i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return (int32_t)b;
-}
-
-static kvs_status sh_plan(void *self, const kvs_dlm_view *v, kvs_dlm_step *out) {
-    shadow *s = self;
-    kvs_status st = s->inner->ops->plan(s->inner->self, v, out);
-    s->rows = out->plan.logit_rows;
-    s->n_rows = out->plan.n_logit_rows;
-    return st;
-}
-
-static kvs_status sh_feedback(void *self, const kvs_dlm_view *v, const kvs_step_result *r) {
-    shadow *s = self;
-    if (s->inner->ops->feedback) {
-        kvs_status st = s->inner->ops->feedback(s->inner->self, v, r);
-        if (st != KVS_OK) return st;
-    }
-    int32_t *am = malloc((size_t)(s->n_rows > 0 ? s->n_rows : 1) * sizeof *am);
-    if (!am) return KVS_ERR_OUT_OF_MEMORY;
-    for (int64_t i = 0; i < s->n_rows; i++) am[i] = argmax_row(r->logits + i * r->vocab, r->vocab);
-    kvs_step_plan plan = {.tokens = v->tokens, .n_tokens = v->n_tokens, .logit_rows = s->rows, .n_logit_rows = s->n_rows};
-    kvs_step_result sr;
-    double t0 = cli_now();
-    kvs_status st = kvs_model_forward(s->m, s->c, &plan, &sr);
-    if (st == KVS_OK)
-        for (int64_t i = 0; i < s->n_rows; i++) {
-            s->match += am[i] == argmax_row(sr.logits + i * sr.vocab, sr.vocab);
-            s->total++;
-        }
-    s->seconds += cli_now() - t0;
-    free(am);
-    return st;
-}
-
-static kvs_status sh_begin(void *self, int64_t n_tokens, int n_layers) {
-    shadow *s = self;
-    kvs_status st = kvs_cache_reset(s->c);
-    if (st == KVS_OK && s->inner->ops->begin) st = s->inner->ops->begin(s->inner->self, n_tokens, n_layers);
-    return st;
-}
-
-static void sh_stats(void *self, kvs_dlm_schedule_stats *out) {
-    shadow *s = self;
-    kvs_dlm_schedule_get_stats(s->inner, out);
-}
-
 /* One decode; out[gen]. */
 static kvs_status decode(ctx *c, const prompt *p, int64_t gen, kvs_dlm_schedule *sc, int32_t *out, kvs_gen_stats *st,
                          int64_t *fid) {
@@ -130,21 +65,22 @@ static kvs_status decode(ctx *c, const prompt *p, int64_t gen, kvs_dlm_schedule 
     dp.schedule = sc;
     kvs_status s;
     if (fid && sc && c->shadow) {
-        shadow sh = {.inner = sc, .m = c->shadow};
-        sh.ops = (kvs_dlm_schedule_ops){.name = kvs_dlm_schedule_name(sc), .cache_flags = cp.flags, .plan = sh_plan,
-                                        .feedback = sh_feedback, .begin = sh_begin, .stats = sh_stats};
+        /* step fidelity (kvs_dlm_schedule_fidelity): a no-cache shadow forward at every step */
         kvs_cache_params sp = kvs_model_cache_params(c->shadow);
         sp.capacity = cp.capacity;
+        kvs_kv_cache *sc_cache = NULL;
         kvs_dlm_schedule *w = NULL;
-        s = kvs_cache_create(&sh.c, c->dev, &sp);
-        if (s == KVS_OK) s = kvs_dlm_schedule_custom(&w, &sh.ops, &sh);
+        kvs_dlm_fidelity fr = {0};
+        s = kvs_cache_create(&sc_cache, c->dev, &sp);
+        if (s == KVS_OK) s = kvs_dlm_schedule_fidelity(&w, sc, c->shadow, sc_cache);
         dp.schedule = w;
         if (s == KVS_OK) s = kvs_generate_dlm(c->m, cache, p->ids, p->n, &dp, NULL, NULL, out, st);
-        kvs_dlm_schedule_destroy(&w); /* ops.destroy is NULL: sc stays with the caller */
-        kvs_cache_destroy(&sh.c);
-        fid[0] += sh.match;
-        fid[1] += sh.total;
-        if (s == KVS_OK) st->seconds -= sh.seconds;
+        if (w) kvs_dlm_fidelity_get(w, &fr);
+        kvs_dlm_schedule_destroy(&w); /* sc stays with the caller */
+        kvs_cache_destroy(&sc_cache);
+        fid[0] += fr.match;
+        fid[1] += fr.total;
+        if (s == KVS_OK) st->seconds -= fr.seconds;
     } else {
         s = kvs_generate_dlm(c->m, cache, p->ids, p->n, &dp, NULL, NULL, out, st);
     }
@@ -390,7 +326,7 @@ int cmd_eval_dlm(int argc, char **argv) {
     if (ng == 0 || nc == 0) return cli_fail(CLI_EXIT_USAGE, PROG, "--gen and --caches need at least one item");
     for (int i = 0; i < nc; i++) {
         kvs_dlm_schedule *t = NULL;
-        if (kvs_dlm_schedule_from_name(&t, caches[i], co.reload != CLI_UNSET_INT ? co.reload : 4, NULL) != KVS_OK)
+        if (kvs_dlm_schedule_from_name(&t, caches[i], co.reload != CLI_UNSET_INT ? co.reload : KVS_DLM_DELAYED_RELOAD_DEFAULT, NULL) != KVS_OK)
             return cli_fail(CLI_EXIT_USAGE, PROG, "--caches: %s", kvs_last_error());
         kvs_dlm_schedule_destroy(&t);
     }

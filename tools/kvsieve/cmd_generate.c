@@ -27,6 +27,7 @@ typedef struct gen_opts {
     int64_t seed, block, steps;
     int threads, json, no_stream;
     int compare;      /* diffusion: also decode without cache, report speedup and agreement */
+    int stop_eos;     /* diffusion: LLaDA's early stop at EOS */
     int64_t ctx;      /* -c/--ctx-size: prompt + generated tokens must fit; 0 = the model's context */
 } gen_opts;
 
@@ -91,6 +92,8 @@ int cmd_generate(int argc, char **argv) {
         {"no-stream", 0, CLI_FLAG, &o.no_stream, NULL, "print the text once at the end"},
         POLICY_OPTS(po),
         {"compare", 0, CLI_FLAG, &o.compare, NULL, "diffusion: also decode without cache; report speedup and agreement"},
+        {"stop-eos", 0, CLI_FLAG, &o.stop_eos, NULL, "diffusion: stop once every position before the first EOS is decoded; "
+                                                     "the rest is EOS, not decoded (LLaDA)"},
     };
     int n_opts = 0;
     while (opts[n_opts].name) n_opts++;
@@ -111,7 +114,7 @@ int cmd_generate(int argc, char **argv) {
                  "[--steps S] [--threshold E] [--json] [--policy NAME --budget F|N [--scope head|layer|global] "
                  "[--sink N] [--window N]] [--cache none|prefix|dual|delayed|elastic] [--gamma G] "
                  "[--window W] [--track K] [--reload R] [--wavefilter] [--wf-family F] [--wf-levels J] "
-                 "[--wf-budget F] [--compare]",
+                 "[--wf-budget F] [--compare] [--stop-eos]",
         .summary = "Generate text with a llama-family (autoregressive) or llada (masked diffusion) model.",
         .opts = opts,
         .n_opts = n_opts,
@@ -159,8 +162,8 @@ int cmd_generate(int argc, char **argv) {
         exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "-n %lld exceeds the model context %d", (long long)n_gen, hp->ctx_len);
         goto done;
     }
-    if (!dlm && (o.compare || o.threshold > 0 || co.wavefilter || (co.cache && strcmp(co.cache, "none") != 0))) {
-        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "--cache/--wavefilter/--compare/--threshold are for diffusion models; "
+    if (!dlm && (o.compare || o.stop_eos || o.threshold > 0 || co.wavefilter || (co.cache && strcmp(co.cache, "none") != 0))) {
+        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "--cache/--wavefilter/--compare/--threshold/--stop-eos are for diffusion models; "
                                                    "'%s' is autoregressive", kvs_arch_name(hp->arch));
         goto done;
     }
@@ -239,6 +242,7 @@ int cmd_generate(int argc, char **argv) {
         p.block_len = o.block;
         p.steps = o.steps ? o.steps : n_gen;
         p.threshold = (float)o.threshold;
+        p.stop_eos = o.stop_eos;
         /* --window is shared: the elastic query window here, the h2o/snapkv window on AR models */
         if (po.window > 0) co.window = (int)po.window;
         char *one[1] = {(char *)co.cache};
@@ -316,6 +320,8 @@ int cmd_generate(int argc, char **argv) {
         json_object_object_add(js, "tokens_per_s", json_object_new_double(st.tokens_per_s));
         json_object_object_add(js, "seconds", json_object_new_double(st.seconds));
         json_object_object_add(js, "steps", json_object_new_int64(st.steps));
+        json_object_object_add(js, "tokens_decoded", json_object_new_int64(st.tokens));
+        if (dlm) json_object_object_add(js, "tokens_eos_filled", json_object_new_int64(st.tokens_eos_filled));
         json_object_object_add(js, "rows_computed", json_object_new_int64(st.rows_computed));
         json_object_object_add(js, "rows_baseline", json_object_new_int64(rows_baseline));
         json_object_object_add(js, "compute_fraction", json_object_new_double(st.compute_fraction));
@@ -334,7 +340,7 @@ int cmd_generate(int argc, char **argv) {
             kvs_dlm_schedule_stats ss;
             kvs_dlm_schedule_get_stats(sched, &ss);
             json_object *rl = json_object_new_array(), *rf = json_object_new_array();
-            for (int l = 0; l < hp->n_layers && l < KVS_SCHED_MAX_LAYERS; l++) {
+            for (int l = 0; l < ss.n_layers; l++) {
                 json_object_array_add(rl, json_object_new_int64(ss.rows[l]));
                 json_object_array_add(rf, json_object_new_int64(ss.refreshes[l]));
             }
@@ -367,6 +373,9 @@ int cmd_generate(int argc, char **argv) {
                 (long long)st.rows_computed, (long long)rows_baseline, st.compute_fraction,
                 (double)kvs_model_weight_bytes(m) / 1048576.0, (double)st.cache_bytes_peak / 1048576.0,
                 (double)st.cache_bytes_allocated / 1048576.0);
+        if (dlm && st.tokens_eos_filled > 0)
+            fprintf(stderr, "stop at EOS: %lld tokens decoded, %lld set to EOS without decoding\n", (long long)st.tokens,
+                    (long long)st.tokens_eos_filled);
         if (pol)
             fprintf(stderr, "eviction: %s, budget %g, scope %s: %lld evictions, %lld K/V rows evicted\n", kvs_policy_name(pol),
                     ap.budget, kvs_budget_scope_name(ap.scope), (long long)st.evictions, (long long)st.rows_evicted);
@@ -374,9 +383,9 @@ int cmd_generate(int argc, char **argv) {
             kvs_dlm_schedule_stats ss;
             kvs_dlm_schedule_get_stats(sched, &ss);
             fprintf(stderr, "cache %s: rows per layer", kvs_dlm_schedule_name(sched));
-            for (int l = 0; l < hp->n_layers && l < KVS_SCHED_MAX_LAYERS; l++) fprintf(stderr, " %lld", (long long)ss.rows[l]);
+            for (int l = 0; l < ss.n_layers; l++) fprintf(stderr, " %lld", (long long)ss.rows[l]);
             fprintf(stderr, "; refreshes per layer");
-            for (int l = 0; l < hp->n_layers && l < KVS_SCHED_MAX_LAYERS; l++)
+            for (int l = 0; l < ss.n_layers; l++)
                 fprintf(stderr, " %lld", (long long)ss.refreshes[l]);
             if (ss.context_rows > 0)
                 fprintf(stderr, "; WaveFilter kept %.3f of the context", (double)ss.kept_rows / (double)ss.context_rows);

@@ -61,7 +61,7 @@ int dlm_cache_build(const char *prog, const dlm_cache_opts *o, const char *cache
     if (o->sim && !strcmp(o->sim, "heads")) ep.sim = KVS_ELASTIC_SIM_HEADS;
     else if (o->sim && strcmp(o->sim, "rows")) return cli_fail(CLI_EXIT_USAGE, prog, "--elastic-sim %s: want rows or heads", o->sim);
     kvs_dlm_schedule *s = NULL;
-    if (kvs_dlm_schedule_from_name(&s, name, o->reload != CLI_UNSET_INT ? o->reload : 4, &ep) != KVS_OK)
+    if (kvs_dlm_schedule_from_name(&s, name, o->reload != CLI_UNSET_INT ? o->reload : KVS_DLM_DELAYED_RELOAD_DEFAULT, &ep) != KVS_OK)
         return cli_fail(CLI_EXIT_USAGE, prog, "--cache %s: %s", name, kvs_last_error());
     if (wf) {
         kvs_wavefilter_params wp = kvs_wavefilter_params_default();

@@ -37,6 +37,16 @@ assert j["prompt_tokens"] == [1, 403, 407, 261, 378], j["prompt_tokens"]
 assert j["tokens"][:8] == [432, 383, 286, 261, 376, 298, 315, 421], j["tokens"][:8]
 assert j["text"].startswith(", there was a little girly."), j["text"][:40]
 assert j["stats"]["compute_fraction"] == 1.0 and j["stats"]["steps"] == 64
+assert j["stats"]["tokens_decoded"] == 64 and j["stats"]["tokens_eos_filled"] == 0, j["stats"]
+PY
+
+# --stop-eos: this fixture never commits its EOS, so the decode is the reference one, all decoded
+out=$("$kvsieve" generate -m stories260K-llada-f32.gguf -p "Once upon a time" -n 64 --block 32 --steps 64 --threads 1 --json --stop-eos)
+python3 - "$out" <<'PY' || fail "diffusion --stop-eos json"
+import json, sys
+j = json.loads(sys.argv[1])
+assert j["tokens"][:8] == [432, 383, 286, 261, 376, 298, 315, 421], j["tokens"][:8]
+assert j["stats"]["tokens_decoded"] == 64 and j["stats"]["tokens_eos_filled"] == 0, j["stats"]
 PY
 
 # errors: one line on stderr, exit 2
@@ -50,6 +60,7 @@ expect_usage --bogus-flag
 expect_usage -m /nonexistent/model.gguf
 expect_usage -m stories260K-f32.v3.gguf --temp -1
 expect_usage -m stories260K-llada-f32.gguf -n 50 --block 32
+expect_usage -m stories260K-f32.v3.gguf -n 8 --stop-eos
 expect_usage -m stories260K-f32.v3.gguf --backend nosuchbackend
 # values that equal an option's internal default must not slip through as "not given"
 expect_usage -m stories260K-f32.v3.gguf -n -1

@@ -22,6 +22,8 @@ struct kvs_learned {
 /* retention, per layer l at l * ret_block: W1 [G][dim], b1 [G], W2 [H][G], b2 [H]; shared proj (a, c)
  * at L * ret_block */
 int64_t lrn_ret_block(const kvs_learned *w);
+/* Zeroed weights of a kind and shape (learned.c). Errors: KVS_ERR_OUT_OF_MEMORY. */
+kvs_status lrn_alloc(kvs_learned **out, kvs_learned_kind kind, int L, int H, int NH, int hd, int dim, int vocab);
 /* indexer, per layer l at l * idx_block: Wk [G][hd], Wx [G][dim], b1 [G], w2 [G], b2 [1], d [2] */
 int64_t lrn_idx_block(const kvs_learned *w);
 /* rl: W1 [G][F], b1 [G], w2 [G], b2 [1], layer bias [L] */

@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "internal.h"
-#include "model/weights.h"
+#include "format/format.h"
 
 #define LLAMA2C_MAGIC 0x616b3432u
 

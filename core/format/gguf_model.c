@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "internal.h"
-#include "model/weights.h"
+#include "format/format.h"
 
 static kvs_status get_i(kvs_model_file *m, const char *arch, const char *suffix, int required,
                         int *dst) {

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "internal.h"
-#include "model/weights.h"
+#include "format/format.h"
 
 kvs_status kvs_map_file(const char *path, void **map, void **heap, size_t *size) {
     *map = NULL;
@@ -182,4 +182,14 @@ kvs_status kvs_convert_to_f32(kvs_dtype dt, const void *src, int64_t n, float *d
     default:
         return kvs_error(KVS_ERR_DTYPE, "cannot convert dtype %s to f32", kvs_dtype_name(dt));
     }
+}
+
+int kvs_path_is_dir(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+int kvs_path_is_file(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
 }

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "internal.h"
-#include "model/weights.h"
+#include "format/format.h"
 
 #define ST_MAX_HEADER (100u << 20)
 

@@ -1,7 +1,7 @@
-/* Private helpers of core/model's file readers: file mapping, a string->index hash, dtype
+/* Private helpers of core/format's file readers: file mapping, a string->index hash, dtype
  * conversion to f32. Not installed. */
-#ifndef KVS_MODEL_WEIGHTS_H
-#define KVS_MODEL_WEIGHTS_H
+#ifndef KVS_FORMAT_FORMAT_H
+#define KVS_FORMAT_FORMAT_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -34,6 +34,10 @@ int64_t kvs_strhash_find(const kvs_strhash *h, const char *key);
 int64_t kvs_strhash_find_n(const kvs_strhash *h, const char *key, size_t len);
 /* Inserts (or replaces) key -> val, growing the table. Returns 0, or -1 out of memory. */
 int kvs_strhash_put(kvs_strhash *h, const char *key, int64_t val);
+
+/* 1 when p names a directory / a regular file (stat), else 0. */
+int kvs_path_is_dir(const char *p);
+int kvs_path_is_file(const char *p);
 
 /* Converts n elements of dtype (F32, F16, BF16, Q8_0; n a multiple of 32 for Q8_0) at src (any
  * alignment) to f32. Errors: KVS_ERR_DTYPE. */

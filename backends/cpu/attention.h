@@ -1,0 +1,108 @@
+/* CPU backend attention: what the driver (ops_attention.c), the tile pass with its portable
+ * kernels (attention_tiles.c) and the AVX-512 kernels (x86/attention_avx512.c) share.
+ *
+ * Design (FlashAttention, Dao et al. 2022, alg. 1, on a CPU): one task per (kv head h, tile of BQ
+ * query rows); the task packs the G = n_heads/n_kv_heads query heads of its group that read kv head h
+ * into one matrix Qp [BQ*G][d] (row r = query (r / G), head h*G + r % G), so K/V are read once per
+ * group and never expanded. For each tile of BK keys:
+ *   S  = scale * Qp . K_tile^T           ([M][BK])
+ *   visibility (kv_len, row_len, causal positions) and the additive mask turn S into logits,
+ *   online softmax per row: m' = max(m, max_j S), O *= e^(m-m'), l = l e^(m-m') + sum_j e^(S-m'),
+ *   O += P . V_tile                       ([M][d]).
+ * Running maxima start at -FLT_MAX; invisible keys get logit -inf, so their weight is exactly 0.
+ * The argmax is the first key reaching the row's maximum logit (tiles are visited in key order).
+ * Statistics needing normalised probabilities (key_mass, probs) take a second pass over the key
+ * tiles of the rows that need them, with the final (m, l) of each row: p = e^(S-m) / l; key_mass
+ * is accumulated per thread and reduced at the end (rows listed twice in stat_rows count twice).
+ *
+ * The two tile products run either
+ *  - on register-blocked AVX-512 kernels (8 rows x 32 keys / 8 rows x 32 dims, FMA) when the CPU
+ *    has AVX-512F, d % 16 == 0 and there are enough query rows (n_q >= 4, n_q*G >= 8) to amortise
+ *    one f32 copy of K per call, laid out in panels of 32 keys [n_kv_heads][n_kv/32][d][32];
+ *  - on AVX-512 decoding kernels over the row-major K/V tiles when there are fewer query rows
+ *    (each key row loaded once for up to 4 packed rows, lane-reduced dot products; P.V with 4 rows
+ *    x 64 columns in registers), f16 tiles converted to f32 first;
+ *  - or through cblas_sgemm on each tile (single-threaded OpenBLAS inside the OpenMP tasks),
+ *    f16 K/V tiles converted to f32 first (head sizes not a multiple of 16, CPUs without AVX-512).
+ * Tasks are spread over OpenMP threads (dynamic schedule: causal tiles differ in cost). With fewer
+ * tasks than threads (decoding with few kv heads) the keys are split as in flash-decoding (Dao et al.
+ * 2023, "Flash-Decoding for long-context inference"): each split leaves its (m, l, O, argmax), a
+ * merge rescales them to the common maximum, and the statistics pass runs per split with the
+ * merged (m, l). */
+#ifndef KVS_BACKENDS_CPU_ATTENTION_H
+#define KVS_BACKENDS_CPU_ATTENTION_H
+
+#include "cpu_kernels.h"
+
+#define ATT_BK 256       /* keys per tile */
+#define ATT_M_TARGET 64  /* packed query rows (queries x group heads) per task */
+
+typedef struct att_ctx {
+    const kvs_attention_args *a;
+    int64_t G, BQ, d;
+    const float *q;
+    const void *k, *v;
+    int kv_f16;
+    float *out;
+    const int32_t *q_pos, *k_pos, *kv_len, *row_len;
+    const float *mask;
+    float *row_max, *row_sum;
+    int32_t *argmax;
+    /* statistics */
+    const int32_t *stat_w;       /* [n_q] multiplicity of each row in stat_rows (NULL: no key_mass) */
+    const int32_t *probe_start;  /* [n_q + 1] CSR into probe_list */
+    const int32_t *probe_list;   /* probe output indices r, grouped by query row */
+    float *probs;
+    /* AVX-512 path: K as f32 panels [n_kv_heads][ldk/32][d][32] (zero-padded to ldk), V as f32 */
+    int fast;
+    int dec; /* AVX-512 decoding kernels on row-major K/V tiles (few query rows) */
+    /* split-key decoding: keys cut into `splits` ranges of split_keys (a multiple of ATT_BK) when
+     * there are fewer (query tile, kv head) tasks than threads; part: partial states */
+    int64_t splits, split_keys, part_words;
+    float *part;
+    const float *KT, *V32;
+    int64_t ldk;
+} att_ctx;
+
+typedef struct att_work {
+    float *Qp, *O, *S, *Kc, *Vc;  /* [M][d], [M][d], [M][BK], [BK][d], [BK][d] */
+    float *m, *l, *bestv;         /* [M] */
+    int32_t *best, *qpos, *lim;   /* [M] */
+    float *km;                    /* [n_kv_heads][capacity] partial key_mass of this thread, or NULL */
+} att_work;
+
+/* ---- the tile pass (attention_tiles.c) ---- */
+
+/* Packs the query rows of tile qt for kv head h into w (Qp, positions, limits, fresh softmax state)
+ * and returns their count M; *jend: keys any row can see, *max_qpos: the largest query position. */
+int64_t kvs_cpu_att_rows(const att_ctx *c, att_work *w, int64_t h, int64_t qt, int64_t *jend_out, int64_t *max_qpos_out);
+/* The online-softmax pass of M rows over keys [ja, jb) (one key split, or all keys). */
+void kvs_cpu_att_pass(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int64_t M, int64_t ja, int64_t jb,
+                      int64_t max_qpos);
+/* Writes out, row_max, row_sum and argmax of the M rows from w's final softmax state. */
+void kvs_cpu_att_write(const att_ctx *c, const att_work *w, int64_t h, int64_t i0, int64_t M);
+/* Zeroes the probs rows of the probe rows among the M rows (invisible and invalid keys read 0). */
+void kvs_cpu_att_zero_probes(const att_ctx *c, int64_t h, int64_t i0, int64_t M);
+/* Second pass over keys [ja, jb) with each row's final (m, l) in w: normalised probabilities for
+ * key_mass and the probe rows (whose rows the caller zeroed). */
+void kvs_cpu_att_stats(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int64_t M, int64_t ja, int64_t jb,
+                       int64_t max_qpos);
+
+/* ---- AVX-512F kernels (x86/attention_avx512.c) ---- */
+
+/* S[r][j] = scale * sum_t Qp[r][t] K[j][t] for r < Mp (multiple of 8), j < np (multiple of 32).
+ * Qp: [Mp][d]; KP: K transposed in panels of 32 keys, [np/32][d][32]; S: row stride ATT_BK. */
+void kvs_cpu_att_qk_avx512(const float *Qp, const float *KP, int64_t d, int64_t Mp, int64_t np, float scale, float *S);
+/* O[r] += sum_j P[r][j] V[j] for r < Mp (multiple of 8), j < n; P row stride ATT_BK, V [n][d]. */
+void kvs_cpu_att_pv_avx512(const float *P, int64_t Mp, int64_t n, const float *V, int64_t d, float *O);
+/* Decoding (few rows, row-major K [n][d]): S[r][j] = scale * Qp[r] . K[j] for r < M, j < n. */
+void kvs_cpu_att_qk_dec_avx512(const float *Qp, const float *K, int64_t d, int64_t M, int64_t n, float scale,
+                               float *S);
+/* Decoding: O[r] += sum_j P[r][j] V[j] for r < M, j < n; V [n][d] row-major. */
+void kvs_cpu_att_pv_dec_avx512(const float *P, int64_t M, int64_t n, const float *V, int64_t d, float *O);
+/* max_t s[t] (-inf for n == 0). */
+float kvs_cpu_att_row_max_avx512(const float *s, int64_t n);
+/* p[t] = exp(s[t] - m) in place; returns the sum. */
+float kvs_cpu_att_exp_row_avx512(float *s, int64_t n, float m);
+
+#endif

@@ -1,0 +1,287 @@
+/* CPU backend attention: the tile pass (logits with visibility and mask, online softmax, P.V, the
+ * statistics pass) and its portable kernels, which are the reference the AVX-512 kernels
+ * (x86/attention_avx512.c) are tested against. Design: attention.h; driver: ops_attention.c. */
+#include <cblas.h>
+
+#include "attention.h"
+
+static int64_t att_qpos(const att_ctx *c, int64_t i) {
+    return c->q_pos ? c->q_pos[i] : c->a->n_kv - c->a->n_q + i;
+}
+
+/* K or V tile rows [j0, j0+n) of kv head h as f32 (a pointer into the tensor, or converted). */
+static const float *att_tile(const att_ctx *c, const void *base, float *conv, int64_t h, int64_t j0, int64_t n) {
+    const int64_t d = c->d;
+    size_t off = (size_t)(h * c->a->capacity + j0) * (size_t)d;
+    if (!c->kv_f16) return (const float *)base + off;
+    const uint16_t *s = (const uint16_t *)base + off;
+    for (int64_t t = 0; t < n * d; t++) conv[t] = kvs_h2f(s[t]);
+    return conv;
+}
+
+/* Logits of one row of a tile: s[t] is key j0+t; keys at or beyond lim, or (causal) with
+ * kpos > qpos, become -inf; the mask row (from key j0) is added. */
+KVS_CLONES
+static void att_prep_row(float *KVS_RESTRICT s, int64_t n, int64_t j0, int64_t lim, const int32_t *kpos, int32_t qp,
+                         const float *mrow) {
+    for (int64_t t = 0; t < n; t++) {
+        int vis = j0 + t < lim;
+        if (kpos) vis = vis && kpos[t] <= qp;
+        float add = mrow ? mrow[t] : 0.0f;
+        s[t] = vis ? s[t] + add : -INFINITY;
+    }
+}
+
+/* Reductions are written with 16 explicit lanes: without -ffast-math the compiler may not
+ * reassociate a single accumulator, and these loops are the softmax's whole cost. */
+KVS_CLONES
+static float att_row_max(const float *s, int64_t n) {
+    float mx[16];
+    for (int l = 0; l < 16; l++) mx[l] = -INFINITY;
+    int64_t t = 0;
+    for (; t + 16 <= n; t += 16)
+        for (int l = 0; l < 16; l++) mx[l] = s[t + l] > mx[l] ? s[t + l] : mx[l];
+    float m = -INFINITY;
+    for (; t < n; t++) m = s[t] > m ? s[t] : m;
+    for (int l = 0; l < 16; l++) m = mx[l] > m ? mx[l] : m;
+    return m;
+}
+
+/* p[t] = exp(s[t] - m) in place; returns the sum. */
+KVS_CLONES
+static float att_exp_row(float *s, int64_t n, float m) {
+    float acc[16] = {0};
+    int64_t t = 0;
+    for (; t + 16 <= n; t += 16)
+        for (int l = 0; l < 16; l++) {
+            float e = kvs_expf(s[t + l] - m);
+            s[t + l] = e;
+            acc[l] += e;
+        }
+    float sum = 0.0f;
+    for (; t < n; t++) {
+        float e = kvs_expf(s[t] - m);
+        s[t] = e;
+        sum += e;
+    }
+    for (int l = 0; l < 16; l++) sum += acc[l];
+    return sum;
+}
+
+KVS_CLONES
+static void att_scale_row(float *o, int64_t d, float f) {
+    for (int64_t t = 0; t < d; t++) o[t] *= f;
+}
+
+/* Per-row limit on keys (kv_len of the head, row_len of the row), clamped to [0, n_kv]. */
+static int64_t att_row_lim(const att_ctx *c, int64_t h, int64_t i) {
+    int64_t lim = c->kv_len ? c->kv_len[h] : c->a->n_kv;
+    if (c->row_len) {
+        int64_t rl = c->row_len[i];
+        if (rl < lim) lim = rl;
+    }
+    if (lim < 0) lim = 0;
+    return lim;
+}
+
+/* Computes S for rows [0, M) against keys [j0, j0+n) of kv head h and turns it into logits.
+ * Returns 0 when the whole tile is invisible to every row (S then unspecified). */
+static int att_logits(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int64_t M, int64_t j0, int64_t n,
+                      int64_t max_qpos) {
+    const kvs_attention_args *a = c->a;
+    const int64_t d = c->d, G = c->G;
+    const int32_t *kp = c->k_pos ? c->k_pos + h * a->capacity + j0 : NULL;
+    if (a->p.causal) {
+        int64_t kmin = INT64_MAX;
+        if (kp) {
+            for (int64_t t = 0; t < n; t++) kmin = kp[t] < kmin ? kp[t] : kmin;
+        } else {
+            kmin = j0;
+        }
+        if (kmin > max_qpos) return 0;
+    }
+#if KVS_CPU_HAVE_AVX512
+    if (c->fast) {
+        kvs_cpu_att_qk_avx512(w->Qp, c->KT + h * d * c->ldk + j0 * d, d, (M + 7) & ~(int64_t)7, (n + 31) & ~(int64_t)31,
+                      a->p.scale, w->S);
+    } else
+#endif
+    {
+        const float *Kt = att_tile(c, c->k, w->Kc, h, j0, n);
+#if KVS_CPU_HAVE_AVX512
+        if (c->dec)
+            kvs_cpu_att_qk_dec_avx512(w->Qp, Kt, d, M, n, a->p.scale, w->S);
+        else
+#endif
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)n, (int)d, a->p.scale, w->Qp, (int)d,
+                        Kt, (int)d, 0.0f, w->S, ATT_BK);
+    }
+    for (int64_t r = 0; r < M; r++) {
+        int64_t i = i0 + r / G;
+        float *s = w->S + r * ATT_BK;
+        int64_t lim = w->lim[r];
+        const float *mrow = c->mask ? c->mask + i * a->n_kv + j0 : NULL;
+        int need_causal = a->p.causal;
+        if (need_causal && !kp && j0 + n - 1 <= (int64_t)w->qpos[r]) need_causal = 0;
+        if (!mrow && !need_causal && j0 + n <= lim) continue; /* fully visible, no bias */
+        int32_t kdef[ATT_BK];
+        const int32_t *kpr = NULL;
+        if (need_causal) {
+            if (kp) {
+                kpr = kp;
+            } else {
+                for (int64_t t = 0; t < n; t++) kdef[t] = (int32_t)(j0 + t);
+                kpr = kdef;
+            }
+        }
+        att_prep_row(s, n, j0, lim, kpr, w->qpos[r], mrow);
+    }
+    return 1;
+}
+
+/* Packs the query rows of tile qt for kv head h into w (Qp, positions, limits, fresh softmax state)
+ * and returns their count M; *jend: keys any row can see, *max_qpos: the largest query position. */
+int64_t kvs_cpu_att_rows(const att_ctx *c, att_work *w, int64_t h, int64_t qt, int64_t *jend_out,
+                        int64_t *max_qpos_out) {
+    const kvs_attention_args *a = c->a;
+    const int64_t d = c->d, G = c->G;
+    const int64_t i0 = qt * c->BQ, i1 = i0 + c->BQ < a->n_q ? i0 + c->BQ : a->n_q;
+    const int64_t M = (i1 - i0) * G;
+    int64_t jend = 0, max_qpos = INT64_MIN;
+    for (int64_t r = 0; r < M; r++) {
+        int64_t i = i0 + r / G, g = h * G + r % G;
+        memcpy(w->Qp + r * d, c->q + (i * a->n_heads + g) * d, (size_t)d * sizeof(float));
+        w->qpos[r] = (int32_t)att_qpos(c, i);
+        w->lim[r] = (int32_t)att_row_lim(c, h, i);
+        if (w->lim[r] > jend) jend = w->lim[r];
+        if (w->qpos[r] > max_qpos) max_qpos = w->qpos[r];
+        w->m[r] = -FLT_MAX;
+        w->l[r] = 0.0f;
+        w->bestv[r] = -FLT_MAX;
+        w->best[r] = -1;
+    }
+    const int64_t Mp = (M + 7) & ~(int64_t)7; /* rows padded for the 8-row kernels */
+    memset(w->Qp + M * d, 0, (size_t)((Mp - M) * d) * sizeof(float));
+    memset(w->O, 0, (size_t)(Mp * d) * sizeof(float));
+    *jend_out = jend;
+    *max_qpos_out = max_qpos;
+    return M;
+}
+
+/* The online-softmax pass of M rows over keys [ja, jb) (one key split, or all keys). */
+void kvs_cpu_att_pass(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int64_t M, int64_t ja, int64_t jb,
+                     int64_t max_qpos) {
+    const int64_t d = c->d;
+    for (int64_t j0 = ja; j0 < jb; j0 += ATT_BK) {
+        int64_t n = jb - j0 < ATT_BK ? jb - j0 : ATT_BK;
+        if (!att_logits(c, w, h, i0, M, j0, n, max_qpos)) continue;
+        for (int64_t r = 0; r < M; r++) {
+            float *s = w->S + r * ATT_BK;
+#if KVS_CPU_HAVE_AVX512
+            float tmax = c->fast || c->dec ? kvs_cpu_att_row_max_avx512(s, n) : att_row_max(s, n);
+#else
+            float tmax = att_row_max(s, n);
+#endif
+            if (c->argmax && (tmax > w->bestv[r] || (w->best[r] < 0 && tmax > -INFINITY))) {
+                int64_t t = 0;
+                while (s[t] != tmax) t++;
+                w->bestv[r] = tmax;
+                w->best[r] = (int32_t)(j0 + t);
+            }
+            float mold = w->m[r];
+            float mnew = tmax > mold ? tmax : mold;
+            if (mnew > mold) {
+                float alpha = kvs_expf(mold - mnew);
+                w->l[r] *= alpha;
+                att_scale_row(w->O + r * d, d, alpha);
+                w->m[r] = mnew;
+            }
+#if KVS_CPU_HAVE_AVX512
+            w->l[r] += c->fast || c->dec ? kvs_cpu_att_exp_row_avx512(s, n, mnew) : att_exp_row(s, n, mnew);
+#else
+            w->l[r] += att_exp_row(s, n, mnew);
+#endif
+        }
+#if KVS_CPU_HAVE_AVX512
+        if (c->fast) {
+            kvs_cpu_att_pv_avx512(w->S, (M + 7) & ~(int64_t)7, n, c->V32 + (h * c->a->capacity + j0) * d, d, w->O);
+        } else
+#endif
+        {
+            const float *Vt = att_tile(c, c->v, w->Vc, h, j0, n);
+#if KVS_CPU_HAVE_AVX512
+            if (c->dec)
+                kvs_cpu_att_pv_dec_avx512(w->S, M, n, Vt, d, w->O);
+            else
+#endif
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)d, (int)n, 1.0f, w->S, ATT_BK, Vt,
+                            (int)d, 1.0f, w->O, (int)d);
+        }
+    }
+}
+
+/* Writes out, row_max, row_sum and argmax of the M rows from w's final softmax state. */
+void kvs_cpu_att_write(const att_ctx *c, const att_work *w, int64_t h, int64_t i0, int64_t M) {
+    const kvs_attention_args *a = c->a;
+    const int64_t d = c->d, G = c->G;
+    for (int64_t r = 0; r < M; r++) {
+        int64_t i = i0 + r / G, g = h * G + r % G;
+        float *o = c->out + (i * a->n_heads + g) * d;
+        const float *src = w->O + r * d;
+        float l = w->l[r];
+        if (l > 0.0f) {
+            float f = a->p.unnormalised ? 1.0f : 1.0f / l;
+            for (int64_t t = 0; t < d; t++) o[t] = src[t] * f;
+        } else {
+            memset(o, 0, (size_t)d * sizeof(float));
+        }
+        int64_t qi = i * a->n_heads + g;
+        if (c->row_max) c->row_max[qi] = w->m[r];
+        if (c->row_sum) c->row_sum[qi] = l;
+        if (c->argmax) c->argmax[qi] = w->best[r];
+    }
+}
+
+/* Zeroes the probs rows of the probe rows among the M rows (invisible and invalid keys read 0). */
+void kvs_cpu_att_zero_probes(const att_ctx *c, int64_t h, int64_t i0, int64_t M) {
+    const kvs_attention_args *a = c->a;
+    for (int64_t r = 0; r < M; r++) {
+        int64_t i = i0 + r / c->G, g = h * c->G + r % c->G;
+        for (int32_t e = c->probe_start[i]; e < c->probe_start[i + 1]; e++)
+            memset(c->probs + ((int64_t)c->probe_list[e] * a->n_heads + g) * a->capacity, 0,
+                   (size_t)a->capacity * sizeof(float));
+    }
+}
+
+/* Second pass over keys [ja, jb) with each row's final (m, l) in w: normalised probabilities for
+ * key_mass and the probe rows (whose rows the caller zeroed). */
+void kvs_cpu_att_stats(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int64_t M, int64_t ja, int64_t jb,
+                      int64_t max_qpos) {
+    const kvs_attention_args *a = c->a;
+    const int64_t G = c->G, cap = a->capacity;
+    for (int64_t j0 = ja; j0 < jb; j0 += ATT_BK) {
+        int64_t n = jb - j0 < ATT_BK ? jb - j0 : ATT_BK;
+        if (!att_logits(c, w, h, i0, M, j0, n, max_qpos)) continue;
+        for (int64_t r = 0; r < M; r++) {
+            int64_t i = i0 + r / G, g = h * G + r % G;
+            int32_t wt = c->stat_w ? c->stat_w[i] : 0;
+            int has_probe = c->probs && c->probe_start[i + 1] > c->probe_start[i];
+            if (!wt && !has_probe) continue;
+            float l = w->l[r];
+            if (!(l > 0.0f)) continue; /* nothing visible: p = 0 everywhere */
+            float *s = w->S + r * ATT_BK;
+            att_exp_row(s, n, w->m[r]);
+            att_scale_row(s, n, 1.0f / l);
+            if (wt) {
+                float *km = w->km + h * cap + j0;
+                float fw = (float)wt;
+                for (int64_t t = 0; t < n; t++) km[t] += fw * s[t];
+            }
+            if (has_probe)
+                for (int32_t e = c->probe_start[i]; e < c->probe_start[i + 1]; e++)
+                    memcpy(c->probs + ((int64_t)c->probe_list[e] * a->n_heads + g) * cap + j0, s,
+                           (size_t)n * sizeof(float));
+        }
+    }
+}
+

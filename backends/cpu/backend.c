@@ -1,0 +1,52 @@
+/* CPU backend: the ops table and the kernel variants tests and experts may force.
+ *
+ * The table lives here, not in cpu.c, so that the device code (cpu.c) and the ops (ops_*.c) do not
+ * depend on each other: both are below this file. supports() is left NULL: the CPU backend runs
+ * every call the front-ends accept. */
+#include <stdio.h>
+
+#include "cpu_kernels.h"
+
+static int cpu_has_avx512(const kvs_device *dev, char *why, size_t n) {
+    (void)dev;
+    if (kvs_cpu_avx512()) return 1;
+    snprintf(why, n, "%s", KVS_CPU_HAVE_AVX512 ? "this CPU lacks AVX-512F or F16C"
+                                               : "this build has no AVX-512 kernels (not GCC/Clang on x86-64)");
+    return 0;
+}
+
+/* Codes: KVS_CPU_V_* bits (cpu.h). The portable variants run the plain C kernels, the reference
+ * every other variant is tested against (with the float64 references in tests/). */
+static const kvs_variant cpu_variants[] = {
+    {KVS_OP_matmul, "portable", KVS_CPU_V_PORTABLE, NULL},
+    {KVS_OP_matmul, "avx512", KVS_CPU_V_AVX512, cpu_has_avx512},
+    {KVS_OP_matmul, "avx512-blas", KVS_CPU_V_AVX512 | KVS_CPU_V_BLAS, cpu_has_avx512},
+    {KVS_OP_attention, "portable", KVS_CPU_V_PORTABLE, NULL},
+    {KVS_OP_attention, "portable-split", KVS_CPU_V_PORTABLE | KVS_CPU_V_SPLIT, NULL},
+    {KVS_OP_attention, "avx512", KVS_CPU_V_AVX512, cpu_has_avx512},
+    {KVS_OP_attention, "avx512-split", KVS_CPU_V_AVX512 | KVS_CPU_V_SPLIT, cpu_has_avx512},
+    {KVS_OP_topk, "portable", KVS_CPU_V_PORTABLE, NULL},
+    {KVS_OP_topk, "avx512", KVS_CPU_V_AVX512, cpu_has_avx512},
+    {KVS_OP_topk_global, "portable", KVS_CPU_V_PORTABLE, NULL},
+    {KVS_OP_topk_global, "avx512", KVS_CPU_V_AVX512, cpu_has_avx512},
+};
+
+const kvs_backend_ops kvs_cpu_backend = {
+    .id = KVS_BACKEND_CPU,
+    .name = "cpu",
+    .device_count = kvs_cpu_device_count,
+    .device_describe = kvs_cpu_device_describe,
+    .device_open = kvs_cpu_device_open,
+    .device_close = kvs_cpu_device_close,
+    .device_sync = kvs_cpu_device_sync,
+    .set_threads = kvs_cpu_set_threads,
+    .buffer_alloc = kvs_cpu_buffer_alloc,
+    .buffer_free = kvs_cpu_buffer_free,
+    .upload = kvs_cpu_upload,
+    .download = kvs_cpu_download,
+    .fill32 = kvs_cpu_fill32,
+    .supports = NULL,
+    .variants = cpu_variants,
+    .n_variants = (int)(sizeof cpu_variants / sizeof cpu_variants[0]),
+    KVS_OP_TABLE_ENTRIES(kvs_cpu_)
+};

@@ -1,0 +1,125 @@
+/* Vulkan backend: supports(op, args), the ops table's support query (as ggml's supports_op).
+ *
+ * Asked by core/ops.c before every op call, and by kvs_device_set_query for the tests: answers,
+ * from the device limits alone (no Vulkan call, no allocation), whether the op's kernels can run the
+ * validated arguments. The ops keep their own checks of the same limits as a guard; a call this
+ * function accepts is never refused by them for these reasons:
+ *   - every tensor an op binds must fit maxStorageBufferRange (kvs_vk_bind);
+ *   - attention: the shared-memory tiles of the smallest tiling (1 row, 4 keys) must fit;
+ *   - top-k: 256-invocation workgroups, and rows x k and the chunk histograms in 32-bit counts;
+ *   - gather/scatter/compact: the copied elements of one dispatch in 32 bits. */
+#include <stdio.h>
+
+#include "vk_internal.h"
+
+#define NO(...) (snprintf(why, n, __VA_ARGS__), 0)
+
+/* Every non-NULL tensor fits one storage-buffer binding: the range kvs_vk_bind binds, from the
+ * tensor's first byte rounded down to the binding alignment to its end. */
+static int fits_binding(const kvs_vk *v, const kvs_tensor *const *t, int count, char *why, size_t n) {
+    for (int i = 0; i < count; i++) {
+        if (!t[i]) continue;
+        const kvs_vk_alloc *al = kvs_vk_alloc_of(t[i]);
+        VkDeviceSize abs = al->offset + t[i]->offset;
+        VkDeviceSize range = abs + (VkDeviceSize)t[i]->nbytes - abs / v->align * v->align;
+        if (range > v->props.limits.maxStorageBufferRange)
+            return NO("a tensor of %llu bytes ('%s') exceeds this device's maxStorageBufferRange (%u bytes); "
+                      "split it into smaller tensors",
+                      (unsigned long long)t[i]->nbytes, t[i]->name, v->props.limits.maxStorageBufferRange);
+    }
+    return 1;
+}
+
+static int attention_ok(kvs_device *dev, const kvs_attention_args *a, char *why, size_t n) {
+    const int64_t D = a->head_dim, shm = dev->caps.shared_mem_bytes - 512;
+    /* the smallest tiling the op tries: R = 1 row, TK = 4 keys (vk_ops.c, kvs_vk_attention) */
+    if (4 * (2 * D + 2 * 4 * D + 4 + 7) > shm)
+        return NO("head_dim %lld needs more shared memory than the device's %lld bytes", (long long)D,
+                  (long long)dev->caps.shared_mem_bytes);
+    const kvs_attention_params *p = &a->p;
+    const kvs_tensor *t[] = {a->q, a->k, a->v, a->out, p->q_pos, p->k_pos, p->kv_len, p->row_len, p->mask,
+                             p->stat_rows, p->key_mass, p->probe_rows, p->probs, p->argmax, p->row_max, p->row_sum};
+    return fits_binding(kvs_vk_of(dev), t, (int)(sizeof t / sizeof t[0]), why, n);
+}
+
+static int topk_ok(kvs_device *dev, const kvs_topk_args *a, char *why, size_t n) {
+    if (dev->caps.max_workgroup_size < 256)
+        return NO("top-k needs 256-invocation workgroups (device max %d)", dev->caps.max_workgroup_size);
+    const uint64_t rows = (uint64_t)a->rows, len = (uint64_t)a->n, k = (uint64_t)a->k;
+    uint64_t P = 1, chunk = 4096;
+    while (P < k) P <<= 1;
+    uint64_t nchunks = (len + chunk - 1) / chunk;
+    while (rows * nchunks * 1024 > ((uint64_t)64 << 20) && chunk < ((uint64_t)1 << 30)) {
+        chunk <<= 1;
+        nchunks = (len + chunk - 1) / chunk;
+    }
+    if (rows * P > UINT32_MAX || rows * nchunks * 256 > UINT32_MAX)
+        return NO("%llu rows x k=%llu too large", (unsigned long long)rows, (unsigned long long)k);
+    const kvs_tensor *t[] = {a->x, a->idx, a->val, a->p.row_len};
+    return fits_binding(kvs_vk_of(dev), t, 4, why, n);
+}
+
+static int rows_ok(kvs_device *dev, const kvs_rows_args *a, char *why, size_t n) {
+    /* invocations of one dispatch: one per 4 bytes of the rows it copies (2-byte rows run in
+     * pairs), over the larger of the index count and the destination rows: an upper bound */
+    uint64_t rows = (uint64_t)(a->dst_rows > a->n ? a->dst_rows : a->n);
+    uint64_t total = ((uint64_t)a->groups * rows * (uint64_t)a->row_bytes + 3) / 4;
+    if (total > UINT32_MAX) return NO("too many elements for one dispatch");
+    const kvs_tensor *t[] = {a->src, a->dst, a->idx};
+    return fits_binding(kvs_vk_of(dev), t, 3, why, n);
+}
+
+int kvs_vk_supports(kvs_device *dev, kvs_op_id op, const void *args, char *why, size_t n) {
+    kvs_vk *v = kvs_vk_of(dev);
+    switch (op) {
+    case KVS_OP_attention: return attention_ok(dev, args, why, n);
+    case KVS_OP_topk:
+    case KVS_OP_topk_global: return topk_ok(dev, args, why, n);
+    case KVS_OP_gather:
+    case KVS_OP_scatter:
+    case KVS_OP_compact: return rows_ok(dev, args, why, n);
+    case KVS_OP_matmul: {
+        const kvs_matmul_args *a = args;
+        const kvs_tensor *t[] = {a->W, a->x, a->y};
+        return fits_binding(v, t, 3, why, n);
+    }
+    case KVS_OP_rope: {
+        const kvs_rope_args *a = args;
+        const kvs_tensor *t[] = {a->x, a->pos};
+        return fits_binding(v, t, 2, why, n);
+    }
+    case KVS_OP_dwt:
+    case KVS_OP_idwt: {
+        const kvs_dwt_args *a = args;
+        const kvs_tensor *t[] = {a->src, a->dst};
+        return fits_binding(v, t, 2, why, n);
+    }
+    case KVS_OP_add:
+    case KVS_OP_swiglu: {
+        const kvs_binary_args *a = args;
+        const kvs_tensor *t[] = {a->a, a->b, a->y};
+        return fits_binding(v, t, 3, why, n);
+    }
+    case KVS_OP_copy: {
+        const kvs_copy_args *a = args;
+        const kvs_tensor *t[] = {a->src, a->dst};
+        return fits_binding(v, t, 2, why, n);
+    }
+    case KVS_OP_rmsnorm: {
+        const kvs_rmsnorm_args *a = args;
+        const kvs_tensor *t[] = {a->x, a->w, a->y};
+        return fits_binding(v, t, 3, why, n);
+    }
+    case KVS_OP_softmax: {
+        const kvs_softmax_args *a = args;
+        const kvs_tensor *t[] = {a->x, a->y};
+        return fits_binding(v, t, 2, why, n);
+    }
+    case KVS_OP_embedding: {
+        const kvs_embedding_args *a = args;
+        const kvs_tensor *t[] = {a->table, a->out};
+        return fits_binding(v, t, 2, why, n);
+    }
+    default: return 1;
+    }
+}

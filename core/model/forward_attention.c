@@ -1,0 +1,233 @@
+/* One layer's attention in the forward: dense over the cache rows or over a keep-set gathered
+ * from them (kvs_layer_plan.keep), the statistics the plan asks for (key mass, probe rows, argmax),
+ * and the latent-memory merge. See model.h and forward.c. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/forward_internal.h"
+
+static kvs_status ws_kv(kvs_model *m, int64_t kv_cap, int64_t n_probe) {
+    kvs_workspace *ws = &m->ws;
+    const kvs_model_hparams *hp = &m->hp;
+    kvs_device *d = m->dev;
+    if (kv_cap > ws->kv_cap) {
+        KVS_TRY(fwd_grow_tensor(&ws->key_mass, d, KVS_F32, kv_cap, hp->n_kv_heads, 0, "ws.key_mass"));
+        kvs_tensor_destroy(&ws->ks);
+        kvs_tensor_destroy(&ws->vs);
+        kvs_tensor_destroy(&ws->ks_pos);
+        kvs_tensor_destroy(&ws->keep_idx);
+        kvs_tensor_destroy(&ws->probs);
+        ws->probe_cap = 0;
+        ws->kv_cap = kv_cap;
+    }
+    if (n_probe > ws->probe_cap) {
+        int64_t pc = n_probe < 8 ? 8 : n_probe;
+        KVS_TRY(fwd_grow_tensor(&ws->probs, d, KVS_F32, ws->kv_cap, hp->n_heads, pc, "ws.probs"));
+        KVS_TRY(fwd_grow_tensor(&ws->probe_rows, d, KVS_I32, pc, 0, 0, "ws.probe_rows"));
+        ws->probe_cap = pc;
+    }
+    return KVS_OK;
+}
+
+/* Sparse keep-set attention (kvs_layer_plan.keep): gathers, for every kv head h, the cache rows
+ * keep[h][0..n_keep[h]) into the workspace K/V (padded to the longest set with the head's last kept
+ * row, hidden from the queries by the per-head kv_len) and uploads their positions and lengths.
+ * On success *kmax is the longest set. */
+static kvs_status gather_keep(fwd_ctx *f, int l, const kvs_layer_plan *lp, int64_t *kmax, kvs_tensor **ks,
+                              kvs_tensor **vs, kvs_tensor **kpos, kvs_tensor **klen) {
+    kvs_model *m = f->m;
+    kvs_kv_cache *c = f->c;
+    kvs_workspace *ws = &m->ws;
+    const kvs_cache_params *cp = kvs_cache_get_params(c);
+    int H = cp->n_kv_heads;
+    int64_t S = lp->keep_stride, km = 0;
+    if (!lp->n_keep || S < 1 || S > cp->capacity)
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_model_forward: layer %d keep-set needs n_keep and 1 <= keep_stride <= capacity %lld",
+                         l, (long long)cp->capacity);
+    for (int h = 0; h < H; h++) {
+        int64_t nk = lp->n_keep[h], len = kvs_cache_len(c, l, h);
+        if (nk < 1 || nk > S)
+            return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_model_forward: layer %d head %d keeps %lld rows (want 1..%lld)", l, h,
+                             (long long)nk, (long long)S);
+        const int32_t *kr = lp->keep + (int64_t)h * S;
+        if (!fwd_rows_valid(kr, nk, len))
+            return kvs_error(KVS_ERR_INVALID_ARGUMENT,
+                             "kvs_model_forward: layer %d head %d keep-set must be strictly increasing cache rows < %lld", l, h,
+                             (long long)len);
+        if (nk > km) km = nk;
+    }
+    KVS_TRY(fwd_host_grow((void **)&ws->h_keep, &ws->h_keep_cap, (int64_t)H * km * 2 + H, sizeof *ws->h_keep));
+    int32_t *idx = ws->h_keep, *pos = idx + (int64_t)H * km, *lenp = pos + (int64_t)H * km;
+    for (int h = 0; h < H; h++) {
+        const int32_t *kr = lp->keep + (int64_t)h * S;
+        const int32_t *hp_pos = kvs_cache_positions(c, l, h);
+        int64_t nk = lp->n_keep[h];
+        for (int64_t i = 0; i < km; i++) {
+            int32_t r = kr[i < nk ? i : nk - 1];
+            idx[h * km + i] = r;
+            pos[h * km + i] = hp_pos[r];
+        }
+        lenp[h] = (int32_t)nk;
+    }
+    kvs_status s = KVS_OK;
+    kvs_dtype dt = cp->dtype;
+    if (!ws->ks || kvs_tensor_dtype(ws->ks) != dt || kvs_tensor_ne(ws->ks, 1) < ws->kv_cap) {
+        s = fwd_grow_tensor(&ws->ks, m->dev, dt, cp->head_dim, ws->kv_cap, H, "ws.ks");
+        if (s == KVS_OK) s = fwd_grow_tensor(&ws->vs, m->dev, dt, cp->head_dim, ws->kv_cap, H, "ws.vs");
+        if (s == KVS_OK) s = fwd_grow_tensor(&ws->ks_pos, m->dev, KVS_I32, ws->kv_cap, H, 0, "ws.ks_pos");
+        if (s == KVS_OK) s = fwd_grow_tensor(&ws->keep_idx, m->dev, KVS_I32, ws->kv_cap, H, 0, "ws.keep_idx");
+    }
+    if (s == KVS_OK && !ws->ks_len) s = fwd_grow_tensor(&ws->ks_len, m->dev, KVS_I32, H, 0, 0, "ws.ks_len");
+    kvs_tensor *iv = NULL;
+    if (s == KVS_OK) s = fwd_view3(m, &iv, ws->keep_idx, 0, km, H, 1);
+    if (s == KVS_OK) s = kvs_tensor_upload(iv, idx, 0, (size_t)H * km * 4);
+    if (s == KVS_OK) s = fwd_view3(m, ks, ws->ks, 0, cp->head_dim, km, H);
+    if (s == KVS_OK) s = fwd_view3(m, vs, ws->vs, 0, cp->head_dim, km, H);
+    if (s == KVS_OK) s = kvs_gather(m->dev, kvs_cache_k(c, l), iv, *ks);
+    if (s == KVS_OK) s = kvs_gather(m->dev, kvs_cache_v(c, l), iv, *vs);
+    if (s == KVS_OK) s = fwd_view3(m, kpos, ws->ks_pos, 0, km, H, 1);
+    if (s == KVS_OK) s = kvs_tensor_upload(*kpos, pos, 0, (size_t)H * km * 4);
+    if (s == KVS_OK) s = fwd_view3(m, klen, ws->ks_len, 0, H, 1, 1);
+    if (s == KVS_OK) s = kvs_tensor_upload(*klen, lenp, 0, (size_t)H * 4);
+    fwd_view_done(&iv);
+    *kmax = km;
+    return s;
+}
+
+kvs_status fwd_layer_attention(fwd_ctx *f, int l, const kvs_layer_plan *lp, int64_t n, kvs_layer_stats *st) {
+    kvs_model *m = f->m;
+    kvs_kv_cache *c = f->c;
+    const kvs_model_hparams *hp = &m->hp;
+    int H = hp->n_kv_heads;
+    int64_t n_kv = kvs_cache_max_len(c, l);
+    int64_t cap = kvs_cache_get_params(c)->capacity;
+    int64_t n_probe = lp ? lp->n_probe : 0;
+    KVS_TRY(ws_kv(m, cap, n_probe));
+    kvs_workspace *ws = &m->ws;
+    int sparse = lp && lp->keep;
+
+    kvs_attention_params ap = kvs_attention_params_default();
+    ap.causal = hp->arch == KVS_ARCH_LLAMA;
+    kvs_tensor *qpos = NULL, *q = NULL, *out = NULL, *srows = NULL, *prow = NULL, *amax = NULL;
+    kvs_tensor *ks = NULL, *vs = NULL, *kpos = NULL, *klen = NULL, *kmv = NULL, *pv = NULL;
+    /* keys the attention sees: the cache rows [0, n_kv) (dense) or the gathered keep-set (sparse,
+     * akv = the longest set); statistics come back in that key space and are mapped to cache rows */
+    int64_t akv = n_kv;
+    kvs_status s = fwd_view3(m, &qpos, ws->pos, 0, n, 1, 1);
+    if (s == KVS_OK) s = fwd_view3(m, &q, ws->q, 0, hp->head_dim, hp->n_heads, n);
+    if (s == KVS_OK) s = fwd_view3(m, &out, ws->att, 0, hp->head_dim, hp->n_heads, n);
+    const kvs_tensor *kk = kvs_cache_k(c, l), *vv = kvs_cache_v(c, l);
+    int64_t kcap = cap;
+    if (s == KVS_OK && sparse) {
+        s = gather_keep(f, l, lp, &akv, &ks, &vs, &kpos, &klen);
+        kk = ks;
+        vv = vs;
+        kcap = akv;
+        ap.k_pos = kpos;
+        ap.kv_len = klen;
+    } else {
+        ap.k_pos = kvs_cache_pos_tensor(c, l);
+        ap.kv_len = kvs_cache_len_tensor(c, l);
+    }
+    ap.n_kv = akv;
+    ap.q_pos = qpos;
+
+    /* latent memory (latent.h): unnormalised attention + row max/sum, merged after the op */
+    kvs_tensor *lat_max = NULL, *lat_sum = NULL;
+    const struct kvs_latent *lat = lp && lp->latent && kvs_latent_active(lp->latent, l) ? lp->latent : NULL;
+    if (s == KVS_OK && lat) {
+        if (ws->lat_rows < ws->rows) { /* grown with the per-token buffers, made on first use */
+            s = fwd_grow_tensor(&ws->lat_max, m->dev, KVS_F32, hp->n_heads, ws->rows, 0, "ws.lat_max");
+            if (s == KVS_OK) s = fwd_grow_tensor(&ws->lat_sum, m->dev, KVS_F32, hp->n_heads, ws->rows, 0, "ws.lat_sum");
+            ws->lat_rows = s == KVS_OK ? ws->rows : 0;
+        }
+        if (s == KVS_OK) s = fwd_view3(m, &lat_max, ws->lat_max, 0, hp->n_heads, n, 1);
+        if (s == KVS_OK) s = fwd_view3(m, &lat_sum, ws->lat_sum, 0, hp->n_heads, n, 1);
+        ap.unnormalised = 1;
+        ap.row_max = lat_max;
+        ap.row_sum = lat_sum;
+    }
+    int want_mass = lp && (lp->stat_all_rows || lp->n_stat_rows > 0);
+    if (s == KVS_OK && want_mass) {
+        /* key_mass covers [H][kcap]; keys beyond a head's length are untouched: zero first. */
+        s = fwd_view3(m, &kmv, ws->key_mass, 0, kcap, H, 1);
+        if (s == KVS_OK) s = kvs_tensor_fill(kmv, 0.0);
+        ap.key_mass = kmv;
+        if (s == KVS_OK && !lp->stat_all_rows) {
+            s = fwd_view3(m, &srows, ws->stat_rows, 0, lp->n_stat_rows, 1, 1);
+            if (s == KVS_OK) s = kvs_tensor_upload(srows, lp->stat_rows, 0, (size_t)lp->n_stat_rows * 4);
+            ap.stat_rows = srows;
+        }
+    }
+    if (s == KVS_OK && n_probe > 0) {
+        s = fwd_view3(m, &prow, ws->probe_rows, 0, n_probe, 1, 1);
+        if (s == KVS_OK) s = kvs_tensor_upload(prow, lp->probe_rows, 0, (size_t)n_probe * 4);
+        if (s == KVS_OK) s = fwd_view3(m, &pv, ws->probs, 0, kcap, hp->n_heads, n_probe);
+        ap.probe_rows = prow;
+        ap.probs = pv;
+    }
+    if (s == KVS_OK && lp && lp->want_argmax) {
+        s = fwd_view3(m, &amax, ws->argmax, 0, hp->n_heads, n, 1);
+        ap.argmax = amax;
+    }
+    if (s == KVS_OK) s = kvs_attention(m->dev, q, kk, vv, out, &ap);
+
+    if (s == KVS_OK && lat) s = kvs_latent_merge(lat, l, q, out, lat_max, lat_sum);
+        /* statistics to host, as [.][n_kv] over cache rows */
+    st->n_kv = n_kv;
+    st->key_mass = NULL;
+    st->probs = NULL;
+    st->argmax = NULL;
+    int G = hp->n_heads / H;
+    if (s == KVS_OK && want_mass) {
+        int64_t need = (int64_t)H * (kcap > n_kv ? kcap : n_kv) * (sparse ? 2 : 1);
+        s = fwd_host_grow((void **)&m->key_mass_host[l], &m->key_mass_cap[l], need, sizeof(float));
+        float *km = m->key_mass_host[l];
+        float *raw = sparse ? km + (int64_t)H * n_kv : km;
+        if (s == KVS_OK) s = kvs_tensor_download(kmv, raw, 0, (size_t)H * kcap * 4);
+        if (s == KVS_OK && sparse) {
+            memset(km, 0, (size_t)H * n_kv * sizeof *km);
+            for (int h = 0; h < H; h++)
+                for (int64_t i = 0; i < lp->n_keep[h]; i++) km[h * n_kv + lp->keep[h * lp->keep_stride + i]] = raw[h * kcap + i];
+        } else if (s == KVS_OK) {
+            /* compact [H][cap] -> [H][n_kv] in place */
+            for (int h = 1; h < H; h++) memmove(km + h * n_kv, km + h * kcap, (size_t)n_kv * sizeof *km);
+        }
+        if (s == KVS_OK) st->key_mass = km;
+    }
+    if (s == KVS_OK && n_probe > 0) {
+        int64_t rows = n_probe * hp->n_heads;
+        int64_t need = rows * (kcap > n_kv ? kcap : n_kv) + (sparse ? rows * kcap : 0);
+        s = fwd_host_grow((void **)&m->probs_host[l], &m->probs_cap[l], need, sizeof(float));
+        float *pr = m->probs_host[l];
+        float *raw = sparse ? pr + rows * n_kv : pr;
+        if (s == KVS_OK) s = kvs_tensor_download(pv, raw, 0, (size_t)(rows * kcap) * 4);
+        if (s == KVS_OK && sparse) {
+            memset(pr, 0, (size_t)(rows * n_kv) * sizeof *pr);
+            for (int64_t r = 0; r < rows; r++) {
+                int h = (int)(r % hp->n_heads) / G;
+                const int32_t *kr = lp->keep + h * lp->keep_stride;
+                for (int64_t i = 0; i < lp->n_keep[h]; i++) pr[r * n_kv + kr[i]] = raw[r * kcap + i];
+            }
+        } else if (s == KVS_OK) {
+            for (int64_t r = 1; r < rows; r++) memmove(pr + r * n_kv, pr + r * kcap, (size_t)n_kv * 4);
+        }
+        if (s == KVS_OK) st->probs = pr;
+    }
+    if (s == KVS_OK && amax) {
+        int64_t tot = n * hp->n_heads;
+        s = fwd_host_grow((void **)&m->argmax_host[l], &m->argmax_cap[l], tot, sizeof(int32_t));
+        if (s == KVS_OK) s = kvs_tensor_download(amax, m->argmax_host[l], 0, (size_t)tot * 4);
+        if (s == KVS_OK && sparse) {
+            int32_t *am = m->argmax_host[l];
+            for (int64_t r = 0; r < tot; r++) {
+                int h = (int)(r % hp->n_heads) / G;
+                if (am[r] >= 0 && am[r] < lp->n_keep[h]) am[r] = lp->keep[h * lp->keep_stride + am[r]];
+            }
+        }
+        if (s == KVS_OK) st->argmax = m->argmax_host[l];
+    }
+    kvs_tensor *all[] = {qpos, q, out, srows, prow, amax, ks, vs, kpos, klen, kmv, pv};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) fwd_view_done(&all[i]);
+    return s;
+}
