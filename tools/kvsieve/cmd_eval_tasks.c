@@ -254,7 +254,7 @@ int cmd_eval_dlm_tasks(int argc, char **argv) {
     }
     for (int i = 0; i < nc; i++) {
         kvs_dlm_schedule *t = NULL;
-        if (kvs_dlm_schedule_from_name(&t, caches[i], co.reload != CLI_UNSET_INT ? co.reload : 4, NULL) != KVS_OK)
+        if (kvs_dlm_schedule_from_name(&t, caches[i], co.reload != CLI_UNSET_INT ? co.reload : KVS_DLM_DELAYED_RELOAD_DEFAULT, NULL) != KVS_OK)
             return cli_fail(CLI_EXIT_USAGE, PROG, "--caches: %s", kvs_last_error());
         kvs_dlm_schedule_destroy(&t);
     }
