@@ -264,6 +264,8 @@ static int run_table(ctx *c, const dlm_cache_opts *co, char **caches, int nc, co
 }
 
 int cmd_eval_dlm(int argc, char **argv) {
+    for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
+        if (!strcmp(argv[i], "--tasks") || !strncmp(argv[i], "--tasks=", 8)) return cmd_eval_dlm_tasks(argc, argv);
     const char *model = "stories260K-llada-f32.gguf", *prompts_path = NULL, *gens_s = "64,128,256,448",
                *caches_s = "none,prefix,dual,delayed,elastic", *backend = "cpu", *plot = NULL,
                *long_text = NULL, *budgets_s = "0.25,0.5";
@@ -304,7 +306,8 @@ int cmd_eval_dlm(int argc, char **argv) {
         .opts = opts,
         .n_opts = n_opts,
         .epilog = "The schedule options (--gamma, --window, --track, --reload, --wf-*) apply to every run;\n"
-                  "--cache and --wavefilter are ignored here (see --caches and --budgets).",
+                  "--cache and --wavefilter are ignored here (see --caches and --budgets).\n"
+                  "Task accuracy instead: kvsieve eval --dlm --tasks FILE (see its --help).",
     };
     int rc = cli_parse(&spec, argc, argv, NULL, NULL);
     if (rc >= 0) return rc;

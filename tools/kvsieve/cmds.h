@@ -11,5 +11,7 @@ int cmd_eval(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 /* `kvsieve eval --dlm` (cmd_eval_dlm.c): diffusion cache schedules vs the no-cache decode. */
 int cmd_eval_dlm(int argc, char **argv);
+/* `kvsieve eval --dlm --tasks FILE` (cmd_eval_tasks.c): task accuracy and speed of the schedules. */
+int cmd_eval_dlm_tasks(int argc, char **argv);
 
 #endif
