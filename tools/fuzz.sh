@@ -33,7 +33,8 @@ if [[ ! -f "$fdir/meson-private/coredata.dat" ]]; then
     -Dopencl=disabled -Dvulkan=disabled -Dopenmp=disabled -Dtests=disabled -Dbuildtype=debugoptimized \
     -Dc_args=-fno-sanitize-recover=all >/dev/null || kvs_die "meson setup $fdir failed"
 fi
-ninja -C "$fdir" $(printf 'tests/fuzz/fuzz_%s ' "${targets[@]}") >/dev/null || kvs_die "build failed"
+mapfile -t goals < <(printf 'tests/fuzz/fuzz_%s\n' "${targets[@]}")
+ninja -C "$fdir" "${goals[@]}" >/dev/null || kvs_die "build failed"
 kvs_export_env
 
 failed=0
