@@ -190,6 +190,9 @@ START_TEST(test_encode_api) {
     /* invalid UTF-8 and NUL bytes go through byte fallback and round-trip */
     const char bad[] = {'a', (char)0xff, 0, (char)0xc3, 'b'};
     check_roundtrip(t, bad, sizeof bad);
+    /* a lead byte cut short by a space (tests/fuzz/regress/tokenizer/spm-lead-byte-space) */
+    check_roundtrip(t, "\xe1 ", 2);
+    check_roundtrip(t, "x\xe2\x96 y\xf0\x9f", 7);
     ck_assert_int_eq(kvs_tokenizer_encode(NULL, "a", 1, 0, ids, 8, &n), KVS_ERR_INVALID_ARGUMENT);
     kvs_tokenizer_destroy(&t);
     kvs_tokenizer_destroy(&t);   /* NULL-safe */

@@ -2,6 +2,7 @@
  * names (token_embd, blk.N.attn_q, ...). q/k rows are already in the adjacent-pair RoPE layout
  * (llama.cpp's converters permute Hugging Face weights back into Meta order). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
@@ -37,7 +38,10 @@ static kvs_status get_id(kvs_model_file *m, const char *key, int *dst) {
     kvs_status s = kvs_gguf_get_int(m->gguf, key, &v);
     if (s == KVS_ERR_NOT_FOUND) return KVS_OK;
     if (s != KVS_OK) return s;
-    *dst = (v >= 0 && v < m->hp.vocab) ? (int)v : -1;
+    if (v < 0 || v >= m->hp.vocab)
+        return kvs_error(KVS_ERR_FORMAT, "%s: %s = %lld is outside the vocabulary (%d tokens)", m->path,
+                         key, (long long)v, m->hp.vocab);
+    *dst = (int)v;
     return KVS_OK;
 }
 
@@ -58,7 +62,9 @@ static kvs_status tensor(kvs_model_file *m, const char *name, int64_t rows, int6
                          m->path, name, (long long)t->ne[0], (long long)t->ne[1],
                          (long long)t->ne[2], (long long)t->ne[3], (long long)cols, (long long)rows);
     kvs_dtype dt;
-    KVS_TRY(kvs_gguf_tensor_dtype(t, &dt));
+    if (kvs_gguf_tensor_dtype(t, &dt) != KVS_OK)
+        return kvs_error(KVS_ERR_DTYPE, "%s: tensor '%s' has ggml type %u (%s): not supported (F32, F16, "
+                         "BF16, Q8_0 are)", m->path, name, t->ggml_type, kvs_ggml_type_name(t->ggml_type));
     return kvs_mf_set_weight(m, w, dt, t->data, rows, cols);
 }
 
@@ -110,6 +116,18 @@ kvs_status kvs_mf_load_gguf(kvs_model_file *m) {
     KVS_TRY(get_id(m, "tokenizer.ggml.eos_token_id", &h->eos_id));
     KVS_TRY(get_id(m, "tokenizer.ggml.mask_token_id", &h->mask_id));
 
+    /* block_count must describe the layers present: a blk.N tensor with N >= block_count means the
+     * key shrank (running fewer layers than the file holds) */
+    for (int64_t i = 0; i < kvs_gguf_n_tensors(m->gguf); i++) {
+        const char *tn = kvs_gguf_tensor(m->gguf, i)->name;
+        long blk;
+        char *end;
+        if (strncmp(tn, "blk.", 4) != 0) continue;
+        blk = strtol(tn + 4, &end, 10);
+        if (end != tn + 4 && *end == '.' && (blk < 0 || blk >= h->n_layers))
+            return kvs_error(KVS_ERR_FORMAT, "%s: tensor '%s' belongs to layer %ld but %s.block_count = %d",
+                             m->path, tn, blk, arch, h->n_layers);
+    }
     const int64_t D = h->dim, Q = (int64_t)h->n_heads * h->head_dim,
                   KV = (int64_t)h->n_kv_heads * h->head_dim, F = h->ffn_dim, V = h->vocab;
     KVS_TRY(tensor(m, "token_embd.weight", V, D, 0, &m->w.token_embd, NULL));

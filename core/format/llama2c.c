@@ -9,6 +9,7 @@
  *   w2 [L][dim][hidden], w3 [L][hidden][dim], rms_final [dim],
  *   freq_cis_real [seq_len][head_size/2], freq_cis_imag [seq_len][head_size/2] (ignored; some
  *   exports omit them: accepted when the file size says so), wcls [vocab][dim] (unshared only).
+ * The file must end where these arrays end (trailing bytes are refused).
  * Version 1 format (export.py version1_export): u32 magic 0x616b3432 ("ak42"), i32 version = 1,
  *   7 x int32 as above (vocab_size positive), u8 shared_classifier, zero padding to 256 bytes, then
  *   rms_att [L][dim], rms_ffn [L][dim], rms_final [dim], token_embedding, wq, wk, wv, wo, w1, w2,
@@ -95,6 +96,15 @@ kvs_status kvs_mf_load_llama2c(kvs_model_file *m) {
                              h->vocab, h->ctx_len, shared ? "shared" : "separate");
         }
     }
+    /* the header must describe the whole file: bytes after the weights mean a header that shrank
+     * (fewer layers, a smaller vocabulary) or another file */
+    size_t used = off + (size_t)((n_core + (has_freq ? n_freq : 0) + n_cls) * 4);
+    if (size != used)
+        return kvs_error(KVS_ERR_FORMAT,
+                         "%s: offset %zu: %zu trailing bytes after the weights the header describes "
+                         "(dim %d, hidden %d, layers %d, heads %d/%d, vocab %d, seq %d, %s classifier)",
+                         m->path, used, size - used, h->dim, h->ffn_dim, h->n_layers, h->n_heads,
+                         h->n_kv_heads, h->vocab, h->ctx_len, shared ? "shared" : "separate");
     const float *p = (const float *)(const void *)(base + off);
     const float *tok = NULL, *att = NULL, *ffn = NULL, *fin = NULL, *wq, *wk, *wv, *wo, *w1, *w2,
                 *w3, *cls;

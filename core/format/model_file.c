@@ -3,6 +3,7 @@
  * dispatch to a reader) is open.c, so the readers only call down into this file.
  * See include/kvsieve/model_file.h. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,9 +120,16 @@ kvs_status kvs_mf_check_hparams(kvs_model_file *m) {
                          m->path, h->rope_dim, h->head_dim);
     if (!(h->rms_eps > 0.0f) || h->rms_eps > 1.0f)
         return kvs_error(KVS_ERR_FORMAT, "%s: rms eps %g out of (0, 1]", m->path, (double)h->rms_eps);
-    if (!(h->rope_base > 0.0f))
-        return kvs_error(KVS_ERR_FORMAT, "%s: rope base %g must be > 0", m->path,
+    /* the rule kvs_rope applies (ops.c), checked once here with the file's name */
+    if (!(h->rope_base > 1.0f) || !isfinite(h->rope_base))
+        return kvs_error(KVS_ERR_FORMAT, "%s: rope base (theta) %g: must be finite and > 1", m->path,
                          (double)h->rope_base);
+    /* special tokens must name a token of the vocabulary (-1: none) */
+    struct { const char *name; int v; } ids[] = {{"bos", h->bos_id}, {"eos", h->eos_id}, {"mask", h->mask_id}};
+    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++)
+        if (ids[i].v < -1 || ids[i].v >= h->vocab)
+            return kvs_error(KVS_ERR_FORMAT, "%s: %s token id %d is outside the vocabulary (%d tokens)",
+                             m->path, ids[i].name, ids[i].v, h->vocab);
     h->rope_mode = KVS_ROPE_ADJACENT;
     m->layers = calloc((size_t)h->n_layers, sizeof *m->layers);
     if (!m->layers) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "model file: out of memory");

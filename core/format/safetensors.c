@@ -5,7 +5,9 @@
  *  "__metadata__": {...}}, then the data; offsets are relative to byte 8 + N.
  * config.json: hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
  * num_key_value_heads, vocab_size, max_position_embeddings, rms_norm_eps, rope_theta,
- * tie_word_embeddings, bos/eos_token_id, head_dim (optional).
+ * tie_word_embeddings (default false, as transformers: then lm_head is required), bos/eos_token_id
+ * (inside the vocabulary), head_dim (optional); architectures (if given) LlamaForCausalLM and
+ * hidden_act (if given) silu, anything else is refused rather than run as a llama.
  * Tensor names: model.embed_tokens, model.layers.N.{input_layernorm, self_attn.{q,k,v,o}_proj,
  * post_attention_layernorm, mlp.{gate,down,up}_proj}, model.norm, lm_head (absent when tied).
  * q/k rows are in rotate-half order (transformers' convert_llama_weights_to_hf.py permute):
@@ -55,11 +57,44 @@ static kvs_status cfg_float(kvs_model_file *m, json_object *cfg, const char *key
     return KVS_OK;
 }
 
+/* Reads and parses config.json (a regular file: kvs_map_file refuses directories). */
+static kvs_status parse_config(const char *cfg_path, json_object **out) {
+    void *map = NULL, *heap = NULL;
+    size_t size = 0;
+    *out = NULL;
+    KVS_TRY(kvs_map_file(cfg_path, &map, &heap, &size));
+    const char *text = map ? map : heap;
+    kvs_status s = KVS_OK;
+    if (size == 0 || size > ST_MAX_HEADER) {
+        s = kvs_error(KVS_ERR_FORMAT, "%s: %s (a JSON object expected)", cfg_path,
+                      size == 0 ? "empty file" : "larger than 100 MiB");
+    } else {
+        json_tokener *tk = json_tokener_new();
+        if (!tk) {
+            s = kvs_error(KVS_ERR_OUT_OF_MEMORY, "json tokener");
+        } else {
+            json_object *cfg = json_tokener_parse_ex(tk, text, (int)size);
+            enum json_tokener_error je = json_tokener_get_error(tk);
+            size_t end = json_tokener_get_parse_end(tk);
+            json_tokener_free(tk);
+            if (!cfg || je != json_tokener_success) {
+                if (cfg) json_object_put(cfg);
+                /* json-c reports an unfinished text as "continue": say what it means */
+                s = kvs_error(KVS_ERR_FORMAT, "%s: offset %zu: invalid JSON: %s", cfg_path, end,
+                              je == json_tokener_continue ? "the text ends before the JSON value does"
+                                                          : json_tokener_error_desc(je));
+            } else {
+                *out = cfg;
+            }
+        }
+    }
+    kvs_unmap_file(map, heap, size);
+    return s;
+}
+
 static kvs_status load_config(kvs_model_file *m, const char *cfg_path) {
-    json_object *cfg = json_object_from_file(cfg_path);
-    if (!cfg)
-        return kvs_error(KVS_ERR_FORMAT, "%s: cannot parse JSON: %s", cfg_path,
-                         json_util_get_last_err() ? json_util_get_last_err() : "?");
+    json_object *cfg = NULL;
+    KVS_TRY(parse_config(cfg_path, &cfg));
     kvs_status s = KVS_OK;
     kvs_model_hparams *h = &m->hp;
     json_object *v;
@@ -72,6 +107,27 @@ static kvs_status load_config(kvs_model_file *m, const char *cfg_path) {
         if (!mt || strcmp(mt, "llama") != 0) {
             s = kvs_error(KVS_ERR_UNSUPPORTED, "%s: model_type '%s' is not supported (llama)",
                           cfg_path, mt ? mt : "?");
+            goto done;
+        }
+    }
+    /* what the weights compute must be what kvsieve implements (a llama: SiLU gates) */
+    if (json_object_object_get_ex(cfg, "architectures", &v) && !json_object_is_type(v, json_type_null)) {
+        int ok = json_object_is_type(v, json_type_array) && json_object_array_length(v) > 0;
+        for (size_t i = 0; ok && i < json_object_array_length(v); i++) {
+            const char *a = json_object_get_string(json_object_array_get_idx(v, i));
+            ok = a && strcmp(a, "LlamaForCausalLM") == 0;
+        }
+        if (!ok) {
+            s = kvs_error(KVS_ERR_UNSUPPORTED, "%s: architectures %s is not supported (LlamaForCausalLM)",
+                          cfg_path, json_object_to_json_string(v));
+            goto done;
+        }
+    }
+    if (json_object_object_get_ex(cfg, "hidden_act", &v) && !json_object_is_type(v, json_type_null)) {
+        const char *act = json_object_get_string(v);
+        if (!act || strcmp(act, "silu") != 0) {
+            s = kvs_error(KVS_ERR_UNSUPPORTED, "%s: hidden_act '%s' is not supported (silu)", cfg_path,
+                          act ? act : "?");
             goto done;
         }
     }
@@ -98,8 +154,16 @@ static kvs_status load_config(kvs_model_file *m, const char *cfg_path) {
         (s = cfg_float(m, cfg, "rms_norm_eps", &h->rms_eps)) ||
         (s = cfg_float(m, cfg, "rope_theta", &h->rope_base)))
         goto done;
+    /* transformers' LlamaConfig default: tie_word_embeddings = false */
     if (json_object_object_get_ex(cfg, "tie_word_embeddings", &v)) tie = json_object_get_boolean(v);
     h->tied_output = tie;
+    struct { const char *key; int v; } ids[] = {{"bos_token_id", h->bos_id}, {"eos_token_id", h->eos_id}};
+    for (size_t i = 0; i < 2; i++)
+        if (ids[i].v < -1 || ids[i].v >= h->vocab) {
+            s = kvs_error(KVS_ERR_FORMAT, "%s: config.json '%s' = %d is outside the vocabulary (vocab_size %d)",
+                          cfg_path, ids[i].key, ids[i].v, h->vocab);
+            goto done;
+        }
 done:
     json_object_put(cfg);
     return s;
@@ -223,6 +287,10 @@ kvs_status kvs_mf_load_safetensors(kvs_model_file *m, const char *st_path, const
     if (found) {
         if ((s = st_weight(&f, "lm_head.weight", V, D, 0, &m->w.output))) goto done;
         h->tied_output = 0;
+    } else if (!h->tied_output) {
+        s = kvs_error(KVS_ERR_NOT_FOUND, "%s: tensor 'lm_head.weight' missing and config.json does not say "
+                      "tie_word_embeddings: true", m->path);
+        goto done;
     } else {
         m->w.output = m->w.token_embd;
         h->tied_output = 1;

@@ -8,7 +8,8 @@
 #include "policy_internal.h"
 
 kvs_evict_params kvs_evict_params_default(void) {
-    kvs_evict_params p = {.policy = NULL, .budget = 1.0, .scope = KVS_SCOPE_HEAD, .buffer = 0, .head_cap = 2.0};
+    kvs_evict_params p = {.policy = NULL, .budget = 1.0, .scope = KVS_SCOPE_HEAD, .buffer = 0, .head_cap = 2.0,
+                          .budget_tokens = 0};
     return p;
 }
 
@@ -75,6 +76,9 @@ kvs_status kvs_evictor_create(kvs_evictor **out, const kvs_evict_params *pp, con
     if (hp->n_layers < 1 || hp->n_kv_heads < 1 || hp->n_heads < 1 || hp->n_heads % hp->n_kv_heads || hp->head_dim < 1 || seq_len < 1)
         return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: bad model shape (%d layers, %d heads, %d kv heads) or seq_len %lld", op,
                          hp->n_layers, hp->n_heads, hp->n_kv_heads, (long long)seq_len);
+    if (p.budget_tokens < 0)
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: budget_tokens %lld must be >= 0 (0: use budget)", op,
+                         (long long)p.budget_tokens);
     if (!(p.budget > 0.0) || (p.budget > 1.0 && p.budget != floor(p.budget)) || p.buffer < 0 || !(p.head_cap >= 1.0) ||
         (int)p.scope < 0 || p.scope > KVS_SCOPE_GLOBAL)
         return kvs_error(KVS_ERR_INVALID_ARGUMENT,
@@ -89,7 +93,9 @@ kvs_status kvs_evictor_create(kvs_evictor **out, const kvs_evict_params *pp, con
     e->NH = hp->n_heads;
     e->hd = hp->head_dim;
     e->S = seq_len;
-    e->B = p.budget <= 1.0 ? (int64_t)llround(p.budget * (double)seq_len) : (int64_t)p.budget;
+    e->B = p.budget_tokens > 0 ? p.budget_tokens
+           : p.budget <= 1.0   ? (int64_t)llround(p.budget * (double)seq_len)
+                               : (int64_t)p.budget;
     if (e->B < 1) e->B = 1;
     e->buffer = p.buffer > 0 ? p.buffer : (e->B / 8 < 1 ? 1 : (e->B / 8 > 128 ? 128 : e->B / 8));
     e->scope = p.scope;

@@ -346,7 +346,12 @@ kvs_status kvs_tokenizer_from_model_file(kvs_tokenizer **out, const kvs_model_fi
     const kvs_model_hparams *hp = kvs_model_file_hparams(mf);
     kvs_tokenizer *t = NULL;
     if (kvs_model_file_gguf(mf)) {
-        KVS_TRY(kvs_tokenizer_from_gguf(&t, kvs_model_file_gguf(mf)));
+        kvs_status s = kvs_tokenizer_from_gguf(&t, kvs_model_file_gguf(mf));
+        if (s != KVS_OK) {   /* the GGUF reader's messages do not know the path: name it */
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s", kvs_last_error());
+            return kvs_error(s, "%s: %s", kvs_model_file_path(mf), msg);
+        }
     } else {
         char path[4096];
         KVS_TRY(kvs_model_file_tokenizer_path(mf, path, sizeof path));

@@ -115,6 +115,14 @@ static kvs_status spm_fragment(const kvs_tokenizer *t, const char *s, size_t n, 
     for (size_t off = 0; off < n;) {
         size_t l = utf8_len((unsigned char)s[off]);
         if (l > n - off) l = n - off;
+        /* invalid UTF-8: a lead byte without its continuation bytes is a symbol of its own, so the
+         * bytes after it (the U+2581 of a space) keep their tokens and decode round-trips (found by
+         * tests/fuzz/fuzz_tokenizer: "\xe1 " decoded to "\xe1\xe2\x96\x81") */
+        for (size_t k = 1; k < l; k++)
+            if (((unsigned char)s[off + k] & 0xC0) != 0x80) {
+                l = k;
+                break;
+            }
         symbol *y = &ss.sym[count];
         y->start = off;
         y->n = l;

@@ -61,6 +61,8 @@ typedef struct kvs_ar_params {
                            * default 1.0 (never evicts) */
     kvs_budget_scope scope; /* default KVS_SCOPE_HEAD */
     int64_t evict_buffer; /* tokens above the budget before eviction; 0 (default): automatic */
+    int64_t budget_tokens; /* > 0: tokens per kv head instead of budget (1 token can only be asked
+                            * this way); 0 (default): budget applies */
 } kvs_ar_params;
 
 KVS_API kvs_ar_params kvs_ar_params_default(void);

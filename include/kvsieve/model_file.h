@@ -108,7 +108,13 @@ typedef struct kvs_model_file kvs_model_file;
  * n_heads % n_kv_heads == 0, every required tensor present (KVS_ERR_NOT_FOUND naming it) with the
  * canonical shape (KVS_ERR_SHAPE naming the tensor, expected and found), supported dtypes
  * (KVS_ERR_DTYPE naming the tensor and the ggml type number), file sizes (KVS_ERR_FORMAT with the
- * byte offset). Errors also: KVS_ERR_INVALID_ARGUMENT, KVS_ERR_IO, KVS_ERR_OUT_OF_MEMORY. */
+ * byte offset), and that the file describes what it holds (KVS_ERR_FORMAT, naming the file): RoPE
+ * base finite and > 1, BOS/EOS/mask ids inside the vocabulary (the key named), no GGUF blk.N tensor
+ * at or beyond {arch}.block_count, a llama2.c file ending where its weights end; safetensors:
+ * hidden_act silu and architectures LlamaForCausalLM when given (KVS_ERR_UNSUPPORTED), lm_head.weight
+ * present unless tie_word_embeddings is true (KVS_ERR_NOT_FOUND). Only regular files are read
+ * (KVS_ERR_IO for a directory). Errors also: KVS_ERR_INVALID_ARGUMENT, KVS_ERR_IO,
+ * KVS_ERR_OUT_OF_MEMORY. */
 KVS_API kvs_status kvs_model_file_open(kvs_model_file **out, const char *path,
                                        const kvs_model_file_params *p);
 

@@ -196,6 +196,8 @@ typedef struct kvs_evict_params {
     double head_cap;       /* pooled scopes: a head keeps at most max(its layer's budget,
                             * head_cap * budget) rows (this bounds the cache capacity); default
                             * 2.0, >= 1 */
+    int64_t budget_tokens; /* > 0: tokens per kv head, used instead of budget (the only way to ask
+                            * for one token: budget 1 means 100%); 0 (default): budget applies */
 } kvs_evict_params;
 
 KVS_API kvs_evict_params kvs_evict_params_default(void);
@@ -210,7 +212,7 @@ typedef struct kvs_evict_stats {
 typedef struct kvs_evictor kvs_evictor;
 
 /* Creates an evictor for a model of this shape, for a decode of seq_len planned tokens.
- * Errors: KVS_ERR_INVALID_ARGUMENT (bad shape, budget <= 0, a fractional count > 1, buffer < 0,
+ * Errors: KVS_ERR_INVALID_ARGUMENT (bad shape, budget <= 0, a fractional count > 1, budget_tokens < 0, buffer < 0,
  * head_cap < 1, unknown scope), KVS_ERR_OUT_OF_MEMORY. */
 KVS_API kvs_status kvs_evictor_create(kvs_evictor **out, const kvs_evict_params *p, const kvs_model_hparams *hp,
                                       int64_t seq_len);

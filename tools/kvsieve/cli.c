@@ -212,11 +212,27 @@ int cli_check_writable(const char *prog, const char *flag, const char *path) {
     return CLI_EXIT_OK;
 }
 
+int cli_open_regular(const char *prog, const char *flag, const char *path, FILE **out) {
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return cli_fail(CLI_EXIT_USAGE, prog, "cannot open %s %s: %s", flag, path, strerror(errno));
+    /* only regular files: ftell on a directory gives LONG_MAX (a 2^63-byte malloc), fgets fails */
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        int dir = S_ISDIR(sb.st_mode);
+        fclose(f);
+        return cli_fail(CLI_EXIT_USAGE, prog, "%s %s: %s", flag, path, dir ? "is a directory, not a file" : "not a regular file");
+    }
+    *out = f;
+    return CLI_EXIT_OK;
+}
+
 int cli_read_file(const char *prog, const char *flag, const char *path, char **buf, size_t *len) {
     *buf = NULL;
     *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return cli_fail(CLI_EXIT_USAGE, prog, "cannot open %s %s", flag, path);
+    FILE *f;
+    int rc = cli_open_regular(prog, flag, path, &f);
+    if (rc != CLI_EXIT_OK) return rc;
     long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
     char *b = n >= 0 && fseek(f, 0, SEEK_SET) == 0 ? malloc((size_t)n + 1) : NULL;
     if (!b || fread(b, 1, (size_t)n, f) != (size_t)n) {

@@ -19,6 +19,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "kvsieve/kvsieve.h"
 
@@ -94,6 +95,11 @@ int cli_open_device(const char *prog, const char *spec, int n_threads, kvs_devic
 
 /* Monotonic wall-clock seconds. */
 double cli_now(void);
+
+/* Opens path (given by option FLAG) for reading if it is a regular file (fstat). CLI_EXIT_OK and
+ * *out, or CLI_EXIT_USAGE after one line "PROG: FLAG PATH: is a directory, not a file" (or cannot
+ * open: errno text; not a regular file). Every file a subcommand reads goes through this. */
+int cli_open_regular(const char *prog, const char *flag, const char *path, FILE **out);
 
 /* Reads the whole file at path (given by option FLAG) into a malloc'd buffer, NUL-terminated;
  * *len excludes the NUL. CLI_EXIT_OK, or CLI_EXIT_USAGE after one line "PROG: cannot open/read

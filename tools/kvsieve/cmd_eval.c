@@ -200,8 +200,11 @@ static int split_list(char *s, const char **out, int max) {
     return n;
 }
 
+/* A budget as given: a fraction with the digits it needs (0.001 stays 0.001, not 0.00), a token
+ * count, or "Nt" for --budgets Nt (stored as -N). */
 static void fmt_budget(char *buf, size_t n, double b) {
-    if (b <= 1.0) snprintf(buf, n, "%.2f", b);
+    if (b < 0) snprintf(buf, n, "%lldt", (long long)-b);
+    else if (b <= 1.0) snprintf(buf, n, "%.4g", b);
     else snprintf(buf, n, "%lld", (long long)b);
 }
 
@@ -209,16 +212,16 @@ int cmd_eval(int argc, char **argv) {
     const char *prog = "kvsieve eval";
     const char *model = NULL, *text = NULL, *policies = "streaming,h2o,snapkv,tova,knorm,pyramidkv,adakv";
     const char *budgets = "0.1,0.25,0.5", *backend = NULL, *plot = NULL, *split = "all";
-    int64_t ctx = 256, windows = 8;
+    int64_t ctx = CLI_UNSET_I64, windows = 8;
     int json = 0, threads = 0;
     policy_opts po = POLICY_OPTS_INIT;
     const cli_opt opts[] = {
         {"model", 'm', CLI_STRING, &model, "MODEL", "model file (path or name under KVSIEVE_MODELS); required"},
         {"text", 0, CLI_STRING, &text, "FILE", "text to evaluate on; required"},
         {"policies", 0, CLI_STRING, &policies, "a,b,c", "policies to compare (default: all seven)"},
-        {"budgets", 0, CLI_STRING, &budgets, "F,F,..", "budgets: fractions of ctx or token counts (default 0.1,0.25,0.5)"},
-        {"ctx", 0, CLI_INT64, &ctx, "N", "window length in tokens, BOS included (default 256, at most the model's context)"},
-        {"ctx-size", 'c', CLI_INT64, &ctx, "N", "llama.cpp's name of --ctx (default 256)"},
+        {"budgets", 0, CLI_STRING, &budgets, "F,F,..", "budgets: fractions of ctx, token counts, or Nt = N tokens (1t: one token) (default 0.1,0.25,0.5)"},
+        {"ctx", 0, CLI_INT64, &ctx, "N", "window length in tokens, BOS included (default 256, or the model's context when smaller)"},
+        {"ctx-size", 'c', CLI_INT64, &ctx, "N", "llama.cpp's name of --ctx (same default)"},
         {"windows", 0, CLI_INT64, &windows, "N", "windows evaluated from the start of the text (default 8; 0 = all)"},
         {"scope", 0, CLI_STRING, &po.scope, "S", "budget scope: head, layer, global (default head)"},
         {"policy-file", 0, CLI_STRING, &po.policy_file, "F.gguf[,..]",
@@ -248,7 +251,7 @@ int cmd_eval(int argc, char **argv) {
     int rc = cli_parse(&spec, argc, argv, NULL, NULL);
     if (rc >= 0) return rc;
     if (!model || !text) return cli_fail(CLI_EXIT_USAGE, prog, "-m MODEL and --text FILE are required");
-    if (ctx < 8) return cli_fail(CLI_EXIT_USAGE, prog, "--ctx %lld: at least 8", (long long)ctx);
+    if (ctx != CLI_UNSET_I64 && ctx < 8) return cli_fail(CLI_EXIT_USAGE, prog, "--ctx %lld: at least 8", (long long)ctx);
     if (windows < 0) return cli_fail(CLI_EXIT_USAGE, prog, "--windows must be >= 0");
 
     /* lists */
@@ -261,7 +264,8 @@ int cmd_eval(int argc, char **argv) {
     double bud[MAX_BUD];
     for (int i = 0; i < nb; i++)
         if (policy_parse_budget(bstr[i], &bud[i]) != 0)
-            return cli_fail(CLI_EXIT_USAGE, prog, "--budgets: '%s' is neither a fraction in (0, 1] nor a token count", bstr[i]);
+            return cli_fail(CLI_EXIT_USAGE, prog, "--budgets: '%s' is neither a fraction in (0, 1], a token count nor Nt (N tokens)",
+                            bstr[i]);
     kvs_budget_scope scope = KVS_SCOPE_HEAD;
     if (po.scope && kvs_budget_scope_from_name(po.scope, &scope) != KVS_OK)
         return cli_fail(CLI_EXIT_USAGE, prog, "--scope: %s", kvs_last_error());
@@ -324,6 +328,18 @@ int cmd_eval(int argc, char **argv) {
         if (strcmp(split, "held-out") == 0) memmove(ids, ids + n_train, (size_t)(n_ids - n_train) * sizeof *ids), n_ids -= n_train;
         else n_ids = n_train;
     }
+    if (ctx == CLI_UNSET_I64) {
+        ctx = 256;
+        if (e.hp->ctx_len > 0 && e.hp->ctx_len < ctx) {
+            ctx = e.hp->ctx_len;
+            fprintf(stderr, "%s: --ctx not given: using the model's context %lld (the default 256 exceeds it)\n", prog,
+                    (long long)ctx);
+        }
+        if (ctx < 8) {
+            rc = cli_fail(CLI_EXIT_USAGE, prog, "the model's context %d is below the 8 tokens a window needs", e.hp->ctx_len);
+            goto done;
+        }
+    }
     if (e.hp->ctx_len > 0 && ctx > e.hp->ctx_len) {
         rc = cli_fail(CLI_EXIT_USAGE, prog, "--ctx %lld exceeds the model's context %d", (long long)ctx, e.hp->ctx_len);
         goto done;
@@ -371,7 +387,8 @@ int cmd_eval(int argc, char **argv) {
             c->budget = bud[j];
             kvs_evict_params ep = kvs_evict_params_default();
             ep.policy = pols[i];
-            ep.budget = bud[j];
+            ep.budget = bud[j] < 0 ? 1.0 : bud[j];
+            ep.budget_tokens = bud[j] < 0 ? (int64_t)-bud[j] : 0; /* "Nt" */
             ep.scope = scope;
             ep.buffer = po.buffer == CLI_UNSET_I64 ? 0 : po.buffer; /* 0: automatic */
             s = kvs_evictor_create(&evs[1 + i * nb + j], &ep, e.hp, ctx);
@@ -425,7 +442,8 @@ int cmd_eval(int argc, char **argv) {
             cell *c = &cells[k];
             json_object *o = json_object_new_object();
             json_object_object_add(o, "policy", json_object_new_string(c->policy ? c->policy : "full"));
-            json_object_object_add(o, "budget", json_object_new_double(c->budget));
+            /* "Nt" budgets as the fraction of ctx they keep */
+            json_object_object_add(o, "budget", json_object_new_double(c->budget < 0 ? -c->budget / (double)ctx : c->budget));
             json_object_object_add(o, "budget_tokens", json_object_new_int64(c->kept));
             json_object_object_add(o, "kl", json_object_new_double(c->kl_sum / (double)c->n));
             json_object_object_add(o, "top1_agreement", json_object_new_double((double)c->agree / (double)c->n));
@@ -474,7 +492,7 @@ int cmd_eval(int argc, char **argv) {
     if (plot) {
         double *x = malloc((size_t)nb * sizeof *x), *ya = malloc((size_t)np * nb * sizeof *ya),
                *yk = malloc((size_t)np * nb * sizeof *yk);
-        for (int j = 0; j < nb && x; j++) x[j] = bud[j] <= 1.0 ? bud[j] : bud[j] / (double)ctx;
+        for (int j = 0; j < nb && x; j++) x[j] = fabs(bud[j]) <= 1.0 && bud[j] > 0 ? bud[j] : fabs(bud[j]) / (double)ctx;
         for (int i = 0; i < np && ya && yk; i++)
             for (int j = 0; j < nb; j++) {
                 cell *c = &cells[1 + i * nb + j];

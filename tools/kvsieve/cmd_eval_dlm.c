@@ -378,9 +378,9 @@ int cmd_eval_dlm(int argc, char **argv) {
         goto done;
     }
     /* prompts */
-    FILE *pf = fopen(prompts_path, "r");
-    if (!pf) {
-        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "cannot open --prompts %s", prompts_path);
+    FILE *pf = NULL;
+    if (cli_open_regular(PROG, "--prompts", prompts_path, &pf) != CLI_EXIT_OK) {
+        exit_code = CLI_EXIT_USAGE;
         goto done;
     }
     char line[4096];

@@ -66,8 +66,9 @@ static json_object *ids_json(const int32_t *ids, int64_t n) {
 }
 
 int cmd_generate(int argc, char **argv) {
-    gen_opts o = {.prompt = "", .backend = "cpu", .n = CLI_UNSET_I64, .temp = 0.0, .top_p = 1.0, .threshold = 0.0, .seed = 42,
-                  .block = 32, .steps = 0};
+    /* CLI_UNSET: flags that apply to one kind of model only are refused on the other when given */
+    gen_opts o = {.prompt = "", .backend = "cpu", .n = CLI_UNSET_I64, .temp = CLI_UNSET_DBL, .top_p = CLI_UNSET_DBL,
+                  .threshold = 0.0, .seed = CLI_UNSET_I64, .block = CLI_UNSET_I64, .steps = CLI_UNSET_I64};
     policy_opts po = POLICY_OPTS_INIT;
     dlm_cache_opts co = dlm_cache_opts_default();
     cli_opt opts[64] = {
@@ -123,6 +124,13 @@ int cmd_generate(int argc, char **argv) {
     if (rc >= 0) return rc;
     if (!o.model) return cli_fail(CLI_EXIT_USAGE, PROG, "-m MODEL is required");
     if (o.ctx < 0) return cli_fail(CLI_EXIT_USAGE, PROG, "-c/--ctx-size must be >= 0 (0 = the model's context)");
+    int ar_flags = !isnan(o.temp) || !isnan(o.top_p) || o.seed != CLI_UNSET_I64,
+        dlm_flags = o.block != CLI_UNSET_I64 || o.steps != CLI_UNSET_I64;
+    if (isnan(o.temp)) o.temp = 0.0;
+    if (isnan(o.top_p)) o.top_p = 1.0;
+    if (o.seed == CLI_UNSET_I64) o.seed = 42;
+    if (o.block == CLI_UNSET_I64) o.block = 32;
+    if (o.steps == CLI_UNSET_I64) o.steps = 0;
     if (o.temp < 0 || !(o.top_p > 0 && o.top_p <= 1)) return cli_fail(CLI_EXIT_USAGE, PROG, "need --temp >= 0 and --top-p in (0, 1]");
     if (o.threshold < 0 || o.threshold > 1) return cli_fail(CLI_EXIT_USAGE, PROG, "--threshold must be in [0, 1]");
     if ((o.n != CLI_UNSET_I64 && o.n < 1) || o.block < 1 || o.steps < 0) return cli_fail(CLI_EXIT_USAGE, PROG, "need -n >= 1, --block >= 1, --steps >= 0");
@@ -158,6 +166,18 @@ int cmd_generate(int argc, char **argv) {
     const kvs_model_hparams *hp = kvs_model_get_hparams(m);
     int dlm = hp->arch == KVS_ARCH_LLADA;
     int64_t n_gen = o.n > 0 ? o.n : (dlm ? 64 : 256);
+    if (dlm ? ar_flags : dlm_flags) {
+        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "%s apply to %s models; '%s' is %s",
+                             dlm ? "--temp/--top-p/--seed" : "--block/--steps", dlm ? "autoregressive" : "diffusion",
+                             kvs_arch_name(hp->arch), dlm ? "a diffusion model" : "autoregressive");
+        goto done;
+    }
+    if (o.n == CLI_UNSET_I64 && n_gen > hp->ctx_len) { /* the default does not fit: the context does */
+        n_gen = dlm ? hp->ctx_len / o.block * o.block : hp->ctx_len;
+        if (n_gen < 1) n_gen = 1;
+        fprintf(stderr, "%s: -n not given: generating %lld tokens (the default %d exceeds the model context %d)\n", PROG,
+                (long long)n_gen, dlm ? 64 : 256, hp->ctx_len);
+    }
     if (n_gen > hp->ctx_len) {
         exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "-n %lld exceeds the model context %d", (long long)n_gen, hp->ctx_len);
         goto done;
@@ -191,14 +211,28 @@ int cmd_generate(int argc, char **argv) {
         exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "cannot tokenize the prompt: %s", kvs_last_error());
         goto done;
     }
-    if (o.ctx > 0 && n_prompt + n_gen > o.ctx) {
-        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "prompt (%lld tokens) + %lld exceeds --ctx-size %lld",
-                             (long long)n_prompt, (long long)n_gen, (long long)o.ctx);
+    /* autoregressive: the last token generated is never fed back, so it needs no position */
+    int64_t slots = n_prompt + n_gen - (dlm ? 0 : 1);
+    if (o.n == CLI_UNSET_I64 && slots > hp->ctx_len && n_prompt < hp->ctx_len + (dlm ? 0 : 1)) {
+        int64_t fit = hp->ctx_len - n_prompt + (dlm ? 0 : 1);
+        if (dlm) fit = fit / o.block * o.block;
+        if (fit >= 1) {
+            fprintf(stderr, "%s: -n not given: generating %lld tokens after the %lld-token prompt (model context %d)\n", PROG,
+                    (long long)fit, (long long)n_prompt, hp->ctx_len);
+            n_gen = fit;
+            slots = n_prompt + n_gen - (dlm ? 0 : 1);
+        }
+    }
+    if (o.ctx > 0 && slots > o.ctx) {
+        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "prompt (%lld tokens) + %lld%s exceeds --ctx-size %lld",
+                             (long long)n_prompt, (long long)n_gen, dlm ? "" : " - 1 (the last token is not fed back)",
+                             (long long)o.ctx);
         goto done;
     }
-    if (n_prompt + n_gen > hp->ctx_len) {
-        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "prompt (%lld tokens) + %lld exceeds the model context %d",
-                             (long long)n_prompt, (long long)n_gen, hp->ctx_len);
+    if (slots > hp->ctx_len) {
+        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "prompt (%lld tokens) + %lld%s exceeds the model context %d",
+                             (long long)n_prompt, (long long)n_gen, dlm ? "" : " - 1 (the last token is not fed back)",
+                             hp->ctx_len);
         goto done;
     }
     /* AR eviction (--policy): the cache is sized to the budget + buffer */
@@ -330,6 +364,7 @@ int cmd_generate(int argc, char **argv) {
         if (pol) {
             json_object_object_add(js, "policy", json_object_new_string(kvs_policy_name(pol)));
             json_object_object_add(js, "budget", json_object_new_double(ap.budget));
+            if (ap.budget_tokens > 0) json_object_object_add(js, "budget_tokens", json_object_new_int64(ap.budget_tokens));
             json_object_object_add(js, "scope", json_object_new_string(kvs_budget_scope_name(ap.scope)));
             json_object_object_add(js, "evictions", json_object_new_int64(st.evictions));
             json_object_object_add(js, "rows_evicted", json_object_new_int64(st.rows_evicted));

@@ -111,6 +111,16 @@ int policy_model_tokens(const char *prog, const char *model, const char *text, c
 
 int policy_parse_budget(const char *s, double *out) {
     double b;
+    size_t len = s ? strlen(s) : 0;
+    if (len >= 2 && len < 32 && s[len - 1] == 't') { /* "Nt": N tokens */
+        char num[32];
+        int64_t n;
+        memcpy(num, s, len - 1);
+        num[len - 1] = '\0';
+        if (cli_parse_int64(num, &n) != 0 || n < 1) return -1;
+        *out = -(double)n;
+        return 0;
+    }
     if (!s || cli_parse_double(s, &b) != 0 || !(b > 0.0)) return -1;
     if (b > 1.0 && b != (double)(int64_t)b) return -1;
     *out = b;
@@ -122,14 +132,21 @@ int policy_opts_make(const char *prog, const policy_opts *po, kvs_policy **pol, 
     double budget = 1.0;
     if (po->budget && policy_parse_budget(po->budget, &budget) != 0)
         return cli_fail(CLI_EXIT_USAGE, prog, "--budget '%s': want a fraction in (0, 1] or a whole token count", po->budget);
+    int64_t btok = budget < 0 ? (int64_t)-budget : 0;
+    if (budget < 0) budget = 1.0;
+    if (po->budget_tokens != CLI_UNSET_I64) {
+        if (po->budget_tokens < 1) return cli_fail(CLI_EXIT_USAGE, prog, "--budget-tokens must be >= 1");
+        if (po->budget) return cli_fail(CLI_EXIT_USAGE, prog, "give --budget or --budget-tokens, not both");
+        btok = po->budget_tokens;
+    }
     kvs_budget_scope scope = KVS_SCOPE_HEAD;
     if (po->scope && kvs_budget_scope_from_name(po->scope, &scope) != KVS_OK)
         return cli_fail(CLI_EXIT_USAGE, prog, "--scope: %s", kvs_last_error());
     if (po->buffer != CLI_UNSET_I64 && po->buffer < 1) return cli_fail(CLI_EXIT_USAGE, prog, "--buffer must be >= 1");
     if (po->sink != CLI_UNSET_INT && po->sink < 0) return cli_fail(CLI_EXIT_USAGE, prog, "--sink must be >= 0");
     if (!po->policy) {
-        if (po->budget || po->scope || po->threshold || po->floor)
-            return cli_fail(CLI_EXIT_USAGE, prog, "--budget/--scope/--learned-threshold/--floor need --policy");
+        if (po->budget || po->scope || po->threshold || po->floor || po->budget_tokens != CLI_UNSET_I64)
+            return cli_fail(CLI_EXIT_USAGE, prog, "--budget/--budget-tokens/--scope/--learned-threshold/--floor need --policy");
         return CLI_EXIT_OK;
     }
     kvs_policy_params pp = kvs_policy_params_default();
@@ -148,6 +165,7 @@ int policy_opts_make(const char *prog, const policy_opts *po, kvs_policy **pol, 
     }
     p->policy = *pol;
     p->budget = budget;
+    p->budget_tokens = btok;
     p->scope = scope;
     p->evict_buffer = po->buffer == CLI_UNSET_I64 ? 0 : po->buffer; /* 0: automatic */
     return CLI_EXIT_OK;

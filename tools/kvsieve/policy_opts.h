@@ -1,5 +1,5 @@
 /* kvsieve CLI — the eviction flags shared by `generate` and `eval`:
- *   --policy NAME --budget F|N [--scope head|layer|global] [--sink N] [--window N] [--buffer N]
+ *   --policy NAME --budget F|N | --budget-tokens N [--scope head|layer|global] [--sink N] [--window N] [--buffer N]
  *   [--learned-threshold T] [--floor A]
  * POLICY_OPTS(po) expands to the cli_opt rows; policy_opts_make() turns the parsed values into a
  * kvs_policy and the kvs_ar_params fields. */
@@ -24,9 +24,10 @@ typedef struct policy_opts {
     const kvs_model_hparams *hp; /* set by the caller before policy_opts_make: the model's shape */
     const char *threshold;   /* learned policies: threshold mode (--learned-threshold T), NULL: off */
     const char *floor;       /* adakv and learned policies: per-head floor fraction (--floor A) */
+    int64_t budget_tokens;   /* --budget-tokens N: N tokens per kv head (CLI_UNSET_I64: --budget applies) */
 } policy_opts;
 
-#define POLICY_OPTS_INIT {NULL, NULL, NULL, CLI_UNSET_INT, 0, CLI_UNSET_I64, NULL, NULL, NULL, NULL}
+#define POLICY_OPTS_INIT {NULL, NULL, NULL, CLI_UNSET_INT, 0, CLI_UNSET_I64, NULL, NULL, NULL, NULL, CLI_UNSET_I64}
 
 /* The rows of --learned-threshold and --floor (also in POLICY_OPTS). */
 #define POLICY_MODE_OPTS(po)                                                                                       \
@@ -46,6 +47,8 @@ typedef struct policy_opts {
      "learned policies: weights written by `kvsieve train` (comma-separated, matched by kind)"},                  \
     {"budget", 0, CLI_STRING, &(po).budget, "F|N",                                                                 \
      "cache budget: fraction (0,1] of the sequence, or tokens per kv head (default 1.0)"},                         \
+    {"budget-tokens", 0, CLI_INT64, &(po).budget_tokens, "N",                                                      \
+     "cache budget as a token count per kv head, N >= 1 (--budget 1 means 100%; this is how to keep 1 token)"},    \
     {"scope", 0, CLI_STRING, &(po).scope, "S", "budget scope: head, layer (pooled over heads), global (default head)"}, \
     {"sink", 0, CLI_INT, &(po).sink, "N", "streaming: sink tokens always kept (default 4)"},                       \
     {"window", 0, CLI_INT64, &(po).window, "N", "h2o recent / snapkv observation window (default: policy's); with --cache elastic: masked positions queried per step (default 16)"},     \
@@ -76,7 +79,8 @@ int policy_make_learned(const char *prog, const char *name, const char *files, c
 int policy_model_tokens(const char *prog, const char *model, const char *text, char *path, size_t path_size,
                         kvs_tokenizer **tk, int32_t **ids, int64_t *n);
 
-/* Parses a budget string: a fraction in (0, 1] or a whole count > 1. 0 on success, -1 otherwise. */
+/* Parses a budget string: a fraction in (0, 1], a whole count > 1, or "Nt" (N >= 1 tokens, so "1t" is one
+ * token: stored as -N). 0 on success, -1 otherwise. */
 int policy_parse_budget(const char *s, double *out);
 
 /* Creates the policy named in po (NULL *pol when po->policy is NULL) and fills p's eviction fields.

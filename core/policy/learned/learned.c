@@ -249,9 +249,29 @@ kvs_status kvs_learned_load(kvs_learned **out, const char *path, const kvs_model
                       "%s: trained for another model (%d layers, %d heads, %d kv heads, head_dim %d, dim %d, vocab %d); this "
                       "model has %d layers, %d heads, %d kv heads, head_dim %d, dim %d, vocab %d",
                       path, L, NH, H, hd, dim, vocab, hp->n_layers, hp->n_heads, hp->n_kv_heads, hp->head_dim, hp->dim, hp->vocab);
+    /* the shape keys must describe the tensors present before anything is sized from them: a file
+     * without a model to check against (hp NULL) could otherwise ask for 2^50 floats (found by
+     * tests/fuzz/fuzz_policy) */
+    if (s == KVS_OK) {
+        kvs_learned shape;
+        memset(&shape, 0, sizeof shape);
+        shape.kind = kind;
+        shape.L = L, shape.H = H, shape.NH = NH, shape.hd = hd, shape.dim = dim, shape.vocab = vocab;
+        shape.G = kind == KVS_LEARNED_RL ? RL_HIDDEN : GATE_HIDDEN;
+        int64_t want = n_params(&shape), have = 0;
+        for (int64_t i = 0; i < kvs_gguf_n_tensors(g); i++) {
+            const kvs_gguf_tensor_info *t = kvs_gguf_tensor(g, i);
+            have += (int64_t)(t->nbytes / 4);   /* f32 elements (other types are refused below) */
+        }
+        if (shape.G != G)
+            s = kvs_error(KVS_ERR_FORMAT, "%s: hidden width %d (this build uses %d)", path, G, shape.G);
+        else if (want != have)
+            s = kvs_error(KVS_ERR_FORMAT, "%s: the tensors hold %lld floats, a %s policy of the shape its keys give "
+                          "(%d layers, %d kv heads, head_dim %d, dim %d) has %lld", path, (long long)have, kname, L, H,
+                          hd, dim, (long long)want);
+    }
     kvs_learned *w = NULL;
     if (s == KVS_OK) s = lrn_alloc(&w, kind, L, H, NH, hd, dim, vocab);
-    if (s == KVS_OK && w->G != G) s = kvs_error(KVS_ERR_FORMAT, "%s: hidden width %d (this build uses %d)", path, G, w->G);
     if (s == KVS_OK) {
         int64_t v;
         double d;
