@@ -10,18 +10,12 @@
  *       dlm_eos_stop                       (stop_eos: the rest is EOS)
  *     dlm_emit                             (out[], the token callback)
  */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "decode/decode_internal.h"
 #include "kvsieve/model.h"
 #include "kvsieve/schedule.h"
-
-kvs_dlm_params kvs_dlm_params_default(void) {
-    kvs_dlm_params p = {.gen_len = 64, .block_len = 32, .steps = 0, .threshold = 0.0f, .schedule = NULL, .stop_eos = 0};
-    return p;
-}
 
 typedef struct cand {
     double conf;
@@ -34,15 +28,6 @@ static int cmp_cand(const void *a, const void *b) {
     if (x->conf > y->conf) return -1;
     if (x->conf < y->conf) return 1;
     return (x->pos > y->pos) - (x->pos < y->pos);
-}
-
-/* float64 softmax confidence of one logits row: argmax id (lowest on ties) and its probability. */
-static void confidence(const float *l, int64_t V, int32_t *tok, double *conf) {
-    int32_t best = kvs_decode_argmax(l, V);
-    double mx = l[best], sum = 0.0;
-    for (int64_t j = 0; j < V; j++) sum += exp((double)l[j] - mx);
-    *tok = best;
-    *conf = 1.0 / sum;
 }
 
 /* One decode's state. */
@@ -174,7 +159,7 @@ static kvs_status dlm_rank(dlm *d, const char *op, const dlm_block *blk, const k
                              "%s: schedule '%s' proposed candidate %d that is not a masked position of the block with logits",
                              op, kvs_dlm_schedule_name(d->sched), pos);
         d->cands[k].pos = pos;
-        confidence(logits + (int64_t)d->row_of[pos] * d->hp->vocab, d->hp->vocab, &d->cands[k].tok, &d->cands[k].conf);
+        kvs_decode_confidence(logits + (int64_t)d->row_of[pos] * d->hp->vocab, d->hp->vocab, &d->cands[k].tok, &d->cands[k].conf);
         k++;
     }
     if (k == 0) return kvs_error(KVS_ERR_STATE, "%s: schedule '%s' proposed no candidates", op, kvs_dlm_schedule_name(d->sched));

@@ -1,5 +1,6 @@
-/* The autoregressive decode loop (sampling, eviction through the evictor) and the helpers the
- * decode loops share; the masked-diffusion loop is dlm.c. See generate.h. */
+/* The autoregressive decode loop (sampling, eviction through the evictor), the diffusion parameters
+ * and confidence rule, and the helpers the decode loops share; the masked-diffusion loop is dlm.c.
+ * See generate.h. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -234,4 +235,20 @@ kvs_status kvs_generate_ar(kvs_model *m, kvs_kv_cache *cache, const int32_t *pro
     free(lp);
     kvs_evictor_destroy(&ev);
     return s;
+}
+
+/* ---- masked diffusion: the parameters and the confidence rule (the loop is dlm.c) -------------- */
+
+kvs_dlm_params kvs_dlm_params_default(void) {
+    kvs_dlm_params p = {.gen_len = 64, .block_len = 32, .steps = 0, .threshold = 0.0f, .schedule = NULL, .stop_eos = 0};
+    return p;
+}
+
+/* float64 softmax confidence of one logits row: argmax id (lowest on ties) and its probability. */
+void kvs_decode_confidence(const float *l, int64_t V, int32_t *tok, double *conf) {
+    int32_t best = kvs_decode_argmax(l, V);
+    double mx = l[best], sum = 0.0;
+    for (int64_t j = 0; j < V; j++) sum += exp((double)l[j] - mx);
+    *tok = best;
+    *conf = 1.0 / sum;
 }

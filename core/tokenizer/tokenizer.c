@@ -1,6 +1,7 @@
 /* SentencePiece-style BPE tokenizer (see include/kvsieve/tokenizer.h for the algorithm and its
  * sources: llama.cpp llm_tokenizer_spm, llama2.c encode/decode): construction from GGUF and
- * llama2.c files, accessors, decode. The encoders are tokenizer_encode.c. */
+ * llama2.c files, accessors, special-token partitioning, decode. The encoders are
+ * tokenizer_encode.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -394,6 +395,59 @@ kvs_token_type kvs_tokenizer_token_type(const kvs_tokenizer *t, int32_t id) {
 int32_t kvs_tokenizer_find(const kvs_tokenizer *t, const char *text, size_t len) {
     if (!t || !text || len == 0) return -1;
     return (int32_t)kvs_strhash_find_n(&t->idx, text, len);
+}
+
+/* ---- special-token partitioning (used by kvs_tokenizer_encode, tokenizer_encode.c) ---------- */
+
+int kvs_tok_fv_insert(fvec *f, size_t at, fragment x) {
+    if (f->n == f->cap) {
+        size_t cap = f->cap ? 2 * f->cap : 16;
+        fragment *v = realloc(f->v, cap * sizeof *v);
+        if (!v) return -1;
+        f->v = v;
+        f->cap = cap;
+    }
+    memmove(f->v + at + 1, f->v + at, (f->n - at) * sizeof *f->v);
+    f->v[at] = x;
+    f->n++;
+    return 0;
+}
+
+static const char *find_bytes(const char *h, size_t hn, const char *nd, size_t nn) {
+    if (nn == 0 || nn > hn) return NULL;
+    for (size_t i = 0; i + nn <= hn; i++)
+        if (h[i] == nd[0] && memcmp(h + i, nd, nn) == 0) return h + i;
+    return NULL;
+}
+
+/* Splits raw fragments at occurrences of special token texts (llama.cpp tokenizer_st_partition). */
+int kvs_tok_partition(const kvs_tokenizer *t, const char *text, fvec *f, unsigned flags) {
+    for (int32_t k = 0; k < t->n_special; k++) {
+        int32_t id = t->special[k];
+        if (t->type[id] != KVS_TOKEN_USER_DEFINED && !(flags & KVS_TOKENIZE_PARSE_SPECIAL)) continue;
+        const char *tok = t->text[id];
+        size_t tl = t->len[id];
+        for (size_t i = 0; i < f->n; i++) {
+            fragment fr = f->v[i];
+            if (fr.id >= 0) continue;
+            const char *hit = find_bytes(text + fr.off, fr.n, tok, tl);
+            if (!hit) continue;
+            size_t pos = (size_t)(hit - text);
+            fragment before = {fr.off, pos - fr.off, -1};
+            fragment sp = {pos, tl, id};
+            fragment after = {pos + tl, fr.off + fr.n - pos - tl, -1};
+            /* replace fr by [before] sp [after]; continue scanning in `after` */
+            size_t at = i;
+            f->v[i] = sp;
+            if (before.n > 0) {
+                if (kvs_tok_fv_insert(f, at, before)) return -1;
+                at++;
+            }
+            if (after.n > 0 && kvs_tok_fv_insert(f, at + 1, after)) return -1;
+            i = at;   /* the loop's i++ moves to `after` */
+        }
+    }
+    return 0;
 }
 
 /* ---- decode ---------------------------------------------------------------------------------- */

@@ -1,6 +1,6 @@
 /* The tokenizer's encoders: SentencePiece BPE (llama.cpp llm_tokenizer_spm), byte-level BPE
- * (GPT-2), WordPiece (llama.cpp llm_tokenizer_wpm), special-token partitioning and
- * kvs_tokenizer_encode. See include/kvsieve/tokenizer.h. */
+ * (GPT-2), WordPiece (llama.cpp llm_tokenizer_wpm) and kvs_tokenizer_encode (special-token
+ * partitioning: tokenizer.c). See include/kvsieve/tokenizer.h. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -414,67 +414,6 @@ static kvs_status wpm_fragment(const kvs_tokenizer *t, const char *text, size_t 
     return st;
 }
 
-typedef struct {
-    size_t off, n;    /* raw text range, or */
-    int32_t id;       /* >= 0: a special token */
-} fragment;
-
-typedef struct {
-    fragment *v;
-    size_t n, cap;
-} fvec;
-
-static int fv_insert(fvec *f, size_t at, fragment x) {
-    if (f->n == f->cap) {
-        size_t cap = f->cap ? 2 * f->cap : 16;
-        fragment *v = realloc(f->v, cap * sizeof *v);
-        if (!v) return -1;
-        f->v = v;
-        f->cap = cap;
-    }
-    memmove(f->v + at + 1, f->v + at, (f->n - at) * sizeof *f->v);
-    f->v[at] = x;
-    f->n++;
-    return 0;
-}
-
-static const char *find_bytes(const char *h, size_t hn, const char *nd, size_t nn) {
-    if (nn == 0 || nn > hn) return NULL;
-    for (size_t i = 0; i + nn <= hn; i++)
-        if (h[i] == nd[0] && memcmp(h + i, nd, nn) == 0) return h + i;
-    return NULL;
-}
-
-/* Splits raw fragments at occurrences of special token texts (llama.cpp tokenizer_st_partition). */
-static int partition(const kvs_tokenizer *t, const char *text, fvec *f, unsigned flags) {
-    for (int32_t k = 0; k < t->n_special; k++) {
-        int32_t id = t->special[k];
-        if (t->type[id] != KVS_TOKEN_USER_DEFINED && !(flags & KVS_TOKENIZE_PARSE_SPECIAL)) continue;
-        const char *tok = t->text[id];
-        size_t tl = t->len[id];
-        for (size_t i = 0; i < f->n; i++) {
-            fragment fr = f->v[i];
-            if (fr.id >= 0) continue;
-            const char *hit = find_bytes(text + fr.off, fr.n, tok, tl);
-            if (!hit) continue;
-            size_t pos = (size_t)(hit - text);
-            fragment before = {fr.off, pos - fr.off, -1};
-            fragment sp = {pos, tl, id};
-            fragment after = {pos + tl, fr.off + fr.n - pos - tl, -1};
-            /* replace fr by [before] sp [after]; continue scanning in `after` */
-            size_t at = i;
-            f->v[i] = sp;
-            if (before.n > 0) {
-                if (fv_insert(f, at, before)) return -1;
-                at++;
-            }
-            if (after.n > 0 && fv_insert(f, at + 1, after)) return -1;
-            i = at;   /* the loop's i++ moves to `after` */
-        }
-    }
-    return 0;
-}
-
 kvs_status kvs_tokenizer_encode(const kvs_tokenizer *t, const char *text, size_t len, unsigned flags,
                                 int32_t *ids, int64_t cap, int64_t *n_out) {
     if (!t || (!text && len) || (!ids && cap) || cap < 0 || !n_out)
@@ -487,8 +426,8 @@ kvs_status kvs_tokenizer_encode(const kvs_tokenizer *t, const char *text, size_t
     if ((flags & KVS_TOKENIZE_ADD_BOS) && t->bos >= 0 && iv_push(&out, t->bos)) goto oom;
     if (len > 0 || (flags & KVS_TOKENIZE_PREFIX_EMPTY)) {
         fragment all = {0, len, -1};
-        if (fv_insert(&fr, 0, all)) goto oom;
-        if (len > 0 && partition(t, text, &fr, flags)) goto oom;
+        if (kvs_tok_fv_insert(&fr, 0, all)) goto oom;
+        if (len > 0 && kvs_tok_partition(t, text, &fr, flags)) goto oom;
     }
     /* escaped text buffer: worst case every byte a space (3 bytes) + prefix */
     esc = malloc(3 * len + 4);

@@ -55,4 +55,22 @@ static inline size_t utf8_decode(const unsigned char *s, size_t n, uint32_t *cp)
     return l;
 }
 
+/* A fragment of the text being encoded: raw bytes [off, off + n) or one special token. */
+typedef struct {
+    size_t off, n;    /* raw text range, or */
+    int32_t id;       /* >= 0: a special token */
+} fragment;
+
+typedef struct {
+    fragment *v;
+    size_t n, cap;
+} fvec;
+
+/* Inserts x at index at of f. Returns 0, or -1 out of memory (tokenizer.c). */
+int kvs_tok_fv_insert(fvec *f, size_t at, fragment x);
+
+/* Splits the raw fragments of f at occurrences of special-token texts (llama.cpp
+ * tokenizer_st_partition; tokenizer.c). Returns 0, or -1 out of memory. */
+int kvs_tok_partition(const kvs_tokenizer *t, const char *text, fvec *f, unsigned flags);
+
 #endif
