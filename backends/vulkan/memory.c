@@ -7,9 +7,9 @@
  * partials, dwt levels, ...) and staging (host-visible: uploads, small host tables, downloads);
  * kvs_vk_flush resets both once the submitted work has completed.
  *
- * Per-op reservations. A take that does not fit used to flush and start the arena afresh, which is
- * safe between ops but not inside one: the op's earlier takes are still to be read by commands it
- * has recorded (or will record), and after the reset a later take of the same op gets the same
+ * Per-op reservations. A take that does not fit could submit the pending work and so empty the
+ * arena, but not inside an op: the op's earlier takes are still to be read
+ * by commands it has recorded or will record, and after the reset its later takes get the same
  * memory (split-K partials overwritten before attn_combine reads them). So every op reserves what
  * it will take (kvs_vk_reserve, which may flush: nothing of the op is recorded yet), and inside an
  * op a take beyond the reservation is KVS_ERR_INTERNAL, a bug in that op's reservation, never a

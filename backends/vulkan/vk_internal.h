@@ -118,7 +118,7 @@ typedef struct kvs_vk {
     kvs_vk_alloc **deferred;    /* freed while commands were pending; released after the flush */
     int n_deferred, cap_deferred;
 
-    /* the op being recorded (kvs_vk_begin_op .. the next entry point), see memory.c */
+    /* the op being recorded (from kvs_vk_begin_op to the next op or kvs_vk_end_op), see memory.c */
     const char *op;             /* its name, NULL outside an op */
     int op_took;                /* it has taken scratch or staging memory */
 
