@@ -1,18 +1,31 @@
-/* Vulkan backend internals shared by vulkan.c (device, memory, command recording) and vk_ops.c (the
- * ops). Not installed. One kvs_vk per open device; not thread-safe (one device per thread). */
+/* Vulkan backend internals. Not installed. One kvs_vk per open device; not thread-safe (one device
+ * per thread). The files:
+ *   vulkan.c     the kvs_backend_ops entry points (open/close/sync, buffers, transfers) and the ops table
+ *   device.c     instance, validation messages, physical-device enumeration, device creation, caps
+ *   memory.c     block suballocation, the scratch/staging arenas and per-op reservations
+ *   commands.c   command recording: automatic barriers, copies, fills, dispatches, submit (flush)
+ *   pipelines.c  shader modules, pipelines per specialization, descriptor sets, bindings
+ *   ops_*.c      the ops (dense, rope, attention, dwt, rows, topk): bindings, push constants, shapes
+ * Host/shader interface (push-constant blocks, flags, modes): shaders/vulkan/vk_params.h. */
 #ifndef KVS_VK_INTERNAL_H
 #define KVS_VK_INTERNAL_H
 
 #include <vulkan/vulkan.h>
 
 #include "internal.h"
+#include "vk_params.h"
+#include "vk_shaders.h"
+
+_Static_assert(KVS_VK_DT_F32 == KVS_F32 && KVS_VK_DT_F16 == KVS_F16 && KVS_VK_DT_BF16 == KVS_BF16 &&
+                   KVS_VK_DT_I32 == KVS_I32 && KVS_VK_DT_Q8_0 == KVS_Q8_0,
+               "vk_params.h dtype codes differ from kvs_dtype");
 
 /* Storage-buffer bindings in the one descriptor set layout every shader uses (set 0, bindings
  * 0..KVS_VK_BINDINGS-1, each `buffer { uint d[]; }`). Devices with fewer per-stage storage buffers
  * are refused at open. */
 #define KVS_VK_BINDINGS 12
 /* Push-constant bytes every pipeline layout declares (the Vulkan minimum guaranteed size). */
-#define KVS_VK_PUSH_BYTES 128
+#define KVS_VK_PUSH_BYTES KVS_VK_PC_MAX_BYTES
 #define KVS_VK_MAX_SPEC 12
 
 /* A block of device memory with one VkBuffer spanning it; tensors are sub-ranges. */
@@ -41,14 +54,16 @@ typedef struct kvs_vk_arg {
     int write;
 } kvs_vk_arg;
 
-/* A linear per-submission arena inside one allocation (reset after every completed submit). */
+/* A linear per-submission arena inside one allocation (reset after every completed submit).
+ * Inside an op, takes may not pass `limit` (what the op reserved with kvs_vk_reserve): see memory.c. */
 typedef struct kvs_vk_arena {
     kvs_vk_alloc *a;
     VkDeviceSize used;
+    VkDeviceSize limit;         /* inside an op: used may grow up to here */
 } kvs_vk_arena;
 
 typedef struct kvs_vk_pipeline {
-    int shader;
+    kvs_vk_shader_id shader;
     uint32_t spec[KVS_VK_MAX_SPEC];
     int n_spec;
     VkPipeline pipe;
@@ -82,8 +97,7 @@ typedef struct kvs_vk {
     VkDescriptorSetLayout dsl;
     VkPipelineLayout playout;
     VkPipelineCache pcache;
-    VkShaderModule *modules;    /* per shader of kvs_vk_shader_table, created lazily */
-    int n_shaders;
+    VkShaderModule modules[KVS_VK_SH_COUNT]; /* per shader, created lazily */
     kvs_vk_pipeline *pipes;
     int n_pipes, cap_pipes;
     VkDescriptorPool *pools;
@@ -104,6 +118,10 @@ typedef struct kvs_vk {
     kvs_vk_alloc **deferred;    /* freed while commands were pending; released after the flush */
     int n_deferred, cap_deferred;
 
+    /* the op being recorded (from kvs_vk_begin_op to the next op or kvs_vk_end_op), see memory.c */
+    const char *op;             /* its name, NULL outside an op */
+    int op_took;                /* it has taken scratch or staging memory */
+
     /* validation */
     int validation;
     char val_msg[2048];
@@ -112,38 +130,86 @@ typedef struct kvs_vk {
     uint32_t max_groups[3];
 } kvs_vk;
 
-/* ---- vulkan.c: infrastructure used by the ops ---- */
+/* ---- device.c ---- */
+
+/* A kvs_status for a failed Vulkan call `what`: KVS_ERR_OUT_OF_MEMORY for the out-of-memory
+ * results, else KVS_ERR_BACKEND; both name `what` and the VkResult. */
+kvs_status kvs_vk_fail(VkResult r, const char *what);
+#define KVS_VKC(call, what)                                                                        \
+    do {                                                                                           \
+        VkResult vkc_r_ = (call);                                                                  \
+        if (vkc_r_ != VK_SUCCESS) return kvs_vk_fail(vkc_r_, what);                                \
+    } while (0)
 
 /* Returns KVS_ERR_BACKEND with the pending validation message, if any (and clears it). */
 kvs_status kvs_vk_check(kvs_vk *v, const char *op);
-/* Called first by every op: the validation check, plus a submit when the command buffer is long
- * (never in the middle of an op, so staged data an op wrote stays owned by it until it runs). */
-kvs_status kvs_vk_begin_op(kvs_vk *v, const char *op);
+/* Whether the caller asked for the validation layer (params, else KVS_VULKAN_VALIDATION). */
+int kvs_vk_validation_wanted(const kvs_device_params *p);
+/* A Vulkan instance (1.1 or newer loader); with validation, the Khronos layer and the debug-utils
+ * extension, messages going to v (NULL: none). KVS_ERR_UNSUPPORTED (old loader, no layer),
+ * KVS_ERR_NO_DEVICE (no driver), or a vkCreateInstance failure. */
+kvs_status kvs_vk_instance(VkInstance *out, int validation, kvs_vk *v);
+/* With validation: the instance's messenger into v->messenger. */
+kvs_status kvs_vk_messenger(kvs_vk *v);
+/* Physical device `index` of inst into *out (index < 0: only *count). KVS_ERR_NO_DEVICE when absent. */
+kvs_status kvs_vk_physical(VkInstance inst, int index, VkPhysicalDevice *out, int *count);
+/* kvs_device_info from a physical device's properties. */
+void kvs_vk_fill_info(VkPhysicalDevice pd, kvs_device_info *info);
+/* Checks v->phys (Vulkan 1.1, enough storage bindings), creates v->device with one compute queue
+ * and fills dev->caps (except the memory sizes, memory.c). */
+kvs_status kvs_vk_create_device(kvs_device *dev, kvs_vk *v);
 
-/* Binding for tensor t: fills *arg (aligned range) and *unit_off (t's first element relative to the
- * binding start, in units of `unit` bytes). KVS_ERR_UNSUPPORTED when the tensor range exceeds
- * maxStorageBufferRange. */
-kvs_status kvs_vk_bind(kvs_vk *v, const kvs_tensor *t, int write, uint32_t unit, kvs_vk_arg *arg,
-                       uint32_t *unit_off, const char *op);
-kvs_status kvs_vk_bind_alloc(kvs_vk *v, const kvs_vk_alloc *a, VkDeviceSize off, VkDeviceSize size,
-                             int write, uint32_t unit, kvs_vk_arg *arg, uint32_t *unit_off,
-                             const char *op);
+/* ---- memory.c ---- */
+
+/* Default size of the staging arena, and the chunk size of staged transfers. */
+#define KVS_VK_STAGING_DEFAULT ((VkDeviceSize)64 << 20)
+
+/* Chooses the memory types, block size and binding alignment and fills the memory caps. */
+kvs_status kvs_vk_memory_init(kvs_device *dev, kvs_vk *v);
+/* nbytes (rounded up to v->align, 0 -> 4) of device (host = 0) or host-visible (host = 1) memory,
+ * first fit in the blocks, else a new block (a dedicated one when larger than block_size).
+ * KVS_ERR_OUT_OF_MEMORY beyond maxMemoryAllocationSize or when the driver refuses. */
+kvs_status kvs_vk_alloc_mem(kvs_vk *v, int host, VkDeviceSize nbytes, kvs_vk_alloc **out);
+/* Returns a's range to its block (empty blocks are released, one standard block kept); NULL ok. */
+void kvs_vk_free_mem(kvs_vk *v, kvs_vk_alloc *a);
+/* Frees the arenas' and dummy allocations and destroys every block (device close). */
+void kvs_vk_memory_destroy(kvs_vk *v);
 
 /* Scratch memory valid until the next submit completes: device-local (scratch) or host-visible
- * (staging; *host receives the mapped pointer). Offsets aligned for storage-buffer binding. */
+ * (staging; *host receives the mapped pointer). Offsets aligned for storage-buffer binding.
+ * Inside an op (after kvs_vk_begin_op), takes come only from what the op reserved with
+ * kvs_vk_reserve: a take that would pass it is KVS_ERR_INTERNAL, never a flush, because a flush
+ * resets the arena while the op's recorded commands still read what it took before (split-K
+ * partials, top-k state). Outside an op (transfers, after kvs_vk_end_op) a take that does not fit
+ * submits the pending work and starts the arena afresh. */
 /* Ensures that takes totalling `scratch` and `stage` bytes (up to 8 takes each) fit without a
- * flush: an op that takes several pieces calls this first, because a flush between its takes would
- * let later ops reuse staging memory its recorded commands still read. */
+ * flush, flushing first when needed. An op that takes memory calls it once, before its first
+ * take; a second call after a take is KVS_ERR_INTERNAL (its flush could reset memory taken). */
 kvs_status kvs_vk_reserve(kvs_vk *v, VkDeviceSize scratch, VkDeviceSize stage);
 kvs_status kvs_vk_scratch(kvs_vk *v, VkDeviceSize n, kvs_vk_alloc **a, VkDeviceSize *off);
 kvs_status kvs_vk_stage(kvs_vk *v, VkDeviceSize n, kvs_vk_alloc **a, VkDeviceSize *off, void **host);
+/* Starts op `op` with nothing reserved (kvs_vk_begin_op calls it). */
+void kvs_vk_op_start(kvs_vk *v, const char *op);
+/* Ends the current op's reservation: the entry points that are not ops (upload, download) call it. */
+void kvs_vk_end_op(kvs_vk *v);
+/* Empties both arenas (kvs_vk_flush, once the submitted work has completed). */
+void kvs_vk_arenas_reset(kvs_vk *v);
 
-/* Records one dispatch of shader `name` with specialization constants spec[0..n_spec-1]
+/* ---- commands.c ---- */
+
+/* Called first by every op: the validation check, a submit when the command buffer is long
+ * (never in the middle of an op, so staged data an op wrote stays owned by it until it runs), and
+ * the start of the op's arena reservation (nothing reserved yet). */
+kvs_status kvs_vk_begin_op(kvs_vk *v, const char *op);
+/* Creates the command pool, command buffer and fence. */
+kvs_status kvs_vk_commands_init(kvs_vk *v);
+
+/* Records one dispatch of `shader` with specialization constants spec[0..n_spec-1]
  * (constant_id i), bindings args[0..n_args-1] (binding i), push constants, and a total of
  * groups_x * groups_y workgroups (split over the device's dispatch limits; shaders compute their
  * linear group id as gl_WorkGroupID.x + gl_NumWorkGroups.x * gl_WorkGroupID.y and bounds-check).
  * Pipeline barriers are inserted automatically against earlier unfinished writes/reads. */
-kvs_status kvs_vk_dispatch(kvs_vk *v, const char *name, const uint32_t *spec, int n_spec,
+kvs_status kvs_vk_dispatch(kvs_vk *v, kvs_vk_shader_id shader, const uint32_t *spec, int n_spec,
                            const kvs_vk_arg *args, int n_args, const void *pc, uint32_t pc_bytes,
                            uint64_t groups, const char *op);
 
@@ -154,13 +220,86 @@ kvs_status kvs_vk_fill(kvs_vk *v, VkBuffer dst, VkDeviceSize off, VkDeviceSize n
 
 /* Submits recorded work and waits; resets the arenas and descriptor pools. */
 kvs_status kvs_vk_flush(kvs_vk *v);
+/* Frees a now, or after the next flush when recorded commands may still use it (buffer_free). */
+void kvs_vk_release(kvs_vk *v, kvs_vk_alloc *a);
+/* Submits pending work, waits for the device, frees deferred allocations, destroys the fence and
+ * command pool (device close; safe on a partly opened device). */
+void kvs_vk_commands_destroy(kvs_vk *v);
+
+/* ---- pipelines.c ---- */
+
+/* Creates the descriptor set layout (KVS_VK_BINDINGS storage buffers), pipeline layout and cache. */
+kvs_status kvs_vk_pipelines_init(kvs_vk *v);
+/* The pipeline of `shader` with specialization constants spec[0..n_spec-1], created on first use
+ * (KVS_ERR_COMPILE when the driver refuses it). */
+kvs_status kvs_vk_get_pipeline(kvs_vk *v, kvs_vk_shader_id shader, const uint32_t *spec, int n_spec,
+                           VkPipeline *out);
+/* A descriptor set of the common layout from the current pool (new pools as needed). */
+kvs_status kvs_vk_descriptor_set(kvs_vk *v, VkDescriptorSet *out);
+/* Resets the descriptor pools (after a completed submit). */
+void kvs_vk_descriptors_reset(kvs_vk *v);
+/* Destroys pipelines, modules, pools and layouts. */
+void kvs_vk_pipelines_destroy(kvs_vk *v);
+
+/* Binding for tensor t: fills *arg (aligned range) and *unit_off (t's first element relative to the
+ * binding start, in units of `unit` bytes). KVS_ERR_UNSUPPORTED when the tensor range exceeds
+ * maxStorageBufferRange. */
+kvs_status kvs_vk_bind(kvs_vk *v, const kvs_tensor *t, int write, uint32_t unit, kvs_vk_arg *arg,
+                       uint32_t *unit_off, const char *op);
+kvs_status kvs_vk_bind_alloc(kvs_vk *v, const kvs_vk_alloc *a, VkDeviceSize off, VkDeviceSize size,
+                             int write, uint32_t unit, kvs_vk_arg *arg, uint32_t *unit_off,
+                             const char *op);
+
+/* ---- helpers for ops_*.c ---- */
+
+/* Workgroup size of the element-wise shaders. */
+#define KVS_VK_WG_ELEM 256u
+
+/* Binding unit of a dtype: the shaders address f16/bf16 in 16-bit halves, q8_0 in bytes. */
+static inline uint32_t kvs_vk_unit(kvs_dtype d) {
+    switch (d) {
+    case KVS_F16: case KVS_BF16: return 2;
+    case KVS_Q8_0: return 1;
+    default: return 4;
+    }
+}
+
+/* Workgroup size for a shader that wants `want` invocations (power of two), capped by the device. */
+static inline uint32_t kvs_vk_wg(const kvs_device *dev, uint32_t want) {
+    uint32_t maxwg = (uint32_t)dev->caps.max_workgroup_size;
+    while (want > maxwg && want > 1) want >>= 1;
+    return want;
+}
+
+static inline uint64_t kvs_vk_ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+
+/* The dummy buffer as a read-only binding (for an absent optional tensor). */
+static inline kvs_vk_arg kvs_vk_dummy_arg(const kvs_vk *v) {
+    kvs_vk_arg a = {v->dummy->block->buf, v->dummy->offset, 256, 0};
+    return a;
+}
+
+/* Optional tensor: binds t, or the dummy buffer (offset 0) when t is NULL. */
+static inline kvs_status kvs_vk_bind_opt(kvs_vk *v, const kvs_tensor *t, int write, kvs_vk_arg *arg,
+                                         uint32_t *off, const char *op) {
+    if (!t) {
+        *arg = kvs_vk_dummy_arg(v);
+        *off = 0;
+        return KVS_OK;
+    }
+    return kvs_vk_bind(v, t, write, kvs_vk_unit(t->dtype), arg, off, op);
+}
+
+/* Binds tensor t as args[i] (write: 0/1), its element offset into `off`; in an op with v, args, op. */
+#define KVS_VK_BIND(t, wr, i, off)                                                                 \
+    KVS_TRY(kvs_vk_bind(v, (t), (wr), kvs_vk_unit((t)->dtype), &args[i], &(off), op))
 
 static inline kvs_vk *kvs_vk_of(kvs_device *dev) { return (kvs_vk *)dev->impl; }
 static inline const kvs_vk_alloc *kvs_vk_alloc_of(const kvs_tensor *t) {
     return (const kvs_vk_alloc *)t->buf->handle;
 }
 
-/* ---- the ops (vk_ops.c): kvs_vk_<op>(dev, const <args> *a) for every op of KVS_OP_LIST ---- */
+/* ---- the ops (ops_*.c): kvs_vk_<op>(dev, const <args> *a) for every op of KVS_OP_LIST ---- */
 KVS_OP_PROTOTYPES(kvs_vk_)
 
 /* ---- vk_supports.c: the ops table's supports() ---- */

@@ -6,7 +6,7 @@ layout(local_size_x_id = 0) in;
 layout(std430, binding = 0) readonly buffer A { uint d[]; } a;
 layout(std430, binding = 1) readonly buffer B { uint d[]; } b;
 layout(std430, binding = 2) buffer Y { uint d[]; } y;
-layout(push_constant) uniform P { uint n, oa, ob, oy; } p;
+KVS_VK_PUSH(KVS_VK_PC_BINARY)
 void main() {
     uint i = LIN_GROUP * WGX + TID;
     if (i >= p.n) return;

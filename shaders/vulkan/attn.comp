@@ -29,12 +29,7 @@ layout(std430, binding = 8) readonly buffer M { uint d[]; } mask;
 layout(std430, binding = 9) writeonly buffer AM { uint d[]; } amax;
 layout(std430, binding = 10) writeonly buffer RM { uint d[]; } rmax;
 layout(std430, binding = 11) writeonly buffer RS { uint d[]; } rsum;
-layout(push_constant) uniform P {
-    uint oq, ok, ov, oo, oqp, okp, okl, orl, om, oam, orm, ors;
-    uint n_q, n_heads, G, cap, n_kv, flags, n_kvh;
-    float scale;
-    uint nsplit, split_len;
-} p;
+KVS_VK_PUSH(KVS_VK_PC_ATTN)
 
 shared float sQ[R * D];
 shared float sO[R * D];
@@ -57,7 +52,7 @@ void main() {
     wg /= p.nsplit;
     uint h = wg / blocks, r0 = (wg % blocks) * R;
     uint valid = p.n_kv;
-    if ((p.flags & F_KVLEN) != 0u) valid = uint(clamp(int(kvlen.d[p.okl + h]), 0, int(p.n_kv)));
+    if ((p.flags & KVS_VK_ATTN_KVLEN) != 0u) valid = uint(clamp(int(kvlen.d[p.okl + h]), 0, int(p.n_kv)));
     uint jbeg = split * p.split_len, jend = min(valid, jbeg + p.split_len);
     uint ooff = split * p.n_q * p.n_heads * D, soff = split * p.n_q * p.n_heads;
 
@@ -79,8 +74,8 @@ void main() {
         sL[rr] = 0.0;
         sBest[rr] = -FLT_MAX_;
         sArg[rr] = -1;
-        sQpos[rr] = (p.flags & F_QPOS) != 0u ? int(qpos.d[p.oqp + i]) : int(p.n_kv) - int(p.n_q) + int(i);
-        sRowlen[rr] = (p.flags & F_ROWLEN) != 0u ? int(rowlen.d[p.orl + i]) : int(valid);
+        sQpos[rr] = (p.flags & KVS_VK_ATTN_QPOS) != 0u ? int(qpos.d[p.oqp + i]) : int(p.n_kv) - int(p.n_q) + int(i);
+        sRowlen[rr] = (p.flags & KVS_VK_ATTN_ROWLEN) != 0u ? int(rowlen.d[p.orl + i]) : int(valid);
     }
     barrier();
     // keys no row of this block can see: beyond every row_len, and (causal with kpos(j) = j)
@@ -90,7 +85,7 @@ void main() {
         for (uint rr = 0u; rr < R; rr++) {
             if (r0 + rr >= nrows) break;
             int l = sRowlen[rr];
-            if ((p.flags & F_CAUSAL) != 0u && (p.flags & F_KPOS) == 0u) l = min(l, sQpos[rr] + 1);
+            if ((p.flags & KVS_VK_ATTN_CAUSAL) != 0u && (p.flags & KVS_VK_ATTN_KPOS) == 0u) l = min(l, sQpos[rr] + 1);
             lim = max(lim, l);
         }
         sJlim = uint(clamp(lim, 0, int(valid)));
@@ -117,12 +112,12 @@ void main() {
             uint r = r0 + rr, j = j0 + jj;
             float s = -1.0 / 0.0;
             if (r < nrows && j < jend && int(j) < sRowlen[rr]) {
-                int kp = (p.flags & F_KPOS) != 0u ? int(kpos.d[p.okp + h * p.cap + j]) : int(j);
-                if ((p.flags & F_CAUSAL) == 0u || kp <= sQpos[rr]) {
+                int kp = (p.flags & KVS_VK_ATTN_KPOS) != 0u ? int(kpos.d[p.okp + h * p.cap + j]) : int(j);
+                if ((p.flags & KVS_VK_ATTN_CAUSAL) == 0u || kp <= sQpos[rr]) {
                     float dot = 0.0;
                     for (uint c = 0u; c < D; c++) dot += sQ[rr * D + c] * sK[jj * D + c];
                     s = p.scale * dot;
-                    if ((p.flags & F_MASK) != 0u) s += F32(mask, p.om + (r / p.G) * p.n_kv + j);
+                    if ((p.flags & KVS_VK_ATTN_MASK) != 0u) s += F32(mask, p.om + (r / p.G) * p.n_kv + j);
                 }
             }
             sS[e] = s;
@@ -169,7 +164,7 @@ void main() {
         if (r >= nrows) continue;
         uint i = r / p.G, g = h * p.G + r % p.G;
         float l = sL[rr];
-        float val = (p.flags & F_UNNORM) != 0u ? sO[e] : (l > 0.0 ? sO[e] / l : 0.0);
+        float val = (p.flags & KVS_VK_ATTN_UNNORM) != 0u ? sO[e] : (l > 0.0 ? sO[e] / l : 0.0);
         o.d[p.oo + ooff + (i * p.n_heads + g) * D + c] = floatBitsToUint(val);
     }
     for (uint rr = TID; rr < R; rr += WGX) {
@@ -178,6 +173,6 @@ void main() {
         uint ig = (r / p.G) * p.n_heads + h * p.G + r % p.G;
         rmax.d[p.orm + soff + ig] = floatBitsToUint(sM[rr]);
         rsum.d[p.ors + soff + ig] = floatBitsToUint(sL[rr]);
-        if ((p.flags & F_ARGMAX) != 0u) amax.d[p.oam + soff + ig] = uint(sArg[rr]);
+        if ((p.flags & KVS_VK_ATTN_ARGMAX) != 0u) amax.d[p.oam + soff + ig] = uint(sArg[rr]);
     }
 }

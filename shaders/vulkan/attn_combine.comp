@@ -5,7 +5,7 @@
 // Merges the split-K partials of attn.comp in split order (deterministic): for each (query row,
 // head) ig: M = max_s m_s, l = sum_s l_s exp(m_s - M), O = sum_s O_s exp(m_s - M); argmax = the
 // partial argmax of the first split whose m_s equals M (lowest key index on ties, -1 if none).
-// Writes out (O/l, or O if F_UNNORM; 0 when l = 0), row_max, row_sum, argmax (if F_ARGMAX).
+// Writes out (O/l, or O if KVS_VK_ATTN_UNNORM; 0 when l = 0), row_max, row_sum, argmax (if KVS_VK_ATTN_ARGMAX).
 // One invocation per (ig, c < D).
 layout(local_size_x_id = 0) in;
 layout(std430, binding = 0) readonly buffer OP { uint d[]; } op;
@@ -16,7 +16,7 @@ layout(std430, binding = 4) writeonly buffer O { uint d[]; } o;
 layout(std430, binding = 5) writeonly buffer AM { uint d[]; } amax;
 layout(std430, binding = 6) writeonly buffer RM { uint d[]; } rmax;
 layout(std430, binding = 7) writeonly buffer RS { uint d[]; } rsum;
-layout(push_constant) uniform P { uint rows, D, nsplit, oop, omp, olp, oap, oo, oam, orm, ors, flags; } p;
+KVS_VK_PUSH(KVS_VK_PC_ATTN_COMBINE)
 void main() {
     uint t = LIN_GROUP * WGX + TID;
     if (t >= p.rows * p.D) return;
@@ -33,11 +33,11 @@ void main() {
         int as_ = int(ap.d[p.oap + s * p.rows + ig]);
         if (arg < 0 && as_ >= 0 && ms == M) arg = as_;
     }
-    float val = (p.flags & F_UNNORM) != 0u ? acc : (l > 0.0 ? acc / l : 0.0);
+    float val = (p.flags & KVS_VK_ATTN_UNNORM) != 0u ? acc : (l > 0.0 ? acc / l : 0.0);
     o.d[p.oo + ig * p.D + c] = floatBitsToUint(val);
     if (c == 0u) {
         rmax.d[p.orm + ig] = floatBitsToUint(M);
         rsum.d[p.ors + ig] = floatBitsToUint(l);
-        if ((p.flags & F_ARGMAX) != 0u) amax.d[p.oam + ig] = uint(arg);
+        if ((p.flags & KVS_VK_ATTN_ARGMAX) != 0u) amax.d[p.oam + ig] = uint(arg);
     }
 }

@@ -7,7 +7,7 @@
 // or l = 0).
 // MODE 0 (key_mass): one invocation per (kv head h, key j < valid(h)):
 //   key_mass[h][j] (+)= (1/G) sum_{s < n_rows} sum_{gg < G} p[rows[s]][h*G+gg][j]
-//   (rows = stat_rows, or every query row when F_ROWS is clear; out-of-range rows skipped).
+//   (rows = stat_rows, or every query row when KVS_VK_ATTN_ROWS is clear; out-of-range rows skipped).
 // MODE 1 (probs): one invocation per (r < n_rows, head g, key j < cap):
 //   probs[r][g][j] = p[probe_rows[r]][g][j].
 layout(local_size_x_id = 0) in;
@@ -25,22 +25,18 @@ layout(std430, binding = 7) readonly buffer RW { uint d[]; } rows;
 layout(std430, binding = 8) buffer OUT { uint d[]; } outb;
 layout(std430, binding = 9) readonly buffer RM { uint d[]; } rmax;
 layout(std430, binding = 10) readonly buffer RS { uint d[]; } rsum;
-layout(push_constant) uniform P {
-    uint oq, ok, oqp, okp, okl, orl, om, orows, oout, orm, ors;
-    uint n_q, n_heads, G, cap, n_kv, flags, n_kvh, n_rows;
-    float scale;
-} p;
+KVS_VK_PUSH(KVS_VK_PC_ATTN_STATS)
 
 uint valid_len(uint h) {
-    if ((p.flags & F_KVLEN) != 0u) return uint(clamp(int(kvlen.d[p.okl + h]), 0, int(p.n_kv)));
+    if ((p.flags & KVS_VK_ATTN_KVLEN) != 0u) return uint(clamp(int(kvlen.d[p.okl + h]), 0, int(p.n_kv)));
     return p.n_kv;
 }
 
 // probability of key j (of kv head h) for query row i, head g
 float prob(uint i, uint g, uint h, uint j, int kp) {
-    if ((p.flags & F_ROWLEN) != 0u && int(j) >= int(rowlen.d[p.orl + i])) return 0.0;
-    if ((p.flags & F_CAUSAL) != 0u) {
-        int qp = (p.flags & F_QPOS) != 0u ? int(qpos.d[p.oqp + i]) : int(p.n_kv) - int(p.n_q) + int(i);
+    if ((p.flags & KVS_VK_ATTN_ROWLEN) != 0u && int(j) >= int(rowlen.d[p.orl + i])) return 0.0;
+    if ((p.flags & KVS_VK_ATTN_CAUSAL) != 0u) {
+        int qp = (p.flags & KVS_VK_ATTN_QPOS) != 0u ? int(qpos.d[p.oqp + i]) : int(p.n_kv) - int(p.n_q) + int(i);
         if (kp > qp) return 0.0;
     }
     float dot = 0.0;
@@ -51,7 +47,7 @@ float prob(uint i, uint g, uint h, uint j, int kp) {
         dot += F32(q, qb + c) * kv;
     }
     float s = p.scale * dot;
-    if ((p.flags & F_MASK) != 0u) s += F32(mask, p.om + i * p.n_kv + j);
+    if ((p.flags & KVS_VK_ATTN_MASK) != 0u) s += F32(mask, p.om + i * p.n_kv + j);
     if (!(s >= -FLT_MAX_)) return 0.0;
     uint ig = i * p.n_heads + g;
     float l = F32(rsum, p.ors + ig);
@@ -61,20 +57,20 @@ float prob(uint i, uint g, uint h, uint j, int kp) {
 
 void main() {
     uint t = LIN_GROUP * WGX + TID;
-    if (MODE == 0u) {
+    if (MODE == KVS_VK_STATS_KEY_MASS) {
         if (t >= p.n_kvh * p.n_kv) return;
         uint h = t / p.n_kv, j = t % p.n_kv;
         if (j >= valid_len(h)) return;
-        int kp = (p.flags & F_KPOS) != 0u ? int(kpos.d[p.okp + h * p.cap + j]) : int(j);
+        int kp = (p.flags & KVS_VK_ATTN_KPOS) != 0u ? int(kpos.d[p.okp + h * p.cap + j]) : int(j);
         float acc = 0.0;
         for (uint s = 0u; s < p.n_rows; s++) {
-            int i = (p.flags & F_ROWS) != 0u ? int(rows.d[p.orows + s]) : int(s);
+            int i = (p.flags & KVS_VK_ATTN_ROWS) != 0u ? int(rows.d[p.orows + s]) : int(s);
             if (i < 0 || i >= int(p.n_q)) continue;
             for (uint gg = 0u; gg < p.G; gg++) acc += prob(uint(i), h * p.G + gg, h, j, kp);
         }
         acc /= float(p.G);
         uint oi = p.oout + h * p.cap + j;
-        if ((p.flags & F_ACCUM) != 0u) acc += F32(outb, oi);
+        if ((p.flags & KVS_VK_ATTN_ACCUM) != 0u) acc += F32(outb, oi);
         outb.d[oi] = floatBitsToUint(acc);
     } else {
         if (t >= p.n_rows * p.n_heads * p.cap) return;
@@ -84,7 +80,7 @@ void main() {
         int i = int(rows.d[p.orows + r]);
         float pr = 0.0;
         if (i >= 0 && i < int(p.n_q) && j < valid_len(h)) {
-            int kp = (p.flags & F_KPOS) != 0u ? int(kpos.d[p.okp + h * p.cap + j]) : int(j);
+            int kp = (p.flags & KVS_VK_ATTN_KPOS) != 0u ? int(kpos.d[p.okp + h * p.cap + j]) : int(j);
             pr = prob(uint(i), g, h, j, kp);
         }
         outb.d[p.oout + t] = floatBitsToUint(pr);

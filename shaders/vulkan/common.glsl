@@ -2,14 +2,11 @@
 // are reinterpreted, f16/bf16 are 16-bit halves of words, q8_0 blocks are addressed by bytes, so the
 // shaders need no 16-bit storage extension (Vulkan 1.1 baseline). Element offsets of tensors within
 // their binding come in push constants. Workgroup size: specialization constant 0 (local_size_x_id).
+// Push-constant blocks, flags, dtype codes and MODE values: vk_params.h (shared with the C host).
 #ifndef KVS_COMMON_GLSL
 #define KVS_COMMON_GLSL
 
-#define DT_F32 0u
-#define DT_F16 1u
-#define DT_BF16 2u
-#define DT_I32 3u
-#define DT_Q8_0 4u
+#include "vk_params.h"
 
 #define FLT_MAX_ 3.402823466e+38
 #define WGX gl_WorkGroupSize.x
@@ -66,7 +63,7 @@ uint f2bf(float f) {
 
 // Load element e of a float tensor of dtype dt (f32/f16/bf16: e in element units incl. the
 // tensor's offset). Q8_0: use LDQ8 with the tensor's byte offset.
-#define LDF(buf, e, dt) ((dt) == DT_F32 ? F32(buf, e) : ((dt) == DT_F16 ? h2f(H16(buf, e)) : bf2f(H16(buf, e))))
+#define LDF(buf, e, dt) ((dt) == KVS_VK_DT_F32 ? F32(buf, e) : ((dt) == KVS_VK_DT_F16 ? h2f(H16(buf, e)) : bf2f(H16(buf, e))))
 // q8_0 element e (0-based within the tensor) of a tensor starting at byte boff
 #define Q8BLK(boff, e) ((boff) + ((e) >> 5u) * 34u)
 #define LDQ8(buf, boff, e) (float(int(BYTE8(buf, Q8BLK(boff, e) + 2u + ((e) & 31u)) << 24u) >> 24) * h2f(H16(buf, Q8BLK(boff, e) >> 1u)))

@@ -8,14 +8,14 @@ layout(constant_id = 1) const uint SD = 0;  // src dtype
 layout(constant_id = 2) const uint DD = 0;  // dst dtype
 layout(std430, binding = 0) readonly buffer S { uint d[]; } s;
 layout(std430, binding = 1) buffer D { uint d[]; } dst;
-layout(push_constant) uniform P { uint n, os, od; } p;
+KVS_VK_PUSH(KVS_VK_PC_COPY)
 uint conv(uint i) {
     float f = LDF(s, p.os + i, SD);
-    return DD == DT_F16 ? f2h(f) : f2bf(f);
+    return DD == KVS_VK_DT_F16 ? f2h(f) : f2bf(f);
 }
 void main() {
     uint t = LIN_GROUP * WGX + TID;
-    if (DD == DT_F32) {
+    if (DD == KVS_VK_DT_F32) {
         if (t >= p.n) return;
         dst.d[p.od + t] = floatBitsToUint(LDF(s, p.os + t, SD));
     } else {

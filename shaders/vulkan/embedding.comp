@@ -9,7 +9,7 @@ layout(constant_id = 1) const uint DT = 0;
 layout(std430, binding = 0) readonly buffer T { uint d[]; } tab;
 layout(std430, binding = 1) readonly buffer I { uint d[]; } ids;
 layout(std430, binding = 2) buffer O { uint d[]; } o;
-layout(push_constant) uniform P { uint n, dim, vocab, ot, oi, oo; } p;
+KVS_VK_PUSH(KVS_VK_PC_EMBEDDING)
 void main() {
     uint t = LIN_GROUP * WGX + TID;
     if (t >= p.n * p.dim) return;
@@ -18,7 +18,7 @@ void main() {
     float v = 0.0;
     if (id >= 0 && uint(id) < p.vocab) {
         uint e = uint(id) * p.dim + c;
-        v = DT == DT_Q8_0 ? LDQ8(tab, p.ot, e) : LDF(tab, p.ot + e, DT);
+        v = DT == KVS_VK_DT_Q8_0 ? LDQ8(tab, p.ot, e) : LDF(tab, p.ot + e, DT);
     }
     o.d[p.oo + t] = floatBitsToUint(v);
 }

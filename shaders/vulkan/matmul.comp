@@ -11,7 +11,7 @@ layout(constant_id = 1) const uint DT = 0;
 layout(std430, binding = 0) readonly buffer Wb { uint d[]; } w;
 layout(std430, binding = 1) readonly buffer Xb { uint d[]; } x;
 layout(std430, binding = 2) buffer Yb { uint d[]; } y;
-layout(push_constant) uniform P { uint m, k, n, ow, ox, oy, accumulate, groups_m; } p;
+KVS_VK_PUSH(KVS_VK_PC_MATMUL)
 #define TM 64u
 #define TN 64u
 #define BK 16u
@@ -34,7 +34,7 @@ void main() {
             float wv = 0.0, xv = 0.0;
             if (m0 + r < p.m && gc < p.k) {
                 uint e = (m0 + r) * p.k + gc;
-                wv = DT == DT_Q8_0 ? LDQ8(w, p.ow, e) : LDF(w, p.ow + e, DT);
+                wv = DT == KVS_VK_DT_Q8_0 ? LDQ8(w, p.ow, e) : LDF(w, p.ow + e, DT);
             }
             if (n0 + r < p.n && gc < p.k) xv = F32(x, p.ox + (n0 + r) * p.k + gc);
             sW[r * LDS + c] = wv;

@@ -10,7 +10,7 @@ layout(constant_id = 2) const uint NV = 8;   // rows of x handled (1..8; = n of 
 layout(std430, binding = 0) readonly buffer Wb { uint d[]; } w;
 layout(std430, binding = 1) readonly buffer Xb { uint d[]; } x;
 layout(std430, binding = 2) buffer Yb { uint d[]; } y;
-layout(push_constant) uniform P { uint m, k, n, ow, ox, oy, accumulate, groups_m; } p;
+KVS_VK_PUSH(KVS_VK_PC_MATMUL)
 shared float red[NV * gl_WorkGroupSize.x];
 void main() {
     uint r = LIN_GROUP;
@@ -19,7 +19,7 @@ void main() {
     for (uint j = 0u; j < NV; j++) acc[j] = 0.0;
     uint base = r * p.k;
     for (uint c = TID; c < p.k; c += WGX) {
-        float wv = DT == DT_Q8_0 ? LDQ8(w, p.ow, base + c) : LDF(w, p.ow + base + c, DT);
+        float wv = DT == KVS_VK_DT_Q8_0 ? LDQ8(w, p.ow, base + c) : LDF(w, p.ow + base + c, DT);
         for (uint j = 0u; j < NV; j++) acc[j] += wv * F32(x, p.ox + j * p.k + c);
     }
     for (uint j = 0u; j < NV; j++) red[j * WGX + TID] = acc[j];

@@ -7,7 +7,7 @@ layout(local_size_x_id = 0) in;
 layout(std430, binding = 0) readonly buffer X { uint d[]; } x;
 layout(std430, binding = 1) readonly buffer W { uint d[]; } w;
 layout(std430, binding = 2) buffer Y { uint d[]; } y;
-layout(push_constant) uniform P { uint rows, dim, ox, ow, oy; float eps; } p;
+KVS_VK_PUSH(KVS_VK_PC_RMSNORM)
 shared float red[gl_WorkGroupSize.x];
 void main() {
     uint r = LIN_GROUP;

@@ -19,10 +19,8 @@ layout(std430, binding = 0) buffer X { uint d[]; } x;
 layout(std430, binding = 1) readonly buffer Pos { uint d[]; } pos;
 layout(std430, binding = 2) readonly buffer Fq { uint d[]; } fq;
 layout(std430, binding = 3) buffer S { uint d[]; } scr;
-layout(push_constant) uniform P {
-    uint total;      // MODE 0/1: visited vectors * n_rot/2; MODE 2: words of x to visit
-    uint head_dim, n_rot, pos_div, stride, n_rows, ox, op, of, os, nx;
-} p;
+// total: modes F32 / F16_ROTATE visited vectors * n_rot/2; mode F16_STORE words of x to visit
+KVS_VK_PUSH(KVS_VK_PC_ROPE)
 
 const float TWO_PI_2M32 = 1.4629180792671596e-9; // 2 pi / 2^32
 
@@ -54,7 +52,7 @@ void main() {
     uint t = LIN_GROUP * WGX + TID;
     if (t >= p.total) return;
     uint half_ = p.n_rot / 2u;
-    if (MODE == 2u) {
+    if (MODE == KVS_VK_ROPE_F16_STORE) {
         uint w = (p.ox >> 1u) + t;
         uint old = x.d[w];
         uint outw = old;
@@ -79,7 +77,7 @@ void main() {
     uint ib = NEOX != 0u ? i + half_ : 2u * i + 1u;
     uint base = r * p.head_dim;
     float a, b;
-    if (MODE == 0u) {
+    if (MODE == KVS_VK_ROPE_F32) {
         a = F32(x, p.ox + base + ia);
         b = F32(x, p.ox + base + ib);
     } else {
@@ -88,7 +86,7 @@ void main() {
     }
     float na = a * cs.x - b * cs.y;
     float nb = a * cs.y + b * cs.x;
-    if (MODE == 0u) {
+    if (MODE == KVS_VK_ROPE_F32) {
         x.d[p.ox + base + ia] = floatBitsToUint(na);
         x.d[p.ox + base + ib] = floatBitsToUint(nb);
     } else {

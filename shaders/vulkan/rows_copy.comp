@@ -18,13 +18,13 @@ layout(std430, binding = 0) readonly buffer S { uint d[]; } src;
 layout(std430, binding = 1) readonly buffer I { uint d[]; } idx;
 layout(std430, binding = 2) buffer Dd { uint d[]; } dst;
 layout(std430, binding = 3) readonly buffer W { uint d[]; } win;
-layout(push_constant) uniform P { uint G, n, Ns, Nd, RU, os, oi, od, ow, shared_, total; } p;
+KVS_VK_PUSH(KVS_VK_PC_ROWS)
 
 int index_of(uint g, uint i) { return int(idx.d[p.oi + (p.shared_ != 0u ? i : g * p.n + i)]); }
 
 // source row (in src row units) for dst row (g, i), or -1 to keep dst
 int src_row(uint g, uint i) {
-    if (MODE == 0u) {
+    if (MODE == KVS_VK_ROWS_GATHER) {
         if (i >= p.n) return -1;
         int s = index_of(g, i);
         if (s < 0 || s >= int(p.Ns)) return -1;
@@ -41,7 +41,7 @@ void main() {
     if (U16 == 0u) {
         uint row = t / p.RU, w = t % p.RU;
         uint g = row / p.n, i = row % p.n;
-        if (MODE == 0u) {
+        if (MODE == KVS_VK_ROWS_GATHER) {
             int s = src_row(g, i);
             if (s >= 0) dst.d[p.od + (g * p.Nd + i) * p.RU + w] = src.d[p.os + uint(s) * p.RU + w];
         } else {

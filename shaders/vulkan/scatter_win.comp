@@ -7,7 +7,7 @@
 layout(local_size_x_id = 0) in;
 layout(std430, binding = 0) readonly buffer I { uint d[]; } idx;
 layout(std430, binding = 1) buffer W { int d[]; } win;
-layout(push_constant) uniform P { uint G, n, Nd, oi, ow, shared_; } p;
+KVS_VK_PUSH(KVS_VK_PC_SCATTER_WIN)
 void main() {
     uint t = LIN_GROUP * WGX + TID;
     if (t >= p.G * p.n) return;

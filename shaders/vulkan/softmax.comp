@@ -6,7 +6,7 @@
 layout(local_size_x_id = 0) in;
 layout(std430, binding = 0) readonly buffer X { uint d[]; } x;
 layout(std430, binding = 1) buffer Y { uint d[]; } y;
-layout(push_constant) uniform P { uint rows, n, ox, oy; float scale; } p;
+KVS_VK_PUSH(KVS_VK_PC_SOFTMAX)
 shared float red[gl_WorkGroupSize.x];
 void main() {
     uint r = LIN_GROUP;

@@ -5,8 +5,7 @@
 // threshold key once all 4 digits are known), krem (entries still to take among keys equal to the
 // prefix), cgt (entries taken with a larger key), unused}; hist[r][chunk][256]; cnt[r][chunk][2]
 // (gt, eq; turned into exclusive offsets by the scan pass); selected keys/indices [r][P]
-// (P = next power of two >= k; unused slots hold key 0, index 0x7fffffff).
-#define SENT_IDX 0x7fffffffu
+// (P = next power of two >= k; unused slots hold key 0, index KVS_VK_TOPK_EMPTY).
 uint fkey(float f) {
     uint u = floatBitsToUint(f);
     if (isnan(f)) return 0u;

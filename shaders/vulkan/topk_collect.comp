@@ -15,7 +15,7 @@ layout(std430, binding = 2) readonly buffer ST { uint d[]; } st;
 layout(std430, binding = 3) buffer C { uint d[]; } cnt;
 layout(std430, binding = 4) writeonly buffer SK { uint d[]; } sk;
 layout(std430, binding = 5) writeonly buffer SI { uint d[]; } si;
-layout(push_constant) uniform P { uint rows, n, ox, orl, has_rl, chunk, nchunks, ost, oc, osk, osi, P_; } p;
+KVS_VK_PUSH(KVS_VK_PC_TOPK_COLLECT)
 shared uint sc[gl_WorkGroupSize.x];
 shared uint tot[2];
 void main() {
@@ -26,7 +26,7 @@ void main() {
     if (p.has_rl != 0u) len = uint(clamp(int(rl.d[p.orl + row]), 0, int(p.n)));
     uint T = st.d[p.ost + row * 4u], krem = st.d[p.ost + row * 4u + 1u], cgt = st.d[p.ost + row * 4u + 2u];
     uint start = ch * p.chunk, end = min(len, start + p.chunk);
-    if (MODE == 0u) {
+    if (MODE == KVS_VK_COLLECT_COUNT) {
         if (TID < 2u) tot[TID] = 0u;
         barrier();
         uint a = 0u, b = 0u;

@@ -10,7 +10,7 @@ layout(std430, binding = 0) readonly buffer X { uint d[]; } x;
 layout(std430, binding = 1) readonly buffer RL { uint d[]; } rl;
 layout(std430, binding = 2) readonly buffer ST { uint d[]; } st;
 layout(std430, binding = 3) writeonly buffer H { uint d[]; } hist;
-layout(push_constant) uniform P { uint rows, n, ox, orl, has_rl, chunk, nchunks, shift, ost, oh; } p;
+KVS_VK_PUSH(KVS_VK_PC_TOPK_HIST)
 shared uint sh[256];
 void main() {
     uint g = LIN_GROUP;

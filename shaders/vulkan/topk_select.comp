@@ -12,12 +12,12 @@ layout(constant_id = 1) const uint MODE = 0;
 layout(std430, binding = 0) buffer ST { uint d[]; } st;
 layout(std430, binding = 1) buffer H { uint d[]; } hist;
 layout(std430, binding = 2) readonly buffer RL { uint d[]; } rl;
-layout(push_constant) uniform P { uint rows, nchunks, shift, ost, oh, n, k, orl, has_rl; } p;
+KVS_VK_PUSH(KVS_VK_PC_TOPK_SELECT)
 shared uint s0[256], s1[256];
 void main() {
     uint row = LIN_GROUP;
     if (row >= p.rows) return;
-    if (MODE == 2u) {
+    if (MODE == KVS_VK_SELECT_INIT) {
         uint len = p.n;
         if (p.has_rl != 0u) len = uint(clamp(int(rl.d[p.orl + row]), 0, int(p.n)));
         if (TID == 0u) {
@@ -28,7 +28,7 @@ void main() {
         }
         return;
     }
-    if (MODE == 0u) {
+    if (MODE == KVS_VK_SELECT_DIGIT) {
         uint krem = st.d[p.ost + row * 4u + 1u];
         uint c = 0u;
         for (uint ch = 0u; ch < p.nchunks; ch++) c += hist.d[p.oh + (row * p.nchunks + ch) * 256u + TID];

@@ -11,7 +11,7 @@ layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint MODE = 0;
 layout(std430, binding = 0) buffer SK { uint d[]; } sk;
 layout(std430, binding = 1) buffer SI { uint d[]; } si;
-layout(push_constant) uniform P { uint rows, P_, B, s, j, osk, osi, by_index; } p;
+KVS_VK_PUSH(KVS_VK_PC_TOPK_SORT)
 shared uint lk[2u * gl_WorkGroupSize.x], li[2u * gl_WorkGroupSize.x];
 
 void cex(uint a, uint b, uint gi, uint s) {
@@ -25,7 +25,7 @@ void cex(uint a, uint b, uint gi, uint s) {
 }
 
 void main() {
-    if (MODE == 2u) {
+    if (MODE == KVS_VK_SORT_GLOBAL) {
         uint t = LIN_GROUP * WGX + TID;
         uint half_ = p.P_ / 2u;
         if (t >= p.rows * half_) return;
@@ -52,9 +52,9 @@ void main() {
         li[e] = si.d[b + e];
     }
     barrier();
-    uint s_lo = MODE == 0u ? 2u : p.s, s_hi = MODE == 0u ? p.B : p.s;
+    uint s_lo = MODE == KVS_VK_SORT_BLOCKS ? 2u : p.s, s_hi = MODE == KVS_VK_SORT_BLOCKS ? p.B : p.s;
     for (uint s = s_lo; s <= s_hi; s <<= 1u) {
-        for (uint j = (MODE == 0u ? s : p.B) / 2u; j > 0u; j >>= 1u) {
+        for (uint j = (MODE == KVS_VK_SORT_BLOCKS ? s : p.B) / 2u; j > 0u; j >>= 1u) {
             for (uint u = TID; u < p.B / 2u; u += WGX) {
                 uint i = 2u * u - (u & (j - 1u));
                 cex(i, i + j, base + i, s);

@@ -4,12 +4,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "vk_shader_ids.h" /* generated: kvs_vk_shader_id */
+
 typedef struct kvs_vk_shader {
     const char *name;     /* file name without .comp, e.g. "matmul" */
     const uint32_t *code; /* SPIR-V words */
     size_t size;          /* bytes */
 } kvs_vk_shader;
 
-/* Terminated by an entry with name == NULL. */
-extern const kvs_vk_shader kvs_vk_shader_table[];
+/* Indexed by kvs_vk_shader_id. */
+extern const kvs_vk_shader kvs_vk_shader_table[KVS_VK_SH_COUNT];
 #endif

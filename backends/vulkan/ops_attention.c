@@ -1,0 +1,166 @@
+/* Vulkan attention op: the attn shader (one tiled online-softmax pass, split-K for few query rows
+ * with attn_combine merging the splits) and the attn_stats passes (key mass, probe
+ * probabilities). Push constants and flags: vk_params.h. Inputs are validated by core/ops.c. */
+#include <string.h>
+
+#include "vk_internal.h"
+
+kvs_status kvs_vk_attention(kvs_device *dev, const kvs_attention_args *a) {
+    const char *op = "kvs_attention";
+    kvs_vk *v = kvs_vk_of(dev);
+    KVS_TRY(kvs_vk_begin_op(v, op));
+    const kvs_attention_params *pp = &a->p;
+    const uint32_t D = (uint32_t)a->head_dim, G = (uint32_t)(a->n_heads / a->n_kv_heads);
+    /* rows per workgroup R and keys per tile TK: the largest that fit in shared memory */
+    int64_t shm = dev->caps.shared_mem_bytes - 512;
+    uint32_t R = 0, TK = 0, r_max = 1;
+    /* no more rows per workgroup than there are query rows per kv head (decode: R = G) */
+    while (r_max < 16 && (int64_t)r_max < a->n_q * (int64_t)G) r_max *= 2;
+    for (uint32_t r = r_max; r >= 1 && !R; r /= 2)
+        for (uint32_t tk = 32; tk >= 4; tk /= 2) {
+            int64_t bytes = 4 * (2 * (int64_t)r * D + 2 * (int64_t)tk * D + (int64_t)r * tk + 7 * (int64_t)r);
+            if (bytes <= shm) {
+                R = r;
+                TK = tk;
+                break;
+            }
+        }
+    if (!R)
+        return kvs_error(KVS_ERR_UNSUPPORTED, "%s: head_dim %u needs more shared memory than the device's %lld bytes", op,
+                         D, (long long)dev->caps.shared_mem_bytes);
+    int need_stats = pp->key_mass || pp->probs;
+    const uint64_t nrows = (uint64_t)a->n_q * (uint64_t)a->n_heads;
+    const uint64_t blocks = kvs_vk_ceil_div((uint64_t)a->n_q * G, R), base = blocks * (uint64_t)a->n_kv_heads;
+    /* split-K for few query rows (decode): aim at >= 128 workgroups, >= 4 key tiles per split */
+    uint64_t nsplit = 1, split_len = (uint64_t)a->n_kv;
+    if (base < 64) {
+        nsplit = kvs_vk_ceil_div(128, base);
+        uint64_t maxs = kvs_vk_ceil_div((uint64_t)a->n_kv, 4 * (uint64_t)TK);
+        if (nsplit > maxs) nsplit = maxs;
+        if (nsplit > 64) nsplit = 64;
+        if (nsplit > 1) {
+            split_len = kvs_vk_ceil_div(kvs_vk_ceil_div((uint64_t)a->n_kv, nsplit), TK) * TK;
+            nsplit = kvs_vk_ceil_div((uint64_t)a->n_kv, split_len);
+        }
+        if (nsplit <= 1) nsplit = 1, split_len = (uint64_t)a->n_kv;
+    }
+    VkDeviceSize mbytes = nrows * 4;
+    VkDeviceSize pbytes = nsplit > 1 ? nsplit * nrows * 4 : 0, obytes = nsplit > 1 ? nsplit * nrows * D * 4 : 0;
+    KVS_TRY(kvs_vk_reserve(v, 2 * mbytes + 3 * pbytes + obytes, 0));
+    uint32_t flags = (pp->q_pos ? KVS_VK_ATTN_QPOS : 0) | (pp->k_pos ? KVS_VK_ATTN_KPOS : 0) |
+                     (pp->kv_len ? KVS_VK_ATTN_KVLEN : 0) | (pp->row_len ? KVS_VK_ATTN_ROWLEN : 0) |
+                     (pp->mask ? KVS_VK_ATTN_MASK : 0) | (pp->argmax ? KVS_VK_ATTN_ARGMAX : 0) |
+                     (pp->unnormalised ? KVS_VK_ATTN_UNNORM : 0) | (pp->causal ? KVS_VK_ATTN_CAUSAL : 0);
+    kvs_vk_pc_attn pc;
+    memset(&pc, 0, sizeof pc);
+    kvs_vk_arg args[12];
+    KVS_VK_BIND(a->q, 0, 0, pc.oq);
+    KVS_VK_BIND(a->k, 0, 1, pc.ok);
+    KVS_VK_BIND(a->v, 0, 2, pc.ov);
+    KVS_VK_BIND(a->out, 1, 3, pc.oo);
+    KVS_TRY(kvs_vk_bind_opt(v, pp->q_pos, 0, &args[4], &pc.oqp, op));
+    KVS_TRY(kvs_vk_bind_opt(v, pp->k_pos, 0, &args[5], &pc.okp, op));
+    KVS_TRY(kvs_vk_bind_opt(v, pp->kv_len, 0, &args[6], &pc.okl, op));
+    KVS_TRY(kvs_vk_bind_opt(v, pp->row_len, 0, &args[7], &pc.orl, op));
+    KVS_TRY(kvs_vk_bind_opt(v, pp->mask, 0, &args[8], &pc.om, op));
+    KVS_TRY(kvs_vk_bind_opt(v, pp->argmax, 1, &args[9], &pc.oam, op));
+    /* row_max / row_sum: the caller's tensors, else scratch (always written; the stats pass reads) */
+    const kvs_tensor *rm_t[2] = {pp->row_max, pp->row_sum};
+    uint32_t *rm_off[2] = {&pc.orm, &pc.ors};
+    for (int i = 0; i < 2; i++) {
+        if (rm_t[i]) {
+            KVS_TRY(kvs_vk_bind(v, rm_t[i], 1, 4, &args[10 + i], rm_off[i], op));
+        } else {
+            kvs_vk_alloc *sa;
+            VkDeviceSize so;
+            KVS_TRY(kvs_vk_scratch(v, mbytes, &sa, &so));
+            KVS_TRY(kvs_vk_bind_alloc(v, sa, so, mbytes, 1, 4, &args[10 + i], rm_off[i], op));
+        }
+    }
+    pc.n_q = (uint32_t)a->n_q;
+    pc.n_heads = (uint32_t)a->n_heads;
+    pc.G = G;
+    pc.cap = (uint32_t)a->capacity;
+    pc.n_kv = (uint32_t)a->n_kv;
+    pc.flags = flags;
+    pc.n_kvh = (uint32_t)a->n_kv_heads;
+    pc.scale = pp->scale;
+    pc.nsplit = (uint32_t)nsplit;
+    pc.split_len = (uint32_t)split_len;
+    uint32_t kvdt = a->k->dtype == KVS_F16 ? 1u : 0u;
+    uint32_t spec[5] = {kvs_vk_wg(dev, 128), kvdt, D, R, TK};
+    if (nsplit == 1) {
+        KVS_TRY(kvs_vk_dispatch(v, KVS_VK_SH_ATTN, spec, 5, args, 12, &pc, sizeof pc, base, op));
+    } else {
+        /* partials: O [nsplit][n_q*n_heads][D], m, l, argmax [nsplit][n_q*n_heads] */
+        kvs_vk_arg fin[4] = {args[3], args[9], args[10], args[11]};
+        uint32_t fin_off[4] = {pc.oo, pc.oam, pc.orm, pc.ors};
+        kvs_vk_arg part[4];
+        uint32_t poff[4];
+        VkDeviceSize psz[4] = {obytes, pbytes, pbytes, pbytes};
+        for (int i = 0; i < 4; i++) {
+            kvs_vk_alloc *sa;
+            VkDeviceSize so;
+            KVS_TRY(kvs_vk_scratch(v, psz[i], &sa, &so));
+            KVS_TRY(kvs_vk_bind_alloc(v, sa, so, psz[i], 1, 4, &part[i], &poff[i], op));
+        }
+        args[3] = part[0], pc.oo = poff[0];
+        args[9] = part[3], pc.oam = poff[3];
+        args[10] = part[1], pc.orm = poff[1];
+        args[11] = part[2], pc.ors = poff[2];
+        pc.flags = flags | KVS_VK_ATTN_ARGMAX | KVS_VK_ATTN_UNNORM;
+        KVS_TRY(kvs_vk_dispatch(v, KVS_VK_SH_ATTN, spec, 5, args, 12, &pc, sizeof pc, base * nsplit, op));
+        kvs_vk_pc_attn_combine cpc = {
+            (uint32_t)nrows, D, (uint32_t)nsplit, poff[0], poff[1], poff[2], poff[3], fin_off[0], fin_off[1], fin_off[2],
+            fin_off[3], flags};
+        kvs_vk_arg cargs[8] = {part[0], part[1], part[2], part[3], fin[0], fin[1], fin[2], fin[3]};
+        for (int i = 0; i < 4; i++) cargs[i].write = 0;
+        uint32_t cwg = kvs_vk_wg(dev, KVS_VK_WG_ELEM);
+        KVS_TRY(kvs_vk_dispatch(v, KVS_VK_SH_ATTN_COMBINE, &cwg, 1, cargs, 8, &cpc, sizeof cpc,
+                                kvs_vk_ceil_div(nrows * D, cwg), op));
+        /* the stats pass reads the final row_max / row_sum */
+        args[10] = fin[2], pc.orm = fin_off[2];
+        args[11] = fin[3], pc.ors = fin_off[3];
+    }
+    if (!need_stats) return KVS_OK;
+
+    kvs_vk_pc_attn_stats sc;
+    memset(&sc, 0, sizeof sc);
+    kvs_vk_arg sa[11];
+    sa[0] = args[0], sc.oq = pc.oq;
+    sa[1] = args[1], sc.ok = pc.ok;
+    sa[2] = args[4], sc.oqp = pc.oqp;
+    sa[3] = args[5], sc.okp = pc.okp;
+    sa[4] = args[6], sc.okl = pc.okl;
+    sa[5] = args[7], sc.orl = pc.orl;
+    sa[6] = args[8], sc.om = pc.om;
+    sa[9] = args[10], sc.orm = pc.orm;
+    sa[10] = args[11], sc.ors = pc.ors;
+    sa[9].write = sa[10].write = 0;
+    sc.n_q = pc.n_q, sc.n_heads = pc.n_heads, sc.G = G, sc.cap = pc.cap, sc.n_kv = pc.n_kv, sc.n_kvh = pc.n_kvh;
+    sc.scale = pc.scale;
+    uint32_t sflags = flags & (KVS_VK_ATTN_QPOS | KVS_VK_ATTN_KPOS | KVS_VK_ATTN_KVLEN | KVS_VK_ATTN_ROWLEN |
+                               KVS_VK_ATTN_MASK | KVS_VK_ATTN_CAUSAL);
+    uint32_t sspec[4] = {kvs_vk_wg(dev, 64), kvdt, D, KVS_VK_STATS_KEY_MASS};
+    if (pp->key_mass) {
+        KVS_TRY(kvs_vk_bind_opt(v, pp->stat_rows, 0, &sa[7], &sc.orows, op));
+        KVS_TRY(kvs_vk_bind(v, pp->key_mass, 1, 4, &sa[8], &sc.oout, op));
+        sc.flags = sflags | (pp->stat_rows ? KVS_VK_ATTN_ROWS : 0) | (pp->key_mass_accumulate ? KVS_VK_ATTN_ACCUM : 0);
+        sc.n_rows = (uint32_t)a->n_stat_rows;
+        sspec[3] = KVS_VK_STATS_KEY_MASS;
+        KVS_TRY(kvs_vk_dispatch(v, KVS_VK_SH_ATTN_STATS, sspec, 4, sa, 11, &sc, sizeof sc,
+                                kvs_vk_ceil_div((uint64_t)a->n_kv_heads * (uint64_t)a->n_kv, sspec[0]), op));
+    }
+    if (pp->probs) {
+        KVS_TRY(kvs_vk_bind(v, pp->probe_rows, 0, 4, &sa[7], &sc.orows, op));
+        KVS_TRY(kvs_vk_bind(v, pp->probs, 1, 4, &sa[8], &sc.oout, op));
+        sc.flags = sflags | KVS_VK_ATTN_ROWS;
+        sc.n_rows = (uint32_t)a->n_probe;
+        sspec[3] = KVS_VK_STATS_PROBS;
+        const uint64_t items = (uint64_t)a->n_probe * (uint64_t)a->n_heads * (uint64_t)a->capacity;
+        KVS_TRY(kvs_vk_dispatch(v, KVS_VK_SH_ATTN_STATS, sspec, 4, sa, 11, &sc, sizeof sc,
+                                kvs_vk_ceil_div(items, sspec[0]), op));
+    }
+    return KVS_OK;
+}
+
