@@ -3,7 +3,7 @@
 # undefined, CPU backend only) in build-fuzz/ and runs each for a given time, one after another,
 # then prints one line per target: executions, executions per second, new corpus inputs, crashes.
 # Usage: tools/fuzz.sh [SECONDS_PER_TARGET (default 60)] [TARGET ...]
-#   targets: gguf llama2c safetensors tokenizer_bin tokenizer policy ops (default: all)
+#   targets: gguf llama2c safetensors tokenizer_bin tokenizer policy tasks ops (default: all)
 # Environment: KVSIEVE_FUZZ_DIR (build dir, default build-fuzz), KVSIEVE_FUZZ_OUT (work dir for the
 # grown corpora, logs and crash files, default build-fuzz/runs), KVSIEVE_FUZZ_ARGS (extra libFuzzer
 # flags, e.g. "-runs=1000000"), KVSIEVE_MODELS (fixtures for the tokenizer target).
@@ -20,7 +20,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 secs="${1:-60}"
 shift || true
 targets=("$@")
-if ((${#targets[@]} == 0)); then targets=(gguf llama2c safetensors tokenizer_bin tokenizer policy ops); fi
+if ((${#targets[@]} == 0)); then targets=(gguf llama2c safetensors tokenizer_bin tokenizer policy tasks ops); fi
 fdir="${KVSIEVE_FUZZ_DIR:-$KVSIEVE_ROOT/build-fuzz}"
 out="${KVSIEVE_FUZZ_OUT:-$fdir/runs}"
 
