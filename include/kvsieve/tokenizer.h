@@ -36,7 +36,7 @@
  * matched greedily longest-token-first, a word with an unmatched rest becoming [UNK]. BOS/EOS are
  * [CLS]/[SEP] (tokenizer.ggml.cls_token_id / seperator_token_id), both added by default.
  * Reproduces llama.cpp's ggml-vocab-bert-bge test vectors. Unicode tables: Unicode 14
- * (core/model/tokenizer_unicode.c).
+ * (core/tokenizer/tokenizer_unicode.c).
  * Other GGUF tokenizer models (rwkv, ...) and BPE pre-tokenizers other than "gpt-2" (llama-bpe,
  * qwen2, ...) are refused with KVS_ERR_UNSUPPORTED.
  *
