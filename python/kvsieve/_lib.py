@@ -170,7 +170,7 @@ class PolicyParams(Structure):
 
 class EvictParams(Structure):
     _fields_ = [("policy", c_void_p), ("budget", c_double), ("scope", c_int), ("buffer", c_int64),
-                ("head_cap", c_double)]
+                ("head_cap", c_double), ("budget_tokens", c_int64)]
 
 
 class EvictStats(Structure):
@@ -201,7 +201,7 @@ class GenStats(Structure):
 class ArParams(Structure):
     _fields_ = [("max_new", c_int64), ("temperature", c_float), ("top_p", c_float), ("seed", ctypes.c_uint64),
                 ("stop_at_bos", c_int), ("stop_at_eos", c_int), ("policy", c_void_p), ("budget", c_double),
-                ("scope", c_int), ("evict_buffer", c_int64)]
+                ("scope", c_int), ("evict_buffer", c_int64), ("budget_tokens", c_int64)]
 
 
 class DlmParams(Structure):

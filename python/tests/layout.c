@@ -22,12 +22,12 @@ int main(void) {
     ROW("StepPlan", kvs_step_plan, n_logit_rows);
     ROW("StepResult", kvs_step_result, rows_computed);
     ROW("PolicyParams", kvs_policy_params, base);
-    ROW("EvictParams", kvs_evict_params, head_cap);
+    ROW("EvictParams", kvs_evict_params, budget_tokens);
     ROW("EvictStats", kvs_evict_stats, stat_steps);
     ROW("ElasticParams", kvs_elastic_params, block_refresh);
     ROW("WavefilterParams", kvs_wavefilter_params, n_recent);
     ROW("GenStats", kvs_gen_stats, tokens_eos_filled);
-    ROW("ArParams", kvs_ar_params, evict_buffer);
+    ROW("ArParams", kvs_ar_params, budget_tokens);
     ROW("DlmParams", kvs_dlm_params, stop_eos);
     return 0;
 }

@@ -113,7 +113,7 @@ if "$KVSIEVE" generate -m stories260K-f32.v3.gguf -n 1 --json >/dev/null 2>&1; t
          <(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["tokens"])' "$tmp/out") ||
     { echo "FAIL: -s 7 and --seed 7 differ"; fails=$((fails + 1)); }
   expect 0 generate -m stories260K-f32.v3.gguf -n 8 -c 9 -t 1 --json
-  expect 2 generate -m stories260K-f32.v3.gguf -n 8 --ctx-size 8 && one_line_error && contains_err 'ctx-size'
+  expect 2 generate -m stories260K-f32.v3.gguf -n 9 --ctx-size 8 && one_line_error && contains_err 'ctx-size'
   expect 2 generate -m stories260K-f32.v3.gguf -n 8 -c -1 && one_line_error
   dlm=(generate -m stories260K-llada-f32.gguf -p "Once upon a time" -n 64 -t 1 --json)
   expect 0 "${dlm[@]}" --diffusion-block-length 32 --diffusion-steps 64 && cp "$tmp/out" "$tmp/alias.json"
