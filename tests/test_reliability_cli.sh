@@ -34,6 +34,12 @@ run() {
 # a directory where a text file is expected: a usage error, never a 2^63-byte malloc
 run 2 "is a directory" eval -m "$tiny" --text "$dir" --windows 1
 run 2 "is a directory" train --kind retention -m "$tiny" --text "$dir" --out "$dir/p.gguf" --steps 1 --ctx 16
+# a FIFO with no writer: refused at once, never a blocked open (found by a fresh-clone tester)
+mkfifo "$dir/fifo"
+run 2 "not a regular file" eval -m "$tiny" --text "$dir/fifo" --windows 1
+run 2 "not a regular file" eval --dlm --tasks "$dir/fifo"
+run 2 "not a regular file" generate -m "$dir/fifo" -p Once
+run 2 "not a regular file" generate -m "$tiny" -p Once --policy retention --policy-file "$dir/fifo" -n 4
 # defaults longer than the model's context 32: use the context and say so
 run 0 "generating 32 tokens" generate -m "$tiny" --no-stream
 run 0 "using the model's context 32" eval -m "$tiny" --text "$text" --policies h2o --budgets 0.5 --windows 1

@@ -14,7 +14,8 @@ kvs_status kvs_map_file(const char *path, void **map, void **heap, size_t *size)
     *map = NULL;
     *heap = NULL;
     *size = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO without a writer must not hang the open (no effect on regular files) */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return kvs_error(KVS_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "internal.h"
 #include "format/format.h"
@@ -71,6 +72,12 @@ kvs_status kvs_model_file_open(kvs_model_file **out, const char *path, const kvs
             snprintf(cfg_path, sizeof cfg_path, "%s/config.json", m->dir);
             s = kvs_mf_load_safetensors(m, st_path, cfg_path);
         } else {
+            /* only a regular file is sniffed: opening a FIFO without a writer would block */
+            struct stat st;
+            if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+                s = kvs_error(KVS_ERR_IO, "'%s' is not a regular file", path);
+                goto fail;
+            }
             FILE *f = fopen(path, "rb");
             if (!f) {
                 s = kvs_error(KVS_ERR_IO, "cannot open '%s': %s", path, strerror(errno));

@@ -2,6 +2,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 int cli_fail(int code, const char *prog, const char *fmt, ...) {
     va_list ap;
@@ -214,13 +216,15 @@ int cli_check_writable(const char *prog, const char *flag, const char *path) {
 
 int cli_open_regular(const char *prog, const char *flag, const char *path, FILE **out) {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return cli_fail(CLI_EXIT_USAGE, prog, "cannot open %s %s: %s", flag, path, strerror(errno));
+    /* O_NONBLOCK: opening a FIFO without a writer must not hang (no effect on regular files) */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return cli_fail(CLI_EXIT_USAGE, prog, "cannot open %s %s: %s", flag, path, strerror(errno));
     /* only regular files: ftell on a directory gives LONG_MAX (a 2^63-byte malloc), fgets fails */
     struct stat sb;
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    FILE *f = NULL;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || !(f = fdopen(fd, "rb"))) {
         int dir = S_ISDIR(sb.st_mode);
-        fclose(f);
+        if (f) fclose(f); else close(fd);
         return cli_fail(CLI_EXIT_USAGE, prog, "%s %s: %s", flag, path, dir ? "is a directory, not a file" : "not a regular file");
     }
     *out = f;
