@@ -64,6 +64,8 @@ if "$exe" generate -m stories260K.bin -n 1 >/dev/null 2>&1; then
 else
   echo "note: stories260K.bin not found: --budget-tokens run skipped"
 fi
+# the summary line names the token budget, not the default fraction
+run 0 "budget 4 tokens" generate -m "$tiny" -p Once -n 20 --policy h2o --budget-tokens 4 --no-stream
 run 2 "not both" generate -m "$tiny" -n 8 --policy h2o --budget 0.5 --budget-tokens 1
 run 2 "need --policy" generate -m "$tiny" -n 8 --budget-tokens 1
 run 2 "budget-tokens must be >= 1" generate -m "$tiny" -n 8 --policy h2o --budget-tokens 0

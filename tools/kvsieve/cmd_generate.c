@@ -412,8 +412,13 @@ int cmd_generate(int argc, char **argv) {
             fprintf(stderr, "stop at EOS: %lld tokens decoded, %lld set to EOS without decoding\n", (long long)st.tokens,
                     (long long)st.tokens_eos_filled);
         if (pol)
-            fprintf(stderr, "eviction: %s, budget %g, scope %s: %lld evictions, %lld K/V rows evicted\n", kvs_policy_name(pol),
-                    ap.budget, kvs_budget_scope_name(ap.scope), (long long)st.evictions, (long long)st.rows_evicted);
+        {
+            char bud[48];
+            if (ap.budget_tokens > 0) snprintf(bud, sizeof bud, "%lld tokens", (long long)ap.budget_tokens);
+            else snprintf(bud, sizeof bud, "%g", ap.budget);
+            fprintf(stderr, "eviction: %s, budget %s, scope %s: %lld evictions, %lld K/V rows evicted\n", kvs_policy_name(pol),
+                    bud, kvs_budget_scope_name(ap.scope), (long long)st.evictions, (long long)st.rows_evicted);
+        }
         if (sched) {
             kvs_dlm_schedule_stats ss;
             kvs_dlm_schedule_get_stats(sched, &ss);
