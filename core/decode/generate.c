@@ -102,6 +102,7 @@ void kvs_decode_stats_finish(kvs_gen_stats *st, double t0, const kvs_kv_cache *c
 static kvs_status ar_evictor(const kvs_model *m, int64_t n_prompt, const kvs_ar_params *p, kvs_evictor **out) {
     *out = NULL;
     if (!p->policy) return KVS_OK;
+    kvs_policy_set_model(p->policy, m); /* critical / expected read Wo / Wq (policy.h) */
     kvs_evict_params ep = kvs_evict_params_default();
     ep.policy = p->policy;
     ep.budget = p->budget;
