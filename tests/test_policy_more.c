@@ -34,6 +34,7 @@ typedef struct harness {
 } harness;
 
 static kvs_budget_scope g_scope = KVS_SCOPE_HEAD; /* the scope h_init gives the evictor */
+static const float *g_key_mass;                   /* the key mass h_step reports ([H][n_kv]), or NULL */
 
 static void h_init(harness *h, int H, int hd, const char *policy, const kvs_policy_params *pp, double budget, int64_t buffer) {
     memset(h, 0, sizeof *h);
@@ -83,6 +84,7 @@ static void h_step(harness *h, int64_t n, const float *k, const float *v) {
     kvs_tensor_destroy(&vt);
     h->next_pos += (int32_t)n;
     h->st[0].n_kv = kvs_cache_max_len(h->c, 0);
+    h->st[0].key_mass = g_key_mass;
     kvs_step_result r = {.logits = NULL, .layers = h->st};
     ck_assert_msg(kvs_evictor_update(h->ev, h->c, &r) == KVS_OK, "update: %s", kvs_last_error());
 }
@@ -98,8 +100,8 @@ static void expect_pos(harness *h, int hh, const int32_t *want, int64_t n) {
 /* ---- names, parameters ------------------------------------------------------------------------- */
 
 START_TEST(test_names_and_params) {
-    const char *names[] = {"keydiff", "lagkv", "critical", "expected", "critical:knorm", "critical:expected"};
-    for (int i = 0; i < 6; i++) {
+    const char *names[] = {"keydiff", "lagkv", "critical", "expected", "prefixkv", "critical:knorm", "critical:expected"};
+    for (int i = 0; i < 7; i++) {
         kvs_policy *p = NULL;
         ck_assert_msg(kvs_policy_create(&p, names[i], NULL) == KVS_OK, "%s: %s", names[i], kvs_last_error());
         ck_assert_str_eq(kvs_policy_name(p), names[i]);
@@ -125,6 +127,10 @@ START_TEST(test_names_and_params) {
     kvs_policy_destroy(&p);
     pp.base = "critical";
     ck_assert_int_eq(kvs_policy_create(&p, "pyramidkv", &pp), KVS_ERR_INVALID_ARGUMENT);
+    ck_assert_msg(kvs_policy_create(&p, "prefixkv", &pp) == KVS_OK, "%s", kvs_last_error()); /* critical:snapkv below */
+    kvs_policy_destroy(&p);
+    pp.base = "prefixkv";
+    ck_assert_int_eq(kvs_policy_create(&p, "prefixkv", &pp), KVS_ERR_INVALID_ARGUMENT);
     ck_assert_ptr_null(p);
 }
 END_TEST
@@ -254,6 +260,42 @@ START_TEST(test_threshold_layer_scope) {
 }
 END_TEST
 
+/* ---- PrefixKV ------------------------------------------------------------------------------------ */
+
+/* prefixkv over h2o (window 1: the newest row kept), 2 kv heads, budget 3 per head, buffer 1, one
+ * step of 5 rows (cur_pos 4; the rows were seen by 5 4 3 2 1 queries). Key mass chosen so that the
+ * H2O scores (mass / seen) of rows 0..3 are head 0 .09 .005 .003 .002 (concentrated, small) and head
+ * 1 .35 .3 .2 .15 (flat, large). PrefixKV raises the scope to global (one pool of 6):
+ * normalised, head 0 is .9 .05 .03 .02 -> 1 - mass before = 1 .1 .05 .02; head 1 -> 1 .65 .35 .15.
+ * The pool: rows 4 (+inf) of both heads, then 1 (h0 r0), 1 (h1 r0), .65 (h1 r1), .35 (h1 r2):
+ * head 0 keeps 0 4, head 1 keeps 0 1 2 4. Plain h2o under the global scope ranks the raw scores
+ * (.35 .3 .2 .15 beat .09): head 0 would keep only 4. */
+START_TEST(test_prefixkv_keep) {
+    static const float km[10] = {.45f, .02f, .009f, .004f, 0, 1.75f, 1.2f, .6f, .3f, 0};
+    static float kz[10];
+    kvs_policy_params pp = kvs_policy_params_default();
+    pp.base = "h2o";
+    pp.window = 1;
+    harness h;
+    g_key_mass = km;
+    h_init(&h, 2, 1, "prefixkv", &pp, 3, 1);
+    h_step(&h, 5, kz, kz);
+    const int32_t w0[2] = {0, 4}, w1[4] = {0, 1, 2, 4};
+    expect_pos(&h, 0, w0, 2);
+    expect_pos(&h, 1, w1, 4);
+    h_free(&h);
+    g_scope = KVS_SCOPE_GLOBAL;
+    h_init(&h, 2, 1, "h2o", &pp, 3, 1);
+    g_scope = KVS_SCOPE_HEAD;
+    h_step(&h, 5, kz, kz);
+    const int32_t r0[1] = {4}, r1[5] = {0, 1, 2, 3, 4};
+    expect_pos(&h, 0, r0, 1);
+    expect_pos(&h, 1, r1, 5);
+    h_free(&h);
+    g_key_mass = NULL;
+}
+END_TEST
+
 /* ---- the weight readers (stories260K) ------------------------------------------------------------ */
 
 static kvs_model *load_model(kvs_device **dev) {
@@ -358,6 +400,118 @@ START_TEST(test_expected_no_queries) {
 }
 END_TEST
 
+/* expected is exact for one future position: with n_future 1, window 1 and one observed query q
+ * (covariance 0), z_r = R(cur+1) q . k_r / sqrt(d), i.e. the attention logit that query would have
+ * at position cur+1. The test observes one layer-input row x through the evictor (q = Wq x inside
+ * the policy), and computes the reference independently: Wq from the model file on the host, the
+ * rotation by the device's kvs_rope, softmax over head 0's rows, mean over its query heads. */
+START_TEST(test_expected_one_position) {
+    kvs_device *dev = NULL;
+    kvs_model *m = load_model(&dev);
+    if (!m) return;
+    const kvs_model_hparams *hp = kvs_model_get_hparams(m);
+    int H = hp->n_kv_heads, NH = hp->n_heads, d = hp->head_dim, D = hp->dim, G = NH / H, L = hp->n_layers;
+    kvs_policy_params pp = kvs_policy_params_default();
+    pp.n_sink = 0;
+    pp.window = 1;
+    pp.n_future = 1;
+    kvs_policy *p = NULL;
+    ck_assert(kvs_policy_create(&p, "expected", &pp) == KVS_OK);
+    kvs_policy_set_model(p, m);
+    kvs_evict_params ep = kvs_evict_params_default();
+    ep.policy = p;
+    ep.budget_tokens = 50;
+    kvs_evictor *ev = NULL;
+    ck_assert(kvs_evictor_create(&ev, &ep, hp, 100) == KVS_OK);
+    kvs_cache_params cp = kvs_model_cache_params(m);
+    cp.mode = KVS_CACHE_APPEND;
+    cp.capacity = kvs_evictor_capacity(ev, 1);
+    kvs_kv_cache *cache = NULL;
+    ck_assert(kvs_cache_create(&cache, dev, &cp) == KVS_OK);
+    ck_assert(kvs_evictor_begin(ev, cache) == KVS_OK);
+    /* one step: a zero K/V row per layer, the layer input x, zero key mass */
+    kvs_layer_plan lp[16];
+    kvs_layer_stats st[16];
+    ck_assert(L <= 16);
+    int any = 0;
+    ck_assert(kvs_evictor_plan(ev, 1, lp, &any) == KVS_OK);
+    ck_assert(lp[0].want_x == 1);
+    float *x = malloc((size_t)D * sizeof *x), *km = calloc((size_t)H, sizeof *km);
+    for (int c = 0; c < D; c++) x[c] = sinf(0.7f * (float)c + 1.0f);
+    kvs_tensor *z = NULL;
+    ck_assert(kvs_tensor_new(&z, dev, KVS_F32, d, H, 1, 0) == KVS_OK);
+    ck_assert(kvs_tensor_fill(z, 0.0) == KVS_OK);
+    int32_t p0 = 0;
+    for (int l = 0; l < L; l++) {
+        ck_assert(kvs_cache_write_rows(cache, l, z, z, &p0, 1) == KVS_OK);
+        st[l] = (kvs_layer_stats){.n_kv = 1, .key_mass = km, .x = x, .n_x_rows = 1};
+    }
+    kvs_tensor_destroy(&z);
+    kvs_step_result r = {.logits = NULL, .layers = st};
+    ck_assert_msg(kvs_evictor_update(ev, cache, &r) == KVS_OK, "%s", kvs_last_error());
+    /* the reference: q = Wq x (layer 0), rotated to position cur + 1 = 6 by kvs_rope */
+    char path[4096];
+    ck_assert(kvs_model_locate("stories260K-f32.v3.gguf", path, sizeof path) == KVS_OK);
+    kvs_model_file *mf = NULL;
+    ck_assert(kvs_model_file_open(&mf, path, NULL) == KVS_OK);
+    float *wq = malloc((size_t)NH * d * D * sizeof *wq), *q = malloc((size_t)NH * d * sizeof *q);
+    ck_assert(kvs_weight_to_f32(&kvs_model_file_weights(mf)->layers[0].wq, wq) == KVS_OK);
+    for (int j = 0; j < NH * d; j++) {
+        double s = 0.0;
+        for (int c = 0; c < D; c++) s += (double)wq[(size_t)j * D + c] * x[c];
+        q[j] = (float)s;
+    }
+    kvs_tensor *qt = NULL, *pt = NULL;
+    ck_assert(kvs_tensor_new(&qt, dev, KVS_F32, d, NH, 1, 0) == KVS_OK);
+    ck_assert(kvs_tensor_new(&pt, dev, KVS_I32, 1, 0, 0, 0) == KVS_OK);
+    int32_t six = 6;
+    ck_assert(kvs_tensor_upload(qt, q, 0, (size_t)NH * d * 4) == KVS_OK);
+    ck_assert(kvs_tensor_upload(pt, &six, 0, 4) == KVS_OK);
+    kvs_rope_params rp = kvs_rope_params_default();
+    rp.mode = hp->rope_mode;
+    rp.theta_base = hp->rope_base;
+    rp.n_rot = hp->rope_dim;
+    ck_assert_msg(kvs_rope(dev, qt, pt, &rp) == KVS_OK, "%s", kvs_last_error());
+    ck_assert(kvs_tensor_download(qt, q, 0, (size_t)NH * d * 4) == KVS_OK);
+    /* head 0: 6 rows of keys, unit values */
+    int64_t S = 6, len[16] = {0};
+    len[0] = 6;
+    int32_t pos[16 * 6];
+    float *k = calloc((size_t)H * S * d, sizeof *k), *v = calloc((size_t)H * S * d, sizeof *v);
+    float *sc = malloc((size_t)H * S * sizeof *sc);
+    for (int rr = 0; rr < 6; rr++) {
+        pos[rr] = rr;
+        v[rr * d] = 1.0f;
+        for (int a = 0; a < d; a++) k[rr * d + a] = cosf(0.9f * (float)(rr * a) + 0.3f * (float)rr);
+    }
+    kvs_policy_input in = {.layer = 0, .n_layers = L, .n_kv_heads = H, .n_heads = NH, .head_dim = d, .stride = S,
+                           .len = len, .pos = pos, .cur_pos = 5, .budget = 4, .keys = k, .values = v};
+    ck_assert_msg(kvs_policy_score(p, &in, sc) == KVS_OK, "%s", kvs_last_error());
+    double want[6] = {0};
+    for (int g = 0; g < G; g++) {
+        double lg[6], mx = -INFINITY, sum = 0.0;
+        for (int rr = 0; rr < 6; rr++) {
+            double s = 0.0;
+            for (int a = 0; a < d; a++) s += (double)q[g * d + a] * k[rr * d + a];
+            lg[rr] = s / sqrt((double)d);
+            mx = lg[rr] > mx ? lg[rr] : mx;
+        }
+        for (int rr = 0; rr < 6; rr++) sum += (lg[rr] = exp(lg[rr] - mx));
+        for (int rr = 0; rr < 6; rr++) want[rr] += lg[rr] / sum / G;
+    }
+    for (int rr = 0; rr < 6; rr++) ck_assert_msg(fabs(sc[rr] - want[rr]) < 1e-5, "row %d: %g vs %g", rr, (double)sc[rr], want[rr]);
+    free(x), free(km), free(wq), free(q), free(k), free(v), free(sc);
+    kvs_tensor_destroy(&qt);
+    kvs_tensor_destroy(&pt);
+    kvs_model_file_close(&mf);
+    kvs_evictor_destroy(&ev);
+    kvs_cache_destroy(&cache);
+    kvs_policy_destroy(&p);
+    kvs_model_destroy(&m);
+    kvs_device_destroy(&dev);
+}
+END_TEST
+
 int main(int argc, char **argv) {
     int setup = kvs_test_setup(argc, argv, "test_policy_more", &g_params, NULL, NULL, 0);
     if (setup >= 0) return setup;
@@ -368,6 +522,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_lagkv_scores);
     tcase_add_test(tc, test_critical_scores);
     tcase_add_test(tc, test_expected_no_queries);
+    tcase_add_test(tc, test_expected_one_position);
     suite_add_tcase(s, tc);
     TCase *tk = tcase_create("keep");
     tcase_set_timeout(tk, 120);
@@ -375,6 +530,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tk, test_lagkv_keep);
     tcase_add_test(tk, test_threshold_keep);
     tcase_add_test(tk, test_threshold_layer_scope);
+    tcase_add_test(tk, test_prefixkv_keep);
     suite_add_tcase(s, tk);
     return kvs_test_run(s);
 }

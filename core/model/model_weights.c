@@ -1,9 +1,8 @@
 /* Host copies of a model's attention weights for the eviction policies that read them (CriticalKV's
- * Wo, ExpectedAttention's Wq; see policy.h). Declared in core/policy/policy_internal.h. */
+ * Wo, ExpectedAttention's Wq; see policy.h). Declared in model_internal.h. */
 #include <stdlib.h>
 
-#include "model_internal.h"
-#include "../policy/policy_internal.h"
+#include "model/model_internal.h"
 
 kvs_status kvs_model_attn_weight_f32(const kvs_model *m, int layer, char which, float *dst) {
     const char *op = "kvs_model_attn_weight_f32";

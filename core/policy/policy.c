@@ -18,7 +18,7 @@ kvs_policy_params kvs_policy_params_default(void) {
 }
 
 static const char *const g_names[] = {"streaming", "h2o",     "snapkv", "tova",     "knorm",    "pyramidkv",
-                                      "adakv",     "keydiff", "lagkv",  "critical", "expected", NULL};
+                                      "adakv",     "keydiff", "lagkv",  "critical", "expected", "prefixkv", NULL};
 
 const char *const *kvs_policy_names(void) { return g_names; }
 
@@ -199,7 +199,8 @@ kvs_status kvs_policy_create(kvs_policy **out, const char *name, const kvs_polic
     const char *scorer = name; /* the scorer under the budget shape */
     if (strcmp(name, "pyramidkv") == 0 || strcmp(name, "adakv") == 0) {
         scorer = p.base;
-        if (!scorer_from_name(p.base, &kind) && (!kvs_policy_more_is(p.base) || strncmp(p.base, "critical", 8) == 0))
+        if (!scorer_from_name(p.base, &kind) &&
+            (!kvs_policy_more_is(p.base) || strncmp(p.base, "critical", 8) == 0 || strcmp(p.base, "prefixkv") == 0))
             return kvs_error(KVS_ERR_INVALID_ARGUMENT,
                              "%s: %s needs a base scorer (streaming, h2o, snapkv, tova, knorm, keydiff, lagkv, expected), not '%s'",
                              op, name, p.base);
@@ -208,7 +209,7 @@ kvs_status kvs_policy_create(kvs_policy **out, const char *name, const kvs_polic
     } else if (!scorer_from_name(name, &kind) && !kvs_policy_more_is(name)) {
         return kvs_error(KVS_ERR_NOT_FOUND,
                          "%s: unknown policy '%s' (known: streaming, h2o, snapkv, tova, knorm, pyramidkv, adakv, keydiff, "
-                         "lagkv, critical[:base], expected; learned, from a policy file: retention, indexer, rl)", op, name);
+                         "lagkv, critical[:base], expected, prefixkv; learned, from a policy file: retention, indexer, rl)", op, name);
     }
     kvs_status s;
     if (kvs_policy_more_is(scorer)) {

@@ -14,6 +14,7 @@ struct kvs_policy {
     float threshold; /* threshold mode (learned policies): whenever eviction runs, every row scoring
                       * below it is evicted, the budget still caps the rest; -INFINITY = off */
     int builtin;
+    int min_scope;   /* kvs_budget_scope the evictor raises a narrower scope to (prefixkv: global) */
     char name[48];
     struct kvs_latent *latent; /* latent memory handed to every plan (latent.h), or NULL */
     const kvs_model *model;    /* bound with kvs_policy_set_model (critical, expected), or NULL */
@@ -27,16 +28,11 @@ struct kvs_policy {
  * evicts it; every real score lies far above. */
 #define KVS_POLICY_MARK_EVICT (-3.0e38f)
 
-/* policy_more.c: the scorers of issue 18 (keydiff, lagkv, critical, expected). is_more: 1 when
+/* policy_more.c: the scorers of issue 18 (keydiff, lagkv, critical, expected, prefixkv). is_more: 1 when
  * name is one of them (or "critical:<base>"). more_create: builds it from validated params
  * (KVS_ERR_INVALID_ARGUMENT for a bad base or lag, KVS_ERR_OUT_OF_MEMORY). */
 int kvs_policy_more_is(const char *name);
 kvs_status kvs_policy_more_create(kvs_policy **out, const char *name, const kvs_policy_params *p);
 
-/* core/model/model_weights.c: an attention weight of `layer` read to the host as f32, row-major
- * as stored: which 'q' -> Wq [n_heads*head_dim][dim], 'o' -> Wo [dim][n_heads*head_dim]. dst holds
- * n_heads*head_dim*dim floats. Errors: KVS_ERR_INVALID_ARGUMENT (NULL, bad layer or which),
- * KVS_ERR_DTYPE (a weight dtype other than f32/f16/bf16), KVS_ERR_OUT_OF_MEMORY, the device's. */
-kvs_status kvs_model_attn_weight_f32(const kvs_model *m, int layer, char which, float *dst);
 
 #endif

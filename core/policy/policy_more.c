@@ -1,4 +1,5 @@
-/* The eviction scorers of issue 18: KeyDiff, LagKV, the CriticalKV wrapper and ExpectedAttention.
+/* The eviction scorers of issue 18: KeyDiff, LagKV, the CriticalKV wrapper, ExpectedAttention and
+ * PrefixKV.
  * Pure host logic over the inputs the evictor hands a policy (keys, values, the step's layer input
  * rows) plus, for critical and expected, the attention weights of the bound model. Semantics,
  * sources and defaults: include/kvsieve/policy.h (reference: NVIDIA/kvpress kvpress/presses/
@@ -8,14 +9,15 @@
 #include <string.h>
 
 #include "internal.h"
+#include "model/model_internal.h"
 #include "policy_internal.h"
 
-typedef enum more_kind { MK_KEYDIFF, MK_LAGKV, MK_CRITICAL, MK_EXPECTED } more_kind;
+typedef enum more_kind { MK_KEYDIFF, MK_LAGKV, MK_CRITICAL, MK_EXPECTED, MK_PREFIX } more_kind;
 
 typedef struct more {
     more_kind kind;
     kvs_policy_params p;
-    kvs_policy *base;          /* critical: the wrapped scorer */
+    kvs_policy *base;          /* critical, prefixkv: the wrapped scorer */
     const kvs_policy *owner;   /* the kvs_policy around this (its bound model) */
     int L;                     /* layers the weight slots were made for */
     float **w;                 /* [L] host Wo (critical) or Wq (expected), read on first use */
@@ -62,6 +64,7 @@ static kvs_policy_needs more_needs(const void *self, int layer, int64_t budget) 
     case MK_EXPECTED:
         n.flags = KVS_POLICY_NEED_OBSERVE | KVS_POLICY_NEED_X | KVS_POLICY_NEED_KEYS | KVS_POLICY_NEED_VALUES;
         break;
+    case MK_PREFIX: n = kvs_policy_get_needs(m->base, layer, budget); break;
     }
     return n;
 }
@@ -391,6 +394,41 @@ static kvs_status score_expected(more *m, const kvs_policy_input *in, float *sco
     return KVS_OK;
 }
 
+/* ---- PrefixKV --------------------------------------------------------------------------------- */
+
+/* Each (layer, kv head)'s base scores become an importance distribution (mass = score, shifted by
+ * the minimum when some score is negative; rows at +inf stay); a row scores 1 - the normalised mass
+ * of the rows ranked before it. Under the global scope one top-k over these scores keeps, in every
+ * layer and head, the shortest prefix of its ranking whose coverage reaches one common threshold
+ * p: PrefixKV's binary search over p, done by the top-k. */
+static kvs_status score_prefix(more *m, const kvs_policy_input *in, float *scores) {
+    KVS_TRY(m->base->ops->score(m->base->self, in, scores));
+    int64_t st = in->stride, maxlen = 0;
+    for (int h = 0; h < in->n_kv_heads; h++) maxlen = in->len[h] > maxlen ? in->len[h] : maxlen;
+    rowscore *rs = malloc((size_t)(maxlen > 0 ? maxlen : 1) * sizeof *rs);
+    if (!rs) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "policy: out of host memory");
+    for (int h = 0; h < in->n_kv_heads; h++) {
+        float *out = scores + h * st;
+        int64_t n = 0;
+        double lo = INFINITY, total = 0.0;
+        for (int64_t r = 0; r < in->len[h]; r++)
+            if (isfinite(out[r])) {
+                rs[n++] = (rowscore){out[r], r};
+                lo = out[r] < lo ? out[r] : lo;
+            }
+        double shift = lo < 0.0 ? -lo : 0.0;
+        for (int64_t i = 0; i < n; i++) total += (double)rs[i].s + shift;
+        qsort(rs, (size_t)n, sizeof *rs, cmp_desc);
+        double before = 0.0;
+        for (int64_t i = 0; i < n; i++) {
+            out[rs[i].r] = (float)(total > 0.0 ? 1.0 - before / total : 1.0 - (double)i / (double)n);
+            before += (double)rs[i].s + shift;
+        }
+    }
+    free(rs);
+    return KVS_OK;
+}
+
 /* ---- the ops ---------------------------------------------------------------------------------- */
 
 static kvs_status more_score(void *self, const kvs_policy_input *in, float *scores) {
@@ -403,6 +441,7 @@ static kvs_status more_score(void *self, const kvs_policy_input *in, float *scor
     case MK_LAGKV: return score_lagkv(m, in, scores);
     case MK_CRITICAL: return score_critical(m, in, scores);
     case MK_EXPECTED: return score_expected(m, in, scores);
+    case MK_PREFIX: return score_prefix(m, in, scores);
     }
     return KVS_OK;
 }
@@ -442,10 +481,12 @@ static const kvs_policy_ops more_ops[] = {
                      .observe = critical_observe, .compact = critical_compact, .destroy = more_destroy},
     [MK_EXPECTED] = {.name = "expected", .needs = more_needs, .score = more_score, .begin = expected_begin,
                      .observe = expected_observe, .destroy = more_destroy},
+    [MK_PREFIX] = {.name = "prefixkv", .needs = more_needs, .score = more_score, .begin = critical_begin,
+                   .observe = critical_observe, .compact = critical_compact, .destroy = more_destroy},
 };
 
 int kvs_policy_more_is(const char *name) {
-    for (int i = 0; i <= MK_EXPECTED; i++)
+    for (int i = 0; i <= MK_PREFIX; i++)
         if (strcmp(name, more_ops[i].name) == 0) return 1;
     return strncmp(name, "critical:", 9) == 0;
 }
@@ -460,10 +501,10 @@ kvs_status kvs_policy_more_create(kvs_policy **out, const char *name, const kvs_
         base = name + 9;
     } else {
         int i = 0;
-        while (i <= MK_EXPECTED && strcmp(name, more_ops[i].name)) i++;
-        if (i > MK_EXPECTED) return kvs_error(KVS_ERR_NOT_FOUND, "%s: unknown policy '%s'", op, name);
+        while (i <= MK_PREFIX && strcmp(name, more_ops[i].name)) i++;
+        if (i > MK_PREFIX) return kvs_error(KVS_ERR_NOT_FOUND, "%s: unknown policy '%s'", op, name);
         kind = (more_kind)i;
-        if (kind == MK_CRITICAL) base = pp->base ? pp->base : "snapkv";
+        if (kind == MK_CRITICAL || kind == MK_PREFIX) base = pp->base ? pp->base : "snapkv";
     }
     if (pp->lag == 1 || pp->lag < 0 || !(pp->first_stage >= 0.0f && pp->first_stage <= 1.0f) || pp->n_future < 0)
         return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: lag %lld (0 or >= 2), first_stage %g in [0, 1], n_future %lld >= 0 required",
@@ -473,19 +514,22 @@ kvs_status kvs_policy_more_create(kvs_policy **out, const char *name, const kvs_
     m->kind = kind;
     m->p = *pp;
     if (m->p.first_stage == 0.0f) m->p.first_stage = 0.5f;
-    if (kind == MK_CRITICAL) {
-        if (strcmp(base, "pyramidkv") == 0 || strcmp(base, "adakv") == 0 || strcmp(base, "critical") == 0 ||
-            strncmp(base, "critical:", 9) == 0) {
+    if (base) {
+        if (strcmp(base, "pyramidkv") == 0 || strcmp(base, "adakv") == 0 || strcmp(base, "prefixkv") == 0 ||
+            (kind == MK_CRITICAL && (strcmp(base, "critical") == 0 || strncmp(base, "critical:", 9) == 0))) {
             free(m);
-            return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: critical needs a scorer as its base (streaming, h2o, snapkv, tova, "
-                                                       "knorm, keydiff, lagkv, expected), not '%s'", op, base);
+            return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: %s needs a scorer as its base (streaming, h2o, snapkv, tova, "
+                                                       "knorm, keydiff, lagkv, expected%s), not '%s'",
+                             op, more_ops[kind].name, kind == MK_PREFIX ? ", critical[:base]" : "", base);
         }
         kvs_policy_params bp = *pp;
         bp.threshold = 0.0f; /* the threshold mode applies to the wrapper's scores */
+        if (bp.base && strcmp(bp.base, base) == 0) bp.base = "snapkv"; /* prefixkv over critical: critical's own base */
         kvs_status s = kvs_policy_create(&m->base, base, &bp);
         if (s != KVS_OK) {
             free(m);
-            return s == KVS_ERR_NOT_FOUND ? kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: critical: unknown base scorer '%s'", op, base) : s;
+            return s == KVS_ERR_NOT_FOUND ? kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: %s: unknown base scorer '%s'", op,
+                                                      more_ops[kind].name, base) : s;
         }
     }
     kvs_status s = kvs_policy_custom(out, &more_ops[kind], m, 0.0f, 0);
@@ -494,6 +538,7 @@ kvs_status kvs_policy_more_create(kvs_policy **out, const char *name, const kvs_
         return s;
     }
     m->owner = *out;
+    if (kind == MK_PREFIX) (*out)->min_scope = KVS_SCOPE_GLOBAL; /* one threshold over all layers */
     snprintf((*out)->name, sizeof (*out)->name, "%s", name);
     (*out)->builtin = 1;
     return KVS_OK;

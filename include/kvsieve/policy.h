@@ -54,6 +54,15 @@
  *                             R C R^T); z = mu.k / sqrt(d) + k^T C k / (2d), softmax over the head's
  *                             non-sink rows, mean over the query-head group, times ||v||_2; the
  *                             first n_sink positions +inf. Needs the model (kvs_policy_set_model).
+ *                  prefixkv   PrefixKV (Wang et al. 2024, arXiv 2412.03409; code THU-MIG/PrefixKV)
+ *                             over a base scorer (params base, default snapkv): per layer and kv
+ *                             head the base scores become an importance distribution (shifted by
+ *                             the minimum when negative), and a row scores 1 - the normalised mass
+ *                             of the rows ranked before it; the scope is raised to global, where
+ *                             one top-k keeps in every layer and head the shortest prefix of its
+ *                             ranking that reaches one common coverage threshold (the paper's
+ *                             binary search over that threshold). Ours: per kv head, where the
+ *                             paper sizes whole layers.
  *                Threshold mode (DMS-style, Lancucki et al. 2025, arXiv 2506.05345; kvpress
  *                DMSPress): params threshold t in (0, 1) evicts, whenever eviction runs, every row
  *                whose score min-max normalised over its head's finite scores is below t; the
@@ -168,7 +177,7 @@ typedef struct kvs_policy_params {
     int kernel;         /* snapkv: average-pooling kernel, odd, >= 1; default 5 */
     int beta;           /* pyramidkv: pyramid steepness, >= 1; default 20 */
     float alpha;        /* adakv: per-head floor as a fraction of the even share, [0, 1]; 0.2 */
-    const char *base;   /* pyramidkv/adakv/critical: base scorer name; default "snapkv" */
+    const char *base;   /* pyramidkv/adakv/critical/prefixkv: base scorer name; default "snapkv" */
     float threshold;    /* threshold mode (DMS-style) for the built-in scorers: in [0, 1), 0 = off
                          * (default); see the header comment */
     int64_t lag;        /* lagkv: partition size in rows, >= 2; 0 = min(128, max(4, budget / 4))
@@ -183,15 +192,15 @@ typedef struct kvs_policy_params {
 KVS_API kvs_policy_params kvs_policy_params_default(void);
 
 /* Names of the built-in policies, NULL-terminated: streaming, h2o, snapkv, tova, knorm, pyramidkv,
- * adakv, keydiff, lagkv, critical, expected ("critical:<base>" is accepted by kvs_policy_create
- * too). */
+ * adakv, keydiff, lagkv, critical, expected, prefixkv ("critical:<base>" is accepted by
+ * kvs_policy_create too). */
 KVS_API const char *const *kvs_policy_names(void);
 
 /* Creates a built-in policy by name (p NULL = defaults).
  * Errors: KVS_ERR_NOT_FOUND (unknown name; the message lists the names), KVS_ERR_INVALID_ARGUMENT
  * (n_sink < 0, window < 0, kernel even or < 1, beta < 1, alpha outside [0, 1], a base that is
- * itself pyramidkv/adakv/critical, threshold outside [0, 1), lag 1 or < 0, first_stage outside
- * [0, 1], n_future < 0), KVS_ERR_OUT_OF_MEMORY. */
+ * not a scorer (pyramidkv, adakv, prefixkv; critical except under prefixkv), threshold outside
+ * [0, 1), lag 1 or < 0, first_stage outside [0, 1], n_future < 0), KVS_ERR_OUT_OF_MEMORY. */
 KVS_API kvs_status kvs_policy_create(kvs_policy **out, const char *name, const kvs_policy_params *p);
 
 /* Wraps a user scorer (learned policies). ops must outlive the policy; self is passed to every op
