@@ -114,6 +114,11 @@ START_TEST(test_names_and_params) {
     ck_assert_int_eq(kvs_policy_create(&p, "critical:lru", &pp), KVS_ERR_INVALID_ARGUMENT);
     pp.lag = 1;
     ck_assert_int_eq(kvs_policy_create(&p, "lagkv", &pp), KVS_ERR_INVALID_ARGUMENT);
+    pp.lag = -3; /* checked for every name */
+    ck_assert_int_eq(kvs_policy_create(&p, "snapkv", &pp), KVS_ERR_INVALID_ARGUMENT);
+    pp = kvs_policy_params_default();
+    pp.n_future = -1;
+    ck_assert_int_eq(kvs_policy_create(&p, "expected", &pp), KVS_ERR_INVALID_ARGUMENT);
     pp = kvs_policy_params_default();
     pp.threshold = 1.0f;
     ck_assert_int_eq(kvs_policy_create(&p, "knorm", &pp), KVS_ERR_INVALID_ARGUMENT);

@@ -188,11 +188,13 @@ kvs_status kvs_policy_create(kvs_policy **out, const char *name, const kvs_polic
     kvs_policy_params p = pp ? *pp : kvs_policy_params_default();
     if (!p.base) p.base = "snapkv";
     if (p.n_sink < 0 || p.window < 0 || p.kernel < 1 || p.kernel % 2 == 0 || p.beta < 1 || !(p.alpha >= 0.0f && p.alpha <= 1.0f) ||
-        !(p.threshold >= 0.0f && p.threshold < 1.0f))
+        !(p.threshold >= 0.0f && p.threshold < 1.0f) || p.lag == 1 || p.lag < 0 || !(p.first_stage >= 0.0f && p.first_stage <= 1.0f) ||
+        p.n_future < 0)
         return kvs_error(KVS_ERR_INVALID_ARGUMENT,
                          "%s: n_sink %d >= 0, window %lld >= 0, kernel %d odd >= 1, beta %d >= 1, alpha %g in [0, 1], "
-                         "threshold %g in [0, 1) required",
-                         op, p.n_sink, (long long)p.window, p.kernel, p.beta, (double)p.alpha, (double)p.threshold);
+                         "threshold %g in [0, 1), lag %lld 0 or >= 2, first_stage %g in [0, 1], n_future %lld >= 0 required",
+                         op, p.n_sink, (long long)p.window, p.kernel, p.beta, (double)p.alpha, (double)p.threshold,
+                         (long long)p.lag, (double)p.first_stage, (long long)p.n_future);
     scorer_kind kind = SC_STREAMING;
     float alpha = 0.0f;
     int beta = 0;

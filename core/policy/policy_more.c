@@ -20,6 +20,7 @@ typedef struct more {
     kvs_policy *base;          /* critical, prefixkv: the wrapped scorer */
     const kvs_policy *owner;   /* the kvs_policy around this (its bound model) */
     int L;                     /* layers the weight slots were made for */
+    const kvs_model *w_model;  /* the model they were read from (another model: read again) */
     float **w;                 /* [L] host Wo (critical) or Wq (expected), read on first use */
     /* expected: per layer a ring of the last W pre-RoPE queries [W][n_heads * head_dim] */
     int64_t W;
@@ -78,7 +79,13 @@ static kvs_status weight(more *m, const kvs_model *model, int layer, int n_layer
     if (hp->n_layers != n_layers || layer < 0 || layer >= n_layers)
         return kvs_error(KVS_ERR_INVALID_ARGUMENT, "policy '%s': layer %d of %d does not fit the bound model (%d layers)",
                          kvs_policy_name(m->owner), layer, n_layers, hp->n_layers);
+    if (m->w && m->w_model != model) { /* bound to another model since: drop its weights */
+        for (int l = 0; l < m->L; l++) free(m->w[l]);
+        free(m->w);
+        m->w = NULL;
+    }
     if (!m->w) {
+        m->w_model = model;
         m->w = calloc((size_t)n_layers, sizeof *m->w);
         if (!m->w) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "policy: out of host memory");
         m->L = n_layers;
@@ -506,9 +513,6 @@ kvs_status kvs_policy_more_create(kvs_policy **out, const char *name, const kvs_
         kind = (more_kind)i;
         if (kind == MK_CRITICAL || kind == MK_PREFIX) base = pp->base ? pp->base : "snapkv";
     }
-    if (pp->lag == 1 || pp->lag < 0 || !(pp->first_stage >= 0.0f && pp->first_stage <= 1.0f) || pp->n_future < 0)
-        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: lag %lld (0 or >= 2), first_stage %g in [0, 1], n_future %lld >= 0 required",
-                         op, (long long)pp->lag, (double)pp->first_stage, (long long)pp->n_future);
     more *m = calloc(1, sizeof *m);
     if (!m) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
     m->kind = kind;
