@@ -122,6 +122,16 @@ START_TEST(test_names_and_params) {
     pp = kvs_policy_params_default();
     pp.threshold = 1.0f;
     ck_assert_int_eq(kvs_policy_create(&p, "knorm", &pp), KVS_ERR_INVALID_ARGUMENT);
+    /* the threshold by name */
+    ck_assert_msg(kvs_policy_create(&p, "critical:snapkv@0.25", NULL) == KVS_OK, "%s", kvs_last_error());
+    ck_assert_str_eq(kvs_policy_name(p), "critical:snapkv@0.25");
+    kvs_policy_destroy(&p);
+    const char *bad[] = {"snapkv@", "snapkv@1", "snapkv@0", "snapkv@0.3x", "@0.3", "lru@0.3"};
+    for (int i = 0; i < 6; i++) {
+        kvs_status st = kvs_policy_create(&p, bad[i], NULL);
+        ck_assert_msg(st == (i == 5 ? KVS_ERR_NOT_FOUND : KVS_ERR_INVALID_ARGUMENT), "%s: %d", bad[i], (int)st);
+        ck_assert_ptr_null(p);
+    }
     pp = kvs_policy_params_default();
     pp.first_stage = 1.5f;
     ck_assert_int_eq(kvs_policy_create(&p, "critical", &pp), KVS_ERR_INVALID_ARGUMENT);
@@ -246,6 +256,10 @@ START_TEST(test_threshold_keep) {
     h_step(&h, 5, thr_keys, thr_keys);
     const int32_t w0[4] = {0, 1, 2, 4};
     expect_pos(&h, 0, w0, 4);
+    h_free(&h);
+    h_init(&h, 2, 1, "knorm@0.5", NULL, 4, 1); /* the same threshold by name */
+    h_step(&h, 5, thr_keys, thr_keys);
+    expect_pos(&h, 1, w, 3);
     h_free(&h);
 }
 END_TEST

@@ -187,6 +187,19 @@ kvs_status kvs_policy_create(kvs_policy **out, const char *name, const kvs_polic
     *out = NULL;
     kvs_policy_params p = pp ? *pp : kvs_policy_params_default();
     if (!p.base) p.base = "snapkv";
+    const char *at = strchr(name, '@');
+    if (at) { /* "<name>@t": the threshold mode with threshold t (kvsieve eval --policies snapkv@0.3) */
+        char base[48], *end = NULL;
+        double t = strtod(at + 1, &end);
+        if ((size_t)(at - name) >= sizeof base || at == name || end == at + 1 || *end || !(t > 0.0 && t < 1.0))
+            return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: '%s': want <policy>@t with a threshold t in (0, 1)", op, name);
+        memcpy(base, name, (size_t)(at - name));
+        base[at - name] = '\0';
+        p.threshold = (float)t;
+        KVS_TRY(kvs_policy_create(out, base, &p));
+        snprintf((*out)->name, sizeof (*out)->name, "%s", name);
+        return KVS_OK;
+    }
     if (p.n_sink < 0 || p.window < 0 || p.kernel < 1 || p.kernel % 2 == 0 || p.beta < 1 || !(p.alpha >= 0.0f && p.alpha <= 1.0f) ||
         !(p.threshold >= 0.0f && p.threshold < 1.0f) || p.lag == 1 || p.lag < 0 || !(p.first_stage >= 0.0f && p.first_stage <= 1.0f) ||
         p.n_future < 0)

@@ -66,7 +66,9 @@
  *                Threshold mode (DMS-style, Lancucki et al. 2025, arXiv 2506.05345; kvpress
  *                DMSPress): params threshold t in (0, 1) evicts, whenever eviction runs, every row
  *                whose score min-max normalised over its head's finite scores is below t; the
- *                budget still caps the rest (rows scoring +inf are never evicted by it).
+ *                budget still caps the rest (rows scoring +inf are never evicted by it). By name:
+ *                "<policy>@t". Rows regrow up to budget + buffer between triggers, so the mode
+ *                lowers the mean occupancy, not the peak.
  *                GQA: attention statistics arrive as the mean over each kv head's query-head group
  *                (the attention op's key_mass); the cache keeps n_kv_heads rows and never expands.
  *                Learned policies (issue 8) plug in through kvs_policy_custom with their own
@@ -196,7 +198,8 @@ KVS_API kvs_policy_params kvs_policy_params_default(void);
  * kvs_policy_create too). */
 KVS_API const char *const *kvs_policy_names(void);
 
-/* Creates a built-in policy by name (p NULL = defaults).
+/* Creates a built-in policy by name (p NULL = defaults). "<name>@t" (e.g. "snapkv@0.3") is <name>
+ * in the threshold mode with threshold t in (0, 1), overriding p->threshold.
  * Errors: KVS_ERR_NOT_FOUND (unknown name; the message lists the names), KVS_ERR_INVALID_ARGUMENT
  * (n_sink < 0, window < 0, kernel even or < 1, beta < 1, alpha outside [0, 1], a base that is
  * not a scorer (pyramidkv, adakv, prefixkv; critical except under prefixkv), threshold outside
