@@ -419,12 +419,15 @@ START_TEST(test_expected_no_queries) {
 }
 END_TEST
 
-/* expected is exact for one future position: with n_future 1, window 1 and one observed query q
- * (covariance 0), z_r = R(cur+1) q . k_r / sqrt(d), i.e. the attention logit that query would have
- * at position cur+1. The test observes one layer-input row x through the evictor (q = Wq x inside
- * the policy), and computes the reference independently: Wq from the model file on the host, the
- * rotation by the device's kvs_rope, softmax over head 0's rows, mean over its query heads. */
-START_TEST(test_expected_one_position) {
+/* expected is exact for one future position: with n_future 1 the averaged rotation is R(cur+1), so
+ * with the observed pre-RoPE queries' mean mu and covariance C,
+ *   z_r = R mu . k_r / sqrt(d) + (k_r^T R C R^T k_r) / (2d).
+ * One query (C = 0): the attention logit that query would have at position cur+1. Two queries q1, q2:
+ * mu = (q1 + q2)/2 and C = e e^T with e = (q1 - q2)/2, so the second term is (R e . k_r)^2 / (2d).
+ * The test observes n_obs layer-input rows x through the evictor (q = Wq x inside the policy) and
+ * computes the reference independently: Wq from the model file on the host, R by the device's
+ * kvs_rope on mu and e, softmax over head 0's rows, mean over its query heads. */
+static void expected_exact(int n_obs) {
     kvs_device *dev = NULL;
     kvs_model *m = load_model(&dev);
     if (!m) return;
@@ -432,7 +435,7 @@ START_TEST(test_expected_one_position) {
     int H = hp->n_kv_heads, NH = hp->n_heads, d = hp->head_dim, D = hp->dim, G = NH / H, L = hp->n_layers;
     kvs_policy_params pp = kvs_policy_params_default();
     pp.n_sink = 0;
-    pp.window = 1;
+    pp.window = n_obs;
     pp.n_future = 1;
     kvs_policy *p = NULL;
     ck_assert(kvs_policy_create(&p, "expected", &pp) == KVS_OK);
@@ -444,54 +447,61 @@ START_TEST(test_expected_one_position) {
     ck_assert(kvs_evictor_create(&ev, &ep, hp, 100) == KVS_OK);
     kvs_cache_params cp = kvs_model_cache_params(m);
     cp.mode = KVS_CACHE_APPEND;
-    cp.capacity = kvs_evictor_capacity(ev, 1);
+    cp.capacity = kvs_evictor_capacity(ev, n_obs);
     kvs_kv_cache *cache = NULL;
     ck_assert(kvs_cache_create(&cache, dev, &cp) == KVS_OK);
     ck_assert(kvs_evictor_begin(ev, cache) == KVS_OK);
-    /* one step: a zero K/V row per layer, the layer input x, zero key mass */
+    /* one step of n_obs tokens: zero K/V rows, the layer inputs x, zero key mass */
     kvs_layer_plan lp[16];
     kvs_layer_stats st[16];
-    ck_assert(L <= 16);
+    ck_assert(L <= 16 && n_obs <= 2);
     int any = 0;
-    ck_assert(kvs_evictor_plan(ev, 1, lp, &any) == KVS_OK);
+    ck_assert(kvs_evictor_plan(ev, n_obs, lp, &any) == KVS_OK);
     ck_assert(lp[0].want_x == 1);
-    float *x = malloc((size_t)D * sizeof *x), *km = calloc((size_t)H, sizeof *km);
-    for (int c = 0; c < D; c++) x[c] = sinf(0.7f * (float)c + 1.0f);
+    float *x = malloc((size_t)n_obs * D * sizeof *x), *km = calloc((size_t)H * n_obs, sizeof *km);
+    for (int t = 0; t < n_obs; t++)
+        for (int c = 0; c < D; c++) x[t * D + c] = sinf((0.7f + 0.4f * (float)t) * (float)c + 1.0f + (float)t);
     kvs_tensor *z = NULL;
-    ck_assert(kvs_tensor_new(&z, dev, KVS_F32, d, H, 1, 0) == KVS_OK);
+    ck_assert(kvs_tensor_new(&z, dev, KVS_F32, d, H, n_obs, 0) == KVS_OK);
     ck_assert(kvs_tensor_fill(z, 0.0) == KVS_OK);
-    int32_t p0 = 0;
+    int32_t p0[2] = {0, 1};
     for (int l = 0; l < L; l++) {
-        ck_assert(kvs_cache_write_rows(cache, l, z, z, &p0, 1) == KVS_OK);
-        st[l] = (kvs_layer_stats){.n_kv = 1, .key_mass = km, .x = x, .n_x_rows = 1};
+        ck_assert(kvs_cache_write_rows(cache, l, z, z, p0, n_obs) == KVS_OK);
+        st[l] = (kvs_layer_stats){.n_kv = n_obs, .key_mass = km, .x = x, .n_x_rows = n_obs};
     }
     kvs_tensor_destroy(&z);
     kvs_step_result r = {.logits = NULL, .layers = st};
     ck_assert_msg(kvs_evictor_update(ev, cache, &r) == KVS_OK, "%s", kvs_last_error());
-    /* the reference: q = Wq x (layer 0), rotated to position cur + 1 = 6 by kvs_rope */
+    /* the reference: q_t = Wq x_t (layer 0); rows 0, 1 of qt = mu, e; rotated to position 6 */
     char path[4096];
     ck_assert(kvs_model_locate("stories260K-f32.v3.gguf", path, sizeof path) == KVS_OK);
     kvs_model_file *mf = NULL;
     ck_assert(kvs_model_file_open(&mf, path, NULL) == KVS_OK);
-    float *wq = malloc((size_t)NH * d * D * sizeof *wq), *q = malloc((size_t)NH * d * sizeof *q);
+    int QD = NH * d;
+    float *wq = malloc((size_t)QD * D * sizeof *wq), *q = calloc((size_t)2 * QD, sizeof *q), *me = calloc((size_t)2 * QD, sizeof *me);
     ck_assert(kvs_weight_to_f32(&kvs_model_file_weights(mf)->layers[0].wq, wq) == KVS_OK);
-    for (int j = 0; j < NH * d; j++) {
-        double s = 0.0;
-        for (int c = 0; c < D; c++) s += (double)wq[(size_t)j * D + c] * x[c];
-        q[j] = (float)s;
+    for (int t = 0; t < n_obs; t++)
+        for (int j = 0; j < QD; j++) {
+            double s = 0.0;
+            for (int c = 0; c < D; c++) s += (double)wq[(size_t)j * D + c] * x[t * D + c];
+            q[t * QD + j] = (float)s;
+        }
+    for (int j = 0; j < QD; j++) {
+        me[j] = n_obs == 1 ? q[j] : (q[j] + q[QD + j]) / 2.0f;
+        me[QD + j] = n_obs == 1 ? 0.0f : (q[j] - q[QD + j]) / 2.0f;
     }
     kvs_tensor *qt = NULL, *pt = NULL;
-    ck_assert(kvs_tensor_new(&qt, dev, KVS_F32, d, NH, 1, 0) == KVS_OK);
-    ck_assert(kvs_tensor_new(&pt, dev, KVS_I32, 1, 0, 0, 0) == KVS_OK);
-    int32_t six = 6;
-    ck_assert(kvs_tensor_upload(qt, q, 0, (size_t)NH * d * 4) == KVS_OK);
-    ck_assert(kvs_tensor_upload(pt, &six, 0, 4) == KVS_OK);
+    ck_assert(kvs_tensor_new(&qt, dev, KVS_F32, d, NH, 2, 0) == KVS_OK);
+    ck_assert(kvs_tensor_new(&pt, dev, KVS_I32, 2, 0, 0, 0) == KVS_OK);
+    int32_t six[2] = {6, 6};
+    ck_assert(kvs_tensor_upload(qt, me, 0, (size_t)2 * QD * 4) == KVS_OK);
+    ck_assert(kvs_tensor_upload(pt, six, 0, 8) == KVS_OK);
     kvs_rope_params rp = kvs_rope_params_default();
     rp.mode = hp->rope_mode;
     rp.theta_base = hp->rope_base;
     rp.n_rot = hp->rope_dim;
     ck_assert_msg(kvs_rope(dev, qt, pt, &rp) == KVS_OK, "%s", kvs_last_error());
-    ck_assert(kvs_tensor_download(qt, q, 0, (size_t)NH * d * 4) == KVS_OK);
+    ck_assert(kvs_tensor_download(qt, me, 0, (size_t)2 * QD * 4) == KVS_OK);
     /* head 0: 6 rows of keys, unit values */
     int64_t S = 6, len[16] = {0};
     len[0] = 6;
@@ -510,16 +520,20 @@ START_TEST(test_expected_one_position) {
     for (int g = 0; g < G; g++) {
         double lg[6], mx = -INFINITY, sum = 0.0;
         for (int rr = 0; rr < 6; rr++) {
-            double s = 0.0;
-            for (int a = 0; a < d; a++) s += (double)q[g * d + a] * k[rr * d + a];
-            lg[rr] = s / sqrt((double)d);
+            double s = 0.0, e = 0.0;
+            for (int a = 0; a < d; a++) {
+                s += (double)me[g * d + a] * k[rr * d + a];
+                e += (double)me[QD + g * d + a] * k[rr * d + a];
+            }
+            lg[rr] = s / sqrt((double)d) + e * e / (2.0 * d);
             mx = lg[rr] > mx ? lg[rr] : mx;
         }
         for (int rr = 0; rr < 6; rr++) sum += (lg[rr] = exp(lg[rr] - mx));
         for (int rr = 0; rr < 6; rr++) want[rr] += lg[rr] / sum / G;
     }
-    for (int rr = 0; rr < 6; rr++) ck_assert_msg(fabs(sc[rr] - want[rr]) < 1e-5, "row %d: %g vs %g", rr, (double)sc[rr], want[rr]);
-    free(x), free(km), free(wq), free(q), free(k), free(v), free(sc);
+    for (int rr = 0; rr < 6; rr++)
+        ck_assert_msg(fabs(sc[rr] - want[rr]) < 1e-5, "%d queries, row %d: %g vs %g", n_obs, rr, (double)sc[rr], want[rr]);
+    free(x), free(km), free(wq), free(q), free(me), free(k), free(v), free(sc);
     kvs_tensor_destroy(&qt);
     kvs_tensor_destroy(&pt);
     kvs_model_file_close(&mf);
@@ -528,6 +542,11 @@ START_TEST(test_expected_one_position) {
     kvs_policy_destroy(&p);
     kvs_model_destroy(&m);
     kvs_device_destroy(&dev);
+}
+
+START_TEST(test_expected_one_position) {
+    expected_exact(1);
+    expected_exact(2);
 }
 END_TEST
 
