@@ -30,6 +30,7 @@
 #include "kvsieve/model_file.h"
 #include "kvsieve/policy.h"
 #include "kvsieve/tokenizer.h"
+#include "opts_common.h"
 #include "policy_opts.h"
 #include "svg_plot.h"
 
@@ -211,9 +212,10 @@ static void fmt_budget(char *buf, size_t n, double b) {
 int cmd_eval(int argc, char **argv) {
     const char *prog = "kvsieve eval";
     const char *model = NULL, *text = NULL, *policies = "streaming,h2o,snapkv,tova,knorm,pyramidkv,adakv";
-    const char *budgets = "0.1,0.25,0.5", *backend = NULL, *plot = NULL, *split = "all";
+    const char *budgets = "0.1,0.25,0.5", *plot = NULL, *split = "all";
     int64_t ctx = CLI_UNSET_I64, windows = 8;
-    int json = 0, threads = 0;
+    int json = 0;
+    device_opts dv = {0};
     policy_opts po = POLICY_OPTS_INIT;
     const cli_opt opts[] = {
         {"model", 'm', CLI_STRING, &model, "MODEL", "model file (path or name under KVSIEVE_MODELS); required"},
@@ -234,8 +236,7 @@ int cmd_eval(int argc, char **argv) {
         POLICY_MODE_OPTS(po),
         {"json", 0, CLI_FLAG, &json, NULL, "print one JSON object instead of the table"},
         {"plot", 0, CLI_STRING, &plot, "FILE.svg", "write an SVG plot: top-1 agreement and KL vs budget per policy"},
-        {"backend", 'b', CLI_STRING, &backend, "B[:I]", "device (default cpu)"},
-        {"threads", 't', CLI_INT, &threads, "N", "CPU threads (default: all cores)"},
+        DEVICE_OPTS(dv),
     };
     const cli_spec spec = {
         .prog = prog,
@@ -298,8 +299,8 @@ int cmd_eval(int argc, char **argv) {
         }
 
     /* model, tokenizer, text */
-    char path[4096];
-    kvs_tokenizer *tk = NULL;
+    cli_model cm = {0};
+    const char *path = cm.path;
     eval_ctx e;
     memset(&e, 0, sizeof e);
     e.prog = prog;
@@ -307,16 +308,14 @@ int cmd_eval(int argc, char **argv) {
     int32_t *ids = NULL;
     int64_t n_ids = 0;
     kvs_kv_cache *full_cache = NULL;
-    rc = policy_model_tokens(prog, model, text, path, sizeof path, &tk, &ids, &n_ids);
-    if (rc != CLI_EXIT_OK) goto done;
-    rc = cli_open_device(prog, backend, threads, &e.dev);
+    rc = cli_model_open_file(prog, model, &cm);
+    if (rc == CLI_EXIT_OK) rc = cli_model_read_tokens(prog, &cm, text, &ids, &n_ids);
+    if (rc == CLI_EXIT_OK) rc = cli_model_create(prog, &dv, &cm);
     if (rc != CLI_EXIT_OK) goto done;
     rc = CLI_EXIT_FAIL;
-    if (kvs_model_load(&e.m, e.dev, path, NULL) != KVS_OK) {
-        rc = cli_fail_file(CLI_EXIT_USAGE, prog, path);
-        goto done;
-    }
-    e.hp = kvs_model_get_hparams(e.m);
+    e.dev = cm.dev;
+    e.m = cm.m;
+    e.hp = cm.hp;
     for (int i = 0; i < np; i++)
         if (policy_is_learned(pnames[i])) {
             rc = policy_make_learned(prog, pnames[i], po.policy_file, e.hp, thr, fl, &pols[i]);
@@ -406,7 +405,7 @@ int cmd_eval(int argc, char **argv) {
     for (int64_t w = 0; w < windows && s == KVS_OK; w++) {
         win[0] = e.hp->bos_id >= 0 ? e.hp->bos_id : 1;
         memcpy(win + 1, ids + w * (ctx - 1), (size_t)(ctx - 1) * sizeof *win);
-        total_probes += mark_probes(tk, win, ctx, e.probe);
+        total_probes += mark_probes(cm.tok, win, ctx, e.probe);
         s = run_window(&e, full_cache, NULL, win, &cells[0], 1);
         for (int k = 1; k < ncell && s == KVS_OK; k++) s = run_window(&e, caches[k], evs[k], win, &cells[k], 0);
         if (!json && tty) fprintf(stderr, "\r%s: window %lld/%lld", prog, (long long)(w + 1), (long long)windows);
@@ -524,9 +523,7 @@ int cmd_eval(int argc, char **argv) {
 done:
     for (int i = 0; i < np; i++) kvs_policy_destroy(&pols[i]);
     kvs_cache_destroy(&full_cache);
-    kvs_model_destroy(&e.m);
-    if (e.dev) kvs_device_destroy(&e.dev);
-    kvs_tokenizer_destroy(&tk);
+    cli_model_close(&cm);
     free(e.lp); free(e.full_lp); free(e.full_top); free(e.lp_buf); free(e.probe);
     free(cells); free(ids);
     return rc;

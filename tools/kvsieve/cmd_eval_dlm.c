@@ -18,6 +18,7 @@
 #include "kvsieve/model_file.h"
 #include "kvsieve/schedule.h"
 #include "kvsieve/tokenizer.h"
+#include "opts_common.h"
 
 #define PROG "kvsieve eval --dlm"
 #define MAX_LIST 16
@@ -267,10 +268,11 @@ int cmd_eval_dlm(int argc, char **argv) {
     for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
         if (!strcmp(argv[i], "--tasks") || !strncmp(argv[i], "--tasks=", 8)) return cmd_eval_dlm_tasks(argc, argv);
     const char *model = "stories260K-llada-f32.gguf", *prompts_path = NULL, *gens_s = "64,128,256,448",
-               *caches_s = "none,prefix,dual,delayed,elastic", *backend = "cpu", *plot = NULL,
+               *caches_s = "none,prefix,dual,delayed,elastic", *plot = NULL,
                *long_text = NULL, *budgets_s = "0.25,0.5";
     int64_t block = 32, long_len = 320, long_gen = 128;
-    int long_n = 3, json = 0, threads = 0, dlm_flag = 0, fidelity = 0;
+    int long_n = 3, json = 0, dlm_flag = 0, fidelity = 0;
+    device_opts dv = {.backend = "cpu"};
     double threshold = 0.9;
     dlm_cache_opts co = dlm_cache_opts_default();
     cli_opt opts[32] = {
@@ -287,8 +289,7 @@ int cmd_eval_dlm(int argc, char **argv) {
         {"long-len", 0, CLI_INT64, &long_len, "T", "tokens per long prompt (default 320)"},
         {"long-gen", 0, CLI_INT64, &long_gen, "N", "generated tokens for the long prompts (default 128)"},
         {"budgets", 0, CLI_STRING, &budgets_s, "F,F", "WaveFilter budgets for the long-prompt rows (default 0.25,0.5)"},
-        {"backend", 'b', CLI_STRING, &backend, "B[:I]", "cpu | opencl | vulkan (default cpu)"},
-        {"threads", 't', CLI_INT, &threads, "N", "CPU backend threads (default: all cores)"},
+        DEVICE_OPTS(dv),
         {"json", 0, CLI_FLAG, &json, NULL, "print one JSON object instead of the tables"},
         {"plot", 0, CLI_STRING, &plot, "F.svg", "write an SVG plot of speedup, compute fraction and agreement"},
         {"fidelity", 0, CLI_FLAG, &fidelity, NULL, "also measure step fidelity: argmax agreement with a no-cache forward of "
@@ -343,10 +344,7 @@ int cmd_eval_dlm(int argc, char **argv) {
         if (!(budgets[i] > 0 && budgets[i] <= 1)) return cli_fail(CLI_EXIT_USAGE, PROG, "--budgets: %g outside (0, 1]", budgets[i]);
 
     /* model, tokenizer, device */
-    char path[4096];
-    if (kvs_model_locate(model, path, sizeof path) != KVS_OK) return cli_fail(CLI_EXIT_USAGE, PROG, "%s", kvs_last_error());
-    kvs_model_file *mf = NULL;
-    kvs_tokenizer *tok = NULL;
+    cli_model cm = {0};
     ctx c = {.block = block, .threshold = (float)threshold};
     prompt ps[MAX_PROMPTS], lp[MAX_PROMPTS];
     int np = 0, nlp = 0;
@@ -355,26 +353,20 @@ int cmd_eval_dlm(int argc, char **argv) {
     agg *la = NULL;
     char *text = NULL;
     if (!a) return cli_fail(CLI_EXIT_FAIL, PROG, "out of memory");
-    if (kvs_model_file_open(&mf, path, NULL) != KVS_OK || kvs_tokenizer_from_model_file(&tok, mf) != KVS_OK) {
-        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "%s", kvs_last_error());
-        goto done;
-    }
-    rc = cli_open_device(PROG, backend, threads, &c.dev);
+    rc = cli_model_open(PROG, model, &dv, &cm);
+    if (rc == CLI_EXIT_OK) rc = cli_model_require_dlm(PROG, model, &cm);
     if (rc != CLI_EXIT_OK) {
         exit_code = rc;
         goto done;
     }
-    if (kvs_model_create(&c.m, c.dev, mf, NULL) != KVS_OK) {
+    c.dev = cm.dev;
+    c.m = cm.m;
+    const kvs_tokenizer *tok = cm.tok;
+    const kvs_model_hparams *hp = cm.hp;
+    const char *path = cm.path;
+    /* --fidelity: a second copy of the weights for the no-cache shadow forward */
+    if (fidelity && kvs_model_create(&c.shadow, c.dev, cm.mf, NULL) != KVS_OK) {
         exit_code = cli_fail(CLI_EXIT_FAIL, PROG, "%s", kvs_last_error());
-        goto done;
-    }
-    if (fidelity && kvs_model_create(&c.shadow, c.dev, mf, NULL) != KVS_OK) {
-        exit_code = cli_fail(CLI_EXIT_FAIL, PROG, "%s", kvs_last_error());
-        goto done;
-    }
-    const kvs_model_hparams *hp = kvs_model_get_hparams(c.m);
-    if (hp->arch != KVS_ARCH_LLADA) {
-        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "%s is not a masked-diffusion (llada) model", model);
         goto done;
     }
     /* prompts */
@@ -519,10 +511,7 @@ done:
     free(a);
     free(la);
     free(text);
-    kvs_model_destroy(&c.m);
     kvs_model_destroy(&c.shadow);
-    kvs_device_destroy(&c.dev);
-    kvs_tokenizer_destroy(&tok);
-    kvs_model_file_close(&mf);
+    cli_model_close(&cm);
     return exit_code;
 }

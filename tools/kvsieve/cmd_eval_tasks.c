@@ -23,6 +23,7 @@
 #include "kvsieve/model_file.h"
 #include "kvsieve/schedule.h"
 #include "kvsieve/tokenizer.h"
+#include "opts_common.h"
 
 #define PROG "kvsieve eval --dlm --tasks"
 #define MAX_LIST 16
@@ -183,8 +184,9 @@ static int write_svg(const char *path, const char *model, const variant *v, int 
 
 int cmd_eval_dlm_tasks(int argc, char **argv) {
     const char *model = "stories260K-llada-f32.gguf", *tasks_path = NULL, *caches_s = "none,prefix,dual,delayed,elastic",
-               *backend = "cpu", *plot = NULL, *budgets_s = "0.25,0.5", *only = NULL;
-    int json = 0, threads = 0, dlm_flag = 0, answers = 0;
+               *plot = NULL, *budgets_s = "0.25,0.5", *only = NULL;
+    int json = 0, dlm_flag = 0, answers = 0;
+    device_opts dv = {.backend = "cpu"};
     int64_t limit = 0;
     double threshold = 0.9;
     dlm_cache_opts co = dlm_cache_opts_default();
@@ -200,8 +202,7 @@ int cmd_eval_dlm_tasks(int argc, char **argv) {
                                                       "token per step)"},
         {"task", 0, CLI_STRING, &only, "NAME", "only the cases of this task (default all)"},
         {"limit", 0, CLI_INT64, &limit, "N", "at most the first N cases of each task (default all)"},
-        {"backend", 'b', CLI_STRING, &backend, "B[:I]", "cpu | opencl | vulkan (default cpu)"},
-        {"threads", 't', CLI_INT, &threads, "N", "CPU backend threads (default: all cores)"},
+        DEVICE_OPTS(dv),
         {"json", 0, CLI_FLAG, &json, NULL, "print one JSON object instead of the table"},
         {"answers", 0, CLI_FLAG, &answers, NULL, "with --json: every case's decoded answer per schedule"},
         {"plot", 0, CLI_STRING, &plot, "F.svg", "write an SVG of accuracy and speedup per schedule and task"},
@@ -212,7 +213,7 @@ int cmd_eval_dlm_tasks(int argc, char **argv) {
     n_opts += DLM_CACHE_N_OPTS;
     const cli_spec spec = {
         .prog = PROG,
-        .usage = "--tasks FILE [-m MODEL] [--caches ...] [--budgets F,F] [--threshold E] [--json] [--plot F.svg]",
+        .usage = "FILE [-m MODEL] [--caches ...] [--budgets F,F] [--threshold E] [--json] [--plot F.svg]",
         .summary = "Task accuracy, steps, tokens per step, compute and wall-time speedup of the diffusion cache\n"
                    "schedules, per task, against the LLaDA baseline (no cache, one token per step) and `none`.",
         .opts = opts,
@@ -278,11 +279,7 @@ int cmd_eval_dlm_tasks(int argc, char **argv) {
     if (ps != KVS_OK) return cli_fail(CLI_EXIT_USAGE, PROG, "%s", kvs_last_error());
 
     int exit_code = CLI_EXIT_FAIL;
-    char path[4096];
-    kvs_model_file *mf = NULL;
-    kvs_tokenizer *tok = NULL;
-    kvs_device *dev = NULL;
-    kvs_model *m = NULL;
+    cli_model cm = {0};
     tcase *tc = calloc((size_t)set.n, sizeof *tc);
     char *tasks[MAX_TASKS];
     int nt = 0;
@@ -296,28 +293,16 @@ int cmd_eval_dlm_tasks(int argc, char **argv) {
         exit_code = cli_fail(CLI_EXIT_FAIL, PROG, "out of memory");
         goto done;
     }
-    if (kvs_model_locate(model, path, sizeof path) != KVS_OK) {
-        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "%s", kvs_last_error());
-        goto done;
-    }
-    if (kvs_model_file_open(&mf, path, NULL) != KVS_OK || kvs_tokenizer_from_model_file(&tok, mf) != KVS_OK) {
-        exit_code = cli_fail_file(CLI_EXIT_USAGE, PROG, path);
-        goto done;
-    }
-    rc = cli_open_device(PROG, backend, threads, &dev);
+    rc = cli_model_open(PROG, model, &dv, &cm);
+    if (rc == CLI_EXIT_OK) rc = cli_model_require_dlm(PROG, model, &cm);
     if (rc != CLI_EXIT_OK) {
         exit_code = rc;
         goto done;
     }
-    if (kvs_model_create(&m, dev, mf, NULL) != KVS_OK) {
-        exit_code = cli_fail(CLI_EXIT_FAIL, PROG, "%s", kvs_last_error());
-        goto done;
-    }
-    const kvs_model_hparams *hp = kvs_model_get_hparams(m);
-    if (hp->arch != KVS_ARCH_LLADA) {
-        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "%s is not a masked-diffusion (llada) model", model);
-        goto done;
-    }
+    kvs_device *dev = cm.dev;
+    kvs_model *m = cm.m;
+    const kvs_tokenizer *tok = cm.tok;
+    const kvs_model_hparams *hp = cm.hp;
     /* cases: filter, group by task, tokenize, check the context */
     for (int64_t i = 0; i < set.n; i++) {
         const dlm_task_case *c = &set.cases[i];
@@ -479,9 +464,6 @@ done:
     free(st);
     free(ok);
     dlm_tasks_free(&set);
-    kvs_model_destroy(&m);
-    kvs_device_destroy(&dev);
-    kvs_tokenizer_destroy(&tok);
-    kvs_model_file_close(&mf);
+    cli_model_close(&cm);
     return exit_code;
 }
