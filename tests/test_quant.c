@@ -24,6 +24,7 @@
 #include "backends/cpu/matmul.h"
 #include "kvsieve/gguf.h"
 #include "quant/quant.h"
+#include "ref_quant.h"
 
 static const char *g_dir;
 
@@ -62,82 +63,6 @@ static void load(const char *name, vec_file *v) {
     ck_assert(fread(v->blocks, v->size, v->n_blocks, f) == v->n_blocks);
     ck_assert(fread(v->expect, sizeof(float) * v->block, v->n_blocks, f) == v->n_blocks);
     fclose(f);
-}
-
-/* ---- the float64 reference: one value at a time, from the format's description ---------------- */
-
-static double f16d(const uint8_t *p) {
-    unsigned h = p[0] | (unsigned)p[1] << 8;
-    int e = (h >> 10) & 31, m = h & 1023;
-    double v = e == 0 ? ldexp(m, -24) : ldexp(1024 + m, e - 25);
-    return (h & 0x8000) ? -v : v;
-}
-
-static int bit(const uint8_t *p, int i) { return (p[i / 8] >> (i % 8)) & 1; }
-
-/* 4-bit code of value i of a 32-value group stored as 16 bytes (low nibbles, then high nibbles). */
-static int nib32(const uint8_t *qs, int i) { return i < 16 ? qs[i] & 15 : qs[i - 16] >> 4; }
-
-static const int iq4[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
-
-/* Value i of block b as scale*q (the "mul" part) and min (subtracted/added), exact in double. */
-static void ref_value(kvs_dtype dt, const uint8_t *b, int i, double *mul, double *add) {
-    *add = 0.0;
-    switch (dt) {
-    case KVS_Q4_0: *mul = f16d(b) * (nib32(b + 2, i) - 8); break;
-    case KVS_Q4_1: *mul = f16d(b) * nib32(b + 4, i); *add = f16d(b + 2); break;
-    case KVS_Q5_0: *mul = f16d(b) * ((nib32(b + 6, i) | bit(b + 2, i) << 4) - 16); break;
-    case KVS_Q5_1: *mul = f16d(b) * (nib32(b + 8, i) | bit(b + 4, i) << 4); *add = f16d(b + 2); break;
-    case KVS_Q8_0: *mul = f16d(b) * (int8_t)b[2 + i]; break;
-    case KVS_IQ4_NL: *mul = f16d(b) * iq4[nib32(b + 2, i)]; break;
-    case KVS_Q2_K: {
-        /* 2-bit value i: byte 32*(i/128) + i%32, bit pair (i/32)%4; sub-block i/16 */
-        int q = (b[16 + 32 * (i / 128) + i % 32] >> (2 * ((i / 32) % 4))) & 3, s = b[i / 16];
-        *mul = f16d(b + 80) * (s & 15) * q;
-        *add = -f16d(b + 82) * (s >> 4);
-        break;
-    }
-    case KVS_Q3_K: {
-        int q = (b[32 + 32 * (i / 128) + i % 32] >> (2 * ((i / 32) % 4))) & 3;
-        if (!((b[i % 32] >> (i / 32)) & 1)) q -= 4;
-        int j = i / 16;
-        int s = ((b[96 + j % 8] >> (4 * (j / 8))) & 15) | ((b[96 + 8 + j % 4] >> (2 * (j / 4))) & 3) << 4;
-        *mul = f16d(b + 108) * (s - 32) * q;
-        break;
-    }
-    case KVS_Q4_K:
-    case KVS_Q5_K: {
-        int j = i / 32, sc, mn;
-        const uint8_t *s = b + 4;
-        if (j < 4) {
-            sc = s[j] & 63;
-            mn = s[j + 4] & 63;
-        } else {
-            sc = (s[j + 4] & 15) | (s[j - 4] >> 6) << 4;
-            mn = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
-        }
-        const uint8_t *qs = b + (dt == KVS_Q4_K ? 16 : 48);
-        int q = (qs[32 * (j / 2) + i % 32] >> (4 * (j % 2))) & 15;
-        if (dt == KVS_Q5_K) q |= ((b[16 + i % 32] >> j) & 1) << 4;
-        *mul = f16d(b) * sc * q;
-        *add = -f16d(b + 2) * mn;
-        break;
-    }
-    case KVS_Q6_K: {
-        int g = i / 128, r = i % 128; /* r = 32*s + l */
-        int lo = (b[64 * g + r % 64] >> (4 * (r / 64))) & 15;
-        int hi = (b[128 + 32 * g + r % 32] >> (2 * (r / 32))) & 3;
-        *mul = f16d(b + 208) * (int8_t)b[192 + i / 16] * ((lo | hi << 4) - 32);
-        break;
-    }
-    case KVS_IQ4_XS: {
-        int j = i / 32;
-        int s = ((b[4 + j / 2] >> (4 * (j % 2))) & 15) | (((b[2] | b[3] << 8) >> (2 * j)) & 3) << 4;
-        *mul = f16d(b) * (s - 32) * iq4[nib32(b + 8 + 16 * j, i % 32)];
-        break;
-    }
-    default: ck_abort_msg("no reference for %s", kvs_dtype_name(dt));
-    }
 }
 
 /* ---- tests ---------------------------------------------------------------------------------- */
@@ -193,7 +118,7 @@ START_TEST(test_vectors) {
         const uint8_t *b = v.blocks + (size_t)bi * v.size;
         for (uint32_t i = 0; i < v.block; i++) {
             double mul, add;
-            ref_value(dt, b, (int)i, &mul, &add);
+            ref_quant_value(dt, b, (int)i, &mul, &add);
             const double want = mul + add, g = v.expect[(size_t)bi * v.block + i];
             const double tol = 3.0 * 0x1p-24 * (fabs(mul) + fabs(add)) + 0x1p-149;
             ck_assert_msg(fabs(g - want) <= tol, "%s block %u value %u: f32 %.9g, float64 reference %.17g (tol %.3g)",
