@@ -7,17 +7,13 @@
 
 #include "internal.h"
 
-/* Q8_0 (GGUF): blocks of 32 values, each 34 bytes = f16 scale d + 32 int8 q; value = d * q. */
-#define KVS_Q8_BLOCK 32
-#define KVS_Q8_BYTES 34
-
 /* Few x rows (decoding: n <= KVS_GEMV_MAX_N): the op is bound by streaming W, so W is read once, in
  * its own dtype, and dotted with every x row (AVX-512 with F16C-style conversions where the CPU has
  * it, portable 16-lane C otherwise). Rows of W are split over the threads. */
 #define KVS_GEMV_MAX_N 4
 
-/* acc[i] = W_row . x_i for i < n (n <= KVS_GEMV_MAX_N); W row of k values in dtype dt (k % 16 == 0;
- * q8_0: k % 32 == 0). AVX-512F + F16C. */
+/* acc[i] = W_row . x_i for i < n (n <= KVS_GEMV_MAX_N); W row of k values in dtype dt (F32, F16,
+ * BF16; k % 16 == 0). AVX-512F + F16C. */
 void kvs_cpu_dot_rows_avx512(const void *wrow, kvs_dtype dt, const float *x, int64_t k, int64_t n, float *acc);
 
 /* C[8][32] (+)= A[8][K] . B[K][32]: A rows of stride lda, B rows of stride ldb, C rows of stride

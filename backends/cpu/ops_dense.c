@@ -9,8 +9,6 @@
 
 /* ---- weight rows -> f32 ------------------------------------------------------------------- */
 
-/* Q8_0 layout: matmul.h. */
-
 KVS_CLONES
 static void row_f16_to_f32(const uint16_t *KVS_RESTRICT s, float *KVS_RESTRICT d, int64_t n) {
     for (int64_t i = 0; i < n; i++) d[i] = kvs_h2f(s[i]);
@@ -68,9 +66,9 @@ static void matmul_small_n(kvs_device *dev, const kvs_matmul_args *a) {
     const int64_t m = a->m, k = a->k, n = a->n;
     const kvs_dtype dt = a->W->dtype;
     const size_t wrow = kvs_dtype_bytes(dt, k);
-    /* block types: the variant's quant kernels (matmul.h), except Q8_0 on the AVX-512 path below */
+    /* block types: the variant's quant kernels (matmul.h) */
     const int fast = kvs_cpu_use_avx512(dev, KVS_OP_matmul) && k % 16 == 0;
-    const int quant = kvs_dtype_is_quant(dt) && !(dt == KVS_Q8_0 && fast && KVS_CPU_HAVE_AVX512);
+    const int quant = kvs_dtype_is_quant(dt);
     kvs_cpu_qdot_fn qdot;
     kvs_cpu_qdecode_fn qdecode;
     kvs_cpu_quant_kernels(dev, KVS_OP_matmul, &qdot, &qdecode);

@@ -1,6 +1,7 @@
 /* CPU backend, x86 AVX-512F kernels of the block-quantized weights (contracts: ../matmul.h):
- * core/quant/quant_blocks.h's decoders compiled for AVX-512 (the compiler vectorises them), then the
- * decoded chunk dotted with up to 4 x rows by 16-wide FMA. Chosen per call by ops_quant.c (variants
+ * GEMV of Q4_0, Q8_0, Q4_K, Q6_K fused (16 weights decoded into a register, then FMA per x row);
+ * the other types, and the GEMM tiles: core/quant/quant_blocks.h's decoders compiled for AVX-512 (the
+ * compiler vectorises them) into an L1 buffer, then 16-wide FMA. Chosen per call by ops_quant.c (variants
  * "avx512" / "avx512-blas", or automatically on a CPU with AVX-512F and F16C). */
 #include "../cpu_kernels.h"
 
@@ -20,7 +21,111 @@ void kvs_cpu_qdecode_avx512(kvs_dtype dt, const void *src, int64_t n, float *dst
     kvs_qb_decode_n(dt, src, n / kvs_dtype_block(dt), dst);
 }
 
+/* ---- fused kernels of the common types: 16 weights decoded into a register (the same f32
+ * operations as the reference decoder, so the register holds the reference values bit for bit),
+ * then one FMA per x row. a[i][p]: two accumulators per row (alternating 16-value chunks). */
+
+#define FMA_ROWS(W, COL, P)                                                                          \
+    do {                                                                                             \
+        const __m512 w_ = (W);                                                                       \
+        for (int64_t i_ = 0; i_ < n; i_++)                                                           \
+            a[i_][P] = _mm512_fmadd_ps(w_, _mm512_loadu_ps(x + i_ * k + (COL)), a[i_][P]);            \
+    } while (0)
+
+static inline __attribute__((always_inline)) void dot_q4_0(const uint8_t *w, const float *x, int64_t k, const int64_t n,
+                                                        __m512 a[][2]) {
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    const __m512i eight = _mm512_set1_epi32(8);
+    for (int64_t b = 0; b < k / 32; b++, w += 18) {
+        const __m512 d = _mm512_set1_ps(kvs_qf16(w));
+        const __m128i q = _mm_loadu_si128((const __m128i *)(w + 2));
+        const __m512i lo = _mm512_cvtepu8_epi32(_mm_and_si128(q, m4));
+        const __m512i hi = _mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(q, 4), m4));
+        FMA_ROWS(_mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(lo, eight))), 32 * b, 0);
+        FMA_ROWS(_mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(hi, eight))), 32 * b + 16, 1);
+    }
+}
+
+static inline __attribute__((always_inline)) void dot_q8_0(const uint8_t *w, const float *x, int64_t k, const int64_t n,
+                                                        __m512 a[][2]) {
+    for (int64_t b = 0; b < k / 32; b++, w += 34) {
+        const __m512 d = _mm512_set1_ps(kvs_qf16(w));
+        const __m512i q0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(w + 2)));
+        const __m512i q1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(w + 18)));
+        FMA_ROWS(_mm512_mul_ps(d, _mm512_cvtepi32_ps(q0)), 32 * b, 0);
+        FMA_ROWS(_mm512_mul_ps(d, _mm512_cvtepi32_ps(q1)), 32 * b + 16, 1);
+    }
+}
+
+static inline __attribute__((always_inline)) void dot_q4_k(const uint8_t *w, const float *x, int64_t k, const int64_t n,
+                                                        __m512 a[][2]) {
+    const __m512i m4 = _mm512_set1_epi32(0x0f);
+    for (int64_t b = 0; b < k / 256; b++, w += 144) {
+        const float d = kvs_qf16(w), dmin = kvs_qf16(w + 2);
+        for (int j = 0; j < 8; j++) {
+            int sc, m;
+            kvs_q_scale_min_k4(w + 4, j, &sc, &m);
+            const __m512 dl = _mm512_set1_ps(d * (float)sc), ml = _mm512_set1_ps(dmin * (float)m);
+            const uint8_t *q = w + 16 + 32 * (j / 2);
+            for (int h = 0; h < 2; h++) {
+                __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 16 * h)));
+                v = _mm512_and_si512(_mm512_srli_epi32(v, 4 * (j % 2)), m4);
+                FMA_ROWS(_mm512_sub_ps(_mm512_mul_ps(dl, _mm512_cvtepi32_ps(v)), ml), 256 * b + 32 * j + 16 * h, h);
+            }
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void dot_q6_k(const uint8_t *w, const float *x, int64_t k, const int64_t n,
+                                                        __m512 a[][2]) {
+    const __m512i m4 = _mm512_set1_epi32(0x0f), m2 = _mm512_set1_epi32(3), k32 = _mm512_set1_epi32(32);
+    for (int64_t b = 0; b < k / 256; b++, w += 210) {
+        const float d = kvs_qf16(w + 208);
+        const int8_t *sc = (const int8_t *)(w + 192);
+        for (int g = 0; g < 2; g++)
+            for (int s = 0; s < 4; s++)
+                for (int h = 0; h < 2; h++) {
+                    const int l0 = 16 * h, j = 8 * g + 2 * s + h;
+                    __m512i lo = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(w + 64 * g + 32 * (s & 1) + l0)));
+                    __m512i hi = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(w + 128 + 32 * g + l0)));
+                    lo = _mm512_and_si512(_mm512_srli_epi32(lo, 4 * (s >> 1)), m4);
+                    hi = _mm512_and_si512(_mm512_srli_epi32(hi, 2 * s), m2);
+                    const __m512i q = _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)), k32);
+                    const __m512 dl = _mm512_set1_ps(d * (float)sc[j]);
+                    FMA_ROWS(_mm512_mul_ps(dl, _mm512_cvtepi32_ps(q)), 256 * b + 128 * g + 32 * s + l0, h);
+                }
+    }
+}
+
+/* The fused kernels with the row count a constant (the accumulators then live in registers). */
+#define DEFINE_FUSED(N)                                                                              \
+    static void fused_n##N(const void *wrow, kvs_dtype dt, const float *x, int64_t k, float *acc) {   \
+        __m512 a[N][2];                                                                              \
+        for (int i = 0; i < N; i++) a[i][0] = a[i][1] = _mm512_setzero_ps();                                 \
+        switch (dt) {                                                                                \
+        case KVS_Q4_0: dot_q4_0(wrow, x, k, N, a); break;                                            \
+        case KVS_Q8_0: dot_q8_0(wrow, x, k, N, a); break;                                            \
+        case KVS_Q4_K: dot_q4_k(wrow, x, k, N, a); break;                                            \
+        default: dot_q6_k(wrow, x, k, N, a); break;                                                  \
+        }                                                                                            \
+        for (int i = 0; i < N; i++) acc[i] = _mm512_reduce_add_ps(_mm512_add_ps(a[i][0], a[i][1]));               \
+    }
+DEFINE_FUSED(1)
+DEFINE_FUSED(2)
+DEFINE_FUSED(3)
+DEFINE_FUSED(4)
+
 void kvs_cpu_qdot_rows_avx512(const void *wrow, kvs_dtype dt, const float *x, int64_t k, int64_t n, float *acc) {
+    if (dt == KVS_Q4_0 || dt == KVS_Q8_0 || dt == KVS_Q4_K || dt == KVS_Q6_K) {
+        switch (n) {
+        case 1: fused_n1(wrow, dt, x, k, acc); break;
+        case 2: fused_n2(wrow, dt, x, k, acc); break;
+        case 3: fused_n3(wrow, dt, x, k, acc); break;
+        default: fused_n4(wrow, dt, x, k, acc); break;
+        }
+        return;
+    }
+    /* the other types: decode a chunk into L1, then FMA */
     const int blk = kvs_dtype_block(dt);
     const size_t bbytes = kvs_dtype_bytes(dt, blk);
     float tmp[KVS_QCHUNK] __attribute__((aligned(64)));
