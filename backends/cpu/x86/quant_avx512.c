@@ -1,8 +1,10 @@
 /* CPU backend, x86 AVX-512F kernels of the block-quantized weights (contracts: ../matmul.h):
- * GEMV of Q4_0, Q8_0, Q4_K, Q6_K fused (16 weights decoded into a register, then FMA per x row);
- * the other types, and the GEMM tiles: core/quant/quant_blocks.h's decoders compiled for AVX-512 (the
- * compiler vectorises them) into an L1 buffer, then 16-wide FMA. Chosen per call by ops_quant.c (variants
- * "avx512" / "avx512-blas", or automatically on a CPU with AVX-512F and F16C). */
+ * - GEMV (n <= 4 x rows): quant_fused.h's kernels with 16 lanes: 16 weights decoded into a register
+ *   (the reference decoder's f32 operations: the reference values bit for bit), one FMA per x row;
+ * - the GEMM tiles: core/quant/quant_blocks.h's decoders compiled for AVX-512 (the compiler
+ *   vectorises them) into the packed f32 tile.
+ * Chosen per call by ops_quant.c (variants "avx512" / "avx512-blas", or automatically on a CPU with
+ * AVX-512F and F16C). */
 #include "../cpu_kernels.h"
 
 #if KVS_CPU_HAVE_AVX512
@@ -17,135 +19,41 @@
 #include "../matmul.h"
 #include "quant/quant_blocks.h"
 
+#define QF_L 16
+typedef __m512 qf_vf;
+typedef __m512i qf_vi;
+#define QF_U8(p) _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p)))
+#define QF_I8(p) _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p)))
+#define QF_SRL(v, n) _mm512_srl_epi32((v), _mm_cvtsi32_si128(n))
+#define QF_SLL(v, n) _mm512_sll_epi32((v), _mm_cvtsi32_si128(n))
+#define QF_SRLV(v, c) _mm512_srlv_epi32((v), (c))
+#define QF_AND(a, b) _mm512_and_si512((a), (b))
+#define QF_OR(a, b) _mm512_or_si512((a), (b))
+#define QF_ADDI(a, b) _mm512_add_epi32((a), (b))
+#define QF_SUBI(a, b) _mm512_sub_epi32((a), (b))
+#define QF_SETI(c) _mm512_set1_epi32(c)
+#define QF_IOTA _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+#define QF_TABLE _mm512_setr_epi32(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
+#define QF_LUT16(idx, t) _mm512_permutexvar_epi32((idx), (t))
+#define QF_CVT(v) _mm512_cvtepi32_ps(v)
+#define QF_SETF(f) _mm512_set1_ps(f)
+#define QF_MULF(a, b) _mm512_mul_ps((a), (b))
+#define QF_ADDF(a, b) _mm512_add_ps((a), (b))
+#define QF_SUBF(a, b) _mm512_sub_ps((a), (b))
+#define QF_FMA(a, b, c) _mm512_fmadd_ps((a), (b), (c))
+#define QF_LOADF(p) _mm512_loadu_ps(p)
+#define QF_ZERO _mm512_setzero_ps()
+#define QF_HSUM(v) _mm512_reduce_add_ps(v)
+#include "quant_fused.h"
+
 void kvs_cpu_qdecode_avx512(kvs_dtype dt, const void *src, int64_t n, float *dst) {
     kvs_qb_decode_n(dt, src, n / kvs_dtype_block(dt), dst);
 }
 
-/* ---- fused kernels of the common types: 16 weights decoded into a register (the same f32
- * operations as the reference decoder, so the register holds the reference values bit for bit),
- * then one FMA per x row. a[i][p]: two accumulators per row (alternating 16-value chunks). */
-
-#define FMA_ROWS(W, COL, P)                                                                          \
-    do {                                                                                             \
-        const __m512 w_ = (W);                                                                       \
-        for (int64_t i_ = 0; i_ < n; i_++)                                                           \
-            a[i_][P] = _mm512_fmadd_ps(w_, _mm512_loadu_ps(x + i_ * k + (COL)), a[i_][P]);            \
-    } while (0)
-
-static inline __attribute__((always_inline)) void dot_q4_0(const uint8_t *w, const float *x, int64_t k, const int64_t n,
-                                                        __m512 a[][2]) {
-    const __m128i m4 = _mm_set1_epi8(0x0f);
-    const __m512i eight = _mm512_set1_epi32(8);
-    for (int64_t b = 0; b < k / 32; b++, w += 18) {
-        const __m512 d = _mm512_set1_ps(kvs_qf16(w));
-        const __m128i q = _mm_loadu_si128((const __m128i *)(w + 2));
-        const __m512i lo = _mm512_cvtepu8_epi32(_mm_and_si128(q, m4));
-        const __m512i hi = _mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(q, 4), m4));
-        FMA_ROWS(_mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(lo, eight))), 32 * b, 0);
-        FMA_ROWS(_mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(hi, eight))), 32 * b + 16, 1);
-    }
-}
-
-static inline __attribute__((always_inline)) void dot_q8_0(const uint8_t *w, const float *x, int64_t k, const int64_t n,
-                                                        __m512 a[][2]) {
-    for (int64_t b = 0; b < k / 32; b++, w += 34) {
-        const __m512 d = _mm512_set1_ps(kvs_qf16(w));
-        const __m512i q0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(w + 2)));
-        const __m512i q1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(w + 18)));
-        FMA_ROWS(_mm512_mul_ps(d, _mm512_cvtepi32_ps(q0)), 32 * b, 0);
-        FMA_ROWS(_mm512_mul_ps(d, _mm512_cvtepi32_ps(q1)), 32 * b + 16, 1);
-    }
-}
-
-static inline __attribute__((always_inline)) void dot_q4_k(const uint8_t *w, const float *x, int64_t k, const int64_t n,
-                                                        __m512 a[][2]) {
-    const __m512i m4 = _mm512_set1_epi32(0x0f);
-    for (int64_t b = 0; b < k / 256; b++, w += 144) {
-        const float d = kvs_qf16(w), dmin = kvs_qf16(w + 2);
-        for (int j = 0; j < 8; j++) {
-            int sc, m;
-            kvs_q_scale_min_k4(w + 4, j, &sc, &m);
-            const __m512 dl = _mm512_set1_ps(d * (float)sc), ml = _mm512_set1_ps(dmin * (float)m);
-            const uint8_t *q = w + 16 + 32 * (j / 2);
-            for (int h = 0; h < 2; h++) {
-                __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 16 * h)));
-                v = _mm512_and_si512(_mm512_srli_epi32(v, 4 * (j % 2)), m4);
-                FMA_ROWS(_mm512_sub_ps(_mm512_mul_ps(dl, _mm512_cvtepi32_ps(v)), ml), 256 * b + 32 * j + 16 * h, h);
-            }
-        }
-    }
-}
-
-static inline __attribute__((always_inline)) void dot_q6_k(const uint8_t *w, const float *x, int64_t k, const int64_t n,
-                                                        __m512 a[][2]) {
-    const __m512i m4 = _mm512_set1_epi32(0x0f), m2 = _mm512_set1_epi32(3), k32 = _mm512_set1_epi32(32);
-    for (int64_t b = 0; b < k / 256; b++, w += 210) {
-        const float d = kvs_qf16(w + 208);
-        const int8_t *sc = (const int8_t *)(w + 192);
-        for (int g = 0; g < 2; g++)
-            for (int s = 0; s < 4; s++)
-                for (int h = 0; h < 2; h++) {
-                    const int l0 = 16 * h, j = 8 * g + 2 * s + h;
-                    __m512i lo = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(w + 64 * g + 32 * (s & 1) + l0)));
-                    __m512i hi = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(w + 128 + 32 * g + l0)));
-                    lo = _mm512_and_si512(_mm512_srli_epi32(lo, 4 * (s >> 1)), m4);
-                    hi = _mm512_and_si512(_mm512_srli_epi32(hi, 2 * s), m2);
-                    const __m512i q = _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)), k32);
-                    const __m512 dl = _mm512_set1_ps(d * (float)sc[j]);
-                    FMA_ROWS(_mm512_mul_ps(dl, _mm512_cvtepi32_ps(q)), 256 * b + 128 * g + 32 * s + l0, h);
-                }
-    }
-}
-
-/* The fused kernels with the row count a constant (the accumulators then live in registers). */
-#define DEFINE_FUSED(N)                                                                              \
-    static void fused_n##N(const void *wrow, kvs_dtype dt, const float *x, int64_t k, float *acc) {   \
-        __m512 a[N][2];                                                                              \
-        for (int i = 0; i < N; i++) a[i][0] = a[i][1] = _mm512_setzero_ps();                                 \
-        switch (dt) {                                                                                \
-        case KVS_Q4_0: dot_q4_0(wrow, x, k, N, a); break;                                            \
-        case KVS_Q8_0: dot_q8_0(wrow, x, k, N, a); break;                                            \
-        case KVS_Q4_K: dot_q4_k(wrow, x, k, N, a); break;                                            \
-        default: dot_q6_k(wrow, x, k, N, a); break;                                                  \
-        }                                                                                            \
-        for (int i = 0; i < N; i++) acc[i] = _mm512_reduce_add_ps(_mm512_add_ps(a[i][0], a[i][1]));               \
-    }
-DEFINE_FUSED(1)
-DEFINE_FUSED(2)
-DEFINE_FUSED(3)
-DEFINE_FUSED(4)
-
 void kvs_cpu_qdot_rows_avx512(const void *wrow, kvs_dtype dt, const float *x, int64_t k, int64_t n, float *acc) {
-    if (dt == KVS_Q4_0 || dt == KVS_Q8_0 || dt == KVS_Q4_K || dt == KVS_Q6_K) {
-        switch (n) {
-        case 1: fused_n1(wrow, dt, x, k, acc); break;
-        case 2: fused_n2(wrow, dt, x, k, acc); break;
-        case 3: fused_n3(wrow, dt, x, k, acc); break;
-        default: fused_n4(wrow, dt, x, k, acc); break;
-        }
-        return;
-    }
-    /* the other types: decode a chunk into L1, then FMA */
-    const int blk = kvs_dtype_block(dt);
-    const size_t bbytes = kvs_dtype_bytes(dt, blk);
-    float tmp[KVS_QCHUNK] __attribute__((aligned(64)));
-    __m512 a[KVS_GEMV_MAX_N][2];
-    for (int i = 0; i < KVS_GEMV_MAX_N; i++) a[i][0] = a[i][1] = _mm512_setzero_ps();
-    for (int64_t c = 0; c < k; c += KVS_QCHUNK) {
-        const int64_t len = k - c < KVS_QCHUNK ? k - c : KVS_QCHUNK; /* a multiple of 32 */
-        kvs_qb_decode_n(dt, (const uint8_t *)wrow + (size_t)(c / blk) * bbytes, len / blk, tmp);
-        for (int64_t i = 0; i < n; i++) {
-            const float *xi = x + i * k + c;
-            __m512 a0 = a[i][0], a1 = a[i][1];
-            for (int64_t t = 0; t < len; t += 32) {
-                a0 = _mm512_fmadd_ps(_mm512_load_ps(tmp + t), _mm512_loadu_ps(xi + t), a0);
-                a1 = _mm512_fmadd_ps(_mm512_load_ps(tmp + t + 16), _mm512_loadu_ps(xi + t + 16), a1);
-            }
-            a[i][0] = a0;
-            a[i][1] = a1;
-        }
-    }
-    for (int64_t i = 0; i < n; i++) acc[i] = _mm512_reduce_add_ps(_mm512_add_ps(a[i][0], a[i][1]));
+    qf_dot_fn f = qf_dot_for(dt, n);
+    if (f) f(wrow, x, k, acc);
+    else kvs_cpu_qdot_rows_portable(wrow, dt, x, k, n, acc); /* not reached: every block type has one */
 }
 
 #if defined(__clang__)
