@@ -3,9 +3,11 @@
  * in float32, and against a float64 reference written here from the format (an independent per-value
  * reading of the bits), plus the refusals of rows that are not whole blocks.
  *
- * Decoders checked: kvs_dequant_row (the reference, core/quant/quant.c) and the CPU backend's per-ISA
- * compilations of the same decoders (kvs_cpu_qdecode_portable / _avx2 / _avx512; the ISA ones where the
- * CPU has the ISA), which the products use for their tiles.
+ * Decoders checked: kvs_dequant_row (the reference, core/quant/quant.c) and the CPU backend's tile
+ * decoders kvs_cpu_qdecode_portable / _avx2 / _avx512 (the ISA ones where the CPU has the ISA): the
+ * portable one is the reference compiled as plain C; the AVX2 / AVX-512 ones store the registers of
+ * backends/cpu/x86/quant_fused.h, the very decoders the fused GEMV kernels multiply with, so this
+ * checks those bit-exactly too.
  *
  * float64 tolerance: the f32 decoders round twice (scale * sub-scale, then * q) and, for the types
  * with a min, once more at the subtraction: |f32 - exact| <= 3 * 2^-24 * (|scale*q| + |min|) plus the

@@ -1,8 +1,7 @@
 /* CPU backend, x86 AVX2 + FMA + F16C kernels of the block-quantized weights (contracts: ../matmul.h):
  * - GEMV (n <= 4 x rows): quant_fused.h's kernels with 8 lanes: 8 weights decoded into a register
  *   (the reference decoder's f32 operations: the reference values bit for bit), one FMA per x row;
- * - the GEMM tiles: core/quant/quant_blocks.h's decoders compiled for AVX2 (the compiler vectorises
- *   them) into the packed f32 tile.
+ * - the GEMM tiles: the same register decoders, stored into the packed f32 tile.
  * Chosen per call by ops_quant.c (variant "avx2", or automatically on a CPU with AVX2 but no
  * AVX-512). */
 #include "../cpu_kernels.h"
@@ -57,12 +56,13 @@ typedef __m256i qf_vi;
 #define QF_SUBF(a, b) _mm256_sub_ps((a), (b))
 #define QF_FMA(a, b, c) _mm256_fmadd_ps((a), (b), (c))
 #define QF_LOADF(p) _mm256_loadu_ps(p)
+#define QF_STOREF(p, v) _mm256_storeu_ps((p), (v))
 #define QF_ZERO _mm256_setzero_ps()
 #define QF_HSUM(v) hsum256(v)
 #include "quant_fused.h"
 
 void kvs_cpu_qdecode_avx2(kvs_dtype dt, const void *src, int64_t n, float *dst) {
-    kvs_qb_decode_n(dt, src, n / kvs_dtype_block(dt), dst);
+    if (!qf_decode(dt, src, n, dst)) kvs_qb_decode_n(dt, src, n / kvs_dtype_block(dt), dst);
 }
 
 void kvs_cpu_qdot_rows_avx2(const void *wrow, kvs_dtype dt, const float *x, int64_t k, int64_t n, float *acc) {

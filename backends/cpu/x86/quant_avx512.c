@@ -1,8 +1,7 @@
 /* CPU backend, x86 AVX-512F kernels of the block-quantized weights (contracts: ../matmul.h):
  * - GEMV (n <= 4 x rows): quant_fused.h's kernels with 16 lanes: 16 weights decoded into a register
  *   (the reference decoder's f32 operations: the reference values bit for bit), one FMA per x row;
- * - the GEMM tiles: core/quant/quant_blocks.h's decoders compiled for AVX-512 (the compiler
- *   vectorises them) into the packed f32 tile.
+ * - the GEMM tiles: the same register decoders, stored into the packed f32 tile.
  * Chosen per call by ops_quant.c (variants "avx512" / "avx512-blas", or automatically on a CPU with
  * AVX-512F and F16C). */
 #include "../cpu_kernels.h"
@@ -42,12 +41,13 @@ typedef __m512i qf_vi;
 #define QF_SUBF(a, b) _mm512_sub_ps((a), (b))
 #define QF_FMA(a, b, c) _mm512_fmadd_ps((a), (b), (c))
 #define QF_LOADF(p) _mm512_loadu_ps(p)
+#define QF_STOREF(p, v) _mm512_storeu_ps((p), (v))
 #define QF_ZERO _mm512_setzero_ps()
 #define QF_HSUM(v) _mm512_reduce_add_ps(v)
 #include "quant_fused.h"
 
 void kvs_cpu_qdecode_avx512(kvs_dtype dt, const void *src, int64_t n, float *dst) {
-    kvs_qb_decode_n(dt, src, n / kvs_dtype_block(dt), dst);
+    if (!qf_decode(dt, src, n, dst)) kvs_qb_decode_n(dt, src, n / kvs_dtype_block(dt), dst);
 }
 
 void kvs_cpu_qdot_rows_avx512(const void *wrow, kvs_dtype dt, const float *x, int64_t k, int64_t n, float *acc) {

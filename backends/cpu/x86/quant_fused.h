@@ -15,7 +15,9 @@
  * a run-time count), QF_SRLV(v, c) (per-lane shift counts), QF_AND, QF_OR, QF_SLL(v, n), QF_ADDI,
  * QF_SUBI, QF_SETI(c), QF_IOTA (lanes 0..QF_L-1), QF_LUT16(idx, t) (t[idx] per lane, t a table vector
  * of kvs_iq4_values), QF_TABLE (that table vector), QF_CVT (i32 -> f32), QF_SETF, QF_MULF, QF_ADDF,
- * QF_SUBF, QF_FMA(a, b, c) (a*b + c), QF_LOADF(p), QF_ZERO, QF_HSUM(v) (horizontal sum). */
+ * QF_SUBF, QF_FMA(a, b, c) (a*b + c), QF_LOADF(p), QF_STOREF(p, v), QF_ZERO, QF_HSUM(v) (horizontal
+ * sum). qf_decode stores the same registers: the GEMM tiles' decoder (checked bit-exactly against
+ * gguf-py's vectors by test quant-blocks, which so checks every register decoder of this file). */
 
 /* 4-bit code of the 32-value nibble order (low nibbles of qs[0..16), then high nibbles) */
 static inline __attribute__((always_inline)) qf_vi qf_nib32(const uint8_t *qs, int v0) {
@@ -138,7 +140,16 @@ static inline __attribute__((always_inline)) qf_vf qf_iq4_xs(const uint8_t *b, i
         }                                                                                            \
         for (int i = 0; i < N; i++) acc[i] = QF_HSUM(QF_ADDF(a[i][0], a[i][1]));                      \
     }
+/* dst[0 .. nb * BLK) = nb blocks decoded (the GEMM tiles): the same registers, stored. */
+#define QF_DEFINE_DECODE(T, BLK, BYTES, DOFF, MOFF)                                                  \
+    static void qf_decode_##T(const uint8_t *w, int64_t nb, float *dst) {                            \
+        for (int64_t b = 0; b < nb; b++, w += (BYTES), dst += (BLK)) {                               \
+            const float d = kvs_qf16(w + (DOFF)), m = (MOFF) >= 0 ? kvs_qf16(w + (MOFF)) : 0.0f;     \
+            QF_UNROLL for (int v0 = 0; v0 < (BLK); v0 += QF_L) QF_STOREF(dst + v0, qf_##T(w, v0, d, m)); \
+        }                                                                                            \
+    }
 #define QF_DEFINE_TYPE(T, BLK, BYTES, DOFF, MOFF)                                                    \
+    QF_DEFINE_DECODE(T, BLK, BYTES, DOFF, MOFF)                                                      \
     QF_DEFINE_DOT(T, BLK, BYTES, DOFF, MOFF, 1)                                                      \
     QF_DEFINE_DOT(T, BLK, BYTES, DOFF, MOFF, 2)                                                      \
     QF_DEFINE_DOT(T, BLK, BYTES, DOFF, MOFF, 3)                                                      \
@@ -159,6 +170,25 @@ QF_DEFINE_TYPE(q4_k, 256, 144, 0, 2)
 QF_DEFINE_TYPE(q5_k, 256, 176, 0, 2)
 QF_DEFINE_TYPE(q6_k, 256, 210, 208, -1)
 QF_DEFINE_TYPE(iq4_xs, 256, 136, 0, -1)
+
+/* Decodes n values (n % block == 0) of a block-type row segment; 0 for other dtypes (nothing done). */
+static int qf_decode(kvs_dtype dt, const uint8_t *w, int64_t n, float *dst) {
+    switch (dt) {
+    case KVS_Q4_0: qf_decode_q4_0(w, n / 32, dst); return 1;
+    case KVS_Q4_1: qf_decode_q4_1(w, n / 32, dst); return 1;
+    case KVS_Q5_0: qf_decode_q5_0(w, n / 32, dst); return 1;
+    case KVS_Q5_1: qf_decode_q5_1(w, n / 32, dst); return 1;
+    case KVS_Q8_0: qf_decode_q8_0(w, n / 32, dst); return 1;
+    case KVS_IQ4_NL: qf_decode_iq4_nl(w, n / 32, dst); return 1;
+    case KVS_Q2_K: qf_decode_q2_k(w, n / 256, dst); return 1;
+    case KVS_Q3_K: qf_decode_q3_k(w, n / 256, dst); return 1;
+    case KVS_Q4_K: qf_decode_q4_k(w, n / 256, dst); return 1;
+    case KVS_Q5_K: qf_decode_q5_k(w, n / 256, dst); return 1;
+    case KVS_Q6_K: qf_decode_q6_k(w, n / 256, dst); return 1;
+    case KVS_IQ4_XS: qf_decode_iq4_xs(w, n / 256, dst); return 1;
+    default: return 0;
+    }
+}
 
 /* The fused GEMV of dt (a block type) for n = 1..4 x rows; NULL for other dtypes. */
 static qf_dot_fn qf_dot_for(kvs_dtype dt, int64_t n) {
