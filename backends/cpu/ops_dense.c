@@ -69,9 +69,8 @@ static void matmul_small_n(kvs_device *dev, const kvs_matmul_args *a) {
     /* block types: the variant's quant kernels (matmul.h) */
     const int fast = kvs_cpu_use_avx512(dev, KVS_OP_matmul) && k % 16 == 0;
     const int quant = kvs_dtype_is_quant(dt);
-    kvs_cpu_qdot_fn qdot;
-    kvs_cpu_qdecode_fn qdecode;
-    kvs_cpu_quant_kernels(dev, KVS_OP_matmul, &qdot, &qdecode);
+    kvs_cpu_qdot_fn qdot = NULL;
+    if (quant) kvs_cpu_quant_kernels(dev, KVS_OP_matmul, &qdot, NULL);
     int nt = kvs_cpu_nt(dev, (double)m * (double)k * (double)n);
     (void)nt; /* unused without OpenMP */
     KVS_OMP(parallel for num_threads(nt) schedule(static))
