@@ -3,12 +3,12 @@
  * it (and their target pragma). Not a public header; no include guard on purpose (one inclusion per
  * ISA file).
  *
- * Each type has a decoder qf_<type>(block, v0, d, m) -> the QF_L weights v0 .. v0+QF_L-1 of the block (v0 a
- * multiple of QF_L) as f32 lanes, computed with the same f32 operations as the reference decoder
- * (core/quant/quant_blocks.h: scale * sub-scale, then * q, then - min), so the register holds the
- * reference values bit for bit; d and m are the block's f16 scale and min / dmin, decoded once per
- * block by the caller (0 where the type has none). qf_dot_<type>_n<N> dots a W row with N x rows (N = 1..4, a constant so
- * the accumulators stay in registers): one FMA per x row per register of weights.
+ * Each type has a decoder qf_<type>(block, v0, d, m) -> the QF_L weights v0 .. v0+QF_L-1 of the
+ * block (v0 a multiple of QF_L) as f32 lanes, computed with the same f32 operations as the reference
+ * decoder (core/quant/quant_blocks.h: scale * sub-scale, then * q, then - min), so the register holds
+ * the reference values bit for bit; d and m are the block's f16 scale and min / dmin, decoded once
+ * per block by the caller (0 where the type has none). qf_dot_<type>_n<N> dots a W row with N x rows
+ * (N = 1..4, a constant so the accumulators stay in registers): one FMA per x row per register.
  *
  * Vocabulary the includer defines: QF_L (lanes), qf_vf / qf_vi (f32 / i32 vectors), QF_U8(p) and
  * QF_I8(p) (QF_L bytes at p zero- / sign-extended to i32 lanes), QF_SRL(v, n) (logical right shift by
@@ -35,7 +35,6 @@ static inline __attribute__((always_inline)) qf_vf qf_q4_0(const uint8_t *b, int
 }
 
 static inline __attribute__((always_inline)) qf_vf qf_q4_1(const uint8_t *b, int v0, float d, float m) {
-    (void)m; /* unused by the types without a min */
     return QF_ADDF(QF_MULF(QF_SETF(d), QF_CVT(qf_nib32(b + 4, v0))), QF_SETF(m));
 }
 
@@ -46,7 +45,6 @@ static inline __attribute__((always_inline)) qf_vf qf_q5_0(const uint8_t *b, int
 }
 
 static inline __attribute__((always_inline)) qf_vf qf_q5_1(const uint8_t *b, int v0, float d, float m) {
-    (void)m; /* unused by the types without a min */
     const qf_vi q = QF_OR(qf_nib32(b + 8, v0), QF_SLL(qf_bits32(b + 4, v0), 4));
     return QF_ADDF(QF_MULF(QF_SETF(d), QF_CVT(q)), QF_SETF(m));
 }
@@ -66,10 +64,9 @@ static inline __attribute__((always_inline)) qf_vi qf_2bits(const uint8_t *qs, i
     return QF_AND(QF_SRL(QF_U8(qs + 32 * (v0 / 128) + v0 % 32), 2 * ((v0 / 32) % 4)), QF_SETI(3));
 }
 
-static inline __attribute__((always_inline)) qf_vf qf_q2_k(const uint8_t *b, int v0, float d, float m) {
-    (void)m; /* unused by the types without a min */
+static inline __attribute__((always_inline)) qf_vf qf_q2_k(const uint8_t *b, int v0, float d, float dmin) {
     const int sc = b[v0 / 16];
-    const float dl = d * (float)(sc & 15), ml = m * (float)(sc >> 4);
+    const float dl = d * (float)(sc & 15), ml = dmin * (float)(sc >> 4);
     return QF_SUBF(QF_MULF(QF_SETF(dl), QF_CVT(qf_2bits(b + 16, v0))), QF_SETF(ml));
 }
 
@@ -82,23 +79,21 @@ static inline __attribute__((always_inline)) qf_vf qf_q3_k(const uint8_t *b, int
     return QF_MULF(QF_SETF(d * (float)s), QF_CVT(q));
 }
 
-static inline __attribute__((always_inline)) qf_vf qf_q4_k(const uint8_t *b, int v0, float d, float m) {
-    (void)m; /* unused by the types without a min */
+static inline __attribute__((always_inline)) qf_vf qf_q4_k(const uint8_t *b, int v0, float d, float dmin) {
     const int j = v0 / 32;
     int sc, mn;
     kvs_q_scale_min_k4(b + 4, j, &sc, &mn);
     const qf_vi q = QF_AND(QF_SRL(QF_U8(b + 16 + 32 * (j / 2) + v0 % 32), 4 * (j % 2)), QF_SETI(15));
-    return QF_SUBF(QF_MULF(QF_SETF(d * (float)sc), QF_CVT(q)), QF_SETF(m * (float)mn));
+    return QF_SUBF(QF_MULF(QF_SETF(d * (float)sc), QF_CVT(q)), QF_SETF(dmin * (float)mn));
 }
 
-static inline __attribute__((always_inline)) qf_vf qf_q5_k(const uint8_t *b, int v0, float d, float m) {
-    (void)m; /* unused by the types without a min */
+static inline __attribute__((always_inline)) qf_vf qf_q5_k(const uint8_t *b, int v0, float d, float dmin) {
     const int j = v0 / 32;
     int sc, mn;
     kvs_q_scale_min_k4(b + 4, j, &sc, &mn);
     qf_vi q = QF_AND(QF_SRL(QF_U8(b + 48 + 32 * (j / 2) + v0 % 32), 4 * (j % 2)), QF_SETI(15));
     q = QF_OR(q, QF_SLL(QF_AND(QF_SRL(QF_U8(b + 16 + v0 % 32), j), QF_SETI(1)), 4));
-    return QF_SUBF(QF_MULF(QF_SETF(d * (float)sc), QF_CVT(q)), QF_SETF(m * (float)mn));
+    return QF_SUBF(QF_MULF(QF_SETF(d * (float)sc), QF_CVT(q)), QF_SETF(dmin * (float)mn));
 }
 
 static inline __attribute__((always_inline)) qf_vf qf_q6_k(const uint8_t *b, int v0, float d, float m) {
