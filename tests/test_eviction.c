@@ -78,6 +78,9 @@ START_TEST(test_full_budget_exact) {
     int64_t n_new = gpu() ? 40 : 200;
     run(dev, m, NULL, 1.0, KVS_SCOPE_HEAD, 0, n_new, &ref);
     ck_assert_int_eq(ref.n, n_new);
+    /* the prompt (BOS) and every sampled token but the last, which is never forwarded: the decode
+     * above ran in exactly this many rows */
+    ck_assert_int_eq(ref.capacity, 1 + n_new - 1);
     const char *const *names = kvs_policy_names();
     for (int i = 0; names[i]; i++)
         for (int sc = 0; sc < n_scopes() && !skip_policy(names[i]); sc++) {

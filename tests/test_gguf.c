@@ -1,7 +1,9 @@
 /* GGUF reader/writer tests: every fixture opens with its metadata; typed getters; hand-made
  * malformed files; truncation at many offsets and seeded random byte flips of real files give
  * KVS_ERR_FORMAT or a clean load, never a crash (Check forks each test); bit-exact writer
- * round trips (v1 and v3, all scalar types, arrays, F32/F16/BF16/Q8_0 tensors). */
+ * round trips (v1 and v3, all scalar types, arrays, F32/F16/BF16/Q8_0 tensors).
+ * Over 600 lines by reason: one Check suite for one file format; the hand-made malformed files and
+ * the writer round trips share its fixture readers and value checkers (slurp, open_rel, touch_all). */
 #include <check.h>
 #include <dirent.h>
 #include <math.h>

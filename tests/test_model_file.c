@@ -1,7 +1,9 @@
 /* Model-file tests: the three encodings of stories260K (llama2.c .bin, GGUF v1/v3, safetensors with
  * rotate-half q/k) load to bit-identical canonical weights; the LLaDA GGUF; llama2.c format variants
  * (v1 "ak42", no freq tables, separate classifier); GGUF models in F16/BF16/Q8_0; clean errors for
- * unsupported types, missing tensors, wrong shapes, truncated and corrupt files; model lookup. */
+ * unsupported types, missing tensors, wrong shapes, truncated and corrupt files; model lookup.
+ * Over 600 lines by reason: one Check suite over the model loaders; most cases share its fixture
+ * openers and weight comparisons (open_rel, same_weight, same_model). */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
