@@ -80,6 +80,9 @@ class DeviceInfo(Structure):
 
 # ---- tensor.h -------------------------------------------------------------------------------------
 F32, F16, BF16, I32, Q8_0 = 0, 1, 2, 3, 4
+# the other block-quantized types (include/kvsieve/tensor.h)
+Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS = range(5, 16)
+QUANT_TYPES = (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS)
 
 # ---- ops.h ----------------------------------------------------------------------------------------
 ROPE_ADJACENT, ROPE_NEOX = 0, 1
