@@ -476,9 +476,9 @@ int cmd_generate(int argc, char **argv) {
         snprintf(lab, sizeof lab, dlm ? "[cache %s]" : "[%s]", dlm ? kvs_dlm_schedule_name(sched) : "autoregressive");
         if (o.stats) gen_print_breakdown(stderr, lab, &st);
         if (o.stats) fprintf(stderr, "%s CPU time %.3f s (wall %.3f s)\n", lab, cpu_s, st.seconds);
+        if (o.stats && base_out) gen_print_breakdown(stderr, "[no cache]", &st_base);
         if (o.stats && base_out) fprintf(stderr, "[no cache] CPU time %.3f s (wall %.3f s); CPU-time speedup %.2fx\n", cpu_base_s,
                                          st_base.seconds, cpu_s > 0 ? cpu_base_s / cpu_s : 0.0);
-        if (o.stats && base_out) gen_print_breakdown(stderr, "[no cache]", &st_base);
         if (o.profile) gen_print_profile(stderr, lab, &prof, st.steps, hp->n_layers);
         if (o.profile && base_out) gen_print_profile(stderr, "[no cache]", &prof_base, st_base.steps, hp->n_layers);
     }
