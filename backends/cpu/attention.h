@@ -79,9 +79,11 @@ typedef struct att_work {
     float *L;
     int64_t ldl;
     uint8_t *tile_ok;
-    /* with the portable exp (the statistics pass's own), also the exponentials of those rows, E
-     * (as L) with the maximum each tile used, mu[r * n_tiles + tile]: where that is the row's final
-     * maximum, the statistics pass takes them as they are instead of exponentiating again. */
+    /* with the portable exp (the statistics pass's own) the pass keeps, instead of L, the
+     * exponentials of those rows, E (as L), with the maximum each tile used, mu[r * n_tiles + tile]:
+     * where that is the row's final maximum, the statistics pass normalises them in place instead
+     * of exponentiating again; otherwise it recomputes that tile's logits. tile_ok is set with
+     * either store. */
     float *E, *mu;
     int64_t n_tiles;
 } att_work;

@@ -180,8 +180,8 @@ void kvs_cpu_att_pass(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int6
     for (int64_t j0 = ja; j0 < jb; j0 += ATT_BK) {
         int64_t n = jb - j0 < ATT_BK ? jb - j0 : ATT_BK;
         int ok = att_logits(c, w, h, i0, M, j0, n, max_qpos);
+        if (w->tile_ok) w->tile_ok[(j0 - ja) / ATT_BK] = (uint8_t)ok;
         if (w->L) {
-            w->tile_ok[(j0 - ja) / ATT_BK] = (uint8_t)ok;
             for (int64_t r = 0; r < M && ok; r++)
                 if (att_row_wants_stats(c, i0 + r / c->G))
                     memcpy(w->L + r * w->ldl + (j0 - ja), w->S + r * ATT_BK, (size_t)n * sizeof(float));
@@ -277,7 +277,14 @@ void kvs_cpu_att_stats(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int
     const int64_t G = c->G, cap = a->capacity;
     for (int64_t j0 = ja; j0 < jb; j0 += ATT_BK) {
         int64_t n = jb - j0 < ATT_BK ? jb - j0 : ATT_BK;
-        if (w->L ? !w->tile_ok[(j0 - ja) / ATT_BK] : !att_logits(c, w, h, i0, M, j0, n, max_qpos)) continue;
+        const int64_t tix = (j0 - ja) / ATT_BK;
+        if (w->tile_ok ? !w->tile_ok[tix] : !att_logits(c, w, h, i0, M, j0, n, max_qpos)) continue;
+        if (w->E) { /* a row whose maximum grew after this tile needs its logits again (rare) */
+            int again = 0;
+            for (int64_t r = 0; r < M && !again; r++)
+                again = att_row_wants_stats(c, i0 + r / G) && w->l[r] > 0.0f && w->mu[r * w->n_tiles + tix] != w->m[r];
+            if (again) att_logits(c, w, h, i0, M, j0, n, max_qpos);
+        }
         for (int64_t r = 0; r < M; r++) {
             int64_t i = i0 + r / G, g = h * G + r % G;
             int32_t wt = c->stat_w ? c->stat_w[i] : 0;
@@ -285,10 +292,11 @@ void kvs_cpu_att_stats(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int
             if (!wt && !has_probe) continue;
             float l = w->l[r];
             if (!(l > 0.0f)) continue; /* nothing visible: p = 0 everywhere */
-            float *s = w->S + r * ATT_BK;
-            if (w->E && w->mu[r * w->n_tiles + (j0 - ja) / ATT_BK] == w->m[r]) {
-                memcpy(s, w->E + r * w->ldl + (j0 - ja), (size_t)n * sizeof(float)); /* = att_exp_row(L, m) */
+            float *s;
+            if (w->E && w->mu[r * w->n_tiles + tix] == w->m[r]) {
+                s = w->E + r * w->ldl + (j0 - ja); /* = att_exp_row(logits, m), normalised in place */
             } else {
+                s = w->S + r * ATT_BK;
                 if (w->L) memcpy(s, w->L + r * w->ldl + (j0 - ja), (size_t)n * sizeof(float));
                 att_exp_row(s, n, w->m[r]);
             }

@@ -41,8 +41,9 @@ static void att_task(const att_ctx *c, att_work *w, int64_t h, int64_t qt, int64
     const int64_t M = kvs_cpu_att_rows(c, w, h, qt, &jend, &max_qpos), i0 = qt * c->BQ, d = c->d;
     if (c->splits == 1) {
         float *keep = w->L, *keep_e = w->E;
+        uint8_t *keep_ok = w->tile_ok;
         const int stats = att_wants_stats(c, qt);
-        if (!stats) w->L = w->E = NULL; /* keep logits only for tiles with statistics */
+        if (!stats) w->L = w->E = NULL, w->tile_ok = NULL; /* keep logits only for tiles with statistics */
         kvs_cpu_att_pass(c, w, h, i0, M, 0, jend, max_qpos);
         kvs_cpu_att_write(c, w, h, i0, M);
         if (stats) {
@@ -51,6 +52,7 @@ static void att_task(const att_ctx *c, att_work *w, int64_t h, int64_t qt, int64
         }
         w->L = keep;
         w->E = keep_e;
+        w->tile_ok = keep_ok;
         return;
     }
     int64_t ja, jb;
@@ -275,7 +277,7 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
         w.qpos = w.best + M;
         w.lim = w.qpos + M;
         w.km = want_km ? base + off_km : NULL;
-        w.L = keep_logits ? base + off_l : NULL;
+        w.L = keep_logits && (c.fast || c.dec) ? base + off_l : NULL; /* E replaces it with the portable exp */
         w.ldl = ldl;
         w.E = keep_logits && !c.fast && !c.dec ? base + off_l + M * ldl : NULL;
         w.mu = keep_logits ? base + off_l + 2 * M * ldl : NULL;
