@@ -64,7 +64,12 @@ static kvs_status ask_supports(kvs_device *dev, kvs_op_id op, const void *args) 
 #define KVS_OP_DISPATCH_(ctx, name, args)                                                          \
     static kvs_status dispatch_##name(kvs_device *dev, const args *a) {                             \
         KVS_TRY(ask_supports(dev, KVS_OP_##name, a));                                               \
-        return dev->query ? KVS_OK : dev->ops->name(dev, a);                                        \
+        if (dev->query) return KVS_OK;                                                              \
+        if (!dev->prof) return dev->ops->name(dev, a);                                              \
+        double t0_ = kvs_profile_begin(dev);                                                        \
+        kvs_status s_ = dev->ops->name(dev, a);                                                     \
+        kvs_profile_end(dev, KVS_OP_##name, t0_, 0);                                                \
+        return s_;                                                                                  \
     }
 KVS_OP_LIST(KVS_OP_DISPATCH_, ~)
 

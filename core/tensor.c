@@ -151,7 +151,11 @@ kvs_status kvs_tensor_upload(kvs_tensor *t, const void *src, size_t offset, size
         return kvs_error(KVS_ERR_OUT_OF_RANGE, "kvs_tensor_upload: bytes [%zu, %zu) outside tensor '%s' of %zu bytes",
                          offset, offset + nbytes, t->name, t->nbytes);
     if (!nbytes) return KVS_OK;
-    return t->dev->ops->upload(t->dev, t->buf->handle, t->offset + offset, src, nbytes);
+    if (!t->dev->prof) return t->dev->ops->upload(t->dev, t->buf->handle, t->offset + offset, src, nbytes);
+    double t0 = kvs_profile_begin(t->dev);
+    kvs_status s = t->dev->ops->upload(t->dev, t->buf->handle, t->offset + offset, src, nbytes);
+    kvs_profile_end(t->dev, KVS_PROF_UPLOAD, t0, (int64_t)nbytes);
+    return s;
 }
 
 kvs_status kvs_tensor_download(const kvs_tensor *t, void *dst, size_t offset, size_t nbytes) {
@@ -160,7 +164,11 @@ kvs_status kvs_tensor_download(const kvs_tensor *t, void *dst, size_t offset, si
         return kvs_error(KVS_ERR_OUT_OF_RANGE, "kvs_tensor_download: bytes [%zu, %zu) outside tensor '%s' of %zu bytes",
                          offset, offset + nbytes, t->name, t->nbytes);
     if (!nbytes) return KVS_OK;
-    return t->dev->ops->download(t->dev, t->buf->handle, t->offset + offset, dst, nbytes);
+    if (!t->dev->prof) return t->dev->ops->download(t->dev, t->buf->handle, t->offset + offset, dst, nbytes);
+    double t0 = kvs_profile_begin(t->dev);
+    kvs_status s = t->dev->ops->download(t->dev, t->buf->handle, t->offset + offset, dst, nbytes);
+    kvs_profile_end(t->dev, KVS_PROF_DOWNLOAD, t0, (int64_t)nbytes);
+    return s;
 }
 
 kvs_status kvs_tensor_fill(kvs_tensor *t, double value) {
@@ -177,7 +185,11 @@ kvs_status kvs_tensor_fill(kvs_tensor *t, double value) {
     } else {
         return kvs_error(KVS_ERR_DTYPE, "kvs_tensor_fill: dtype %s not supported (f32, i32)", kvs_dtype_name(t->dtype));
     }
-    return t->dev->ops->fill32(t->dev, t->buf->handle, t->offset, word, t->nbytes / 4);
+    if (!t->dev->prof) return t->dev->ops->fill32(t->dev, t->buf->handle, t->offset, word, t->nbytes / 4);
+    double t0 = kvs_profile_begin(t->dev);
+    kvs_status s = t->dev->ops->fill32(t->dev, t->buf->handle, t->offset, word, t->nbytes / 4);
+    kvs_profile_end(t->dev, KVS_PROF_FILL, t0, (int64_t)t->nbytes);
+    return s;
 }
 
 kvs_dtype kvs_tensor_dtype(const kvs_tensor *t) { return t ? t->dtype : KVS_DTYPE_COUNT; }

@@ -14,6 +14,8 @@
  * Statistics needing normalised probabilities (key_mass, probs) take a second pass over the key
  * tiles of the rows that need them, with the final (m, l) of each row: p = e^(S-m) / l; key_mass
  * is accumulated per thread and reduced at the end (rows listed twice in stat_rows count twice).
+ * Without split keys the first pass keeps those rows' logits (att_work.L, when they fit a bounded
+ * scratch), so the second pass costs no QK product; otherwise it recomputes the tiles.
  *
  * The two tile products run either
  *  - on register-blocked AVX-512 kernels (8 rows x 32 keys / 8 rows x 32 dims, FMA) when the CPU
@@ -36,6 +38,7 @@
 
 #define ATT_BK 256       /* keys per tile */
 #define ATT_M_TARGET 64  /* packed query rows (queries x group heads) per task */
+#define ATT_KEEP_WORDS (1 << 20) /* largest logits store for the statistics pass, floats a thread */
 
 typedef struct att_ctx {
     const kvs_attention_args *a;
@@ -69,6 +72,20 @@ typedef struct att_work {
     float *m, *l, *bestv;         /* [M] */
     int32_t *best, *qpos, *lim;   /* [M] */
     float *km;                    /* [n_kv_heads][capacity] partial key_mass of this thread, or NULL */
+    /* statistics without a second QK product: when set, the pass keeps the logits of the rows that
+     * need statistics in L (row r at L + r*ldl, key ja + t at t) and marks the key tiles it
+     * computed in tile_ok (index (j0 - ja) / ATT_BK); the statistics pass then reads them back
+     * (the same values a recomputation gives, so the results are bit-identical). NULL: recompute. */
+    float *L;
+    int64_t ldl;
+    uint8_t *tile_ok;
+    /* with the portable exp (the statistics pass's own) the pass keeps, instead of L, the
+     * exponentials of those rows, E (as L), with the maximum each tile used, mu[r * n_tiles + tile]:
+     * where that is the row's final maximum, the statistics pass normalises them in place instead
+     * of exponentiating again; otherwise it recomputes that tile's logits. tile_ok is set with
+     * either store. */
+    float *E, *mu;
+    int64_t n_tiles;
 } att_work;
 
 /* ---- the tile pass (attention_tiles.c) ---- */

@@ -143,6 +143,8 @@ typedef struct kvs_step_result {
     int64_t n_logit_rows, vocab;
     const kvs_layer_stats *layers; /* [n_layers] */
     int64_t rows_computed;      /* sum over layers of rows run through the layer */
+    double seconds_logits;      /* wall time of the logits head (row gather, final norm, output
+                                 * projection of the logit rows, download), s */
 } kvs_step_result;
 
 /* Runs one step plan against the cache and returns logits and statistics.

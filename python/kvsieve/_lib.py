@@ -159,7 +159,7 @@ class StepPlan(Structure):
 
 class StepResult(Structure):
     _fields_ = [("logits", POINTER(c_float)), ("n_logit_rows", c_int64), ("vocab", c_int64),
-                ("layers", POINTER(LayerStats)), ("rows_computed", c_int64)]
+                ("layers", POINTER(LayerStats)), ("rows_computed", c_int64), ("seconds_logits", c_double)]
 
 
 # ---- policy.h / schedule.h / generate.h ----------------------------------------------------------
@@ -199,7 +199,8 @@ class GenStats(Structure):
                 ("rows_computed", c_int64), ("rows_baseline", c_int64), ("compute_fraction", c_double),
                 ("cache_bytes_peak", c_int64), ("cache_bytes_allocated", c_int64),
                 ("evictions", c_int64), ("rows_evicted", c_int64), ("tokens", c_int64),
-                ("tokens_eos_filled", c_int64)]
+                ("tokens_eos_filled", c_int64), ("seconds_plan", c_double), ("seconds_forward", c_double),
+                ("seconds_logits", c_double), ("seconds_confidence", c_double), ("seconds_commit", c_double)]
 
 
 class ArParams(Structure):
