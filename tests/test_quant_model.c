@@ -124,12 +124,56 @@ START_TEST(test_quant_vs_f32) {
 }
 END_TEST
 
+/* The eviction policies that read attention weights on the host (critical: Wo, expected: Wq) decode
+ * block-type weights with core/quant (a user's run on this file stopped mid-decode before: "layer 0
+ * Wo is q5_1"): the decode runs to max_new tokens and evicts. */
+START_TEST(test_weight_reading_policies) {
+    kvs_model_file *mq = NULL;
+    ck_assert_msg(kvs_model_file_open(&mq, g_path, NULL) == KVS_OK, "%s: %s", g_path, kvs_last_error());
+    kvs_device_params dp = kvs_device_params_default();
+    dp.backend = KVS_BACKEND_CPU;
+    kvs_device *dev = NULL;
+    ck_assert_msg(kvs_device_open(&dev, &dp) == KVS_OK, "%s", kvs_last_error());
+    kvs_model *m = NULL;
+    ck_assert_msg(kvs_model_create(&m, dev, mq, NULL) == KVS_OK, "%s", kvs_last_error());
+    const char *names[] = {"critical", "critical:h2o", "expected"};
+    for (int i = 0; i < 3; i++) {
+        kvs_policy *pol = NULL;
+        ck_assert_msg(kvs_policy_create(&pol, names[i], NULL) == KVS_OK, "%s", kvs_last_error());
+        kvs_ar_params p = kvs_ar_params_default();
+        p.max_new = 40;
+        p.stop_at_bos = p.stop_at_eos = 0;
+        p.policy = pol;
+        p.budget = 0.5;
+        int32_t bos = 1, out[40];
+        int64_t n = 0;
+        kvs_cache_params cp = kvs_model_cache_params(m);
+        cp.mode = KVS_CACHE_APPEND;
+        cp.capacity = kvs_ar_capacity(m, 1, &p);
+        ck_assert_msg(cp.capacity > 0, "%s", kvs_last_error());
+        kvs_kv_cache *c = NULL;
+        ck_assert_msg(kvs_cache_create(&c, dev, &cp) == KVS_OK, "%s", kvs_last_error());
+        kvs_gen_stats st;
+        ck_assert_msg(kvs_generate_ar(m, c, &bos, 1, &p, NULL, NULL, out, &n, &st) == KVS_OK, "%s: %s", names[i],
+                      kvs_last_error());
+        ck_assert_int_eq(n, 40);
+        ck_assert_msg(st.rows_evicted > 0, "%s: nothing evicted", names[i]);
+        kvs_cache_destroy(&c);
+        kvs_policy_destroy(&pol);
+    }
+    kvs_model_destroy(&m);
+    kvs_device_destroy(&dev);
+    kvs_model_file_close(&mq);
+}
+END_TEST
+
 int main(int argc, char **argv) {
     g_path = argc > 1 ? argv[1] : "tests/data/quant/tiny-llama-mixed-q.gguf";
     Suite *s = suite_create("quant-model");
     TCase *tc = tcase_create("quant-model");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_quant_vs_f32);
+    tcase_add_test(tc, test_weight_reading_policies);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
