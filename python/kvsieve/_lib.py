@@ -307,6 +307,7 @@ _PROTOS = {
     "kvs_policy_params_default": (PolicyParams, []),
     "kvs_policy_names": (POINTER(c_char_p), []),
     "kvs_policy_create": (_S, [_PP, c_char_p, POINTER(PolicyParams)]),
+    "kvs_policy_set_model": (None, [_P, _P]),
     "kvs_policy_destroy": (None, [_PP]),
     "kvs_policy_name": (c_char_p, [_P]),
     "kvs_evict_params_default": (EvictParams, []),

@@ -390,6 +390,8 @@ class Model:
         if ids.size < 2:
             fail(INVALID_ARGUMENT, "eval_eviction: text too short")
         pol = Policy(policy) if isinstance(policy, str) else policy
+        # the weight-reading policies (critical: Wo, expected: Wq) score from this model's weights
+        L.lib.kvs_policy_set_model(pol._h, self._h)
         ep = L.lib.kvs_evict_params_default()
         ep.policy, ep.budget, ep.scope, ep.buffer = pol._h, float(budget), L.SCOPES.get(scope, -1), int(buffer)
         ev = ctypes.c_void_p()

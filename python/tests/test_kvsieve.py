@@ -351,6 +351,10 @@ class Models(unittest.TestCase):
         full = self.ar.eval_eviction(text, "h2o", budget=1.0, ctx=64)
         self.assertEqual(full["kl"], 0.0)
         self.assertEqual(full["top1_agreement"], 1.0)
+        # the weight-reading policies are bound to the model (they raised KVS_ERR_STATE before)
+        for name in ("critical", "critical:h2o", "expected"):
+            e = self.ar.eval_eviction(text, name, budget=0.5, ctx=64)
+            self.assertGreater(e["top1_agreement"], 0.5, name)
 
     def test_model_errors_raise(self):
         with self.assertRaises(kvsieve.KvsError) as e:
