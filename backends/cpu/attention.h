@@ -15,7 +15,8 @@
  * tiles of the rows that need them, with the final (m, l) of each row: p = e^(S-m) / l; key_mass
  * is accumulated per thread and reduced at the end (rows listed twice in stat_rows count twice).
  *
- * The two tile products run either
+ * The two tile products run either (AVX2 kernels: the same paths in blocks of 4 rows x 16 columns,
+ * where the CPU has AVX2, FMA and F16C but no AVX-512)
  *  - on register-blocked AVX-512 kernels (8 rows x 32 keys / 8 rows x 32 dims, FMA) when the CPU
  *    has AVX-512F, d % 16 == 0 and there are enough query rows (n_q >= 4, n_q*G >= 8) to amortise
  *    one f32 copy of K per call, laid out in panels of 32 keys [n_kv_heads][n_kv/32][d][32];
@@ -37,6 +38,16 @@
 #define ATT_BK 256       /* keys per tile */
 #define ATT_M_TARGET 64  /* packed query rows (queries x group heads) per task */
 
+/* One ISA's kernels of the tile pass (contracts: the AVX-512 prototypes below). */
+typedef struct att_kernels {
+    void (*qk)(const float *Qp, const float *KP, int64_t d, int64_t Mp, int64_t np, float scale, float *S);
+    void (*pv)(const float *P, int64_t Mp, int64_t n, const float *V, int64_t d, float *O);
+    void (*qk_dec)(const float *Qp, const float *K, int64_t d, int64_t M, int64_t n, float scale, float *S);
+    void (*pv_dec)(const float *P, int64_t M, int64_t n, const float *V, int64_t d, float *O);
+    float (*row_max)(const float *s, int64_t n);
+    float (*exp_row)(float *s, int64_t n, float m);
+} att_kernels;
+
 typedef struct att_ctx {
     const kvs_attention_args *a;
     int64_t G, BQ, d;
@@ -53,9 +64,11 @@ typedef struct att_ctx {
     const int32_t *probe_start;  /* [n_q + 1] CSR into probe_list */
     const int32_t *probe_list;   /* probe output indices r, grouped by query row */
     float *probs;
-    /* AVX-512 path: K as f32 panels [n_kv_heads][ldk/32][d][32] (zero-padded to ldk), V as f32 */
+    /* SIMD paths (kern: the AVX-512 or AVX2 kernels; NULL: portable): fast: the tile kernels, K as
+     * f32 panels [n_kv_heads][ldk/32][d][32] (zero-padded to ldk), V as f32 */
+    const att_kernels *kern;
     int fast;
-    int dec; /* AVX-512 decoding kernels on row-major K/V tiles (few query rows) */
+    int dec; /* the decoding kernels on row-major K/V tiles (few query rows) */
     /* split-key decoding: keys cut into `splits` ranges of split_keys (a multiple of ATT_BK) when
      * there are fewer (query tile, kv head) tasks than threads; part: partial states */
     int64_t splits, split_keys, part_words;
@@ -104,5 +117,10 @@ void kvs_cpu_att_pv_dec_avx512(const float *P, int64_t M, int64_t n, const float
 float kvs_cpu_att_row_max_avx512(const float *s, int64_t n);
 /* p[t] = exp(s[t] - m) in place; returns the sum. */
 float kvs_cpu_att_exp_row_avx512(float *s, int64_t n, float m);
+
+/* The kernel tables: AVX-512F (the functions above) and AVX2 + FMA + F16C (x86/attention_avx2.c,
+ * the same contracts; qk_dec/pv_dec take any M). */
+extern const att_kernels kvs_cpu_att_avx512;
+extern const att_kernels kvs_cpu_att_avx2;
 
 #endif

@@ -1,6 +1,7 @@
 /* CPU backend attention: the tile pass (logits with visibility and mask, online softmax, P.V, the
- * statistics pass) and its portable kernels, which are the reference the AVX-512 kernels
- * (x86/attention_avx512.c) are tested against. Design: attention.h; driver: ops_attention.c. */
+ * statistics pass) and its portable kernels, which are the reference the AVX-512 and AVX2 kernels
+ * (x86/attention_avx512.c, x86/attention_avx2.c; through c->kern) are tested against. Design:
+ * attention.h; driver: ops_attention.c. */
 #include <cblas.h>
 
 #include "attention.h"
@@ -100,19 +101,14 @@ static int att_logits(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int6
         }
         if (kmin > max_qpos) return 0;
     }
-#if KVS_CPU_HAVE_AVX512
     if (c->fast) {
-        kvs_cpu_att_qk_avx512(w->Qp, c->KT + h * d * c->ldk + j0 * d, d, (M + 7) & ~(int64_t)7, (n + 31) & ~(int64_t)31,
-                      a->p.scale, w->S);
-    } else
-#endif
-    {
+        c->kern->qk(w->Qp, c->KT + h * d * c->ldk + j0 * d, d, (M + 7) & ~(int64_t)7, (n + 31) & ~(int64_t)31,
+                    a->p.scale, w->S);
+    } else {
         const float *Kt = att_tile(c, c->k, w->Kc, h, j0, n);
-#if KVS_CPU_HAVE_AVX512
         if (c->dec)
-            kvs_cpu_att_qk_dec_avx512(w->Qp, Kt, d, M, n, a->p.scale, w->S);
+            c->kern->qk_dec(w->Qp, Kt, d, M, n, a->p.scale, w->S);
         else
-#endif
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)n, (int)d, a->p.scale, w->Qp, (int)d,
                         Kt, (int)d, 0.0f, w->S, ATT_BK);
     }
@@ -177,11 +173,7 @@ void kvs_cpu_att_pass(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int6
         if (!att_logits(c, w, h, i0, M, j0, n, max_qpos)) continue;
         for (int64_t r = 0; r < M; r++) {
             float *s = w->S + r * ATT_BK;
-#if KVS_CPU_HAVE_AVX512
-            float tmax = c->fast || c->dec ? kvs_cpu_att_row_max_avx512(s, n) : att_row_max(s, n);
-#else
-            float tmax = att_row_max(s, n);
-#endif
+            float tmax = c->kern ? c->kern->row_max(s, n) : att_row_max(s, n);
             if (c->argmax && (tmax > w->bestv[r] || (w->best[r] < 0 && tmax > -INFINITY))) {
                 int64_t t = 0;
                 while (s[t] != tmax) t++;
@@ -196,24 +188,15 @@ void kvs_cpu_att_pass(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int6
                 att_scale_row(w->O + r * d, d, alpha);
                 w->m[r] = mnew;
             }
-#if KVS_CPU_HAVE_AVX512
-            w->l[r] += c->fast || c->dec ? kvs_cpu_att_exp_row_avx512(s, n, mnew) : att_exp_row(s, n, mnew);
-#else
-            w->l[r] += att_exp_row(s, n, mnew);
-#endif
+            w->l[r] += c->kern ? c->kern->exp_row(s, n, mnew) : att_exp_row(s, n, mnew);
         }
-#if KVS_CPU_HAVE_AVX512
         if (c->fast) {
-            kvs_cpu_att_pv_avx512(w->S, (M + 7) & ~(int64_t)7, n, c->V32 + (h * c->a->capacity + j0) * d, d, w->O);
-        } else
-#endif
-        {
+            c->kern->pv(w->S, (M + 7) & ~(int64_t)7, n, c->V32 + (h * c->a->capacity + j0) * d, d, w->O);
+        } else {
             const float *Vt = att_tile(c, c->v, w->Vc, h, j0, n);
-#if KVS_CPU_HAVE_AVX512
             if (c->dec)
-                kvs_cpu_att_pv_dec_avx512(w->S, M, n, Vt, d, w->O);
+                c->kern->pv_dec(w->S, M, n, Vt, d, w->O);
             else
-#endif
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)d, (int)n, 1.0f, w->S, ATT_BK, Vt,
                             (int)d, 1.0f, w->O, (int)d);
         }

@@ -73,10 +73,49 @@ static inline int kvs_cpu_avx512(void) {
 #endif
 }
 
+/* Hand-written AVX2 kernels (x86/AREA_avx2.c): compiled with per-file flags -mavx2 -mfma -mf16c
+ * (meson), so nothing outside those files assumes them; usable when the CPU has AVX2, FMA and
+ * F16C (Haswell and later, every AMD Zen). */
+#define KVS_CPU_HAVE_AVX2 KVS_CPU_HAVE_AVX512
+
+static inline int kvs_cpu_avx2(void) {
+#if KVS_CPU_HAVE_AVX2
+    static int cached = -1; /* benign race: every thread computes the same value */
+    if (cached < 0) {
+        __builtin_cpu_init();
+#if defined(__clang__) && __clang_major__ < 16
+        cached = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 1 : 0;
+#else
+        cached = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                         __builtin_cpu_supports("f16c")
+                     ? 1
+                     : 0;
+#endif
+    }
+    return cached;
+#else
+    return 0;
+#endif
+}
+
+/* The instruction set an op's kernels use on dev. */
+enum { KVS_ISA_C = 0, KVS_ISA_AVX2 = 1, KVS_ISA_AVX512 = 2 };
+
+/* The forced variant's ISA (its AVX512 / AVX2 bit, when this CPU can run it), else the best the
+ * CPU has: AVX-512 > AVX2 > portable C. */
+static inline int kvs_cpu_isa(const kvs_device *dev, kvs_op_id op) {
+    int v = kvs_device_variant(dev, op);
+    if (v) {
+        if ((v & KVS_CPU_V_AVX512) && kvs_cpu_avx512()) return KVS_ISA_AVX512;
+        if ((v & KVS_CPU_V_AVX2) && kvs_cpu_avx2()) return KVS_ISA_AVX2;
+        return KVS_ISA_C;
+    }
+    return kvs_cpu_avx512() ? KVS_ISA_AVX512 : kvs_cpu_avx2() ? KVS_ISA_AVX2 : KVS_ISA_C;
+}
+
 /* 1 when op should run its AVX-512 kernels on dev: the forced variant's choice, else the CPU's. */
 static inline int kvs_cpu_use_avx512(const kvs_device *dev, kvs_op_id op) {
-    int v = kvs_device_variant(dev, op);
-    return v ? (v & KVS_CPU_V_AVX512) != 0 && kvs_cpu_avx512() : kvs_cpu_avx512();
+    return kvs_cpu_isa(dev, op) == KVS_ISA_AVX512;
 }
 
 #if defined(__GNUC__)

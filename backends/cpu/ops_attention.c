@@ -1,7 +1,7 @@
 /* CPU backend: attention with GQA and statistics (contract: kvs_attention in include/kvsieve/ops.h):
  * the driver (argument checks of device-side values, scratch, the transposed K of the AVX-512 path,
  * tasks over OpenMP threads, split-key merges, key_mass reduction). Design: attention.h; the tile
- * pass and its kernels: attention_tiles.c, x86/attention_avx512.c. */
+ * pass and its kernels: attention_tiles.c, x86/attention_avx512.c, x86/attention_avx2.c. */
 #include <stdlib.h>
 
 #include "attention.h"
@@ -200,10 +200,14 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
         c.probe_list = list;
     }
 
-    /* AVX-512 path: enough query rows per kv head to amortise a transposed f32 copy of K */
+    /* SIMD path (AVX-512, else AVX2): enough query rows per kv head to amortise a transposed f32
+     * copy of K */
     float *kt_buf = NULL, *v_buf = NULL;
-    const int avx512 = kvs_cpu_use_avx512(dev, KVS_OP_attention);
-    c.fast = avx512 && d % 16 == 0 && a->n_q * c.G >= 8 && a->n_q >= 4;
+#if KVS_CPU_HAVE_AVX512
+    const int isa = kvs_cpu_isa(dev, KVS_OP_attention);
+    if (d % 16 == 0) c.kern = isa == KVS_ISA_AVX512 ? &kvs_cpu_att_avx512 : isa == KVS_ISA_AVX2 ? &kvs_cpu_att_avx2 : NULL;
+#endif
+    c.fast = c.kern && a->n_q * c.G >= 8 && a->n_q >= 4;
     if (c.fast) {
         c.ldk = (a->n_kv + 31) & ~(int64_t)31;
         kt_buf = malloc((size_t)(a->n_kv_heads * d * c.ldk) * sizeof(float));
@@ -242,7 +246,7 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
         c.KT = kt_buf;
         c.V32 = c.kv_f16 ? v_buf : (const float *)c.v;
     }
-    c.dec = avx512 && d % 16 == 0 && !c.fast;
+    c.dec = c.kern && !c.fast;
 
     kvs_cpu_blas_threads(1);
     int team = 1; /* threads the region got (key_mass partials to reduce) */
