@@ -39,8 +39,10 @@ static const kvs_variant cpu_variants[] = {
     {KVS_OP_attention, "avx2-split", KVS_CPU_V_AVX2 | KVS_CPU_V_SPLIT, cpu_has_avx2},
     {KVS_OP_topk, "portable", KVS_CPU_V_PORTABLE, NULL},
     {KVS_OP_topk, "avx512", KVS_CPU_V_AVX512, cpu_has_avx512},
+    {KVS_OP_topk, "avx2", KVS_CPU_V_AVX2, cpu_has_avx2},
     {KVS_OP_topk_global, "portable", KVS_CPU_V_PORTABLE, NULL},
     {KVS_OP_topk_global, "avx512", KVS_CPU_V_AVX512, cpu_has_avx512},
+    {KVS_OP_topk_global, "avx2", KVS_CPU_V_AVX2, cpu_has_avx2},
 };
 
 const kvs_backend_ops kvs_cpu_backend = {
