@@ -194,6 +194,8 @@ void bench_run_suite(bench *b) {
     case_matmul(b, KVS_F32, q ? 256 : 1024, q ? 256 : 1024, q ? 256 : 1024);
     case_matmul(b, KVS_F32, q ? 1024 : 4096, q ? 1024 : 4096, 1);
     case_matmul(b, KVS_F16, q ? 1024 : 4096, q ? 1024 : 4096, 1);
+    case_matmul(b, KVS_BF16, q ? 1024 : 4096, q ? 1024 : 4096, 1);
+    case_matmul(b, KVS_Q8_0, q ? 1024 : 4096, q ? 1024 : 4096, 1);
 
     /* attention: prefill / diffusion block (n_q = n_kv), bidirectional; one causal row; decode */
     if (q) {
