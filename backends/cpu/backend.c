@@ -43,6 +43,10 @@ static const kvs_variant cpu_variants[] = {
     {KVS_OP_topk_global, "portable", KVS_CPU_V_PORTABLE, NULL},
     {KVS_OP_topk_global, "avx512", KVS_CPU_V_AVX512, cpu_has_avx512},
     {KVS_OP_topk_global, "avx2", KVS_CPU_V_AVX2, cpu_has_avx2},
+    {KVS_OP_dwt, "portable", KVS_CPU_V_PORTABLE, NULL},
+    {KVS_OP_dwt, "avx2", KVS_CPU_V_AVX2, cpu_has_avx2},
+    {KVS_OP_idwt, "portable", KVS_CPU_V_PORTABLE, NULL},
+    {KVS_OP_idwt, "avx2", KVS_CPU_V_AVX2, cpu_has_avx2},
 };
 
 const kvs_backend_ops kvs_cpu_backend = {
