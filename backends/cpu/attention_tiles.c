@@ -16,6 +16,12 @@ static const float *att_tile(const att_ctx *c, const void *base, float *conv, in
     size_t off = (size_t)(h * c->a->capacity + j0) * (size_t)d;
     if (!c->kv_f16) return (const float *)base + off;
     const uint16_t *s = (const uint16_t *)base + off;
+#if KVS_CPU_HAVE_AVX2
+    if (c->kern) { /* the SIMD kernels' CPUs have F16C */
+        kvs_cpu_h2f_row_f16c(s, conv, n * d);
+        return conv;
+    }
+#endif
     for (int64_t t = 0; t < n * d; t++) conv[t] = kvs_h2f(s[t]);
     return conv;
 }

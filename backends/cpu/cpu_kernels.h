@@ -182,6 +182,18 @@ static inline uint16_t kvs_f2h(float f) {
     return (uint16_t)((sign >> 16) | (shl1_w > 0xFF000000u ? nan : nonsign));
 }
 
+/* d[i] = s[i] (f16 -> f32) for i < n through F16C, 16 values a step (x86/matmul_avx2.c). Only where
+ * kvs_cpu_avx2() or kvs_cpu_avx512() holds (both imply F16C); equal to kvs_h2f except that
+ * signalling NaNs may come out quiet, so it serves arithmetic (GEMM panels, attention tiles), not
+ * kvs_copy, whose results are bit-exact. Builds without x86 kernels get the plain loop. */
+#if KVS_CPU_HAVE_AVX2
+void kvs_cpu_h2f_row_f16c(const uint16_t *s, float *d, int64_t n);
+#else
+static inline void kvs_cpu_h2f_row_f16c(const uint16_t *s, float *d, int64_t n) {
+    for (int64_t i = 0; i < n; i++) d[i] = kvs_h2f(s[i]);
+}
+#endif
+
 static inline float kvs_bf2f(uint16_t h) { return kvs_bits_f32((uint32_t)h << 16); }
 
 static inline uint16_t kvs_f2bf(float f) {

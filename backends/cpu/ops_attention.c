@@ -228,7 +228,12 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
                 float *pj = dst + (j / 32) * d * 32 + (j % 32);
                 if (c.kv_f16) {
                     const uint16_t *src = (const uint16_t *)c.k + (h * cap_ + j) * d;
-                    for (int64_t t = 0; t < d; t++) pj[t * 32] = kvs_h2f(src[t]);
+                    float row[64]; /* F16C conversion (the SIMD kernels' CPUs have it), 64 at a time */
+                    for (int64_t t0 = 0; t0 < d; t0 += 64) {
+                        const int64_t nt0 = d - t0 < 64 ? d - t0 : 64;
+                        kvs_cpu_h2f_row_f16c(src + t0, row, nt0);
+                        for (int64_t t = 0; t < nt0; t++) pj[(t0 + t) * 32] = row[t];
+                    }
                 } else {
                     const float *src = (const float *)c.k + (h * cap_ + j) * d;
                     for (int64_t t = 0; t < d; t++) pj[t * 32] = src[t];
@@ -240,7 +245,7 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
             if (c.kv_f16) {
                 const uint16_t *src = (const uint16_t *)c.v + (h * cap_ + j0) * d;
                 float *vd = v_buf + (h * cap_ + j0) * d;
-                for (int64_t t = 0; t < (j1 - j0) * d; t++) vd[t] = kvs_h2f(src[t]);
+                kvs_cpu_h2f_row_f16c(src, vd, (j1 - j0) * d);
             }
         }
         c.KT = kt_buf;

@@ -202,7 +202,7 @@ static kvs_status matmul_own(kvs_device *dev, const kvs_matmul_args *a, int isa)
                             row_q8_to_f32((const uint8_t *)W + (size_t)(r0 + r) * wrow + (c0 / KVS_Q8_BLOCK) * KVS_Q8_BYTES,
                                           dst, kc);
                         } else if (dt == KVS_F16) {
-                            row_f16_to_f32((const uint16_t *)W + (r0 + r) * k + c0, dst, kc);
+                            kvs_cpu_h2f_row_f16c((const uint16_t *)W + (r0 + r) * k + c0, dst, kc);
                         } else {
                             row_bf16_to_f32((const uint16_t *)W + (r0 + r) * k + c0, dst, kc);
                         }
@@ -253,6 +253,8 @@ kvs_status kvs_cpu_matmul(kvs_device *dev, const kvs_matmul_args *a) {
     const float *x = kvs_tensor_host_ptr(a->x);
     float *y = kvs_tensor_host_ptr(a->y);
     const float beta = a->accumulate ? 1.0f : 0.0f;
+    const int isa = kvs_cpu_isa(dev, KVS_OP_matmul); /* f16 panels through F16C unless portable */
+    (void)isa;
     const void *W = kvs_tensor_host_ptr(a->W);
     const kvs_dtype dt = a->W->dtype;
     int nt = kvs_cpu_nt(dev, (double)m * (double)k * (double)n / 64.0);
@@ -284,7 +286,15 @@ kvs_status kvs_cpu_matmul(kvs_device *dev, const kvs_matmul_args *a) {
             float *Wp = panels + (size_t)tid * (size_t)P * (size_t)k;
             for (int64_t p0 = r0; p0 < r1; p0 += P) {
                 int64_t pr = r1 - p0 < P ? r1 - p0 : P;
-                for (int64_t r = 0; r < pr; r++) row_to_f32(W, dt, p0 + r, k, Wp + r * k);
+                for (int64_t r = 0; r < pr; r++) {
+#if KVS_CPU_HAVE_AVX2
+                    if (dt == KVS_F16 && isa != KVS_ISA_C) {
+                        kvs_cpu_h2f_row_f16c((const uint16_t *)W + (p0 + r) * k, Wp + r * k, k);
+                        continue;
+                    }
+#endif
+                    row_to_f32(W, dt, p0 + r, k, Wp + r * k);
+                }
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)pr, (int)k, 1.0f, x, (int)k, Wp,
                             (int)k, beta, y + p0, (int)m);
             }

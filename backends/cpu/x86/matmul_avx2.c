@@ -1,6 +1,6 @@
 /* CPU backend, x86 AVX2 kernels of matmul (prototypes and contracts: ../matmul.h): the GEMV of
- * decoding-sized products (f32, f16 through F16C, bf16, q8_0; FMA) and the 8x32 tile of the own
- * GEMM. This file alone is compiled with -mavx2 -mfma -mf16c (backends/cpu/meson.build); its
+ * decoding-sized products (f32, f16 through F16C, bf16, q8_0; FMA), the 8x32 tile of the own
+ * GEMM, and the F16C row conversion (cpu_kernels.h) of GEMM panels and attention tiles. This file alone is compiled with -mavx2 -mfma -mf16c (backends/cpu/meson.build); its
  * functions run only after kvs_cpu_avx2() said the CPU has those extensions (ops_dense.c). */
 #include <string.h>
 
@@ -94,6 +94,15 @@ void kvs_cpu_dot_rows_avx2(const void *wrow, kvs_dtype dt, const float *x, int64
         for (int64_t t = c; t < k; t++) tot += load_w1(wrow, dt, t) * x[i * k + t];
         acc[i] = tot;
     }
+}
+
+void kvs_cpu_h2f_row_f16c(const uint16_t *s, float *d, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i))));
+        _mm256_storeu_ps(d + i + 8, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i + 8))));
+    }
+    for (; i < n; i++) d[i] = kvs_h2f(s[i]);
 }
 
 /* C[4][16] (+)= A[4][K] . B[K][16] (8 accumulators: 2 loads of B and 4 broadcasts per 8 FMAs). */
