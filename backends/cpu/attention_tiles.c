@@ -259,7 +259,10 @@ void kvs_cpu_att_stats(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int
             float l = w->l[r];
             if (!(l > 0.0f)) continue; /* nothing visible: p = 0 everywhere */
             float *s = w->S + r * ATT_BK;
-            att_exp_row(s, n, w->m[r]);
+            if (c->kern)
+                c->kern->exp_row(s, n, w->m[r]);
+            else
+                att_exp_row(s, n, w->m[r]);
             att_scale_row(s, n, 1.0f / l);
             if (wt) {
                 float *km = w->km + h * cap + j0;
