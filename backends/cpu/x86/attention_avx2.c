@@ -3,8 +3,9 @@
  * K/V tiles, and the row max and exp-sum of the online softmax. This file alone is compiled with
  * -mavx2 -mfma -mf16c (backends/cpu/meson.build); ops_attention.c chooses its table
  * (kvs_cpu_att_avx2) only when kvs_cpu_avx2() says the CPU has those extensions. AVX2 has 16
- * vector registers of 8 floats, so every product works on blocks of 4 rows x 16 columns
- * (8 accumulators, 2 loads and 4 broadcasts per 8 FMAs). */
+ * vector registers of 8 floats, so every product keeps 8 accumulators: the tile products blocks of
+ * 4 rows x 16 columns (2 loads and 4 broadcasts per 8 FMAs), the decoding ones row pairs x 4 keys
+ * or x 32 columns. */
 #include "../attention.h"
 
 #if KVS_CPU_HAVE_AVX2 && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -42,53 +43,48 @@ static void att_qk_avx2(const float *Qp, const float *KP, int64_t d, int64_t Mp,
     }
 }
 
-/* O[r][c..c+16) += sum_{j<n} P[r][j] V[j][c..c+16) for the R (<= 4, a constant after inlining)
- * rows from r0; P row stride ATT_BK, V [n][d], O [.][d]. */
-ATT_INLINE void att_pv_block(int R, const float *p, int64_t n, const float *V, int64_t d, float *o, int64_t c) {
-    __m256 acc[4][2];
-    for (int r = 0; r < R; r++) {
-        acc[r][0] = _mm256_loadu_ps(o + r * d + c);
-        acc[r][1] = _mm256_loadu_ps(o + r * d + c + 8);
-    }
+/* O[r][c..c+8C) += sum_{j<n} P[r][j] V[j][c..c+8C) for the R rows from r0 (R * C <= 8
+ * accumulators; R, C constants after inlining); P row stride ATT_BK, V [n][d], O [.][d]. */
+ATT_INLINE void att_pv_block(int R, int C, const float *p, int64_t n, const float *V, int64_t d, float *o, int64_t c) {
+    __m256 acc[4][8];
+    for (int r = 0; r < R; r++)
+        for (int u = 0; u < C; u++) acc[r][u] = _mm256_loadu_ps(o + r * d + c + 8 * u);
     for (int64_t j = 0; j < n; j++) {
-        const __m256 v0 = _mm256_loadu_ps(V + j * d + c), v1 = _mm256_loadu_ps(V + j * d + c + 8);
+        __m256 v[8];
+        for (int u = 0; u < C; u++) v[u] = _mm256_loadu_ps(V + j * d + c + 8 * u);
         for (int r = 0; r < R; r++) {
             const __m256 b = _mm256_broadcast_ss(p + r * ATT_BK + j);
-            acc[r][0] = _mm256_fmadd_ps(b, v0, acc[r][0]);
-            acc[r][1] = _mm256_fmadd_ps(b, v1, acc[r][1]);
+            for (int u = 0; u < C; u++) acc[r][u] = _mm256_fmadd_ps(b, v[u], acc[r][u]);
         }
     }
-    for (int r = 0; r < R; r++) {
-        _mm256_storeu_ps(o + r * d + c, acc[r][0]);
-        _mm256_storeu_ps(o + r * d + c + 8, acc[r][1]);
-    }
+    for (int r = 0; r < R; r++)
+        for (int u = 0; u < C; u++) _mm256_storeu_ps(o + r * d + c + 8 * u, acc[r][u]);
 }
 
-/* Rows [0, M) in blocks of 4 (the last block R = M % 4 rows), 16 columns a block, d % 16 == 0. */
-static void att_pv_rows(const float *P, int64_t M, int64_t n, const float *V, int64_t d, float *O) {
-    for (int64_t r0 = 0; r0 < M; r0 += 4) {
-        const int64_t R = M - r0 < 4 ? M - r0 : 4;
+/* O[r] += sum_j P[r][j] V[j] for r < Mp (multiple of 8), j < n; P row stride ATT_BK, V [n][d],
+ * d % 16 == 0: blocks of 4 rows x 16 columns (2 loads and 4 broadcasts per 8 FMAs). */
+static void att_pv_avx2(const float *P, int64_t Mp, int64_t n, const float *V, int64_t d, float *O) {
+    for (int64_t r0 = 0; r0 < Mp; r0 += 4)
+        for (int64_t c = 0; c < d; c += 16) att_pv_block(4, 2, P + r0 * ATT_BK, n, V, d, O + r0 * d, c);
+}
+
+/* Decoding: O[r] += sum_j P[r][j] V[j] for r < M (any, usually the few rows of one GQA group); V
+ * [n][d] row-major, d % 16 == 0. Row pairs x 32 columns (4 loads and 2 broadcasts per 8 FMAs), a
+ * last 16-column block where d % 32 == 16; a last single row (M odd) x 64 columns. */
+static void att_pv_dec_avx2(const float *P, int64_t M, int64_t n, const float *V, int64_t d, float *O) {
+    for (int64_t r0 = 0; r0 < M; r0 += 2) {
         const float *p = P + r0 * ATT_BK;
         float *o = O + r0 * d;
-        for (int64_t c = 0; c < d; c += 16) {
-            switch (R) {
-            case 4: att_pv_block(4, p, n, V, d, o, c); break;
-            case 3: att_pv_block(3, p, n, V, d, o, c); break;
-            case 2: att_pv_block(2, p, n, V, d, o, c); break;
-            default: att_pv_block(1, p, n, V, d, o, c); break;
-            }
+        int64_t c = 0;
+        if (M - r0 >= 2) {
+            for (; c + 32 <= d; c += 32) att_pv_block(2, 4, p, n, V, d, o, c);
+            if (c < d) att_pv_block(2, 2, p, n, V, d, o, c);
+        } else {
+            for (; c + 64 <= d; c += 64) att_pv_block(1, 8, p, n, V, d, o, c);
+            for (; c + 32 <= d; c += 32) att_pv_block(1, 4, p, n, V, d, o, c);
+            if (c < d) att_pv_block(1, 2, p, n, V, d, o, c);
         }
     }
-}
-
-/* O[r] += sum_j P[r][j] V[j] for r < Mp (multiple of 8), j < n; P row stride ATT_BK, V [n][d]. */
-static void att_pv_avx2(const float *P, int64_t Mp, int64_t n, const float *V, int64_t d, float *O) {
-    att_pv_rows(P, Mp, n, V, d, O);
-}
-
-/* Decoding: O[r] += sum_j P[r][j] V[j] for r < M (any); V [n][d] row-major. */
-static void att_pv_dec_avx2(const float *P, int64_t M, int64_t n, const float *V, int64_t d, float *O) {
-    att_pv_rows(P, M, n, V, d, O);
 }
 
 /* The four row sums of a0..a3 (8 lanes each), as lanes 0..3. */
@@ -97,41 +93,52 @@ ATT_INLINE __m128 att_hsum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
     return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
-/* S[r][j] = scale * Qp[r] . K[j] for the R (<= 4, constant after inlining) rows of q, j < n;
- * d % 16 == 0. Each key row is loaded once for the R rows; the 4 dot products of a key reduce
- * together. */
-ATT_INLINE void att_qk_dec_block(int R, const float *q, const float *K, int64_t d, int64_t n, float scale, float *s) {
+/* S[r][j..j+4) = scale * Qp[r] . K[j..j+4) for the R (1 or 2, constant after inlining) rows of q,
+ * keys in groups of 4 (8 accumulators: 4 key loads and R query loads per 4R FMAs; one horizontal
+ * reduction per row gives the 4 dot products), the last n % 4 keys one at a time; d % 16 == 0. */
+ATT_INLINE void att_qk_dec_rows(int R, const float *q, const float *K, int64_t d, int64_t n, float scale, float *s) {
     const __m128 vs = _mm_set1_ps(scale);
-    for (int64_t j = 0; j < n; j++) {
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) {
         const float *k = K + j * d;
-        __m256 a[4][2];
-        for (int r = 0; r < 4; r++) a[r][0] = a[r][1] = _mm256_setzero_ps();
-        for (int64_t t = 0; t < d; t += 16) {
-            const __m256 k0 = _mm256_loadu_ps(k + t), k1 = _mm256_loadu_ps(k + t + 8);
+        __m256 a[2][4];
+        for (int r = 0; r < R; r++)
+            for (int u = 0; u < 4; u++) a[r][u] = _mm256_setzero_ps();
+        for (int64_t t = 0; t < d; t += 8) {
+            const __m256 k0 = _mm256_loadu_ps(k + t), k1 = _mm256_loadu_ps(k + d + t),
+                         k2 = _mm256_loadu_ps(k + 2 * d + t), k3 = _mm256_loadu_ps(k + 3 * d + t);
             for (int r = 0; r < R; r++) {
-                a[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(q + r * d + t), k0, a[r][0]);
-                a[r][1] = _mm256_fmadd_ps(_mm256_loadu_ps(q + r * d + t + 8), k1, a[r][1]);
+                const __m256 qv = _mm256_loadu_ps(q + r * d + t);
+                a[r][0] = _mm256_fmadd_ps(qv, k0, a[r][0]);
+                a[r][1] = _mm256_fmadd_ps(qv, k1, a[r][1]);
+                a[r][2] = _mm256_fmadd_ps(qv, k2, a[r][2]);
+                a[r][3] = _mm256_fmadd_ps(qv, k3, a[r][3]);
             }
         }
+        for (int r = 0; r < R; r++)
+            _mm_storeu_ps(s + r * ATT_BK + j, _mm_mul_ps(vs, att_hsum4(a[r][0], a[r][1], a[r][2], a[r][3])));
+    }
+    for (; j < n; j++) {
+        const float *k = K + j * d;
+        __m256 a[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+        for (int64_t t = 0; t < d; t += 8) {
+            const __m256 kv = _mm256_loadu_ps(k + t);
+            for (int r = 0; r < R; r++) a[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q + r * d + t), kv, a[r]);
+        }
         float out[4];
-        _mm_storeu_ps(out, _mm_mul_ps(vs, att_hsum4(_mm256_add_ps(a[0][0], a[0][1]), _mm256_add_ps(a[1][0], a[1][1]),
-                                                    _mm256_add_ps(a[2][0], a[2][1]), _mm256_add_ps(a[3][0], a[3][1]))));
+        _mm_storeu_ps(out, _mm_mul_ps(vs, att_hsum4(a[0], R > 1 ? a[1] : a[0], a[0], a[0])));
         for (int r = 0; r < R; r++) s[r * ATT_BK + j] = out[r];
     }
 }
 
-/* Decoding (few rows, row-major K [n][d]): S[r][j] = scale * Qp[r] . K[j] for r < M, j < n. */
+/* Decoding (few rows, row-major K [n][d]): S[r][j] = scale * Qp[r] . K[j] for r < M, j < n;
+ * rows in pairs. */
 static void att_qk_dec_avx2(const float *Qp, const float *K, int64_t d, int64_t M, int64_t n, float scale, float *S) {
-    for (int64_t r0 = 0; r0 < M; r0 += 4) {
-        const int64_t R = M - r0 < 4 ? M - r0 : 4;
-        const float *q = Qp + r0 * d;
-        float *s = S + r0 * ATT_BK;
-        switch (R) {
-        case 4: att_qk_dec_block(4, q, K, d, n, scale, s); break;
-        case 3: att_qk_dec_block(3, q, K, d, n, scale, s); break;
-        case 2: att_qk_dec_block(2, q, K, d, n, scale, s); break;
-        default: att_qk_dec_block(1, q, K, d, n, scale, s); break;
-        }
+    for (int64_t r0 = 0; r0 < M; r0 += 2) {
+        if (M - r0 >= 2)
+            att_qk_dec_rows(2, Qp + r0 * d, K, d, n, scale, S + r0 * ATT_BK);
+        else
+            att_qk_dec_rows(1, Qp + r0 * d, K, d, n, scale, S + r0 * ATT_BK);
     }
 }
 
