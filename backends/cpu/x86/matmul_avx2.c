@@ -60,17 +60,18 @@ void kvs_cpu_dot_rows_avx2(const void *wrow, kvs_dtype dt, const float *x, int64
             const uint8_t *blk = w + b * KVS_Q8_BYTES;
             uint16_t hs;
             memcpy(&hs, blk, 2);
-            const __m256 sc = _mm256_set1_ps(kvs_h2f(hs));
+            const __m256 sc = _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(hs))); /* F16C */
             __m256 wv[4];
             for (int u = 0; u < 4; u++)
-                wv[u] = _mm256_mul_ps(
-                    sc, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 2 + 8 * u)))));
+                wv[u] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 2 + 8 * u))));
+            /* the block's q . x, then one FMA with its scale; blocks alternate accumulators */
             for (int64_t i = 0; i < n; i++) {
                 const float *xb = x + i * k + b * KVS_Q8_BLOCK;
-                a[i][0] = _mm256_fmadd_ps(wv[0], _mm256_loadu_ps(xb), a[i][0]);
-                a[i][1] = _mm256_fmadd_ps(wv[1], _mm256_loadu_ps(xb + 8), a[i][1]);
-                a[i][0] = _mm256_fmadd_ps(wv[2], _mm256_loadu_ps(xb + 16), a[i][0]);
-                a[i][1] = _mm256_fmadd_ps(wv[3], _mm256_loadu_ps(xb + 24), a[i][1]);
+                __m256 bs = _mm256_mul_ps(wv[0], _mm256_loadu_ps(xb));
+                __m256 bt = _mm256_mul_ps(wv[1], _mm256_loadu_ps(xb + 8));
+                bs = _mm256_fmadd_ps(wv[2], _mm256_loadu_ps(xb + 16), bs);
+                bt = _mm256_fmadd_ps(wv[3], _mm256_loadu_ps(xb + 24), bt);
+                a[i][b & 1] = _mm256_fmadd_ps(_mm256_add_ps(bs, bt), sc, a[i][b & 1]);
             }
         }
         for (int64_t i = 0; i < n; i++) acc[i] = hsum8(_mm256_add_ps(a[i][0], a[i][1]));

@@ -21,7 +21,7 @@ void kvs_cpu_dot_rows_avx512(const void *wrow, kvs_dtype dt, const float *x, int
             const uint8_t *blk = w + b * KVS_Q8_BYTES;
             uint16_t hs;
             memcpy(&hs, blk, 2);
-            __m512 sc = _mm512_set1_ps(kvs_h2f(hs));
+            __m512 sc = _mm512_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(hs))); /* F16C */
             __m512 w0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 2))));
             __m512 w1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 18))));
             w0 = _mm512_mul_ps(w0, sc);
