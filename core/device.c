@@ -160,6 +160,7 @@ kvs_status kvs_device_open(kvs_device **out, const kvs_device_params *p) {
 void kvs_device_destroy(kvs_device **dev) {
     if (!dev || !*dev) return;
     (*dev)->ops->device_close(*dev);
+    kvs_profile_free(*dev);
     free(*dev);
     *dev = NULL;
 }
@@ -180,7 +181,11 @@ kvs_status kvs_device_set_threads(kvs_device *dev, int n_threads) {
 
 kvs_status kvs_device_sync(kvs_device *dev) {
     if (!dev) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_device_sync: dev is NULL");
-    return dev->ops->device_sync(dev);
+    if (!dev->prof) return dev->ops->device_sync(dev);
+    double t0 = kvs_profile_begin(dev);
+    kvs_status s = dev->ops->device_sync(dev);
+    kvs_profile_end(dev, KVS_PROF_SYNC, t0, 0);
+    return s;
 }
 
 kvs_status kvs_device_set_query(kvs_device *dev, int on) {

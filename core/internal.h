@@ -243,7 +243,25 @@ struct kvs_device {
     int64_t bytes_allocated;
     int query;                  /* kvs_device_set_query: ops validate and ask supports(), run nothing */
     const kvs_variant *forced[KVS_OP_COUNT]; /* variant forced per op; NULL = automatic */
+    struct kvs_profiler *prof;  /* kvs_device_profile: per-op timing table; NULL = off */
 };
+
+/* ---- profiling (core/profile.c; kvs_device_profile in device.h) ----------------------------- */
+
+/* What the profiler times besides the ops (whose kinds are their kvs_op_id). */
+enum { KVS_PROF_UPLOAD = KVS_OP_COUNT, KVS_PROF_DOWNLOAD, KVS_PROF_FILL, KVS_PROF_SYNC, KVS_PROF_KINDS };
+
+/* Monotonic clock, s. */
+double kvs_now_s(void);
+
+/* Start of a timed piece of device work: on an asynchronous backend it first waits for the queue
+ * (so the time is the piece's own); returns the monotonic clock, s. Call only when dev->prof. */
+double kvs_profile_begin(kvs_device *dev);
+/* End of it: waits again on an asynchronous backend, then adds the time since t0 (and bytes) to
+ * kind's cell of the current layer. */
+void kvs_profile_end(kvs_device *dev, int kind, double t0, int64_t bytes);
+/* Frees the table (kvs_device_destroy). */
+void kvs_profile_free(kvs_device *dev);
 
 /* The code of the variant forced for op on dev, 0 when the backend chooses (core/device.c). */
 static inline int kvs_device_variant(const kvs_device *dev, kvs_op_id op) {

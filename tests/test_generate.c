@@ -4,7 +4,8 @@
  *    each of the four encodings (GGUF v1, GGUF v3, llama2.c .bin, safetensors);
  *  - stories260K-llada diffusion decodes (no cache) = stories260K-llada-ref.json, every case, and the
  *    loop's early exits (callback stop, stop_eos);
- *  - the forward's argument checking.
+ *  - the forward's argument checking;
+ *  - the device profile's op counts per layer and the decode's time breakdown.
  * Models are located with kvs_model_locate ($KVSIEVE_MODELS, models/, ../shared/models); a missing
  * v3/llada fixture or backend skips the run (exit 77), a missing GGUF v1/llama2.c/safetensors encoding
  * (not bundled in models/) skips that encoding's case. */
@@ -419,6 +420,72 @@ START_TEST(test_forward_errors) {
 }
 END_TEST
 
+/* generate --profile / --stats underneath: the device profile counts every op per layer (7 matmuls,
+ * one attention per layer and step, the logits head outside the layers, its downloads byte for
+ * byte) and the decode's time breakdown is consistent (no timing asserted beyond signs and sums). */
+START_TEST(test_profile_counts) {
+    kvs_device *dev = open_dev();
+    ck_assert_int_eq(kvs_device_profile(NULL, 1), KVS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(kvs_device_profile(dev, 2), KVS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(kvs_device_profiling(dev), 0);
+    ck_assert_int_eq(kvs_device_profile_read(dev, NULL, 0), 0);
+    kvs_model *m = NULL;
+    ck_assert_msg(kvs_model_load(&m, dev, locate("stories260K-llada-f32.gguf"), NULL) == KVS_OK, "%s", kvs_last_error());
+    const kvs_model_hparams *hp = kvs_model_get_hparams(m);
+    const int32_t prompt[2] = {1, 400};
+    const int64_t np = 2, gen = 32;
+    kvs_cache_params cp = kvs_model_cache_params(m);
+    cp.capacity = np + gen;
+    kvs_kv_cache *c = NULL;
+    ck_assert_msg(kvs_cache_create(&c, dev, &cp) == KVS_OK, "%s", kvs_last_error());
+    kvs_dlm_params p = kvs_dlm_params_default();
+    p.gen_len = gen;
+    p.block_len = gen;
+    int32_t out[32];
+    kvs_gen_stats st;
+    ck_assert_int_eq(kvs_device_profile(dev, 1), KVS_OK);
+    ck_assert_int_eq(kvs_device_profiling(dev), 1);
+    ck_assert_msg(kvs_generate_dlm(m, c, prompt, np, &p, NULL, NULL, out, &st) == KVS_OK, "%s", kvs_last_error());
+    ck_assert_int_eq(st.steps, gen);
+    int64_t n = kvs_device_profile_read(dev, NULL, 0);
+    ck_assert_int_gt(n, 0);
+    kvs_profile_entry *e = calloc((size_t)n, sizeof *e);
+    ck_assert_ptr_nonnull(e);
+    ck_assert_int_eq(kvs_device_profile_read(dev, e, n), n);
+    int64_t mm[KVS_PROFILE_MAX_LAYERS + 1] = {0}, att[KVS_PROFILE_MAX_LAYERS + 1] = {0}, head_down = 0, emb = 0;
+    for (int64_t i = 0; i < n; i++) {
+        ck_assert_ptr_nonnull(e[i].kind);
+        ck_assert(e[i].layer >= -1 && e[i].layer < hp->n_layers);
+        ck_assert(e[i].calls > 0 && e[i].seconds >= 0.0 && e[i].bytes >= 0);
+        if (i > 0) ck_assert(strcmp(e[i - 1].kind, e[i].kind) != 0 || e[i - 1].layer < e[i].layer);
+        if (!strcmp(e[i].kind, "matmul")) mm[e[i].layer + 1] += e[i].calls;
+        if (!strcmp(e[i].kind, "attention")) att[e[i].layer + 1] += e[i].calls;
+        if (!strcmp(e[i].kind, "embedding")) emb += e[i].calls * (e[i].layer == 0);
+        if (!strcmp(e[i].kind, "download") && e[i].layer == -1) head_down += e[i].bytes;
+    }
+    ck_assert_int_eq(mm[0], gen); /* the logits head */
+    ck_assert_int_eq(att[0], 0);
+    for (int l = 0; l < hp->n_layers; l++) {
+        ck_assert_int_eq(mm[l + 1], 7 * gen);
+        ck_assert_int_eq(att[l + 1], gen);
+    }
+    ck_assert_int_eq(emb, gen);
+    /* logits of the block's masked rows: 32 + 31 + ... + 1 rows of vocab floats */
+    ck_assert_int_eq(head_down, (int64_t)(gen * (gen + 1) / 2) * hp->vocab * 4);
+    double parts = st.seconds_plan + st.seconds_forward + st.seconds_logits + st.seconds_confidence + st.seconds_commit;
+    ck_assert(st.seconds_plan >= 0 && st.seconds_forward > 0 && st.seconds_logits > 0 && st.seconds_confidence >= 0 &&
+              st.seconds_commit >= 0);
+    ck_assert(parts <= st.seconds * 1.0001 + 1e-6);
+    free(e);
+    ck_assert_int_eq(kvs_device_profile(dev, 0), KVS_OK);
+    ck_assert_int_eq(kvs_device_profiling(dev), 0);
+    ck_assert_int_eq(kvs_device_profile_read(dev, NULL, 0), 0);
+    kvs_cache_destroy(&c);
+    kvs_model_destroy(&m);
+    kvs_device_destroy(&dev);
+}
+END_TEST
+
 int main(int argc, char **argv) {
     int setup = kvs_test_setup(argc, argv, "test_generate", &g_params, "stories260K-f32.v3.gguf", NULL, 0);
     if (setup >= 0) return setup;
@@ -434,6 +501,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_dlm_early_stop);
     tcase_add_test(tc, test_dlm_fidelity);
     tcase_add_test(tc, test_forward_errors);
+    tcase_add_test(tc, test_profile_counts);
     suite_add_tcase(s, tc);
     return kvs_test_run(s);
 }

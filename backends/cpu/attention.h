@@ -14,6 +14,9 @@
  * Statistics needing normalised probabilities (key_mass, probs) take a second pass over the key
  * tiles of the rows that need them, with the final (m, l) of each row: p = e^(S-m) / l; key_mass
  * is accumulated per thread and reduced at the end (rows listed twice in stat_rows count twice).
+ * Without split keys the first pass keeps those rows' exponentials (att_work.E, when they fit a
+ * bounded scratch), so the second pass costs no QK product and no exp where a tile's running
+ * maximum was the row's final one; otherwise it recomputes the tiles.
  *
  * The two tile products run either (AVX2 kernels: the same paths in blocks of 4 rows x 16 columns,
  * where the CPU has AVX2, FMA and F16C but no AVX-512)
@@ -37,6 +40,7 @@
 
 #define ATT_BK 256       /* keys per tile */
 #define ATT_M_TARGET 64  /* packed query rows (queries x group heads) per task */
+#define ATT_KEEP_WORDS (1 << 20) /* largest exponentials store for the statistics pass, floats a thread */
 
 /* One ISA's kernels of the tile pass (contracts: the AVX-512 prototypes below). */
 typedef struct att_kernels {
@@ -82,6 +86,17 @@ typedef struct att_work {
     float *m, *l, *bestv;         /* [M] */
     int32_t *best, *qpos, *lim;   /* [M] */
     float *km;                    /* [n_kv_heads][capacity] partial key_mass of this thread, or NULL */
+    /* statistics without a second QK product: when set, the pass keeps, for the rows that need
+     * statistics, the exponentials e^(S - m_t) of each key tile in E (row r at E + r*ldl, key ja + t
+     * at t) with the running maximum m_t the tile used in mu[r * n_tiles + tile], and marks the key
+     * tiles it computed in tile_ok (index (j0 - ja) / ATT_BK). Where m_t is the row's final maximum
+     * the statistics pass normalises them in place (both passes call the same exp_row: kern's, or
+     * the portable one, so the values are bit-identical to a recomputation); otherwise it recomputes
+     * that tile's logits. NULL: recompute every tile. */
+    float *E, *mu;
+    int64_t ldl;
+    uint8_t *tile_ok;
+    int64_t n_tiles;
 } att_work;
 
 /* ---- the tile pass (attention_tiles.c) ---- */

@@ -91,6 +91,11 @@ static int64_t att_row_lim(const att_ctx *c, int64_t h, int64_t i) {
     return lim;
 }
 
+/* Whether query row i needs the statistics pass (key_mass or a probe). */
+static int att_row_wants_stats(const att_ctx *c, int64_t i) {
+    return (c->stat_w && c->stat_w[i] > 0) || (c->probs && c->probe_start[i + 1] > c->probe_start[i]);
+}
+
 /* Computes S for rows [0, M) against keys [j0, j0+n) of kv head h and turns it into logits.
  * Returns 0 when the whole tile is invisible to every row (S then unspecified). */
 static int att_logits(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int64_t M, int64_t j0, int64_t n,
@@ -176,7 +181,9 @@ void kvs_cpu_att_pass(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int6
     const int64_t d = c->d;
     for (int64_t j0 = ja; j0 < jb; j0 += ATT_BK) {
         int64_t n = jb - j0 < ATT_BK ? jb - j0 : ATT_BK;
-        if (!att_logits(c, w, h, i0, M, j0, n, max_qpos)) continue;
+        int ok = att_logits(c, w, h, i0, M, j0, n, max_qpos);
+        if (w->tile_ok) w->tile_ok[(j0 - ja) / ATT_BK] = (uint8_t)ok;
+        if (!ok) continue;
         for (int64_t r = 0; r < M; r++) {
             float *s = w->S + r * ATT_BK;
             float tmax = c->kern ? c->kern->row_max(s, n) : att_row_max(s, n);
@@ -195,6 +202,10 @@ void kvs_cpu_att_pass(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int6
                 w->m[r] = mnew;
             }
             w->l[r] += c->kern ? c->kern->exp_row(s, n, mnew) : att_exp_row(s, n, mnew);
+            if (w->E && att_row_wants_stats(c, i0 + r / c->G)) {
+                memcpy(w->E + r * w->ldl + (j0 - ja), s, (size_t)n * sizeof(float));
+                w->mu[r * w->n_tiles + (j0 - ja) / ATT_BK] = mnew;
+            }
         }
         if (c->fast) {
             c->kern->pv(w->S, (M + 7) & ~(int64_t)7, n, c->V32 + (h * c->a->capacity + j0) * d, d, w->O);
@@ -250,7 +261,14 @@ void kvs_cpu_att_stats(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int
     const int64_t G = c->G, cap = a->capacity;
     for (int64_t j0 = ja; j0 < jb; j0 += ATT_BK) {
         int64_t n = jb - j0 < ATT_BK ? jb - j0 : ATT_BK;
-        if (!att_logits(c, w, h, i0, M, j0, n, max_qpos)) continue;
+        const int64_t tix = (j0 - ja) / ATT_BK;
+        if (w->tile_ok ? !w->tile_ok[tix] : !att_logits(c, w, h, i0, M, j0, n, max_qpos)) continue;
+        if (w->E) { /* a row whose maximum grew after this tile needs its logits again (rare) */
+            int again = 0;
+            for (int64_t r = 0; r < M && !again; r++)
+                again = att_row_wants_stats(c, i0 + r / G) && w->l[r] > 0.0f && w->mu[r * w->n_tiles + tix] != w->m[r];
+            if (again) att_logits(c, w, h, i0, M, j0, n, max_qpos);
+        }
         for (int64_t r = 0; r < M; r++) {
             int64_t i = i0 + r / G, g = h * G + r % G;
             int32_t wt = c->stat_w ? c->stat_w[i] : 0;
@@ -258,11 +276,16 @@ void kvs_cpu_att_stats(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int
             if (!wt && !has_probe) continue;
             float l = w->l[r];
             if (!(l > 0.0f)) continue; /* nothing visible: p = 0 everywhere */
-            float *s = w->S + r * ATT_BK;
-            if (c->kern)
-                c->kern->exp_row(s, n, w->m[r]);
-            else
-                att_exp_row(s, n, w->m[r]);
+            float *s;
+            if (w->E && w->mu[r * w->n_tiles + tix] == w->m[r]) {
+                s = w->E + r * w->ldl + (j0 - ja); /* = exp_row(logits, m) of the first pass, normalised in place */
+            } else {
+                s = w->S + r * ATT_BK; /* the logits (recomputed above when E is kept) */
+                if (c->kern)
+                    c->kern->exp_row(s, n, w->m[r]);
+                else
+                    att_exp_row(s, n, w->m[r]);
+            }
             att_scale_row(s, n, 1.0f / l);
             if (wt) {
                 float *km = w->km + h * cap + j0;

@@ -40,12 +40,18 @@ static void att_task(const att_ctx *c, att_work *w, int64_t h, int64_t qt, int64
     int64_t jend, max_qpos;
     const int64_t M = kvs_cpu_att_rows(c, w, h, qt, &jend, &max_qpos), i0 = qt * c->BQ, d = c->d;
     if (c->splits == 1) {
+        float *keep_e = w->E;
+        uint8_t *keep_ok = w->tile_ok;
+        const int stats = att_wants_stats(c, qt);
+        if (!stats) w->E = NULL, w->tile_ok = NULL; /* keep exponentials only for tiles with statistics */
         kvs_cpu_att_pass(c, w, h, i0, M, 0, jend, max_qpos);
         kvs_cpu_att_write(c, w, h, i0, M);
-        if (att_wants_stats(c, qt)) {
+        if (stats) {
             if (c->probs) kvs_cpu_att_zero_probes(c, h, i0, M);
             kvs_cpu_att_stats(c, w, h, i0, M, 0, jend, max_qpos);
         }
+        w->E = keep_e;
+        w->tile_ok = keep_ok;
         return;
     }
     int64_t ja, jb;
@@ -171,10 +177,19 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
     const size_t off_km = (size_t)(2 * M * d + M * ATT_BK + 2 * ATT_BK * d + 6 * M + 16);
     size_t per = off_km;
     if (want_km) per += (size_t)(a->n_kv_heads * cap);
+    /* the exponentials kept for the statistics pass (att_work.E): [M][ldl] + the tiles' maxima
+     * + tile flags, without split keys and up to ATT_KEEP_WORDS a thread; beyond that the
+     * statistics pass recomputes them */
+    const int64_t ldl = (a->n_kv + ATT_BK - 1) / ATT_BK * ATT_BK, n_tiles = ldl / ATT_BK;
+    const int keep_exp = splits == 1 && (want_km || a->n_probe) && M * ldl <= ATT_KEEP_WORDS;
+    const size_t off_e = per;
+    /* E [M][ldl], mu [M][n_tiles], tile flags */
+    if (keep_exp) per += (size_t)(M * ldl + M * n_tiles + n_tiles / 4 + 16);
     size_t meta = (size_t)(want_km ? a->n_q : 0) + (size_t)(a->n_probe ? 2 * a->n_q + 2 + a->n_probe : 0);
     c.part_words = M * (d + 4);
     const size_t part = splits > 1 ? (size_t)(n_tasks * splits * c.part_words) : 0;
-    float *scr = malloc(((size_t)nt * per + part + meta) * sizeof(float) + 64);
+    /* the device's grow-only scratch: no allocation (and no page faults) per call */
+    float *scr = kvs_cpu_scratch(dev, ((size_t)nt * per + part + meta) * sizeof(float) + 64);
     if (!scr) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: cannot allocate scratch", op);
     c.part = splits > 1 ? scr + (size_t)nt * per : NULL;
     int32_t *metap = (int32_t *)(scr + (size_t)nt * per + part);
@@ -215,7 +230,6 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
         if (!kt_buf || (c.kv_f16 && !v_buf)) {
             free(kt_buf);
             free(v_buf);
-            free(scr);
             return kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: cannot allocate the transposed K", op);
         }
         const int64_t nkv = a->n_kv, ldk = c.ldk, cap_ = a->capacity, nb = (nkv + 63) / 64;
@@ -272,6 +286,12 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
         w.qpos = w.best + M;
         w.lim = w.qpos + M;
         w.km = want_km ? base + off_km : NULL;
+        /* every path: both passes call the same exp_row (c.kern's, or the portable one) */
+        w.E = keep_exp ? base + off_e : NULL;
+        w.ldl = ldl;
+        w.mu = keep_exp ? base + off_e + M * ldl : NULL;
+        w.n_tiles = n_tiles;
+        w.tile_ok = keep_exp ? (uint8_t *)(base + off_e + M * ldl + M * n_tiles) : NULL;
         if (w.km) memset(w.km, 0, (size_t)(a->n_kv_heads * cap) * sizeof(float));
         const int64_t n_run = n_tasks * c.splits;
         KVS_OMP(for schedule(dynamic, 1))
@@ -300,7 +320,6 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
             }
         }
     }
-    free(scr);
     free(kt_buf);
     free(v_buf);
     return KVS_OK;

@@ -84,6 +84,15 @@ static int rows_ok(kvs_device *dev, const kvs_rows_args *a, char *why, size_t n)
     return fits_binding(kvs_vk_of(dev), t, 3, why, n);
 }
 
+/* Weight types the matmul / embedding shaders read: F32, F16, BF16, Q8_0. The other block types
+ * (Q4_0, ..., IQ4_XS) have CPU kernels only and are refused, never run on a hidden fallback. */
+static int weight_type_ok(kvs_dtype t, char *why, size_t n) {
+    if (t == KVS_F32 || t == KVS_F16 || t == KVS_BF16 || t == KVS_Q8_0) return 1;
+    snprintf(why, n, "weight type %s is not supported by this backend (f32, f16, bf16, q8_0 are; the CPU "
+             "backend runs every block type)", kvs_dtype_name(t));
+    return 0;
+}
+
 int kvs_vk_supports(kvs_device *dev, kvs_op_id op, const void *args, char *why, size_t n) {
     kvs_vk *v = kvs_vk_of(dev);
     switch (op) {
@@ -96,6 +105,7 @@ int kvs_vk_supports(kvs_device *dev, kvs_op_id op, const void *args, char *why, 
     case KVS_OP_matmul: {
         const kvs_matmul_args *a = args;
         const kvs_tensor *t[] = {a->W, a->x, a->y};
+        if (!weight_type_ok(a->W->dtype, why, n)) return 0;
         return fits_binding(v, t, 3, why, n);
     }
     case KVS_OP_rope: {
@@ -133,6 +143,7 @@ int kvs_vk_supports(kvs_device *dev, kvs_op_id op, const void *args, char *why, 
     case KVS_OP_embedding: {
         const kvs_embedding_args *a = args;
         const kvs_tensor *t[] = {a->table, a->out};
+        if (!weight_type_ok(a->table->dtype, why, n)) return 0;
         return fits_binding(v, t, 2, why, n);
     }
     default: return 1;

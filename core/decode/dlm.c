@@ -179,18 +179,28 @@ static kvs_status dlm_step(dlm *d, const char *op, const dlm_block *blk, int64_t
                       .n_heads = hp->n_heads, .n_kv_heads = hp->n_kv_heads};
     kvs_dlm_step ds;
     memset(&ds, 0, sizeof ds);
+    double t0 = kvs_now_s();
     KVS_TRY(d->sched->ops->plan(d->sched->self, &v, &ds));
     ds.plan.tokens = d->tokens;
     ds.plan.n_tokens = d->n;
     ds.plan.positions = NULL;
     kvs_step_result r;
+    double t1 = kvs_now_s();
+    d->st.seconds_plan += t1 - t0;
     KVS_TRY(kvs_model_forward(d->m, d->cache, &ds.plan, &r));
+    double t2 = kvs_now_s();
+    d->st.seconds_forward += t2 - t1 - r.seconds_logits;
+    d->st.seconds_logits += r.seconds_logits;
     d->st.rows_computed += r.rows_computed;
     d->st.rows_baseline += d->n * hp->n_layers;
     int64_t used = kvs_cache_bytes_used(d->cache);
     if (used > d->st.cache_bytes_peak) d->st.cache_bytes_peak = used;
     if (d->sched->ops->feedback) KVS_TRY(d->sched->ops->feedback(d->sched->self, &v, &r));
-    return dlm_rank(d, op, blk, &ds, r.logits, nc);
+    double t3 = kvs_now_s();
+    d->st.seconds_plan += t3 - t2;
+    kvs_status s = dlm_rank(d, op, blk, &ds, r.logits, nc);
+    d->st.seconds_confidence += kvs_now_s() - t3;
+    return s;
 }
 
 /* The commit rule: how many of the nc ranked candidates this step commits. Threshold (Fast-dLLM):
@@ -271,10 +281,14 @@ kvs_status kvs_generate_dlm(kvs_model *m, kvs_kv_cache *cache, const int32_t *pr
         while (blk.n_masked > 0 && s == KVS_OK && !eos) {
             int64_t nc = 0;
             s = dlm_step(&d, op, &blk, &nc);
+            double tc = kvs_now_s();
             if (s == KVS_OK) dlm_commit(&d, &blk, dlm_commit_count(&d, &blk, nc));
             if (s == KVS_OK && p.stop_eos) eos = dlm_eos_stop(&d);
+            d.st.seconds_commit += kvs_now_s() - tc;
         }
+        double te = kvs_now_s();
         if (s == KVS_OK) stop = dlm_emit(&d, eos ? d.n : blk.end, cb, user, out, &emitted) || eos;
+        d.st.seconds_commit += kvs_now_s() - te;
     }
     /* stopped by the callback: the positions never decoded stay mask_id */
     if (s == KVS_OK)

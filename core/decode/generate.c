@@ -102,6 +102,7 @@ void kvs_decode_stats_finish(kvs_gen_stats *st, double t0, const kvs_kv_cache *c
 static kvs_status ar_evictor(const kvs_model *m, int64_t n_prompt, const kvs_ar_params *p, kvs_evictor **out) {
     *out = NULL;
     if (!p->policy) return KVS_OK;
+    kvs_policy_set_model(p->policy, m); /* critical / expected read Wo / Wq (policy.h) */
     kvs_evict_params ep = kvs_evict_params_default();
     ep.policy = p->policy;
     ep.budget = p->budget;
@@ -134,16 +135,22 @@ int64_t kvs_ar_capacity(const kvs_model *m, int64_t n_prompt, const kvs_ar_param
 /* One forward of the AR loop, with the evictor's statistics plan and its update (eviction) after. */
 static kvs_status ar_step(kvs_model *m, kvs_kv_cache *cache, kvs_evictor *ev, kvs_layer_plan *lp, kvs_step_plan *plan,
                           kvs_step_result *r, kvs_gen_stats *st) {
+    double t0 = kvs_now_s();
     if (ev) {
         int any = 0;
         KVS_TRY(kvs_evictor_plan(ev, plan->n_tokens, lp, &any));
         plan->layers = any ? lp : NULL;
     }
+    double t1 = kvs_now_s();
     KVS_TRY(kvs_model_forward(m, cache, plan, r));
+    double t2 = kvs_now_s();
     /* the peak is reached before eviction: budget + buffer rows */
     int64_t used = kvs_cache_bytes_used(cache);
     if (used > st->cache_bytes_peak) st->cache_bytes_peak = used;
     if (ev) KVS_TRY(kvs_evictor_update(ev, cache, r));
+    st->seconds_plan += (t1 - t0) + (kvs_now_s() - t2);
+    st->seconds_forward += t2 - t1 - r->seconds_logits;
+    st->seconds_logits += r->seconds_logits;
     return KVS_OK;
 }
 
@@ -207,10 +214,15 @@ kvs_status kvs_generate_ar(kvs_model *m, kvs_kv_cache *cache, const int32_t *pro
     }
     int64_t n = 0;
     while (s == KVS_OK && n < p.max_new) {
+        double ts = kvs_now_s();
         tok = sample(logits, V, &p, &rng, scratch);
+        double tc = kvs_now_s();
+        st.seconds_confidence += tc - ts;
         if ((p.stop_at_bos && tok == hp->bos_id) || (p.stop_at_eos && tok == hp->eos_id)) break;
         out[n++] = tok;
-        if (cb && cb(user, tok)) break;
+        int stop = cb && cb(user, tok);
+        st.seconds_commit += kvs_now_s() - tc;
+        if (stop) break;
         if (n == p.max_new) break;
         int32_t zero = 0, position = (int32_t)pos;
         kvs_step_plan plan = {.tokens = &tok, .n_tokens = 1, .positions = &position, .logit_rows = &zero, .n_logit_rows = 1};

@@ -205,6 +205,7 @@ static kvs_status final_logits(fwd_ctx *f, const int32_t *rows, int64_t n, kvs_s
     res->n_logit_rows = nl;
     res->vocab = hp->vocab;
     if (nl == 0) return KVS_OK;
+    double t0 = kvs_now_s();
     /* map token indices to positions within the last layer's rows */
     int32_t *sel = f->tmp;
     for (int64_t i = 0; i < nl; i++) {
@@ -239,6 +240,7 @@ static kvs_status final_logits(fwd_ctx *f, const int32_t *rows, int64_t n, kvs_s
     if (s == KVS_OK) res->logits = m->logits_host;
     kvs_tensor *all[] = {idx, x3, xn3, xn, lg};
     for (size_t i = 0; i < 5; i++) fwd_view_done(&all[i]);
+    res->seconds_logits = kvs_now_s() - t0;
     return s;
 }
 
@@ -303,6 +305,7 @@ kvs_status kvs_model_forward(kvs_model *m, kvs_kv_cache *c, const kvs_step_plan 
     int over_from = 0;
     for (int l = 0; l < hp->n_layers && s == KVS_OK; l++) {
         m->ws.n_views = 0;
+        kvs_device_profile_layer(m->dev, l);
         const kvs_layer_plan *lp = over ? &over[l - over_from] : (plan->layers ? &plan->layers[l] : NULL);
         f.lp = lp;
         const int32_t *rows;
@@ -380,6 +383,7 @@ kvs_status kvs_model_forward(kvs_model *m, kvs_kv_cache *c, const kvs_step_plan 
         }
     }
     m->ws.n_views = 0;
+    kvs_device_profile_layer(m->dev, -1);
     if (s == KVS_OK) s = final_logits(&f, prev, n_prev, res);
     res->layers = m->stats;
 done:

@@ -189,7 +189,7 @@ kvs_status fwd_layer_attention(fwd_ctx *f, int l, const kvs_layer_plan *lp, int6
             memset(km, 0, (size_t)H * n_kv * sizeof *km);
             for (int h = 0; h < H; h++)
                 for (int64_t i = 0; i < lp->n_keep[h]; i++) km[h * n_kv + lp->keep[h * lp->keep_stride + i]] = raw[h * kcap + i];
-        } else if (s == KVS_OK) {
+        } else if (s == KVS_OK && kcap != n_kv) {
             /* compact [H][cap] -> [H][n_kv] in place */
             for (int h = 1; h < H; h++) memmove(km + h * n_kv, km + h * kcap, (size_t)n_kv * sizeof *km);
         }
@@ -209,7 +209,7 @@ kvs_status fwd_layer_attention(fwd_ctx *f, int l, const kvs_layer_plan *lp, int6
                 const int32_t *kr = lp->keep + h * lp->keep_stride;
                 for (int64_t i = 0; i < lp->n_keep[h]; i++) pr[r * n_kv + kr[i]] = raw[r * kcap + i];
             }
-        } else if (s == KVS_OK) {
+        } else if (s == KVS_OK && kcap != n_kv) {
             for (int64_t r = 1; r < rows; r++) memmove(pr + r * n_kv, pr + r * kcap, (size_t)n_kv * 4);
         }
         if (s == KVS_OK) st->probs = pr;

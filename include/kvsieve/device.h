@@ -129,6 +129,38 @@ KVS_API kvs_status kvs_device_sync(kvs_device *dev);
 /* Bytes of device memory currently held by tensors of this device (live allocations). */
 KVS_API int64_t kvs_device_bytes_allocated(const kvs_device *dev);
 
+/* ---- profiling ---------------------------------------------------------------------------- */
+
+/* Layers the profile tells apart; work tagged with a higher layer counts as layer
+ * KVS_PROFILE_MAX_LAYERS - 1. */
+#define KVS_PROFILE_MAX_LAYERS 256
+
+/* One cell of the profile: the device work of one kind done for one layer. */
+typedef struct kvs_profile_entry {
+    const char *kind;   /* an op's name ("matmul", "attention", "gather", ...: the op functions' names
+                         * without "kvs_"), or "upload", "download", "fill" (kvs_tensor_upload/
+                         * download/fill and the cache's clears), "sync" (kvs_device_sync) */
+    int layer;          /* the model layer the work was for (kvs_model_forward tags them); -1: outside
+                         * any layer (the embedding, the logits head, work of other callers) */
+    int64_t calls;
+    double seconds;     /* wall time, s: on OpenCL and Vulkan each piece is bracketed by waits for the
+                         * queue, so it is the piece's execution time (and the run is slower) */
+    int64_t bytes;      /* transfers and fills: bytes moved; ops: 0 */
+} kvs_profile_entry;
+
+/* on = 1: starts (or restarts, from zero) timing every op, transfer and sync on dev, per kind and
+ * per layer; on = 0: stops and forgets the table. Costs two clock reads per op on the CPU backend;
+ * on asynchronous backends a wait for the queue around every op.
+ * Errors: KVS_ERR_INVALID_ARGUMENT (dev NULL, on not 0/1), KVS_ERR_OUT_OF_MEMORY. */
+KVS_API kvs_status kvs_device_profile(kvs_device *dev, int on);
+/* 1 while dev is profiling (0 for NULL). */
+KVS_API int kvs_device_profiling(const kvs_device *dev);
+/* Tags the work that follows as layer `layer` (< 0: outside any layer); a no-op when not profiling. */
+KVS_API void kvs_device_profile_layer(kvs_device *dev, int layer);
+/* Copies up to max non-empty cells, ordered by kind then layer (-1 first), to out[] (NULL with
+ * max 0 to count) and returns how many there are; 0 when not profiling or dev is NULL. */
+KVS_API int64_t kvs_device_profile_read(const kvs_device *dev, kvs_profile_entry *out, int64_t max);
+
 /* ---- support queries (as ggml's supports_op) ---------------------------------------------- */
 
 /* on = 1: until it is set back to 0, every op called on dev (kvs_matmul ... kvs_compact) validates

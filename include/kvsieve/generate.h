@@ -39,6 +39,16 @@ typedef struct kvs_gen_stats {
                                 * early: callback or stop_eos) */
     int64_t tokens_eos_filled; /* DLM with stop_eos: masked positions after the first EOS set to EOS
                                 * without decoding (0 otherwise) */
+    /* Where the decode's wall time went, s, summed over its steps (the rest of `seconds` is the
+     * loop's own bookkeeping): */
+    double seconds_plan;       /* host planning: DLM: the schedule's plan and feedback; AR: the
+                                * evictor's plan and update (eviction) */
+    double seconds_forward;    /* kvs_model_forward without its logits head: the layers */
+    double seconds_logits;     /* the logits head of the forward (kvs_step_result.seconds_logits) */
+    double seconds_confidence; /* DLM: the softmax confidences of the candidates and their ranking;
+                                * AR: sampling from the logits */
+    double seconds_commit;     /* DLM: the commit rule, the commit, the EOS stop and the emission
+                                * with the token callback; AR: the token callback */
 } kvs_gen_stats;
 
 /* Called with each token as it is finalised (AR: every token; DLM: every token of a finished block,

@@ -80,6 +80,9 @@ class DeviceInfo(Structure):
 
 # ---- tensor.h -------------------------------------------------------------------------------------
 F32, F16, BF16, I32, Q8_0 = 0, 1, 2, 3, 4
+# the other block-quantized types (include/kvsieve/tensor.h)
+Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS = range(5, 16)
+QUANT_TYPES = (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS)
 
 # ---- ops.h ----------------------------------------------------------------------------------------
 ROPE_ADJACENT, ROPE_NEOX = 0, 1
@@ -156,7 +159,7 @@ class StepPlan(Structure):
 
 class StepResult(Structure):
     _fields_ = [("logits", POINTER(c_float)), ("n_logit_rows", c_int64), ("vocab", c_int64),
-                ("layers", POINTER(LayerStats)), ("rows_computed", c_int64)]
+                ("layers", POINTER(LayerStats)), ("rows_computed", c_int64), ("seconds_logits", c_double)]
 
 
 # ---- policy.h / schedule.h / generate.h ----------------------------------------------------------
@@ -165,7 +168,8 @@ SCOPES = {"head": 0, "layer": 1, "global": 2}
 
 class PolicyParams(Structure):
     _fields_ = [("n_sink", c_int), ("window", c_int64), ("kernel", c_int), ("beta", c_int),
-                ("alpha", c_float), ("base", c_char_p)]
+                ("alpha", c_float), ("base", c_char_p), ("threshold", c_float), ("lag", c_int64),
+                ("first_stage", c_float), ("n_future", c_int64)]
 
 
 class EvictParams(Structure):
@@ -195,7 +199,8 @@ class GenStats(Structure):
                 ("rows_computed", c_int64), ("rows_baseline", c_int64), ("compute_fraction", c_double),
                 ("cache_bytes_peak", c_int64), ("cache_bytes_allocated", c_int64),
                 ("evictions", c_int64), ("rows_evicted", c_int64), ("tokens", c_int64),
-                ("tokens_eos_filled", c_int64)]
+                ("tokens_eos_filled", c_int64), ("seconds_plan", c_double), ("seconds_forward", c_double),
+                ("seconds_logits", c_double), ("seconds_confidence", c_double), ("seconds_commit", c_double)]
 
 
 class ArParams(Structure):

@@ -20,13 +20,13 @@ int main(void) {
     ROW("LayerStats", kvs_layer_stats, n_x_rows);
     ROW("LayerPlan", kvs_layer_plan, hook_user);
     ROW("StepPlan", kvs_step_plan, n_logit_rows);
-    ROW("StepResult", kvs_step_result, rows_computed);
-    ROW("PolicyParams", kvs_policy_params, base);
+    ROW("StepResult", kvs_step_result, seconds_logits);
+    ROW("PolicyParams", kvs_policy_params, n_future);
     ROW("EvictParams", kvs_evict_params, budget_tokens);
     ROW("EvictStats", kvs_evict_stats, stat_steps);
     ROW("ElasticParams", kvs_elastic_params, block_refresh);
     ROW("WavefilterParams", kvs_wavefilter_params, n_recent);
-    ROW("GenStats", kvs_gen_stats, tokens_eos_filled);
+    ROW("GenStats", kvs_gen_stats, seconds_commit);
     ROW("ArParams", kvs_ar_params, budget_tokens);
     ROW("DlmParams", kvs_dlm_params, stop_eos);
     return 0;

@@ -235,6 +235,7 @@ int cmd_eval(int argc, char **argv) {
             c->budget = bud[j];
             kvs_evict_params ep = kvs_evict_params_default();
             ep.policy = pols[i];
+            kvs_policy_set_model(pols[i], e.m); /* critical / expected read the model's weights */
             ep.budget = bud[j] < 0 ? 1.0 : bud[j];
             ep.budget_tokens = bud[j] < 0 ? (int64_t)-bud[j] : 0; /* "Nt" */
             ep.scope = scope;

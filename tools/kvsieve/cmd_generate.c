@@ -6,11 +6,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
 #include "cmds.h"
 #include "dlm_cache_opts.h"
+#include "gen_report.h"
 #include "kvsieve/generate.h"
 #include "kvsieve/model.h"
 #include "kvsieve/model_file.h"
@@ -30,6 +32,8 @@ typedef struct gen_opts {
     int json, no_stream;
     int compare;      /* diffusion: also decode without cache, report speedup and agreement */
     int stop_eos;     /* diffusion: LLaDA's early stop at EOS */
+    int stats;        /* --stats: the per-step breakdown of the wall time */
+    int profile;      /* --profile: device work per op kind and per layer */
     int64_t ctx;      /* -c/--ctx-size: prompt + generated tokens must fit; 0 = the model's context */
 } gen_opts;
 
@@ -59,6 +63,13 @@ static int on_token(void *user, int32_t id) {
         fflush(stderr);
     }
     return 0;
+}
+
+/* CPU time of the process, s: on a loaded machine it tracks what the wall time would be unloaded. */
+static double cpu_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static json_object *ids_json(const int32_t *ids, int64_t n) {
@@ -96,6 +107,10 @@ int cmd_generate(int argc, char **argv) {
         {"compare", 0, CLI_FLAG, &o.compare, NULL, "diffusion: also decode without cache; report speedup and agreement"},
         {"stop-eos", 0, CLI_FLAG, &o.stop_eos, NULL, "diffusion: stop once every position before the first EOS is decoded; "
                                                      "the rest is EOS, not decoded (LLaDA)"},
+        {"stats", 0, CLI_FLAG, &o.stats, NULL, "print where a step's wall time goes: planning, forward, logits, "
+                                               "confidence, commit (ms per step)"},
+        {"profile", 0, CLI_FLAG, &o.profile, NULL, "time the device work per op kind and per layer (ms per step); "
+                                                   "on GPU backends every op waits for its queue"},
     };
     int n_opts = 0;
     while (opts[n_opts].name) n_opts++;
@@ -116,7 +131,7 @@ int cmd_generate(int argc, char **argv) {
                  "[--steps S] [--threshold E] [--json] [--policy NAME --budget F|N [--scope head|layer|global] "
                  "[--sink N] [--window N]] [--cache none|prefix|dual|delayed|elastic] [--gamma G] "
                  "[--window W] [--track K] [--reload R] [--wavefilter] [--wf-family F] [--wf-levels J] "
-                 "[--wf-budget F] [--compare] [--stop-eos]",
+                 "[--wf-budget F] [--compare] [--stop-eos] [--stats] [--profile]",
         .summary = "Generate text with a llama-family (autoregressive) or llada (masked diffusion) model.",
         .opts = opts,
         .n_opts = n_opts,
@@ -142,6 +157,8 @@ int cmd_generate(int argc, char **argv) {
     int32_t *prompt = NULL, *out = NULL, *base_out = NULL;
     kvs_dlm_schedule *sched = NULL;
     kvs_gen_stats st_base;
+    gen_profile prof = {0}, prof_base = {0};
+    double cpu_s = 0, cpu_base_s = 0;
     int64_t agree = 0;
     memset(&st_base, 0, sizeof st_base);
     int exit_code = CLI_EXIT_FAIL;
@@ -299,12 +316,21 @@ int cmd_generate(int argc, char **argv) {
             }
         }
         p.schedule = sched;
+        if (s == KVS_OK && o.profile) s = kvs_device_profile(dev, 1);
+        cpu_s = cpu_now_s();
         if (s == KVS_OK) s = kvs_generate_dlm(m, cache, prompt, n_prompt, &p, on_token, &sc, out, &st);
+        cpu_s = cpu_now_s() - cpu_s;
+        gen_profile_capture(dev, &prof);
         n_out = n_gen;
         if (s == KVS_OK && o.compare) {
             base_out = malloc((size_t)n_gen * sizeof *base_out);
             p.schedule = NULL;
-            s = base_out ? kvs_generate_dlm(m, cache, prompt, n_prompt, &p, NULL, NULL, base_out, &st_base) : KVS_ERR_OUT_OF_MEMORY;
+            if (o.profile) s = kvs_device_profile(dev, 1);
+            cpu_base_s = cpu_now_s();
+            if (s == KVS_OK)
+                s = base_out ? kvs_generate_dlm(m, cache, prompt, n_prompt, &p, NULL, NULL, base_out, &st_base) : KVS_ERR_OUT_OF_MEMORY;
+            cpu_base_s = cpu_now_s() - cpu_base_s;
+            gen_profile_capture(dev, &prof_base);
             if (s == KVS_OK)
                 for (int64_t i = 0; i < n_gen; i++) agree += out[i] == base_out[i];
         }
@@ -314,7 +340,11 @@ int cmd_generate(int argc, char **argv) {
         p.temperature = (float)o.temp;
         p.top_p = (float)o.top_p;
         p.seed = (uint64_t)o.seed;
-        s = kvs_generate_ar(m, cache, prompt, n_prompt, &p, on_token, &sc, out, &n_out, &st);
+        if (o.profile) s = kvs_device_profile(dev, 1);
+        cpu_s = cpu_now_s();
+        if (s == KVS_OK) s = kvs_generate_ar(m, cache, prompt, n_prompt, &p, on_token, &sc, out, &n_out, &st);
+        cpu_s = cpu_now_s() - cpu_s;
+        gen_profile_capture(dev, &prof);
     }
     if (s != KVS_OK) {
         if (sc.print) printf("\n");
@@ -343,6 +373,7 @@ int cmd_generate(int argc, char **argv) {
         json_object *js = json_object_new_object();
         json_object_object_add(js, "tokens_per_s", json_object_new_double(st.tokens_per_s));
         json_object_object_add(js, "seconds", json_object_new_double(st.seconds));
+        json_object_object_add(js, "cpu_seconds", json_object_new_double(cpu_s));
         json_object_object_add(js, "steps", json_object_new_int64(st.steps));
         json_object_object_add(js, "tokens_decoded", json_object_new_int64(st.tokens));
         if (dlm) json_object_object_add(js, "tokens_eos_filled", json_object_new_int64(st.tokens_eos_filled));
@@ -361,6 +392,8 @@ int cmd_generate(int argc, char **argv) {
         }
         json_object_object_add(js, "model_bytes", json_object_new_int64(kvs_model_weight_bytes(m)));
         json_object_object_add(js, "backend", json_object_new_string(kvs_backend_name(kvs_device_backend(dev))));
+        json_object_object_add(js, "breakdown_ms_per_step", gen_breakdown_json(&st));
+        if (o.profile) json_object_object_add(js, "profile", gen_profile_json(&prof));
         if (sched) {
             kvs_dlm_schedule_stats ss;
             kvs_dlm_schedule_get_stats(sched, &ss);
@@ -377,9 +410,12 @@ int cmd_generate(int argc, char **argv) {
         }
         if (base_out) {
             json_object_object_add(js, "baseline_seconds", json_object_new_double(st_base.seconds));
+            json_object_object_add(js, "baseline_cpu_seconds", json_object_new_double(cpu_base_s));
             json_object_object_add(js, "speedup", json_object_new_double(st.seconds > 0 ? st_base.seconds / st.seconds : 0));
             json_object_object_add(js, "baseline_rows", json_object_new_int64(st_base.rows_computed));
             json_object_object_add(js, "agreement", json_object_new_double((double)agree / (double)n_gen));
+            json_object_object_add(js, "baseline_breakdown_ms_per_step", gen_breakdown_json(&st_base));
+            if (o.profile) json_object_object_add(js, "baseline_profile", gen_profile_json(&prof_base));
             json_object_object_add(j, "baseline_tokens", ids_json(base_out, n_gen));
         }
         json_object_object_add(j, "stats", js);
@@ -426,11 +462,22 @@ int cmd_generate(int argc, char **argv) {
                     st_base.seconds, (long long)st_base.rows_computed, st.seconds > 0 ? st_base.seconds / st.seconds : 0.0,
                     (double)st.rows_computed / (double)(st_base.rows_computed ? st_base.rows_computed : 1),
                     (long long)agree, (long long)n_gen);
+        char lab[96];
+        snprintf(lab, sizeof lab, dlm ? "[cache %s]" : "[%s]", dlm ? kvs_dlm_schedule_name(sched) : "autoregressive");
+        if (o.stats) gen_print_breakdown(stderr, lab, &st);
+        if (o.stats) fprintf(stderr, "%s CPU time %.3f s (wall %.3f s)\n", lab, cpu_s, st.seconds);
+        if (o.stats && base_out) gen_print_breakdown(stderr, "[no cache]", &st_base);
+        if (o.stats && base_out) fprintf(stderr, "[no cache] CPU time %.3f s (wall %.3f s); CPU-time speedup %.2fx\n", cpu_base_s,
+                                         st_base.seconds, cpu_s > 0 ? cpu_base_s / cpu_s : 0.0);
+        if (o.profile) gen_print_profile(stderr, lab, &prof, st.steps, hp->n_layers);
+        if (o.profile && base_out) gen_print_profile(stderr, "[no cache]", &prof_base, st_base.steps, hp->n_layers);
     }
     free(all);
     free(text);
     exit_code = CLI_EXIT_OK;
 done:
+    gen_profile_free(&prof);
+    gen_profile_free(&prof_base);
     free(prompt);
     free(out);
     free(base_out);

@@ -1,9 +1,9 @@
 /* CPU backend, x86 AVX2 kernels of matmul (prototypes and contracts: ../matmul.h): the GEMV of
- * decoding-sized products (f32, f16 through F16C, bf16, q8_0; FMA), the 8x32 tile of the own
- * GEMM, and the F16C row conversion (cpu_kernels.h) of GEMM panels and attention tiles. This file alone is compiled with -mavx2 -mfma -mf16c (backends/cpu/meson.build); its
+ * decoding-sized products of float weights (f32, f16 through F16C, bf16; FMA), the 8x32 tile of
+ * the own GEMM, and the F16C row conversion (cpu_kernels.h) of GEMM panels and attention tiles.
+ * Block-quantized weights (q8_0 included) have theirs in quant_avx2.c. Compiled, as every
+ * x86/AREA_avx2.c, with -mavx2 -mfma -mf16c (the static library in backends/cpu/meson.build); its
  * functions run only after kvs_cpu_avx2() said the CPU has those extensions (ops_dense.c). */
-#include <string.h>
-
 #include "../cpu_kernels.h"
 #include "../matmul.h"
 
@@ -49,34 +49,12 @@ static float dot_row1(const void *w, kvs_dtype dt, const float *x, int64_t k) {
     return tot;
 }
 
-/* acc[i] = W_row . x_i for i < n (n <= 4); W row of k values in dtype dt (any k; q8_0: k % 32 == 0).
+/* acc[i] = W_row . x_i for i < n (n <= 4); W row of k values in dtype dt (F32, F16,
+ * BF16; any k; the block types, q8_0 included, use quant_avx2.c).
  * One pass over the W row, up to 4 x rows at once, two accumulators each. */
 void kvs_cpu_dot_rows_avx2(const void *wrow, kvs_dtype dt, const float *x, int64_t k, int64_t n, float *acc) {
     __m256 a[KVS_GEMV_MAX_N][2];
     for (int i = 0; i < KVS_GEMV_MAX_N; i++) a[i][0] = a[i][1] = _mm256_setzero_ps();
-    if (dt == KVS_Q8_0) {
-        const uint8_t *w = wrow;
-        for (int64_t b = 0; b < k / KVS_Q8_BLOCK; b++) {
-            const uint8_t *blk = w + b * KVS_Q8_BYTES;
-            uint16_t hs;
-            memcpy(&hs, blk, 2);
-            const __m256 sc = _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(hs))); /* F16C */
-            __m256 wv[4];
-            for (int u = 0; u < 4; u++)
-                wv[u] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 2 + 8 * u))));
-            /* the block's q . x, then one FMA with its scale; blocks alternate accumulators */
-            for (int64_t i = 0; i < n; i++) {
-                const float *xb = x + i * k + b * KVS_Q8_BLOCK;
-                __m256 bs = _mm256_mul_ps(wv[0], _mm256_loadu_ps(xb));
-                __m256 bt = _mm256_mul_ps(wv[1], _mm256_loadu_ps(xb + 8));
-                bs = _mm256_fmadd_ps(wv[2], _mm256_loadu_ps(xb + 16), bs);
-                bt = _mm256_fmadd_ps(wv[3], _mm256_loadu_ps(xb + 24), bt);
-                a[i][b & 1] = _mm256_fmadd_ps(_mm256_add_ps(bs, bt), sc, a[i][b & 1]);
-            }
-        }
-        for (int64_t i = 0; i < n; i++) acc[i] = hsum8(_mm256_add_ps(a[i][0], a[i][1]));
-        return;
-    }
     if (n == 1) {
         acc[0] = dot_row1(wrow, dt, x, k);
         return;

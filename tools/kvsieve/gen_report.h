@@ -1,0 +1,36 @@
+/* kvsieve generate — the --stats step breakdown and the --profile tables (per op kind and per
+ * layer), as text on stderr or as JSON. */
+#ifndef KVS_TOOLS_GEN_REPORT_H
+#define KVS_TOOLS_GEN_REPORT_H
+
+#include <json-c/json.h>
+#include <stdio.h>
+
+#include "kvsieve/device.h"
+#include "kvsieve/generate.h"
+
+/* A profile read from a device after a decode (kvs_device_profile_read). */
+typedef struct gen_profile {
+    kvs_profile_entry *e;
+    int64_t n;
+} gen_profile;
+
+/* Reads dev's profile into *p (p->e malloc'ed; empty when the device is not profiling or out of
+ * memory). gen_profile_free releases it. */
+void gen_profile_capture(kvs_device *dev, gen_profile *p);
+void gen_profile_free(gen_profile *p);
+
+/* "per step (ms): plan ..., forward ..., logits ..., confidence ..., commit ..., other ...; total"
+ * for the decode of st, prefixed by label. */
+void gen_print_breakdown(FILE *f, const char *label, const kvs_gen_stats *st);
+/* The same as a JSON object of ms per step {plan, forward, logits, confidence, commit, other, total}. */
+json_object *gen_breakdown_json(const kvs_gen_stats *st);
+
+/* Two tables for a decode of `steps` steps over n_layers layers: per op kind (calls and ms per
+ * step, share of the profiled time, MB moved per step), then ms per step per kind and layer
+ * (column "head": work outside the layers). */
+void gen_print_profile(FILE *f, const char *label, const gen_profile *p, int64_t steps, int n_layers);
+/* The cells as a JSON array of {kind, layer, calls, ms, bytes}. */
+json_object *gen_profile_json(const gen_profile *p);
+
+#endif
