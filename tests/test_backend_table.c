@@ -56,11 +56,11 @@ END_TEST
 START_TEST(test_variants_api) {
     kvs_device *dev = NULL;
     ck_assert_int_eq(kvs_device_open(&dev, NULL), KVS_OK);
-    ck_assert_int_eq(kvs_device_variant_count(dev, "attention"), 4);
+    ck_assert_int_eq(kvs_device_variant_count(dev, "attention"), 6);
     ck_assert_int_eq(kvs_device_variant_count(dev, "rope"), 0);
     ck_assert_int_eq(kvs_device_variant_count(dev, "nope"), 0);
     ck_assert_str_eq(kvs_device_variant_name(dev, "matmul", 0), "portable");
-    ck_assert_str_eq(kvs_device_variant_name(dev, "matmul", 1), "avx2");
+    ck_assert_str_eq(kvs_device_variant_name(dev, "matmul", 3), "avx2");
     ck_assert_ptr_null(kvs_device_variant_name(dev, "matmul", 5));
     ck_assert_int_eq(kvs_device_set_variants(dev, "attention:portable-split, topk:portable"), KVS_OK);
     ck_assert_int_eq(kvs_device_variant(dev, KVS_OP_attention), 1 | 8 /* KVS_CPU_V_PORTABLE | KVS_CPU_V_SPLIT */);
@@ -81,6 +81,10 @@ START_TEST(test_variants_api) {
     /* usable only with AVX-512: either forced, or refused with the reason */
     ck_assert_msg(s == KVS_OK || (s == KVS_ERR_UNSUPPORTED && strstr(kvs_last_error(), "AVX-512")), "%s",
                   kvs_last_error());
+    s = kvs_device_set_variants(dev, "attention:avx2");
+    ck_assert_msg(s == KVS_OK || (s == KVS_ERR_UNSUPPORTED && strstr(kvs_last_error(), "AVX2")), "%s",
+                  kvs_last_error());
+    if (s == KVS_OK) ck_assert_int_eq(kvs_device_variant(dev, KVS_OP_attention), 16 /* KVS_CPU_V_AVX2 */);
     kvs_device_destroy(&dev);
 
     setenv("KVS_VARIANT", "matmul:portable", 1);

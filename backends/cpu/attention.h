@@ -14,10 +14,12 @@
  * Statistics needing normalised probabilities (key_mass, probs) take a second pass over the key
  * tiles of the rows that need them, with the final (m, l) of each row: p = e^(S-m) / l; key_mass
  * is accumulated per thread and reduced at the end (rows listed twice in stat_rows count twice).
- * Without split keys the first pass keeps those rows' logits (att_work.L, when they fit a bounded
- * scratch), so the second pass costs no QK product; otherwise it recomputes the tiles.
+ * Without split keys the first pass keeps those rows' exponentials (att_work.E, when they fit a
+ * bounded scratch), so the second pass costs no QK product and no exp where a tile's running
+ * maximum was the row's final one; otherwise it recomputes the tiles.
  *
- * The two tile products run either
+ * The two tile products run either (AVX2 kernels: the same paths in blocks of 4 rows x 16 columns,
+ * where the CPU has AVX2, FMA and F16C but no AVX-512)
  *  - on register-blocked AVX-512 kernels (8 rows x 32 keys / 8 rows x 32 dims, FMA) when the CPU
  *    has AVX-512F, d % 16 == 0 and there are enough query rows (n_q >= 4, n_q*G >= 8) to amortise
  *    one f32 copy of K per call, laid out in panels of 32 keys [n_kv_heads][n_kv/32][d][32];
@@ -38,7 +40,17 @@
 
 #define ATT_BK 256       /* keys per tile */
 #define ATT_M_TARGET 64  /* packed query rows (queries x group heads) per task */
-#define ATT_KEEP_WORDS (1 << 20) /* largest logits store for the statistics pass, floats a thread */
+#define ATT_KEEP_WORDS (1 << 20) /* largest exponentials store for the statistics pass, floats a thread */
+
+/* One ISA's kernels of the tile pass (contracts: the AVX-512 prototypes below). */
+typedef struct att_kernels {
+    void (*qk)(const float *Qp, const float *KP, int64_t d, int64_t Mp, int64_t np, float scale, float *S);
+    void (*pv)(const float *P, int64_t Mp, int64_t n, const float *V, int64_t d, float *O);
+    void (*qk_dec)(const float *Qp, const float *K, int64_t d, int64_t M, int64_t n, float scale, float *S);
+    void (*pv_dec)(const float *P, int64_t M, int64_t n, const float *V, int64_t d, float *O);
+    float (*row_max)(const float *s, int64_t n);
+    float (*exp_row)(float *s, int64_t n, float m);
+} att_kernels;
 
 typedef struct att_ctx {
     const kvs_attention_args *a;
@@ -56,9 +68,11 @@ typedef struct att_ctx {
     const int32_t *probe_start;  /* [n_q + 1] CSR into probe_list */
     const int32_t *probe_list;   /* probe output indices r, grouped by query row */
     float *probs;
-    /* AVX-512 path: K as f32 panels [n_kv_heads][ldk/32][d][32] (zero-padded to ldk), V as f32 */
+    /* SIMD paths (kern: the AVX-512 or AVX2 kernels; NULL: portable): fast: the tile kernels, K as
+     * f32 panels [n_kv_heads][ldk/32][d][32] (zero-padded to ldk), V as f32 */
+    const att_kernels *kern;
     int fast;
-    int dec; /* AVX-512 decoding kernels on row-major K/V tiles (few query rows) */
+    int dec; /* the decoding kernels on row-major K/V tiles (few query rows) */
     /* split-key decoding: keys cut into `splits` ranges of split_keys (a multiple of ATT_BK) when
      * there are fewer (query tile, kv head) tasks than threads; part: partial states */
     int64_t splits, split_keys, part_words;
@@ -72,19 +86,16 @@ typedef struct att_work {
     float *m, *l, *bestv;         /* [M] */
     int32_t *best, *qpos, *lim;   /* [M] */
     float *km;                    /* [n_kv_heads][capacity] partial key_mass of this thread, or NULL */
-    /* statistics without a second QK product: when set, the pass keeps the logits of the rows that
-     * need statistics in L (row r at L + r*ldl, key ja + t at t) and marks the key tiles it
-     * computed in tile_ok (index (j0 - ja) / ATT_BK); the statistics pass then reads them back
-     * (the same values a recomputation gives, so the results are bit-identical). NULL: recompute. */
-    float *L;
+    /* statistics without a second QK product: when set, the pass keeps, for the rows that need
+     * statistics, the exponentials e^(S - m_t) of each key tile in E (row r at E + r*ldl, key ja + t
+     * at t) with the running maximum m_t the tile used in mu[r * n_tiles + tile], and marks the key
+     * tiles it computed in tile_ok (index (j0 - ja) / ATT_BK). Where m_t is the row's final maximum
+     * the statistics pass normalises them in place (both passes call the same exp_row: kern's, or
+     * the portable one, so the values are bit-identical to a recomputation); otherwise it recomputes
+     * that tile's logits. NULL: recompute every tile. */
+    float *E, *mu;
     int64_t ldl;
     uint8_t *tile_ok;
-    /* with the portable exp (the statistics pass's own) the pass keeps, instead of L, the
-     * exponentials of those rows, E (as L), with the maximum each tile used, mu[r * n_tiles + tile]:
-     * where that is the row's final maximum, the statistics pass normalises them in place instead
-     * of exponentiating again; otherwise it recomputes that tile's logits. tile_ok is set with
-     * either store. */
-    float *E, *mu;
     int64_t n_tiles;
 } att_work;
 
@@ -121,5 +132,10 @@ void kvs_cpu_att_pv_dec_avx512(const float *P, int64_t M, int64_t n, const float
 float kvs_cpu_att_row_max_avx512(const float *s, int64_t n);
 /* p[t] = exp(s[t] - m) in place; returns the sum. */
 float kvs_cpu_att_exp_row_avx512(float *s, int64_t n, float m);
+
+/* The kernel tables: AVX-512F (the functions above) and AVX2 + FMA + F16C (x86/attention_avx2.c,
+ * the same contracts; qk_dec/pv_dec take any M). */
+extern const att_kernels kvs_cpu_att_avx512;
+extern const att_kernels kvs_cpu_att_avx2;
 
 #endif

@@ -1,6 +1,7 @@
 /* CPU backend attention: the tile pass (logits with visibility and mask, online softmax, P.V, the
- * statistics pass) and its portable kernels, which are the reference the AVX-512 kernels
- * (x86/attention_avx512.c) are tested against. Design: attention.h; driver: ops_attention.c. */
+ * statistics pass) and its portable kernels, which are the reference the AVX-512 and AVX2 kernels
+ * (x86/attention_avx512.c, x86/attention_avx2.c; through c->kern) are tested against. Design:
+ * attention.h; driver: ops_attention.c. */
 #include <cblas.h>
 
 #include "attention.h"
@@ -15,6 +16,12 @@ static const float *att_tile(const att_ctx *c, const void *base, float *conv, in
     size_t off = (size_t)(h * c->a->capacity + j0) * (size_t)d;
     if (!c->kv_f16) return (const float *)base + off;
     const uint16_t *s = (const uint16_t *)base + off;
+#if KVS_CPU_HAVE_AVX2
+    if (c->kern) { /* the SIMD kernels' CPUs have F16C */
+        kvs_cpu_h2f_row_f16c(s, conv, n * d);
+        return conv;
+    }
+#endif
     for (int64_t t = 0; t < n * d; t++) conv[t] = kvs_h2f(s[t]);
     return conv;
 }
@@ -105,19 +112,14 @@ static int att_logits(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int6
         }
         if (kmin > max_qpos) return 0;
     }
-#if KVS_CPU_HAVE_AVX512
     if (c->fast) {
-        kvs_cpu_att_qk_avx512(w->Qp, c->KT + h * d * c->ldk + j0 * d, d, (M + 7) & ~(int64_t)7, (n + 31) & ~(int64_t)31,
-                      a->p.scale, w->S);
-    } else
-#endif
-    {
+        c->kern->qk(w->Qp, c->KT + h * d * c->ldk + j0 * d, d, (M + 7) & ~(int64_t)7, (n + 31) & ~(int64_t)31,
+                    a->p.scale, w->S);
+    } else {
         const float *Kt = att_tile(c, c->k, w->Kc, h, j0, n);
-#if KVS_CPU_HAVE_AVX512
         if (c->dec)
-            kvs_cpu_att_qk_dec_avx512(w->Qp, Kt, d, M, n, a->p.scale, w->S);
+            c->kern->qk_dec(w->Qp, Kt, d, M, n, a->p.scale, w->S);
         else
-#endif
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)n, (int)d, a->p.scale, w->Qp, (int)d,
                         Kt, (int)d, 0.0f, w->S, ATT_BK);
     }
@@ -181,19 +183,10 @@ void kvs_cpu_att_pass(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int6
         int64_t n = jb - j0 < ATT_BK ? jb - j0 : ATT_BK;
         int ok = att_logits(c, w, h, i0, M, j0, n, max_qpos);
         if (w->tile_ok) w->tile_ok[(j0 - ja) / ATT_BK] = (uint8_t)ok;
-        if (w->L) {
-            for (int64_t r = 0; r < M && ok; r++)
-                if (att_row_wants_stats(c, i0 + r / c->G))
-                    memcpy(w->L + r * w->ldl + (j0 - ja), w->S + r * ATT_BK, (size_t)n * sizeof(float));
-        }
         if (!ok) continue;
         for (int64_t r = 0; r < M; r++) {
             float *s = w->S + r * ATT_BK;
-#if KVS_CPU_HAVE_AVX512
-            float tmax = c->fast || c->dec ? kvs_cpu_att_row_max_avx512(s, n) : att_row_max(s, n);
-#else
-            float tmax = att_row_max(s, n);
-#endif
+            float tmax = c->kern ? c->kern->row_max(s, n) : att_row_max(s, n);
             if (c->argmax && (tmax > w->bestv[r] || (w->best[r] < 0 && tmax > -INFINITY))) {
                 int64_t t = 0;
                 while (s[t] != tmax) t++;
@@ -208,28 +201,19 @@ void kvs_cpu_att_pass(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int6
                 att_scale_row(w->O + r * d, d, alpha);
                 w->m[r] = mnew;
             }
-#if KVS_CPU_HAVE_AVX512
-            w->l[r] += c->fast || c->dec ? kvs_cpu_att_exp_row_avx512(s, n, mnew) : att_exp_row(s, n, mnew);
-#else
-            w->l[r] += att_exp_row(s, n, mnew);
-#endif
+            w->l[r] += c->kern ? c->kern->exp_row(s, n, mnew) : att_exp_row(s, n, mnew);
             if (w->E && att_row_wants_stats(c, i0 + r / c->G)) {
                 memcpy(w->E + r * w->ldl + (j0 - ja), s, (size_t)n * sizeof(float));
                 w->mu[r * w->n_tiles + (j0 - ja) / ATT_BK] = mnew;
             }
         }
-#if KVS_CPU_HAVE_AVX512
         if (c->fast) {
-            kvs_cpu_att_pv_avx512(w->S, (M + 7) & ~(int64_t)7, n, c->V32 + (h * c->a->capacity + j0) * d, d, w->O);
-        } else
-#endif
-        {
+            c->kern->pv(w->S, (M + 7) & ~(int64_t)7, n, c->V32 + (h * c->a->capacity + j0) * d, d, w->O);
+        } else {
             const float *Vt = att_tile(c, c->v, w->Vc, h, j0, n);
-#if KVS_CPU_HAVE_AVX512
             if (c->dec)
-                kvs_cpu_att_pv_dec_avx512(w->S, M, n, Vt, d, w->O);
+                c->kern->pv_dec(w->S, M, n, Vt, d, w->O);
             else
-#endif
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)d, (int)n, 1.0f, w->S, ATT_BK, Vt,
                             (int)d, 1.0f, w->O, (int)d);
         }
@@ -294,11 +278,13 @@ void kvs_cpu_att_stats(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int
             if (!(l > 0.0f)) continue; /* nothing visible: p = 0 everywhere */
             float *s;
             if (w->E && w->mu[r * w->n_tiles + tix] == w->m[r]) {
-                s = w->E + r * w->ldl + (j0 - ja); /* = att_exp_row(logits, m), normalised in place */
+                s = w->E + r * w->ldl + (j0 - ja); /* = exp_row(logits, m) of the first pass, normalised in place */
             } else {
-                s = w->S + r * ATT_BK;
-                if (w->L) memcpy(s, w->L + r * w->ldl + (j0 - ja), (size_t)n * sizeof(float));
-                att_exp_row(s, n, w->m[r]);
+                s = w->S + r * ATT_BK; /* the logits (recomputed above when E is kept) */
+                if (c->kern)
+                    c->kern->exp_row(s, n, w->m[r]);
+                else
+                    att_exp_row(s, n, w->m[r]);
             }
             att_scale_row(s, n, 1.0f / l);
             if (wt) {

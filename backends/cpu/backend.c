@@ -18,8 +18,8 @@ static int cpu_has_avx512(const kvs_device *dev, char *why, size_t n) {
 static int cpu_has_avx2(const kvs_device *dev, char *why, size_t n) {
     (void)dev;
     if (kvs_cpu_avx2()) return 1;
-    snprintf(why, n, "%s", KVS_CPU_HAVE_AVX512 ? "this CPU lacks AVX2, FMA or F16C"
-                                               : "this build has no AVX2 kernels (not GCC/Clang on x86-64)");
+    snprintf(why, n, "%s", KVS_CPU_HAVE_AVX2 ? "this CPU lacks AVX2, FMA or F16C"
+                                             : "this build has no AVX2 kernels (not GCC/Clang on x86-64)");
     return 0;
 }
 
@@ -27,17 +27,26 @@ static int cpu_has_avx2(const kvs_device *dev, char *why, size_t n) {
  * every other variant is tested against (with the float64 references in tests/). */
 static const kvs_variant cpu_variants[] = {
     {KVS_OP_matmul, "portable", KVS_CPU_V_PORTABLE, NULL},
-    {KVS_OP_matmul, "avx2", KVS_CPU_V_AVX2, cpu_has_avx2},
     {KVS_OP_matmul, "avx512", KVS_CPU_V_AVX512, cpu_has_avx512},
     {KVS_OP_matmul, "avx512-blas", KVS_CPU_V_AVX512 | KVS_CPU_V_BLAS, cpu_has_avx512},
+    {KVS_OP_matmul, "avx2", KVS_CPU_V_AVX2, cpu_has_avx2},
+    {KVS_OP_matmul, "avx2-blas", KVS_CPU_V_AVX2 | KVS_CPU_V_BLAS, cpu_has_avx2},
     {KVS_OP_attention, "portable", KVS_CPU_V_PORTABLE, NULL},
     {KVS_OP_attention, "portable-split", KVS_CPU_V_PORTABLE | KVS_CPU_V_SPLIT, NULL},
     {KVS_OP_attention, "avx512", KVS_CPU_V_AVX512, cpu_has_avx512},
     {KVS_OP_attention, "avx512-split", KVS_CPU_V_AVX512 | KVS_CPU_V_SPLIT, cpu_has_avx512},
+    {KVS_OP_attention, "avx2", KVS_CPU_V_AVX2, cpu_has_avx2},
+    {KVS_OP_attention, "avx2-split", KVS_CPU_V_AVX2 | KVS_CPU_V_SPLIT, cpu_has_avx2},
     {KVS_OP_topk, "portable", KVS_CPU_V_PORTABLE, NULL},
     {KVS_OP_topk, "avx512", KVS_CPU_V_AVX512, cpu_has_avx512},
+    {KVS_OP_topk, "avx2", KVS_CPU_V_AVX2, cpu_has_avx2},
     {KVS_OP_topk_global, "portable", KVS_CPU_V_PORTABLE, NULL},
     {KVS_OP_topk_global, "avx512", KVS_CPU_V_AVX512, cpu_has_avx512},
+    {KVS_OP_topk_global, "avx2", KVS_CPU_V_AVX2, cpu_has_avx2},
+    {KVS_OP_dwt, "portable", KVS_CPU_V_PORTABLE, NULL},
+    {KVS_OP_dwt, "avx2", KVS_CPU_V_AVX2, cpu_has_avx2},
+    {KVS_OP_idwt, "portable", KVS_CPU_V_PORTABLE, NULL},
+    {KVS_OP_idwt, "avx2", KVS_CPU_V_AVX2, cpu_has_avx2},
 };
 
 const kvs_backend_ops kvs_cpu_backend = {

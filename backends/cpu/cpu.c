@@ -43,7 +43,7 @@ kvs_status kvs_cpu_device_describe(int index, kvs_device_info *info) {
     cpu_read_model_name(info->name, sizeof info->name);
     snprintf(info->vendor, sizeof info->vendor, "host");
     snprintf(info->driver, sizeof info->driver, "kvsieve cpu backend (%s; %s%s)",
-             kvs_cpu_avx512() ? "AVX-512 kernels" : "portable kernels", kvs_cpu_blas_name(),
+             kvs_cpu_avx512() ? "AVX-512 kernels" : kvs_cpu_avx2() ? "AVX2 kernels" : "portable kernels", kvs_cpu_blas_name(),
              KVS_HAVE_OPENMP ? "; OpenMP" : "");
     return KVS_OK;
 }

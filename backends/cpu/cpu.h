@@ -51,11 +51,12 @@ KVS_OP_PROTOTYPES(kvs_cpu_)
  * runs); AVX512: the hand-written AVX-512 kernels (backends/cpu/x86/, files named AREA_avx512.c) where the shape
  * allows them (head_dim or k a multiple of 16), the portable ones elsewhere; BLAS: matmul's larger
  * products through cblas_sgemm instead of the own AVX-512 GEMM; SPLIT: attention split over 3 key
- * ranges (flash-decoding) on every call. Without a forced variant the backend takes AVX512 when
- * the CPU has it, BLAS unless OpenBLAS lacks AVX-512 kernels for this CPU, and splits when the
+ * ranges (flash-decoding) on every call; AVX2: the hand-written AVX2 + FMA + F16C kernels
+ * (x86/AREA_avx2.c, compiled with per-file -mavx2 -mfma -mf16c) under the same shape rules; for
+ * matmul every weight type (dense f32/f16/bf16/q8_0: matmul_avx2.c; block types: quant_avx2.c).
+ * Without a forced variant the backend takes AVX512 when the CPU has it, else AVX2 when it has
+ * AVX2, FMA and F16C, BLAS unless OpenBLAS lacks AVX-512 kernels for this CPU, and splits when the
  * (query tile, kv head) tasks are fewer than the threads. */
 enum { KVS_CPU_V_PORTABLE = 1, KVS_CPU_V_AVX512 = 2, KVS_CPU_V_BLAS = 4, KVS_CPU_V_SPLIT = 8, KVS_CPU_V_AVX2 = 16 };
-/* AVX2 (matmul only): the AVX2 + FMA + F16C kernels of the block-quantized weights (x86/quant_avx2.c),
- * float weights as the portable variant, larger products through cblas_sgemm. */
 
 #endif

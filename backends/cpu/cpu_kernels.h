@@ -73,16 +73,23 @@ static inline int kvs_cpu_avx512(void) {
 #endif
 }
 
-/* 1 when this CPU has AVX2, FMA and F16C (the AVX2 kernels' needs). */
+/* Hand-written AVX2 kernels (x86/AREA_avx2.c): compiled with per-file flags -mavx2 -mfma -mf16c
+ * (meson), so nothing outside those files assumes them; usable when the CPU has AVX2, FMA and
+ * F16C (Haswell and later, every AMD Zen). */
+#define KVS_CPU_HAVE_AVX2 KVS_CPU_HAVE_AVX512
+
 static inline int kvs_cpu_avx2(void) {
-#if KVS_CPU_HAVE_AVX512
+#if KVS_CPU_HAVE_AVX2
     static int cached = -1; /* benign race: every thread computes the same value */
     if (cached < 0) {
         __builtin_cpu_init();
 #if defined(__clang__) && __clang_major__ < 16
         cached = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 1 : 0;
 #else
-        cached = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+        cached = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                         __builtin_cpu_supports("f16c")
+                     ? 1
+                     : 0;
 #endif
     }
     return cached;
@@ -91,10 +98,24 @@ static inline int kvs_cpu_avx2(void) {
 #endif
 }
 
+/* The instruction set an op's kernels use on dev. */
+enum { KVS_ISA_C = 0, KVS_ISA_AVX2 = 1, KVS_ISA_AVX512 = 2 };
+
+/* The forced variant's ISA (its AVX512 / AVX2 bit, when this CPU can run it), else the best the
+ * CPU has: AVX-512 > AVX2 > portable C. */
+static inline int kvs_cpu_isa(const kvs_device *dev, kvs_op_id op) {
+    int v = kvs_device_variant(dev, op);
+    if (v) {
+        if ((v & KVS_CPU_V_AVX512) && kvs_cpu_avx512()) return KVS_ISA_AVX512;
+        if ((v & KVS_CPU_V_AVX2) && kvs_cpu_avx2()) return KVS_ISA_AVX2;
+        return KVS_ISA_C;
+    }
+    return kvs_cpu_avx512() ? KVS_ISA_AVX512 : kvs_cpu_avx2() ? KVS_ISA_AVX2 : KVS_ISA_C;
+}
+
 /* 1 when op should run its AVX-512 kernels on dev: the forced variant's choice, else the CPU's. */
 static inline int kvs_cpu_use_avx512(const kvs_device *dev, kvs_op_id op) {
-    int v = kvs_device_variant(dev, op);
-    return v ? (v & KVS_CPU_V_AVX512) != 0 && kvs_cpu_avx512() : kvs_cpu_avx512();
+    return kvs_cpu_isa(dev, op) == KVS_ISA_AVX512;
 }
 
 #if defined(__GNUC__)
@@ -160,6 +181,18 @@ static inline uint16_t kvs_f2h(float f) {
     uint32_t nan = 0x7E00u | ((w & 0x7FFFFFu) >> 13);
     return (uint16_t)((sign >> 16) | (shl1_w > 0xFF000000u ? nan : nonsign));
 }
+
+/* d[i] = s[i] (f16 -> f32) for i < n through F16C, 16 values a step (x86/matmul_avx2.c). Only where
+ * kvs_cpu_avx2() or kvs_cpu_avx512() holds (both imply F16C); equal to kvs_h2f except that
+ * signalling NaNs may come out quiet, so it serves arithmetic (GEMM panels, attention tiles), not
+ * kvs_copy, whose results are bit-exact. Builds without x86 kernels get the plain loop. */
+#if KVS_CPU_HAVE_AVX2
+void kvs_cpu_h2f_row_f16c(const uint16_t *s, float *d, int64_t n);
+#else
+static inline void kvs_cpu_h2f_row_f16c(const uint16_t *s, float *d, int64_t n) {
+    for (int64_t i = 0; i < n; i++) d[i] = kvs_h2f(s[i]);
+}
+#endif
 
 static inline float kvs_bf2f(uint16_t h) { return kvs_bits_f32((uint32_t)h << 16); }
 

@@ -8,8 +8,8 @@
 #include "internal.h"
 
 /* Few x rows (decoding: n <= KVS_GEMV_MAX_N): the op is bound by streaming W, so W is read once, in
- * its own dtype, and dotted with every x row (AVX-512 with F16C-style conversions where the CPU has
- * it, portable 16-lane C otherwise). Rows of W are split over the threads. */
+ * its own dtype, and dotted with every x row (AVX-512 or AVX2 with F16C conversions where the CPU
+ * has them, portable 16-lane C otherwise). Rows of W are split over the threads. */
 #define KVS_GEMV_MAX_N 4
 
 /* acc[i] = W_row . x_i for i < n (n <= KVS_GEMV_MAX_N); W row of k values in dtype dt (F32, F16,
@@ -20,6 +20,12 @@ void kvs_cpu_dot_rows_avx512(const void *wrow, kvs_dtype dt, const float *x, int
  * ldc; load_c = 0 starts from zero. AVX-512F. */
 void kvs_cpu_mm_kernel_8x32_avx512(const float *A, int64_t lda, const float *B, int64_t ldb, int64_t K, float *C,
                                    int64_t ldc, int load_c);
+
+/* The same two contracts on AVX2 + FMA + F16C (x86/matmul_avx2.c): the GEMV takes F32, F16, BF16
+ * rows of any k. */
+void kvs_cpu_dot_rows_avx2(const void *wrow, kvs_dtype dt, const float *x, int64_t k, int64_t n, float *acc);
+void kvs_cpu_mm_kernel_8x32_avx2(const float *A, int64_t lda, const float *B, int64_t ldb, int64_t K, float *C,
+                                 int64_t ldc, int load_c);
 
 /* ---- block-quantized weights (Q4_0 ... IQ4_XS, Q8_0 too; layouts: core/quant/quant_blocks.h) ----
  * Products read the blocks directly: a chunk of at most KVS_QCHUNK values of a W row is decoded (the

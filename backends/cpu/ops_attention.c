@@ -1,7 +1,7 @@
 /* CPU backend: attention with GQA and statistics (contract: kvs_attention in include/kvsieve/ops.h):
  * the driver (argument checks of device-side values, scratch, the transposed K of the AVX-512 path,
  * tasks over OpenMP threads, split-key merges, key_mass reduction). Design: attention.h; the tile
- * pass and its kernels: attention_tiles.c, x86/attention_avx512.c. */
+ * pass and its kernels: attention_tiles.c, x86/attention_avx512.c, x86/attention_avx2.c. */
 #include <stdlib.h>
 
 #include "attention.h"
@@ -40,17 +40,16 @@ static void att_task(const att_ctx *c, att_work *w, int64_t h, int64_t qt, int64
     int64_t jend, max_qpos;
     const int64_t M = kvs_cpu_att_rows(c, w, h, qt, &jend, &max_qpos), i0 = qt * c->BQ, d = c->d;
     if (c->splits == 1) {
-        float *keep = w->L, *keep_e = w->E;
+        float *keep_e = w->E;
         uint8_t *keep_ok = w->tile_ok;
         const int stats = att_wants_stats(c, qt);
-        if (!stats) w->L = w->E = NULL, w->tile_ok = NULL; /* keep logits only for tiles with statistics */
+        if (!stats) w->E = NULL, w->tile_ok = NULL; /* keep exponentials only for tiles with statistics */
         kvs_cpu_att_pass(c, w, h, i0, M, 0, jend, max_qpos);
         kvs_cpu_att_write(c, w, h, i0, M);
         if (stats) {
             if (c->probs) kvs_cpu_att_zero_probes(c, h, i0, M);
             kvs_cpu_att_stats(c, w, h, i0, M, 0, jend, max_qpos);
         }
-        w->L = keep;
         w->E = keep_e;
         w->tile_ok = keep_ok;
         return;
@@ -178,13 +177,14 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
     const size_t off_km = (size_t)(2 * M * d + M * ATT_BK + 2 * ATT_BK * d + 6 * M + 16);
     size_t per = off_km;
     if (want_km) per += (size_t)(a->n_kv_heads * cap);
-    /* the logits kept for the statistics pass (att_work.L): [M][ldl] + tile flags, without split
-     * keys and up to ATT_KEEP_WORDS a thread; beyond that the pass recomputes them */
+    /* the exponentials kept for the statistics pass (att_work.E): [M][ldl] + the tiles' maxima
+     * + tile flags, without split keys and up to ATT_KEEP_WORDS a thread; beyond that the
+     * statistics pass recomputes them */
     const int64_t ldl = (a->n_kv + ATT_BK - 1) / ATT_BK * ATT_BK, n_tiles = ldl / ATT_BK;
-    const int keep_logits = splits == 1 && (want_km || a->n_probe) && M * ldl <= ATT_KEEP_WORDS;
-    const size_t off_l = per;
-    /* L [M][ldl], E [M][ldl], mu [M][n_tiles], tile flags */
-    if (keep_logits) per += (size_t)(2 * M * ldl + M * n_tiles + n_tiles / 4 + 16);
+    const int keep_exp = splits == 1 && (want_km || a->n_probe) && M * ldl <= ATT_KEEP_WORDS;
+    const size_t off_e = per;
+    /* E [M][ldl], mu [M][n_tiles], tile flags */
+    if (keep_exp) per += (size_t)(M * ldl + M * n_tiles + n_tiles / 4 + 16);
     size_t meta = (size_t)(want_km ? a->n_q : 0) + (size_t)(a->n_probe ? 2 * a->n_q + 2 + a->n_probe : 0);
     c.part_words = M * (d + 4);
     const size_t part = splits > 1 ? (size_t)(n_tasks * splits * c.part_words) : 0;
@@ -215,10 +215,14 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
         c.probe_list = list;
     }
 
-    /* AVX-512 path: enough query rows per kv head to amortise a transposed f32 copy of K */
+    /* SIMD path (AVX-512, else AVX2): enough query rows per kv head to amortise a transposed f32
+     * copy of K */
     float *kt_buf = NULL, *v_buf = NULL;
-    const int avx512 = kvs_cpu_use_avx512(dev, KVS_OP_attention);
-    c.fast = avx512 && d % 16 == 0 && a->n_q * c.G >= 8 && a->n_q >= 4;
+#if KVS_CPU_HAVE_AVX512
+    const int isa = kvs_cpu_isa(dev, KVS_OP_attention);
+    if (d % 16 == 0) c.kern = isa == KVS_ISA_AVX512 ? &kvs_cpu_att_avx512 : isa == KVS_ISA_AVX2 ? &kvs_cpu_att_avx2 : NULL;
+#endif
+    c.fast = c.kern && a->n_q * c.G >= 8 && a->n_q >= 4;
     if (c.fast) {
         c.ldk = (a->n_kv + 31) & ~(int64_t)31;
         kt_buf = malloc((size_t)(a->n_kv_heads * d * c.ldk) * sizeof(float));
@@ -238,7 +242,12 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
                 float *pj = dst + (j / 32) * d * 32 + (j % 32);
                 if (c.kv_f16) {
                     const uint16_t *src = (const uint16_t *)c.k + (h * cap_ + j) * d;
-                    for (int64_t t = 0; t < d; t++) pj[t * 32] = kvs_h2f(src[t]);
+                    float row[64]; /* F16C conversion (the SIMD kernels' CPUs have it), 64 at a time */
+                    for (int64_t t0 = 0; t0 < d; t0 += 64) {
+                        const int64_t nt0 = d - t0 < 64 ? d - t0 : 64;
+                        kvs_cpu_h2f_row_f16c(src + t0, row, nt0);
+                        for (int64_t t = 0; t < nt0; t++) pj[(t0 + t) * 32] = row[t];
+                    }
                 } else {
                     const float *src = (const float *)c.k + (h * cap_ + j) * d;
                     for (int64_t t = 0; t < d; t++) pj[t * 32] = src[t];
@@ -250,13 +259,13 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
             if (c.kv_f16) {
                 const uint16_t *src = (const uint16_t *)c.v + (h * cap_ + j0) * d;
                 float *vd = v_buf + (h * cap_ + j0) * d;
-                for (int64_t t = 0; t < (j1 - j0) * d; t++) vd[t] = kvs_h2f(src[t]);
+                kvs_cpu_h2f_row_f16c(src, vd, (j1 - j0) * d);
             }
         }
         c.KT = kt_buf;
         c.V32 = c.kv_f16 ? v_buf : (const float *)c.v;
     }
-    c.dec = avx512 && d % 16 == 0 && !c.fast;
+    c.dec = c.kern && !c.fast;
 
     kvs_cpu_blas_threads(1);
     int team = 1; /* threads the region got (key_mass partials to reduce) */
@@ -277,12 +286,12 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
         w.qpos = w.best + M;
         w.lim = w.qpos + M;
         w.km = want_km ? base + off_km : NULL;
-        w.L = keep_logits && (c.fast || c.dec) ? base + off_l : NULL; /* E replaces it with the portable exp */
+        /* every path: both passes call the same exp_row (c.kern's, or the portable one) */
+        w.E = keep_exp ? base + off_e : NULL;
         w.ldl = ldl;
-        w.E = keep_logits && !c.fast && !c.dec ? base + off_l + M * ldl : NULL;
-        w.mu = keep_logits ? base + off_l + 2 * M * ldl : NULL;
+        w.mu = keep_exp ? base + off_e + M * ldl : NULL;
         w.n_tiles = n_tiles;
-        w.tile_ok = keep_logits ? (uint8_t *)(base + off_l + 2 * M * ldl + M * n_tiles) : NULL;
+        w.tile_ok = keep_exp ? (uint8_t *)(base + off_e + M * ldl + M * n_tiles) : NULL;
         if (w.km) memset(w.km, 0, (size_t)(a->n_kv_heads * cap) * sizeof(float));
         const int64_t n_run = n_tasks * c.splits;
         KVS_OMP(for schedule(dynamic, 1))

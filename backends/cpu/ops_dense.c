@@ -66,8 +66,11 @@ static void matmul_small_n(kvs_device *dev, const kvs_matmul_args *a) {
     const int64_t m = a->m, k = a->k, n = a->n;
     const kvs_dtype dt = a->W->dtype;
     const size_t wrow = kvs_dtype_bytes(dt, k);
-    /* block types: the variant's quant kernels (matmul.h) */
-    const int fast = kvs_cpu_use_avx512(dev, KVS_OP_matmul) && k % 16 == 0;
+    /* block types (q8_0 included): the variant's quant kernels (matmul.h, ops_quant.c); float
+     * weights: the AVX-512 GEMV where k % 16 == 0, the AVX2 one (any k), else the portable one */
+    const int isa = kvs_cpu_isa(dev, KVS_OP_matmul);
+    const int fast = isa == KVS_ISA_AVX512 && k % 16 == 0;
+    (void)fast;
     const int quant = kvs_dtype_is_quant(dt);
     kvs_cpu_qdot_fn qdot = NULL;
     if (quant) kvs_cpu_quant_kernels(dev, KVS_OP_matmul, &qdot, NULL);
@@ -83,6 +86,8 @@ static void matmul_small_n(kvs_device *dev, const kvs_matmul_args *a) {
 #if KVS_CPU_HAVE_AVX512
         if (fast) {
             kvs_cpu_dot_rows_avx512(wr, dt, x, k, n, acc);
+        } else if (isa == KVS_ISA_AVX2) {
+            kvs_cpu_dot_rows_avx2(wr, dt, x, k, n, acc);
         } else
 #endif
         {
@@ -96,7 +101,7 @@ static void matmul_small_n(kvs_device *dev, const kvs_matmul_args *a) {
     }
 }
 
-/* ---- own AVX-512 GEMM (used when the BLAS has no AVX-512 kernels for this CPU) ---------------- */
+/* ---- own GEMM (AVX-512 or AVX2 tiles; used when the BLAS has no AVX-512 kernels for this CPU) -- */
 
 #define MM_RB 256  /* W rows per thread block */
 #define MM_KC 256 /* depth per pass */
@@ -106,8 +111,12 @@ static void matmul_small_n(kvs_device *dev, const kvs_matmul_args *a) {
 /* Per thread: Wp [MM_RB][MM_KC] packed W chunk, Ct [MM_RB][MM_NB] transposed y block. Shared:
  * xP [np/32][k][32]: x transposed in panels of 32 rows (zero-padded to np = n rounded up to 32), so
  * the kernel streams B contiguously (a power-of-two row stride would alias in L1). */
-static kvs_status matmul_own(kvs_device *dev, const kvs_matmul_args *a) {
+typedef void (*mm_kernel_fn)(const float *A, int64_t lda, const float *B, int64_t ldb, int64_t K, float *C,
+                             int64_t ldc, int load_c);
+
+static kvs_status matmul_own(kvs_device *dev, const kvs_matmul_args *a, int isa) {
 #if KVS_CPU_HAVE_AVX512
+    const mm_kernel_fn tile = isa == KVS_ISA_AVX2 ? kvs_cpu_mm_kernel_8x32_avx2 : kvs_cpu_mm_kernel_8x32_avx512;
     const int64_t m = a->m, k = a->k, n = a->n;
     const int64_t np = (n + 31) & ~(int64_t)31;
     const float *x = kvs_tensor_host_ptr(a->x);
@@ -164,15 +173,15 @@ static kvs_status matmul_own(kvs_device *dev, const kvs_matmul_args *a) {
                             qdecode(dt, (const uint8_t *)W + (size_t)(r0 + r) * wrow + (size_t)(c0 / qblk) * qbytes, kc,
                                     dst);
                         } else if (dt == KVS_F16) {
-                            row_f16_to_f32((const uint16_t *)W + (r0 + r) * k + c0, dst, kc);
+                            kvs_cpu_h2f_row_f16c((const uint16_t *)W + (r0 + r) * k + c0, dst, kc);
                         } else {
                             row_bf16_to_f32((const uint16_t *)W + (r0 + r) * k + c0, dst, kc);
                         }
                     }
                     for (int64_t ib = 0; ib < ni; ib += 32)
                         for (int64_t rr = 0; rr < MM_RB; rr += 8)
-                            kvs_cpu_mm_kernel_8x32_avx512(Wp + rr * MM_KC, MM_KC, xT + ((i0 + ib) / 32) * k * 32 + c0 * 32, 32, kc,
-                                           Ct + rr * MM_NB + ib, MM_NB, c0 > 0);
+                            tile(Wp + rr * MM_KC, MM_KC, xT + ((i0 + ib) / 32) * k * 32 + c0 * 32, 32, kc,
+                                 Ct + rr * MM_NB + ib, MM_NB, c0 > 0);
                 }
                 /* y[i][r0 + r] (+)= Ct[r][i - i0] */
                 const int64_t iend = i0 + ni < n ? i0 + ni : n;
@@ -192,6 +201,7 @@ static kvs_status matmul_own(kvs_device *dev, const kvs_matmul_args *a) {
 #else
     (void)dev;
     (void)a;
+    (void)isa;
     return kvs_error(KVS_ERR_INTERNAL, "kvs_matmul (cpu): own GEMM not built");
 #endif
 }
@@ -206,12 +216,16 @@ kvs_status kvs_cpu_matmul(kvs_device *dev, const kvs_matmul_args *a) {
         matmul_small_n(dev, a);
         return KVS_OK;
     }
-    /* the own AVX-512 GEMM: variant avx512, or automatically when the BLAS lacks AVX-512 kernels */
+    /* the own GEMM: variants avx512 and avx2, or automatically (AVX-512 tiles) when the BLAS lacks
+     * AVX-512 kernels for this AVX-512 CPU */
     const int variant = kvs_device_variant(dev, KVS_OP_matmul);
-    if (variant ? variant == KVS_CPU_V_AVX512 : kvs_cpu_own_gemm()) return matmul_own(dev, a);
+    if (variant ? variant == KVS_CPU_V_AVX512 || variant == KVS_CPU_V_AVX2 : kvs_cpu_own_gemm())
+        return matmul_own(dev, a, kvs_cpu_isa(dev, KVS_OP_matmul));
     const float *x = kvs_tensor_host_ptr(a->x);
     float *y = kvs_tensor_host_ptr(a->y);
     const float beta = a->accumulate ? 1.0f : 0.0f;
+    const int isa = kvs_cpu_isa(dev, KVS_OP_matmul); /* f16 panels through F16C unless portable */
+    (void)isa;
     const void *W = kvs_tensor_host_ptr(a->W);
     const kvs_dtype dt = a->W->dtype;
     int nt = kvs_cpu_nt(dev, (double)m * (double)k * (double)n / 64.0);
@@ -245,7 +259,15 @@ kvs_status kvs_cpu_matmul(kvs_device *dev, const kvs_matmul_args *a) {
             float *Wp = panels + (size_t)tid * (size_t)P * (size_t)k;
             for (int64_t p0 = r0; p0 < r1; p0 += P) {
                 int64_t pr = r1 - p0 < P ? r1 - p0 : P;
-                for (int64_t r = 0; r < pr; r++) row_to_f32(W, dt, p0 + r, k, Wp + r * k, qdecode);
+                for (int64_t r = 0; r < pr; r++) {
+#if KVS_CPU_HAVE_AVX2
+                    if (dt == KVS_F16 && isa != KVS_ISA_C) {
+                        kvs_cpu_h2f_row_f16c((const uint16_t *)W + (p0 + r) * k, Wp + r * k, k);
+                        continue;
+                    }
+#endif
+                    row_to_f32(W, dt, p0 + r, k, Wp + r * k, qdecode);
+                }
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)pr, (int)k, 1.0f, x, (int)k, Wp,
                             (int)k, beta, y + p0, (int)m);
             }

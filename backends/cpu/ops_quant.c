@@ -34,17 +34,17 @@ void kvs_cpu_qdot_rows_portable(const void *wrow, kvs_dtype dt, const float *x, 
 }
 
 void kvs_cpu_quant_kernels(const kvs_device *dev, kvs_op_id op, kvs_cpu_qdot_fn *dot, kvs_cpu_qdecode_fn *decode) {
-    const int v = kvs_device_variant(dev, op);
-    int isa = 0; /* 0 portable, 1 avx2, 2 avx512 */
-    if (v) isa = (v & KVS_CPU_V_AVX512) && kvs_cpu_avx512() ? 2 : (v & KVS_CPU_V_AVX2) && kvs_cpu_avx2() ? 1 : 0;
-    else isa = kvs_cpu_avx512() ? 2 : kvs_cpu_avx2() ? 1 : 0;
+    const int isa = kvs_cpu_isa(dev, op); /* the forced variant's, else the best this CPU runs */
     kvs_cpu_qdot_fn d = kvs_cpu_qdot_rows_portable;
     kvs_cpu_qdecode_fn c = kvs_cpu_qdecode_portable;
 #if KVS_CPU_HAVE_AVX512
-    if (isa == 2) {
+    if (isa == KVS_ISA_AVX512) {
         d = kvs_cpu_qdot_rows_avx512;
         c = kvs_cpu_qdecode_avx512;
-    } else if (isa == 1) {
+    }
+#endif
+#if KVS_CPU_HAVE_AVX2
+    if (isa == KVS_ISA_AVX2) {
         d = kvs_cpu_qdot_rows_avx2;
         c = kvs_cpu_qdecode_avx2;
     }

@@ -9,7 +9,8 @@
  *  1. a sample of the keys (blocks of 16 spread over x) gives a threshold t0 a margin below the
  *     expected k-th key (topk_select: histogram rounds over the sample's key range);
  *  2. one streaming pass collects the indices of the candidates key >= t0, in index order
- *     (AVX-512: a float compare and a branch-free compress of the indices into registers;
+ *     (AVX-512: a float compare and a branch-free compress of the indices into registers; AVX2:
+ *     the same with a permutation looked up from the compare mask;
  *     elsewhere a branch-free loop); should fewer than k survive (an unlucky sample), the pass is
  *     repeated with a wider margin, then with t0 = 0;
  *  3. the candidates' keys are read back (a gather of a few thousand entries the scan just left in
@@ -43,9 +44,10 @@ int64_t kvs_cpu_topk_collect_c(const float *x, int64_t n, int64_t base, uint32_t
 
 
 static int64_t topk_collect(int avx, const float *x, int64_t n, int64_t base, uint32_t t0, int32_t *ci) {
-    (void)avx; /* unused without AVX-512 kernels */
+    (void)avx; /* unused without SIMD kernels */
 #if KVS_CPU_HAVE_AVX512
-    if (avx) return kvs_cpu_topk_collect_avx512(x, n, base, t0, ci);
+    if (avx == KVS_ISA_AVX512) return kvs_cpu_topk_collect_avx512(x, n, base, t0, ci);
+    if (avx == KVS_ISA_AVX2) return kvs_cpu_topk_collect_avx2(x, n, base, t0, ci);
 #endif
     return kvs_cpu_topk_collect_c(x, n, base, t0, ci);
 }
@@ -66,10 +68,14 @@ static void topk_keys_generic(const float *x, const int32_t *ci, int64_t c, uint
 
 
 static void topk_keys(int avx, const float *x, const int32_t *ci, int64_t c, uint32_t *ck, uint32_t *lo, uint32_t *hi) {
-    (void)avx; /* unused without AVX-512 kernels */
+    (void)avx; /* unused without SIMD kernels */
 #if KVS_CPU_HAVE_AVX512
-    if (avx) {
+    if (avx == KVS_ISA_AVX512) {
         kvs_cpu_topk_keys_avx512(x, ci, c, ck, lo, hi);
+        return;
+    }
+    if (avx == KVS_ISA_AVX2) {
+        kvs_cpu_topk_keys_avx2(x, ci, c, ck, lo, hi);
         return;
     }
 #endif
@@ -227,18 +233,23 @@ static void topk_values_generic(const float *x, const int32_t *out_idx, int64_t 
 
 
 static int64_t topk_above(int avx, const uint32_t *ck, const int32_t *ci, int64_t c, uint32_t t, uint32_t *sk, int32_t *si) {
-    (void)avx; /* unused without AVX-512 kernels */
+    (void)avx; /* unused without SIMD kernels */
 #if KVS_CPU_HAVE_AVX512
-    if (avx) return kvs_cpu_topk_above_avx512(ck, ci, c, t, sk, si);
+    if (avx == KVS_ISA_AVX512) return kvs_cpu_topk_above_avx512(ck, ci, c, t, sk, si);
+    if (avx == KVS_ISA_AVX2) return kvs_cpu_topk_above_avx2(ck, ci, c, t, sk, si);
 #endif
     return kvs_cpu_topk_above_c(ck, ci, c, t, sk, si);
 }
 
 static void topk_values(int avx, const float *x, const int32_t *out_idx, int64_t k, float *out_val) {
-    (void)avx; /* unused without AVX-512 kernels */
+    (void)avx; /* unused without SIMD kernels */
 #if KVS_CPU_HAVE_AVX512
-    if (avx) {
+    if (avx == KVS_ISA_AVX512) {
         kvs_cpu_topk_values_avx512(x, out_idx, k, out_val);
+        return;
+    }
+    if (avx == KVS_ISA_AVX2) {
+        kvs_cpu_topk_values_avx2(x, out_idx, k, out_val);
         return;
     }
 #endif
@@ -330,7 +341,7 @@ static void topk_row(int avx, const float *x, int64_t n, int64_t k, int by_index
 }
 
 kvs_status kvs_cpu_topk(kvs_device *dev, const kvs_topk_args *a) {
-    const int avx = kvs_cpu_use_avx512(dev, KVS_OP_topk);
+    const int avx = kvs_cpu_isa(dev, KVS_OP_topk); /* KVS_ISA_* */
     const float *x = kvs_tensor_host_ptr(a->x);
     int32_t *oi = kvs_tensor_host_ptr(a->idx);
     float *ov = a->val ? kvs_tensor_host_ptr(a->val) : NULL;
@@ -368,7 +379,7 @@ kvs_status kvs_cpu_topk(kvs_device *dev, const kvs_topk_args *a) {
 }
 
 kvs_status kvs_cpu_topk_global(kvs_device *dev, const kvs_topk_args *a) {
-    const int avx = kvs_cpu_use_avx512(dev, KVS_OP_topk_global);
+    const int avx = kvs_cpu_isa(dev, KVS_OP_topk_global); /* KVS_ISA_* */
     const float *x = kvs_tensor_host_ptr(a->x);
     int32_t *oi = kvs_tensor_host_ptr(a->idx);
     float *ov = a->val ? kvs_tensor_host_ptr(a->val) : NULL;

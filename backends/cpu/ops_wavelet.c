@@ -14,8 +14,9 @@
 #include <stdlib.h>
 
 #include "cpu_kernels.h"
+#include "wavelet.h"
 
-#define DWT_MAX_TAPS 8
+#define DWT_MAX_TAPS KVS_DWT_MAX_TAPS
 
 typedef struct dwt_filt {
     int T;
@@ -36,7 +37,7 @@ static void dwt_filter(kvs_wavelet w, dwt_filt *f) {
  * around (periodization, odd-length extension) read a small extended copy. */
 KVS_CLONES
 static void dwt_level(const float *KVS_RESTRICT c, int64_t L, float *KVS_RESTRICT a, float *KVS_RESTRICT d,
-                      const dwt_filt *f) {
+                      const dwt_filt *f, int isa) {
     const int64_t Lp = L + (L & 1), half = Lp / 2;
     const int T = f->T;
     float lo[DWT_MAX_TAPS], hi[DWT_MAX_TAPS];
@@ -47,20 +48,25 @@ static void dwt_level(const float *KVS_RESTRICT c, int64_t L, float *KVS_RESTRIC
     /* body: 2i + T - 1 <= L - 1 */
     int64_t body = L >= T ? (L - T) / 2 + 1 : 0;
     if (body > half) body = half;
+    int64_t i0 = 0; /* outputs [0, i0) done by the AVX2 body */
+    (void)isa;
+#if KVS_CPU_HAVE_AVX2
+    if (isa == KVS_ISA_AVX2) i0 = kvs_cpu_dwt_body_avx2(c, body, a, d, lo, hi, T);
+#endif
     if (T == 2) {
-        for (int64_t i = 0; i < body; i++) {
+        for (int64_t i = i0; i < body; i++) {
             float c0 = c[2 * i], c1 = c[2 * i + 1];
             a[i] = lo[0] * c0 + lo[1] * c1;
             d[i] = hi[0] * c0 + hi[1] * c1;
         }
     } else if (T == 4) {
-        for (int64_t i = 0; i < body; i++) {
+        for (int64_t i = i0; i < body; i++) {
             const float *ci = c + 2 * i;
             a[i] = lo[0] * ci[0] + lo[1] * ci[1] + lo[2] * ci[2] + lo[3] * ci[3];
             d[i] = hi[0] * ci[0] + hi[1] * ci[1] + hi[2] * ci[2] + hi[3] * ci[3];
         }
     } else {
-        for (int64_t i = 0; i < body; i++) {
+        for (int64_t i = i0; i < body; i++) {
             const float *ci = c + 2 * i;
             a[i] = lo[0] * ci[0] + lo[1] * ci[1] + lo[2] * ci[2] + lo[3] * ci[3] + lo[4] * ci[4] + lo[5] * ci[5] +
                    lo[6] * ci[6] + lo[7] * ci[7];
@@ -91,7 +97,7 @@ static void dwt_level(const float *KVS_RESTRICT c, int64_t L, float *KVS_RESTRIC
  * (p >= T/2 - 1) reads a and d directly; the first outputs wrap around. */
 KVS_CLONES
 static void idwt_level(const float *KVS_RESTRICT a, const float *KVS_RESTRICT d, int64_t half, int64_t L,
-                       float *KVS_RESTRICT c, const dwt_filt *f) {
+                       float *KVS_RESTRICT c, const dwt_filt *f, int isa) {
     const int U = f->T / 2;
     float lo[DWT_MAX_TAPS], hi[DWT_MAX_TAPS];
     for (int t = 0; t < f->T; t++) {
@@ -111,18 +117,23 @@ static void idwt_level(const float *KVS_RESTRICT a, const float *KVS_RESTRICT d,
         c[2 * p] = se;
         c[2 * p + 1] = so;
     }
+    int64_t p0 = head; /* pairs [head, p0) done by the AVX2 body */
+    (void)isa;
+#if KVS_CPU_HAVE_AVX2
+    if (isa == KVS_ISA_AVX2 && head == U - 1) p0 = kvs_cpu_idwt_body_avx2(a, d, head, full, c, lo, hi, f->T);
+#endif
     if (U == 1) {
-        for (int64_t p = head; p < full; p++) {
+        for (int64_t p = p0; p < full; p++) {
             c[2 * p] = lo[0] * a[p] + hi[0] * d[p];
             c[2 * p + 1] = lo[1] * a[p] + hi[1] * d[p];
         }
     } else if (U == 2) {
-        for (int64_t p = head; p < full; p++) {
+        for (int64_t p = p0; p < full; p++) {
             c[2 * p] = lo[0] * a[p] + hi[0] * d[p] + (lo[2] * a[p - 1] + hi[2] * d[p - 1]);
             c[2 * p + 1] = lo[1] * a[p] + hi[1] * d[p] + (lo[3] * a[p - 1] + hi[3] * d[p - 1]);
         }
     } else {
-        for (int64_t p = head; p < full; p++) {
+        for (int64_t p = p0; p < full; p++) {
             c[2 * p] = lo[0] * a[p] + hi[0] * d[p] + (lo[2] * a[p - 1] + hi[2] * d[p - 1]) +
                        (lo[4] * a[p - 2] + hi[4] * d[p - 2]) + (lo[6] * a[p - 3] + hi[6] * d[p - 3]);
             c[2 * p + 1] = lo[1] * a[p] + hi[1] * d[p] + (lo[3] * a[p - 1] + hi[3] * d[p - 1]) +
@@ -158,12 +169,15 @@ typedef struct dwt_plan {
     dwt_filt f;
     int64_t len[KVS_DWT_MAX_LEVELS + 1], doff[KVS_DWT_MAX_LEVELS + 1];
     int nt;
+    int isa; /* KVS_ISA_AVX2: the AVX2 level bodies; else the portable loops */
     int64_t hb;
     float *scr;
 } dwt_plan;
 
-static kvs_status dwt_plan_make(kvs_device *dev, const kvs_dwt_args *a, int64_t hb, const char *op, dwt_plan *p) {
+static kvs_status dwt_plan_make(kvs_device *dev, const kvs_dwt_args *a, int64_t hb, const char *op, kvs_op_id id,
+                                dwt_plan *p) {
     dwt_filter(a->w, &p->f);
+    p->isa = kvs_cpu_isa(dev, id);
     dwt_offsets(a->n, a->levels, p->len, p->doff);
     p->nt = kvs_cpu_nt(dev, (double)a->rows * (double)a->n * (double)p->f.T);
     p->hb = hb;
@@ -174,7 +188,7 @@ static kvs_status dwt_plan_make(kvs_device *dev, const kvs_dwt_args *a, int64_t 
 
 kvs_status kvs_cpu_dwt(kvs_device *dev, const kvs_dwt_args *a) {
     dwt_plan pl;
-    kvs_status st = dwt_plan_make(dev, a, a->n / 2 + 16, "kvs_dwt", &pl);
+    kvs_status st = dwt_plan_make(dev, a, a->n / 2 + 16, "kvs_dwt", KVS_OP_dwt, &pl);
     if (st != KVS_OK) return st;
     const int64_t n = a->n, nc = a->ncoef;
     const float *x = kvs_tensor_host_ptr(a->src);
@@ -191,7 +205,7 @@ kvs_status kvs_cpu_dwt(kvs_device *dev, const kvs_dwt_args *a) {
             for (int l = 1; l <= a->levels; l++) {
                 /* the last level writes a_J straight into the output row */
                 float *dst = l == a->levels ? yr : bufs[l & 1];
-                dwt_level(cur, pl.len[l - 1], dst, yr + pl.doff[l], &pl.f);
+                dwt_level(cur, pl.len[l - 1], dst, yr + pl.doff[l], &pl.f, pl.isa);
                 cur = dst;
             }
         }
@@ -201,7 +215,7 @@ kvs_status kvs_cpu_dwt(kvs_device *dev, const kvs_dwt_args *a) {
 
 kvs_status kvs_cpu_idwt(kvs_device *dev, const kvs_dwt_args *a) {
     dwt_plan pl;
-    kvs_status st = dwt_plan_make(dev, a, a->n + 2, "kvs_idwt", &pl);
+    kvs_status st = dwt_plan_make(dev, a, a->n + 2, "kvs_idwt", KVS_OP_idwt, &pl);
     if (st != KVS_OK) return st;
     const int64_t n = a->n, nc = a->ncoef;
     const float *y = kvs_tensor_host_ptr(a->src);
@@ -217,7 +231,7 @@ kvs_status kvs_cpu_idwt(kvs_device *dev, const kvs_dwt_args *a) {
             const float *cur = yr; /* a_J */
             for (int l = a->levels; l >= 1; l--) {
                 float *dst = l == 1 ? x + r * n : bufs[l & 1];
-                idwt_level(cur, yr + pl.doff[l], pl.len[l], pl.len[l - 1], dst, &pl.f);
+                idwt_level(cur, yr + pl.doff[l], pl.len[l], pl.len[l - 1], dst, &pl.f, pl.isa);
                 cur = dst;
             }
         }

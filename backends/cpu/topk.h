@@ -1,5 +1,5 @@
 /* CPU backend: what ops_topk.c (the top-k driver and portable kernels) shares with the
- * ISA-specific top-k kernels (x86/topk_avx512.c): the order-preserving key and the kernels' contracts. */
+ * ISA-specific top-k kernels (x86/topk_avx512.c, x86/topk_avx2.c): the order-preserving key and the kernels' contracts. */
 #ifndef KVS_BACKENDS_CPU_TOPK_H
 #define KVS_BACKENDS_CPU_TOPK_H
 
@@ -33,5 +33,12 @@ int64_t kvs_cpu_topk_above_avx512(const uint32_t *ck, const int32_t *ci, int64_t
 
 /* out_val[i] = x[out_idx[i]] for i < k. AVX-512F (the C kernel is static in ops_topk.c). */
 void kvs_cpu_topk_values_avx512(const float *x, const int32_t *out_idx, int64_t k, float *out_val);
+
+/* The same four kernels on AVX2 (x86/topk_avx2.c; tails shorter than 8 in scalar code). */
+int64_t kvs_cpu_topk_collect_avx2(const float *x, int64_t n, int64_t base, uint32_t t0, int32_t *ci);
+void kvs_cpu_topk_keys_avx2(const float *x, const int32_t *ci, int64_t c, uint32_t *ck, uint32_t *lo, uint32_t *hi);
+int64_t kvs_cpu_topk_above_avx2(const uint32_t *ck, const int32_t *ci, int64_t c, uint32_t t, uint32_t *sk,
+                                int32_t *si);
+void kvs_cpu_topk_values_avx2(const float *x, const int32_t *out_idx, int64_t k, float *out_val);
 
 #endif

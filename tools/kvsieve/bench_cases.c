@@ -194,6 +194,7 @@ void bench_run_suite(bench *b) {
     case_matmul(b, KVS_F32, q ? 256 : 1024, q ? 256 : 1024, q ? 256 : 1024);
     case_matmul(b, KVS_F32, q ? 1024 : 4096, q ? 1024 : 4096, 1);
     case_matmul(b, KVS_F16, q ? 1024 : 4096, q ? 1024 : 4096, 1);
+    case_matmul(b, KVS_BF16, q ? 1024 : 4096, q ? 1024 : 4096, 1);
     /* decode GEMV of common block-quantized weights (GB/s of weight bytes; README's weight types) */
     static const kvs_dtype gemv_quant[] = {KVS_Q4_0, KVS_Q4_K, KVS_Q6_K, KVS_Q8_0};
     for (size_t i = 0; i < sizeof gemv_quant / sizeof gemv_quant[0]; i++)

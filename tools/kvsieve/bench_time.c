@@ -32,7 +32,7 @@ kvs_status bench_new_tensor(bench *b, kvs_tensor **t, kvs_dtype dt, int64_t ne0,
     } else if (dt == KVS_F16) {
         uint16_t *f = h;
         for (int64_t i = 0; i < n; i++) f[i] = kvs_f32_to_f16(bench_rng_uniform(&b->rng));
-    } else {
+    } else { /* bf16, q8_0: zeros (valid values; the timing does not depend on them) */
         memset(h, 0, nb);
     }
     s = kvs_tensor_upload(*t, h, 0, nb);

@@ -234,5 +234,14 @@ float kvs_cpu_att_exp_row_avx512(float *s, int64_t n, float m) {
     }
     return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
 }
+
+const att_kernels kvs_cpu_att_avx512 = {
+    .qk = kvs_cpu_att_qk_avx512,
+    .pv = kvs_cpu_att_pv_avx512,
+    .qk_dec = kvs_cpu_att_qk_dec_avx512,
+    .pv_dec = kvs_cpu_att_pv_dec_avx512,
+    .row_max = kvs_cpu_att_row_max_avx512,
+    .exp_row = kvs_cpu_att_exp_row_avx512,
+};
 #endif
 

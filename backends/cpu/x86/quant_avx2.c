@@ -3,16 +3,11 @@
  *   (the reference decoder's f32 operations: the reference values bit for bit), one FMA per x row;
  * - the GEMM tiles: the same register decoders, stored into the packed f32 tile.
  * Chosen per call by ops_quant.c (variant "avx2", or automatically on a CPU with AVX2 but no
- * AVX-512). */
+ * AVX-512). Compiled, as every x86/AREA_avx2.c, with -mavx2 -mfma -mf16c (the static library in
+ * backends/cpu/meson.build). */
 #include "../cpu_kernels.h"
 
-#if KVS_CPU_HAVE_AVX512
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c")
-#endif
+#if KVS_CPU_HAVE_AVX2 && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 
 #include "../matmul.h"
@@ -70,10 +65,4 @@ void kvs_cpu_qdot_rows_avx2(const void *wrow, kvs_dtype dt, const float *x, int6
     if (f) f(wrow, x, k, acc);
     else kvs_cpu_qdot_rows_portable(wrow, dt, x, k, n, acc); /* not reached: every block type has one */
 }
-
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
 #endif

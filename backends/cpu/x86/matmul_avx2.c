@@ -1,0 +1,120 @@
+/* CPU backend, x86 AVX2 kernels of matmul (prototypes and contracts: ../matmul.h): the GEMV of
+ * decoding-sized products of float weights (f32, f16 through F16C, bf16; FMA), the 8x32 tile of
+ * the own GEMM, and the F16C row conversion (cpu_kernels.h) of GEMM panels and attention tiles.
+ * Block-quantized weights (q8_0 included) have theirs in quant_avx2.c. Compiled, as every
+ * x86/AREA_avx2.c, with -mavx2 -mfma -mf16c (the static library in backends/cpu/meson.build); its
+ * functions run only after kvs_cpu_avx2() said the CPU has those extensions (ops_dense.c). */
+#include "../cpu_kernels.h"
+#include "../matmul.h"
+
+#if KVS_CPU_HAVE_AVX2 && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+
+static inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* 8 weights from w[c..c+8) as f32 (dt: f32, f16 or bf16). */
+static inline __m256 load_w8(const void *w, kvs_dtype dt, int64_t c) {
+    if (dt == KVS_F32) return _mm256_loadu_ps((const float *)w + c);
+    const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)w + c));
+    if (dt == KVS_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* The scalar weight w[c] as f32. */
+static inline float load_w1(const void *w, kvs_dtype dt, int64_t c) {
+    if (dt == KVS_F32) return ((const float *)w)[c];
+    const uint16_t h = ((const uint16_t *)w)[c];
+    return dt == KVS_F16 ? kvs_h2f(h) : kvs_bf2f(h);
+}
+
+/* One x row (n == 1): 32 weights a step into four accumulators, so that the FMA latency is hidden
+ * and the loop runs at the speed W streams in. */
+static float dot_row1(const void *w, kvs_dtype dt, const float *x, int64_t k) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t c = 0;
+    for (; c + 32 <= k; c += 32) {
+        a0 = _mm256_fmadd_ps(load_w8(w, dt, c), _mm256_loadu_ps(x + c), a0);
+        a1 = _mm256_fmadd_ps(load_w8(w, dt, c + 8), _mm256_loadu_ps(x + c + 8), a1);
+        a2 = _mm256_fmadd_ps(load_w8(w, dt, c + 16), _mm256_loadu_ps(x + c + 16), a2);
+        a3 = _mm256_fmadd_ps(load_w8(w, dt, c + 24), _mm256_loadu_ps(x + c + 24), a3);
+    }
+    for (; c + 8 <= k; c += 8) a0 = _mm256_fmadd_ps(load_w8(w, dt, c), _mm256_loadu_ps(x + c), a0);
+    float tot = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    for (; c < k; c++) tot += load_w1(w, dt, c) * x[c];
+    return tot;
+}
+
+/* acc[i] = W_row . x_i for i < n (n <= 4); W row of k values in dtype dt (F32, F16,
+ * BF16; any k; the block types, q8_0 included, use quant_avx2.c).
+ * One pass over the W row, up to 4 x rows at once, two accumulators each. */
+void kvs_cpu_dot_rows_avx2(const void *wrow, kvs_dtype dt, const float *x, int64_t k, int64_t n, float *acc) {
+    __m256 a[KVS_GEMV_MAX_N][2];
+    for (int i = 0; i < KVS_GEMV_MAX_N; i++) a[i][0] = a[i][1] = _mm256_setzero_ps();
+    if (n == 1) {
+        acc[0] = dot_row1(wrow, dt, x, k);
+        return;
+    }
+    int64_t c = 0;
+    for (; c + 16 <= k; c += 16) {
+        const __m256 w0 = load_w8(wrow, dt, c), w1 = load_w8(wrow, dt, c + 8);
+        for (int64_t i = 0; i < n; i++) {
+            const float *xc = x + i * k + c;
+            a[i][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xc), a[i][0]);
+            a[i][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xc + 8), a[i][1]);
+        }
+    }
+    for (int64_t i = 0; i < n; i++) {
+        float tot = hsum8(_mm256_add_ps(a[i][0], a[i][1]));
+        for (int64_t t = c; t < k; t++) tot += load_w1(wrow, dt, t) * x[i * k + t];
+        acc[i] = tot;
+    }
+}
+
+void kvs_cpu_h2f_row_f16c(const uint16_t *s, float *d, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i))));
+        _mm256_storeu_ps(d + i + 8, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i + 8))));
+    }
+    for (; i < n; i++) d[i] = kvs_h2f(s[i]);
+}
+
+/* C[4][16] (+)= A[4][K] . B[K][16] (8 accumulators: 2 loads of B and 4 broadcasts per 8 FMAs). */
+static inline void mm_4x16(const float *A, int64_t lda, const float *B, int64_t ldb, int64_t K, float *C, int64_t ldc,
+                           int load_c) {
+    __m256 c00, c01, c10, c11, c20, c21, c30, c31;
+#define MM_INIT(R)                                                                                     \
+    c##R##0 = load_c ? _mm256_loadu_ps(C + (R) * ldc) : _mm256_setzero_ps();                            \
+    c##R##1 = load_c ? _mm256_loadu_ps(C + (R) * ldc + 8) : _mm256_setzero_ps();
+    MM_INIT(0) MM_INIT(1) MM_INIT(2) MM_INIT(3)
+#undef MM_INIT
+    for (int64_t t = 0; t < K; t++) {
+        const __m256 b0 = _mm256_loadu_ps(B + t * ldb), b1 = _mm256_loadu_ps(B + t * ldb + 8);
+        __m256 q;
+#define MM_ROW(R)                                                                                      \
+    q = _mm256_broadcast_ss(A + (R) * lda + t);                                                        \
+    c##R##0 = _mm256_fmadd_ps(q, b0, c##R##0);                                                         \
+    c##R##1 = _mm256_fmadd_ps(q, b1, c##R##1);
+        MM_ROW(0) MM_ROW(1) MM_ROW(2) MM_ROW(3)
+#undef MM_ROW
+    }
+#define MM_STORE(R)                                                                                    \
+    _mm256_storeu_ps(C + (R) * ldc, c##R##0);                                                          \
+    _mm256_storeu_ps(C + (R) * ldc + 8, c##R##1);
+    MM_STORE(0) MM_STORE(1) MM_STORE(2) MM_STORE(3)
+#undef MM_STORE
+}
+
+/* C[8][32] (+)= A[8][K] . B[K][32] as four 4x16 blocks (AVX2 has 16 vector registers: a larger
+ * block's accumulators and operands would spill). */
+void kvs_cpu_mm_kernel_8x32_avx2(const float *A, int64_t lda, const float *B, int64_t ldb, int64_t K, float *C,
+                                 int64_t ldc, int load_c) {
+    for (int r = 0; r < 8; r += 4)
+        for (int c = 0; c < 32; c += 16) mm_4x16(A + r * lda, lda, B + c, ldb, K, C + r * ldc + c, ldc, load_c);
+}
+#endif
