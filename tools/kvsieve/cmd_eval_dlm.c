@@ -180,7 +180,7 @@ int cmd_eval_dlm(int argc, char **argv) {
         {"block", 0, CLI_INT64, &block, "B", "block length (default 32)"},
         {"diffusion-block-length", 0, CLI_INT64, &block, "B", "llama-diffusion-cli's name of --block (default 32)"},
         {"threshold", 0, CLI_DOUBLE, &threshold, "E", "parallel decoding threshold (default 0.9; 0 = one token per step)"},
-        {"long-text", 0, CLI_STRING, &long_text, "FILE", "text the long prompts are cut from (default ../shared/text/tinystories-sample.txt)"},
+        {"long-text", 0, CLI_STRING, &long_text, "FILE", "text the long prompts are cut from (default: tinystories-sample.txt, looked up like a model, then in ../text beside the model; long prompts are skipped when none is found)"},
         {"long-prompts", 0, CLI_INT, &long_n, "N", "long prompts (default 3; 0 = no long-prompt rows)"},
         {"long-len", 0, CLI_INT64, &long_len, "T", "tokens per long prompt (default 320)"},
         {"long-gen", 0, CLI_INT64, &long_gen, "N", "generated tokens for the long prompts (default 128)"},
@@ -288,20 +288,29 @@ int cmd_eval_dlm(int argc, char **argv) {
         exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "--prompts %s has no prompt", prompts_path);
         goto done;
     }
+    /* the default long text: looked up like a model, else ../text beside the model; absent (a clone
+     * without ../shared), the long prompts are skipped with a note, the short ones still run */
+    static char tp[4200];
+    if (long_n > 0 && nb >= 0 && !long_text) {
+        if (kvs_model_locate("tinystories-sample.txt", tp, sizeof tp) != KVS_OK) {
+            char mp[4096];
+            snprintf(mp, sizeof mp, "%.4000s", path);
+            char *slash = strrchr(mp, '/');
+            if (slash) *slash = '\0';
+            snprintf(tp, sizeof tp, "%s/../text/tinystories-sample.txt", mp);
+        }
+        long_text = tp;
+        FILE *probe = fopen(tp, "rb");
+        if (!probe) {
+            fprintf(stderr, "%s: no tinystories-sample.txt found ($KVSIEVE_MODELS, models/, ../shared/text): the %d long "
+                            "prompts are skipped (give a text with --long-text FILE)\n", PROG, long_n);
+            long_n = 0;
+        } else {
+            fclose(probe);
+        }
+    }
     /* long prompts: slices spread over the text, cut to long_len tokens */
     if (long_n > 0 && nb >= 0) {
-        static char tp[4200];
-        if (!long_text) {
-            if (kvs_model_locate("tinystories-sample.txt", tp, sizeof tp) != KVS_OK) {
-                /* models live in shared/models; the texts in shared/text next to it */
-                char mp[4096];
-                snprintf(mp, sizeof mp, "%.4000s", path);
-                char *slash = strrchr(mp, '/');
-                if (slash) *slash = '\0';
-                snprintf(tp, sizeof tp, "%s/../text/tinystories-sample.txt", mp);
-            }
-            long_text = tp;
-        }
         size_t tsz = 0;
         exit_code = cli_read_file(PROG, "--long-text", long_text, &text, &tsz);
         if (exit_code != CLI_EXIT_OK) goto done;
