@@ -1,4 +1,4 @@
-/* A quantized model end to end (issue 15): tests/data/quant/tiny-llama-mixed-q.gguf (written by
+/* A quantized model end to end (issue 15): models/tiny-llama-mixed-q.gguf (written by
  * llama.cpp's gguf-py, tools/fixtures/make_quant_model.py; every matrix in one of the 12 block types)
  * runs its forward (12 tokens: the GEMM tiles; 3 tokens: the decoding GEMV) with the weights kept in
  * their block types (the CPU products read the blocks), and its logits are compared with the same file loaded with force_f32 (every weight dequantized to
@@ -168,7 +168,7 @@ START_TEST(test_weight_reading_policies) {
 END_TEST
 
 int main(int argc, char **argv) {
-    g_path = argc > 1 ? argv[1] : "tests/data/quant/tiny-llama-mixed-q.gguf";
+    g_path = argc > 1 ? argv[1] : "models/tiny-llama-mixed-q.gguf";
     Suite *s = suite_create("quant-model");
     TCase *tc = tcase_create("quant-model");
     tcase_set_timeout(tc, 300);
