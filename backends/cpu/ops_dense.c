@@ -134,7 +134,8 @@ static kvs_status matmul_own(kvs_device *dev, const kvs_matmul_args *a, int isa)
     if (nt > n_rb) nt = (int)n_rb;
     if (nt < 1) nt = 1;
     const size_t per = (size_t)MM_RB * MM_KC + (size_t)MM_RB * MM_NB + (size_t)MM_RB + 32; /* Wp, Ct, row */
-    float *buf = malloc(((size_t)k * (size_t)np + (size_t)nt * per) * sizeof(float));
+    /* the device's grow-only scratch: a malloc per call cost ~10% of a small diffusion step */
+    float *buf = kvs_cpu_scratch(dev, ((size_t)k * (size_t)np + (size_t)nt * per) * sizeof(float));
     if (!buf) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_matmul (cpu): cannot allocate GEMM scratch");
     float *xT = buf;
     KVS_OMP(parallel num_threads(nt))
@@ -157,12 +158,13 @@ static kvs_status matmul_own(kvs_device *dev, const kvs_matmul_args *a, int isa)
         KVS_OMP(for schedule(dynamic, 1))
         for (int64_t rb = 0; rb < n_rb; rb++) {
             const int64_t r0 = rb * MM_RB, nr = m - r0 < MM_RB ? m - r0 : MM_RB;
+            const int64_t nr8 = (nr + 7) & ~(int64_t)7; /* rows the 8-row tiles cover */
             for (int64_t i0 = 0; i0 < np; i0 += MM_NB) {
                 const int64_t ni = np - i0 < MM_NB ? np - i0 : MM_NB;
                 for (int64_t c0 = 0; c0 < k; c0 += MM_KC) {
                     const int64_t kc = k - c0 < MM_KC ? k - c0 : MM_KC;
-                    /* pack W rows [r0, r0+nr) x columns [c0, c0+kc) as f32, zero rows to MM_RB */
-                    for (int64_t r = 0; r < MM_RB; r++) {
+                    /* pack W rows [r0, r0+nr) x columns [c0, c0+kc) as f32, zero rows to nr8 */
+                    for (int64_t r = 0; r < nr8; r++) {
                         float *dst = Wp + r * MM_KC;
                         if (r >= nr) {
                             memset(dst, 0, (size_t)kc * sizeof(float));
@@ -179,7 +181,7 @@ static kvs_status matmul_own(kvs_device *dev, const kvs_matmul_args *a, int isa)
                         }
                     }
                     for (int64_t ib = 0; ib < ni; ib += 32)
-                        for (int64_t rr = 0; rr < MM_RB; rr += 8)
+                        for (int64_t rr = 0; rr < nr8; rr += 8)
                             tile(Wp + rr * MM_KC, MM_KC, xT + ((i0 + ib) / 32) * k * 32 + c0 * 32, 32, kc,
                                  Ct + rr * MM_NB + ib, MM_NB, c0 > 0);
                 }
@@ -196,7 +198,6 @@ static kvs_status matmul_own(kvs_device *dev, const kvs_matmul_args *a, int isa)
             }
         }
     }
-    free(buf);
     return KVS_OK;
 #else
     (void)dev;
