@@ -279,12 +279,16 @@ static kvs_status elastic_plan(void *self, const kvs_dlm_view *v, kvs_dlm_step *
     s->full = v->step == 0 || s->p.gamma >= 1.0f || (s->p.block_refresh && v->step_in_block == 0);
     if (s->p.gamma >= 1.0f) return KVS_OK; /* every row, every step; no statistics needed */
 
-    /* the all-rows plans: every row, key mass of the window, probes of unmasked rows */
+    /* the all-rows plans: every row, key mass of the window, probes of the unmasked rows whose
+     * attention rows the next drift test can need. Only before any key mass exists (the decode's
+     * first step) is that every unmasked row; afterwards full steps probe the same likely set as a
+     * refresh (probing all n rows there cost an [n][n_heads][n] probability matrix per layer:
+     * 21 MB per layer at n = 1180, the largest item of a block-refresh step) */
     for (int l = 0; l < s->L; l++) {
         kvs_ibuf *pr = &s->rprobe[l];
         pr->n = 0;
         KVS_TRY(kvs_ibuf_reserve(pr, n));
-        if (s->full || !s->have_mass) {
+        if (!s->have_mass) {
             for (int64_t p = 0; p < n; p++)
                 if (!v->masked[p]) pr->p[pr->n++] = (int32_t)p;
         } else {
