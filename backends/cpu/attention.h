@@ -56,6 +56,7 @@ typedef struct att_ctx {
     /* AVX-512 path: K as f32 panels [n_kv_heads][ldk/32][d][32] (zero-padded to ldk), V as f32 */
     int fast;
     int dec; /* AVX-512 decoding kernels on row-major K/V tiles (few query rows) */
+    int neon; /* aarch64: NEON kernels on row-major K/V tiles (arm/attention_neon.c; d % 4 == 0) */
     /* split-key decoding: keys cut into `splits` ranges of split_keys (a multiple of ATT_BK) when
      * there are fewer (query tile, kv head) tasks than threads; part: partial states */
     int64_t splits, split_keys, part_words;

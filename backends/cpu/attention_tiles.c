@@ -4,6 +4,7 @@
 #include <cblas.h>
 
 #include "attention.h"
+#include "arm/neon.h"
 
 static int64_t att_qpos(const att_ctx *c, int64_t i) {
     return c->q_pos ? c->q_pos[i] : c->a->n_kv - c->a->n_q + i;
@@ -15,6 +16,12 @@ static const float *att_tile(const att_ctx *c, const void *base, float *conv, in
     size_t off = (size_t)(h * c->a->capacity + j0) * (size_t)d;
     if (!c->kv_f16) return (const float *)base + off;
     const uint16_t *s = (const uint16_t *)base + off;
+#if KVS_CPU_HAVE_NEON
+    if (c->neon) {
+        kvs_cpu_f16_to_f32_neon(s, conv, n * d);
+        return conv;
+    }
+#endif
     for (int64_t t = 0; t < n * d; t++) conv[t] = kvs_h2f(s[t]);
     return conv;
 }
@@ -113,6 +120,11 @@ static int att_logits(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int6
             kvs_cpu_att_qk_dec_avx512(w->Qp, Kt, d, M, n, a->p.scale, w->S);
         else
 #endif
+#if KVS_CPU_HAVE_NEON
+        if (c->neon)
+            kvs_cpu_att_qk_neon(w->Qp, Kt, d, M, n, a->p.scale, w->S, ATT_BK);
+        else
+#endif
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)n, (int)d, a->p.scale, w->Qp, (int)d,
                         Kt, (int)d, 0.0f, w->S, ATT_BK);
     }
@@ -179,6 +191,8 @@ void kvs_cpu_att_pass(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int6
             float *s = w->S + r * ATT_BK;
 #if KVS_CPU_HAVE_AVX512
             float tmax = c->fast || c->dec ? kvs_cpu_att_row_max_avx512(s, n) : att_row_max(s, n);
+#elif KVS_CPU_HAVE_NEON
+            float tmax = c->neon ? kvs_cpu_att_row_max_neon(s, n) : att_row_max(s, n);
 #else
             float tmax = att_row_max(s, n);
 #endif
@@ -198,6 +212,8 @@ void kvs_cpu_att_pass(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int6
             }
 #if KVS_CPU_HAVE_AVX512
             w->l[r] += c->fast || c->dec ? kvs_cpu_att_exp_row_avx512(s, n, mnew) : att_exp_row(s, n, mnew);
+#elif KVS_CPU_HAVE_NEON
+            w->l[r] += c->neon ? kvs_cpu_att_exp_row_neon(s, n, mnew) : att_exp_row(s, n, mnew);
 #else
             w->l[r] += att_exp_row(s, n, mnew);
 #endif
@@ -212,6 +228,11 @@ void kvs_cpu_att_pass(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int6
 #if KVS_CPU_HAVE_AVX512
             if (c->dec)
                 kvs_cpu_att_pv_dec_avx512(w->S, M, n, Vt, d, w->O);
+            else
+#endif
+#if KVS_CPU_HAVE_NEON
+            if (c->neon)
+                kvs_cpu_att_pv_neon(w->S, ATT_BK, M, n, Vt, d, w->O);
             else
 #endif
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)d, (int)n, 1.0f, w->S, ATT_BK, Vt,

@@ -6,6 +6,7 @@
 #include <stdio.h>
 
 #include "cpu_kernels.h"
+#include "arm/neon.h"
 
 static int cpu_has_avx512(const kvs_device *dev, char *why, size_t n) {
     (void)dev;
@@ -13,6 +14,28 @@ static int cpu_has_avx512(const kvs_device *dev, char *why, size_t n) {
     snprintf(why, n, "%s", KVS_CPU_HAVE_AVX512 ? "this CPU lacks AVX-512F or F16C"
                                                : "this build has no AVX-512 kernels (not GCC/Clang on x86-64)");
     return 0;
+}
+
+static int cpu_has_arm(int feature, const char *what, char *why, size_t n) {
+    if (kvs_cpu_arm_features() & feature) return 1;
+    snprintf(why, n, "%s", KVS_CPU_HAVE_NEON ? what : "this build has no NEON kernels (not GCC/Clang for aarch64)");
+    return 0;
+}
+
+static int cpu_has_neon(const kvs_device *dev, char *why, size_t n) {
+    (void)dev;
+    return cpu_has_arm(KVS_ARM_NEON, "this CPU lacks NEON", why, n);
+}
+
+static int cpu_has_dotprod(const kvs_device *dev, char *why, size_t n) {
+    (void)dev;
+    return cpu_has_arm(KVS_ARM_DOTPROD, "this CPU lacks the dot product extension (HWCAP_ASIMDDP)", why, n);
+}
+
+static int cpu_has_fp16fml(const kvs_device *dev, char *why, size_t n) {
+    (void)dev;
+    return cpu_has_arm(KVS_ARM_FP16FML, "this CPU lacks fp16 arithmetic with FMLAL (HWCAP_ASIMDHP, HWCAP_ASIMDFHM)",
+                       why, n);
 }
 
 /* Codes: KVS_CPU_V_* bits (cpu.h). The portable variants run the plain C kernels, the reference
@@ -29,6 +52,12 @@ static const kvs_variant cpu_variants[] = {
     {KVS_OP_topk, "avx512", KVS_CPU_V_AVX512, cpu_has_avx512},
     {KVS_OP_topk_global, "portable", KVS_CPU_V_PORTABLE, NULL},
     {KVS_OP_topk_global, "avx512", KVS_CPU_V_AVX512, cpu_has_avx512},
+    /* aarch64 (arm/AREA_neon.c) */
+    {KVS_OP_matmul, "neon", KVS_CPU_V_NEON, cpu_has_neon},
+    {KVS_OP_matmul, "neon-dotprod", KVS_CPU_V_NEON | KVS_CPU_V_DOTPROD, cpu_has_dotprod},
+    {KVS_OP_matmul, "neon-fp16", KVS_CPU_V_NEON | KVS_CPU_V_FP16, cpu_has_fp16fml},
+    {KVS_OP_attention, "neon", KVS_CPU_V_NEON, cpu_has_neon},
+    {KVS_OP_attention, "neon-split", KVS_CPU_V_NEON | KVS_CPU_V_SPLIT, cpu_has_neon},
 };
 
 const kvs_backend_ops kvs_cpu_backend = {

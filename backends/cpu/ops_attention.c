@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "attention.h"
+#include "arm/neon.h"
 
 /* Whether query tile qt needs the statistics pass. */
 static int att_wants_stats(const att_ctx *c, int64_t qt) {
@@ -243,6 +244,7 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
         c.V32 = c.kv_f16 ? v_buf : (const float *)c.v;
     }
     c.dec = avx512 && d % 16 == 0 && !c.fast;
+    c.neon = (kvs_cpu_use_neon(dev, KVS_OP_attention) & KVS_ARM_NEON) && d % 4 == 0;
 
     kvs_cpu_blas_threads(1);
     int team = 1; /* threads the region got (key_mass partials to reduce) */

@@ -6,6 +6,7 @@
 
 #include "cpu_kernels.h"
 #include "matmul.h"
+#include "arm/neon.h"
 
 /* ---- weight rows -> f32 ------------------------------------------------------------------- */
 
@@ -107,6 +108,25 @@ static void matmul_small_n(kvs_device *dev, const kvs_matmul_args *a) {
     const size_t wrow = kvs_dtype_bytes(dt, k);
     const int fast = kvs_cpu_use_avx512(dev, KVS_OP_matmul) && k % 16 == 0;
     (void)fast;
+    /* aarch64: NEON (k % 16; q8_0: k % 32 anyway), q8_0 by SDOT on x split into two int8 planes,
+     * f16 by FMLAL on x rounded to f16 (arm/matmul_neon.c); x prepared once per call in scratch */
+    const int neon = kvs_cpu_use_neon(dev, KVS_OP_matmul);
+    const int use_neon = (neon & KVS_ARM_NEON) && k % 16 == 0;
+    (void)use_neon;
+#if KVS_CPU_HAVE_NEON
+    int8_t *xq = NULL;
+    float *xsc = NULL;
+    uint16_t *xh = NULL;
+    if (use_neon && dt == KVS_Q8_0 && (neon & KVS_ARM_DOTPROD)) {
+        xq = kvs_cpu_scratch(dev, (size_t)(n * k) * 2 + (size_t)(n * (k / KVS_Q8_BLOCK)) * sizeof(float));
+        xsc = xq ? (float *)(xq + 2 * n * k) : NULL;
+        if (xq && !kvs_cpu_q8_split_x_neon(x, k, n, xq, xq + n * k, xsc)) xq = NULL;
+    } else if (use_neon && dt == KVS_F16 && (neon & KVS_ARM_FP16FML)) {
+        xh = kvs_cpu_scratch(dev, (size_t)(n * k) * sizeof(uint16_t));
+        if (xh && !kvs_cpu_f16_x_neon(x, n * k, xh)) xh = NULL;
+    }
+    /* (no scratch, or x outside what the extension's kernel represents: the plain NEON kernel) */
+#endif
     int nt = kvs_cpu_nt(dev, (double)m * (double)k * (double)n);
     (void)nt; /* unused without OpenMP */
     KVS_OMP(parallel for num_threads(nt) schedule(static))
@@ -116,6 +136,15 @@ static void matmul_small_n(kvs_device *dev, const kvs_matmul_args *a) {
 #if KVS_CPU_HAVE_AVX512
         if (fast) {
             kvs_cpu_dot_rows_avx512(wr, dt, x, k, n, acc);
+        } else
+#endif
+#if KVS_CPU_HAVE_NEON
+        if (xq) {
+            kvs_cpu_dot_rows_q8_dotprod(wr, xq, xq + n * k, xsc, k, n, acc);
+        } else if (xh) {
+            kvs_cpu_dot_rows_f16_fml(wr, xh, k, n, acc);
+        } else if (use_neon) {
+            kvs_cpu_dot_rows_neon(wr, dt, x, k, n, acc);
         } else
 #endif
         {
