@@ -139,11 +139,14 @@ static void matmul_small_n(kvs_device *dev, const kvs_matmul_args *a) {
         } else
 #endif
 #if KVS_CPU_HAVE_NEON
+#if KVS_CPU_HAVE_NEON_EXT
         if (xq) {
             kvs_cpu_dot_rows_q8_dotprod(wr, xq, xq + n * k, xsc, k, n, acc);
         } else if (xh) {
             kvs_cpu_dot_rows_f16_fml(wr, xh, k, n, acc);
-        } else if (use_neon) {
+        } else
+#endif
+        if (use_neon) {
             kvs_cpu_dot_rows_neon(wr, dt, x, k, n, acc);
         } else
 #endif

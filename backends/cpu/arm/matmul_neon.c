@@ -112,6 +112,7 @@ int kvs_cpu_q8_split_x_neon(const float *x, int64_t k, int64_t n, int8_t *qh, in
     return 1;
 }
 
+#if KVS_CPU_HAVE_NEON_EXT
 KVS_TARGET_DOTPROD
 void kvs_cpu_dot_rows_q8_dotprod(const uint8_t *wrow, const int8_t *qh, const int8_t *ql, const float *sc, int64_t k,
                                  int64_t n, float *acc) {
@@ -136,6 +137,7 @@ void kvs_cpu_dot_rows_q8_dotprod(const uint8_t *wrow, const int8_t *qh, const in
     }
     for (int64_t i = 0; i < n; i++) acc[i] = vaddvq_f32(a[i]);
 }
+#endif
 
 /* ---- f16 with FMLAL ---- */
 
@@ -155,6 +157,7 @@ int kvs_cpu_f16_x_neon(const float *x, int64_t count, uint16_t *xh) {
     return !isnan(mx) && mx <= 65504.0f; /* the largest f16 */
 }
 
+#if KVS_CPU_HAVE_NEON_EXT
 KVS_TARGET_FP16FML
 void kvs_cpu_dot_rows_f16_fml(const uint16_t *wrow, const uint16_t *xh, int64_t k, int64_t n, float *acc) {
     float32x4_t a[KVS_GEMV_MAX_N][2];
@@ -172,4 +175,5 @@ void kvs_cpu_dot_rows_f16_fml(const uint16_t *wrow, const uint16_t *xh, int64_t 
     }
     for (int64_t i = 0; i < n; i++) acc[i] = vaddvq_f32(vaddq_f32(a[i][0], a[i][1]));
 }
+#endif
 #endif

@@ -22,6 +22,16 @@
 #define KVS_CPU_HAVE_NEON 0
 #endif
 
+/* The SDOT and FMLAL kernels need arm_neon.h to offer those intrinsics inside functions with a target
+ * attribute: GCC does (checked with 12), clang from 16 on (clang 14 declares them only when the whole
+ * file is compiled for the feature). Without them the extensions are never reported. */
+#if KVS_CPU_HAVE_NEON && (!defined(__clang__) || __clang_major__ >= 16 ||                             \
+                          (defined(__ARM_FEATURE_DOTPROD) && defined(__ARM_FEATURE_FP16_FML)))
+#define KVS_CPU_HAVE_NEON_EXT 1
+#else
+#define KVS_CPU_HAVE_NEON_EXT 0
+#endif
+
 /* Feature bits of kvs_cpu_arm_features(). */
 enum { KVS_ARM_NEON = 1, KVS_ARM_DOTPROD = 2, KVS_ARM_FP16FML = 4 };
 
@@ -53,8 +63,8 @@ static inline int kvs_cpu_arm_features(void) {
     if (cached < 0) {
         unsigned long hw = getauxval(AT_HWCAP);
         int f = KVS_ARM_NEON;
-        if (hw & KVS_HWCAP_ASIMDDP) f |= KVS_ARM_DOTPROD;
-        if ((hw & KVS_HWCAP_ASIMDHP) && (hw & KVS_HWCAP_ASIMDFHM)) f |= KVS_ARM_FP16FML;
+        if (KVS_CPU_HAVE_NEON_EXT && (hw & KVS_HWCAP_ASIMDDP)) f |= KVS_ARM_DOTPROD;
+        if (KVS_CPU_HAVE_NEON_EXT && (hw & KVS_HWCAP_ASIMDHP) && (hw & KVS_HWCAP_ASIMDFHM)) f |= KVS_ARM_FP16FML;
         cached = f;
     }
     return cached;
