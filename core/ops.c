@@ -74,8 +74,9 @@ kvs_status kvs_matmul(kvs_device *dev, const kvs_tensor *W, const kvs_tensor *x,
     const char *op = "kvs_matmul";
     CHECK_NONNULL(op, W); CHECK_NONNULL(op, x); CHECK_NONNULL(op, y);
     TRY_DEV(W); TRY_DEV(x); TRY_DEV(y);
-    if (!is_float(W->dtype) && W->dtype != KVS_Q8_0)
-        return kvs_error(KVS_ERR_DTYPE, "%s: W dtype %s (want f32, f16, bf16 or q8_0)", op, kvs_dtype_name(W->dtype));
+    if (!is_float(W->dtype) && !kvs_dtype_is_quant(W->dtype))
+        return kvs_error(KVS_ERR_DTYPE, "%s: W dtype %s (want f32, f16, bf16 or a block type)", op,
+                         kvs_dtype_name(W->dtype));
     KVS_TRY(want_dtype(op, x, "x", KVS_F32));
     KVS_TRY(want_dtype(op, y, "y", KVS_F32));
     if (W->ne[2] != 1 || W->ne[3] != 1)
@@ -177,7 +178,7 @@ kvs_status kvs_embedding(kvs_device *dev, const kvs_tensor *table, const int32_t
     CHECK_NONNULL(op, table); CHECK_NONNULL(op, out);
     TRY_DEV(table); TRY_DEV(out);
     if (!ids || n < 1) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: need n >= 1 ids", op);
-    if (!is_float(table->dtype) && table->dtype != KVS_Q8_0)
+    if (!is_float(table->dtype) && !kvs_dtype_is_quant(table->dtype))
         return kvs_error(KVS_ERR_DTYPE, "%s: table dtype %s", op, kvs_dtype_name(table->dtype));
     KVS_TRY(want_dtype(op, out, "out", KVS_F32));
     int64_t dim = table->ne[0], vocab = kvs_tensor_rows(table);
@@ -500,7 +501,8 @@ static kvs_status rows_common(const char *op, kvs_device *dev, const kvs_tensor 
     CHECK_NONNULL(op, idx);
     TRY_DEV(idx);
     KVS_TRY(want_dtype(op, idx, "idx", KVS_I32));
-    if (grouped->dtype == KVS_Q8_0) return kvs_error(KVS_ERR_DTYPE, "%s: q8_0 rows are not supported", op);
+    if (kvs_dtype_is_quant(grouped->dtype))
+        return kvs_error(KVS_ERR_DTYPE, "%s: %s rows are not supported", op, kvs_dtype_name(grouped->dtype));
     if (grouped->ne[3] != 1) return kvs_error(KVS_ERR_SHAPE, "%s: tensors must be [G][N][row] (3-D)", op);
     a->groups = grouped->ne[2];
     a->row_bytes = (int64_t)kvs_dtype_bytes(grouped->dtype, grouped->ne[0]);

@@ -4,21 +4,24 @@
 #include <string.h>
 
 #include "internal.h"
-
-static const char *const kvs_dtype_names[KVS_DTYPE_COUNT] = {"f32", "f16", "bf16", "i32", "q8_0"};
+#include "quant/quant.h"
 
 const char *kvs_dtype_name(kvs_dtype t) {
-    return (t >= 0 && t < KVS_DTYPE_COUNT) ? kvs_dtype_names[t] : "unknown";
+    const kvs_dtype_info *ti = kvs_dtype_info_get(t);
+    return ti ? ti->name : "unknown";
 }
 
+int kvs_dtype_block(kvs_dtype t) {
+    const kvs_dtype_info *ti = kvs_dtype_info_get(t);
+    return ti ? ti->block : 0;
+}
+
+int kvs_dtype_is_quant(kvs_dtype t) { return kvs_dtype_block(t) > 1; }
+
 size_t kvs_dtype_bytes(kvs_dtype t, int64_t n) {
-    if (n < 0) return 0;
-    switch (t) {
-    case KVS_F32: case KVS_I32: return (size_t)n * 4;
-    case KVS_F16: case KVS_BF16: return (size_t)n * 2;
-    case KVS_Q8_0: return (n % 32) ? 0 : (size_t)(n / 32) * 34;
-    default: return 0;
-    }
+    const kvs_dtype_info *ti = kvs_dtype_info_get(t);
+    if (n < 0 || !ti || n % ti->block) return 0;
+    return (size_t)(n / ti->block) * (size_t)ti->bytes;
 }
 
 static kvs_status kvs_shape_check(kvs_dtype dtype, int ndim, const int64_t *ne, size_t *nbytes,
@@ -35,8 +38,9 @@ static kvs_status kvs_shape_check(kvs_dtype dtype, int ndim, const int64_t *ne, 
             return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: element count overflows", who);
         n *= ne[i];
     }
-    if (dtype == KVS_Q8_0 && ne[0] % 32)
-        return kvs_error(KVS_ERR_DTYPE, "%s: q8_0 needs ne[0] %% 32 == 0 (ne[0] = %lld)", who, (long long)ne[0]);
+    if (ne[0] % kvs_dtype_block(dtype))
+        return kvs_error(KVS_ERR_DTYPE, "%s: %s needs ne[0] %% %d == 0 (ne[0] = %lld)", who, kvs_dtype_name(dtype),
+                         kvs_dtype_block(dtype), (long long)ne[0]);
     *nbytes = kvs_dtype_bytes(dtype, n);
     return KVS_OK;
 }
@@ -101,7 +105,7 @@ static kvs_status view_fill(kvs_tensor *t, const kvs_tensor *parent, int64_t off
                             const char *op) {
     size_t nbytes;
     KVS_TRY(kvs_shape_check(parent->dtype, ndim, ne, &nbytes, op));
-    if (offset_elems < 0 || (parent->dtype == KVS_Q8_0 && offset_elems % 32))
+    if (offset_elems < 0 || offset_elems % kvs_dtype_block(parent->dtype))
         return kvs_error(KVS_ERR_OUT_OF_RANGE, "%s: bad offset %lld", op, (long long)offset_elems);
     size_t off = kvs_dtype_bytes(parent->dtype, offset_elems);
     if (off + nbytes > parent->nbytes)

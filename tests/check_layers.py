@@ -33,7 +33,8 @@ INC = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 def room_of_core(rel):
     """Room of a file given by its path relative to core/."""
     parts = rel.split('/')
-    return 'base' if len(parts) == 1 else parts[0]
+    # core/quant/ (block formats of the quantized dtypes) is a folder of the base room
+    return 'base' if len(parts) == 1 or parts[0] == 'quant' else parts[0]
 
 
 def room_of_include(src_rel_core, inc):
@@ -41,6 +42,8 @@ def room_of_include(src_rel_core, inc):
     if inc.startswith('kvsieve/'):
         return HEADER_ROOM.get(inc[len('kvsieve/'):], 'unknown:' + inc)
     first = inc.split('/')[0]
+    if first == 'quant' and '/' in inc:
+        return 'base'
     if first in RANK and '/' in inc:
         return first
     if inc == 'internal.h':

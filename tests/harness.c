@@ -232,8 +232,10 @@ tt *t_new(kvs_dtype dtype, int ndim, const int64_t *ne) {
     for (int i = 0; i < ndim; i++) nel *= ne[i];
     size_t nbytes = kvs_dtype_bytes(dtype, nel);
     ck_assert_msg(nbytes > 0, "t_new: bad dtype/size");
-    size_t esz = kvs_dtype_bytes(dtype, dtype == KVS_Q8_0 ? 32 : 1);
-    size_t guard_el = dtype == KVS_Q8_0 ? 32 * ((T_GUARD_BYTES + 33) / 34) : T_GUARD_BYTES / esz;
+    /* block types: whole blocks of guard, at least T_GUARD_BYTES */
+    const int blk = kvs_dtype_block(dtype);
+    size_t esz = kvs_dtype_bytes(dtype, blk);
+    size_t guard_el = (size_t)blk * ((T_GUARD_BYTES + esz - 1) / esz);
     size_t guard = kvs_dtype_bytes(dtype, (int64_t)guard_el);
     tt *t = calloc(1, sizeof *t);
     ck_assert(t != NULL);

@@ -6,6 +6,7 @@
 
 Suite *suite_tensor(void);
 Suite *suite_matmul(void);
+Suite *suite_matmul_quant(void);
 Suite *suite_elementwise(void);
 Suite *suite_embedding(void);
 Suite *suite_rope(void);

@@ -68,6 +68,7 @@ START_TEST(test_variants_api) {
     ck_assert_int_eq(kvs_device_variant_count(dev, "rope"), 0);
     ck_assert_int_eq(kvs_device_variant_count(dev, "nope"), 0);
     ck_assert_str_eq(kvs_device_variant_name(dev, "matmul", 0), "portable");
+    ck_assert_str_eq(kvs_device_variant_name(dev, "matmul", 1), "avx2");
     ck_assert_ptr_null(kvs_device_variant_name(dev, "matmul", n_mm));
     ck_assert_int_eq(kvs_device_set_variants(dev, "attention:portable-split, topk:portable"), KVS_OK);
     ck_assert_int_eq(kvs_device_variant(dev, KVS_OP_attention), 1 | 8 /* KVS_CPU_V_PORTABLE | KVS_CPU_V_SPLIT */);

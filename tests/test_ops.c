@@ -31,6 +31,7 @@ static const struct {
 } all_suites[] = {
     {"tensor", suite_tensor, ""},
     {"matmul", suite_matmul, "matmul"},
+    {"matmul-quant", suite_matmul_quant, "matmul,embedding"},
     {"elementwise", suite_elementwise, "add,copy,rmsnorm,swiglu,softmax"},
     {"embedding", suite_embedding, "embedding"},
     {"rope", suite_rope, "rope"},

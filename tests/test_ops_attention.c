@@ -87,6 +87,9 @@ static const attn_case cases[] = {
     {"decode3_d128_gqa4", 3, 8, 2, 128, 4100, 4099, 1, 0, A_STATS | A_NANPAD | A_KVLEN, 0},
     {"decode3_d128_everything", 3, 8, 2, 128, 4100, 4099, 1, 0,
      A_QPOS | A_KPOS | A_KVLEN | A_ROWLEN | A_MASK | A_MASKINF | A_STATS | A_STATROWS | A_ACCUM | A_NANPAD, 0},
+    /* enough query rows for one pass without split-K over 513 key tiles of 8 (Vulkan, head_dim 128):
+     * lavapipe ends such long shader loops early, so its passes are split (ops_attention.c) */
+    {"prefill_d128_long_kv", 128, 8, 8, 128, 4100, 4099, 1, 0, A_STATS | A_NANPAD, 0},
     /* the CPU's decoding kernels: packed rows (queries x group heads) not a multiple of 4 (3, 6, 7),
      * head_dim not a multiple of 64 (16, 48, 80) */
     {"decode2_gqa3_d48", 2, 6, 2, 48, 301, 300, 1, 0, A_STATS | A_NANPAD, 0},

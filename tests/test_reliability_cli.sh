@@ -2,14 +2,18 @@
 # Issue 20's CLI defects, each as a new user met them: a directory given as a text file, defaults
 # longer than a small model's context (the tiny seed model has context 32), -n off by one, a budget
 # printed as 0.00, flags that do not apply to the model, a one-token budget (--budget-tokens,
-# --budgets Nt). Usage: test_reliability_cli.sh KVSIEVE TEXT CORPUS_GGUF_DIR (skips with 77 when
-# the text or the fixtures are missing).
+# --budgets Nt). Usage: test_reliability_cli.sh KVSIEVE TEXT CORPUS_GGUF_DIR. TEXT falls back to
+# $KVSIEVE_MODELS/../text/, then to the repository's models/ref_greedy_256.txt (a clone without
+# ../shared); skips with 77 only when no text is found.
 set -u
 exe=$1
 text=$2
 seeds=$3
 if [ ! -f "$text" ] && [ -n "${KVSIEVE_MODELS:-}" ] && [ -f "$KVSIEVE_MODELS/../text/$(basename "$text")" ]; then
   text="$KVSIEVE_MODELS/../text/$(basename "$text")"
+fi
+if [ ! -f "$text" ]; then
+  text="$(cd "$(dirname "$0")/.." && pwd)/models/ref_greedy_256.txt"
 fi
 [ -f "$text" ] || { echo "SKIP: no $text"; exit 77; }
 tiny="$seeds/tiny-f32.gguf"

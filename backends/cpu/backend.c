@@ -16,6 +16,14 @@ static int cpu_has_avx512(const kvs_device *dev, char *why, size_t n) {
     return 0;
 }
 
+static int cpu_has_avx2(const kvs_device *dev, char *why, size_t n) {
+    (void)dev;
+    if (kvs_cpu_avx2()) return 1;
+    snprintf(why, n, "%s", KVS_CPU_HAVE_AVX512 ? "this CPU lacks AVX2, FMA or F16C"
+                                               : "this build has no AVX2 kernels (not GCC/Clang on x86-64)");
+    return 0;
+}
+
 static int cpu_has_arm(int feature, const char *what, char *why, size_t n) {
     if (kvs_cpu_arm_features() & feature) return 1;
     snprintf(why, n, "%s", KVS_CPU_HAVE_NEON ? what : "this build has no NEON kernels (not GCC/Clang for aarch64)");
@@ -42,6 +50,7 @@ static int cpu_has_fp16fml(const kvs_device *dev, char *why, size_t n) {
  * every other variant is tested against (with the float64 references in tests/). */
 static const kvs_variant cpu_variants[] = {
     {KVS_OP_matmul, "portable", KVS_CPU_V_PORTABLE, NULL},
+    {KVS_OP_matmul, "avx2", KVS_CPU_V_AVX2, cpu_has_avx2},
     {KVS_OP_matmul, "avx512", KVS_CPU_V_AVX512, cpu_has_avx512},
     {KVS_OP_matmul, "avx512-blas", KVS_CPU_V_AVX512 | KVS_CPU_V_BLAS, cpu_has_avx512},
     {KVS_OP_attention, "portable", KVS_CPU_V_PORTABLE, NULL},

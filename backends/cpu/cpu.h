@@ -54,7 +54,9 @@ KVS_OP_PROTOTYPES(kvs_cpu_)
  * ranges (flash-decoding) on every call. Without a forced variant the backend takes AVX512 when
  * the CPU has it, BLAS unless OpenBLAS lacks AVX-512 kernels for this CPU, and splits when the
  * (query tile, kv head) tasks are fewer than the threads. */
-enum { KVS_CPU_V_PORTABLE = 1, KVS_CPU_V_AVX512 = 2, KVS_CPU_V_BLAS = 4, KVS_CPU_V_SPLIT = 8 };
+enum { KVS_CPU_V_PORTABLE = 1, KVS_CPU_V_AVX512 = 2, KVS_CPU_V_BLAS = 4, KVS_CPU_V_SPLIT = 8, KVS_CPU_V_AVX2 = 16 };
+/* AVX2 (matmul only): the AVX2 + FMA + F16C kernels of the block-quantized weights (x86/quant_avx2.c),
+ * float weights as the portable variant, larger products through cblas_sgemm. */
 /* aarch64 (backends/cpu/arm/, arm/neon.h): NEON: the NEON kernels (matmul's GEMV, attention's tile
  * pass; head_dim % 4, k % 16 (q8_0: 32)), the portable ones elsewhere; with DOTPROD: q8_0 GEMV by
  * SDOT; with FP16: f16 GEMV by FMLAL. Without a forced variant an aarch64 CPU takes NEON plus the

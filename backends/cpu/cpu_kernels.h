@@ -73,6 +73,24 @@ static inline int kvs_cpu_avx512(void) {
 #endif
 }
 
+/* 1 when this CPU has AVX2, FMA and F16C (the AVX2 kernels' needs). */
+static inline int kvs_cpu_avx2(void) {
+#if KVS_CPU_HAVE_AVX512
+    static int cached = -1; /* benign race: every thread computes the same value */
+    if (cached < 0) {
+        __builtin_cpu_init();
+#if defined(__clang__) && __clang_major__ < 16
+        cached = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 1 : 0;
+#else
+        cached = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+#endif
+    }
+    return cached;
+#else
+    return 0;
+#endif
+}
+
 /* 1 when op should run its AVX-512 kernels on dev: the forced variant's choice, else the CPU's. */
 static inline int kvs_cpu_use_avx512(const kvs_device *dev, kvs_op_id op) {
     int v = kvs_device_variant(dev, op);

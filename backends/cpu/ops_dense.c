@@ -10,8 +10,6 @@
 
 /* ---- weight rows -> f32 ------------------------------------------------------------------- */
 
-/* Q8_0 layout: matmul.h. */
-
 KVS_CLONES
 static void row_f16_to_f32(const uint16_t *KVS_RESTRICT s, float *KVS_RESTRICT d, int64_t n) {
     for (int64_t i = 0; i < n; i++) d[i] = kvs_h2f(s[i]);
@@ -22,29 +20,14 @@ static void row_bf16_to_f32(const uint16_t *KVS_RESTRICT s, float *KVS_RESTRICT 
     for (int64_t i = 0; i < n; i++) d[i] = kvs_bf2f(s[i]);
 }
 
-KVS_CLONES
-static void row_q8_to_f32(const uint8_t *KVS_RESTRICT s, float *KVS_RESTRICT d, int64_t n) {
-    for (int64_t b = 0; b < n / KVS_Q8_BLOCK; b++) {
-        const uint8_t *blk = s + b * KVS_Q8_BYTES;
-        uint16_t hs;
-        memcpy(&hs, blk, 2);
-        float sc = kvs_h2f(hs);
-        const int8_t *q = (const int8_t *)(blk + 2);
-        float *o = d + b * KVS_Q8_BLOCK;
-        for (int t = 0; t < KVS_Q8_BLOCK; t++) o[t] = sc * (float)q[t];
-    }
-}
-
-/* Row r of a [rows][n] tensor of dtype dt, converted to f32 in d[0..n). */
-static void row_to_f32(const void *base, kvs_dtype dt, int64_t r, int64_t n, float *d) {
+/* Row r of a [rows][n] tensor of dtype dt, converted to f32 in d[0..n); block types through
+ * `decode` (matmul.h: the variant's decoder). */
+static void row_to_f32(const void *base, kvs_dtype dt, int64_t r, int64_t n, float *d, kvs_cpu_qdecode_fn decode) {
     switch (dt) {
     case KVS_F32: memcpy(d, (const float *)base + r * n, (size_t)n * sizeof(float)); break;
     case KVS_F16: row_f16_to_f32((const uint16_t *)base + r * n, d, n); break;
     case KVS_BF16: row_bf16_to_f32((const uint16_t *)base + r * n, d, n); break;
-    case KVS_Q8_0:
-        row_q8_to_f32((const uint8_t *)base + r * (n / KVS_Q8_BLOCK) * KVS_Q8_BYTES, d, n);
-        break;
-    default: break;
+    default: decode(dt, (const uint8_t *)base + (size_t)r * kvs_dtype_bytes(dt, n), n, d); break;
     }
 }
 
@@ -76,28 +59,6 @@ KVS_DEFINE_DOT_ROWS(dot_rows_f32, float, KVS_F32_ID)
 KVS_DEFINE_DOT_ROWS(dot_rows_f16, uint16_t, kvs_h2f)
 KVS_DEFINE_DOT_ROWS(dot_rows_bf16, uint16_t, kvs_bf2f)
 
-KVS_CLONES
-static void dot_rows_q8(const uint8_t *KVS_RESTRICT w, const float *KVS_RESTRICT x, int64_t k, int64_t n,
-                        float *KVS_RESTRICT acc) {
-    for (int64_t i = 0; i < n; i++) {
-        const float *xi = x + i * k;
-        float tot = 0.0f;
-        for (int64_t b = 0; b < k / KVS_Q8_BLOCK; b++) {
-            const uint8_t *blk = w + b * KVS_Q8_BYTES;
-            uint16_t hs;
-            memcpy(&hs, blk, 2);
-            const int8_t *q = (const int8_t *)(blk + 2);
-            const float *xb = xi + b * KVS_Q8_BLOCK;
-            float s[16];
-            for (int t = 0; t < 16; t++) s[t] = (float)q[t] * xb[t] + (float)q[t + 16] * xb[t + 16];
-            float bs = 0.0f;
-            for (int t = 0; t < 16; t++) bs += s[t];
-            tot += kvs_h2f(hs) * bs;
-        }
-        acc[i] = tot;
-    }
-}
-
 
 static void matmul_small_n(kvs_device *dev, const kvs_matmul_args *a) {
     const void *W = kvs_tensor_host_ptr(a->W);
@@ -106,7 +67,11 @@ static void matmul_small_n(kvs_device *dev, const kvs_matmul_args *a) {
     const int64_t m = a->m, k = a->k, n = a->n;
     const kvs_dtype dt = a->W->dtype;
     const size_t wrow = kvs_dtype_bytes(dt, k);
+    /* block types: the variant's quant kernels (matmul.h) */
     const int fast = kvs_cpu_use_avx512(dev, KVS_OP_matmul) && k % 16 == 0;
+    const int quant = kvs_dtype_is_quant(dt);
+    kvs_cpu_qdot_fn qdot = NULL;
+    if (quant) kvs_cpu_quant_kernels(dev, KVS_OP_matmul, &qdot, NULL);
     (void)fast;
     /* aarch64: NEON (k % 16; q8_0: k % 32 anyway), q8_0 by SDOT on x split into two int8 planes,
      * f16 by FMLAL on x rounded to f16 (arm/matmul_neon.c); x prepared once per call in scratch */
@@ -133,12 +98,8 @@ static void matmul_small_n(kvs_device *dev, const kvs_matmul_args *a) {
     for (int64_t r = 0; r < m; r++) {
         float acc[KVS_GEMV_MAX_N];
         const void *wr = (const char *)W + (size_t)r * wrow;
-#if KVS_CPU_HAVE_AVX512
-        if (fast) {
-            kvs_cpu_dot_rows_avx512(wr, dt, x, k, n, acc);
-        } else
-#endif
 #if KVS_CPU_HAVE_NEON
+        /* aarch64: the NEON kernels take q8_0 ahead of the generic block-type kernels */
 #if KVS_CPU_HAVE_NEON_EXT
         if (xq) {
             kvs_cpu_dot_rows_q8_dotprod(wr, xq, xq + n * k, xsc, k, n, acc);
@@ -146,16 +107,23 @@ static void matmul_small_n(kvs_device *dev, const kvs_matmul_args *a) {
             kvs_cpu_dot_rows_f16_fml(wr, xh, k, n, acc);
         } else
 #endif
-        if (use_neon) {
+        if (use_neon && (dt == KVS_Q8_0 || !quant)) {
             kvs_cpu_dot_rows_neon(wr, dt, x, k, n, acc);
+        } else
+#endif
+        if (quant) {
+            qdot(wr, dt, x, k, n, acc);
+        } else
+#if KVS_CPU_HAVE_AVX512
+        if (fast) {
+            kvs_cpu_dot_rows_avx512(wr, dt, x, k, n, acc);
         } else
 #endif
         {
             switch (dt) {
             case KVS_F32: dot_rows_f32(wr, x, k, n, acc); break;
             case KVS_F16: dot_rows_f16(wr, x, k, n, acc); break;
-            case KVS_BF16: dot_rows_bf16(wr, x, k, n, acc); break;
-            default: dot_rows_q8(wr, x, k, n, acc); break;
+            default: dot_rows_bf16(wr, x, k, n, acc); break;
             }
         }
         for (int64_t i = 0; i < n; i++) y[i * m + r] = a->accumulate ? y[i * m + r] + acc[i] : acc[i];
@@ -182,6 +150,10 @@ static kvs_status matmul_own(kvs_device *dev, const kvs_matmul_args *a) {
     const kvs_dtype dt = a->W->dtype;
     const size_t wrow = kvs_dtype_bytes(dt, k);
     const int64_t n_rb = (m + MM_RB - 1) / MM_RB;
+    const int qblk = kvs_dtype_block(dt);
+    const size_t qbytes = kvs_dtype_bytes(dt, qblk);
+    kvs_cpu_qdecode_fn qdecode;
+    kvs_cpu_quant_kernels(dev, KVS_OP_matmul, NULL, &qdecode);
     int nt = kvs_cpu_nt(dev, 1e9);
     (void)nt; /* unused without OpenMP */
     if (nt > n_rb) nt = (int)n_rb;
@@ -221,10 +193,10 @@ static kvs_status matmul_own(kvs_device *dev, const kvs_matmul_args *a) {
                             memset(dst, 0, (size_t)kc * sizeof(float));
                         } else if (dt == KVS_F32) {
                             memcpy(dst, (const float *)W + (r0 + r) * k + c0, (size_t)kc * sizeof(float));
-                        } else if (dt == KVS_Q8_0) {
-                            /* c0 and kc are multiples of 32: convert the blocks of this chunk */
-                            row_q8_to_f32((const uint8_t *)W + (size_t)(r0 + r) * wrow + (c0 / KVS_Q8_BLOCK) * KVS_Q8_BYTES,
-                                          dst, kc);
+                        } else if (qblk > 1) {
+                            /* c0 is a multiple of 256, kc of the block: decode the blocks of this chunk */
+                            qdecode(dt, (const uint8_t *)W + (size_t)(r0 + r) * wrow + (size_t)(c0 / qblk) * qbytes, kc,
+                                    dst);
                         } else if (dt == KVS_F16) {
                             row_f16_to_f32((const uint16_t *)W + (r0 + r) * k + c0, dst, kc);
                         } else {
@@ -281,6 +253,8 @@ kvs_status kvs_cpu_matmul(kvs_device *dev, const kvs_matmul_args *a) {
     int64_t min_rows = 64;
     if ((int64_t)nt * min_rows > m) nt = (int)((m + min_rows - 1) / min_rows);
     if (nt < 1) nt = 1;
+    kvs_cpu_qdecode_fn qdecode;
+    kvs_cpu_quant_kernels(dev, KVS_OP_matmul, NULL, &qdecode);
     int64_t P = (int64_t)((2u << 20) / ((size_t)k * sizeof(float)));
     if (P < 16) P = 16;
     float *panels = NULL;
@@ -305,7 +279,7 @@ kvs_status kvs_cpu_matmul(kvs_device *dev, const kvs_matmul_args *a) {
             float *Wp = panels + (size_t)tid * (size_t)P * (size_t)k;
             for (int64_t p0 = r0; p0 < r1; p0 += P) {
                 int64_t pr = r1 - p0 < P ? r1 - p0 : P;
-                for (int64_t r = 0; r < pr; r++) row_to_f32(W, dt, p0 + r, k, Wp + r * k);
+                for (int64_t r = 0; r < pr; r++) row_to_f32(W, dt, p0 + r, k, Wp + r * k, qdecode);
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)pr, (int)k, 1.0f, x, (int)k, Wp,
                             (int)k, beta, y + p0, (int)m);
             }
@@ -506,8 +480,10 @@ kvs_status kvs_cpu_embedding(kvs_device *dev, const kvs_embedding_args *oa) {
     float *o = kvs_tensor_host_ptr(out);
     int nt = kvs_cpu_nt(dev, (double)n * (double)dim);
     (void)nt; /* unused without OpenMP */
+    kvs_cpu_qdecode_fn qdecode;
+    kvs_cpu_quant_kernels(dev, KVS_OP_embedding, NULL, &qdecode);
     KVS_OMP(parallel for num_threads(nt) schedule(static))
-    for (int64_t i = 0; i < n; i++) row_to_f32(t, table->dtype, ids[i], dim, o + i * dim);
+    for (int64_t i = 0; i < n; i++) row_to_f32(t, table->dtype, ids[i], dim, o + i * dim, qdecode);
     return KVS_OK;
 }
 

@@ -4,7 +4,8 @@
  * supports() answers from the device limits alone, without compiling a kernel:
  *   - attention: head_dim <= 512; where attn_main will run, the GQA group within the work-group
  *     limit and its K/V tiles within the local memory (ops_attention.c, attn_choose);
- *   - top-k: k's power-of-two candidate buffer within 2^31 entries.
+ *   - top-k: k's power-of-two candidate buffer within 2^31 entries;
+ *   - matmul / embedding: weights F32, F16, BF16 or Q8_0 (the other block types: CPU only).
  * The ops keep their own checks as a guard (attn_dec can still fall back to attn_main after its
  * kernel compiles with fewer work-items than planned). */
 #include <stdio.h>
@@ -20,8 +21,19 @@ const kvs_variant kvs_ocl_variants[KVS_OCL_N_VARIANTS] = {
     {KVS_OP_attention, "main-split4", KVS_OCL_ATTN_MAIN_SPLIT4, NULL},
 };
 
+/* The weight types the dense kernels read: F32, F16, BF16, Q8_0 (dense.cl); the other block types
+ * (Q4_0, ..., IQ4_XS) have CPU kernels only and are refused here, never run on a hidden fallback. */
+static int weight_type_ok(kvs_dtype t, char *why, size_t n) {
+    if (t == KVS_F32 || t == KVS_F16 || t == KVS_BF16 || t == KVS_Q8_0) return 1;
+    snprintf(why, n, "weight type %s is not supported by this backend (f32, f16, bf16, q8_0 are; the CPU "
+             "backend runs every block type)", kvs_dtype_name(t));
+    return 0;
+}
+
 int kvs_ocl_supports(kvs_device *dev, kvs_op_id op, const void *args, char *why, size_t n) {
     switch (op) {
+    case KVS_OP_matmul: return weight_type_ok(((const kvs_matmul_args *)args)->W->dtype, why, n);
+    case KVS_OP_embedding: return weight_type_ok(((const kvs_embedding_args *)args)->table->dtype, why, n);
     case KVS_OP_attention: return kvs_ocl_attention_supported(dev, args, why, n);
     case KVS_OP_topk:
     case KVS_OP_topk_global: {

@@ -1,9 +1,75 @@
 /* Vulkan attention op: the attn shader (one tiled online-softmax pass, split-K for few query rows
  * with attn_combine merging the splits) and the attn_stats passes (key mass, probe
  * probabilities). Push constants and flags: vk_params.h. Inputs are validated by core/ops.c. */
+#include <stdio.h>
 #include <string.h>
 
 #include "vk_internal.h"
+
+/* CPU-type devices (lavapipe): llvmpipe ends the loops of a shader invocation after 65535
+ * iterations in total (gallivm's LP_MAX_TGSI_LOOP_ITERATIONS), silently, so one attn pass over
+ * many key tiles returns wrong rows (measured, head_dim 128, 8-key tiles: 257 tiles right, 513
+ * wrong; found when the tests first forced the "single" variant). There, no pass walks more than
+ * KVS_VK_ATTN_CPU_MAX_TILES tiles: more keys are split (split-K), and "single" is refused. */
+#define KVS_VK_ATTN_CPU_MAX_TILES 256
+
+int kvs_vk_attention_plan(kvs_device *dev, const kvs_attention_args *a, kvs_vk_attn_plan *pl, char *why, size_t n) {
+    const uint32_t D = (uint32_t)a->head_dim, G = (uint32_t)(a->n_heads / a->n_kv_heads);
+    memset(pl, 0, sizeof *pl);
+    /* rows per workgroup R and keys per tile TK: the largest that fit in shared memory */
+    int64_t shm = dev->caps.shared_mem_bytes - 512;
+    uint32_t r_max = 1;
+    /* no more rows per workgroup than there are query rows per kv head (decode: R = G) */
+    while (r_max < 16 && (int64_t)r_max < a->n_q * (int64_t)G) r_max *= 2;
+    for (uint32_t r = r_max; r >= 1 && !pl->R; r /= 2)
+        for (uint32_t tk = 32; tk >= 4; tk /= 2) {
+            int64_t bytes = 4 * (2 * (int64_t)r * D + 2 * (int64_t)tk * D + (int64_t)r * tk + 7 * (int64_t)r);
+            if (bytes <= shm) {
+                pl->R = r;
+                pl->TK = tk;
+                break;
+            }
+        }
+    if (!pl->R) {
+        snprintf(why, n, "head_dim %u needs more shared memory than the device's %lld bytes", D,
+                 (long long)dev->caps.shared_mem_bytes);
+        return 0;
+    }
+    const uint64_t TK = pl->TK, n_kv = (uint64_t)a->n_kv, tiles = kvs_vk_ceil_div(n_kv, TK);
+    const uint64_t blocks = kvs_vk_ceil_div((uint64_t)a->n_q * G, pl->R);
+    const int cpu = kvs_vk_of(dev)->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+    const uint64_t max_tiles = cpu ? KVS_VK_ATTN_CPU_MAX_TILES : UINT64_MAX;
+    pl->base = blocks * (uint64_t)a->n_kv_heads;
+    /* split-K for few query rows (decode): aim at >= 128 workgroups, >= 4 key tiles per split.
+     * Variants (vk_supports.c): "single" never splits; "split4" takes 4 splits of whole key tiles
+     * on every call (fewer when there are fewer tiles). CPU devices: see above. */
+    const int variant = kvs_device_variant(dev, KVS_OP_attention);
+    uint64_t nsplit = 1;
+    if (variant == KVS_VK_ATTN_SPLIT4) {
+        nsplit = 4;
+    } else if (!variant && pl->base < 64) {
+        nsplit = kvs_vk_ceil_div(128, pl->base);
+        uint64_t maxs = kvs_vk_ceil_div(n_kv, 4 * TK);
+        if (nsplit > maxs) nsplit = maxs;
+        if (nsplit > 64) nsplit = 64;
+    }
+    if (variant == KVS_VK_ATTN_SINGLE && tiles > max_tiles) {
+        snprintf(why, n, "variant attention:single: %llu key tiles in one pass exceed this CPU device's %llu "
+                 "(lavapipe ends long shader loops early)", (unsigned long long)tiles, (unsigned long long)max_tiles);
+        return 0;
+    }
+    if (variant != KVS_VK_ATTN_SINGLE && kvs_vk_ceil_div(tiles, nsplit) > max_tiles)
+        nsplit = kvs_vk_ceil_div(tiles, max_tiles);
+    if (nsplit > tiles) nsplit = tiles;
+    pl->nsplit = 1;
+    pl->split_len = n_kv;
+    if (nsplit > 1) {
+        pl->split_len = kvs_vk_ceil_div(kvs_vk_ceil_div(n_kv, nsplit), TK) * TK;
+        pl->nsplit = kvs_vk_ceil_div(n_kv, pl->split_len);
+        if (pl->nsplit <= 1) pl->nsplit = 1, pl->split_len = n_kv;
+    }
+    return 1;
+}
 
 kvs_status kvs_vk_attention(kvs_device *dev, const kvs_attention_args *a) {
     const char *op = "kvs_attention";
@@ -11,39 +77,13 @@ kvs_status kvs_vk_attention(kvs_device *dev, const kvs_attention_args *a) {
     KVS_TRY(kvs_vk_begin_op(v, op));
     const kvs_attention_params *pp = &a->p;
     const uint32_t D = (uint32_t)a->head_dim, G = (uint32_t)(a->n_heads / a->n_kv_heads);
-    /* rows per workgroup R and keys per tile TK: the largest that fit in shared memory */
-    int64_t shm = dev->caps.shared_mem_bytes - 512;
-    uint32_t R = 0, TK = 0, r_max = 1;
-    /* no more rows per workgroup than there are query rows per kv head (decode: R = G) */
-    while (r_max < 16 && (int64_t)r_max < a->n_q * (int64_t)G) r_max *= 2;
-    for (uint32_t r = r_max; r >= 1 && !R; r /= 2)
-        for (uint32_t tk = 32; tk >= 4; tk /= 2) {
-            int64_t bytes = 4 * (2 * (int64_t)r * D + 2 * (int64_t)tk * D + (int64_t)r * tk + 7 * (int64_t)r);
-            if (bytes <= shm) {
-                R = r;
-                TK = tk;
-                break;
-            }
-        }
-    if (!R)
-        return kvs_error(KVS_ERR_UNSUPPORTED, "%s: head_dim %u needs more shared memory than the device's %lld bytes", op,
-                         D, (long long)dev->caps.shared_mem_bytes);
+    kvs_vk_attn_plan pl;
+    char why[256];
+    if (!kvs_vk_attention_plan(dev, a, &pl, why, sizeof why)) return kvs_error(KVS_ERR_UNSUPPORTED, "%s: %s", op, why);
+    const uint32_t R = pl.R, TK = pl.TK;
     int need_stats = pp->key_mass || pp->probs;
     const uint64_t nrows = (uint64_t)a->n_q * (uint64_t)a->n_heads;
-    const uint64_t blocks = kvs_vk_ceil_div((uint64_t)a->n_q * G, R), base = blocks * (uint64_t)a->n_kv_heads;
-    /* split-K for few query rows (decode): aim at >= 128 workgroups, >= 4 key tiles per split */
-    uint64_t nsplit = 1, split_len = (uint64_t)a->n_kv;
-    if (base < 64) {
-        nsplit = kvs_vk_ceil_div(128, base);
-        uint64_t maxs = kvs_vk_ceil_div((uint64_t)a->n_kv, 4 * (uint64_t)TK);
-        if (nsplit > maxs) nsplit = maxs;
-        if (nsplit > 64) nsplit = 64;
-        if (nsplit > 1) {
-            split_len = kvs_vk_ceil_div(kvs_vk_ceil_div((uint64_t)a->n_kv, nsplit), TK) * TK;
-            nsplit = kvs_vk_ceil_div((uint64_t)a->n_kv, split_len);
-        }
-        if (nsplit <= 1) nsplit = 1, split_len = (uint64_t)a->n_kv;
-    }
+    const uint64_t base = pl.base, nsplit = pl.nsplit, split_len = pl.split_len;
     VkDeviceSize mbytes = nrows * 4;
     VkDeviceSize pbytes = nsplit > 1 ? nsplit * nrows * 4 : 0, obytes = nsplit > 1 ? nsplit * nrows * D * 4 : 0;
     KVS_TRY(kvs_vk_reserve(v, 2 * mbytes + 3 * pbytes + obytes, 0));

@@ -132,7 +132,10 @@ kvs_status kvs_vk_matmul(kvs_device *dev, const kvs_matmul_args *a) {
     KVS_VK_BIND(a->W, 0, 0, pc.ow);
     KVS_VK_BIND(a->x, 0, 1, pc.ox);
     KVS_VK_BIND(a->y, 1, 2, pc.oy);
-    int tiled = a->n > 8 && dev->caps.max_workgroup_size >= 256;
+    /* tiled for more than 8 rows of x where 256-wide workgroups exist, else GEMV; a forced variant
+     * (vk_supports.c) picks one shader for every n */
+    const int variant = kvs_device_variant(dev, KVS_OP_matmul);
+    int tiled = variant ? variant == KVS_VK_MATMUL_TILED : a->n > 8 && dev->caps.max_workgroup_size >= 256;
     if (tiled) {
         uint32_t spec[2] = {256, (uint32_t)a->W->dtype};
         pc.groups_m = (uint32_t)kvs_vk_ceil_div((uint64_t)a->m, 64);

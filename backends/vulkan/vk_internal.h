@@ -302,7 +302,26 @@ static inline const kvs_vk_alloc *kvs_vk_alloc_of(const kvs_tensor *t) {
 /* ---- the ops (ops_*.c): kvs_vk_<op>(dev, const <args> *a) for every op of KVS_OP_LIST ---- */
 KVS_OP_PROTOTYPES(kvs_vk_)
 
-/* ---- vk_supports.c: the ops table's supports() ---- */
+/* ---- ops_attention.c: the attn tiling and key splitting of one call ---- */
+typedef struct kvs_vk_attn_plan {
+    uint32_t R, TK;             /* query rows per workgroup, keys per shared-memory tile */
+    uint64_t base;              /* workgroups of one pass over all keys */
+    uint64_t nsplit, split_len; /* key ranges (split-K, merged by attn_combine; 1 = one pass), keys each */
+} kvs_vk_attn_plan;
+/* 1 and *pl for the variant in force; 0 with the reason in why[0..n-1] when the device cannot run
+ * the call (shared memory; "single" on a CPU device past its loop limit). */
+int kvs_vk_attention_plan(kvs_device *dev, const kvs_attention_args *a, kvs_vk_attn_plan *pl, char *why, size_t n);
+
+/* ---- vk_supports.c: the ops table's supports() and kernel variants ---- */
 int kvs_vk_supports(kvs_device *dev, kvs_op_id op, const void *args, char *why, size_t n);
+/* kvs_variant.code values (kvs_device_variant): matmul's two shaders, attention's key splitting. */
+enum {
+    KVS_VK_MATMUL_TILED = 1,   /* matmul.comp, 64x64 tiles (auto: n > 8 and 256-wide workgroups) */
+    KVS_VK_MATMUL_VEC = 2,     /* matmul_vec.comp, up to 8 rows of x per dispatch (auto: otherwise) */
+    KVS_VK_ATTN_SINGLE = 1,    /* one attn pass over all keys, never split-K */
+    KVS_VK_ATTN_SPLIT4 = 2,    /* split-K into 4 key ranges (fewer if fewer key tiles) + attn_combine */
+};
+#define KVS_VK_N_VARIANTS 4
+extern const kvs_variant kvs_vk_variants[KVS_VK_N_VARIANTS];
 
 #endif

@@ -1,4 +1,5 @@
-/* Vulkan backend: supports(op, args), the ops table's support query (as ggml's supports_op).
+/* Vulkan backend: supports(op, args), the ops table's support query (as ggml's supports_op), and
+ * the kernel variants a test or an expert may force (kvs_device_set_variants, KVS_VARIANT).
  *
  * Asked by core/ops.c before every op call, and by kvs_device_set_query for the tests: answers,
  * from the device limits alone (no Vulkan call, no allocation), whether the op's kernels can run the
@@ -13,6 +14,22 @@
 #include "vk_internal.h"
 
 #define NO(...) (snprintf(why, n, __VA_ARGS__), 0)
+
+static int tiled_usable(const kvs_device *dev, char *why, size_t n) {
+    if (dev->caps.max_workgroup_size >= 256) return 1;
+    return NO("matmul's tiled shader needs 256-invocation workgroups (device max %d)", dev->caps.max_workgroup_size);
+}
+
+/* Variants. matmul: the tiled shader (automatic for n > 8 rows of x on devices with 256-wide
+ * workgroups) or the GEMV shader (automatic otherwise; 8 rows per dispatch). attention: one pass
+ * (automatic when the grid has >= 64 workgroups) or split-K with attn_combine (automatic for fewer:
+ * decode; ops_attention.c); "split4" forces 4 key ranges on every call with more than one key tile. */
+const kvs_variant kvs_vk_variants[KVS_VK_N_VARIANTS] = {
+    {KVS_OP_matmul, "tiled", KVS_VK_MATMUL_TILED, tiled_usable},
+    {KVS_OP_matmul, "vec", KVS_VK_MATMUL_VEC, NULL},
+    {KVS_OP_attention, "single", KVS_VK_ATTN_SINGLE, NULL},
+    {KVS_OP_attention, "split4", KVS_VK_ATTN_SPLIT4, NULL},
+};
 
 /* Every non-NULL tensor fits one storage-buffer binding: the range kvs_vk_bind binds, from the
  * tensor's first byte rounded down to the binding alignment to its end. */
@@ -31,11 +48,9 @@ static int fits_binding(const kvs_vk *v, const kvs_tensor *const *t, int count, 
 }
 
 static int attention_ok(kvs_device *dev, const kvs_attention_args *a, char *why, size_t n) {
-    const int64_t D = a->head_dim, shm = dev->caps.shared_mem_bytes - 512;
-    /* the smallest tiling the op tries: R = 1 row, TK = 4 keys (vk_ops.c, kvs_vk_attention) */
-    if (4 * (2 * D + 2 * 4 * D + 4 + 7) > shm)
-        return NO("head_dim %lld needs more shared memory than the device's %lld bytes", (long long)D,
-                  (long long)dev->caps.shared_mem_bytes);
+    /* the tiling and splitting the op will use (ops_attention.c): shared memory, loop limits */
+    kvs_vk_attn_plan pl;
+    if (!kvs_vk_attention_plan(dev, a, &pl, why, n)) return 0;
     const kvs_attention_params *p = &a->p;
     const kvs_tensor *t[] = {a->q, a->k, a->v, a->out, p->q_pos, p->k_pos, p->kv_len, p->row_len, p->mask,
                              p->stat_rows, p->key_mass, p->probe_rows, p->probs, p->argmax, p->row_max, p->row_sum};
@@ -69,6 +84,15 @@ static int rows_ok(kvs_device *dev, const kvs_rows_args *a, char *why, size_t n)
     return fits_binding(kvs_vk_of(dev), t, 3, why, n);
 }
 
+/* Weight types the matmul / embedding shaders read: F32, F16, BF16, Q8_0. The other block types
+ * (Q4_0, ..., IQ4_XS) have CPU kernels only and are refused, never run on a hidden fallback. */
+static int weight_type_ok(kvs_dtype t, char *why, size_t n) {
+    if (t == KVS_F32 || t == KVS_F16 || t == KVS_BF16 || t == KVS_Q8_0) return 1;
+    snprintf(why, n, "weight type %s is not supported by this backend (f32, f16, bf16, q8_0 are; the CPU "
+             "backend runs every block type)", kvs_dtype_name(t));
+    return 0;
+}
+
 int kvs_vk_supports(kvs_device *dev, kvs_op_id op, const void *args, char *why, size_t n) {
     kvs_vk *v = kvs_vk_of(dev);
     switch (op) {
@@ -81,6 +105,7 @@ int kvs_vk_supports(kvs_device *dev, kvs_op_id op, const void *args, char *why, 
     case KVS_OP_matmul: {
         const kvs_matmul_args *a = args;
         const kvs_tensor *t[] = {a->W, a->x, a->y};
+        if (!weight_type_ok(a->W->dtype, why, n)) return 0;
         return fits_binding(v, t, 3, why, n);
     }
     case KVS_OP_rope: {
@@ -118,6 +143,7 @@ int kvs_vk_supports(kvs_device *dev, kvs_op_id op, const void *args, char *why, 
     case KVS_OP_embedding: {
         const kvs_embedding_args *a = args;
         const kvs_tensor *t[] = {a->table, a->out};
+        if (!weight_type_ok(a->table->dtype, why, n)) return 0;
         return fits_binding(v, t, 2, why, n);
     }
     default: return 1;

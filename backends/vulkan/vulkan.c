@@ -187,5 +187,7 @@ const kvs_backend_ops kvs_vulkan_backend = {
     .download = vk_download,
     .fill32 = vk_fill32,
     .supports = kvs_vk_supports,
+    .variants = kvs_vk_variants,
+    .n_variants = KVS_VK_N_VARIANTS,
     KVS_OP_TABLE_ENTRIES(kvs_vk_)
 };

@@ -102,6 +102,7 @@ void kvs_decode_stats_finish(kvs_gen_stats *st, double t0, const kvs_kv_cache *c
 static kvs_status ar_evictor(const kvs_model *m, int64_t n_prompt, const kvs_ar_params *p, kvs_evictor **out) {
     *out = NULL;
     if (!p->policy) return KVS_OK;
+    kvs_policy_set_model(p->policy, m); /* critical / expected read Wo / Wq (policy.h) */
     kvs_evict_params ep = kvs_evict_params_default();
     ep.policy = p->policy;
     ep.budget = p->budget;
@@ -111,13 +112,19 @@ static kvs_status ar_evictor(const kvs_model *m, int64_t n_prompt, const kvs_ar_
     return kvs_evictor_create(out, &ep, kvs_model_get_hparams(m), n_prompt + p->max_new);
 }
 
+/* Rows a decode without eviction writes: the prompt and every sampled token but the last, whose K/V no
+ * later step reads (the loop stops before forwarding it). */
+static int64_t ar_rows_needed(int64_t n_prompt, int64_t max_new) {
+    return n_prompt + (max_new > 0 ? max_new - 1 : 0);
+}
+
 int64_t kvs_ar_capacity(const kvs_model *m, int64_t n_prompt, const kvs_ar_params *pp) {
     if (!m || n_prompt < 1) {
         kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_ar_capacity: NULL model or empty prompt");
         return -1;
     }
     kvs_ar_params p = pp ? *pp : kvs_ar_params_default();
-    if (!p.policy) return n_prompt + p.max_new;
+    if (!p.policy) return ar_rows_needed(n_prompt, p.max_new);
     kvs_evictor *ev = NULL;
     if (ar_evictor(m, n_prompt, &p, &ev) != KVS_OK) return -1;
     int64_t cap = kvs_evictor_capacity(ev, n_prompt);
@@ -155,7 +162,7 @@ kvs_status kvs_generate_ar(kvs_model *m, kvs_kv_cache *cache, const int32_t *pro
     if (cp->mode != KVS_CACHE_APPEND) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: needs an APPEND cache", op);
     kvs_evictor *ev = NULL;
     KVS_TRY(ar_evictor(m, n_prompt, &p, &ev));
-    int64_t need = ev ? kvs_evictor_capacity(ev, n_prompt) : n_prompt + p.max_new;
+    int64_t need = ev ? kvs_evictor_capacity(ev, n_prompt) : ar_rows_needed(n_prompt, p.max_new);
     if (need > cp->capacity) {
         kvs_evictor_destroy(&ev);
         return kvs_error(KVS_ERR_OUT_OF_RANGE, "%s: prompt %lld + %lld new tokens need %lld cache rows, capacity is %lld", op,

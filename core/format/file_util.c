@@ -9,6 +9,7 @@
 
 #include "internal.h"
 #include "format/format.h"
+#include "quant/quant.h"
 
 kvs_status kvs_map_file(const char *path, void **map, void **heap, size_t *size) {
     *map = NULL;
@@ -169,18 +170,8 @@ kvs_status kvs_convert_to_f32(kvs_dtype dt, const void *src, int64_t n, float *d
             memcpy(&dst[i], &u, 4);
         }
         return KVS_OK;
-    case KVS_Q8_0:
-        if (n % 32 != 0)
-            return kvs_error(KVS_ERR_DTYPE, "q8_0: %lld values is not a multiple of 32", (long long)n);
-        for (int64_t b = 0; b < n / 32; b++) {
-            const uint8_t *blk = p + 34 * b;
-            uint16_t h;
-            memcpy(&h, blk, 2);
-            float d = kvs_f16_to_f32(h);
-            for (int j = 0; j < 32; j++) dst[32 * b + j] = d * (float)(int8_t)blk[2 + j];
-        }
-        return KVS_OK;
     default:
+        if (kvs_dtype_is_quant(dt)) return kvs_dequant_row(dt, src, n, dst);
         return kvs_error(KVS_ERR_DTYPE, "cannot convert dtype %s to f32", kvs_dtype_name(dt));
     }
 }

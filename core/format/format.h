@@ -39,7 +39,7 @@ int kvs_strhash_put(kvs_strhash *h, const char *key, int64_t val);
 int kvs_path_is_dir(const char *p);
 int kvs_path_is_file(const char *p);
 
-/* Converts n elements of dtype (F32, F16, BF16, Q8_0; n a multiple of 32 for Q8_0) at src (any
+/* Converts n elements of dtype (F32, F16, BF16, or a block type with n a multiple of its block) at src (any
  * alignment) to f32. Errors: KVS_ERR_DTYPE. */
 kvs_status kvs_convert_to_f32(kvs_dtype dt, const void *src, int64_t n, float *dst);
 

@@ -15,6 +15,7 @@
 #include "kvsieve/gguf.h"
 #include "format/format.h"
 #include "format/gguf_internal.h"
+#include "quant/quant.h"
 
 #define GGUF_MAX_DEPTH 8
 #define GGUF_MAX_NAME 1024
@@ -574,16 +575,12 @@ int64_t kvs_gguf_find_tensor(const kvs_gguf *g, const char *name) {
 
 kvs_status kvs_gguf_tensor_dtype(const kvs_gguf_tensor_info *t, kvs_dtype *dt) {
     if (!t || !dt) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "gguf: NULL argument");
-    switch (t->ggml_type) {
-    case KVS_GGML_F32: *dt = KVS_F32; return KVS_OK;
-    case KVS_GGML_F16: *dt = KVS_F16; return KVS_OK;
-    case KVS_GGML_BF16: *dt = KVS_BF16; return KVS_OK;
-    case KVS_GGML_Q8_0: *dt = KVS_Q8_0; return KVS_OK;
-    default:
-        return kvs_error(KVS_ERR_DTYPE,
-                         "gguf: tensor '%s': ggml type %u (%s) is not supported (F32, F16, BF16, "
-                         "Q8_0 are)", t->name, t->ggml_type, kvs_ggml_type_name(t->ggml_type));
-    }
+    kvs_dtype d = kvs_dtype_from_ggml(t->ggml_type);
+    if (d == KVS_DTYPE_COUNT)
+        return kvs_error(KVS_ERR_DTYPE, "gguf: tensor '%s': ggml type %u (%s) is not supported (%s are)", t->name,
+                         t->ggml_type, kvs_ggml_type_name(t->ggml_type), KVS_GGUF_TYPES_SUPPORTED);
+    *dt = d;
+    return KVS_OK;
 }
 
 kvs_status kvs_gguf_tensor_to_f32(const kvs_gguf_tensor_info *t, float *dst) {

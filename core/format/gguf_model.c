@@ -63,8 +63,8 @@ static kvs_status tensor(kvs_model_file *m, const char *name, int64_t rows, int6
                          (long long)t->ne[2], (long long)t->ne[3], (long long)cols, (long long)rows);
     kvs_dtype dt;
     if (kvs_gguf_tensor_dtype(t, &dt) != KVS_OK)
-        return kvs_error(KVS_ERR_DTYPE, "%s: tensor '%s' has ggml type %u (%s): not supported (F32, F16, "
-                         "BF16, Q8_0 are)", m->path, name, t->ggml_type, kvs_ggml_type_name(t->ggml_type));
+        return kvs_error(KVS_ERR_DTYPE, "%s: tensor '%s' has ggml type %u (%s): not supported (%s are)", m->path,
+                         name, t->ggml_type, kvs_ggml_type_name(t->ggml_type), KVS_GGUF_TYPES_SUPPORTED);
     return kvs_mf_set_weight(m, w, dt, t->data, rows, cols);
 }
 

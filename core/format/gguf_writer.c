@@ -6,6 +6,7 @@
 
 #include "internal.h"
 #include "kvsieve/gguf.h"
+#include "quant/quant.h"
 
 typedef struct {
     uint8_t *p;
@@ -207,15 +208,11 @@ kvs_status kvs_gguf_writer_add_tensor(kvs_gguf_writer *w, const char *name, uint
     if (n_dims < 1 || n_dims > 4)
         return kvs_error(KVS_ERR_INVALID_ARGUMENT, "gguf writer: tensor '%s': n_dims %d (1..4)", name,
                          n_dims);
-    size_t esz, blck = 1;
-    switch (type) {
-    case KVS_GGML_F32: esz = 4; break;
-    case KVS_GGML_F16: case KVS_GGML_BF16: esz = 2; break;
-    case KVS_GGML_Q8_0: esz = 34; blck = 32; break;
-    default:
-        return kvs_error(KVS_ERR_DTYPE, "gguf writer: tensor '%s': ggml type %u not supported "
-                                        "(F32, F16, BF16, Q8_0)", name, type);
-    }
+    const kvs_dtype_info *ti = kvs_dtype_info_get(kvs_dtype_from_ggml(type));
+    if (!ti)
+        return kvs_error(KVS_ERR_DTYPE, "gguf writer: tensor '%s': ggml type %u not supported (%s)", name, type,
+                         KVS_GGUF_TYPES_SUPPORTED);
+    size_t esz = (size_t)ti->bytes, blck = (size_t)ti->block;
     int64_t nel = 1;
     for (int d = 0; d < n_dims; d++) {
         if (ne[d] < 1 || ne[d] > INT64_MAX / nel / 64)

@@ -10,9 +10,12 @@ kvs_model_params kvs_model_params_default(void) {
     return p;
 }
 
-/* Uploads one host weight as dtype `want` (norms and F32-only uses pass KVS_F32). */
-static kvs_status upload_weight(kvs_model *m, const kvs_weight *w, kvs_dtype want, const char *name, kvs_tensor **out) {
+/* Uploads one host weight as dtype `want` (norms and F32-only uses pass KVS_F32). A matrix (`matrix`
+ * = 1: the matmul / embedding weights) in a block type stays in it: the products read the blocks. */
+static kvs_status upload_weight(kvs_model *m, const kvs_weight *w, kvs_dtype want, int matrix, const char *name,
+                                kvs_tensor **out) {
     int64_t n = w->ne[0] * w->ne[1];
+    if (matrix && kvs_dtype_is_quant(w->dtype)) want = w->dtype;
     int64_t ne[2] = {w->ne[0], w->ne[1]};
     int nd = w->ne[1] > 1 ? 2 : 1;
     if (w->dtype == want) {
@@ -103,14 +106,14 @@ kvs_status kvs_model_create(kvs_model **out, kvs_device *dev, const kvs_model_fi
         s = kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_model_load: out of host memory");
     kvs_dtype wd = mp.weight_dtype;
     char name[64];
-    if (s == KVS_OK) s = upload_weight(m, &w->token_embd, wd, "token_embd", &m->tok_embd);
-    if (s == KVS_OK) s = upload_weight(m, &w->output_norm, KVS_F32, "output_norm", &m->out_norm);
+    if (s == KVS_OK) s = upload_weight(m, &w->token_embd, wd, 1, "token_embd", &m->tok_embd);
+    if (s == KVS_OK) s = upload_weight(m, &w->output_norm, KVS_F32, 0, "output_norm", &m->out_norm);
     if (s == KVS_OK) {
         if (m->hp.tied_output) {
             m->output = m->tok_embd;
             m->output_tied = 1;
         } else {
-            s = upload_weight(m, &w->output, wd, "output", &m->output);
+            s = upload_weight(m, &w->output, wd, 1, "output", &m->output);
         }
     }
     for (int l = 0; l < L && s == KVS_OK; l++) {
@@ -124,7 +127,8 @@ kvs_status kvs_model_create(kvs_model **out, kvs_device *dev, const kvs_model_fi
         };
         for (size_t i = 0; i < sizeof items / sizeof items[0] && s == KVS_OK; i++) {
             snprintf(name, sizeof name, "blk.%d.%s", l, items[i].nm);
-            s = upload_weight(m, items[i].src, items[i].dt, name, items[i].dst);
+            s = upload_weight(m, items[i].src, items[i].dt, items[i].dst != &t->attn_norm && items[i].dst != &t->ffn_norm,
+                              name, items[i].dst);
         }
     }
     if (s != KVS_OK) {

@@ -72,4 +72,11 @@ struct kvs_model {
 
 void kvs_workspace_free(kvs_workspace *ws);
 
+/* model_weights.c: an attention weight of `layer` read to the host as f32, row-major as stored:
+ * which 'q' -> Wq [n_heads*head_dim][dim], 'o' -> Wo [dim][n_heads*head_dim]. dst holds
+ * n_heads*head_dim*dim floats. Used by the eviction policies that read weights (critical,
+ * expected). Errors: KVS_ERR_INVALID_ARGUMENT (NULL, bad layer or which), KVS_ERR_DTYPE (a weight
+ * dtype other than f32/f16/bf16), KVS_ERR_OUT_OF_MEMORY, the device's. */
+kvs_status kvs_model_attn_weight_f32(const kvs_model *m, int layer, char which, float *dst);
+
 #endif

@@ -1,5 +1,6 @@
 /* Token-scoring eviction policies: StreamingLLM, H2O, SnapKV, TOVA, K-norm, and the PyramidKV /
- * Ada-KV budget shapes over a base scorer. Pure host logic; see include/kvsieve/policy.h for the
+ * Ada-KV budget shapes over a base scorer (the issue-18 scorers live in policy_more.c), the
+ * DMS-style threshold mode. Pure host logic; see include/kvsieve/policy.h for the
  * semantics and sources (NVIDIA/kvpress kvpress/presses/). */
 #include <math.h>
 #include <stdlib.h>
@@ -11,11 +12,13 @@
 /* ---- the policy object ------------------------------------------------------------------------ */
 
 kvs_policy_params kvs_policy_params_default(void) {
-    kvs_policy_params p = {.n_sink = 4, .window = 0, .kernel = 5, .beta = 20, .alpha = 0.2f, .base = "snapkv"};
+    kvs_policy_params p = {.n_sink = 4, .window = 0, .kernel = 5, .beta = 20, .alpha = 0.2f, .base = "snapkv",
+                           .threshold = 0.0f, .lag = 0, .first_stage = 0.0f, .n_future = 0};
     return p;
 }
 
-static const char *const g_names[] = {"streaming", "h2o", "snapkv", "tova", "knorm", "pyramidkv", "adakv", NULL};
+static const char *const g_names[] = {"streaming", "h2o",     "snapkv", "tova",     "knorm",    "pyramidkv",
+                                      "adakv",     "keydiff", "lagkv",  "critical", "expected", "prefixkv", NULL};
 
 const char *const *kvs_policy_names(void) { return g_names; }
 
@@ -184,35 +187,67 @@ kvs_status kvs_policy_create(kvs_policy **out, const char *name, const kvs_polic
     *out = NULL;
     kvs_policy_params p = pp ? *pp : kvs_policy_params_default();
     if (!p.base) p.base = "snapkv";
-    if (p.n_sink < 0 || p.window < 0 || p.kernel < 1 || p.kernel % 2 == 0 || p.beta < 1 || !(p.alpha >= 0.0f && p.alpha <= 1.0f))
+    const char *at = strchr(name, '@');
+    if (at) { /* "<name>@t": the threshold mode with threshold t (kvsieve eval --policies snapkv@0.3) */
+        char base[48], *end = NULL;
+        double t = strtod(at + 1, &end);
+        if ((size_t)(at - name) >= sizeof base || at == name || end == at + 1 || *end || !(t > 0.0 && t < 1.0))
+            return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: '%s': want <policy>@t with a threshold t in (0, 1)", op, name);
+        memcpy(base, name, (size_t)(at - name));
+        base[at - name] = '\0';
+        p.threshold = (float)t;
+        KVS_TRY(kvs_policy_create(out, base, &p));
+        snprintf((*out)->name, sizeof (*out)->name, "%s", name);
+        return KVS_OK;
+    }
+    if (p.n_sink < 0 || p.window < 0 || p.kernel < 1 || p.kernel % 2 == 0 || p.beta < 1 || !(p.alpha >= 0.0f && p.alpha <= 1.0f) ||
+        !(p.threshold >= 0.0f && p.threshold < 1.0f) || p.lag == 1 || p.lag < 0 || !(p.first_stage >= 0.0f && p.first_stage <= 1.0f) ||
+        p.n_future < 0)
         return kvs_error(KVS_ERR_INVALID_ARGUMENT,
-                         "%s: n_sink %d >= 0, window %lld >= 0, kernel %d odd >= 1, beta %d >= 1, alpha %g in [0, 1] required",
-                         op, p.n_sink, (long long)p.window, p.kernel, p.beta, (double)p.alpha);
-    scorer_kind kind;
+                         "%s: n_sink %d >= 0, window %lld >= 0, kernel %d odd >= 1, beta %d >= 1, alpha %g in [0, 1], "
+                         "threshold %g in [0, 1), lag %lld 0 or >= 2, first_stage %g in [0, 1], n_future %lld >= 0 required",
+                         op, p.n_sink, (long long)p.window, p.kernel, p.beta, (double)p.alpha, (double)p.threshold,
+                         (long long)p.lag, (double)p.first_stage, (long long)p.n_future);
+    scorer_kind kind = SC_STREAMING;
     float alpha = 0.0f;
     int beta = 0;
+    const char *scorer = name; /* the scorer under the budget shape */
     if (strcmp(name, "pyramidkv") == 0 || strcmp(name, "adakv") == 0) {
-        if (!scorer_from_name(p.base, &kind))
-            return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: %s needs a base scorer (streaming, h2o, snapkv, tova, knorm), not '%s'",
+        scorer = p.base;
+        if (!scorer_from_name(p.base, &kind) &&
+            (!kvs_policy_more_is(p.base) || strncmp(p.base, "critical", 8) == 0 || strcmp(p.base, "prefixkv") == 0))
+            return kvs_error(KVS_ERR_INVALID_ARGUMENT,
+                             "%s: %s needs a base scorer (streaming, h2o, snapkv, tova, knorm, keydiff, lagkv, expected), not '%s'",
                              op, name, p.base);
         if (name[0] == 'p') beta = p.beta;
         else alpha = p.alpha;
-    } else if (!scorer_from_name(name, &kind)) {
+    } else if (!scorer_from_name(name, &kind) && !kvs_policy_more_is(name)) {
         return kvs_error(KVS_ERR_NOT_FOUND,
-                         "%s: unknown policy '%s' (known: streaming, h2o, snapkv, tova, knorm, pyramidkv, adakv; "
-                         "learned, from a policy file: retention, indexer, rl)", op, name);
+                         "%s: unknown policy '%s' (known: streaming, h2o, snapkv, tova, knorm, pyramidkv, adakv, keydiff, "
+                         "lagkv, critical[:base], expected, prefixkv; learned, from a policy file: retention, indexer, rl)", op, name);
     }
-    builtin *b = calloc(1, sizeof *b);
-    if (!b) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
-    b->kind = kind;
-    b->p = p;
-    kvs_status s = kvs_policy_custom(out, &builtin_ops[kind], b, alpha, beta);
-    if (s != KVS_OK) {
-        builtin_destroy(b);
-        return s;
+    kvs_status s;
+    if (kvs_policy_more_is(scorer)) {
+        KVS_TRY(kvs_policy_more_create(out, scorer, &p));
+        (*out)->alpha = alpha;
+        (*out)->beta = beta;
+    } else {
+        builtin *b = calloc(1, sizeof *b);
+        if (!b) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
+        b->kind = kind;
+        b->p = p;
+        s = kvs_policy_custom(out, &builtin_ops[kind], b, alpha, beta);
+        if (s != KVS_OK) {
+            builtin_destroy(b);
+            return s;
+        }
     }
     snprintf((*out)->name, sizeof (*out)->name, "%s", name);
     (*out)->builtin = 1;
+    if (p.threshold > 0.0f) { /* DMS-style threshold mode: kvs_policy_score marks, the evictor evicts */
+        (*out)->norm_threshold = p.threshold;
+        (*out)->threshold = KVS_POLICY_MARK_EVICT / 2;
+    }
     return KVS_OK;
 }
 
@@ -267,7 +302,19 @@ kvs_status kvs_policy_score(kvs_policy *p, const kvs_policy_input *in, float *sc
                              (long long)in->stride);
         for (int64_t r = in->len[h]; r < in->stride; r++) scores[h * in->stride + r] = -INFINITY;
     }
-    return p->ops->score(p->self, in, scores);
+    kvs_policy_input loc = *in;
+    if (!loc.model) loc.model = p->model;
+    KVS_TRY(p->ops->score(p->self, &loc, scores));
+    if (p->norm_threshold > 0.0f) /* threshold mode: per head, min-max over the finite scores */
+        for (int h = 0; h < in->n_kv_heads; h++) {
+            float *s = scores + h * in->stride, lo = INFINITY, hi = -INFINITY;
+            for (int64_t r = 0; r < in->len[h]; r++)
+                if (isfinite(s[r])) lo = s[r] < lo ? s[r] : lo, hi = s[r] > hi ? s[r] : hi;
+            if (!(hi > lo)) continue; /* all equal (or none finite): nothing is below */
+            for (int64_t r = 0; r < in->len[h]; r++)
+                if (isfinite(s[r]) && ((double)s[r] - lo) / ((double)hi - lo) < (double)p->norm_threshold) s[r] = KVS_POLICY_MARK_EVICT;
+        }
+    return KVS_OK;
 }
 
 /* ---- budgets ---------------------------------------------------------------------------------- */
@@ -321,3 +368,6 @@ void kvs_policy_set_latent(kvs_policy *p, kvs_latent *lm) {
     if (p) p->latent = lm;
 }
 kvs_latent *kvs_policy_get_latent(const kvs_policy *p) { return p ? p->latent : NULL; }
+void kvs_policy_set_model(kvs_policy *p, const kvs_model *m) {
+    if (p) p->model = m;
+}

@@ -14,8 +14,25 @@ struct kvs_policy {
     float threshold; /* threshold mode (learned policies): whenever eviction runs, every row scoring
                       * below it is evicted, the budget still caps the rest; -INFINITY = off */
     int builtin;
+    int min_scope;   /* kvs_budget_scope the evictor raises a narrower scope to (prefixkv: global) */
     char name[48];
     struct kvs_latent *latent; /* latent memory handed to every plan (latent.h), or NULL */
+    const kvs_model *model;    /* bound with kvs_policy_set_model (critical, expected), or NULL */
+    float norm_threshold;      /* DMS-style threshold mode of the built-ins (params threshold):
+                                * rows whose per-head min-max normalised score is below it are
+                                * marked KVS_POLICY_MARK_EVICT and `threshold` is set to catch them;
+                                * 0 = off */
 };
+
+/* Score a threshold-mode row gets so that the evictor's threshold (KVS_POLICY_MARK_EVICT / 2)
+ * evicts it; every real score lies far above. */
+#define KVS_POLICY_MARK_EVICT (-3.0e38f)
+
+/* policy_more.c: the scorers of issue 18 (keydiff, lagkv, critical, expected, prefixkv). is_more: 1 when
+ * name is one of them (or "critical:<base>"). more_create: builds it from validated params
+ * (KVS_ERR_INVALID_ARGUMENT for a bad base or lag, KVS_ERR_OUT_OF_MEMORY). */
+int kvs_policy_more_is(const char *name);
+kvs_status kvs_policy_more_create(kvs_policy **out, const char *name, const kvs_policy_params *p);
+
 
 #endif

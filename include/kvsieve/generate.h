@@ -69,13 +69,15 @@ KVS_API kvs_ar_params kvs_ar_params_default(void);
 
 /* Cache rows per kv head that kvs_generate_ar needs for this prompt length and parameters: with a
  * policy the evictor's kvs_evictor_capacity (the budget + buffer, the prompt when longer), else
- * n_prompt + max_new. -1 on bad arguments (message via kvs_last_error). */
+ * n_prompt + max_new - 1 (the last sampled token is never forwarded, so it needs no row; n_prompt when
+ * max_new is 0). -1 on bad arguments (message via kvs_last_error). */
 KVS_API int64_t kvs_ar_capacity(const kvs_model *m, int64_t n_prompt, const kvs_ar_params *p);
 
 /* Autoregressive decoding (llama2.c run.c generate(); top-p as Holtzman et al. 2019): prefill the
  * prompt (prompt[0..n_prompt), typically BOS first) into an APPEND cache, then sample up to
  * max_new tokens. out: caller array of max_new ids, *n_out set to the count produced.
- * cache: an APPEND cache with capacity >= n_prompt + max_new, reset by this call; with a policy,
+ * cache: an APPEND cache with capacity >= kvs_ar_capacity(m, n_prompt, p) (n_prompt + max_new - 1 without a
+ * policy), reset by this call; with a policy,
  * capacity >= kvs_ar_capacity(m, n_prompt, p) suffices (budget + buffer rows per kv head).
  * Errors: KVS_ERR_INVALID_ARGUMENT (empty prompt, bad params, positional cache),
  * KVS_ERR_OUT_OF_RANGE (capacity), the forward's errors, and with a policy the evictor's (kvs_evictor_create:

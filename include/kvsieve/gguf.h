@@ -57,14 +57,29 @@ typedef enum kvs_gguf_type {
 /* "uint8", ..., "float64"; "unknown" otherwise. */
 KVS_API const char *kvs_gguf_type_name(kvs_gguf_type t);
 
-/* ggml tensor types this library reads (numbers as in ggml.h). Other numbers known to ggml (Q4_0,
- * Q4_K, IQ*, ...) are accepted by the reader for sizing but not converted. */
+/* ggml tensor types this library reads (numbers as in ggml.h; each has a kvs_dtype). Other numbers
+ * known to ggml (Q8_1, Q8_K, IQ2_*, IQ3_*, IQ1_*, TQ*, ...) are accepted by the reader for sizing but
+ * not converted. */
 enum {
     KVS_GGML_F32 = 0,
     KVS_GGML_F16 = 1,
+    KVS_GGML_Q4_0 = 2,
+    KVS_GGML_Q4_1 = 3,
+    KVS_GGML_Q5_0 = 6,
+    KVS_GGML_Q5_1 = 7,
     KVS_GGML_Q8_0 = 8,
+    KVS_GGML_Q2_K = 10,
+    KVS_GGML_Q3_K = 11,
+    KVS_GGML_Q4_K = 12,
+    KVS_GGML_Q5_K = 13,
+    KVS_GGML_Q6_K = 14,
+    KVS_GGML_IQ4_NL = 20,
+    KVS_GGML_IQ4_XS = 23,
     KVS_GGML_BF16 = 30
 };
+/* The list in the "not supported" messages. */
+#define KVS_GGUF_TYPES_SUPPORTED                                                                     \
+    "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS"
 
 /* "f32", "f16", "q4_0", ..., or "unknown" for a ggml type number. */
 KVS_API const char *kvs_ggml_type_name(uint32_t ggml_type);
@@ -160,8 +175,9 @@ KVS_API kvs_status kvs_gguf_arr_str(const kvs_gguf_value *arr, uint64_t idx, kvs
 KVS_API const kvs_gguf_tensor_info *kvs_gguf_tensor(const kvs_gguf *g, int64_t i);
 KVS_API int64_t kvs_gguf_find_tensor(const kvs_gguf *g, const char *name);
 
-/* The kvs_dtype of a ggml type: F32, F16, BF16, Q8_0. Others: KVS_ERR_DTYPE with the message
- * "gguf: tensor 'NAME': ggml type N (NAME) is not supported (F32, F16, BF16, Q8_0 are)". */
+/* The kvs_dtype of a ggml type: F32, F16, BF16 and the block types of the KVS_GGML_* list. Others:
+ * KVS_ERR_DTYPE with the message "gguf: tensor 'NAME': ggml type N (NAME) is not supported (F32, F16,
+ * BF16, Q4_0, ... are)". */
 KVS_API kvs_status kvs_gguf_tensor_dtype(const kvs_gguf_tensor_info *t, kvs_dtype *dtype);
 
 /* Converts a tensor's data to f32 (dst: ne[0]*ne[1]*ne[2]*ne[3] floats, row-major, ne[0] fastest).
@@ -198,8 +214,8 @@ KVS_API kvs_status kvs_gguf_writer_set_arr(kvs_gguf_writer *w, const char *key,
 KVS_API kvs_status kvs_gguf_writer_set_arr_str(kvs_gguf_writer *w, const char *key,
                                                const char *const *v, uint64_t n);
 
-/* Adds a tensor; `data` (ne[0]*...*ne[n_dims-1] elements of ggml_type KVS_GGML_F32, KVS_GGML_F16,
- * KVS_GGML_BF16 or KVS_GGML_Q8_0, ne[0] fastest) is copied. n_dims 1..4, ne >= 1.
+/* Adds a tensor; `data` (ne[0]*...*ne[n_dims-1] elements of a ggml_type of the KVS_GGML_* list,
+ * ne[0] fastest; block types: whole blocks, ne[0] % block == 0) is copied. n_dims 1..4, ne >= 1.
  * Errors: KVS_ERR_INVALID_ARGUMENT (bad dims, duplicate or empty name), KVS_ERR_DTYPE,
  * KVS_ERR_OUT_OF_MEMORY. */
 KVS_API kvs_status kvs_gguf_writer_add_tensor(kvs_gguf_writer *w, const char *name,

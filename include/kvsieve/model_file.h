@@ -15,7 +15,7 @@
  * Hugging Face safetensors store rotate-half rows (transformers' convert_llama_weights_to_hf.py
  * permute()); the loader un-permutes them, row (h, p*hd/2 + i) -> (h, 2i + p), so the three
  * encodings of one model load to bit-identical arrays.
- * Dtypes: GGUF tensors keep their file dtype (F32, F16, BF16, Q8_0) unless params.force_f32; other
+ * Dtypes: GGUF tensors keep their file dtype (F32, F16, BF16 or a block type of tensor.h) unless params.force_f32; other
  * formats are F32. kvs_weight_to_f32() converts any of them.
  *
  * Ownership: the kvs_model_file owns every array (pointers into its file mapping, or heap copies);

@@ -42,10 +42,13 @@ extern "C" {
 
 /* Matrix product with a row-major weight, as nn.Linear / llama.cpp's mul_mat:
  *   y[i][r] = sum_c W[r][c] * x[i][c]   (+ y[i][r] if accumulate)
- * W: [m][k] (ne = {k, m}) F32, F16, BF16 or Q8_0 (k % 32 == 0); x: [n][k] F32 (any ndim, flattened
- * to n = nelements/k rows); y: [n][m] F32 with the same row count. Accumulation in f32.
- * y must not alias x or W. Backends: CPU via cblas_sgemm (OpenBLAS), OpenCL via CLBlast, Vulkan own
- * tiled shader; non-F32 weights are converted to f32 per tile (CPU) or read natively (GPU). */
+ * W: [m][k] (ne = {k, m}) F32, F16, BF16 or a block type (Q8_0, Q4_0, ..., IQ4_XS; k % block == 0);
+ * x: [n][k] F32 (any ndim, flattened to n = nelements/k rows); y: [n][m] F32 with the same row count.
+ * Accumulation in f32. y must not alias x or W. Backends: CPU via cblas_sgemm (OpenBLAS) or its own
+ * AVX-512 GEMM, every dtype; non-F32 weights are converted to f32 per tile (decoding-sized n <= 4: a
+ * block at a time, in registers/L1, then f32 FMA: no 8-bit activations). OpenCL via CLBlast and
+ * Vulkan's own tiled shader: F32, F16, BF16, Q8_0 read natively; the other block types are refused
+ * with KVS_ERR_UNSUPPORTED ("... type q4_k is not supported by this backend"). */
 KVS_API kvs_status kvs_matmul(kvs_device *dev, const kvs_tensor *W, const kvs_tensor *x,
                               kvs_tensor *y, int accumulate);
 
@@ -73,7 +76,7 @@ KVS_API kvs_status kvs_swiglu(kvs_device *dev, const kvs_tensor *gate, const kvs
 KVS_API kvs_status kvs_softmax(kvs_device *dev, const kvs_tensor *x, kvs_tensor *y, float scale);
 
 /* Embedding lookup: out[i] = table[ids[i]] converted to f32.
- * table: [vocab][dim] F32, F16, BF16 or Q8_0; ids: host array of n token ids, each in [0, vocab)
+ * table: [vocab][dim] F32, F16, BF16 or a block type (CPU; OpenCL/Vulkan: Q8_0 only); ids: host array of n token ids, each in [0, vocab)
  * (checked: KVS_ERR_OUT_OF_RANGE names the first bad id); out: [n][dim] F32. */
 KVS_API kvs_status kvs_embedding(kvs_device *dev, const kvs_tensor *table, const int32_t *ids,
                                  int64_t n, kvs_tensor *out);

@@ -28,6 +28,47 @@
  *                             base scorer (snapkv); each kv head keeps at least alpha * its even
  *                             share, the rest goes by top-k across the heads of the pool (scope
  *                             layer or global; scope head is promoted to layer).
+ *                  keydiff    KeyDiff (Park et al. 2025, arXiv 2504.15364; kvpress KeyDiffPress):
+ *                             -cos(k, a), a = mean over the head's cached rows of k / ||k||: keys
+ *                             unlike the head's average key are kept. Needs the keys only.
+ *                  lagkv      LagKV (Liang et al. 2025, arXiv 2504.04704; kvpress LagKVPress): the
+ *                             rows after the first n_sink are cut into partitions of `lag` rows;
+ *                             each partition is scored against the next one's per-channel min/max:
+ *                             s = softmax over the partition of std_d((x_d - min_d) / (max_d -
+ *                             min_d)), for keys and values, averaged, then ranked within the
+ *                             partition (rank / lag). Sinks and the last partition (with the
+ *                             remainder) score 1 (kept first); fewer than n_sink + 2 lag rows: the
+ *                             non-sink rows score their recency (r - n_sink) / (n - n_sink).
+ *                  critical   CriticalKV (Feng et al. 2025, arXiv 2502.03805; kvpress
+ *                             CriticalKVPress) over a base scorer (params base, default snapkv;
+ *                             also by name, "critical:<base>"): stage 1 keeps the
+ *                             floor(first_stage * budget) best rows of the base score (+inf);
+ *                             stage 2 scores the rest (s + 1e-4) * ||v Wo_j||_1 averaged over the
+ *                             kv head's query heads j (the value's norm after the output
+ *                             projection). Needs the model (kvs_policy_set_model).
+ *                  expected   ExpectedAttention (Devoto et al. 2025, arXiv 2510.00636; kvpress
+ *                             ExpectedAttentionPress): mean
+ *                             mu and covariance C of the last `window` pre-RoPE queries (tokens at
+ *                             positions >= n_sink; q = Wq xn from the layer input), rotated by the
+ *                             RoPE rotation averaged over the next n_future positions (R mu,
+ *                             R C R^T); z = mu.k / sqrt(d) + k^T C k / (2d), softmax over the head's
+ *                             non-sink rows, mean over the query-head group, times ||v||_2; the
+ *                             first n_sink positions +inf. Needs the model (kvs_policy_set_model).
+ *                  prefixkv   PrefixKV (Wang et al. 2024, arXiv 2412.03409; code THU-MIG/PrefixKV)
+ *                             over a base scorer (params base, default snapkv): per layer and kv
+ *                             head the base scores become an importance distribution (shifted by
+ *                             the minimum when negative), and a row scores 1 - the normalised mass
+ *                             of the rows ranked before it; the scope is raised to global, where
+ *                             one top-k keeps in every layer and head the shortest prefix of its
+ *                             ranking that reaches one common coverage threshold (the paper's
+ *                             binary search over that threshold). Ours: per kv head, where the
+ *                             paper sizes whole layers.
+ *                Threshold mode (DMS-style, Lancucki et al. 2025, arXiv 2506.05345; kvpress
+ *                DMSPress): params threshold t in (0, 1) evicts, whenever eviction runs, every row
+ *                whose score min-max normalised over its head's finite scores is below t; the
+ *                budget still caps the rest (rows scoring +inf are never evicted by it). By name:
+ *                "<policy>@t". Rows regrow up to budget + buffer between triggers, so the mode
+ *                lowers the mean occupancy, not the peak.
  *                GQA: attention statistics arrive as the mean over each kv head's query-head group
  *                (the attention op's key_mass); the cache keeps n_kv_heads rows and never expands.
  *                Learned policies (issue 8) plug in through kvs_policy_custom with their own
@@ -97,6 +138,8 @@ typedef struct kvs_policy_input {
     int64_t win_queries;      /* queries summed into win_mass (<= window) */
     const float *keys;        /* [n_kv_heads][stride][head_dim] f32, or NULL (NEED_KEYS) */
     const float *values;      /* [n_kv_heads][stride][head_dim] f32, or NULL (NEED_VALUES) */
+    const kvs_model *model;   /* the model bound with kvs_policy_set_model, or NULL; set by
+                               * kvs_policy_score (critical and expected read Wo / Wq from it) */
 } kvs_policy_input;
 
 /* The shape a policy is started with (begin hook). */
@@ -136,19 +179,31 @@ typedef struct kvs_policy_params {
     int kernel;         /* snapkv: average-pooling kernel, odd, >= 1; default 5 */
     int beta;           /* pyramidkv: pyramid steepness, >= 1; default 20 */
     float alpha;        /* adakv: per-head floor as a fraction of the even share, [0, 1]; 0.2 */
-    const char *base;   /* pyramidkv/adakv: base scorer name; default "snapkv" */
+    const char *base;   /* pyramidkv/adakv/critical/prefixkv: base scorer name; default "snapkv" */
+    float threshold;    /* threshold mode (DMS-style) for the built-in scorers: in [0, 1), 0 = off
+                         * (default); see the header comment */
+    int64_t lag;        /* lagkv: partition size in rows, >= 2; 0 = min(128, max(4, budget / 4))
+                         * (kvpress: 128; ours scales with small budgets) */
+    float first_stage;  /* critical: share of the budget picked by the base score alone, [0, 1];
+                         * 0 = the default 0.5 (kvpress first_stage_ratio) */
+    int64_t n_future;   /* expected: future positions the RoPE rotation is averaged over, >= 1;
+                         * 0 = 512 (kvpress n_future_positions); its query window is `window`
+                         * (0 = 64) */
 } kvs_policy_params;
 
 KVS_API kvs_policy_params kvs_policy_params_default(void);
 
 /* Names of the built-in policies, NULL-terminated: streaming, h2o, snapkv, tova, knorm, pyramidkv,
- * adakv. */
+ * adakv, keydiff, lagkv, critical, expected, prefixkv ("critical:<base>" is accepted by
+ * kvs_policy_create too). */
 KVS_API const char *const *kvs_policy_names(void);
 
-/* Creates a built-in policy by name (p NULL = defaults).
+/* Creates a built-in policy by name (p NULL = defaults). "<name>@t" (e.g. "snapkv@0.3") is <name>
+ * in the threshold mode with threshold t in (0, 1), overriding p->threshold.
  * Errors: KVS_ERR_NOT_FOUND (unknown name; the message lists the names), KVS_ERR_INVALID_ARGUMENT
  * (n_sink < 0, window < 0, kernel even or < 1, beta < 1, alpha outside [0, 1], a base that is
- * itself pyramidkv/adakv), KVS_ERR_OUT_OF_MEMORY. */
+ * not a scorer (pyramidkv, adakv, prefixkv; critical except under prefixkv), threshold outside
+ * [0, 1), lag 1 or < 0, first_stage outside [0, 1], n_future < 0), KVS_ERR_OUT_OF_MEMORY. */
 KVS_API kvs_status kvs_policy_create(kvs_policy **out, const char *name, const kvs_policy_params *p);
 
 /* Wraps a user scorer (learned policies). ops must outlive the policy; self is passed to every op
@@ -254,6 +309,10 @@ KVS_API kvs_evict_stats kvs_evictor_get_stats(const kvs_evictor *e);
  * it to every step plan (kvs_layer_plan.latent) and the policy's evicted rows are folded into it by
  * the policy itself (the learned indexer does; see learned.h). NULL p: no effect / NULL. */
 KVS_API void kvs_policy_set_latent(kvs_policy *p, kvs_latent *lm);
+/* Binds the model a policy reads weights from (borrowed; NULL unbinds): critical (Wo) and expected
+ * (Wq, RoPE) need it; kvs_generate_ar binds its model itself. Without it their scoring fails with
+ * KVS_ERR_STATE. Weights are read to the host once per layer, on first use (f32, f16 or bf16). */
+KVS_API void kvs_policy_set_model(kvs_policy *p, const kvs_model *m);
 KVS_API kvs_latent *kvs_policy_get_latent(const kvs_policy *p);
 
 #ifdef __cplusplus

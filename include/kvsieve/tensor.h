@@ -30,11 +30,32 @@ typedef enum kvs_dtype {
     KVS_BF16 = 2,  /* bfloat16: upper 16 bits of binary32; converted with round-to-nearest-even */
     KVS_I32 = 3,   /* int32: token ids, positions, indices */
     KVS_Q8_0 = 4,  /* GGUF Q8_0: blocks of 32 values = f16 scale + 32 x int8 (34 bytes); ne[0] % 32 == 0 */
+    /* llama.cpp's other block-quantized GGUF types (layouts: core/quant/quant_blocks.h). A tensor of a
+     * block type has ne[0] % block == 0; its rows are whole blocks. Blocks of 32 values: */
+    KVS_Q4_0 = 5,   /* 18 bytes */
+    KVS_Q4_1 = 6,   /* 20 bytes */
+    KVS_Q5_0 = 7,   /* 22 bytes */
+    KVS_Q5_1 = 8,   /* 24 bytes */
+    KVS_IQ4_NL = 9, /* 18 bytes */
+    /* super-blocks of 256 values: */
+    KVS_Q2_K = 10,   /* 84 bytes */
+    KVS_Q3_K = 11,   /* 110 bytes */
+    KVS_Q4_K = 12,   /* 144 bytes */
+    KVS_Q5_K = 13,   /* 176 bytes */
+    KVS_Q6_K = 14,   /* 210 bytes */
+    KVS_IQ4_XS = 15, /* 136 bytes */
     KVS_DTYPE_COUNT
 } kvs_dtype;
 
-/* "f32", "f16", "bf16", "i32", "q8_0"; "unknown" otherwise. */
+/* "f32", "f16", "bf16", "i32", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "q2_k", "q3_k",
+ * "q4_k", "q5_k", "q6_k", "iq4_xs"; "unknown" otherwise. */
 KVS_API const char *kvs_dtype_name(kvs_dtype t);
+
+/* Values per block: 1 for F32/F16/BF16/I32, 32 or 256 for the block types; 0 for an unknown dtype. */
+KVS_API int kvs_dtype_block(kvs_dtype t);
+
+/* 1 for the block-quantized dtypes (Q8_0 and the types after it), else 0. */
+KVS_API int kvs_dtype_is_quant(kvs_dtype t);
 
 /* Bytes for n elements of dtype t (n must be a multiple of the block size for block types).
  * Returns 0 for an unknown dtype or a partial block. */
@@ -45,7 +66,7 @@ typedef struct kvs_tensor kvs_tensor;
 /* Creates a dense tensor of ndim (1..4) dimensions ne[0..ndim-1] (each >= 1) on dev. Contents are
  * undefined until written.
  * Errors: KVS_ERR_INVALID_ARGUMENT (NULL, ndim out of 1..4, ne < 1, size overflow),
- * KVS_ERR_DTYPE (unknown dtype, or Q8_0 with ne[0] % 32 != 0), KVS_ERR_OUT_OF_MEMORY (including a
+ * KVS_ERR_DTYPE (unknown dtype, or a block type with ne[0] % block != 0), KVS_ERR_OUT_OF_MEMORY (including a
  * size above caps.max_buffer_bytes; the message names the limit), KVS_ERR_BACKEND. */
 KVS_API kvs_status kvs_tensor_create(kvs_tensor **out, kvs_device *dev, kvs_dtype dtype, int ndim,
                                      const int64_t *ne);
@@ -56,7 +77,7 @@ KVS_API kvs_status kvs_tensor_new(kvs_tensor **out, kvs_device *dev, kvs_dtype d
                                   int64_t ne1, int64_t ne2, int64_t ne3);
 
 /* A dense view of `parent`: ndim dims ne[], starting `offset_elems` elements into the parent
- * (counted in the parent's dtype, block-aligned for Q8_0). The view has the parent's dtype.
+ * (counted in the parent's dtype, block-aligned for the block types). The view has the parent's dtype.
  * Typical use: rows [r0, r0+n) of a [rows][dim] tensor = offset r0*dim, ne = {dim, n}.
  * Errors: KVS_ERR_INVALID_ARGUMENT (NULL), KVS_ERR_OUT_OF_RANGE (view exceeds parent). */
 KVS_API kvs_status kvs_tensor_view(kvs_tensor **out, kvs_tensor *parent, int64_t offset_elems,

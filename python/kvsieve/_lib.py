@@ -80,6 +80,9 @@ class DeviceInfo(Structure):
 
 # ---- tensor.h -------------------------------------------------------------------------------------
 F32, F16, BF16, I32, Q8_0 = 0, 1, 2, 3, 4
+# the other block-quantized types (include/kvsieve/tensor.h)
+Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS = range(5, 16)
+QUANT_TYPES = (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS)
 
 # ---- ops.h ----------------------------------------------------------------------------------------
 ROPE_ADJACENT, ROPE_NEOX = 0, 1
@@ -165,7 +168,8 @@ SCOPES = {"head": 0, "layer": 1, "global": 2}
 
 class PolicyParams(Structure):
     _fields_ = [("n_sink", c_int), ("window", c_int64), ("kernel", c_int), ("beta", c_int),
-                ("alpha", c_float), ("base", c_char_p)]
+                ("alpha", c_float), ("base", c_char_p), ("threshold", c_float), ("lag", c_int64),
+                ("first_stage", c_float), ("n_future", c_int64)]
 
 
 class EvictParams(Structure):

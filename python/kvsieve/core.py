@@ -12,9 +12,12 @@ import numpy as np
 
 from . import _lib as L
 
-_DTYPES = {"f32": L.F32, "f16": L.F16, "bf16": L.BF16, "i32": L.I32, "q8_0": L.Q8_0}
-# numpy dtype of each kvsieve dtype (bf16 travels as its raw uint16 bits; q8_0 as raw bytes)
-_NUMPY = {L.F32: np.float32, L.F16: np.float16, L.BF16: np.uint16, L.I32: np.int32, L.Q8_0: np.uint8}
+_DTYPES = {"f32": L.F32, "f16": L.F16, "bf16": L.BF16, "i32": L.I32, "q8_0": L.Q8_0,
+           "q4_0": L.Q4_0, "q4_1": L.Q4_1, "q5_0": L.Q5_0, "q5_1": L.Q5_1, "iq4_nl": L.IQ4_NL,
+           "q2_k": L.Q2_K, "q3_k": L.Q3_K, "q4_k": L.Q4_K, "q5_k": L.Q5_K, "q6_k": L.Q6_K, "iq4_xs": L.IQ4_XS}
+# numpy dtype of each kvsieve dtype (bf16 travels as its raw uint16 bits; block types as raw bytes)
+_NUMPY = {L.F32: np.float32, L.F16: np.float16, L.BF16: np.uint16, L.I32: np.int32}
+_NUMPY.update({q: np.uint8 for q in L.QUANT_TYPES})
 
 OK, INVALID_ARGUMENT, SHAPE, DTYPE, UNSUPPORTED = 0, 1, 2, 3, 4
 OUT_OF_RANGE, NOT_FOUND = 6, 7
@@ -197,7 +200,7 @@ class Tensor:
         return np.dtype(_NUMPY[self.kind])
 
     def _host_shape(self):
-        if self.kind == L.Q8_0:
+        if self.kind in L.QUANT_TYPES:
             return (int(L.lib.kvs_tensor_nbytes(self.handle)),)
         return self.shape
 

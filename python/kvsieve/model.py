@@ -39,7 +39,8 @@ def _stats(s):
 
 class Policy:
     """A built-in eviction policy: Policy("h2o"), Policy("snapkv", window=32); names: Policy.names().
-    Keyword parameters are kvs_policy_params' fields (n_sink, window, kernel, beta, alpha, base)."""
+    Keyword parameters are kvs_policy_params' fields (n_sink, window, kernel, beta, alpha, base,
+    threshold, lag, first_stage, n_future)."""
 
     @staticmethod
     def names():

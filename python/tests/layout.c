@@ -21,7 +21,7 @@ int main(void) {
     ROW("LayerPlan", kvs_layer_plan, hook_user);
     ROW("StepPlan", kvs_step_plan, n_logit_rows);
     ROW("StepResult", kvs_step_result, rows_computed);
-    ROW("PolicyParams", kvs_policy_params, base);
+    ROW("PolicyParams", kvs_policy_params, n_future);
     ROW("EvictParams", kvs_evict_params, budget_tokens);
     ROW("EvictStats", kvs_evict_stats, stat_steps);
     ROW("ElasticParams", kvs_elastic_params, block_refresh);

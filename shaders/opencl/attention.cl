@@ -6,7 +6,11 @@
  * Query head g reads kv head g / G (G = n_heads / n_kv_heads); K/V are never expanded.
  * Key j is visible to query row i (head g, kv head h) iff j < min(n_kv, kv_len[h], row_len[i]),
  * (causal) kpos(h, j) <= qpos(i), and its logit scale * q.k + mask[i][j] is > -inf.
- * Running maxima start at -FLT_MAX so fully masked tiles stay finite. */
+ * Running maxima start at -FLT_MAX so fully masked tiles stay finite.
+ * Over 600 lines by reason: the backend builds one program from this one source per set of -D
+ * values (HEAD_DIM, G, KV_T, tile sizes; no #include); attn_main, attn_dec, attn_combine and the two
+ * statistics passes share its visibility rules (key_limit, row_limit, query_pos, key_pos) and f16
+ * loads, which a split into several sources would have to copy. */
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 64

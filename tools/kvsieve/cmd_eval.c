@@ -14,7 +14,8 @@
  * Cache bytes: the peak of kvs_cache_bytes_used over a window (K/V rows in use, budget + buffer).
  * Output: an aligned table (stdout), optionally JSON (--json, json-c) and an SVG plot (--plot) of
  * top-1 agreement and KL against the budget, one line per policy.
- * Budget 1.0 never evicts, and its numbers equal the full cache's exactly (KL 0). */
+ * Budget 1.0 never evicts, and its numbers equal the full cache's exactly (KL 0).
+ * One window's measurement: eval_window.c. */
 #include <json-c/json.h>
 #include <math.h>
 #include <stdio.h>
@@ -24,170 +25,19 @@
 
 #include "cli.h"
 #include "cmds.h"
+#include "eval.h"
 #include "kvsieve/generate.h"
 #include "kvsieve/learned.h"
 #include "kvsieve/model.h"
 #include "kvsieve/model_file.h"
 #include "kvsieve/policy.h"
 #include "kvsieve/tokenizer.h"
+#include "opts_common.h"
 #include "policy_opts.h"
 #include "svg_plot.h"
 
-#define TRY(expr)                                                                                  \
-    do {                                                                                           \
-        kvs_status try_s_ = (expr);                                                                \
-        if (try_s_ != KVS_OK) return try_s_;                                                       \
-    } while (0)
-
 #define MAX_POL 16
-#define RECALL_TOPK 5 /* a name token counts as predicted when it is among the model's top 5 */
 #define MAX_BUD 16
-
-typedef struct cell {
-    const char *policy;     /* NULL: full cache */
-    double budget;
-    int64_t kept;           /* budget in tokens per kv head */
-    double kl_sum, nll_sum;
-    int64_t n, agree;
-    int64_t recall_probes, recall_hits;
-    int64_t bytes_peak, bytes_alloc, evictions;
-    double seconds;
-} cell;
-
-typedef struct eval_ctx {
-    const char *prog;
-    kvs_device *dev;
-    kvs_model *m;
-    const kvs_model_hparams *hp;
-    int64_t ctx;
-    kvs_layer_plan *lp;
-    double *full_lp;        /* [ctx-1][V] full-cache log-probabilities */
-    int32_t *full_top;      /* [ctx-1] */
-    double *lp_buf;         /* [V] */
-    uint8_t *probe;         /* [ctx] 1: token t is a recall probe (predicted at t-1) */
-} eval_ctx;
-
-/* float64 log-softmax of logits[V] into out; returns the argmax (lowest id on ties). */
-static int32_t log_softmax(const float *l, int64_t V, double *out) {
-    int32_t best = 0;
-    for (int64_t i = 1; i < V; i++)
-        if (l[i] > l[best]) best = (int32_t)i;
-    double mx = l[best], s = 0.0;
-    for (int64_t i = 0; i < V; i++) s += exp((double)l[i] - mx);
-    double lse = mx + log(s);
-    for (int64_t i = 0; i < V; i++) out[i] = (double)l[i] - lse;
-    return best;
-}
-
-/* 1 when token id is among the k most likely of lp[V] (ties: lower ids first). */
-static int in_topk(const double *lp, int64_t V, int32_t id, int k) {
-    int better = 0;
-    for (int64_t i = 0; i < V && better < k; i++)
-        if (lp[i] > lp[id] || (lp[i] == lp[id] && i < id)) better++;
-    return better < k;
-}
-
-/* Decodes one window token by token; full (c == NULL cell policy) stores the reference. */
-static kvs_status run_window(eval_ctx *e, kvs_kv_cache *cache, kvs_evictor *ev, const int32_t *tok, cell *c, int full) {
-    int64_t V = e->hp->vocab, N = e->ctx;
-    TRY(kvs_cache_reset(cache));
-    if (ev) TRY(kvs_evictor_begin(ev, cache));
-    int64_t peak = 0;
-    double t0 = cli_now();
-    for (int64_t t = 0; t + 1 < N; t++) {
-        int32_t zero = 0, pos = (int32_t)t;
-        kvs_step_plan plan = {.tokens = tok + t, .n_tokens = 1, .positions = &pos, .logit_rows = &zero, .n_logit_rows = 1};
-        if (ev) {
-            int any = 0;
-            TRY(kvs_evictor_plan(ev, 1, e->lp, &any));
-            plan.layers = any ? e->lp : NULL;
-        }
-        kvs_step_result r;
-        TRY(kvs_model_forward(e->m, cache, &plan, &r));
-        int64_t used = kvs_cache_bytes_used(cache);
-        if (used > peak) peak = used;
-        if (ev) TRY(kvs_evictor_update(ev, cache, &r));
-        double *lp = full ? e->full_lp + t * V : e->lp_buf;
-        int32_t top = log_softmax(r.logits, V, lp);
-        int32_t next = tok[t + 1];
-        if (full) e->full_top[t] = top;
-        const double *fl = e->full_lp + t * V;
-        double kl = 0.0;
-        if (!full)
-            for (int64_t i = 0; i < V; i++) kl += exp(fl[i]) * (fl[i] - lp[i]);
-        c->kl_sum += kl > 0 ? kl : 0.0; /* rounding can give -1e-17 */
-        c->agree += top == e->full_top[t];
-        c->nll_sum += -lp[next];
-        c->n++;
-        if (e->probe[t + 1] && in_topk(fl, V, next, RECALL_TOPK)) {
-            c->recall_probes++;
-            c->recall_hits += in_topk(lp, V, next, RECALL_TOPK);
-        }
-    }
-    c->seconds += cli_now() - t0;
-    if (peak > c->bytes_peak) c->bytes_peak = peak;
-    int64_t alloc = kvs_cache_bytes_allocated(cache);
-    if (alloc > c->bytes_alloc) c->bytes_alloc = alloc;
-    if (ev) c->evictions += kvs_evictor_get_stats(ev).evictions;
-    return KVS_OK;
-}
-
-/* ---- names for the recall score ------------------------------------------------------------- */
-
-static const char SP[] = "\xe2\x96\x81"; /* U+2581, the tokenizer's space */
-
-static int starts_word_upper(const char *s) { return strncmp(s, SP, 3) == 0 && s[3] >= 'A' && s[3] <= 'Z'; }
-static int continues_word(const char *s) { return s[0] >= 'a' && s[0] <= 'z'; }
-static int ends_sentence(const char *s) {
-    size_t n = strlen(s);
-    if (n == 0) return 1;
-    if (strcmp(s, "<0x0A>") == 0) return 1;
-    char c = s[n - 1];
-    return c == '.' || c == '!' || c == '?' || c == '"' || c == ':';
-}
-
-/* Marks probe[t] for every token of a later mention of a name introduced in the first quarter. */
-static int mark_probes(const kvs_tokenizer *tk, const int32_t *tok, int64_t N, uint8_t *probe) {
-    memset(probe, 0, (size_t)N);
-    typedef struct word { int64_t at, len; char text[64]; int initial; } word;
-    word *w = malloc((size_t)N * sizeof *w);
-    if (!w) return 0;
-    int64_t nw = 0;
-    for (int64_t t = 1; t < N; t++) {
-        const char *s = kvs_tokenizer_token_text(tk, tok[t], NULL);
-        if (!s || !starts_word_upper(s)) continue;
-        word *x = &w[nw];
-        x->at = t;
-        x->len = 1;
-        snprintf(x->text, sizeof x->text, "%s", s + 3);
-        while (t + x->len < N) {
-            const char *c = kvs_tokenizer_token_text(tk, tok[t + x->len], NULL);
-            if (!c || !continues_word(c) || strlen(x->text) + strlen(c) >= sizeof x->text) break;
-            strcat(x->text, c);
-            x->len++;
-        }
-        const char *prev = kvs_tokenizer_token_text(tk, tok[t - 1], NULL);
-        x->initial = t == 1 || !prev || ends_sentence(prev);
-        if (strcmp(x->text, "I") != 0) nw++;
-    }
-    int marks = 0;
-    for (int64_t i = 0; i < nw; i++) {
-        /* first occurrence of this word? */
-        int first = 1, named = !w[i].initial;
-        for (int64_t j = 0; j < i && first; j++) first = strcmp(w[j].text, w[i].text) != 0;
-        if (!first || w[i].at >= N / 4) continue;
-        for (int64_t j = i + 1; j < nw && !named; j++) named = !w[j].initial && strcmp(w[j].text, w[i].text) == 0;
-        if (!named) continue;
-        for (int64_t j = i + 1; j < nw; j++)
-            if (strcmp(w[j].text, w[i].text) == 0)
-                for (int64_t k = 0; k < w[j].len; k++) {
-                    probe[w[j].at + k] = 1;
-                    marks++;
-                }
-    }
-    free(w);
-    return marks;
-}
 
 /* ---- the command ---------------------------------------------------------------------------- */
 
@@ -211,9 +61,10 @@ static void fmt_budget(char *buf, size_t n, double b) {
 int cmd_eval(int argc, char **argv) {
     const char *prog = "kvsieve eval";
     const char *model = NULL, *text = NULL, *policies = "streaming,h2o,snapkv,tova,knorm,pyramidkv,adakv";
-    const char *budgets = "0.1,0.25,0.5", *backend = NULL, *plot = NULL, *split = "all";
+    const char *budgets = "0.1,0.25,0.5", *plot = NULL, *split = "all";
     int64_t ctx = CLI_UNSET_I64, windows = 8;
-    int json = 0, threads = 0;
+    int json = 0;
+    device_opts dv = {0};
     policy_opts po = POLICY_OPTS_INIT;
     const cli_opt opts[] = {
         {"model", 'm', CLI_STRING, &model, "MODEL", "model file (path or name under KVSIEVE_MODELS); required"},
@@ -234,8 +85,7 @@ int cmd_eval(int argc, char **argv) {
         POLICY_MODE_OPTS(po),
         {"json", 0, CLI_FLAG, &json, NULL, "print one JSON object instead of the table"},
         {"plot", 0, CLI_STRING, &plot, "FILE.svg", "write an SVG plot: top-1 agreement and KL vs budget per policy"},
-        {"backend", 'b', CLI_STRING, &backend, "B[:I]", "device (default cpu)"},
-        {"threads", 't', CLI_INT, &threads, "N", "CPU threads (default: all cores)"},
+        DEVICE_OPTS(dv),
     };
     const cli_spec spec = {
         .prog = prog,
@@ -298,8 +148,8 @@ int cmd_eval(int argc, char **argv) {
         }
 
     /* model, tokenizer, text */
-    char path[4096];
-    kvs_tokenizer *tk = NULL;
+    cli_model cm = {0};
+    const char *path = cm.path;
     eval_ctx e;
     memset(&e, 0, sizeof e);
     e.prog = prog;
@@ -307,16 +157,14 @@ int cmd_eval(int argc, char **argv) {
     int32_t *ids = NULL;
     int64_t n_ids = 0;
     kvs_kv_cache *full_cache = NULL;
-    rc = policy_model_tokens(prog, model, text, path, sizeof path, &tk, &ids, &n_ids);
-    if (rc != CLI_EXIT_OK) goto done;
-    rc = cli_open_device(prog, backend, threads, &e.dev);
+    rc = cli_model_open_file(prog, model, &cm);
+    if (rc == CLI_EXIT_OK) rc = cli_model_read_tokens(prog, &cm, text, &ids, &n_ids);
+    if (rc == CLI_EXIT_OK) rc = cli_model_create(prog, &dv, &cm);
     if (rc != CLI_EXIT_OK) goto done;
     rc = CLI_EXIT_FAIL;
-    if (kvs_model_load(&e.m, e.dev, path, NULL) != KVS_OK) {
-        rc = cli_fail_file(CLI_EXIT_USAGE, prog, path);
-        goto done;
-    }
-    e.hp = kvs_model_get_hparams(e.m);
+    e.dev = cm.dev;
+    e.m = cm.m;
+    e.hp = cm.hp;
     for (int i = 0; i < np; i++)
         if (policy_is_learned(pnames[i])) {
             rc = policy_make_learned(prog, pnames[i], po.policy_file, e.hp, thr, fl, &pols[i]);
@@ -387,6 +235,7 @@ int cmd_eval(int argc, char **argv) {
             c->budget = bud[j];
             kvs_evict_params ep = kvs_evict_params_default();
             ep.policy = pols[i];
+            kvs_policy_set_model(pols[i], e.m); /* critical / expected read the model's weights */
             ep.budget = bud[j] < 0 ? 1.0 : bud[j];
             ep.budget_tokens = bud[j] < 0 ? (int64_t)-bud[j] : 0; /* "Nt" */
             ep.scope = scope;
@@ -406,9 +255,9 @@ int cmd_eval(int argc, char **argv) {
     for (int64_t w = 0; w < windows && s == KVS_OK; w++) {
         win[0] = e.hp->bos_id >= 0 ? e.hp->bos_id : 1;
         memcpy(win + 1, ids + w * (ctx - 1), (size_t)(ctx - 1) * sizeof *win);
-        total_probes += mark_probes(tk, win, ctx, e.probe);
-        s = run_window(&e, full_cache, NULL, win, &cells[0], 1);
-        for (int k = 1; k < ncell && s == KVS_OK; k++) s = run_window(&e, caches[k], evs[k], win, &cells[k], 0);
+        total_probes += eval_mark_probes(cm.tok, win, ctx, e.probe);
+        s = eval_run_window(&e, full_cache, NULL, win, &cells[0], 1);
+        for (int k = 1; k < ncell && s == KVS_OK; k++) s = eval_run_window(&e, caches[k], evs[k], win, &cells[k], 0);
         if (!json && tty) fprintf(stderr, "\r%s: window %lld/%lld", prog, (long long)(w + 1), (long long)windows);
     }
     if (!json && tty) fprintf(stderr, "\n");
@@ -524,9 +373,7 @@ int cmd_eval(int argc, char **argv) {
 done:
     for (int i = 0; i < np; i++) kvs_policy_destroy(&pols[i]);
     kvs_cache_destroy(&full_cache);
-    kvs_model_destroy(&e.m);
-    if (e.dev) kvs_device_destroy(&e.dev);
-    kvs_tokenizer_destroy(&tk);
+    cli_model_close(&cm);
     free(e.lp); free(e.full_lp); free(e.full_top); free(e.lp_buf); free(e.probe);
     free(cells); free(ids);
     return rc;

@@ -13,11 +13,13 @@
 #include "cli.h"
 #include "cmds.h"
 #include "dlm_cache_opts.h"
+#include "eval_dlm.h"
 #include "kvsieve/generate.h"
 #include "kvsieve/model.h"
 #include "kvsieve/model_file.h"
 #include "kvsieve/schedule.h"
 #include "kvsieve/tokenizer.h"
+#include "opts_common.h"
 
 #define PROG "kvsieve eval --dlm"
 #define MAX_LIST 16
@@ -28,17 +30,6 @@ typedef struct prompt {
     int64_t n;
 } prompt;
 
-typedef struct agg {
-    char name[96];
-    int64_t gen;
-    double budget;          /* WaveFilter budget, 0 = none */
-    int prompts;
-    double sec, sec_base;
-    int64_t rows, rows_base, agree, total;
-    int64_t kept, context;
-    int64_t fid_match, fid_total; /* step fidelity (--fidelity) */
-    int64_t first_div;            /* sum over prompts of the first position that differs (gen if none) */
-} agg;
 
 typedef struct ctx {
     kvs_device *dev;
@@ -101,100 +92,6 @@ static int tokenize(const kvs_tokenizer *tok, const char *text, size_t len, prom
     p->ids = malloc((size_t)(n + 1) * sizeof *p->ids);
     if (!p->ids || kvs_tokenizer_encode(tok, text, len, flags, p->ids, n + 1, &p->n) != KVS_OK) return -1;
     return 0;
-}
-
-/* ---- SVG: three small line charts (speedup, compute fraction, agreement) against gen ---------- */
-
-static void svg_panel(FILE *f, double x0, double y0, double w, double h, const char *title, const agg *a, int na,
-                      const int64_t *gens, int ng, int metric, double ymax) {
-    static const char *colors[] = {"#444444", "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2"};
-    fprintf(f, "<g font-family=\"sans-serif\" font-size=\"11\">\n");
-    fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#999\"/>\n", x0, y0, w, h);
-    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"13\">%s</text>\n", x0 + w / 2, y0 - 8, title);
-    for (int t = 0; t <= 4; t++) {
-        double v = ymax * t / 4, y = y0 + h - h * t / 4;
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#eee\"/>\n", x0, y, x0 + w, y);
-        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.2g</text>\n", x0 - 4, y + 4, v);
-    }
-    for (int g = 0; g < ng; g++) {
-        double x = ng > 1 ? x0 + 20 + (w - 40) * g / (ng - 1) : x0 + w / 2;
-        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%lld</text>\n", x, y0 + h + 14, (long long)gens[g]);
-    }
-    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">generated tokens</text>\n", x0 + w / 2, y0 + h + 30);
-    /* one polyline per schedule name, in first-seen order */
-    int series = 0;
-    for (int i = 0; i < na; i++) {
-        int first = 1;
-        for (int j = 0; j < i; j++)
-            if (!strcmp(a[j].name, a[i].name)) first = 0;
-        if (!first) continue;
-        const char *col = colors[series % 8];
-        fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", col);
-        for (int g = 0; g < ng; g++)
-            for (int j = 0; j < na; j++) {
-                if (strcmp(a[j].name, a[i].name) || a[j].gen != gens[g] || a[j].prompts == 0) continue;
-                double v = metric == 0   ? (a[j].sec > 0 ? a[j].sec_base / a[j].sec : 0)
-                           : metric == 1 ? (double)a[j].rows / (double)(a[j].rows_base ? a[j].rows_base : 1)
-                                         : (double)a[j].agree / (double)(a[j].total ? a[j].total : 1);
-                if (v > ymax) v = ymax;
-                double x = ng > 1 ? x0 + 20 + (w - 40) * g / (ng - 1) : x0 + w / 2, y = y0 + h - h * v / ymax;
-                fprintf(f, "%.1f,%.1f ", x, y);
-            }
-        fprintf(f, "\"/>\n");
-        if (metric == 0)
-            fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" fill=\"%s\">%s</text>\n", x0 + 6, y0 + 14 + 13 * series, col, a[i].name);
-        series++;
-    }
-    fprintf(f, "</g>\n");
-}
-
-static int write_svg(const char *path, const agg *a, int na, const int64_t *gens, int ng, const char *model) {
-    FILE *f = fopen(path, "w");
-    if (!f) return -1;
-    double maxsp = 1.0;
-    for (int i = 0; i < na; i++)
-        if (a[i].sec > 0 && a[i].sec_base / a[i].sec > maxsp) maxsp = a[i].sec_base / a[i].sec;
-    maxsp = (double)(int)(maxsp + 1.0);
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"960\" height=\"330\" viewBox=\"0 0 960 330\">\n");
-    fprintf(f, "<rect width=\"960\" height=\"330\" fill=\"white\"/>\n");
-    fprintf(f, "<text x=\"480\" y=\"20\" text-anchor=\"middle\" font-family=\"sans-serif\" font-size=\"14\">"
-               "kvsieve eval --dlm: %s</text>\n", model);
-    svg_panel(f, 50, 60, 260, 220, "speedup vs no cache", a, na, gens, ng, 0, maxsp);
-    svg_panel(f, 370, 60, 260, 220, "compute fraction", a, na, gens, ng, 1, 1.0);
-    svg_panel(f, 690, 60, 260, 220, "token agreement", a, na, gens, ng, 2, 1.0);
-    fprintf(f, "</svg>\n");
-    return fclose(f);
-}
-
-static json_object *agg_json(const agg *a) {
-    json_object *j = json_object_new_object();
-    json_object_object_add(j, "schedule", json_object_new_string(a->name));
-    json_object_object_add(j, "gen", json_object_new_int64(a->gen));
-    json_object_object_add(j, "wf_budget", json_object_new_double(a->budget));
-    json_object_object_add(j, "prompts", json_object_new_int(a->prompts));
-    json_object_object_add(j, "seconds", json_object_new_double(a->sec));
-    json_object_object_add(j, "seconds_baseline", json_object_new_double(a->sec_base));
-    json_object_object_add(j, "speedup", json_object_new_double(a->sec > 0 ? a->sec_base / a->sec : 0));
-    json_object_object_add(j, "compute_fraction", json_object_new_double((double)a->rows / (double)(a->rows_base ? a->rows_base : 1)));
-    json_object_object_add(j, "agreement", json_object_new_double((double)a->agree / (double)(a->total ? a->total : 1)));
-    json_object_object_add(j, "first_divergence",
-                           json_object_new_double((double)a->first_div / (double)(a->prompts ? a->prompts : 1)));
-    if (a->fid_total > 0)
-        json_object_object_add(j, "step_fidelity", json_object_new_double((double)a->fid_match / (double)a->fid_total));
-    json_object_object_add(j, "kept_fraction",
-                           json_object_new_double(a->context ? (double)a->kept / (double)a->context : 1.0));
-    return j;
-}
-
-static void agg_print(const agg *a, int with_budget, int fid_col) {
-    double sp = a->sec > 0 ? a->sec_base / a->sec : 0;
-    printf("%-22s %5lld %7d %8.2fx %9.3f %10.3f %9.1f", a->name, (long long)a->gen, a->prompts, sp,
-           (double)a->rows / (double)(a->rows_base ? a->rows_base : 1), (double)a->agree / (double)(a->total ? a->total : 1),
-           (double)a->first_div / (double)(a->prompts ? a->prompts : 1));
-    if (with_budget) printf(" %7.3f", a->context ? (double)a->kept / (double)a->context : 1.0);
-    if (a->fid_total > 0) printf(" %9.3f", (double)a->fid_match / (double)a->fid_total);
-    else if (fid_col) printf(" %9.3f", 1.0); /* the no-cache row is its own reference */
-    printf("\n");
 }
 
 /* Runs every variant on every prompt at gen; fills a[0..nv). Returns 0 or an exit code. */
@@ -267,10 +164,11 @@ int cmd_eval_dlm(int argc, char **argv) {
     for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
         if (!strcmp(argv[i], "--tasks") || !strncmp(argv[i], "--tasks=", 8)) return cmd_eval_dlm_tasks(argc, argv);
     const char *model = "stories260K-llada-f32.gguf", *prompts_path = NULL, *gens_s = "64,128,256,448",
-               *caches_s = "none,prefix,dual,delayed,elastic", *backend = "cpu", *plot = NULL,
+               *caches_s = "none,prefix,dual,delayed,elastic", *plot = NULL,
                *long_text = NULL, *budgets_s = "0.25,0.5";
     int64_t block = 32, long_len = 320, long_gen = 128;
-    int long_n = 3, json = 0, threads = 0, dlm_flag = 0, fidelity = 0;
+    int long_n = 3, json = 0, dlm_flag = 0, fidelity = 0;
+    device_opts dv = {.backend = "cpu"};
     double threshold = 0.9;
     dlm_cache_opts co = dlm_cache_opts_default();
     cli_opt opts[32] = {
@@ -287,8 +185,7 @@ int cmd_eval_dlm(int argc, char **argv) {
         {"long-len", 0, CLI_INT64, &long_len, "T", "tokens per long prompt (default 320)"},
         {"long-gen", 0, CLI_INT64, &long_gen, "N", "generated tokens for the long prompts (default 128)"},
         {"budgets", 0, CLI_STRING, &budgets_s, "F,F", "WaveFilter budgets for the long-prompt rows (default 0.25,0.5)"},
-        {"backend", 'b', CLI_STRING, &backend, "B[:I]", "cpu | opencl | vulkan (default cpu)"},
-        {"threads", 't', CLI_INT, &threads, "N", "CPU backend threads (default: all cores)"},
+        DEVICE_OPTS(dv),
         {"json", 0, CLI_FLAG, &json, NULL, "print one JSON object instead of the tables"},
         {"plot", 0, CLI_STRING, &plot, "F.svg", "write an SVG plot of speedup, compute fraction and agreement"},
         {"fidelity", 0, CLI_FLAG, &fidelity, NULL, "also measure step fidelity: argmax agreement with a no-cache forward of "
@@ -343,10 +240,7 @@ int cmd_eval_dlm(int argc, char **argv) {
         if (!(budgets[i] > 0 && budgets[i] <= 1)) return cli_fail(CLI_EXIT_USAGE, PROG, "--budgets: %g outside (0, 1]", budgets[i]);
 
     /* model, tokenizer, device */
-    char path[4096];
-    if (kvs_model_locate(model, path, sizeof path) != KVS_OK) return cli_fail(CLI_EXIT_USAGE, PROG, "%s", kvs_last_error());
-    kvs_model_file *mf = NULL;
-    kvs_tokenizer *tok = NULL;
+    cli_model cm = {0};
     ctx c = {.block = block, .threshold = (float)threshold};
     prompt ps[MAX_PROMPTS], lp[MAX_PROMPTS];
     int np = 0, nlp = 0;
@@ -355,26 +249,20 @@ int cmd_eval_dlm(int argc, char **argv) {
     agg *la = NULL;
     char *text = NULL;
     if (!a) return cli_fail(CLI_EXIT_FAIL, PROG, "out of memory");
-    if (kvs_model_file_open(&mf, path, NULL) != KVS_OK || kvs_tokenizer_from_model_file(&tok, mf) != KVS_OK) {
-        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "%s", kvs_last_error());
-        goto done;
-    }
-    rc = cli_open_device(PROG, backend, threads, &c.dev);
+    rc = cli_model_open(PROG, model, &dv, &cm);
+    if (rc == CLI_EXIT_OK) rc = cli_model_require_dlm(PROG, model, &cm);
     if (rc != CLI_EXIT_OK) {
         exit_code = rc;
         goto done;
     }
-    if (kvs_model_create(&c.m, c.dev, mf, NULL) != KVS_OK) {
+    c.dev = cm.dev;
+    c.m = cm.m;
+    const kvs_tokenizer *tok = cm.tok;
+    const kvs_model_hparams *hp = cm.hp;
+    const char *path = cm.path;
+    /* --fidelity: a second copy of the weights for the no-cache shadow forward */
+    if (fidelity && kvs_model_create(&c.shadow, c.dev, cm.mf, NULL) != KVS_OK) {
         exit_code = cli_fail(CLI_EXIT_FAIL, PROG, "%s", kvs_last_error());
-        goto done;
-    }
-    if (fidelity && kvs_model_create(&c.shadow, c.dev, mf, NULL) != KVS_OK) {
-        exit_code = cli_fail(CLI_EXIT_FAIL, PROG, "%s", kvs_last_error());
-        goto done;
-    }
-    const kvs_model_hparams *hp = kvs_model_get_hparams(c.m);
-    if (hp->arch != KVS_ARCH_LLADA) {
-        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "%s is not a masked-diffusion (llada) model", model);
         goto done;
     }
     /* prompts */
@@ -476,8 +364,8 @@ int cmd_eval_dlm(int argc, char **argv) {
         json_object_object_add(j, "block", json_object_new_int64(block));
         json_object_object_add(j, "threshold", json_object_new_double(threshold));
         json_object_object_add(j, "prompts", json_object_new_int(np));
-        for (int i = 0; i < na; i++) json_object_array_add(rows, agg_json(&a[i]));
-        for (int i = 0; i < nla; i++) json_object_array_add(lrows, agg_json(&la[i]));
+        for (int i = 0; i < na; i++) json_object_array_add(rows, eval_dlm_agg_json(&a[i]));
+        for (int i = 0; i < nla; i++) json_object_array_add(lrows, eval_dlm_agg_json(&la[i]));
         json_object_object_add(j, "rows", rows);
         json_object_object_add(j, "long_prompt_tokens", json_object_new_int64(long_len));
         json_object_object_add(j, "long_rows", lrows);
@@ -491,7 +379,7 @@ int cmd_eval_dlm(int argc, char **argv) {
                fidelity ? ",\nfidelity = steps' argmax equal to a no-cache forward of the same state" : "");
         printf("%-22s %5s %7s %9s %9s %10s %9s%s\n", "schedule", "gen", "prompts", "speedup", "compute", "agreement",
                "1st diff", fidelity ? "  fidelity" : "");
-        for (int i = 0; i < na; i++) agg_print(&a[i], 0, fidelity);
+        for (int i = 0; i < na; i++) eval_dlm_agg_print(&a[i], 0, fidelity);
         if (nla > 0) {
             printf("\nlong prompts: %d x %lld tokens from the text, gen %lld (kept = WaveFilter's kept context share)\n",
                    nlp, (long long)long_len, (long long)long_gen);
@@ -504,11 +392,11 @@ int cmd_eval_dlm(int argc, char **argv) {
                     snprintf(nm, sizeof nm, "%.80s@%.2f", t.name, t.budget);
                     snprintf(t.name, sizeof t.name, "%.90s", nm);
                 }
-                agg_print(&t, 1, fidelity);
+                eval_dlm_agg_print(&t, 1, fidelity);
             }
         }
     }
-    if (plot && write_svg(plot, a, na, gens, ng, model) != 0) {
+    if (plot && eval_dlm_write_svg(plot, a, na, gens, ng, model) != 0) {
         exit_code = cli_fail(CLI_EXIT_FAIL, PROG, "cannot write --plot %s", plot);
         goto done;
     }
@@ -519,10 +407,7 @@ done:
     free(a);
     free(la);
     free(text);
-    kvs_model_destroy(&c.m);
     kvs_model_destroy(&c.shadow);
-    kvs_device_destroy(&c.dev);
-    kvs_tokenizer_destroy(&tok);
-    kvs_model_file_close(&mf);
+    cli_model_close(&cm);
     return exit_code;
 }

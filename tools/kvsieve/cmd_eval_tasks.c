@@ -18,11 +18,13 @@
 #include "cmds.h"
 #include "dlm_cache_opts.h"
 #include "dlm_tasks.h"
+#include "eval_dlm.h"
 #include "kvsieve/generate.h"
 #include "kvsieve/model.h"
 #include "kvsieve/model_file.h"
 #include "kvsieve/schedule.h"
 #include "kvsieve/tokenizer.h"
+#include "opts_common.h"
 
 #define PROG "kvsieve eval --dlm --tasks"
 #define MAX_LIST 16
@@ -35,22 +37,6 @@ typedef struct tcase {
     int task;            /* index into the task names */
 } tcase;
 
-/* One (variant, task) cell; variant -1 is the LLaDA baseline. */
-typedef struct cell {
-    int64_t cases, correct, steps, gen, rows;
-    double sec;
-    double sec_llada, sec_none;  /* the baseline's and `none`'s seconds on the same cases */
-    int64_t rows_llada, rows_none;
-} cell;
-
-typedef struct variant {
-    char name[96];
-    const char *cache;
-    double budget;       /* WaveFilter budget, 0 = none */
-    float threshold;
-    cell *cells;         /* [n_tasks] */
-    char **answers;      /* [n_cases] decoded answers (--answers) */
-} variant;
 
 /* Decoded text of out[0..gen) up to the first EOS, stripped of white space at both ends (malloc'd). */
 static char *answer_text(const kvs_tokenizer *tok, const int32_t *out, int64_t gen) {
@@ -100,91 +86,11 @@ static kvs_status decode(kvs_device *dev, kvs_model *m, const tcase *tc, kvs_dlm
     return s;
 }
 
-static double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
-
-static json_object *cell_json(const char *task, const variant *v, const cell *c) {
-    json_object *j = json_object_new_object();
-    json_object_object_add(j, "task", json_object_new_string(task));
-    json_object_object_add(j, "schedule", json_object_new_string(v->name));
-    json_object_object_add(j, "wf_budget", json_object_new_double(v->budget));
-    json_object_object_add(j, "threshold", json_object_new_double(v->threshold));
-    json_object_object_add(j, "cases", json_object_new_int64(c->cases));
-    json_object_object_add(j, "correct", json_object_new_int64(c->correct));
-    json_object_object_add(j, "accuracy", json_object_new_double(ratio((double)c->correct, (double)c->cases)));
-    json_object_object_add(j, "steps_mean", json_object_new_double(ratio((double)c->steps, (double)c->cases)));
-    json_object_object_add(j, "tokens_per_step", json_object_new_double(ratio((double)c->gen, (double)c->steps)));
-    json_object_object_add(j, "compute_fraction", json_object_new_double(ratio((double)c->rows, (double)c->rows_none)));
-    json_object_object_add(j, "compute_fraction_llada",
-                           json_object_new_double(ratio((double)c->rows, (double)c->rows_llada)));
-    json_object_object_add(j, "seconds", json_object_new_double(c->sec));
-    json_object_object_add(j, "speedup_llada", json_object_new_double(ratio(c->sec_llada, c->sec)));
-    json_object_object_add(j, "speedup_none", json_object_new_double(ratio(c->sec_none, c->sec)));
-    return j;
-}
-
-static void cell_print(const char *task, const variant *v, const cell *c) {
-    printf("%-12s %-26s %5lld %8.3f %8.1f %7.2f %8.3f %8.3f %8.2fx %8.2fx\n", task, v->name, (long long)c->cases,
-           ratio((double)c->correct, (double)c->cases), ratio((double)c->steps, (double)c->cases),
-           ratio((double)c->gen, (double)c->steps), ratio((double)c->rows, (double)c->rows_none),
-           ratio((double)c->rows, (double)c->rows_llada), ratio(c->sec_llada, c->sec), ratio(c->sec_none, c->sec));
-}
-
-/* SVG: two panels of grouped bars (accuracy, speedup vs the LLaDA baseline), one group per
- * variant, one bar per task. */
-static int write_svg(const char *path, const char *model, const variant *v, int nv, char **tasks, int nt) {
-    static const char *colors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"};
-    FILE *f = fopen(path, "w");
-    if (!f) return -1;
-    const double pw = 560, ph = 260, top = 60, left = 60, gap = 90;
-    double maxsp = 1.0;
-    for (int i = 0; i < nv; i++)
-        for (int t = 0; t < nt; t++) {
-            double s = ratio(v[i].cells[t].sec_llada, v[i].cells[t].sec);
-            if (s > maxsp) maxsp = s;
-        }
-    maxsp = (double)(int)(maxsp + 1.0);
-    const double W = left + 2 * pw + gap + 20, H = top + ph + 150;
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\">\n", W, H, W,
-            H);
-    fprintf(f, "<rect width=\"%.0f\" height=\"%.0f\" fill=\"white\"/>\n", W, H);
-    fprintf(f, "<g font-family=\"sans-serif\" font-size=\"11\">\n");
-    fprintf(f, "<text x=\"%.0f\" y=\"20\" text-anchor=\"middle\" font-size=\"14\">kvsieve eval --dlm --tasks: %s</text>\n",
-            W / 2, model);
-    for (int t = 0; t < nt; t++)
-        fprintf(f, "<rect x=\"%.0f\" y=\"30\" width=\"10\" height=\"10\" fill=\"%s\"/><text x=\"%.0f\" y=\"39\">%s</text>\n",
-                left + 120.0 * t, colors[t % 8], left + 120.0 * t + 14, tasks[t]);
-    for (int p = 0; p < 2; p++) {
-        double x0 = left + p * (pw + gap), ymax = p == 0 ? 1.0 : maxsp;
-        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"13\">%s</text>\n", x0 + pw / 2, top - 6,
-                p == 0 ? "accuracy" : "speedup vs LLaDA baseline (no cache, 1 token/step)");
-        fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#999\"/>\n", x0, top, pw, ph);
-        for (int k = 0; k <= 4; k++) {
-            double y = top + ph - ph * k / 4;
-            fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#eee\"/>\n", x0, y, x0 + pw, y);
-            fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.3g</text>\n", x0 - 4, y + 4, ymax * k / 4);
-        }
-        double gw = pw / (nv > 0 ? nv : 1), bw = (gw - 6) / (nt > 0 ? nt : 1);
-        for (int i = 0; i < nv; i++) {
-            for (int t = 0; t < nt; t++) {
-                const cell *c = &v[i].cells[t];
-                double val = p == 0 ? ratio((double)c->correct, (double)c->cases) : ratio(c->sec_llada, c->sec);
-                if (val > ymax) val = ymax;
-                double h = ph * val / ymax;
-                fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"/>\n", x0 + gw * i + 3 + bw * t,
-                        top + ph - h, bw, h, colors[t % 8]);
-            }
-            double cx = x0 + gw * i + gw / 2, cy = top + ph + 8;
-            fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" transform=\"rotate(50 %.1f %.1f)\">%s</text>\n", cx, cy, cx, cy, v[i].name);
-        }
-    }
-    fprintf(f, "</g>\n</svg>\n");
-    return fclose(f);
-}
-
 int cmd_eval_dlm_tasks(int argc, char **argv) {
     const char *model = "stories260K-llada-f32.gguf", *tasks_path = NULL, *caches_s = "none,prefix,dual,delayed,elastic",
-               *backend = "cpu", *plot = NULL, *budgets_s = "0.25,0.5", *only = NULL;
-    int json = 0, threads = 0, dlm_flag = 0, answers = 0;
+               *plot = NULL, *budgets_s = "0.25,0.5", *only = NULL;
+    int json = 0, dlm_flag = 0, answers = 0;
+    device_opts dv = {.backend = "cpu"};
     int64_t limit = 0;
     double threshold = 0.9;
     dlm_cache_opts co = dlm_cache_opts_default();
@@ -200,8 +106,7 @@ int cmd_eval_dlm_tasks(int argc, char **argv) {
                                                       "token per step)"},
         {"task", 0, CLI_STRING, &only, "NAME", "only the cases of this task (default all)"},
         {"limit", 0, CLI_INT64, &limit, "N", "at most the first N cases of each task (default all)"},
-        {"backend", 'b', CLI_STRING, &backend, "B[:I]", "cpu | opencl | vulkan (default cpu)"},
-        {"threads", 't', CLI_INT, &threads, "N", "CPU backend threads (default: all cores)"},
+        DEVICE_OPTS(dv),
         {"json", 0, CLI_FLAG, &json, NULL, "print one JSON object instead of the table"},
         {"answers", 0, CLI_FLAG, &answers, NULL, "with --json: every case's decoded answer per schedule"},
         {"plot", 0, CLI_STRING, &plot, "F.svg", "write an SVG of accuracy and speedup per schedule and task"},
@@ -212,7 +117,7 @@ int cmd_eval_dlm_tasks(int argc, char **argv) {
     n_opts += DLM_CACHE_N_OPTS;
     const cli_spec spec = {
         .prog = PROG,
-        .usage = "--tasks FILE [-m MODEL] [--caches ...] [--budgets F,F] [--threshold E] [--json] [--plot F.svg]",
+        .usage = "FILE [-m MODEL] [--caches ...] [--budgets F,F] [--threshold E] [--json] [--plot F.svg]",
         .summary = "Task accuracy, steps, tokens per step, compute and wall-time speedup of the diffusion cache\n"
                    "schedules, per task, against the LLaDA baseline (no cache, one token per step) and `none`.",
         .opts = opts,
@@ -278,11 +183,7 @@ int cmd_eval_dlm_tasks(int argc, char **argv) {
     if (ps != KVS_OK) return cli_fail(CLI_EXIT_USAGE, PROG, "%s", kvs_last_error());
 
     int exit_code = CLI_EXIT_FAIL;
-    char path[4096];
-    kvs_model_file *mf = NULL;
-    kvs_tokenizer *tok = NULL;
-    kvs_device *dev = NULL;
-    kvs_model *m = NULL;
+    cli_model cm = {0};
     tcase *tc = calloc((size_t)set.n, sizeof *tc);
     char *tasks[MAX_TASKS];
     int nt = 0;
@@ -296,28 +197,16 @@ int cmd_eval_dlm_tasks(int argc, char **argv) {
         exit_code = cli_fail(CLI_EXIT_FAIL, PROG, "out of memory");
         goto done;
     }
-    if (kvs_model_locate(model, path, sizeof path) != KVS_OK) {
-        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "%s", kvs_last_error());
-        goto done;
-    }
-    if (kvs_model_file_open(&mf, path, NULL) != KVS_OK || kvs_tokenizer_from_model_file(&tok, mf) != KVS_OK) {
-        exit_code = cli_fail_file(CLI_EXIT_USAGE, PROG, path);
-        goto done;
-    }
-    rc = cli_open_device(PROG, backend, threads, &dev);
+    rc = cli_model_open(PROG, model, &dv, &cm);
+    if (rc == CLI_EXIT_OK) rc = cli_model_require_dlm(PROG, model, &cm);
     if (rc != CLI_EXIT_OK) {
         exit_code = rc;
         goto done;
     }
-    if (kvs_model_create(&m, dev, mf, NULL) != KVS_OK) {
-        exit_code = cli_fail(CLI_EXIT_FAIL, PROG, "%s", kvs_last_error());
-        goto done;
-    }
-    const kvs_model_hparams *hp = kvs_model_get_hparams(m);
-    if (hp->arch != KVS_ARCH_LLADA) {
-        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "%s is not a masked-diffusion (llada) model", model);
-        goto done;
-    }
+    kvs_device *dev = cm.dev;
+    kvs_model *m = cm.m;
+    const kvs_tokenizer *tok = cm.tok;
+    const kvs_model_hparams *hp = cm.hp;
     /* cases: filter, group by task, tokenize, check the context */
     for (int64_t i = 0; i < set.n; i++) {
         const dlm_task_case *c = &set.cases[i];
@@ -439,7 +328,7 @@ int cmd_eval_dlm_tasks(int argc, char **argv) {
         json_object_object_add(j, "cases", json_object_new_int64(ncase));
         for (int k = 0; k < nv; k++)
             for (int t = 0; t < nt; t++) {
-                json_object *r = cell_json(tasks[t], &v[k], &v[k].cells[t]);
+                json_object *r = eval_tasks_cell_json(tasks[t], &v[k], &v[k].cells[t]);
                 if (answers) {
                     json_object *a = json_object_new_array();
                     for (int64_t i = 0; i < ncase; i++)
@@ -459,9 +348,9 @@ int cmd_eval_dlm_tasks(int argc, char **argv) {
         printf("%-12s %-26s %5s %8s %8s %7s %8s %8s %9s %9s\n", "task", "schedule", "cases", "acc", "steps", "tok/step",
                "compute", "vs llada", "speedup", "vs none");
         for (int t = 0; t < nt; t++)
-            for (int k = 0; k < nv; k++) cell_print(tasks[t], &v[k], &v[k].cells[t]);
+            for (int k = 0; k < nv; k++) eval_tasks_cell_print(tasks[t], &v[k], &v[k].cells[t]);
     }
-    if (plot && write_svg(plot, model, v, nv, tasks, nt) != 0) {
+    if (plot && eval_tasks_write_svg(plot, model, v, nv, tasks, nt) != 0) {
         exit_code = cli_fail(CLI_EXIT_FAIL, PROG, "cannot write --plot %s", plot);
         goto done;
     }
@@ -479,9 +368,6 @@ done:
     free(st);
     free(ok);
     dlm_tasks_free(&set);
-    kvs_model_destroy(&m);
-    kvs_device_destroy(&dev);
-    kvs_tokenizer_destroy(&tok);
-    kvs_model_file_close(&mf);
+    cli_model_close(&cm);
     return exit_code;
 }

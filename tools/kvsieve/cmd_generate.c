@@ -16,16 +16,18 @@
 #include "kvsieve/model_file.h"
 #include "kvsieve/schedule.h"
 #include "kvsieve/tokenizer.h"
+#include "opts_common.h"
 #include "policy_opts.h"
 
 #define PROG "kvsieve generate"
 
 typedef struct gen_opts {
-    const char *model, *prompt, *backend;
+    const char *model, *prompt;
+    device_opts dev;
     int64_t n;
     double temp, top_p, threshold;
     int64_t seed, block, steps;
-    int threads, json, no_stream;
+    int json, no_stream;
     int compare;      /* diffusion: also decode without cache, report speedup and agreement */
     int stop_eos;     /* diffusion: LLaDA's early stop at EOS */
     int64_t ctx;      /* -c/--ctx-size: prompt + generated tokens must fit; 0 = the model's context */
@@ -67,7 +69,7 @@ static json_object *ids_json(const int32_t *ids, int64_t n) {
 
 int cmd_generate(int argc, char **argv) {
     /* CLI_UNSET: flags that apply to one kind of model only are refused on the other when given */
-    gen_opts o = {.prompt = "", .backend = "cpu", .n = CLI_UNSET_I64, .temp = CLI_UNSET_DBL, .top_p = CLI_UNSET_DBL,
+    gen_opts o = {.prompt = "", .dev = {.backend = "cpu"}, .n = CLI_UNSET_I64, .temp = CLI_UNSET_DBL, .top_p = CLI_UNSET_DBL,
                   .threshold = 0.0, .seed = CLI_UNSET_I64, .block = CLI_UNSET_I64, .steps = CLI_UNSET_I64};
     policy_opts po = POLICY_OPTS_INIT;
     dlm_cache_opts co = dlm_cache_opts_default();
@@ -76,8 +78,7 @@ int cmd_generate(int argc, char **argv) {
                                                       "a bare name is looked up in $KVSIEVE_MODELS, models/, then ../shared/models"},
         {"prompt", 'p', CLI_STRING, &o.prompt, "TEXT", "prompt text (default: empty, BOS only)"},
         {"n", 'n', CLI_INT64, &o.n, "N", "tokens to generate (default: 256 autoregressive, 64 diffusion)"},
-        {"backend", 'b', CLI_STRING, &o.backend, "B[:I]", "cpu | opencl | vulkan, optional device index (default cpu)"},
-        {"threads", 't', CLI_INT, &o.threads, "N", "CPU backend threads (default: all cores)"},
+        DEVICE_OPTS(o.dev),
         {"temp", 0, CLI_DOUBLE, &o.temp, "T", "autoregressive sampling temperature; 0 = greedy (default 0)"},
         {"top-p", 0, CLI_DOUBLE, &o.top_p, "P", "nucleus sampling mass in (0, 1] (default 1 = off)"},
         {"seed", 's', CLI_INT64, &o.seed, "S", "sampler seed (default 42)"},
@@ -135,12 +136,7 @@ int cmd_generate(int argc, char **argv) {
     if (o.threshold < 0 || o.threshold > 1) return cli_fail(CLI_EXIT_USAGE, PROG, "--threshold must be in [0, 1]");
     if ((o.n != CLI_UNSET_I64 && o.n < 1) || o.block < 1 || o.steps < 0) return cli_fail(CLI_EXIT_USAGE, PROG, "need -n >= 1, --block >= 1, --steps >= 0");
 
-    char path[4096];
-    if (kvs_model_locate(o.model, path, sizeof path) != KVS_OK) return cli_fail(CLI_EXIT_USAGE, PROG, "%s", kvs_last_error());
-    kvs_model_file *mf = NULL;
-    kvs_tokenizer *tok = NULL;
-    kvs_device *dev = NULL;
-    kvs_model *m = NULL;
+    cli_model cm = {0};
     kvs_kv_cache *cache = NULL;
     kvs_policy *pol = NULL;
     int32_t *prompt = NULL, *out = NULL, *base_out = NULL;
@@ -149,21 +145,15 @@ int cmd_generate(int argc, char **argv) {
     int64_t agree = 0;
     memset(&st_base, 0, sizeof st_base);
     int exit_code = CLI_EXIT_FAIL;
-    if (kvs_model_file_open(&mf, path, NULL) != KVS_OK) return cli_fail(CLI_EXIT_USAGE, PROG, "%s", kvs_last_error());
-    if (kvs_tokenizer_from_model_file(&tok, mf) != KVS_OK) {
-        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "%s", kvs_last_error());
-        goto done;
-    }
-    rc = cli_open_device(PROG, o.backend, o.threads, &dev);
+    rc = cli_model_open(PROG, o.model, &o.dev, &cm);
     if (rc != CLI_EXIT_OK) {
         exit_code = rc;
         goto done;
     }
-    if (kvs_model_create(&m, dev, mf, NULL) != KVS_OK) {
-        exit_code = cli_fail(CLI_EXIT_FAIL, PROG, "%s", kvs_last_error());
-        goto done;
-    }
-    const kvs_model_hparams *hp = kvs_model_get_hparams(m);
+    kvs_model *m = cm.m;
+    kvs_device *dev = cm.dev;
+    const kvs_tokenizer *tok = cm.tok;
+    const kvs_model_hparams *hp = cm.hp;
     int dlm = hp->arch == KVS_ARCH_LLADA;
     int64_t n_gen = o.n > 0 ? o.n : (dlm ? 64 : 256);
     if (dlm ? ar_flags : dlm_flags) {
@@ -447,9 +437,6 @@ done:
     kvs_dlm_schedule_destroy(&sched);
     kvs_cache_destroy(&cache);
     kvs_policy_destroy(&pol);
-    kvs_model_destroy(&m);
-    kvs_tokenizer_destroy(&tok);
-    kvs_device_destroy(&dev);
-    kvs_model_file_close(&mf);
+    cli_model_close(&cm);
     return exit_code;
 }

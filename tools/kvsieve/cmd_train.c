@@ -15,6 +15,7 @@
 #include "kvsieve/model.h"
 #include "kvsieve/model_file.h"
 #include "kvsieve/tokenizer.h"
+#include "opts_common.h"
 #include "policy_opts.h"
 
 static void progress(int64_t step, int64_t steps, double loss, void *user) {
@@ -31,9 +32,9 @@ static void validated(int64_t step, double kl, int best, void *user) {
 
 int cmd_train(int argc, char **argv) {
     const char *prog = "kvsieve train";
-    const char *model = NULL, *text = NULL, *kind_s = NULL, *out = NULL, *backend = NULL, *budget_s = NULL;
+    const char *model = NULL, *text = NULL, *kind_s = NULL, *out = NULL, *budget_s = NULL;
     int64_t steps = CLI_UNSET_I64, seed = 1, ctx = 128, samples = 4;
-    int threads = 1; /* the models trained here are tiny: one thread, no OpenMP contention */
+    device_opts dv = {.threads = 1}; /* the models trained here are tiny: one thread, no OpenMP contention */
     double lr = CLI_UNSET_DBL;
     const cli_opt opts[] = {
         {"kind", 0, CLI_STRING, &kind_s, "K", "retention, indexer or rl; required"},
@@ -49,8 +50,8 @@ int cmd_train(int argc, char **argv) {
         {"ctx", 0, CLI_INT64, &ctx, "N", "window length in tokens, BOS included (default 128)"},
         {"ctx-size", 'c', CLI_INT64, &ctx, "N", "llama.cpp's name of --ctx (default 128)"},
         {"lr", 0, CLI_DOUBLE, &lr, "X", "Adam learning rate (default 0.02; rl 0.001)"},
-        {"backend", 'b', CLI_STRING, &backend, "B[:I]", "device (default cpu)"},
-        {"threads", 't', CLI_INT, &threads, "N",
+        DEVICE_BACKEND_OPT(dv),
+        {"threads", 't', CLI_INT, &dv.threads, "N",
          "CPU threads (default 1: the steps are tiny and extra threads mostly wait on each other; 0 = all cores)"},
     };
     const cli_spec spec = {
@@ -83,23 +84,18 @@ int cmd_train(int argc, char **argv) {
     if (!isnan(lr) && !(lr > 0.0)) return cli_fail(CLI_EXIT_USAGE, prog, "--lr must be > 0");
     if (samples < 2 || samples > 64) return cli_fail(CLI_EXIT_USAGE, prog, "--samples %lld: want 2..64", (long long)samples);
 
-    char path[4096];
-    kvs_tokenizer *tk = NULL;
-    kvs_device *dev = NULL;
-    kvs_model *m = NULL;
+    cli_model cm = {0};
+    const char *path = cm.path;
     kvs_learned *lw = NULL;
     int32_t *ids = NULL;
     int64_t n_ids = 0;
-    rc = policy_model_tokens(prog, model, text, path, sizeof path, &tk, &ids, &n_ids);
-    if (rc != CLI_EXIT_OK) goto done;
-    rc = cli_open_device(prog, backend, threads, &dev);
+    rc = cli_model_open_file(prog, model, &cm);
+    if (rc == CLI_EXIT_OK) rc = cli_model_read_tokens(prog, &cm, text, &ids, &n_ids);
+    if (rc == CLI_EXIT_OK) rc = cli_model_create(prog, &dv, &cm);
     if (rc != CLI_EXIT_OK) goto done;
     rc = CLI_EXIT_FAIL;
-    if (kvs_model_load(&m, dev, path, NULL) != KVS_OK) {
-        rc = cli_fail_file(CLI_EXIT_USAGE, prog, path);
-        goto done;
-    }
-    const kvs_model_hparams *hp = kvs_model_get_hparams(m);
+    kvs_model *m = cm.m;
+    const kvs_model_hparams *hp = cm.hp;
     if (hp->arch != KVS_ARCH_LLAMA) {
         rc = cli_fail(CLI_EXIT_USAGE, prog, "%s: learned eviction needs an autoregressive model", path);
         goto done;
@@ -154,9 +150,7 @@ int cmd_train(int argc, char **argv) {
     rc = CLI_EXIT_OK;
 done:
     kvs_learned_destroy(&lw);
-    kvs_model_destroy(&m);
-    if (dev) kvs_device_destroy(&dev);
-    kvs_tokenizer_destroy(&tk);
+    cli_model_close(&cm);
     free(ids);
     return rc;
 }

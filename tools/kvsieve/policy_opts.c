@@ -73,42 +73,6 @@ int policy_make_learned(const char *prog, const char *name, const char *files, c
     return CLI_EXIT_OK;
 }
 
-/* Reads and tokenizes a text file (no BOS) into *ids (malloc'ed) and *n. CLI exit code. */
-static int policy_read_tokens(const char *prog, const kvs_tokenizer *tk, const char *path, int32_t **ids, int64_t *n) {
-    *ids = NULL;
-    *n = 0;
-    char *txt = NULL;
-    size_t tlen = 0;
-    int rc = cli_read_file(prog, "--text", path, &txt, &tlen);
-    if (rc != CLI_EXIT_OK) return rc;
-    int64_t cnt = 0;
-    kvs_tokenizer_encode(tk, txt, tlen, 0, NULL, 0, &cnt);
-    int32_t *v = malloc((size_t)(cnt + 1) * sizeof *v);
-    if (!v || kvs_tokenizer_encode(tk, txt, tlen, 0, v, cnt + 1, &cnt) != KVS_OK) {
-        free(v);
-        free(txt);
-        return cli_fail(CLI_EXIT_FAIL, prog, "tokenizing %s: %s", path, kvs_last_error());
-    }
-    free(txt);
-    *ids = v;
-    *n = cnt;
-    return CLI_EXIT_OK;
-}
-
-int policy_model_tokens(const char *prog, const char *model, const char *text, char *path, size_t path_size,
-                        kvs_tokenizer **tk, int32_t **ids, int64_t *n) {
-    *ids = NULL;
-    *n = 0;
-    if (kvs_model_locate(model, path, path_size) != KVS_OK) return cli_fail(CLI_EXIT_USAGE, prog, "%s", kvs_last_error());
-    kvs_model_file *mf = NULL;
-    if (kvs_model_file_open(&mf, path, NULL) != KVS_OK || kvs_tokenizer_from_model_file(tk, mf) != KVS_OK) {
-        kvs_model_file_close(&mf);
-        return cli_fail_file(CLI_EXIT_USAGE, prog, path);
-    }
-    kvs_model_file_close(&mf);
-    return policy_read_tokens(prog, *tk, text, ids, n);
-}
-
 int policy_parse_budget(const char *s, double *out) {
     double b;
     size_t len = s ? strlen(s) : 0;

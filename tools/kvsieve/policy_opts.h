@@ -41,8 +41,8 @@ typedef struct policy_opts {
 
 #define POLICY_OPTS(po)                                                                                            \
     {"policy", 0, CLI_STRING, &(po).policy, "NAME",                                                                \
-     "KV eviction policy: streaming, h2o, snapkv, tova, knorm, pyramidkv, adakv, or a learned one: retention, "      \
-     "indexer, rl (with --policy-file; default: none)"},                                                           \
+     "KV eviction policy: streaming, h2o, snapkv, tova, knorm, pyramidkv, adakv, keydiff, lagkv, critical[:base], " \
+     "expected, prefixkv, or a learned one: retention, indexer, rl (with --policy-file; default: none)"},                                                           \
     {"policy-file", 0, CLI_STRING, &(po).policy_file, "F.gguf[,..]",                                               \
      "learned policies: weights written by `kvsieve train` (comma-separated, matched by kind)"},                  \
     {"budget", 0, CLI_STRING, &(po).budget, "F|N",                                                                 \
@@ -70,14 +70,6 @@ int policy_parse_modes(const char *prog, const policy_opts *po, const char *cons
  * mismatched file; CLI_EXIT_OK otherwise. */
 int policy_make_learned(const char *prog, const char *name, const char *files, const kvs_model_hparams *hp, float threshold,
                         float floor, kvs_policy **pol);
-
-/* Finds `model` (kvs_model_locate) and writes its path to path[path_size], makes its tokenizer
- * (*tk, for kvs_tokenizer_destroy) and tokenizes the text file `text` (no BOS) into *ids
- * (malloc'ed) / *n. Prints "prog: ..." and returns CLI_EXIT_USAGE for a model that is not
- * found or has no tokenizer, cli_read_file's codes for the text, CLI_EXIT_FAIL when tokenizing
- * fails; CLI_EXIT_OK otherwise. */
-int policy_model_tokens(const char *prog, const char *model, const char *text, char *path, size_t path_size,
-                        kvs_tokenizer **tk, int32_t **ids, int64_t *n);
 
 /* Parses a budget string: a fraction in (0, 1], a whole count > 1, or "Nt" (N >= 1 tokens, so "1t" is one
  * token: stored as -N). 0 on success, -1 otherwise. */

@@ -32,6 +32,12 @@
 #define KVS_CPU_HAVE_NEON_EXT 0
 #endif
 
+/* Q8_0 (GGUF, include/kvsieve/tensor.h): blocks of 32 values, f16 scale d + 32 int8 q = 34 bytes */
+#ifndef KVS_Q8_BLOCK
+#define KVS_Q8_BLOCK 32
+#define KVS_Q8_BYTES 34
+#endif
+
 /* Feature bits of kvs_cpu_arm_features(). */
 enum { KVS_ARM_NEON = 1, KVS_ARM_DOTPROD = 2, KVS_ARM_FP16FML = 4 };
 

@@ -9,53 +9,35 @@
 #if KVS_CPU_HAVE_AVX512
 #include <immintrin.h>
 
-/* acc[i] = W_row . x_i for i < n (n <= 4); W row of k values in dtype dt (k % 16 == 0; q8_0:
- * k % 32 == 0). One pass over the W row, up to 4 x rows at once, two accumulators each. */
+/* acc[i] = W_row . x_i for i < n (n <= 4); W row of k values in dtype dt (F32, F16, BF16; k % 16 ==
+ * 0; the block types have their own kernels, quant_avx512.c). One pass over the W row, up to 4 x
+ * rows at once, two accumulators each. */
 __attribute__((target("avx512f,f16c")))
 void kvs_cpu_dot_rows_avx512(const void *wrow, kvs_dtype dt, const float *x, int64_t k, int64_t n, float *acc) {
     __m512 a[KVS_GEMV_MAX_N][2];
     for (int i = 0; i < KVS_GEMV_MAX_N; i++) a[i][0] = a[i][1] = _mm512_setzero_ps();
-    if (dt == KVS_Q8_0) {
-        const uint8_t *w = wrow;
-        for (int64_t b = 0; b < k / KVS_Q8_BLOCK; b++) {
-            const uint8_t *blk = w + b * KVS_Q8_BYTES;
-            uint16_t hs;
-            memcpy(&hs, blk, 2);
-            __m512 sc = _mm512_set1_ps(kvs_h2f(hs));
-            __m512 w0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 2))));
-            __m512 w1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 18))));
-            w0 = _mm512_mul_ps(w0, sc);
-            w1 = _mm512_mul_ps(w1, sc);
-            for (int64_t i = 0; i < n; i++) {
-                const float *xb = x + i * k + b * KVS_Q8_BLOCK;
-                a[i][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xb), a[i][0]);
-                a[i][1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xb + 16), a[i][1]);
-            }
+    for (int64_t c = 0; c < k; c += 32) {
+        __m512 w0, w1;
+        if (dt == KVS_F32) {
+            const float *w = (const float *)wrow + c;
+            w0 = _mm512_loadu_ps(w);
+            w1 = c + 16 < k ? _mm512_loadu_ps(w + 16) : _mm512_setzero_ps();
+        } else if (dt == KVS_F16) {
+            const uint16_t *w = (const uint16_t *)wrow + c;
+            w0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)w));
+            w1 = c + 16 < k ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + 16))) : _mm512_setzero_ps();
+        } else {
+            const uint16_t *w = (const uint16_t *)wrow + c;
+            w0 = _mm512_castsi512_ps(
+                _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)w)), 16));
+            w1 = c + 16 < k ? _mm512_castsi512_ps(_mm512_slli_epi32(
+                                  _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(w + 16))), 16))
+                            : _mm512_setzero_ps();
         }
-    } else {
-        for (int64_t c = 0; c < k; c += 32) {
-            __m512 w0, w1;
-            if (dt == KVS_F32) {
-                const float *w = (const float *)wrow + c;
-                w0 = _mm512_loadu_ps(w);
-                w1 = c + 16 < k ? _mm512_loadu_ps(w + 16) : _mm512_setzero_ps();
-            } else if (dt == KVS_F16) {
-                const uint16_t *w = (const uint16_t *)wrow + c;
-                w0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)w));
-                w1 = c + 16 < k ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + 16))) : _mm512_setzero_ps();
-            } else {
-                const uint16_t *w = (const uint16_t *)wrow + c;
-                w0 = _mm512_castsi512_ps(
-                    _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)w)), 16));
-                w1 = c + 16 < k ? _mm512_castsi512_ps(_mm512_slli_epi32(
-                                      _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(w + 16))), 16))
-                                : _mm512_setzero_ps();
-            }
-            for (int64_t i = 0; i < n; i++) {
-                const float *xc = x + i * k + c;
-                a[i][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xc), a[i][0]);
-                if (c + 16 < k) a[i][1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xc + 16), a[i][1]);
-            }
+        for (int64_t i = 0; i < n; i++) {
+            const float *xc = x + i * k + c;
+            a[i][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xc), a[i][0]);
+            if (c + 16 < k) a[i][1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xc + 16), a[i][1]);
         }
     }
     for (int64_t i = 0; i < n; i++) acc[i] = _mm512_reduce_add_ps(_mm512_add_ps(a[i][0], a[i][1]));

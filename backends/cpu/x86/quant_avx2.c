@@ -1,0 +1,79 @@
+/* CPU backend, x86 AVX2 + FMA + F16C kernels of the block-quantized weights (contracts: ../matmul.h):
+ * - GEMV (n <= 4 x rows): quant_fused.h's kernels with 8 lanes: 8 weights decoded into a register
+ *   (the reference decoder's f32 operations: the reference values bit for bit), one FMA per x row;
+ * - the GEMM tiles: the same register decoders, stored into the packed f32 tile.
+ * Chosen per call by ops_quant.c (variant "avx2", or automatically on a CPU with AVX2 but no
+ * AVX-512). */
+#include "../cpu_kernels.h"
+
+#if KVS_CPU_HAVE_AVX512
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#endif
+#include <immintrin.h>
+
+#include "../matmul.h"
+#include "quant/quant_blocks.h"
+
+/* 16-entry table lookup with 8-lane permutes: entries 0..7 and 8..15, chosen per lane */
+static inline __attribute__((always_inline)) __m256i lut16_avx2(__m256i idx, const int32_t *t) {
+    const __m256i lo = _mm256_permutevar8x32_epi32(_mm256_loadu_si256((const __m256i *)t), idx);
+    const __m256i hi = _mm256_permutevar8x32_epi32(_mm256_loadu_si256((const __m256i *)(t + 8)), idx);
+    return _mm256_blendv_epi8(lo, hi, _mm256_cmpgt_epi32(idx, _mm256_set1_epi32(7)));
+}
+static const int32_t iq4_table[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+static inline __attribute__((always_inline)) float hsum256(__m256 s) {
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+}
+
+#define QF_L 8
+typedef __m256 qf_vf;
+typedef __m256i qf_vi;
+#define QF_U8(p) _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p)))
+#define QF_I8(p) _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p)))
+#define QF_SRL(v, n) _mm256_srl_epi32((v), _mm_cvtsi32_si128(n))
+#define QF_SLL(v, n) _mm256_sll_epi32((v), _mm_cvtsi32_si128(n))
+#define QF_SRLV(v, c) _mm256_srlv_epi32((v), (c))
+#define QF_AND(a, b) _mm256_and_si256((a), (b))
+#define QF_OR(a, b) _mm256_or_si256((a), (b))
+#define QF_ADDI(a, b) _mm256_add_epi32((a), (b))
+#define QF_SUBI(a, b) _mm256_sub_epi32((a), (b))
+#define QF_SETI(c) _mm256_set1_epi32(c)
+#define QF_IOTA _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)
+#define QF_TABLE iq4_table
+#define QF_LUT16(idx, t) lut16_avx2((idx), (t))
+#define QF_CVT(v) _mm256_cvtepi32_ps(v)
+#define QF_SETF(f) _mm256_set1_ps(f)
+#define QF_MULF(a, b) _mm256_mul_ps((a), (b))
+#define QF_ADDF(a, b) _mm256_add_ps((a), (b))
+#define QF_SUBF(a, b) _mm256_sub_ps((a), (b))
+#define QF_FMA(a, b, c) _mm256_fmadd_ps((a), (b), (c))
+#define QF_LOADF(p) _mm256_loadu_ps(p)
+#define QF_STOREF(p, v) _mm256_storeu_ps((p), (v))
+#define QF_ZERO _mm256_setzero_ps()
+#define QF_HSUM(v) hsum256(v)
+#include "quant_fused.h"
+
+void kvs_cpu_qdecode_avx2(kvs_dtype dt, const void *src, int64_t n, float *dst) {
+    if (!qf_decode(dt, src, n, dst)) kvs_qb_decode_n(dt, src, n / kvs_dtype_block(dt), dst);
+}
+
+void kvs_cpu_qdot_rows_avx2(const void *wrow, kvs_dtype dt, const float *x, int64_t k, int64_t n, float *acc) {
+    qf_dot_fn f = qf_dot_for(dt, n);
+    if (f) f(wrow, x, k, acc);
+    else kvs_cpu_qdot_rows_portable(wrow, dt, x, k, n, acc); /* not reached: every block type has one */
+}
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+#endif

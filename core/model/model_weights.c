@@ -1,0 +1,23 @@
+/* Host copies of a model's attention weights for the eviction policies that read them (CriticalKV's
+ * Wo, ExpectedAttention's Wq; see policy.h). Declared in model_internal.h. */
+#include <stdlib.h>
+
+#include "model/model_internal.h"
+
+kvs_status kvs_model_attn_weight_f32(const kvs_model *m, int layer, char which, float *dst) {
+    const char *op = "kvs_model_attn_weight_f32";
+    if (!m || !dst || layer < 0 || layer >= m->hp.n_layers || (which != 'q' && which != 'o'))
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: NULL argument, layer %d or weight '%c'", op, layer, which);
+    const kvs_tensor *t = which == 'q' ? m->layers[layer].wq : m->layers[layer].wo;
+    int64_t n = kvs_tensor_nelements(t);
+    kvs_dtype dt = kvs_tensor_dtype(t);
+    if (dt == KVS_F32) return kvs_tensor_download(t, dst, 0, (size_t)n * 4);
+    if (dt != KVS_F16 && dt != KVS_BF16)
+        return kvs_error(KVS_ERR_DTYPE, "%s: layer %d W%c is %s (f32, f16, bf16 supported)", op, layer, which, kvs_dtype_name(dt));
+    uint16_t *h = malloc((size_t)n * 2);
+    if (!h) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
+    kvs_status s = kvs_tensor_download(t, h, 0, (size_t)n * 2);
+    for (int64_t i = 0; s == KVS_OK && i < n; i++) dst[i] = dt == KVS_F16 ? kvs_f16_to_f32(h[i]) : kvs_bf16_to_f32(h[i]);
+    free(h);
+    return s;
+}

@@ -1,0 +1,33 @@
+/* The dtype table (values per block, bytes per block, ggml type number) and the reference row
+ * dequantizer of the block types. Block layouts and the per-block decoders: quant_blocks.h.
+ * Part of the base room (tests/check_layers.py): backend-neutral, used by tensors, the GGUF loader,
+ * every backend's quantized products and the quantized KV cache. Not installed. */
+#ifndef KVS_CORE_QUANT_H
+#define KVS_CORE_QUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvsieve/status.h"
+#include "kvsieve/tensor.h"
+
+typedef struct kvs_dtype_info {
+    const char *name;   /* kvs_dtype_name */
+    int block;          /* values per block (1: a plain element type) */
+    int bytes;          /* bytes per block */
+    uint32_t ggml_type; /* the ggml / GGUF tensor type number */
+} kvs_dtype_info;
+
+/* The entry of dt, or NULL for a value outside the enum. */
+const kvs_dtype_info *kvs_dtype_info_get(kvs_dtype dt);
+
+/* The kvs_dtype of a ggml type number; KVS_DTYPE_COUNT when kvsieve has no dtype for it. */
+kvs_dtype kvs_dtype_from_ggml(uint32_t ggml_type);
+
+/* dst[0 .. n) = the n values of a block-type row segment src (n % block == 0; n / block whole blocks
+ * read, no alignment needed), decoded by quant_blocks.h (bit-exact against gguf-py's dequantizers).
+ * Errors: KVS_ERR_DTYPE (dt not a block type, or n not a multiple of its block; the message names
+ * both). */
+kvs_status kvs_dequant_row(kvs_dtype dt, const void *src, int64_t n, float *dst);
+
+#endif

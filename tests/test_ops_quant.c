@@ -1,0 +1,165 @@
+/* Suite "matmul-quant": kvs_matmul and kvs_embedding with block-quantized weights (Q4_0, Q4_1, Q5_0,
+ * Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS) against the float64 product of the exactly
+ * decoded matrix (ref_quant.h), swept over the matmul variants (CPU: auto, portable, avx2, avx512,
+ * avx512-blas). Weights are random blocks: random bytes with random finite f16 scales (|d| <= 0.02,
+ * dmin / m in [0, 0.02)), so every bit pattern of the codes and sub-scales occurs.
+ * Shapes: m odd; k = 3 and 11 blocks of 32 (11: a 256-value chunk plus a remainder) or 1 and 3
+ * super-blocks of 256; n = 1 and 3 (the decoding GEMV, one pass over W) and 13, 37 (the GEMM tiles).
+ * Guarded tensors: writes outside y, or any write to W and x, fail the case.
+ *
+ * Tolerance (normalised MSE): 1e-7, the F32-weight budget. The CPU kernels decode each weight to f32
+ * (relative error <= 3 * 2^-24 against the exact value, measured in test_quant) and multiply in f32
+ * with f32 accumulation (relative error ~k * 2^-24 per product in the worst case, ~sqrt(k) * 2^-24
+ * typically): nmse ~1e-13 at these k. A kernel that quantized x to 8 bits as llama.cpp's CPU path does
+ * (relative error ~2^-8 per term, nmse ~1e-5) or that misread one sub-block (nmse >= 1/(k/16)) fails.
+ * Embedding rows: |out - exact| <= 2^-22 * max|row| (a decode of f32 roundings, never a product).
+ * Backends without a type (OpenCL, Vulkan: every block type but Q8_0) must refuse it through
+ * supports() (KVS_ERR_UNSUPPORTED, the reason naming the type); such cases are listed as skipped,
+ * never passed (t_query), and the CPU backend may refuse none. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "ref_quant.h"
+#include "reference.h"
+#include "suites.h"
+
+static const kvs_dtype qtypes[] = {KVS_Q4_0, KVS_Q4_1, KVS_Q5_0, KVS_Q5_1, KVS_Q8_0, KVS_IQ4_NL,
+                                   KVS_Q2_K, KVS_Q3_K, KVS_Q4_K, KVS_Q5_K, KVS_Q6_K, KVS_IQ4_XS};
+#define N_QT (int)(sizeof qtypes / sizeof qtypes[0])
+
+/* Byte offsets of a block's f16 fields: [0] the scale d, [1] dmin / m (-1: none). */
+static void f16_fields(kvs_dtype dt, int *d, int *m) {
+    *m = -1;
+    switch (dt) {
+    case KVS_Q2_K: *d = 80; *m = 82; break;
+    case KVS_Q3_K: *d = 108; break;
+    case KVS_Q6_K: *d = 208; break;
+    case KVS_Q4_1: case KVS_Q5_1: case KVS_Q4_K: case KVS_Q5_K: *d = 0; *m = 2; break;
+    default: *d = 0; break;
+    }
+}
+
+static void random_blocks(kvs_dtype dt, uint8_t *b, int64_t nblocks) {
+    const size_t bytes = kvs_dtype_bytes(dt, kvs_dtype_block(dt));
+    int fd, fm;
+    f16_fields(dt, &fd, &fm);
+    for (int64_t i = 0; i < nblocks; i++) {
+        uint8_t *p = b + (size_t)i * bytes;
+        for (size_t j = 0; j < bytes; j++) p[j] = (uint8_t)t_rand_u64();
+        uint16_t h = kvs_f32_to_f16((float)t_rand_uniform(-0.02, 0.02));
+        memcpy(p + fd, &h, 2);
+        if (fm >= 0) {
+            /* q4_1 / q5_1: m is added, any sign; the K types subtract dmin * m (dmin >= 0 in practice) */
+            h = kvs_f32_to_f16((float)t_rand_uniform(dt == KVS_Q4_1 || dt == KVS_Q5_1 ? -0.02 : 0.0, 0.02));
+            memcpy(p + fm, &h, 2);
+        }
+    }
+}
+
+/* After the support query refused a case (t_query: recorded as skipped, never passed): only a GPU
+ * backend may, and its reason must name the weight type. */
+static void check_refusal(kvs_dtype dt) {
+    ck_assert_msg(t_params.backend != KVS_BACKEND_CPU, "the CPU backend must run %s", kvs_dtype_name(dt));
+    ck_assert_msg(strstr(kvs_last_error(), kvs_dtype_name(dt)) != NULL, "refusal does not name %s: %s",
+                  kvs_dtype_name(dt), kvs_last_error());
+}
+
+#define N_SHAPES 4
+static void qmm_run(int _i) {
+    const kvs_dtype dt = qtypes[_i / N_SHAPES];
+    const int shape = _i % N_SHAPES;
+    const int blk = kvs_dtype_block(dt);
+    static const int ms[N_SHAPES] = {37, 5, 67, 301}, ns[N_SHAPES] = {1, 3, 13, 37};
+    const int kb32[N_SHAPES] = {3, 11, 11, 3}, kb256[N_SHAPES] = {1, 3, 3, 1};
+    const int64_t m = ms[shape], n = ns[shape], k = (int64_t)blk * (blk == 32 ? kb32[shape] : kb256[shape]);
+    const int accumulate = shape % 2;
+    t_case("matmul W=%s m=%lld k=%lld n=%lld accumulate=%d", kvs_dtype_name(dt), (long long)m, (long long)k,
+           (long long)n, accumulate);
+    const int64_t nblocks = m * k / blk;
+    uint8_t *blocks = t_alloc(kvs_dtype_bytes(dt, m * k));
+    random_blocks(dt, blocks, nblocks);
+    double *Wd = t_alloc(sizeof(double) * (size_t)(m * k));
+    ref_quant_dequant(dt, blocks, m * k, Wd);
+    float *x = t_alloc(sizeof(float) * (size_t)(n * k));
+    float *y0 = t_alloc(sizeof(float) * (size_t)(n * m));
+    float *y = t_alloc(sizeof(float) * (size_t)(n * m));
+    t_fill_uniform(x, n * k, -1, 1);
+    t_fill_uniform(y0, n * m, -1, 1);
+    tt *Wt = t_new2(dt, k, m), *xt = t_new2(KVS_F32, k, n), *yt = t_new2(KVS_F32, m, n);
+    t_upload(Wt, blocks);
+    t_upload_f32(xt, x);
+    if (accumulate) t_upload_f32(yt, y0);
+    double *xd = t_alloc(sizeof(double) * (size_t)(n * k)), *ref = t_alloc(sizeof(double) * (size_t)(n * m));
+    for (int64_t i = 0; i < n * k; i++) xd[i] = x[i];
+    for (int64_t i = 0; i < n * m; i++) ref[i] = y0[i];
+    ref_matmul(Wd, xd, ref, m, k, n, accumulate);
+    if (t_query(kvs_matmul(t_dev(), Wt->t, xt->t, yt->t, accumulate))) {
+        check_refusal(dt);
+        return;
+    }
+    t_run_end(kvs_matmul(t_dev(), Wt->t, xt->t, yt->t, accumulate));
+    t_download(yt, y);
+    t_check_nmse("y", y, ref, n * m, 1e-7);
+    t_assert_unchanged(Wt, "W");
+    t_assert_unchanged(xt, "x");
+}
+
+START_TEST(test_qmatmul) {
+    char name[64];
+    snprintf(name, sizeof name, "matmul-quant#%d", _i);
+    t_begin(name);
+    qmm_run(_i);
+    t_end();
+}
+END_TEST
+
+static void qemb_run(int _i) {
+    const kvs_dtype dt = qtypes[_i];
+    const int blk = kvs_dtype_block(dt);
+    const int64_t dim = blk == 32 ? 96 : 512, vocab = 29, n = 7;
+    t_case("embedding table=%s vocab=%lld dim=%lld n=%lld", kvs_dtype_name(dt), (long long)vocab, (long long)dim,
+           (long long)n);
+    uint8_t *blocks = t_alloc(kvs_dtype_bytes(dt, vocab * dim));
+    random_blocks(dt, blocks, vocab * dim / blk);
+    double *tab = t_alloc(sizeof(double) * (size_t)(vocab * dim));
+    ref_quant_dequant(dt, blocks, vocab * dim, tab);
+    int32_t ids[7] = {0, 28, 5, 5, 17, 1, 27};
+    tt *tt_ = t_new2(dt, dim, vocab), *out = t_new2(KVS_F32, dim, n);
+    t_upload(tt_, blocks);
+    if (t_query(kvs_embedding(t_dev(), tt_->t, ids, n, out->t))) {
+        check_refusal(dt);
+        return;
+    }
+    t_run_end(kvs_embedding(t_dev(), tt_->t, ids, n, out->t));
+    float *o = t_alloc(sizeof(float) * (size_t)(n * dim));
+    double *ref = t_alloc(sizeof(double) * (size_t)(n * dim));
+    double amax = 0;
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t c = 0; c < dim; c++) {
+            ref[i * dim + c] = tab[ids[i] * dim + c];
+            amax = fmax(amax, fabs(ref[i * dim + c]));
+        }
+    t_download(out, o);
+    t_check_close("out", o, ref, n * dim, 0x1p-22 * amax, 0);
+    t_assert_unchanged(tt_, "table");
+}
+
+START_TEST(test_qembedding) {
+    char name[64];
+    snprintf(name, sizeof name, "embedding-quant#%d", _i);
+    t_begin(name);
+    qemb_run(_i);
+    t_end();
+}
+END_TEST
+
+Suite *suite_matmul_quant(void) {
+    Suite *s = suite_create("matmul-quant");
+    TCase *tc = tcase_create("matmul-quant");
+    tcase_add_loop_test(tc, test_qmatmul, 0, N_QT * N_SHAPES);
+    tcase_add_loop_test(tc, test_qembedding, 0, N_QT);
+    suite_add_tcase(s, tc);
+    return s;
+}

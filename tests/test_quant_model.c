@@ -1,0 +1,139 @@
+/* A quantized model end to end (issue 15): tests/data/quant/tiny-llama-mixed-q.gguf (written by
+ * llama.cpp's gguf-py, tools/fixtures/make_quant_model.py; every matrix in one of the 12 block types)
+ * runs its forward (12 tokens: the GEMM tiles; 3 tokens: the decoding GEMV) with the weights kept in
+ * their block types (the CPU products read the blocks), and its logits are compared with the same file loaded with force_f32 (every weight dequantized to
+ * F32 on load, the products then F32 BLAS/GEMM), under every matmul variant of the CPU backend.
+ *
+ * Tolerance, derived: both runs use bit-identical weight values (the decoders are bit-exact against
+ * gguf-py and force_f32 uses the same decoders; test quant-blocks), so they differ only by f32
+ * rounding in the products' summation order. A product of depth k <= 256 has relative error at most
+ * k * 2^-24 = 1.5e-5 (worst case; ~sqrt(k) * 2^-24 = 1e-6 typically); 16 products lie on the path to a
+ * logit (7 per layer, the output), so |delta logit| <= 16 * 1.5e-5 * |the logit's terms| in the worst
+ * case. Checked: max |delta| <= 1e-3 * rms(logits) (the worst case with a margin of 4), normalised MSE
+ * <= 1e-8 (typical ~1e-12), and the greedy token identical at every position whose top-2 margin
+ * exceeds twice the largest difference.
+ * Also: the weights stay quantized on the device (kvs_model_weight_bytes equals the file's matrices'
+ * bytes, not 4 bytes a value) and GPU backends refuse the types cleanly (tools/tests, README).
+ * Usage: test_quant_model MODEL_GGUF */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvsieve/kvsieve.h"
+
+static const char *g_path;
+
+/* Logits [nt][vocab] of the first nt tokens of a fixed prompt on a fresh cache (nt <= 4: the
+ * products take the decoding GEMV path, else the GEMM tiles). */
+static float *run(kvs_device *dev, const kvs_model_file *mf, int nt, int64_t *vocab, int64_t *wbytes) {
+    kvs_model *m = NULL;
+    ck_assert_msg(kvs_model_create(&m, dev, mf, NULL) == KVS_OK, "%s", kvs_last_error());
+    const kvs_model_hparams *hp = kvs_model_get_hparams(m);
+    kvs_cache_params cp = kvs_model_cache_params(m);
+    cp.capacity = 32;
+    kvs_kv_cache *c = NULL;
+    ck_assert_msg(kvs_cache_create(&c, dev, &cp) == KVS_OK, "%s", kvs_last_error());
+    int32_t toks[12] = {1, 45, 67, 89, 300, 2, 511, 17, 99, 128, 64, 3}, rows[12];
+    for (int i = 0; i < 12; i++) rows[i] = i;
+    kvs_step_plan plan = {.tokens = toks, .n_tokens = nt, .logit_rows = rows, .n_logit_rows = nt};
+    kvs_step_result r;
+    ck_assert_msg(kvs_model_forward(m, c, &plan, &r) == KVS_OK, "%s", kvs_last_error());
+    *vocab = hp->vocab;
+    *wbytes = kvs_model_weight_bytes(m);
+    float *out = malloc((size_t)nt * (size_t)hp->vocab * sizeof *out);
+    ck_assert(out != NULL);
+    memcpy(out, r.logits, (size_t)nt * (size_t)hp->vocab * sizeof *out);
+    kvs_cache_destroy(&c);
+    kvs_model_destroy(&m);
+    return out;
+}
+
+START_TEST(test_quant_vs_f32) {
+    kvs_model_file *mq = NULL, *mf = NULL;
+    ck_assert_msg(kvs_model_file_open(&mq, g_path, NULL) == KVS_OK, "%s: %s", g_path, kvs_last_error());
+    kvs_model_file_params fp = kvs_model_file_params_default();
+    fp.force_f32 = 1;
+    ck_assert_msg(kvs_model_file_open(&mf, g_path, &fp) == KVS_OK, "%s", kvs_last_error());
+    /* the file holds all 12 block types */
+    const kvs_model_weights *w = kvs_model_file_weights(mq);
+    int seen[KVS_DTYPE_COUNT] = {0};
+    seen[w->token_embd.dtype] = seen[w->output.dtype] = 1;
+    for (int l = 0; l < kvs_model_file_hparams(mq)->n_layers; l++) {
+        const kvs_layer_weights *L = &w->layers[l];
+        const kvs_weight *all[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (int i = 0; i < 7; i++) seen[all[i]->dtype] = 1;
+    }
+    for (int t = KVS_Q8_0; t < KVS_DTYPE_COUNT; t++)
+        ck_assert_msg(seen[t], "fixture lacks %s", kvs_dtype_name((kvs_dtype)t));
+
+    kvs_device *dev = NULL;
+    ck_assert_int_eq(kvs_device_open(&dev, NULL), KVS_OK);
+    int64_t vocab, wb_f32, wb_q;
+    const int n_var = kvs_device_variant_count(dev, "matmul");
+    for (int run_i = 0; run_i < 2 * (n_var + 1); run_i++) {
+        const int v = run_i / 2 - 1, NT = run_i % 2 ? 3 : 12;
+        char spec[64] = "matmul:auto";
+        if (v >= 0) snprintf(spec, sizeof spec, "matmul:%s", kvs_device_variant_name(dev, "matmul", v));
+        if (kvs_device_set_variants(dev, spec) != KVS_OK) {
+            printf("# %s: not runnable here (%s)\n", spec, kvs_last_error());
+            continue;
+        }
+        float *ref = run(dev, mf, NT, &vocab, &wb_f32);
+        float *q = run(dev, mq, NT, &vocab, &wb_q);
+        ck_assert_msg(wb_q * 3 < wb_f32, "weights not kept quantized: %lld bytes vs %lld as f32", (long long)wb_q,
+                      (long long)wb_f32);
+        double ss = 0, se = 0, dmax = 0;
+        for (int64_t i = 0; i < NT * vocab; i++) {
+            ck_assert_msg(isfinite(q[i]), "%s: logit %lld not finite", spec, (long long)i);
+            ss += (double)ref[i] * ref[i];
+            se += ((double)q[i] - ref[i]) * ((double)q[i] - ref[i]);
+            dmax = fmax(dmax, fabs((double)q[i] - ref[i]));
+        }
+        const double rms = sqrt(ss / (double)(NT * vocab)), nmse = se / ss;
+        int agree = 0, decided = 0;
+        for (int t = 0; t < NT; t++) {
+            const float *a = q + t * vocab, *b = ref + t * vocab;
+            int ia = 0, ib = 0;
+            for (int64_t j = 1; j < vocab; j++) {
+                if (a[j] > a[ia]) ia = (int)j;
+                if (b[j] > b[ib]) ib = (int)j;
+            }
+            float second = -INFINITY;
+            for (int64_t j = 0; j < vocab; j++)
+                if (j != ib && b[j] > second) second = b[j];
+            if (b[ib] - second > 2 * dmax) {
+                decided++;
+                ck_assert_msg(ia == ib, "%s: position %d greedy token %d, f32 %d (margin %g)", spec, t, ia, ib,
+                              b[ib] - second);
+            }
+            agree += ia == ib;
+        }
+        printf("# %s, %d tokens: weights %lld bytes (f32: %lld); logits rms %.4g, max |quant - f32| %.3g (%.2g rms), nmse "
+               "%.3g; greedy agrees at %d/%d positions (%d with a decisive margin)\n",
+               spec, NT, (long long)wb_q, (long long)wb_f32, rms, dmax, dmax / rms, nmse, agree, NT, decided);
+        ck_assert_msg(dmax <= 1e-3 * rms, "%s: max |delta logit| %g > 1e-3 * rms %g", spec, dmax, rms);
+        ck_assert_msg(nmse <= 1e-8, "%s: nmse %g", spec, nmse);
+        free(q);
+        free(ref);
+    }
+    kvs_device_destroy(&dev);
+    kvs_model_file_close(&mq);
+    kvs_model_file_close(&mf);
+}
+END_TEST
+
+int main(int argc, char **argv) {
+    g_path = argc > 1 ? argv[1] : "tests/data/quant/tiny-llama-mixed-q.gguf";
+    Suite *s = suite_create("quant-model");
+    TCase *tc = tcase_create("quant-model");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_quant_vs_f32);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,101 @@
+/* kvsieve bench ops, shared by its files (not installed):
+ *   cmd_bench.c     the command: options, device, header lines, peaks then the suite
+ *   bench_time.c    inputs (deterministic random tensors, index lists), the timing rule, case rows
+ *   bench_peaks.c   the peaks every ratio is measured against (GEMM, bandwidth)
+ *   bench_cases.c   the op cases and the suite (which shapes, what each counts as work)
+ *   bench_report.c  the table rows and the JSON report
+ * Units, timing and budgets: cmd_bench.c's header. */
+#ifndef KVS_CLI_BENCH_H
+#define KVS_CLI_BENCH_H
+
+#include <stdint.h>
+
+#include "cli.h"
+
+#define MAX_ROWS 64
+#define MAX_REPS 101
+
+typedef enum unit { UNIT_FLOPS, UNIT_BYTES } unit;
+
+typedef enum row_status { ROW_OK, ROW_UNSUPPORTED, ROW_TOO_LARGE, ROW_SKIPPED, ROW_ERROR } row_status;
+
+typedef struct row {
+    char op[24];
+    char shape[64];
+    unit unit;
+    double work;     /* flops or bytes per call */
+    double sec;      /* median seconds per call (ROW_OK) */
+    double best;     /* fastest sample, seconds per call (ROW_OK) */
+    int samples;     /* timed samples behind sec; 0: only the warm-up call (includes first use) */
+    row_status status;
+    char msg[200];
+} row;
+
+typedef struct peak {
+    int valid;
+    double rate;     /* GFLOP/s or GB/s */
+    char what[64];   /* shape / size */
+    char method[64];
+} peak;
+
+typedef struct bench {
+    kvs_device *dev;
+    const char *spec;
+    int quick, json, reps, threads;
+    double min_sample_s;
+    double budget_s; /* per-case time budget, seconds */
+    const char *filter;
+    uint64_t rng;
+    peak gemm, bw;
+    row rows[MAX_ROWS];
+    int n_rows, n_errors;
+} bench;
+
+/* Names of row_status values, for the table and the JSON report (bench_report.c). */
+extern const char *const bench_row_status_names[];
+
+/* ---- bench_time.c ---- */
+
+/* A uniform value in [-1, 1) from the xorshift64* state *s (deterministic inputs for every run). */
+float bench_rng_uniform(uint64_t *s);
+/* Creates a tensor on b->dev and fills it with uniform [-1, 1) values (F32/F16) or zeros (others);
+ * errors: those of kvs_tensor_new / kvs_tensor_upload, KVS_ERR_OUT_OF_MEMORY. */
+kvs_status bench_new_tensor(bench *b, kvs_tensor **t, kvs_dtype dt, int64_t ne0, int64_t ne1, int64_t ne2,
+                            int64_t ne3);
+/* I32 tensor [groups][n] with idx[g][i] = floor(i * range / n). */
+kvs_status bench_new_index(bench *b, kvs_tensor **t, int64_t n, int64_t groups, int64_t range);
+
+typedef kvs_status (*run_fn)(bench *b, void *state);
+/* Warm-up, calibrate, samples: the median seconds per call of fn in *sec (the rule: cmd_bench.c). */
+kvs_status bench_time_op(bench *b, run_fn fn, void *st, double *sec);
+/* A new row for case "op shape", NULL when --filter leaves it out or the table is full. */
+row *bench_new_row(bench *b, const char *op, const char *shape, unit u, double work);
+/* Records the outcome of one case (s: the status of setup or timing) and prints its row. */
+void bench_finish_row(bench *b, row *r, kvs_status s, double sec);
+void bench_destroy_all(kvs_tensor **ts, int n);
+const char *bench_unit_name(unit u);
+double bench_row_rate(const row *r);               /* GFLOP/s or GB/s */
+const peak *bench_row_peak(const bench *b, const row *r);
+
+/* ---- bench_cases.c ---- */
+
+typedef struct mm_state {
+    kvs_tensor *W, *x, *y;
+} mm_state;
+kvs_status bench_run_mm(bench *b, void *p);
+/* Every case of the suite (quick sizes with b->quick), table header first. */
+void bench_run_suite(bench *b);
+
+/* ---- bench_peaks.c ---- */
+
+/* b->gemm: an n^3 f32 SGEMM through kvs_matmul (cblas_sgemm when the CPU backend lacks it). */
+void bench_peak_gemm(bench *b, int64_t n);
+/* b->bw: memcpy of `bytes` on the CPU (1 and all threads), a device copy on GPUs. */
+void bench_peak_bandwidth(bench *b, size_t bytes);
+
+/* ---- bench_report.c ---- */
+
+void bench_print_row(const bench *b, const row *r); /* nothing with --json */
+void bench_print_json(const bench *b, const char *date, double load);
+
+#endif

@@ -1,0 +1,241 @@
+/* kvsieve bench ops: the op cases (shapes, and what each counts as work: flops or bytes) and the
+ * suite that runs them; each case times one op with bench_time_op and records a row. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "bench.h"
+
+/* ---- cases ------------------------------------------------------------------------------------ */
+
+
+kvs_status bench_run_mm(bench *b, void *p) {
+    mm_state *s = p;
+    return kvs_matmul(b->dev, s->W, s->x, s->y, 0);
+}
+
+/* y [n][m] = W [m][k] x [n][k]; GFLOP/s when n > 8, else GB/s (decode GEMV is memory-bound). */
+static void case_matmul(bench *b, kvs_dtype wt, int64_t m, int64_t k, int64_t n) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "m=%lld k=%lld n=%lld W %s", (long long)m, (long long)k, (long long)n,
+             kvs_dtype_name(wt));
+    int gemv = n <= 8;
+    double work = gemv ? (double)kvs_dtype_bytes(wt, m * k) + 4.0 * (double)(n * k + n * m)
+                       : 2.0 * (double)m * (double)k * (double)n;
+    row *r = bench_new_row(b, gemv ? "gemv" : "matmul", shape, gemv ? UNIT_BYTES : UNIT_FLOPS, work);
+    if (!r) return;
+    mm_state s = {0};
+    double sec = 0;
+    kvs_status st = bench_new_tensor(b, &s.W, wt, k, m, 0, 0);
+    if (st == KVS_OK) st = bench_new_tensor(b, &s.x, KVS_F32, k, n, 0, 0);
+    if (st == KVS_OK) st = bench_new_tensor(b, &s.y, KVS_F32, m, n, 0, 0);
+    if (st == KVS_OK) st = bench_time_op(b, bench_run_mm, &s, &sec);
+    bench_finish_row(b, r, st, sec);
+    bench_destroy_all(&s.W, 3);
+}
+
+typedef struct att_state {
+    kvs_tensor *q, *k, *v, *o;
+    kvs_attention_params p;
+} att_state;
+
+static kvs_status run_att(bench *b, void *p) {
+    att_state *s = p;
+    return kvs_attention(b->dev, s->q, s->k, s->v, s->o, &s->p);
+}
+
+/* q [n_q][h][d] against k, v [hkv][n_kv][d]. n_q == 1: decode row, reported as GB/s. */
+/* Returns the seconds per call measured (0 when not run, INFINITY when skipped); skip = 1 records
+ * the case as skipped. */
+static double case_attention(bench *b, int64_t n_q, int64_t n_kv, int64_t d, int64_t h, int64_t hkv, int causal,
+                             int skip) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "n_q=%lld n_kv=%lld d=%lld h=%lld/%lld%s", (long long)n_q, (long long)n_kv,
+             (long long)d, (long long)h, (long long)hkv, causal ? " causal" : "");
+    int decode = n_q == 1;
+    double work = decode ? 4.0 * (double)(2 * n_q * h * d + 2 * hkv * n_kv * d)
+                         : 4.0 * (double)n_q * (double)n_kv * (double)d * (double)h * (causal ? 0.5 : 1.0);
+    row *r = bench_new_row(b, decode ? "attn-dec" : "attention", shape, decode ? UNIT_BYTES : UNIT_FLOPS, work);
+    if (!r) return 0;
+    if (skip) {
+        r->status = ROW_SKIPPED;
+        bench_print_row(b, r);
+        return INFINITY; /* the larger sizes after it are skipped too */
+    }
+    att_state s = {0};
+    s.p = kvs_attention_params_default();
+    s.p.causal = causal;
+    double sec = 0;
+    kvs_status st = bench_new_tensor(b, &s.q, KVS_F32, d, h, n_q, 0);
+    if (st == KVS_OK) st = bench_new_tensor(b, &s.k, KVS_F32, d, n_kv, hkv, 0);
+    if (st == KVS_OK) st = bench_new_tensor(b, &s.v, KVS_F32, d, n_kv, hkv, 0);
+    if (st == KVS_OK) st = bench_new_tensor(b, &s.o, KVS_F32, d, h, n_q, 0);
+    if (st == KVS_OK) st = bench_time_op(b, run_att, &s, &sec);
+    bench_finish_row(b, r, st, sec);
+    bench_destroy_all(&s.q, 4);
+    return st == KVS_OK ? sec : 0;
+}
+
+typedef struct dwt_state {
+    kvs_tensor *x, *y;
+    kvs_wavelet w;
+    int levels, inverse;
+} dwt_state;
+
+static kvs_status run_dwt(bench *b, void *p) {
+    dwt_state *s = p;
+    return s->inverse ? kvs_idwt(b->dev, s->y, s->x, s->w, s->levels) : kvs_dwt(b->dev, s->x, s->y, s->w, s->levels);
+}
+
+static void case_dwt(bench *b, kvs_wavelet w, int levels, int64_t rows, int64_t n, int inverse) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "%s J=%d %lldx%lld", kvs_wavelet_name(w), levels, (long long)rows, (long long)n);
+    int64_t nc = kvs_dwt_length(n, levels);
+    row *r = bench_new_row(b, inverse ? "idwt" : "dwt", shape, UNIT_BYTES, 4.0 * (double)rows * (double)(n + nc));
+    if (!r) return;
+    dwt_state s = {.w = w, .levels = levels, .inverse = inverse};
+    double sec = 0;
+    kvs_status st = bench_new_tensor(b, &s.x, KVS_F32, n, rows, 0, 0);
+    if (st == KVS_OK) st = bench_new_tensor(b, &s.y, KVS_F32, nc, rows, 0, 0);
+    if (st == KVS_OK) st = bench_time_op(b, run_dwt, &s, &sec);
+    bench_finish_row(b, r, st, sec);
+    bench_destroy_all(&s.x, 2);
+}
+
+typedef struct topk_state {
+    kvs_tensor *x, *idx, *val;
+    kvs_topk_params p;
+    int global;
+} topk_state;
+
+static kvs_status run_topk(bench *b, void *p) {
+    topk_state *s = p;
+    return s->global ? kvs_topk_global(b->dev, s->x, s->idx, s->val, &s->p)
+                     : kvs_topk(b->dev, s->x, s->idx, s->val, &s->p);
+}
+
+/* rows == 0: global top-k over n elements. */
+static void case_topk(bench *b, int64_t rows, int64_t n, int64_t k) {
+    char shape[64];
+    int global = rows == 0;
+    if (global) snprintf(shape, sizeof shape, "global n=2^%d k=%lld", (int)lround(log2((double)n)), (long long)k);
+    else snprintf(shape, sizeof shape, "rows %lldx%lld k=%lld", (long long)rows, (long long)n, (long long)k);
+    int64_t nr = global ? 1 : rows;
+    row *r = bench_new_row(b, global ? "topk-glob" : "topk", shape, UNIT_BYTES,
+                     4.0 * (double)nr * (double)n + 8.0 * (double)nr * (double)k);
+    if (!r) return;
+    topk_state s = {.global = global};
+    s.p = kvs_topk_params_default();
+    s.p.k = k;
+    double sec = 0;
+    kvs_status st = global ? bench_new_tensor(b, &s.x, KVS_F32, n, 0, 0, 0) : bench_new_tensor(b, &s.x, KVS_F32, n, rows, 0, 0);
+    if (st == KVS_OK) st = kvs_tensor_new(&s.idx, b->dev, KVS_I32, k, global ? 0 : rows, 0, 0);
+    if (st == KVS_OK) st = kvs_tensor_new(&s.val, b->dev, KVS_F32, k, global ? 0 : rows, 0, 0);
+    if (st == KVS_OK) st = bench_time_op(b, run_topk, &s, &sec);
+    bench_finish_row(b, r, st, sec);
+    bench_destroy_all(&s.x, 3);
+}
+
+typedef enum rows_op { OP_GATHER, OP_SCATTER, OP_COMPACT } rows_op;
+
+typedef struct rows_state {
+    kvs_tensor *src, *idx, *dst;
+    rows_op op;
+} rows_state;
+
+static kvs_status run_rows(bench *b, void *p) {
+    rows_state *s = p;
+    switch (s->op) {
+    case OP_GATHER: return kvs_gather(b->dev, s->src, s->idx, s->dst);
+    case OP_SCATTER: return kvs_scatter(b->dev, s->src, s->idx, s->dst, 1);
+    case OP_COMPACT: return kvs_compact(b->dev, s->dst, s->idx);
+    }
+    return KVS_ERR_INTERNAL;
+}
+
+/* One KV-cache layer [G][cap][d] f32; n rows per group moved by per-group index lists.
+ * gather: cache -> [G][n][d]; scatter: token-major [n][G][d] -> cache; compact: in place. */
+static void case_rows(bench *b, rows_op op, int64_t G, int64_t cap, int64_t d, int64_t n) {
+    static const char *const names[] = {"gather", "scatter", "compact"};
+    char shape[64];
+    snprintf(shape, sizeof shape, "G=%lld cap=%lld d=%lld n=%lld f32", (long long)G, (long long)cap, (long long)d,
+             (long long)n);
+    double moved = 4.0 * (double)(G * n * d);
+    row *r = bench_new_row(b, names[op], shape, UNIT_BYTES, 2.0 * moved + 4.0 * (double)(G * n));
+    if (!r) return;
+    rows_state s = {.op = op};
+    double sec = 0;
+    kvs_status st = bench_new_index(b, &s.idx, n, G, op == OP_SCATTER ? n : cap);
+    if (op == OP_SCATTER) {
+        /* token-major new rows written to slots [0, n) of every head */
+        if (st == KVS_OK) st = bench_new_tensor(b, &s.src, KVS_F32, d, G, n, 0);
+        if (st == KVS_OK) st = bench_new_tensor(b, &s.dst, KVS_F32, d, cap, G, 0);
+    } else if (op == OP_GATHER) {
+        if (st == KVS_OK) st = bench_new_tensor(b, &s.src, KVS_F32, d, cap, G, 0);
+        if (st == KVS_OK) st = bench_new_tensor(b, &s.dst, KVS_F32, d, n, G, 0);
+    } else {
+        if (st == KVS_OK) st = bench_new_tensor(b, &s.dst, KVS_F32, d, cap, G, 0);
+    }
+    if (st == KVS_OK) st = bench_time_op(b, run_rows, &s, &sec);
+    bench_finish_row(b, r, st, sec);
+    bench_destroy_all(&s.src, 3);
+}
+
+/* ---- the suite -------------------------------------------------------------------------------- */
+
+void bench_run_suite(bench *b) {
+    const int q = b->quick;
+    if (!b->json) {
+        printf("\n%-10s %-36s %10s %9s %-7s %6s\n", "op", "shape", "ms", "rate", "unit", "/peak");
+        printf("%-10s %-36s %10s %9s %-7s %6s\n", "----------", "------------------------------------", "----------",
+               "---------", "-------", "------");
+    }
+    /* dense matmul and decode-shape GEMV */
+    case_matmul(b, KVS_F32, q ? 256 : 1024, q ? 256 : 1024, q ? 256 : 1024);
+    case_matmul(b, KVS_F32, q ? 1024 : 4096, q ? 1024 : 4096, 1);
+    case_matmul(b, KVS_F16, q ? 1024 : 4096, q ? 1024 : 4096, 1);
+    /* decode GEMV of common block-quantized weights (GB/s of weight bytes; README's weight types) */
+    static const kvs_dtype gemv_quant[] = {KVS_Q4_0, KVS_Q4_K, KVS_Q6_K, KVS_Q8_0};
+    for (size_t i = 0; i < sizeof gemv_quant / sizeof gemv_quant[0]; i++)
+        case_matmul(b, gemv_quant[i], q ? 1024 : 4096, q ? 1024 : 4096, 1);
+
+    /* attention: prefill / diffusion block (n_q = n_kv), bidirectional; one causal row; decode */
+    if (q) {
+        case_attention(b, 512, 512, 64, 8, 4, 0, 0);
+        case_attention(b, 512, 512, 128, 8, 8, 0, 0);
+        case_attention(b, 512, 512, 64, 8, 8, 1, 0);
+        case_attention(b, 1, 1024, 64, 8, 4, 0, 0);
+    } else {
+        static const int64_t ns[] = {512, 1024, 2048, 4096};
+        double last[2][2] = {{0}}; /* seconds of the previous size per (d, gqa) series */
+        for (int di = 0; di < 2; di++)
+            for (int ni = 0; ni < 4; ni++)
+                for (int g = 0; g < 2; g++)
+                    last[di][g] = case_attention(b, ns[ni], ns[ni], di ? 128 : 64, 8, g ? 4 : 8, 0,
+                                                 last[di][g] > b->budget_s);
+        case_attention(b, 2048, 2048, 64, 8, 8, 1, 0);
+        case_attention(b, 1, 4096, 64, 8, 4, 0, 0);
+        case_attention(b, 1, 4096, 128, 8, 8, 0, 0);
+    }
+
+    /* wavelets along the token axis */
+    const int64_t dr = q ? 16 : 64, dn = q ? 16384 : 65536;
+    case_dwt(b, KVS_WAVELET_HAAR, 3, dr, dn, 0);
+    case_dwt(b, KVS_WAVELET_DB4, 3, dr, dn, 0);
+    case_dwt(b, KVS_WAVELET_DB4, 3, dr, dn, 1);
+
+    /* top-k per row and global */
+    case_topk(b, q ? 16 : 64, q ? 16384 : 65536, q ? 256 : 1024);
+    if (q) {
+        case_topk(b, 0, (int64_t)1 << 18, 1024);
+    } else {
+        case_topk(b, 0, (int64_t)1 << 20, 4096);
+        case_topk(b, 0, (int64_t)1 << 22, 4096);
+    }
+
+    /* cache rows: one layer [8 kv heads][capacity][head_dim] */
+    const int64_t cap = q ? 1024 : 4096, hd = q ? 64 : 128;
+    case_rows(b, OP_GATHER, 8, cap, hd, cap / 2);
+    case_rows(b, OP_COMPACT, 8, cap, hd, cap / 2);
+    case_rows(b, OP_SCATTER, 8, cap, hd, q ? 128 : 512);
+}

@@ -1,0 +1,66 @@
+/* kvsieve CLI — the device options and model opening shared by the model-running commands
+ * (opts_common.h). */
+#include <stdlib.h>
+
+#include "opts_common.h"
+
+int cli_model_open_file(const char *prog, const char *name, cli_model *cm) {
+    if (kvs_model_locate(name, cm->path, sizeof cm->path) != KVS_OK)
+        return cli_fail(CLI_EXIT_USAGE, prog, "%s", kvs_last_error());
+    if (kvs_model_file_open(&cm->mf, cm->path, NULL) != KVS_OK ||
+        kvs_tokenizer_from_model_file(&cm->tok, cm->mf) != KVS_OK)
+        return cli_fail_file(CLI_EXIT_USAGE, prog, cm->path);
+    return CLI_EXIT_OK;
+}
+
+int cli_model_create(const char *prog, const device_opts *d, cli_model *cm) {
+    int rc = cli_open_device(prog, d->backend, d->threads, &cm->dev);
+    if (rc != CLI_EXIT_OK) return rc;
+    kvs_status s = kvs_model_create(&cm->m, cm->dev, cm->mf, NULL);
+    if (s != KVS_OK) {
+        int file = s == KVS_ERR_FORMAT || s == KVS_ERR_UNSUPPORTED || s == KVS_ERR_DTYPE || s == KVS_ERR_IO ||
+                   s == KVS_ERR_NOT_FOUND;
+        return cli_fail_file(file ? CLI_EXIT_USAGE : CLI_EXIT_FAIL, prog, cm->path);
+    }
+    cm->hp = kvs_model_get_hparams(cm->m);
+    return CLI_EXIT_OK;
+}
+
+int cli_model_open(const char *prog, const char *name, const device_opts *d, cli_model *cm) {
+    int rc = cli_model_open_file(prog, name, cm);
+    return rc != CLI_EXIT_OK ? rc : cli_model_create(prog, d, cm);
+}
+
+int cli_model_require_dlm(const char *prog, const char *name, const cli_model *cm) {
+    if (cm->hp && cm->hp->arch == KVS_ARCH_LLADA) return CLI_EXIT_OK;
+    return cli_fail(CLI_EXIT_USAGE, prog, "%s is not a masked-diffusion (llada) model", name);
+}
+
+int cli_model_read_tokens(const char *prog, const cli_model *cm, const char *path, int32_t **ids, int64_t *n) {
+    *ids = NULL;
+    *n = 0;
+    char *txt = NULL;
+    size_t tlen = 0;
+    int rc = cli_read_file(prog, "--text", path, &txt, &tlen);
+    if (rc != CLI_EXIT_OK) return rc;
+    int64_t cnt = 0;
+    kvs_tokenizer_encode(cm->tok, txt, tlen, 0, NULL, 0, &cnt);
+    int32_t *v = malloc((size_t)(cnt + 1) * sizeof *v);
+    if (!v || kvs_tokenizer_encode(cm->tok, txt, tlen, 0, v, cnt + 1, &cnt) != KVS_OK) {
+        free(v);
+        free(txt);
+        return cli_fail(CLI_EXIT_FAIL, prog, "tokenizing %s: %s", path, kvs_last_error());
+    }
+    free(txt);
+    *ids = v;
+    *n = cnt;
+    return CLI_EXIT_OK;
+}
+
+void cli_model_close(cli_model *cm) {
+    kvs_model_destroy(&cm->m);
+    kvs_device_destroy(&cm->dev);
+    kvs_tokenizer_destroy(&cm->tok);
+    kvs_model_file_close(&cm->mf);
+    cm->hp = NULL;
+}

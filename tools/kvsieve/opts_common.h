@@ -1,0 +1,68 @@
+/* kvsieve CLI — what every model-running command (generate, eval, eval --dlm, eval --dlm --tasks,
+ * train) shares: the device options (-b/--backend, -t/--threads) and opening a model with its
+ * tokenizer on that device. Each command keeps only its own options and its own run.
+ *
+ * Exit codes follow cli.h: CLI_EXIT_USAGE for a model that is not found, a file that cannot be
+ * used (malformed, an unsupported architecture or tensor type, no tokenizer) or a device that does
+ * not exist; CLI_EXIT_FAIL for a failure while loading (out of memory, a device error). Every
+ * failure prints one line "PROG: ..." on stderr first. */
+#ifndef KVS_TOOLS_OPTS_COMMON_H
+#define KVS_TOOLS_OPTS_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cli.h"
+#include "kvsieve/model.h"
+#include "kvsieve/model_file.h"
+#include "kvsieve/tokenizer.h"
+
+/* The device options: spec "cpu", "opencl:1", "vulkan" (NULL = cpu), CPU threads (0 = all cores). */
+typedef struct device_opts {
+    const char *backend;
+    int threads;
+} device_opts;
+
+/* The cli_opt rows of -b/--backend and -t/--threads, writing into the device_opts `d`
+ * (DEVICE_BACKEND_OPT alone for a command with its own thread default, as train). */
+#define DEVICE_BACKEND_OPT(d)                                                                                      \
+    {"backend", 'b', CLI_STRING, &(d).backend, "B[:I]", "cpu | opencl | vulkan, optional device index (default cpu)"}
+#define DEVICE_OPTS(d)                                                                                             \
+    DEVICE_BACKEND_OPT(d), {"threads", 't', CLI_INT, &(d).threads, "N", "CPU backend threads (default: all cores)"}
+
+/* An open model: its file, tokenizer, device and weights on it. Zero-initialise, then
+ * cli_model_open (or its two halves); cli_model_close releases whatever is set. */
+typedef struct cli_model {
+    char path[4096];             /* the located file or directory */
+    kvs_model_file *mf;
+    kvs_tokenizer *tok;
+    kvs_device *dev;
+    kvs_model *m;
+    const kvs_model_hparams *hp; /* of m, once created */
+} cli_model;
+
+/* First half: finds `name` (kvs_model_locate: a path, else $KVSIEVE_MODELS, models/, then
+ * ../shared/models), opens the file and makes its tokenizer: cm->path, cm->mf, cm->tok.
+ * CLI_EXIT_OK or CLI_EXIT_USAGE (not found; unreadable or malformed file; no tokenizer). */
+int cli_model_open_file(const char *prog, const char *name, cli_model *cm);
+
+/* Second half: opens the device of d and creates the model from cm->mf on it: cm->dev, cm->m,
+ * cm->hp. CLI_EXIT_OK; cli_open_device's codes; CLI_EXIT_USAGE when the library cannot use the
+ * file (KVS_ERR_FORMAT, _UNSUPPORTED, _DTYPE, _IO, _NOT_FOUND); CLI_EXIT_FAIL otherwise. */
+int cli_model_create(const char *prog, const device_opts *d, cli_model *cm);
+
+/* Both halves. */
+int cli_model_open(const char *prog, const char *name, const device_opts *d, cli_model *cm);
+
+/* CLI_EXIT_OK when cm's model is a masked-diffusion (llada) model, else CLI_EXIT_USAGE after
+ * "PROG: NAME is not a masked-diffusion (llada) model". */
+int cli_model_require_dlm(const char *prog, const char *name, const cli_model *cm);
+
+/* Reads the text file `path` (given by --text) and tokenizes it with cm->tok, no BOS, into *ids
+ * (malloc'ed) / *n. CLI_EXIT_OK; cli_read_file's codes; CLI_EXIT_FAIL when tokenizing fails. */
+int cli_model_read_tokens(const char *prog, const cli_model *cm, const char *path, int32_t **ids, int64_t *n);
+
+/* Releases the model, device, tokenizer and file (each may be unset); cm can be opened again. */
+void cli_model_close(cli_model *cm);
+
+#endif
