@@ -87,8 +87,10 @@ if [[ "$arm" == 1 ]]; then
     ninja -C "$arm_dir" >/dev/null || kvs_die "aarch64 cross build failed"
     arm_sel=("$@")
     if ((${#arm_sel[@]} == 0)); then
-      # the CPU op suites (each sweeps the NEON variants) and the model references through the forward
-      for s in tensor matmul elementwise embedding rope attention dwt topk rows; do arm_sel+=("ops-$s-cpu"); done
+      # the CPU op suites (ops-SUITE-cpu, each sweeping the NEON variants; not the ops-all-cpu-* thread
+      # runs) and the model references through the forward
+      mapfile -t arm_sel < <(meson test -C "$arm_dir" --list 2>/dev/null | awk '{print $NF}' |
+        grep -E '^ops-[a-z0-9-]+-cpu$' | grep -v '^ops-all-')
       arm_sel+=(generate-cpu backend-table)
     fi
     # emulation is ~10-50x slower: the Check per-case and meson per-test timeouts are stretched
