@@ -95,7 +95,7 @@ START_TEST(test_variants_api) {
                   kvs_last_error());
     if (s == KVS_OK) ck_assert_int_eq(kvs_device_variant(dev, KVS_OP_attention), 16 /* KVS_CPU_V_AVX2 */);
     /* NEON: usable on every aarch64 build (qemu-user in tools/test.sh's aarch64 lane), refused elsewhere */
-    s = kvs_device_set_variants(dev, "attention:neon,matmul:neon");
+    s = kvs_device_set_variants(dev, "attention:neon,matmul:neon,topk:neon,topk_global:neon,dwt:neon,idwt:neon");
 #if defined(__aarch64__)
     ck_assert_msg(s == KVS_OK, "%s", kvs_last_error());
 #else

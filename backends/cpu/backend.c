@@ -67,13 +67,17 @@ static const kvs_variant cpu_variants[] = {
     {KVS_OP_topk, "portable", KVS_CPU_V_PORTABLE, NULL},
     {KVS_OP_topk, "avx512", KVS_CPU_V_AVX512, cpu_has_avx512},
     {KVS_OP_topk, "avx2", KVS_CPU_V_AVX2, cpu_has_avx2},
+    {KVS_OP_topk, "neon", KVS_CPU_V_NEON, cpu_has_neon},
     {KVS_OP_topk_global, "portable", KVS_CPU_V_PORTABLE, NULL},
     {KVS_OP_topk_global, "avx512", KVS_CPU_V_AVX512, cpu_has_avx512},
     {KVS_OP_topk_global, "avx2", KVS_CPU_V_AVX2, cpu_has_avx2},
+    {KVS_OP_topk_global, "neon", KVS_CPU_V_NEON, cpu_has_neon},
     {KVS_OP_dwt, "portable", KVS_CPU_V_PORTABLE, NULL},
     {KVS_OP_dwt, "avx2", KVS_CPU_V_AVX2, cpu_has_avx2},
+    {KVS_OP_dwt, "neon", KVS_CPU_V_NEON, cpu_has_neon},
     {KVS_OP_idwt, "portable", KVS_CPU_V_PORTABLE, NULL},
     {KVS_OP_idwt, "avx2", KVS_CPU_V_AVX2, cpu_has_avx2},
+    {KVS_OP_idwt, "neon", KVS_CPU_V_NEON, cpu_has_neon},
 };
 
 const kvs_backend_ops kvs_cpu_backend = {
