@@ -9,10 +9,11 @@
 # skips it; KVSIEVE_SANITIZE=1 runs it also when arguments select tests (with those arguments).
 #
 # aarch64 lane: after a full run it also cross-builds the CPU backend for aarch64 in build-arm64/
-# (KVSIEVE_ARM_BUILD_DIR; tools/cross/aarch64-linux-gnu.ini) and runs the CPU op suites and the model
-# reference test under qemu-user (correctness only: timing under emulation means nothing); every
-# NEON variant is swept there. Missing cross tools are installed as root (as the other packages),
-# else the lane is skipped with the command to run. KVSIEVE_AARCH64=0 skips it; KVSIEVE_AARCH64=1
+# (KVSIEVE_ARM_BUILD_DIR; tools/cross/aarch64-linux-gnu.ini) and runs the CPU op suites, the model
+# reference tests (generate-cpu, quant-model), backend-table and quant-blocks under qemu-user
+# (correctness only: timing under emulation means nothing); every NEON variant is swept there.
+# Missing cross tools are installed as root (as the other packages), else the lane is skipped with
+# the command to run. KVSIEVE_AARCH64=0 skips it; KVSIEVE_AARCH64=1
 # runs it also when arguments select tests (with those arguments).
 if [ -z "${BASH_VERSION:-}" ]; then exec bash "$0" "$@"; fi
 set -euo pipefail
@@ -90,11 +91,12 @@ if [[ "$arm" == 1 ]]; then
     arm_sel=("$@")
     if ((${#arm_sel[@]} == 0)); then
       # the CPU op suites (ops-SUITE-cpu, each sweeping the NEON variants; not the ops-all-cpu-* thread
-      # runs), the model references through the forward, and the block decoders (quant-blocks checks
-      # the NEON ones bit-exactly against gguf-py)
+      # runs), the model references through the forward (generate-cpu; quant-model: the quantized
+      # fixture under every matmul variant), and the block decoders (quant-blocks checks the NEON ones
+      # bit-exactly against gguf-py)
       mapfile -t arm_sel < <(meson test -C "$arm_dir" --list 2>/dev/null | awk '{print $NF}' |
         grep -E '^ops-[a-z0-9-]+-cpu$' | grep -v '^ops-all-')
-      arm_sel+=(generate-cpu backend-table quant-blocks)
+      arm_sel+=(generate-cpu quant-model backend-table quant-blocks)
     fi
     # emulation is ~10-50x slower: the Check per-case and meson per-test timeouts are stretched
     CK_TIMEOUT_MULTIPLIER="${CK_TIMEOUT_MULTIPLIER:-4}" \

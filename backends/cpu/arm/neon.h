@@ -1,6 +1,8 @@
-/* CPU backend, aarch64: what the ops (ops_dense.c, ops_attention.c, attention_tiles.c) share with
- * the NEON kernels of arm/AREA_neon.c: the run-time feature query, the variant choice and the kernels'
- * contracts. Elsewhere (x86-64, other CPUs) KVS_CPU_HAVE_NEON is 0 and nothing here is declared
+/* CPU backend, aarch64: the run-time feature query, the choice of the NEON extensions (SDOT, FMLAL)
+ * and the contracts of the NEON GEMV kernels that only ops_dense.c calls (arm/matmul_neon.c). The ISA
+ * itself is chosen by kvs_cpu_isa (cpu_kernels.h, KVS_ISA_NEON); the other NEON kernels keep the
+ * contracts of their op's header (attention.h's table, matmul.h's block-type kernels, topk.h,
+ * wavelet.h). Elsewhere (x86-64, other CPUs) KVS_CPU_HAVE_NEON is 0 and nothing here is declared
  * except kvs_cpu_use_neon and kvs_cpu_arm_features, which then return 0.
  *
  * Features (getauxval(AT_HWCAP), Linux and Android): baseline NEON (Advanced SIMD, every aarch64
