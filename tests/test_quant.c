@@ -4,10 +4,10 @@
  * reading of the bits), plus the refusals of rows that are not whole blocks.
  *
  * Decoders checked: kvs_dequant_row (the reference, core/quant/quant.c) and the CPU backend's tile
- * decoders kvs_cpu_qdecode_portable / _avx2 / _avx512 (the ISA ones where the CPU has the ISA): the
- * portable one is the reference compiled as plain C; the AVX2 / AVX-512 ones store the registers of
- * backends/cpu/x86/quant_fused.h, the very decoders the fused GEMV kernels multiply with, so this
- * checks those bit-exactly too.
+ * decoders kvs_cpu_qdecode_portable / _avx2 / _avx512 / _neon (the ISA ones where the CPU has the
+ * ISA; _neon in aarch64 builds, under qemu-user in tools/test.sh's aarch64 lane): the portable one is
+ * the reference compiled as plain C; the SIMD ones store the registers of backends/cpu/quant_fused.h,
+ * the very decoders the fused GEMV kernels multiply with, so this checks those bit-exactly too.
  *
  * float64 tolerance: the f32 decoders round twice (scale * sub-scale, then * q) and, for the types
  * with a min, once more at the subtraction: |f32 - exact| <= 3 * 2^-24 * (|scale*q| + |min|) plus the
@@ -103,6 +103,9 @@ START_TEST(test_vectors) {
 #if KVS_CPU_HAVE_AVX512
         {"avx2", kvs_cpu_qdecode_avx2, kvs_cpu_avx2()},
         {"avx512", kvs_cpu_qdecode_avx512, kvs_cpu_avx512()},
+#endif
+#if KVS_CPU_HAVE_NEON
+        {"neon", kvs_cpu_qdecode_neon, (kvs_cpu_arm_features() & KVS_ARM_NEON) != 0},
 #endif
     };
     for (size_t k = 0; k < sizeof isas / sizeof isas[0]; k++) {

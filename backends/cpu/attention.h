@@ -26,8 +26,12 @@
  *  - on AVX-512 decoding kernels over the row-major K/V tiles when there are fewer query rows
  *    (each key row loaded once for up to 4 packed rows, lane-reduced dot products; P.V with 4 rows
  *    x 64 columns in registers), f16 tiles converted to f32 first;
+ *  - on aarch64, NEON kernels over the row-major K/V tiles for every row count (4 rows x 4 keys
+ *    for Q.K^T, 4 rows x 16 columns for P.V; d % 4 == 0; no transposed copy of K), f16 tiles
+ *    converted by FCVTL;
  *  - or through cblas_sgemm on each tile (single-threaded OpenBLAS inside the OpenMP tasks),
- *    f16 K/V tiles converted to f32 first (head sizes not a multiple of 16, CPUs without AVX-512).
+ *    f16 K/V tiles converted to f32 first (head sizes the SIMD kernels do not take, CPUs without
+ *    them, the portable variants).
  * Tasks are spread over OpenMP threads (dynamic schedule: causal tiles differ in cost). With fewer
  * tasks than threads (decoding with few kv heads) the keys are split as in flash-decoding (Dao et al.
  * 2023, "Flash-Decoding for long-context inference"): each split leaves its (m, l, O, argmax), a
@@ -42,7 +46,9 @@
 #define ATT_M_TARGET 64  /* packed query rows (queries x group heads) per task */
 #define ATT_KEEP_WORDS (1 << 20) /* largest exponentials store for the statistics pass, floats a thread */
 
-/* One ISA's kernels of the tile pass (contracts: the AVX-512 prototypes below). */
+/* One ISA's kernels of the tile pass (contracts: the AVX-512 prototypes below). qk and pv (the
+ * panel path, c->fast) may be NULL: the ISA then runs every call on its decoding kernels over
+ * row-major K/V tiles (NEON). */
 typedef struct att_kernels {
     void (*qk)(const float *Qp, const float *KP, int64_t d, int64_t Mp, int64_t np, float scale, float *S);
     void (*pv)(const float *P, int64_t Mp, int64_t n, const float *V, int64_t d, float *O);
@@ -50,6 +56,8 @@ typedef struct att_kernels {
     void (*pv_dec)(const float *P, int64_t M, int64_t n, const float *V, int64_t d, float *O);
     float (*row_max)(const float *s, int64_t n);
     float (*exp_row)(float *s, int64_t n, float m);
+    /* d[i] = f16 s[i] as f32 for i < n (K/V tiles of f16 caches) */
+    void (*h2f)(const uint16_t *s, float *d, int64_t n);
 } att_kernels;
 
 typedef struct att_ctx {
@@ -68,7 +76,7 @@ typedef struct att_ctx {
     const int32_t *probe_start;  /* [n_q + 1] CSR into probe_list */
     const int32_t *probe_list;   /* probe output indices r, grouped by query row */
     float *probs;
-    /* SIMD paths (kern: the AVX-512 or AVX2 kernels; NULL: portable): fast: the tile kernels, K as
+    /* SIMD paths (kern: the AVX-512, AVX2 or NEON kernels; NULL: portable): fast: the tile kernels, K as
      * f32 panels [n_kv_heads][ldk/32][d][32] (zero-padded to ldk), V as f32 */
     const att_kernels *kern;
     int fast;
@@ -133,9 +141,11 @@ float kvs_cpu_att_row_max_avx512(const float *s, int64_t n);
 /* p[t] = exp(s[t] - m) in place; returns the sum. */
 float kvs_cpu_att_exp_row_avx512(float *s, int64_t n, float m);
 
-/* The kernel tables: AVX-512F (the functions above) and AVX2 + FMA + F16C (x86/attention_avx2.c,
- * the same contracts; qk_dec/pv_dec take any M). */
+/* The kernel tables: AVX-512F (the functions above), AVX2 + FMA + F16C (x86/attention_avx2.c,
+ * the same contracts; qk_dec/pv_dec take any M) and aarch64 NEON (arm/attention_neon.c: qk_dec,
+ * pv_dec, row_max, exp_row and h2f for any M, d % 4 == 0; no panel kernels, qk = pv = NULL). */
 extern const att_kernels kvs_cpu_att_avx512;
 extern const att_kernels kvs_cpu_att_avx2;
+extern const att_kernels kvs_cpu_att_neon;
 
 #endif

@@ -1,6 +1,7 @@
 /* CPU backend attention: the tile pass (logits with visibility and mask, online softmax, P.V, the
- * statistics pass) and its portable kernels, which are the reference the AVX-512 and AVX2 kernels
- * (x86/attention_avx512.c, x86/attention_avx2.c; through c->kern) are tested against. Design:
+ * statistics pass) and its portable kernels, which are the reference the AVX-512, AVX2 and NEON
+ * kernels (x86/attention_avx512.c, x86/attention_avx2.c, arm/attention_neon.c; through c->kern) are
+ * tested against. Design:
  * attention.h; driver: ops_attention.c. */
 #include <cblas.h>
 
@@ -16,12 +17,10 @@ static const float *att_tile(const att_ctx *c, const void *base, float *conv, in
     size_t off = (size_t)(h * c->a->capacity + j0) * (size_t)d;
     if (!c->kv_f16) return (const float *)base + off;
     const uint16_t *s = (const uint16_t *)base + off;
-#if KVS_CPU_HAVE_AVX2
-    if (c->kern) { /* the SIMD kernels' CPUs have F16C */
-        kvs_cpu_h2f_row_f16c(s, conv, n * d);
+    if (c->kern) { /* the ISA's conversion (F16C, FCVTL) */
+        c->kern->h2f(s, conv, n * d);
         return conv;
     }
-#endif
     for (int64_t t = 0; t < n * d; t++) conv[t] = kvs_h2f(s[t]);
     return conv;
 }

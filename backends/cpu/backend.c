@@ -23,6 +23,28 @@ static int cpu_has_avx2(const kvs_device *dev, char *why, size_t n) {
     return 0;
 }
 
+static int cpu_has_arm(int feature, const char *what, char *why, size_t n) {
+    if (kvs_cpu_arm_features() & feature) return 1;
+    snprintf(why, n, "%s", KVS_CPU_HAVE_NEON ? what : "this build has no NEON kernels (not GCC/Clang for aarch64)");
+    return 0;
+}
+
+static int cpu_has_neon(const kvs_device *dev, char *why, size_t n) {
+    (void)dev;
+    return cpu_has_arm(KVS_ARM_NEON, "this CPU lacks NEON", why, n);
+}
+
+static int cpu_has_dotprod(const kvs_device *dev, char *why, size_t n) {
+    (void)dev;
+    return cpu_has_arm(KVS_ARM_DOTPROD, "this CPU lacks the dot product extension (HWCAP_ASIMDDP)", why, n);
+}
+
+static int cpu_has_fp16fml(const kvs_device *dev, char *why, size_t n) {
+    (void)dev;
+    return cpu_has_arm(KVS_ARM_FP16FML, "this CPU lacks fp16 arithmetic with FMLAL (HWCAP_ASIMDHP, HWCAP_ASIMDFHM)",
+                       why, n);
+}
+
 /* Codes: KVS_CPU_V_* bits (cpu.h). The portable variants run the plain C kernels, the reference
  * every other variant is tested against (with the float64 references in tests/). */
 static const kvs_variant cpu_variants[] = {
@@ -31,22 +53,31 @@ static const kvs_variant cpu_variants[] = {
     {KVS_OP_matmul, "avx512-blas", KVS_CPU_V_AVX512 | KVS_CPU_V_BLAS, cpu_has_avx512},
     {KVS_OP_matmul, "avx2", KVS_CPU_V_AVX2, cpu_has_avx2},
     {KVS_OP_matmul, "avx2-blas", KVS_CPU_V_AVX2 | KVS_CPU_V_BLAS, cpu_has_avx2},
+    {KVS_OP_matmul, "neon", KVS_CPU_V_NEON, cpu_has_neon},
+    {KVS_OP_matmul, "neon-dotprod", KVS_CPU_V_NEON | KVS_CPU_V_DOTPROD, cpu_has_dotprod},
+    {KVS_OP_matmul, "neon-fp16", KVS_CPU_V_NEON | KVS_CPU_V_FP16, cpu_has_fp16fml},
     {KVS_OP_attention, "portable", KVS_CPU_V_PORTABLE, NULL},
     {KVS_OP_attention, "portable-split", KVS_CPU_V_PORTABLE | KVS_CPU_V_SPLIT, NULL},
     {KVS_OP_attention, "avx512", KVS_CPU_V_AVX512, cpu_has_avx512},
     {KVS_OP_attention, "avx512-split", KVS_CPU_V_AVX512 | KVS_CPU_V_SPLIT, cpu_has_avx512},
     {KVS_OP_attention, "avx2", KVS_CPU_V_AVX2, cpu_has_avx2},
     {KVS_OP_attention, "avx2-split", KVS_CPU_V_AVX2 | KVS_CPU_V_SPLIT, cpu_has_avx2},
+    {KVS_OP_attention, "neon", KVS_CPU_V_NEON, cpu_has_neon},
+    {KVS_OP_attention, "neon-split", KVS_CPU_V_NEON | KVS_CPU_V_SPLIT, cpu_has_neon},
     {KVS_OP_topk, "portable", KVS_CPU_V_PORTABLE, NULL},
     {KVS_OP_topk, "avx512", KVS_CPU_V_AVX512, cpu_has_avx512},
     {KVS_OP_topk, "avx2", KVS_CPU_V_AVX2, cpu_has_avx2},
+    {KVS_OP_topk, "neon", KVS_CPU_V_NEON, cpu_has_neon},
     {KVS_OP_topk_global, "portable", KVS_CPU_V_PORTABLE, NULL},
     {KVS_OP_topk_global, "avx512", KVS_CPU_V_AVX512, cpu_has_avx512},
     {KVS_OP_topk_global, "avx2", KVS_CPU_V_AVX2, cpu_has_avx2},
+    {KVS_OP_topk_global, "neon", KVS_CPU_V_NEON, cpu_has_neon},
     {KVS_OP_dwt, "portable", KVS_CPU_V_PORTABLE, NULL},
     {KVS_OP_dwt, "avx2", KVS_CPU_V_AVX2, cpu_has_avx2},
+    {KVS_OP_dwt, "neon", KVS_CPU_V_NEON, cpu_has_neon},
     {KVS_OP_idwt, "portable", KVS_CPU_V_PORTABLE, NULL},
     {KVS_OP_idwt, "avx2", KVS_CPU_V_AVX2, cpu_has_avx2},
+    {KVS_OP_idwt, "neon", KVS_CPU_V_NEON, cpu_has_neon},
 };
 
 const kvs_backend_ops kvs_cpu_backend = {

@@ -37,13 +37,25 @@ static void cpu_read_model_name(char *dst, size_t n) {
     fclose(f);
 }
 
+/* The kernels the automatic choice runs on this CPU, for the device description. */
+static const char *cpu_kernels_name(void) {
+    if (kvs_cpu_avx512()) return "AVX-512 kernels";
+    if (kvs_cpu_avx2()) return "AVX2 kernels";
+    const int arm = kvs_cpu_arm_features();
+    if (!(arm & KVS_ARM_NEON)) return "portable kernels";
+    if ((arm & KVS_ARM_DOTPROD) && (arm & KVS_ARM_FP16FML)) return "NEON kernels, dotprod, fp16fml";
+    if (arm & KVS_ARM_DOTPROD) return "NEON kernels, dotprod";
+    if (arm & KVS_ARM_FP16FML) return "NEON kernels, fp16fml";
+    return "NEON kernels";
+}
+
 kvs_status kvs_cpu_device_describe(int index, kvs_device_info *info) {
     (void)index;
     info->type = KVS_DEVICE_CPU;
     cpu_read_model_name(info->name, sizeof info->name);
     snprintf(info->vendor, sizeof info->vendor, "host");
     snprintf(info->driver, sizeof info->driver, "kvsieve cpu backend (%s; %s%s)",
-             kvs_cpu_avx512() ? "AVX-512 kernels" : kvs_cpu_avx2() ? "AVX2 kernels" : "portable kernels", kvs_cpu_blas_name(),
+             cpu_kernels_name(), kvs_cpu_blas_name(),
              KVS_HAVE_OPENMP ? "; OpenMP" : "");
     return KVS_OK;
 }

@@ -58,5 +58,11 @@ KVS_OP_PROTOTYPES(kvs_cpu_)
  * AVX2, FMA and F16C, BLAS unless OpenBLAS lacks AVX-512 kernels for this CPU, and splits when the
  * (query tile, kv head) tasks are fewer than the threads. */
 enum { KVS_CPU_V_PORTABLE = 1, KVS_CPU_V_AVX512 = 2, KVS_CPU_V_BLAS = 4, KVS_CPU_V_SPLIT = 8, KVS_CPU_V_AVX2 = 16 };
+/* aarch64 (backends/cpu/arm/AREA_neon.c, arm/neon.h): NEON: the NEON kernels (KVS_ISA_NEON of
+ * kvs_cpu_isa: matmul's GEMV of every weight type (float weights: k % 16) and block decoding,
+ * attention's tile pass (head_dim % 4), top-k, the DWT / IDWT level bodies), the portable ones
+ * elsewhere; with DOTPROD: q8_0 GEMV by SDOT; with FP16: f16 GEMV by FMLAL. Without a forced variant
+ * an aarch64 CPU takes NEON plus the extensions it has (getauxval(AT_HWCAP)). */
+enum { KVS_CPU_V_NEON = 1 << 8, KVS_CPU_V_DOTPROD = 1 << 9, KVS_CPU_V_FP16 = 1 << 10 };
 
 #endif

@@ -98,19 +98,25 @@ static inline int kvs_cpu_avx2(void) {
 #endif
 }
 
-/* The instruction set an op's kernels use on dev. */
-enum { KVS_ISA_C = 0, KVS_ISA_AVX2 = 1, KVS_ISA_AVX512 = 2 };
+#include "arm/neon.h" /* aarch64: KVS_CPU_HAVE_NEON, kvs_cpu_arm_features (0 elsewhere) */
 
-/* The forced variant's ISA (its AVX512 / AVX2 bit, when this CPU can run it), else the best the
- * CPU has: AVX-512 > AVX2 > portable C. */
+/* The instruction set an op's kernels use on dev: one of these per call, each op keeping one set of
+ * kernels per ISA (x86/AREA_avx512.c, x86/AREA_avx2.c, arm/AREA_neon.c, the portable C in ops_*.c). */
+enum { KVS_ISA_C = 0, KVS_ISA_AVX2 = 1, KVS_ISA_AVX512 = 2, KVS_ISA_NEON = 3 };
+
+/* The forced variant's ISA (its AVX512 / AVX2 / NEON bit, when this CPU can run it), else the best the
+ * CPU has: AVX-512 > AVX2 > portable C on x86-64, NEON on aarch64 (every aarch64 CPU has it). The NEON
+ * extensions (dot product, fp16 FMLAL) are chosen on top by kvs_cpu_use_neon (arm/neon.h). */
 static inline int kvs_cpu_isa(const kvs_device *dev, kvs_op_id op) {
     int v = kvs_device_variant(dev, op);
+    const int neon = (kvs_cpu_arm_features() & KVS_ARM_NEON) != 0;
     if (v) {
         if ((v & KVS_CPU_V_AVX512) && kvs_cpu_avx512()) return KVS_ISA_AVX512;
         if ((v & KVS_CPU_V_AVX2) && kvs_cpu_avx2()) return KVS_ISA_AVX2;
+        if ((v & KVS_CPU_V_NEON) && neon) return KVS_ISA_NEON;
         return KVS_ISA_C;
     }
-    return kvs_cpu_avx512() ? KVS_ISA_AVX512 : kvs_cpu_avx2() ? KVS_ISA_AVX2 : KVS_ISA_C;
+    return kvs_cpu_avx512() ? KVS_ISA_AVX512 : kvs_cpu_avx2() ? KVS_ISA_AVX2 : neon ? KVS_ISA_NEON : KVS_ISA_C;
 }
 
 /* 1 when op should run its AVX-512 kernels on dev: the forced variant's choice, else the CPU's. */

@@ -1,5 +1,6 @@
 /* CPU backend: what ops_dense.c (matmul's driver and portable kernels) shares with the ISA-specific
- * matmul kernels (x86/matmul_avx512.c). */
+ * matmul kernels (x86/matmul_avx512.c, x86/matmul_avx2.c, x86/quant_*.c, arm/quant_neon.c; the other
+ * NEON GEMV kernels: arm/neon.h). */
 #ifndef KVS_BACKENDS_CPU_MATMUL_H
 #define KVS_BACKENDS_CPU_MATMUL_H
 
@@ -33,7 +34,8 @@ void kvs_cpu_mm_kernel_8x32_avx2(const float *A, int64_t lda, const float *B, in
  * rows by f32 FMA. Activations stay f32 (no 8-bit quantization of x as llama.cpp's CPU path does), so
  * the only rounding is f32 accumulation: the same error budget as F16/BF16 weights. One variant of
  * each function per ISA: _portable (ops_quant.c, plain C), _avx2 (x86/quant_avx2.c, AVX2 + FMA +
- * F16C), _avx512 (x86/quant_avx512.c, AVX-512F); chosen per call by kvs_cpu_quant_kernels. */
+ * F16C), _avx512 (x86/quant_avx512.c, AVX-512F), _neon (arm/quant_neon.c, aarch64 NEON); chosen per
+ * call by kvs_cpu_quant_kernels. */
 #define KVS_QCHUNK 256
 
 /* acc[i] = W_row . x_i for i < n (n <= KVS_GEMV_MAX_N); W row of k values of block type dt (k % block
@@ -48,9 +50,12 @@ void kvs_cpu_qdot_rows_avx2(const void *wrow, kvs_dtype dt, const float *x, int6
 void kvs_cpu_qdecode_avx2(kvs_dtype dt, const void *src, int64_t n, float *dst);
 void kvs_cpu_qdot_rows_avx512(const void *wrow, kvs_dtype dt, const float *x, int64_t k, int64_t n, float *acc);
 void kvs_cpu_qdecode_avx512(kvs_dtype dt, const void *src, int64_t n, float *dst);
+void kvs_cpu_qdot_rows_neon(const void *wrow, kvs_dtype dt, const float *x, int64_t k, int64_t n, float *acc);
+void kvs_cpu_qdecode_neon(kvs_dtype dt, const void *src, int64_t n, float *dst);
 
-/* The kernels matmul / embedding use on dev: the forced variant's ISA (portable, avx2, avx512*), else
- * the best this CPU runs (AVX-512F+F16C, else AVX2+FMA+F16C, else portable). dot or decode may be NULL. */
+/* The kernels matmul / embedding use on dev: the forced variant's ISA (portable, avx2*, avx512*,
+ * neon*), else the best this CPU runs (AVX-512F+F16C, else AVX2+FMA+F16C, else portable; NEON on
+ * aarch64). dot or decode may be NULL. */
 void kvs_cpu_quant_kernels(const kvs_device *dev, kvs_op_id op, kvs_cpu_qdot_fn *dot, kvs_cpu_qdecode_fn *decode);
 
 #endif

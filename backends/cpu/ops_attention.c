@@ -1,7 +1,8 @@
 /* CPU backend: attention with GQA and statistics (contract: kvs_attention in include/kvsieve/ops.h):
  * the driver (argument checks of device-side values, scratch, the transposed K of the AVX-512 path,
  * tasks over OpenMP threads, split-key merges, key_mass reduction). Design: attention.h; the tile
- * pass and its kernels: attention_tiles.c, x86/attention_avx512.c, x86/attention_avx2.c. */
+ * pass and its kernels: attention_tiles.c, x86/attention_avx512.c, x86/attention_avx2.c,
+ * arm/attention_neon.c. */
 #include <stdlib.h>
 
 #include "attention.h"
@@ -215,14 +216,18 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
         c.probe_list = list;
     }
 
-    /* SIMD path (AVX-512, else AVX2): enough query rows per kv head to amortise a transposed f32
-     * copy of K */
+    /* SIMD kernels: AVX-512 or AVX2 (d % 16 == 0), NEON (d % 4 == 0); the panel path (AVX-512, AVX2)
+     * when there are enough query rows per kv head to amortise a transposed f32 copy of K */
     float *kt_buf = NULL, *v_buf = NULL;
-#if KVS_CPU_HAVE_AVX512
     const int isa = kvs_cpu_isa(dev, KVS_OP_attention);
+#if KVS_CPU_HAVE_AVX512
     if (d % 16 == 0) c.kern = isa == KVS_ISA_AVX512 ? &kvs_cpu_att_avx512 : isa == KVS_ISA_AVX2 ? &kvs_cpu_att_avx2 : NULL;
 #endif
-    c.fast = c.kern && a->n_q * c.G >= 8 && a->n_q >= 4;
+#if KVS_CPU_HAVE_NEON
+    if (d % 4 == 0 && isa == KVS_ISA_NEON) c.kern = &kvs_cpu_att_neon;
+#endif
+    (void)isa;
+    c.fast = c.kern && c.kern->qk && a->n_q * c.G >= 8 && a->n_q >= 4;
     if (c.fast) {
         c.ldk = (a->n_kv + 31) & ~(int64_t)31;
         kt_buf = malloc((size_t)(a->n_kv_heads * d * c.ldk) * sizeof(float));

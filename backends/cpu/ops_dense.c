@@ -6,6 +6,7 @@
 
 #include "cpu_kernels.h"
 #include "matmul.h"
+#include "arm/neon.h"
 
 /* ---- weight rows -> f32 ------------------------------------------------------------------- */
 
@@ -66,20 +67,51 @@ static void matmul_small_n(kvs_device *dev, const kvs_matmul_args *a) {
     const int64_t m = a->m, k = a->k, n = a->n;
     const kvs_dtype dt = a->W->dtype;
     const size_t wrow = kvs_dtype_bytes(dt, k);
-    /* block types (q8_0 included): the variant's quant kernels (matmul.h, ops_quant.c); float
-     * weights: the AVX-512 GEMV where k % 16 == 0, the AVX2 one (any k), else the portable one */
+    /* block types (q8_0 included): the variant's quant kernels (matmul.h, ops_quant.c: AVX-512,
+     * AVX2, NEON or portable); float weights: the AVX-512 GEMV where k % 16 == 0, the AVX2 one (any
+     * k), the NEON one where k % 16 == 0, else the portable one. aarch64 extensions on top (the
+     * variant's, or the CPU's): q8_0 by SDOT on x split into two int8 planes, f16 by FMLAL on x
+     * rounded to f16 (arm/matmul_neon.c), x prepared once per call in scratch. */
     const int isa = kvs_cpu_isa(dev, KVS_OP_matmul);
     const int fast = isa == KVS_ISA_AVX512 && k % 16 == 0;
     (void)fast;
     const int quant = kvs_dtype_is_quant(dt);
     kvs_cpu_qdot_fn qdot = NULL;
     if (quant) kvs_cpu_quant_kernels(dev, KVS_OP_matmul, &qdot, NULL);
+#if KVS_CPU_HAVE_NEON
+    const int neon = isa == KVS_ISA_NEON ? kvs_cpu_use_neon(dev, KVS_OP_matmul) : 0;
+    const int neon_f = (neon & KVS_ARM_NEON) && !quant && k % 16 == 0; /* float weights */
+    int8_t *xq = NULL;
+    float *xsc = NULL;
+    uint16_t *xh = NULL;
+    if (dt == KVS_Q8_0 && (neon & KVS_ARM_DOTPROD)) {
+        xq = kvs_cpu_scratch(dev, (size_t)(n * k) * 2 + (size_t)(n * (k / KVS_Q8_BLOCK)) * sizeof(float));
+        xsc = xq ? (float *)(xq + 2 * n * k) : NULL;
+        if (xq && !kvs_cpu_q8_split_x_neon(x, k, n, xq, xq + n * k, xsc)) xq = NULL;
+    } else if (neon_f && dt == KVS_F16 && (neon & KVS_ARM_FP16FML)) {
+        xh = kvs_cpu_scratch(dev, (size_t)(n * k) * sizeof(uint16_t));
+        if (xh && !kvs_cpu_f16_x_neon(x, n * k, xh)) xh = NULL;
+    }
+    /* (no scratch, or x outside what the extension's kernel represents: the plain NEON kernels) */
+#endif
     int nt = kvs_cpu_nt(dev, (double)m * (double)k * (double)n);
     (void)nt; /* unused without OpenMP */
     KVS_OMP(parallel for num_threads(nt) schedule(static))
     for (int64_t r = 0; r < m; r++) {
         float acc[KVS_GEMV_MAX_N];
         const void *wr = (const char *)W + (size_t)r * wrow;
+#if KVS_CPU_HAVE_NEON
+#if KVS_CPU_HAVE_NEON_EXT
+        if (xq) {
+            kvs_cpu_dot_rows_q8_dotprod(wr, xq, xq + n * k, xsc, k, n, acc);
+        } else if (xh) {
+            kvs_cpu_dot_rows_f16_fml(wr, xh, k, n, acc);
+        } else
+#endif
+        if (neon_f) {
+            kvs_cpu_dot_rows_neon(wr, dt, x, k, n, acc);
+        } else
+#endif
         if (quant) {
             qdot(wr, dt, x, k, n, acc);
         } else
@@ -225,7 +257,7 @@ kvs_status kvs_cpu_matmul(kvs_device *dev, const kvs_matmul_args *a) {
     const float *x = kvs_tensor_host_ptr(a->x);
     float *y = kvs_tensor_host_ptr(a->y);
     const float beta = a->accumulate ? 1.0f : 0.0f;
-    const int isa = kvs_cpu_isa(dev, KVS_OP_matmul); /* f16 panels through F16C unless portable */
+    const int isa = kvs_cpu_isa(dev, KVS_OP_matmul); /* f16 panels through F16C / FCVTL unless portable */
     (void)isa;
     const void *W = kvs_tensor_host_ptr(a->W);
     const kvs_dtype dt = a->W->dtype;
@@ -264,6 +296,12 @@ kvs_status kvs_cpu_matmul(kvs_device *dev, const kvs_matmul_args *a) {
 #if KVS_CPU_HAVE_AVX2
                     if (dt == KVS_F16 && isa != KVS_ISA_C) {
                         kvs_cpu_h2f_row_f16c((const uint16_t *)W + (p0 + r) * k, Wp + r * k, k);
+                        continue;
+                    }
+#endif
+#if KVS_CPU_HAVE_NEON
+                    if (dt == KVS_F16 && isa == KVS_ISA_NEON) {
+                        kvs_cpu_f16_to_f32_neon((const uint16_t *)W + (p0 + r) * k, Wp + r * k, k);
                         continue;
                     }
 #endif

@@ -1,7 +1,8 @@
 /* CPU backend: the portable kernels of the block-quantized weights (contracts: matmul.h) and the
  * choice of the ISA variant per call. The block decoders are core/quant/quant_blocks.h's (written once
- * for every backend and the quantized KV cache); x86/quant_avx2.c and x86/quant_avx512.c compile the
- * same decoders for their ISA with intrinsic f32 FMA dot products. */
+ * for every backend and the quantized KV cache); x86/quant_avx2.c, x86/quant_avx512.c and
+ * arm/quant_neon.c compile the same decoders for their ISA (quant_fused.h) with intrinsic f32 FMA dot
+ * products. */
 #include "cpu_kernels.h"
 #include "matmul.h"
 #include "quant/quant_blocks.h"
@@ -49,6 +50,13 @@ void kvs_cpu_quant_kernels(const kvs_device *dev, kvs_op_id op, kvs_cpu_qdot_fn 
         c = kvs_cpu_qdecode_avx2;
     }
 #endif
+#if KVS_CPU_HAVE_NEON
+    if (isa == KVS_ISA_NEON) {
+        d = kvs_cpu_qdot_rows_neon;
+        c = kvs_cpu_qdecode_neon;
+    }
+#endif
+    (void)isa; /* builds without SIMD kernels */
     if (dot) *dot = d;
     if (decode) *decode = c;
 }

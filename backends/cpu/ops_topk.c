@@ -10,7 +10,8 @@
  *     expected k-th key (topk_select: histogram rounds over the sample's key range);
  *  2. one streaming pass collects the indices of the candidates key >= t0, in index order
  *     (AVX-512: a float compare and a branch-free compress of the indices into registers; AVX2:
- *     the same with a permutation looked up from the compare mask;
+ *     the same with a permutation looked up from the compare mask; NEON: a byte shuffle looked up
+ *     from the 4-bit compare mask;
  *     elsewhere a branch-free loop); should fewer than k survive (an unlucky sample), the pass is
  *     repeated with a wider margin, then with t0 = 0;
  *  3. the candidates' keys are read back (a gather of a few thousand entries the scan just left in
@@ -49,6 +50,9 @@ static int64_t topk_collect(int avx, const float *x, int64_t n, int64_t base, ui
     if (avx == KVS_ISA_AVX512) return kvs_cpu_topk_collect_avx512(x, n, base, t0, ci);
     if (avx == KVS_ISA_AVX2) return kvs_cpu_topk_collect_avx2(x, n, base, t0, ci);
 #endif
+#if KVS_CPU_HAVE_NEON
+    if (avx == KVS_ISA_NEON) return kvs_cpu_topk_collect_neon(x, n, base, t0, ci);
+#endif
     return kvs_cpu_topk_collect_c(x, n, base, t0, ci);
 }
 
@@ -76,6 +80,12 @@ static void topk_keys(int avx, const float *x, const int32_t *ci, int64_t c, uin
     }
     if (avx == KVS_ISA_AVX2) {
         kvs_cpu_topk_keys_avx2(x, ci, c, ck, lo, hi);
+        return;
+    }
+#endif
+#if KVS_CPU_HAVE_NEON
+    if (avx == KVS_ISA_NEON) {
+        kvs_cpu_topk_keys_neon(x, ci, c, ck, lo, hi);
         return;
     }
 #endif
@@ -238,6 +248,9 @@ static int64_t topk_above(int avx, const uint32_t *ck, const int32_t *ci, int64_
     if (avx == KVS_ISA_AVX512) return kvs_cpu_topk_above_avx512(ck, ci, c, t, sk, si);
     if (avx == KVS_ISA_AVX2) return kvs_cpu_topk_above_avx2(ck, ci, c, t, sk, si);
 #endif
+#if KVS_CPU_HAVE_NEON
+    if (avx == KVS_ISA_NEON) return kvs_cpu_topk_above_neon(ck, ci, c, t, sk, si);
+#endif
     return kvs_cpu_topk_above_c(ck, ci, c, t, sk, si);
 }
 
@@ -250,6 +263,12 @@ static void topk_values(int avx, const float *x, const int32_t *out_idx, int64_t
     }
     if (avx == KVS_ISA_AVX2) {
         kvs_cpu_topk_values_avx2(x, out_idx, k, out_val);
+        return;
+    }
+#endif
+#if KVS_CPU_HAVE_NEON
+    if (avx == KVS_ISA_NEON) {
+        kvs_cpu_topk_values_neon(x, out_idx, k, out_val);
         return;
     }
 #endif

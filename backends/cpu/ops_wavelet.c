@@ -48,10 +48,13 @@ static void dwt_level(const float *KVS_RESTRICT c, int64_t L, float *KVS_RESTRIC
     /* body: 2i + T - 1 <= L - 1 */
     int64_t body = L >= T ? (L - T) / 2 + 1 : 0;
     if (body > half) body = half;
-    int64_t i0 = 0; /* outputs [0, i0) done by the AVX2 body */
+    int64_t i0 = 0; /* outputs [0, i0) done by the AVX2 or NEON body */
     (void)isa;
 #if KVS_CPU_HAVE_AVX2
     if (isa == KVS_ISA_AVX2) i0 = kvs_cpu_dwt_body_avx2(c, body, a, d, lo, hi, T);
+#endif
+#if KVS_CPU_HAVE_NEON
+    if (isa == KVS_ISA_NEON) i0 = kvs_cpu_dwt_body_neon(c, body, a, d, lo, hi, T);
 #endif
     if (T == 2) {
         for (int64_t i = i0; i < body; i++) {
@@ -117,10 +120,13 @@ static void idwt_level(const float *KVS_RESTRICT a, const float *KVS_RESTRICT d,
         c[2 * p] = se;
         c[2 * p + 1] = so;
     }
-    int64_t p0 = head; /* pairs [head, p0) done by the AVX2 body */
+    int64_t p0 = head; /* pairs [head, p0) done by the AVX2 or NEON body */
     (void)isa;
 #if KVS_CPU_HAVE_AVX2
     if (isa == KVS_ISA_AVX2 && head == U - 1) p0 = kvs_cpu_idwt_body_avx2(a, d, head, full, c, lo, hi, f->T);
+#endif
+#if KVS_CPU_HAVE_NEON
+    if (isa == KVS_ISA_NEON && head == U - 1) p0 = kvs_cpu_idwt_body_neon(a, d, head, full, c, lo, hi, f->T);
 #endif
     if (U == 1) {
         for (int64_t p = p0; p < full; p++) {
@@ -169,7 +175,7 @@ typedef struct dwt_plan {
     dwt_filt f;
     int64_t len[KVS_DWT_MAX_LEVELS + 1], doff[KVS_DWT_MAX_LEVELS + 1];
     int nt;
-    int isa; /* KVS_ISA_AVX2: the AVX2 level bodies; else the portable loops */
+    int isa; /* KVS_ISA_AVX2 / KVS_ISA_NEON: that ISA's level bodies; else the portable loops */
     int64_t hb;
     float *scr;
 } dwt_plan;

@@ -1,5 +1,6 @@
 /* CPU backend: what ops_topk.c (the top-k driver and portable kernels) shares with the
- * ISA-specific top-k kernels (x86/topk_avx512.c, x86/topk_avx2.c): the order-preserving key and the kernels' contracts. */
+ * ISA-specific top-k kernels (x86/topk_avx512.c, x86/topk_avx2.c, arm/topk_neon.c): the
+ * order-preserving key and the kernels' contracts. */
 #ifndef KVS_BACKENDS_CPU_TOPK_H
 #define KVS_BACKENDS_CPU_TOPK_H
 
@@ -40,5 +41,12 @@ void kvs_cpu_topk_keys_avx2(const float *x, const int32_t *ci, int64_t c, uint32
 int64_t kvs_cpu_topk_above_avx2(const uint32_t *ck, const int32_t *ci, int64_t c, uint32_t t, uint32_t *sk,
                                 int32_t *si);
 void kvs_cpu_topk_values_avx2(const float *x, const int32_t *out_idx, int64_t k, float *out_val);
+
+/* The same four kernels on aarch64 NEON (arm/topk_neon.c; tails shorter than 4 in scalar code). */
+int64_t kvs_cpu_topk_collect_neon(const float *x, int64_t n, int64_t base, uint32_t t0, int32_t *ci);
+void kvs_cpu_topk_keys_neon(const float *x, const int32_t *ci, int64_t c, uint32_t *ck, uint32_t *lo, uint32_t *hi);
+int64_t kvs_cpu_topk_above_neon(const uint32_t *ck, const int32_t *ci, int64_t c, uint32_t t, uint32_t *sk,
+                                int32_t *si);
+void kvs_cpu_topk_values_neon(const float *x, const int32_t *out_idx, int64_t k, float *out_val);
 
 #endif

@@ -19,4 +19,11 @@ int64_t kvs_cpu_dwt_body_avx2(const float *c, int64_t body, float *a, float *d, 
 int64_t kvs_cpu_idwt_body_avx2(const float *a, const float *d, int64_t p0, int64_t p1, float *c, const float *lo,
                                const float *hi, int T);
 
+/* The same two contracts on aarch64 NEON (arm/wavelet_neon.c): 4 outputs (pairs) a step, so the
+ * analysis body is rounded down to a multiple of 4. */
+int64_t kvs_cpu_dwt_body_neon(const float *c, int64_t body, float *a, float *d, const float *lo, const float *hi,
+                              int T);
+int64_t kvs_cpu_idwt_body_neon(const float *a, const float *d, int64_t p0, int64_t p1, float *c, const float *lo,
+                               const float *hi, int T);
+
 #endif

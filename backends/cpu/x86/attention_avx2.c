@@ -222,5 +222,6 @@ const att_kernels kvs_cpu_att_avx2 = {
     .pv_dec = att_pv_dec_avx2,
     .row_max = att_row_max_avx2,
     .exp_row = att_exp_row_avx2,
+    .h2f = kvs_cpu_h2f_row_f16c, /* every CPU of these kernels has F16C */
 };
 #endif

@@ -242,6 +242,7 @@ const att_kernels kvs_cpu_att_avx512 = {
     .pv_dec = kvs_cpu_att_pv_dec_avx512,
     .row_max = kvs_cpu_att_row_max_avx512,
     .exp_row = kvs_cpu_att_exp_row_avx512,
+    .h2f = kvs_cpu_h2f_row_f16c, /* every CPU of these kernels has F16C */
 };
 #endif
 

@@ -54,7 +54,7 @@ typedef __m256i qf_vi;
 #define QF_STOREF(p, v) _mm256_storeu_ps((p), (v))
 #define QF_ZERO _mm256_setzero_ps()
 #define QF_HSUM(v) hsum256(v)
-#include "quant_fused.h"
+#include "../quant_fused.h"
 
 void kvs_cpu_qdecode_avx2(kvs_dtype dt, const void *src, int64_t n, float *dst) {
     if (!qf_decode(dt, src, n, dst)) kvs_qb_decode_n(dt, src, n / kvs_dtype_block(dt), dst);

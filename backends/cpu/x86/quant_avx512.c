@@ -44,7 +44,7 @@ typedef __m512i qf_vi;
 #define QF_STOREF(p, v) _mm512_storeu_ps((p), (v))
 #define QF_ZERO _mm512_setzero_ps()
 #define QF_HSUM(v) _mm512_reduce_add_ps(v)
-#include "quant_fused.h"
+#include "../quant_fused.h"
 
 void kvs_cpu_qdecode_avx512(kvs_dtype dt, const void *src, int64_t n, float *dst) {
     if (!qf_decode(dt, src, n, dst)) kvs_qb_decode_n(dt, src, n / kvs_dtype_block(dt), dst);

@@ -1,7 +1,7 @@
-/* CPU backend, x86: the fused GEMV kernels of every block type, written once over a small vector
- * vocabulary and included by quant_avx2.c (8 lanes) and quant_avx512.c (16 lanes) after they define
- * it (and their target pragma). Not a public header; no include guard on purpose (one inclusion per
- * ISA file).
+/* CPU backend: the fused GEMV kernels of every block type, written once over a small vector
+ * vocabulary and included by x86/quant_avx2.c (8 lanes), x86/quant_avx512.c (16 lanes) and
+ * arm/quant_neon.c (4 lanes) after they define it (and their target pragma). Not a public header; no
+ * include guard on purpose (one inclusion per ISA file).
  *
  * Each type has a decoder qf_<type>(block, v0, d, m) -> the QF_L weights v0 .. v0+QF_L-1 of the
  * block (v0 a multiple of QF_L) as f32 lanes, computed with the same f32 operations as the reference
