@@ -2,8 +2,8 @@
 # kvsieve against llama.cpp on the same machine, in one run (issue 16's side-by-side table).
 #
 #   tools/bench/vs-llamacpp.sh LLAMA_BUILD_DIR [options]
-#     LLAMA_BUILD_DIR   a llama.cpp CMake build directory holding bin/llama-diffusion-cli and
-#                       bin/llama-bench (build them with: cmake --build B --target llama-diffusion-cli llama-bench)
+#     LLAMA_BUILD_DIR   a llama.cpp build directory of your own holding bin/llama-diffusion-cli and
+#                       bin/llama-bench
 #     -t N              threads for both (default: all cores)
 #     -r N              repetitions; each row reports the median and the range (default 3)
 #     --kvsieve PATH    the kvsieve tool (default build/tools/kvsieve)
