@@ -187,7 +187,7 @@ int cmd_eval_dlm_tasks(int argc, char **argv) {
     tcase *tc = calloc((size_t)set.n, sizeof *tc);
     char *tasks[MAX_TASKS];
     int nt = 0;
-    int64_t ncase = 0, per_task[MAX_TASKS] = {0}, max_gen = 1;
+    int64_t ncase = 0, per_task[MAX_TASKS] = {0}, max_gen = 1, skipped = 0, first_skipped = 0;
     int nv = 1 + nc * (1 + nb); /* the LLaDA baseline, then each schedule without and with WaveFilter */
     variant *v = calloc((size_t)nv, sizeof *v);
     int32_t *out = NULL;
@@ -213,6 +213,27 @@ int cmd_eval_dlm_tasks(int argc, char **argv) {
         if (only && strcmp(c->task, only) != 0) continue;
         int t = 0;
         while (t < nt && strcmp(tasks[t], c->task) != 0) t++;
+        if (t < nt && limit > 0 && per_task[t] >= limit) continue;
+        tcase *x = &tc[ncase];
+        x->c = c;
+        const unsigned flags = KVS_TOKENIZE_ADD_BOS | KVS_TOKENIZE_PREFIX_EMPTY;
+        kvs_tokenizer_encode(tok, c->prompt, c->prompt_len, flags, NULL, 0, &x->n);
+        x->ids = malloc((size_t)(x->n + 1) * sizeof *x->ids);
+        if (!x->ids || kvs_tokenizer_encode(tok, c->prompt, c->prompt_len, flags, x->ids, x->n + 1, &x->n) != KVS_OK) {
+            free(x->ids);
+            x->ids = NULL;
+            exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "%s:%lld: cannot tokenize the prompt: %s", tasks_path,
+                                 (long long)c->line, kvs_last_error());
+            goto done;
+        }
+        if (x->n + c->gen > hp->ctx_len) {
+            /* a case this model cannot hold is left out with a note, not the whole file */
+            if (skipped == 0) first_skipped = c->line;
+            free(x->ids);
+            x->ids = NULL;
+            skipped++;
+            continue;
+        }
         if (t == nt) {
             if (nt == MAX_TASKS) {
                 exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "%s:%lld: more than %d task names", tasks_path, (long long)c->line,
@@ -221,31 +242,20 @@ int cmd_eval_dlm_tasks(int argc, char **argv) {
             }
             tasks[nt++] = set.cases[i].task;
         }
-        if (limit > 0 && per_task[t] >= limit) continue;
-        per_task[t]++;
-        tcase *x = &tc[ncase];
-        x->c = c;
         x->task = t;
-        const unsigned flags = KVS_TOKENIZE_ADD_BOS | KVS_TOKENIZE_PREFIX_EMPTY;
-        kvs_tokenizer_encode(tok, c->prompt, c->prompt_len, flags, NULL, 0, &x->n);
-        x->ids = malloc((size_t)(x->n + 1) * sizeof *x->ids);
-        if (!x->ids || kvs_tokenizer_encode(tok, c->prompt, c->prompt_len, flags, x->ids, x->n + 1, &x->n) != KVS_OK) {
-            exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "%s:%lld: cannot tokenize the prompt: %s", tasks_path,
-                                 (long long)c->line, kvs_last_error());
-            goto done;
-        }
+        per_task[t]++;
         ncase++;
-        if (x->n + c->gen > hp->ctx_len) {
-            exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "%s:%lld: prompt (%lld tokens) + gen %lld exceed the model context %d",
-                                 tasks_path, (long long)c->line, (long long)x->n, (long long)c->gen, hp->ctx_len);
-            goto done;
-        }
         if (c->gen > max_gen) max_gen = c->gen;
     }
     if (ncase == 0) {
-        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "%s: no case of task '%s'", tasks_path, only ? only : "");
+        exit_code = skipped ? cli_fail(CLI_EXIT_USAGE, PROG, "%s: every case (%lld) has prompt + gen beyond the model context %d",
+                                       tasks_path, (long long)skipped, hp->ctx_len)
+                            : cli_fail(CLI_EXIT_USAGE, PROG, "%s: no case of task '%s'", tasks_path, only ? only : "");
         goto done;
     }
+    if (skipped)
+        fprintf(stderr, "%s: note: %lld case(s) of %s skipped, their prompt + gen exceed the model context %d (first: line %lld)\n",
+                PROG, (long long)skipped, tasks_path, hp->ctx_len, (long long)first_skipped);
     /* variants */
     snprintf(v[0].name, sizeof v[0].name, "llada-baseline");
     v[0].cache = "none";

@@ -130,7 +130,14 @@ expect_usage "bad.jsonl:1: text after the JSON object" --tasks "$tmp/bad.jsonl"
 bad '# only a comment'
 expect_usage "bad.jsonl: no case" --tasks "$tmp/bad.jsonl"
 bad '{"task": "t", "prompt": "a", "answer": "b", "gen": 512, "block": 32}'
-expect_usage "bad.jsonl:1: prompt (2 tokens) + gen 512 exceed the model context 512" --tasks "$tmp/bad.jsonl"
+expect_usage "bad.jsonl: every case (1) has prompt + gen beyond the model context 512" --tasks "$tmp/bad.jsonl"
+# a file with one case too long for the model runs the others, with one note on stderr
+bad "$ok" '{"task": "t", "prompt": "a", "answer": "b", "gen": 512, "block": 32}'
+err=$("$kvsieve" eval --dlm --tasks "$tmp/bad.jsonl" --caches none --budgets 0 --threads 1 --json 2>&1 >"$tmp/skip.json") ||
+  fail "one over-long case: exit $?"
+printf '%s\n' "$err" | grep -qF "1 case(s) of $tmp/bad.jsonl skipped" || fail "skip note: $err"
+python3 -c "import json,sys; j=json.load(open(sys.argv[1])); assert all(r['cases'] == 1 for r in j['rows']), j" "$tmp/skip.json" ||
+  fail "one over-long case: rows"
 expect_usage "cannot open --tasks" --tasks "$tmp/missing.jsonl"
 expect_usage "--answers needs --json" --tasks "$tmp/steps.jsonl" --answers
 expect_usage "no case of task 'nope'" --tasks "$tmp/steps.jsonl" --task nope
