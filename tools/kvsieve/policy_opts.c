@@ -109,8 +109,10 @@ int policy_opts_make(const char *prog, const policy_opts *po, kvs_policy **pol, 
     if (po->buffer != CLI_UNSET_I64 && po->buffer < 1) return cli_fail(CLI_EXIT_USAGE, prog, "--buffer must be >= 1");
     if (po->sink != CLI_UNSET_INT && po->sink < 0) return cli_fail(CLI_EXIT_USAGE, prog, "--sink must be >= 0");
     if (!po->policy) {
-        if (po->budget || po->scope || po->threshold || po->floor || po->budget_tokens != CLI_UNSET_I64)
-            return cli_fail(CLI_EXIT_USAGE, prog, "--budget/--budget-tokens/--scope/--learned-threshold/--floor need --policy");
+        if (po->budget || po->scope || po->threshold || po->floor || po->budget_tokens != CLI_UNSET_I64 ||
+            po->sink != CLI_UNSET_INT || po->buffer != CLI_UNSET_I64)
+            return cli_fail(CLI_EXIT_USAGE, prog,
+                            "--budget/--budget-tokens/--scope/--learned-threshold/--floor/--sink/--buffer need --policy");
         return CLI_EXIT_OK;
     }
     kvs_policy_params pp = kvs_policy_params_default();

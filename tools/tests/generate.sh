@@ -65,6 +65,8 @@ expect_usage -m stories260K-f32.v3.gguf --backend nosuchbackend
 # values that equal an option's internal default must not slip through as "not given"
 expect_usage -m stories260K-f32.v3.gguf -n -1
 expect_usage -m stories260K-f32.v3.gguf -n 8 --policy streaming --budget 0.5 --sink -1
+expect_usage -m stories260K-f32.v3.gguf -n 8 --sink 2
+expect_usage -m stories260K-f32.v3.gguf -n 8 --buffer 4
 expect_usage -m stories260K-f32.v3.gguf -n 8 --policy h2o --budget 0.5 --buffer 0
 # a flag for a schedule that is not run
 expect_usage -m stories260K-llada-f32.gguf -n 32 --gamma 0.5
