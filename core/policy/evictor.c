@@ -9,7 +9,7 @@
 
 kvs_evict_params kvs_evict_params_default(void) {
     kvs_evict_params p = {.policy = NULL, .budget = 1.0, .scope = KVS_SCOPE_HEAD, .buffer = 0, .head_cap = 2.0,
-                          .budget_tokens = 0};
+                          .budget_tokens = 0, .rerotate = 0};
     return p;
 }
 
@@ -56,6 +56,10 @@ kvs_status kvs_evictor_create(kvs_evictor **out, const kvs_evict_params *pp, con
     e->H = hp->n_kv_heads;
     e->NH = hp->n_heads;
     e->hd = hp->head_dim;
+    e->rope = kvs_rope_params_default();
+    e->rope.mode = hp->rope_mode;
+    if (hp->rope_base > 0.0f) e->rope.theta_base = hp->rope_base;
+    e->rope.n_rot = hp->rope_dim;
     e->S = seq_len;
     e->B = p.budget_tokens > 0 ? p.budget_tokens
            : p.budget <= 1.0   ? (int64_t)llround(p.budget * (double)seq_len)
@@ -107,7 +111,7 @@ int64_t kvs_evictor_buffer(const kvs_evictor *e) { return e ? e->buffer : -1; }
 int kvs_evictor_is_noop(const kvs_evictor *e) { return !e || e->noop; }
 
 kvs_evict_stats kvs_evictor_get_stats(const kvs_evictor *e) {
-    kvs_evict_stats z = {0, 0, 0};
+    kvs_evict_stats z = {0, 0, 0, 0};
     return e ? e->st : z;
 }
 
@@ -265,6 +269,14 @@ kvs_status kvs_evictor_plan(kvs_evictor *e, int64_t n_new, kvs_layer_plan *layer
     return KVS_OK;
 }
 
+/* StreamingLLM's positions within the cache after an eviction of layer l (kvs_cache_rerotate). */
+static kvs_status rerotate(kvs_evictor *e, int l) {
+    int64_t n = 0;
+    KVS_TRY(kvs_cache_rerotate(e->c, l, &e->rope, &n));
+    e->st.rows_rerotated += n;
+    return KVS_OK;
+}
+
 kvs_status kvs_evictor_update(kvs_evictor *e, kvs_kv_cache *c, const kvs_step_result *r) {
     const char *op = "kvs_evictor_update";
     if (!e || !c || !r) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: NULL argument", op);
@@ -317,10 +329,16 @@ kvs_status kvs_evictor_update(kvs_evictor *e, kvs_kv_cache *c, const kvs_step_re
     }
     /* triggers */
     if (e->scope == KVS_SCOPE_GLOBAL) {
-        if (steps_to_trigger(e, 0, 0) == 0) KVS_TRY(kvs_evictor_evict_pool(e, 0, e->L, cur_pos));
+        if (steps_to_trigger(e, 0, 0) == 0) {
+            KVS_TRY(kvs_evictor_evict_pool(e, 0, e->L, cur_pos));
+            for (int l = 0; l < e->L && e->p.rerotate; l++) KVS_TRY(rerotate(e, l));
+        }
     } else {
         for (int l = 0; l < e->L; l++)
-            if (steps_to_trigger(e, l, 0) == 0) KVS_TRY(kvs_evictor_evict_pool(e, l, l + 1, cur_pos));
+            if (steps_to_trigger(e, l, 0) == 0) {
+                KVS_TRY(kvs_evictor_evict_pool(e, l, l + 1, cur_pos));
+                if (e->p.rerotate) KVS_TRY(rerotate(e, l));
+            }
     }
     return KVS_OK;
 }

@@ -27,6 +27,7 @@ struct kvs_evictor {
     kvs_evict_params p;
     kvs_policy *pol;
     int L, H, NH, hd;
+    kvs_rope_params rope;  /* the model's RoPE (p.rerotate) */
     int64_t S, B, buffer;
     kvs_budget_scope scope;
     int noop;

@@ -127,6 +127,15 @@ typedef struct kvs_step_plan {
     const int32_t *logit_rows;  /* token indices whose logits are returned; each must be computed
                                  * at the last layer */
     int64_t n_logit_rows;
+    /* 1: RoPE positions within the cache (StreamingLLM, Xiao et al. 2023, sec. 3.2): at layer l,
+     * token i of the step is rotated (q and k) at kvs_cache_max_len(cache, l) + i, taken before
+     * the step's write, and that RoPE position is recorded with its row (kvs_cache_rope_positions);
+     * `positions` still give the causal mask and the positions the cache and policies keep. With
+     * kvs_cache_rerotate after each eviction the kept keys sit at 0..len-1 and a decode never
+     * rotates past its cache capacity. Without eviction, and with positions 0, 1, .. in order, the
+     * RoPE positions equal the token positions (the same result). APPEND caches only.
+     * 0 (default): RoPE at the token positions. */
+    int rope_in_cache;
 } kvs_step_plan;
 
 typedef struct kvs_layer_stats {
@@ -148,7 +157,7 @@ typedef struct kvs_step_result {
 } kvs_step_result;
 
 /* Runs one step plan against the cache and returns logits and statistics.
- * Errors: KVS_ERR_INVALID_ARGUMENT (ids outside the vocabulary, rows not increasing or out of
+ * Errors: KVS_ERR_INVALID_ARGUMENT (ids outside the vocabulary, rope_in_cache on a positional cache, rows not increasing or out of
  * range, logit rows not computed at the last layer, statistics rows out of range, a layer whose
  * rows differ from the previous layer's without KVS_CACHE_KEEP_X), KVS_ERR_OUT_OF_RANGE (a
  * position beyond the cache capacity, an append cache that is full), KVS_ERR_SHAPE (cache built

@@ -253,6 +253,11 @@ typedef struct kvs_evict_params {
                             * 2.0, >= 1 */
     int64_t budget_tokens; /* > 0: tokens per kv head, used instead of budget (the only way to ask
                             * for one token: budget 1 means 100%); 0 (default): budget applies */
+    int rerotate;          /* 1: after each eviction of a layer, kvs_cache_rerotate renumbers its kept
+                            * rows' RoPE positions to 0..len-1 and re-rotates their keys (StreamingLLM
+                            * sec. 3.2; the steps must then run with kvs_step_plan.rope_in_cache, as
+                            * kvs_generate_ar does with kvs_ar_params.rerotate); 0 (default): kept keys
+                            * keep their RoPE positions. RoPE parameters: the model's (hparams). */
 } kvs_evict_params;
 
 KVS_API kvs_evict_params kvs_evict_params_default(void);
@@ -262,6 +267,8 @@ typedef struct kvs_evict_stats {
     int64_t evictions;     /* eviction events (per pool) */
     int64_t rows_evicted;  /* K/V rows removed, summed over layers and heads */
     int64_t stat_steps;    /* (layer, step) pairs whose attention statistics were collected */
+    int64_t rows_rerotated;/* kept K rows re-rotated to new RoPE positions (rerotate), summed over
+                            * layers and heads */
 } kvs_evict_stats;
 
 typedef struct kvs_evictor kvs_evictor;
@@ -298,9 +305,10 @@ KVS_API kvs_status kvs_evictor_begin(kvs_evictor *e, kvs_kv_cache *c);
 KVS_API kvs_status kvs_evictor_plan(kvs_evictor *e, int64_t n_new, kvs_layer_plan *layers, int *any);
 
 /* After the forward of the planned step: accumulates its statistics, then evicts every pool whose
- * trigger fired (scores on the host, top-k and compaction on the device).
+ * trigger fired (scores on the host, top-k and compaction on the device) and, with p.rerotate,
+ * re-rotates the evicted layers' kept keys (kvs_cache_rerotate).
  * Errors: KVS_ERR_STATE (no begin, or statistics missing that the plan asked for), the ops' and
- * the policy's errors. */
+ * the policy's errors, and kvs_cache_rerotate's. */
 KVS_API kvs_status kvs_evictor_update(kvs_evictor *e, kvs_kv_cache *c, const kvs_step_result *r);
 
 KVS_API kvs_evict_stats kvs_evictor_get_stats(const kvs_evictor *e);

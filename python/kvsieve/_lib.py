@@ -154,7 +154,7 @@ class LayerPlan(Structure):
 class StepPlan(Structure):
     _fields_ = [("tokens", POINTER(c_int32)), ("n_tokens", c_int64), ("positions", POINTER(c_int32)),
                 ("layers", POINTER(LayerPlan)), ("logit_rows", POINTER(c_int32)),
-                ("n_logit_rows", c_int64)]
+                ("n_logit_rows", c_int64), ("rope_in_cache", c_int)]
 
 
 class StepResult(Structure):
@@ -174,11 +174,12 @@ class PolicyParams(Structure):
 
 class EvictParams(Structure):
     _fields_ = [("policy", c_void_p), ("budget", c_double), ("scope", c_int), ("buffer", c_int64),
-                ("head_cap", c_double), ("budget_tokens", c_int64)]
+                ("head_cap", c_double), ("budget_tokens", c_int64), ("rerotate", c_int)]
 
 
 class EvictStats(Structure):
-    _fields_ = [("evictions", c_int64), ("rows_evicted", c_int64), ("stat_steps", c_int64)]
+    _fields_ = [("evictions", c_int64), ("rows_evicted", c_int64), ("stat_steps", c_int64),
+                ("rows_rerotated", c_int64)]
 
 
 ELASTIC_SIM = {"heads": 0, "rows": 1}
@@ -206,7 +207,7 @@ class GenStats(Structure):
 class ArParams(Structure):
     _fields_ = [("max_new", c_int64), ("temperature", c_float), ("top_p", c_float), ("seed", ctypes.c_uint64),
                 ("stop_at_bos", c_int), ("stop_at_eos", c_int), ("policy", c_void_p), ("budget", c_double),
-                ("scope", c_int), ("evict_buffer", c_int64), ("budget_tokens", c_int64)]
+                ("scope", c_int), ("evict_buffer", c_int64), ("budget_tokens", c_int64), ("rerotate", c_int)]
 
 
 class DlmParams(Structure):
