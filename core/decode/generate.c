@@ -88,7 +88,8 @@ static int32_t sample(float *logits, int64_t n, const kvs_ar_params *p, uint64_t
 
 kvs_ar_params kvs_ar_params_default(void) {
     kvs_ar_params p = {.max_new = 256, .temperature = 0.0f, .top_p = 1.0f, .seed = 42, .stop_at_bos = 1, .stop_at_eos = 1,
-                       .policy = NULL, .budget = 1.0, .scope = KVS_SCOPE_HEAD, .evict_buffer = 0, .budget_tokens = 0, .rerotate = 0};
+                       .policy = NULL, .budget = 1.0, .scope = KVS_SCOPE_HEAD, .evict_buffer = 0, .budget_tokens = 0, .rerotate = 0,
+                       .think_ratio = 0.0};
     return p;
 }
 
@@ -110,6 +111,7 @@ static kvs_status ar_evictor(const kvs_model *m, int64_t n_prompt, const kvs_ar_
     ep.buffer = p->evict_buffer;
     ep.budget_tokens = p->budget_tokens;
     ep.rerotate = p->rerotate;
+    ep.think_ratio = p->think_ratio;
     return kvs_evictor_create(out, &ep, kvs_model_get_hparams(m), n_prompt + p->max_new);
 }
 

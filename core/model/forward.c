@@ -163,6 +163,16 @@ static kvs_status run_layer(fwd_ctx *f, int l, const int32_t *rows, int64_t n, k
     if (s == KVS_OK) s = kvs_matmul(d, w->wv, xn, v, 0);
     if (s == KVS_OK) s = kvs_rope(d, q3, rpos ? rpos : pos, &rp);
     if (s == KVS_OK) s = kvs_rope(d, k3, rpos ? rpos : pos, &rp);
+    st->q = NULL;
+    if (s == KVS_OK && lp && lp->want_q) { /* ThinK: the rotated queries */
+        int64_t nq = n * hp->n_heads * hp->head_dim;
+        s = fwd_host_grow((void **)&m->q_host[l], &m->q_cap[l], nq, sizeof(float));
+        if (s == KVS_OK) s = kvs_tensor_download(q3, m->q_host[l], 0, (size_t)nq * sizeof(float));
+        if (s == KVS_OK) {
+            st->q = m->q_host[l];
+            st->n_x_rows = n;
+        }
+    }
     if (s == KVS_OK) s = write_cache(f, l, rows, n, rpos_host);
     if (s == KVS_OK) s = fwd_layer_attention(f, l, lp, n, st);
     if (s == KVS_OK) s = kvs_matmul(d, w->wo, att, x, 1);

@@ -69,6 +69,8 @@ struct kvs_model {
     int64_t *key_mass_cap, *probs_cap, *argmax_cap;
     float **x_host;          /* [n_layers] want_x copies of the normalised layer inputs */
     int64_t *x_cap;
+    float **q_host;          /* [n_layers] want_q copies of the rotated queries */
+    int64_t *q_cap;
 };
 
 void kvs_workspace_free(kvs_workspace *ws);

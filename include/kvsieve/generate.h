@@ -80,6 +80,8 @@ typedef struct kvs_ar_params {
      * whose budget + buffer fits the model's context, the decode may then run past the context.
      * Without eviction it gives the same tokens as 0. 0 (default): kept tokens keep their positions. */
     int rerotate;
+    double think_ratio;   /* ThinK key-channel pruning at each eviction (kvs_evict_params.think_ratio,
+                           * window 32), [0, 1); 0 (default): off */
 } kvs_ar_params;
 
 KVS_API kvs_ar_params kvs_ar_params_default(void);

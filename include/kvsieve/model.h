@@ -114,6 +114,9 @@ typedef struct kvs_layer_plan {
     /* Optional plan hook called after this layer's attention (see kvs_layer_hook). */
     kvs_layer_hook hook;
     void *hook_user;
+    /* 1: return this layer's queries after RoPE, as the attention reads them, in result q
+     * (ThinK's channel scores, kvs_evict_params.think_ratio). */
+    int want_q;
 } kvs_layer_plan;
 
 typedef struct kvs_step_plan {
@@ -145,6 +148,8 @@ typedef struct kvs_layer_stats {
     const int32_t *argmax;      /* [n_rows][n_heads] or NULL */
     const float *x;             /* [n_rows][dim] normalised layer input (want_x) or NULL */
     int64_t n_x_rows;           /* rows of x (this layer's rows) */
+    const float *q;             /* [n_x_rows][n_heads][head_dim] queries after RoPE (want_q) or NULL;
+                                 * n_x_rows is set with it */
 } kvs_layer_stats;
 
 typedef struct kvs_step_result {

@@ -258,6 +258,15 @@ typedef struct kvs_evict_params {
                             * sec. 3.2; the steps must then run with kvs_step_plan.rope_in_cache, as
                             * kvs_generate_ar does with kvs_ar_params.rerotate); 0 (default): kept keys
                             * keep their RoPE positions. RoPE parameters: the model's (hparams). */
+    /* ThinK (Xu et al. 2024, arXiv 2407.21018, sec. 3; kvpress ThinKPress): after each eviction of a
+     * layer (after the re-rotation, with rerotate), each kv head zeroes the floor(head_dim *
+     * think_ratio) key channels with the lowest ||Q[:, c]||^2 ||K[:, c]||^2 (kvs_think_select) in all
+     * its kept rows; Q: the rotated queries of the last think_window steps before the eviction
+     * (group heads pooled), K: the kept rows. Zeroed in place: the attention reads the usual layout and
+     * the cache's memory does not drop. Rows appended later keep every channel until the next
+     * eviction (kvpress prunes only the keys it compresses). */
+    double think_ratio;    /* [0, 1); 0 (default): off (the paper prunes 0.4; kvpress's default is 0) */
+    int64_t think_window;  /* queries observed, >= 1; default 32 (kvpress window_size) */
 } kvs_evict_params;
 
 KVS_API kvs_evict_params kvs_evict_params_default(void);
@@ -269,6 +278,7 @@ typedef struct kvs_evict_stats {
     int64_t stat_steps;    /* (layer, step) pairs whose attention statistics were collected */
     int64_t rows_rerotated;/* kept K rows re-rotated to new RoPE positions (rerotate), summed over
                             * layers and heads */
+    int64_t channels_pruned; /* ThinK: key channels zeroed, summed over evictions, layers and kv heads */
 } kvs_evict_stats;
 
 typedef struct kvs_evictor kvs_evictor;
@@ -312,6 +322,20 @@ KVS_API kvs_status kvs_evictor_plan(kvs_evictor *e, int64_t n_new, kvs_layer_pla
 KVS_API kvs_status kvs_evictor_update(kvs_evictor *e, kvs_kv_cache *c, const kvs_step_result *r);
 
 KVS_API kvs_evict_stats kvs_evictor_get_stats(const kvs_evictor *e);
+
+/* ThinK's channel choice (Xu et al. 2024, arXiv 2407.21018, sec. 3, the channel score
+ * ||Q_i K_i^T||_F = ||Q[:, i]|| ||K[:, i]|| of the observation window's queries Q and the keys K;
+ * kvpress ThinKPress ranks mean(q^2) mean(k^2), the same order): for each kv head h, score[c] =
+ * q_sq[h][c] * sum_{r < len[h]} keys[h][r][c]^2, and the floor(head_dim * ratio) channels of
+ * lowest score are marked pruned (ties: the lower channel first).
+ * q_sq: host [n_kv_heads][head_dim], the window's squared rotated queries summed over the queries and
+ * the head's query-head group; keys: host [n_kv_heads][stride][head_dim] f32 (rows >= len[h] not
+ * read); len: [n_kv_heads], 0 <= len[h] <= stride; pruned: out [n_kv_heads][head_dim], 1 = prune;
+ * scores: optional out [n_kv_heads][head_dim].
+ * Errors: KVS_ERR_INVALID_ARGUMENT (NULL, n_kv_heads, head_dim or stride < 1, ratio outside [0, 1)),
+ * KVS_ERR_OUT_OF_RANGE (a len outside [0, stride]), KVS_ERR_OUT_OF_MEMORY. */
+KVS_API kvs_status kvs_think_select(const double *q_sq, const float *keys, const int64_t *len, int n_kv_heads, int64_t stride,
+                                    int head_dim, double ratio, uint8_t *pruned, double *scores);
 
 /* Attaches a latent memory (latent.h) to a policy (borrowed; NULL detaches): the evictor then hands
  * it to every step plan (kvs_layer_plan.latent) and the policy's evicted rows are folded into it by

@@ -36,6 +36,7 @@ typedef struct gen_opts {
     int profile;      /* --profile: device work per op kind and per layer */
     int64_t ctx;      /* -c/--ctx-size: prompt + generated tokens must fit; 0 = the model's context */
     int rerotate;     /* --rerotate: RoPE positions within the cache, keys re-rotated after eviction */
+    double think;     /* --think R: ThinK key-channel pruning ratio at each eviction */
 } gen_opts;
 
 typedef struct stream_ctx {
@@ -109,6 +110,9 @@ int cmd_generate(int argc, char **argv) {
                                                      "eviction the kept keys are re-rotated to positions 0..n-1 and a new token "
                                                      "takes the cache length; with --policy and a budget inside the model "
                                                      "context, -n may exceed the context"},
+        {"think", 0, CLI_DOUBLE, &o.think, "R", "autoregressive, with --policy: ThinK (arXiv 2407.21018) zeroes the "
+                                                "fraction R in [0, 1) of key channels per kv head with the lowest query-key "
+                                                "score at each eviction (paper: 0.4; default 0 = off; memory does not drop yet)"},
         {"compare", 0, CLI_FLAG, &o.compare, NULL, "diffusion: also decode without cache; report speedup and agreement"},
         {"stop-eos", 0, CLI_FLAG, &o.stop_eos, NULL, "diffusion: stop once every position before the first EOS is decoded; "
                                                      "the rest is EOS, not decoded (LLaDA)"},
@@ -134,7 +138,7 @@ int cmd_generate(int argc, char **argv) {
         .prog = PROG,
         .usage = "-m MODEL [-p PROMPT] [-n N] [-c N] [--backend B] [--temp T] [--top-p P] [--seed S] [--block B] "
                  "[--steps S] [--threshold E] [--json] [--policy NAME --budget F|N [--scope head|layer|global] "
-                 "[--sink N] [--window N] [--rerotate]] [--cache none|prefix|dual|delayed|elastic] [--gamma G] "
+                 "[--sink N] [--window N] [--rerotate] [--think R]] [--cache none|prefix|dual|delayed|elastic] [--gamma G] "
                  "[--window W] [--track K] [--reload R] [--wavefilter] [--wf-family F] [--wf-levels J] "
                  "[--wf-budget F] [--compare] [--stop-eos] [--stats] [--profile]",
         .summary = "Generate text with a llama-family (autoregressive) or llada (masked diffusion) model.",
@@ -268,6 +272,11 @@ int cmd_generate(int argc, char **argv) {
     }
     ap.max_new = n_gen;
     ap.rerotate = o.rerotate;
+    if (!(o.think >= 0.0 && o.think < 1.0) || (o.think > 0.0 && (dlm || !pol))) {
+        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "--think R needs R in [0, 1) and an eviction --policy (autoregressive models)");
+        goto done;
+    }
+    ap.think_ratio = o.think;
     kvs_cache_params cp = kvs_model_cache_params(m);
     cp.mode = dlm ? KVS_CACHE_POSITIONAL : KVS_CACHE_APPEND;
     cp.capacity = dlm ? n_prompt + n_gen : kvs_ar_capacity(m, n_prompt, &ap);

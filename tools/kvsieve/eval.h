@@ -38,6 +38,7 @@ typedef struct eval_ctx {
     double *lp_buf;         /* [V] */
     uint8_t *probe;         /* [ctx] 1: token t is a recall probe (predicted at t-1) */
     int rerotate;           /* --rerotate: evicted runs assign RoPE positions within the cache */
+    double think;           /* --think R: ThinK key-channel pruning at each eviction */
 } eval_ctx;
 
 
