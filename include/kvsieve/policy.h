@@ -78,7 +78,7 @@
  *                row, and when a trigger fires evicts on the device: scores -> kvs_topk (per head,
  *                order_by_index) or kvs_topk_global (pooled scopes) -> kvs_cache_keep (kvs_compact
  *                of K and V). Kept tokens keep their original positions; keys are stored after RoPE
- *                and are not re-rotated.
+ *                and are not re-rotated unless kvs_evict_params.rerotate asks for it.
  *
  * Budgets: B tokens per kv head per layer (a count), or a fraction f of the planned sequence
  * length S (generate: prompt + max_new; eval: the window length): B = max(1, round(f * S)).
@@ -189,13 +189,21 @@ typedef struct kvs_policy_params {
     int64_t n_future;   /* expected: future positions the RoPE rotation is averaged over, >= 1;
                          * 0 = 512 (kvpress n_future_positions); its query window is `window`
                          * (0 = 64) */
+    int cascades;       /* cascade: sub-caches C, each of (budget - n_sink) / C tokens, in [0, 16];
+                         * 0 = 4 */
 } kvs_policy_params;
 
 KVS_API kvs_policy_params kvs_policy_params_default(void);
 
 /* Names of the built-in policies, NULL-terminated: streaming, h2o, snapkv, tova, knorm, pyramidkv,
- * adakv, keydiff, lagkv, critical, expected, prefixkv ("critical:<base>" is accepted by
- * kvs_policy_create too). */
+ * adakv, keydiff, lagkv, critical, expected, prefixkv, cascade ("critical:<base>" is accepted by
+ * kvs_policy_create too).
+ * cascade: the cascading KV cache (Willette et al. 2024, arXiv 2406.17808, sec. 3; reference code
+ * jeffwillette/cascading_cache_2): n_sink sinks plus `cascades` sub-caches; cascade i takes every
+ * 2^i-th token after the sinks (every token until they are full), passing its oldest to cascade
+ * i+1 when full, and otherwise keeps the better of the carried token and its newest by an EMA
+ * (beta 0.999) of the attention each key receives; members score 2 + EMA, the others their EMA
+ * (core/policy/cascade.c). */
 KVS_API const char *const *kvs_policy_names(void);
 
 /* Creates a built-in policy by name (p NULL = defaults). "<name>@t" (e.g. "snapkv@0.3") is <name>
@@ -203,7 +211,8 @@ KVS_API const char *const *kvs_policy_names(void);
  * Errors: KVS_ERR_NOT_FOUND (unknown name; the message lists the names), KVS_ERR_INVALID_ARGUMENT
  * (n_sink < 0, window < 0, kernel even or < 1, beta < 1, alpha outside [0, 1], a base that is
  * not a scorer (pyramidkv, adakv, prefixkv; critical except under prefixkv), threshold outside
- * [0, 1), lag 1 or < 0, first_stage outside [0, 1], n_future < 0), KVS_ERR_OUT_OF_MEMORY. */
+ * [0, 1), lag 1 or < 0, first_stage outside [0, 1], n_future < 0, cascades outside [0, 16]),
+ * KVS_ERR_OUT_OF_MEMORY. */
 KVS_API kvs_status kvs_policy_create(kvs_policy **out, const char *name, const kvs_policy_params *p);
 
 /* Wraps a user scorer (learned policies). ops must outlive the policy; self is passed to every op

@@ -171,7 +171,7 @@ SCOPES = {"head": 0, "layer": 1, "global": 2}
 class PolicyParams(Structure):
     _fields_ = [("n_sink", c_int), ("window", c_int64), ("kernel", c_int), ("beta", c_int),
                 ("alpha", c_float), ("base", c_char_p), ("threshold", c_float), ("lag", c_int64),
-                ("first_stage", c_float), ("n_future", c_int64)]
+                ("first_stage", c_float), ("n_future", c_int64), ("cascades", c_int)]
 
 
 class EvictParams(Structure):

@@ -21,7 +21,7 @@ int main(void) {
     ROW("LayerPlan", kvs_layer_plan, want_q);
     ROW("StepPlan", kvs_step_plan, rope_in_cache);
     ROW("StepResult", kvs_step_result, seconds_logits);
-    ROW("PolicyParams", kvs_policy_params, n_future);
+    ROW("PolicyParams", kvs_policy_params, cascades);
     ROW("EvictParams", kvs_evict_params, think_window);
     ROW("EvictStats", kvs_evict_stats, channels_pruned);
     ROW("ElasticParams", kvs_elastic_params, block_refresh);
