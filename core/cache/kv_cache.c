@@ -1,4 +1,5 @@
-/* The KV cache object: per-layer K/V/pos/len tensors on the device with host mirrors. */
+/* The KV cache object: per-layer K/V/pos/len tensors on the device with host mirrors, and the RoPE
+ * position each key row is rotated at (kvs_cache_rerotate renumbers them within the cache). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,6 +11,11 @@ struct kvs_kv_cache {
     kvs_cache_params p;
     kvs_tensor **k, **v, **pos, **len, **x; /* [n_layers] each */
     int32_t *host_pos;                      /* [n_layers][n_kv_heads][capacity] */
+    int32_t *host_rpos;                     /* [n_layers][n_kv_heads][capacity] RoPE position of each
+                                             * row's key (-1 empty) */
+    kvs_tensor *delta;                      /* [n_kv_heads][capacity] I32, kvs_cache_rerotate's
+                                             * per-row shifts (created at the first use) */
+    int32_t *scratch_delta;                 /* [n_kv_heads][capacity] host side of delta */
     int64_t *host_len;                      /* [n_layers][n_kv_heads] */
     int32_t *scratch;                       /* host scratch for uploads */
     int64_t next_pos;                       /* 1 + the largest position ever written (0: empty) */
@@ -46,8 +52,10 @@ void kvs_cache_destroy(kvs_kv_cache **cp) {
         if (c->x) kvs_tensor_destroy(&c->x[l]);
     }
     free(c->k); free(c->v); free(c->pos); free(c->len); free(c->x);
-    free(c->host_pos); free(c->host_len); free(c->scratch);
+    free(c->host_pos); free(c->host_rpos); free(c->host_len); free(c->scratch);
     kvs_tensor_destroy(&c->slots);
+    kvs_tensor_destroy(&c->delta);
+    free(c->scratch_delta);
     free(c->slots_host);
     free(c->scratch_slots);
     free(c);
@@ -83,12 +91,13 @@ kvs_status kvs_cache_create(kvs_kv_cache **out, kvs_device *dev, const kvs_cache
     c->len = calloc(L, sizeof *c->len);
     c->x = calloc(L, sizeof *c->x);
     c->host_pos = malloc(L * H * cap * sizeof *c->host_pos);
+    c->host_rpos = malloc(L * H * cap * sizeof *c->host_rpos);
     c->host_len = calloc(L * H, sizeof *c->host_len);
     c->scratch = malloc((H > 16 ? H : 16) * sizeof *c->scratch);
     c->slots_host = malloc(H * cap * sizeof *c->slots_host);
     c->scratch_slots = malloc(H * cap * sizeof *c->scratch_slots);
     kvs_status s = KVS_OK;
-    if (!c->k || !c->v || !c->pos || !c->len || !c->x || !c->host_pos || !c->host_len || !c->scratch || !c->slots_host || !c->scratch_slots) {
+    if (!c->k || !c->v || !c->pos || !c->len || !c->x || !c->host_pos || !c->host_rpos || !c->host_len || !c->scratch || !c->slots_host || !c->scratch_slots) {
         s = kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_cache_create: out of host memory");
         goto fail;
     }
@@ -138,7 +147,7 @@ fail:
 kvs_status kvs_cache_reset(kvs_kv_cache *c) {
     if (!c) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_cache_reset: NULL cache");
     size_t n = (size_t)c->p.n_layers * c->p.n_kv_heads * c->p.capacity;
-    for (size_t i = 0; i < n; i++) c->host_pos[i] = -1;
+    for (size_t i = 0; i < n; i++) c->host_pos[i] = c->host_rpos[i] = -1;
     memset(c->host_len, 0, (size_t)c->p.n_layers * c->p.n_kv_heads * sizeof *c->host_len);
     c->next_pos = 0;
     for (int l = 0; l < c->p.n_layers; l++) KVS_TRY(sync_layer(c, l));
@@ -162,6 +171,11 @@ int64_t kvs_cache_len(const kvs_kv_cache *c, int l, int h) {
 const int32_t *kvs_cache_positions(const kvs_kv_cache *c, int l, int h) {
     if (!LAYER_OK(c, l) || h < 0 || h >= c->p.n_kv_heads) return NULL;
     return c->host_pos + ((size_t)l * c->p.n_kv_heads + h) * c->p.capacity;
+}
+
+const int32_t *kvs_cache_rope_positions(const kvs_kv_cache *c, int l, int h) {
+    if (!LAYER_OK(c, l) || h < 0 || h >= c->p.n_kv_heads) return NULL;
+    return c->host_rpos + ((size_t)l * c->p.n_kv_heads + h) * c->p.capacity;
 }
 
 int64_t kvs_cache_max_len(const kvs_kv_cache *c, int l) {
@@ -200,9 +214,15 @@ static int rows_shape_ok(const kvs_tensor *t, const kvs_cache_params *p, int64_t
 
 kvs_status kvs_cache_write_rows(kvs_kv_cache *c, int l, const kvs_tensor *k, const kvs_tensor *v, const int32_t *positions,
                                 int64_t n) {
+    return kvs_cache_write_rows_rope(c, l, k, v, positions, NULL, n);
+}
+
+kvs_status kvs_cache_write_rows_rope(kvs_kv_cache *c, int l, const kvs_tensor *k, const kvs_tensor *v, const int32_t *positions,
+                                     const int32_t *rope_positions, int64_t n) {
     const char *op = "kvs_cache_write_rows";
     if (!LAYER_OK(c, l) || !k || !v || !positions || n < 1)
         return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: NULL argument, bad layer %d or n %lld < 1", op, l, (long long)n);
+    if (!rope_positions) rope_positions = positions;
     const kvs_cache_params *cp = &c->p;
     int H = cp->n_kv_heads;
     if (!rows_shape_ok(k, cp, n) || !rows_shape_ok(v, cp, n))
@@ -210,7 +230,9 @@ kvs_status kvs_cache_write_rows(kvs_kv_cache *c, int l, const kvs_tensor *k, con
     int64_t *len = c->host_len + (size_t)l * H;
     int32_t *slots = c->scratch_slots;
     for (int64_t i = 0; i < n; i++) {
-        if (positions[i] < 0) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: position %d < 0", op, positions[i]);
+        if (positions[i] < 0 || rope_positions[i] < 0)
+            return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: position %d or RoPE position %d < 0", op, positions[i],
+                             rope_positions[i]);
         if (cp->mode == KVS_CACHE_POSITIONAL && positions[i] >= cp->capacity)
             return kvs_error(KVS_ERR_OUT_OF_RANGE, "%s: position %d outside the capacity %lld", op, positions[i],
                              (long long)cp->capacity);
@@ -246,7 +268,9 @@ kvs_status kvs_cache_write_rows(kvs_kv_cache *c, int l, const kvs_tensor *k, con
     int changed = 0;
     for (int h = 0; h < H; h++) {
         int32_t *pos = c->host_pos + ((size_t)l * H + h) * cp->capacity;
+        int32_t *rpos = c->host_rpos + ((size_t)l * H + h) * cp->capacity;
         for (int64_t i = 0; i < n; i++) {
+            rpos[slots[h * n + i]] = rope_positions[i];
             int32_t *dst = &pos[slots[h * n + i]];
             if (positions[i] + 1 > c->next_pos) c->next_pos = positions[i] + 1;
             changed |= *dst != positions[i];
@@ -308,13 +332,55 @@ kvs_status kvs_cache_keep(kvs_kv_cache *c, int layer, const int32_t *keep, const
     if (s == KVS_OK) {
         for (int h = 0; h < H; h++) {
             int32_t *pos = c->host_pos + ((size_t)layer * H + h) * c->p.capacity;
+            int32_t *rpos = c->host_rpos + ((size_t)layer * H + h) * c->p.capacity;
             int64_t len = c->host_len[(size_t)layer * H + h];
-            for (int64_t i = 0; i < n_keep[h]; i++) pos[i] = pos[keep[h * keep_stride + i]];
-            for (int64_t i = n_keep[h]; i < len; i++) pos[i] = -1;
+            for (int64_t i = 0; i < n_keep[h]; i++) {
+                pos[i] = pos[keep[h * keep_stride + i]];
+                rpos[i] = rpos[keep[h * keep_stride + i]];
+            }
+            for (int64_t i = n_keep[h]; i < len; i++) pos[i] = rpos[i] = -1;
             c->host_len[(size_t)layer * H + h] = n_keep[h];
         }
         s = sync_layer(c, layer);
     }
     free(idx);
     return s;
+}
+
+kvs_status kvs_cache_rerotate(kvs_kv_cache *c, int layer, const kvs_rope_params *p, int64_t *n_shifted) {
+    const char *op = "kvs_cache_rerotate";
+    if (n_shifted) *n_shifted = 0;
+    if (!LAYER_OK(c, layer) || !p) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: NULL argument or bad layer %d", op, layer);
+    if (c->p.mode != KVS_CACHE_APPEND)
+        return kvs_error(KVS_ERR_STATE, "%s: only append caches renumber their rows (this cache is positional)", op);
+    int H = c->p.n_kv_heads;
+    int64_t cap = c->p.capacity, nmax = kvs_cache_max_len(c, layer), shifted = 0;
+    if (!c->scratch_delta) {
+        c->scratch_delta = malloc((size_t)H * (size_t)cap * sizeof *c->scratch_delta);
+        if (!c->scratch_delta) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
+    }
+    int32_t *d = c->scratch_delta;
+    for (int h = 0; h < H; h++) {
+        int32_t *rpos = c->host_rpos + ((size_t)layer * H + h) * cap;
+        int64_t len = c->host_len[(size_t)layer * H + h];
+        for (int64_t r = 0; r < cap; r++) {
+            d[h * cap + r] = r < len ? (int32_t)r - rpos[r] : 0;
+            shifted += d[h * cap + r] != 0;
+        }
+    }
+    if (shifted == 0) return KVS_OK; /* already 0..len-1 (or empty) */
+    if (!c->delta) {
+        int64_t ne[2] = {cap, H};
+        KVS_TRY(kvs_tensor_create(&c->delta, c->dev, KVS_I32, 2, ne));
+        kvs_tensor_set_name(c->delta, "cache.rerotate_delta");
+    }
+    KVS_TRY(kvs_tensor_upload(c->delta, d, 0, (size_t)H * (size_t)cap * 4));
+    KVS_TRY(kvs_rope_shift(c->dev, c->k[layer], c->delta, nmax, p));
+    for (int h = 0; h < H; h++) {
+        int32_t *rpos = c->host_rpos + ((size_t)layer * H + h) * cap;
+        int64_t len = c->host_len[(size_t)layer * H + h];
+        for (int64_t r = 0; r < len; r++) rpos[r] = (int32_t)r;
+    }
+    if (n_shifted) *n_shifted = shifted;
+    return KVS_OK;
 }

@@ -88,7 +88,8 @@ static int32_t sample(float *logits, int64_t n, const kvs_ar_params *p, uint64_t
 
 kvs_ar_params kvs_ar_params_default(void) {
     kvs_ar_params p = {.max_new = 256, .temperature = 0.0f, .top_p = 1.0f, .seed = 42, .stop_at_bos = 1, .stop_at_eos = 1,
-                       .policy = NULL, .budget = 1.0, .scope = KVS_SCOPE_HEAD, .evict_buffer = 0, .budget_tokens = 0};
+                       .policy = NULL, .budget = 1.0, .scope = KVS_SCOPE_HEAD, .evict_buffer = 0, .budget_tokens = 0, .rerotate = 0,
+                       .think_ratio = 0.0};
     return p;
 }
 
@@ -109,6 +110,8 @@ static kvs_status ar_evictor(const kvs_model *m, int64_t n_prompt, const kvs_ar_
     ep.scope = p->scope;
     ep.buffer = p->evict_buffer;
     ep.budget_tokens = p->budget_tokens;
+    ep.rerotate = p->rerotate;
+    ep.think_ratio = p->think_ratio;
     return kvs_evictor_create(out, &ep, kvs_model_get_hparams(m), n_prompt + p->max_new);
 }
 
@@ -174,6 +177,22 @@ kvs_status kvs_generate_ar(kvs_model *m, kvs_kv_cache *cache, const int32_t *pro
         return kvs_error(KVS_ERR_OUT_OF_RANGE, "%s: prompt %lld + %lld new tokens need %lld cache rows, capacity is %lld", op,
                          (long long)n_prompt, (long long)p.max_new, (long long)need, (long long)cp->capacity);
     }
+    /* RoPE positions must stay inside the trained context: the last forwarded token sits at
+     * n_prompt + max_new - 2; with rerotate and eviction, below the cache rows the evictor needs */
+    const kvs_model_hparams *hp0 = kvs_model_get_hparams(m);
+    int stream = p.rerotate && ev;
+    int64_t last_pos = stream ? need - 1 : ar_rows_needed(n_prompt, p.max_new) - 1;
+    if (hp0->ctx_len > 0 && last_pos >= hp0->ctx_len) {
+        kvs_evictor_destroy(&ev);
+        if (stream)
+            return kvs_error(KVS_ERR_OUT_OF_RANGE,
+                             "%s: the eviction budget + buffer (%lld cache rows) exceeds the model's context %d: RoPE positions "
+                             "within the cache would pass it", op, (long long)need, hp0->ctx_len);
+        return kvs_error(KVS_ERR_OUT_OF_RANGE,
+                         "%s: prompt %lld + %lld new tokens reach position %lld, past the model's context %d; to stream past "
+                         "it, evict (a policy with a budget inside the context) and set rerotate (positions within the cache)",
+                         op, (long long)n_prompt, (long long)p.max_new, (long long)last_pos, hp0->ctx_len);
+    }
     kvs_status s = kvs_cache_reset(cache);
     if (s == KVS_OK && ev) s = kvs_evictor_begin(ev, cache);
     if (s != KVS_OK) {
@@ -201,7 +220,8 @@ kvs_status kvs_generate_ar(kvs_model *m, kvs_kv_cache *cache, const int32_t *pro
     /* prefill: all prompt tokens at once; logits of the last */
     {
         int32_t last = (int32_t)(n_prompt - 1);
-        kvs_step_plan plan = {.tokens = prompt, .n_tokens = n_prompt, .logit_rows = &last, .n_logit_rows = 1};
+        kvs_step_plan plan = {.tokens = prompt, .n_tokens = n_prompt, .logit_rows = &last, .n_logit_rows = 1,
+                              .rope_in_cache = p.rerotate};
         kvs_step_result r;
         s = ar_step(m, cache, ev, lp, &plan, &r, &st);
         if (s == KVS_OK) {
@@ -225,7 +245,8 @@ kvs_status kvs_generate_ar(kvs_model *m, kvs_kv_cache *cache, const int32_t *pro
         if (stop) break;
         if (n == p.max_new) break;
         int32_t zero = 0, position = (int32_t)pos;
-        kvs_step_plan plan = {.tokens = &tok, .n_tokens = 1, .positions = &position, .logit_rows = &zero, .n_logit_rows = 1};
+        kvs_step_plan plan = {.tokens = &tok, .n_tokens = 1, .positions = &position, .logit_rows = &zero, .n_logit_rows = 1,
+                              .rope_in_cache = p.rerotate};
         kvs_step_result r;
         s = ar_step(m, cache, ev, lp, &plan, &r, &st);
         if (s == KVS_OK) {

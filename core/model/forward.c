@@ -38,7 +38,7 @@ kvs_status fwd_grow_tensor(kvs_tensor **t, kvs_device *dev, kvs_dtype dt, int64_
 }
 
 void kvs_workspace_free(kvs_workspace *ws) {
-    kvs_tensor **all[] = {&ws->x, &ws->xn, &ws->q, &ws->att, &ws->k, &ws->v, &ws->gate, &ws->up, &ws->pos,
+    kvs_tensor **all[] = {&ws->x, &ws->xn, &ws->q, &ws->att, &ws->k, &ws->v, &ws->gate, &ws->up, &ws->pos, &ws->rpos,
                           &ws->rowsel, &ws->stat_rows, &ws->lat_max, &ws->lat_sum, &ws->argmax, &ws->logits, &ws->key_mass,
                           &ws->probs, &ws->probe_rows, &ws->ks, &ws->vs, &ws->ks_pos, &ws->ks_len, &ws->keep_idx};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) kvs_tensor_destroy(all[i]);
@@ -61,6 +61,7 @@ static kvs_status ws_rows(kvs_model *m, int64_t rows) {
     KVS_TRY(fwd_grow_tensor(&ws->gate, d, KVS_F32, hp->ffn_dim, rows, 0, "ws.gate"));
     KVS_TRY(fwd_grow_tensor(&ws->up, d, KVS_F32, hp->ffn_dim, rows, 0, "ws.up"));
     KVS_TRY(fwd_grow_tensor(&ws->pos, d, KVS_I32, rows, 0, 0, "ws.pos"));
+    KVS_TRY(fwd_grow_tensor(&ws->rpos, d, KVS_I32, rows, 0, 0, "ws.rpos"));
     KVS_TRY(fwd_grow_tensor(&ws->rowsel, d, KVS_I32, rows, 0, 0, "ws.rowsel"));
     KVS_TRY(fwd_grow_tensor(&ws->stat_rows, d, KVS_I32, rows, 0, 0, "ws.stat_rows"));
     KVS_TRY(fwd_grow_tensor(&ws->argmax, d, KVS_I32, hp->n_heads, rows, 0, "ws.argmax"));
@@ -90,15 +91,16 @@ kvs_status fwd_host_grow(void **p, int64_t *cap, int64_t n, size_t elem) {
 /* ---- the forward ---------------------------------------------------------------------------- */
 
 
-/* Writes this layer's new K/V (ws.k/ws.v rows [0, n), token-major) into the cache. */
-static kvs_status write_cache(fwd_ctx *f, int l, const int32_t *rows, int64_t n) {
+/* Writes this layer's new K/V (ws.k/ws.v rows [0, n), token-major) into the cache; rpos: the rows'
+ * RoPE positions (host [n]) when they are assigned within the cache, else NULL. */
+static kvs_status write_cache(fwd_ctx *f, int l, const int32_t *rows, int64_t n, const int32_t *rpos) {
     kvs_model *m = f->m;
     int H = m->hp.n_kv_heads;
     for (int64_t i = 0; i < n; i++) f->tmp[i] = f->pos_host[rows[i]];
     kvs_tensor *ksrc = NULL, *vsrc = NULL;
     kvs_status s = fwd_view3(m, &ksrc, m->ws.k, 0, m->hp.head_dim, H, n);
     if (s == KVS_OK) s = fwd_view3(m, &vsrc, m->ws.v, 0, m->hp.head_dim, H, n);
-    if (s == KVS_OK) s = kvs_cache_write_rows(f->c, l, ksrc, vsrc, f->tmp, n);
+    if (s == KVS_OK) s = kvs_cache_write_rows_rope(f->c, l, ksrc, vsrc, f->tmp, rpos, n);
     fwd_view_done(&ksrc);
     fwd_view_done(&vsrc);
     return s;
@@ -114,7 +116,10 @@ static kvs_status run_layer(fwd_ctx *f, int l, const int32_t *rows, int64_t n, k
     const kvs_layer_plan *lp = f->lp;
     int64_t qd = (int64_t)hp->n_heads * hp->head_dim, kd = (int64_t)hp->n_kv_heads * hp->head_dim;
     kvs_tensor *x = NULL, *xn = NULL, *q = NULL, *k = NULL, *v = NULL, *att = NULL, *g = NULL, *u = NULL, *pos = NULL;
-    kvs_tensor *q3 = NULL, *k3 = NULL;
+    kvs_tensor *q3 = NULL, *k3 = NULL, *rpos = NULL;
+    /* RoPE positions within the cache (StreamingLLM): token t of the step at max_len + t of this
+     * layer; rpos_host lies after the n entries write_cache fills in f->tmp */
+    int32_t *rpos_host = f->plan->rope_in_cache ? f->tmp + n : NULL;
     kvs_status s = fwd_view3(m, &x, ws->x, 0, hp->dim, n, 1);
     if (s == KVS_OK) s = fwd_view3(m, &xn, ws->xn, 0, hp->dim, n, 1);
     if (s == KVS_OK) s = fwd_view3(m, &q, ws->q, 0, qd, n, 1);
@@ -131,6 +136,12 @@ static kvs_status run_layer(fwd_ctx *f, int l, const int32_t *rows, int64_t n, k
         s = kvs_tensor_upload(pos, f->tmp, 0, (size_t)n * 4);
         memcpy(f->pos_rows, rows, (size_t)n * sizeof *rows);
         f->pos_n = s == KVS_OK ? n : 0;
+    }
+    if (s == KVS_OK && rpos_host) {
+        int64_t base = kvs_cache_max_len(f->c, l);
+        for (int64_t i = 0; i < n; i++) rpos_host[i] = (int32_t)(base + rows[i]);
+        s = fwd_view3(m, &rpos, ws->rpos, 0, n, 1, 1);
+        if (s == KVS_OK) s = kvs_tensor_upload(rpos, rpos_host, 0, (size_t)n * 4);
     }
     kvs_rope_params rp = kvs_rope_params_default();
     rp.mode = hp->rope_mode;
@@ -150,9 +161,19 @@ static kvs_status run_layer(fwd_ctx *f, int l, const int32_t *rows, int64_t n, k
     if (s == KVS_OK) s = kvs_matmul(d, w->wq, xn, q, 0);
     if (s == KVS_OK) s = kvs_matmul(d, w->wk, xn, k, 0);
     if (s == KVS_OK) s = kvs_matmul(d, w->wv, xn, v, 0);
-    if (s == KVS_OK) s = kvs_rope(d, q3, pos, &rp);
-    if (s == KVS_OK) s = kvs_rope(d, k3, pos, &rp);
-    if (s == KVS_OK) s = write_cache(f, l, rows, n);
+    if (s == KVS_OK) s = kvs_rope(d, q3, rpos ? rpos : pos, &rp);
+    if (s == KVS_OK) s = kvs_rope(d, k3, rpos ? rpos : pos, &rp);
+    st->q = NULL;
+    if (s == KVS_OK && lp && lp->want_q) { /* ThinK: the rotated queries */
+        int64_t nq = n * hp->n_heads * hp->head_dim;
+        s = fwd_host_grow((void **)&m->q_host[l], &m->q_cap[l], nq, sizeof(float));
+        if (s == KVS_OK) s = kvs_tensor_download(q3, m->q_host[l], 0, (size_t)nq * sizeof(float));
+        if (s == KVS_OK) {
+            st->q = m->q_host[l];
+            st->n_x_rows = n;
+        }
+    }
+    if (s == KVS_OK) s = write_cache(f, l, rows, n, rpos_host);
     if (s == KVS_OK) s = fwd_layer_attention(f, l, lp, n, st);
     if (s == KVS_OK) s = kvs_matmul(d, w->wo, att, x, 1);
     if (s == KVS_OK) s = kvs_rmsnorm(d, x, w->ffn_norm, xn, hp->rms_eps);
@@ -160,7 +181,7 @@ static kvs_status run_layer(fwd_ctx *f, int l, const int32_t *rows, int64_t n, k
     if (s == KVS_OK) s = kvs_matmul(d, w->w_up, xn, u, 0);
     if (s == KVS_OK) s = kvs_swiglu(d, g, u, g);
     if (s == KVS_OK) s = kvs_matmul(d, w->w_down, g, x, 1);
-    kvs_tensor *all[] = {x, xn, q, k, v, att, g, u, pos, q3, k3};
+    kvs_tensor *all[] = {x, xn, q, k, v, att, g, u, pos, q3, k3, rpos};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) fwd_view_done(&all[i]);
     return s;
 }
@@ -264,6 +285,8 @@ kvs_status kvs_model_forward(kvs_model *m, kvs_kv_cache *c, const kvs_step_plan 
                              (long long)i, plan->tokens[i], hp->vocab);
     if (plan->n_logit_rows < 0 || (plan->n_logit_rows > 0 && !plan->logit_rows))
         return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: bad logit rows", op);
+    if (plan->rope_in_cache && cp->mode != KVS_CACHE_APPEND)
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: RoPE positions within the cache (rope_in_cache) need an APPEND cache", op);
 
     fwd_ctx f = {.m = m, .c = c, .plan = plan, .n_tok = n_tok};
     int64_t tmp_n = n_tok * (cp->n_kv_heads > 2 ? cp->n_kv_heads : 2) + plan->n_logit_rows + 16;

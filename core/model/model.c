@@ -66,8 +66,10 @@ void kvs_model_destroy(kvs_model **mp) {
         if (m->probs_host) free(m->probs_host[l]);
         if (m->argmax_host) free(m->argmax_host[l]);
         if (m->x_host) free(m->x_host[l]);
+        if (m->q_host) free(m->q_host[l]);
     }
     free(m->x_host); free(m->x_cap);
+    free(m->q_host); free(m->q_cap);
     free(m->key_mass_host); free(m->probs_host); free(m->argmax_host);
     free(m->key_mass_cap); free(m->probs_cap); free(m->argmax_cap);
     free(m->stats);
@@ -100,8 +102,10 @@ kvs_status kvs_model_create(kvs_model **out, kvs_device *dev, const kvs_model_fi
     m->argmax_cap = calloc((size_t)L, sizeof *m->argmax_cap);
     m->x_host = calloc((size_t)L, sizeof *m->x_host);
     m->x_cap = calloc((size_t)L, sizeof *m->x_cap);
+    m->q_host = calloc((size_t)L, sizeof *m->q_host);
+    m->q_cap = calloc((size_t)L, sizeof *m->q_cap);
     kvs_status s = KVS_OK;
-    if (!m->x_host || !m->x_cap || !m->layers || !m->stats || !m->key_mass_host || !m->probs_host || !m->argmax_host || !m->key_mass_cap ||
+    if (!m->x_host || !m->x_cap || !m->q_host || !m->q_cap || !m->layers || !m->stats || !m->key_mass_host || !m->probs_host || !m->argmax_host || !m->key_mass_cap ||
         !m->probs_cap || !m->argmax_cap)
         s = kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_model_load: out of host memory");
     kvs_dtype wd = mp.weight_dtype;

@@ -28,6 +28,7 @@ typedef struct kvs_workspace {
     kvs_tensor *k, *v;       /* [rows][n_kv_heads*head_dim] */
     kvs_tensor *gate, *up;   /* [rows][ffn_dim] */
     kvs_tensor *pos;         /* [rows] I32 positions of the layer's rows */
+    kvs_tensor *rpos;        /* [rows] I32 RoPE positions within the cache (kvs_step_plan.rope_in_cache) */
     kvs_tensor *rowsel;      /* [rows] I32 generic row selection */
     kvs_tensor *stat_rows;   /* [rows] I32 */
     kvs_tensor *argmax;      /* [rows][n_heads] I32 */
@@ -68,6 +69,8 @@ struct kvs_model {
     int64_t *key_mass_cap, *probs_cap, *argmax_cap;
     float **x_host;          /* [n_layers] want_x copies of the normalised layer inputs */
     int64_t *x_cap;
+    float **q_host;          /* [n_layers] want_q copies of the rotated queries */
+    int64_t *q_cap;
 };
 
 void kvs_workspace_free(kvs_workspace *ws);

@@ -9,7 +9,8 @@
 
 kvs_evict_params kvs_evict_params_default(void) {
     kvs_evict_params p = {.policy = NULL, .budget = 1.0, .scope = KVS_SCOPE_HEAD, .buffer = 0, .head_cap = 2.0,
-                          .budget_tokens = 0};
+                          .budget_tokens = 0, .rerotate = 0,
+                          .think_ratio = 0.0, .think_window = 32};
     return p;
 }
 
@@ -23,6 +24,7 @@ void kvs_evictor_destroy(kvs_evictor **ep) {
             free(e->ls[l].acc);
             free(e->ls[l].ring);
             free(e->ls[l].ring_qpos);
+            free(e->ls[l].q_sq);
         }
     free(e->ls);
     free(e->probe_rows);
@@ -40,6 +42,9 @@ kvs_status kvs_evictor_create(kvs_evictor **out, const kvs_evict_params *pp, con
     if (hp->n_layers < 1 || hp->n_kv_heads < 1 || hp->n_heads < 1 || hp->n_heads % hp->n_kv_heads || hp->head_dim < 1 || seq_len < 1)
         return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: bad model shape (%d layers, %d heads, %d kv heads) or seq_len %lld", op,
                          hp->n_layers, hp->n_heads, hp->n_kv_heads, (long long)seq_len);
+    if (!(p.think_ratio >= 0.0 && p.think_ratio < 1.0) || p.think_window < 1)
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: think_ratio %g must be in [0, 1) and think_window %lld >= 1", op,
+                         p.think_ratio, (long long)p.think_window);
     if (p.budget_tokens < 0)
         return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: budget_tokens %lld must be >= 0 (0: use budget)", op,
                          (long long)p.budget_tokens);
@@ -56,6 +61,10 @@ kvs_status kvs_evictor_create(kvs_evictor **out, const kvs_evict_params *pp, con
     e->H = hp->n_kv_heads;
     e->NH = hp->n_heads;
     e->hd = hp->head_dim;
+    e->rope = kvs_rope_params_default();
+    e->rope.mode = hp->rope_mode;
+    if (hp->rope_base > 0.0f) e->rope.theta_base = hp->rope_base;
+    e->rope.n_rot = hp->rope_dim;
     e->S = seq_len;
     e->B = p.budget_tokens > 0 ? p.budget_tokens
            : p.budget <= 1.0   ? (int64_t)llround(p.budget * (double)seq_len)
@@ -107,7 +116,7 @@ int64_t kvs_evictor_buffer(const kvs_evictor *e) { return e ? e->buffer : -1; }
 int kvs_evictor_is_noop(const kvs_evictor *e) { return !e || e->noop; }
 
 kvs_evict_stats kvs_evictor_get_stats(const kvs_evictor *e) {
-    kvs_evict_stats z = {0, 0, 0};
+    kvs_evict_stats z = {0, 0, 0, 0, 0};
     return e ? e->st : z;
 }
 
@@ -142,6 +151,7 @@ kvs_status kvs_evictor_begin(kvs_evictor *e, kvs_kv_cache *c) {
         layer_state *s = &e->ls[l];
         unsigned f = s->needs.flags;
         if (f & KVS_POLICY_NEED_ACC_MASS) KVS_TRY(xalloc((void **)&s->acc, HC * sizeof(float)));
+        if (e->p.think_ratio > 0.0) KVS_TRY(xalloc((void **)&s->q_sq, (size_t)e->H * e->hd * sizeof(double)));
         if (f & KVS_POLICY_NEED_WINDOW_MASS) {
             KVS_TRY(xalloc((void **)&s->ring, (size_t)s->needs.window * HC * sizeof(float)));
             KVS_TRY(xalloc((void **)&s->ring_qpos, (size_t)s->needs.window * sizeof(int32_t)));
@@ -217,6 +227,7 @@ kvs_status kvs_evictor_plan(kvs_evictor *e, int64_t n_new, kvs_layer_plan *layer
     for (int l = 0; l < e->L; l++) {
         e->ls[l].want_mass = 0;
         e->ls[l].n_probe = 0;
+        e->ls[l].q_first = -1;
     }
     if (e->noop) return KVS_OK;
     int64_t maxw = 0;
@@ -260,8 +271,24 @@ kvs_status kvs_evictor_plan(kvs_evictor *e, int64_t n_new, kvs_layer_plan *layer
                 *any = 1;
             }
         }
+        if (e->p.think_ratio > 0.0) { /* ThinK: the rotated queries of the window before a trigger */
+            int64_t W = e->p.think_window, d = steps_to_trigger(e, l, n_new);
+            if (d < W) {
+                s->q_first = n_new - (W - d) > 0 ? n_new - (W - d) : 0;
+                layers[l].want_q = 1;
+                *any = 1;
+            }
+        }
         if (s->want_mass || s->n_probe) e->st.stat_steps++;
     }
+    return KVS_OK;
+}
+
+/* StreamingLLM's positions within the cache after an eviction of layer l (kvs_cache_rerotate). */
+static kvs_status rerotate(kvs_evictor *e, int l) {
+    int64_t n = 0;
+    KVS_TRY(kvs_cache_rerotate(e->c, l, &e->rope, &n));
+    e->st.rows_rerotated += n;
     return KVS_OK;
 }
 
@@ -309,6 +336,16 @@ kvs_status kvs_evictor_update(kvs_evictor *e, kvs_kv_cache *c, const kvs_step_re
                 s->ring_qpos[slot] = qpos;
             }
         }
+        if (s->q_first >= 0) {
+            if (!ls || !ls->q) return kvs_error(KVS_ERR_STATE, "%s: layer %d queries the plan asked for are missing", op, l);
+            int hd = e->hd;
+            for (int64_t i = s->q_first; i < ls->n_x_rows; i++)
+                for (int h = 0; h < e->H; h++)
+                    for (int g = 0; g < G; g++) {
+                        const float *q = ls->q + ((size_t)i * e->NH + (size_t)h * G + g) * hd;
+                        for (int ch = 0; ch < hd; ch++) s->q_sq[h * hd + ch] += (double)q[ch] * q[ch];
+                    }
+        }
         if ((s->needs.flags & KVS_POLICY_NEED_OBSERVE) && e->pol->ops->observe) {
             int64_t lens[256];
             for (int h = 0; h < e->H && h < 256; h++) lens[h] = kvs_cache_len(c, l, h);
@@ -317,10 +354,18 @@ kvs_status kvs_evictor_update(kvs_evictor *e, kvs_kv_cache *c, const kvs_step_re
     }
     /* triggers */
     if (e->scope == KVS_SCOPE_GLOBAL) {
-        if (steps_to_trigger(e, 0, 0) == 0) KVS_TRY(kvs_evictor_evict_pool(e, 0, e->L, cur_pos));
+        if (steps_to_trigger(e, 0, 0) == 0) {
+            KVS_TRY(kvs_evictor_evict_pool(e, 0, e->L, cur_pos));
+            for (int l = 0; l < e->L && e->p.rerotate; l++) KVS_TRY(rerotate(e, l));
+            for (int l = 0; l < e->L && e->p.think_ratio > 0.0; l++) KVS_TRY(kvs_evictor_think(e, l));
+        }
     } else {
         for (int l = 0; l < e->L; l++)
-            if (steps_to_trigger(e, l, 0) == 0) KVS_TRY(kvs_evictor_evict_pool(e, l, l + 1, cur_pos));
+            if (steps_to_trigger(e, l, 0) == 0) {
+                KVS_TRY(kvs_evictor_evict_pool(e, l, l + 1, cur_pos));
+                if (e->p.rerotate) KVS_TRY(rerotate(e, l));
+                if (e->p.think_ratio > 0.0) KVS_TRY(kvs_evictor_think(e, l));
+            }
     }
     return KVS_OK;
 }

@@ -21,12 +21,15 @@ typedef struct layer_state {
     /* this step's plan */
     int want_mass;
     int64_t probe_first, n_probe;
+    double *q_sq;          /* [H][hd] ThinK: squared rotated window queries, summed (think_ratio > 0) */
+    int64_t q_first;       /* this step's first row whose queries count (-1: none asked) */
 } layer_state;
 
 struct kvs_evictor {
     kvs_evict_params p;
     kvs_policy *pol;
     int L, H, NH, hd;
+    kvs_rope_params rope;  /* the model's RoPE (p.rerotate) */
     int64_t S, B, buffer;
     kvs_budget_scope scope;
     int noop;
@@ -58,5 +61,9 @@ static inline kvs_status xalloc(void **p, size_t n) {
  * rows with the policy, keeps the top budget per head (or pool) on the device, compacts the cache
  * and the host statistics. cur_pos: position of the newest token. (evictor_evict.c) */
 kvs_status kvs_evictor_evict_pool(kvs_evictor *e, int l0, int l1, int32_t cur_pos);
+
+/* ThinK after an eviction of layer l: zeroes the key channels kvs_think_select picks from the
+ * accumulated window queries and the kept rows, then clears the accumulator. (think.c) */
+kvs_status kvs_evictor_think(kvs_evictor *e, int l);
 
 #endif

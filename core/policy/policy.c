@@ -13,12 +13,12 @@
 
 kvs_policy_params kvs_policy_params_default(void) {
     kvs_policy_params p = {.n_sink = 4, .window = 0, .kernel = 5, .beta = 20, .alpha = 0.2f, .base = "snapkv",
-                           .threshold = 0.0f, .lag = 0, .first_stage = 0.0f, .n_future = 0};
+                           .threshold = 0.0f, .lag = 0, .first_stage = 0.0f, .n_future = 0, .cascades = 0};
     return p;
 }
 
 static const char *const g_names[] = {"streaming", "h2o",     "snapkv", "tova",     "knorm",    "pyramidkv",
-                                      "adakv",     "keydiff", "lagkv",  "critical", "expected", "prefixkv", NULL};
+                                      "adakv",     "keydiff", "lagkv",  "critical", "expected", "prefixkv", "cascade", NULL};
 
 const char *const *kvs_policy_names(void) { return g_names; }
 
@@ -221,13 +221,15 @@ kvs_status kvs_policy_create(kvs_policy **out, const char *name, const kvs_polic
                              op, name, p.base);
         if (name[0] == 'p') beta = p.beta;
         else alpha = p.alpha;
-    } else if (!scorer_from_name(name, &kind) && !kvs_policy_more_is(name)) {
+    } else if (!scorer_from_name(name, &kind) && !kvs_policy_more_is(name) && strcmp(name, "cascade") != 0) {
         return kvs_error(KVS_ERR_NOT_FOUND,
                          "%s: unknown policy '%s' (known: streaming, h2o, snapkv, tova, knorm, pyramidkv, adakv, keydiff, "
-                         "lagkv, critical[:base], expected, prefixkv; learned, from a policy file: retention, indexer, rl)", op, name);
+                         "lagkv, critical[:base], expected, prefixkv, cascade; learned, from a policy file: retention, indexer, rl)", op, name);
     }
     kvs_status s;
-    if (kvs_policy_more_is(scorer)) {
+    if (strcmp(scorer, "cascade") == 0) {
+        KVS_TRY(kvs_policy_cascade_create(out, &p));
+    } else if (kvs_policy_more_is(scorer)) {
         KVS_TRY(kvs_policy_more_create(out, scorer, &p));
         (*out)->alpha = alpha;
         (*out)->beta = beta;

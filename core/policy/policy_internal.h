@@ -34,5 +34,9 @@ struct kvs_policy {
 int kvs_policy_more_is(const char *name);
 kvs_status kvs_policy_more_create(kvs_policy **out, const char *name, const kvs_policy_params *p);
 
+/* cascade.c: the cascading KV cache (arXiv 2406.17808). KVS_ERR_INVALID_ARGUMENT for cascades
+ * outside [0, 16], KVS_ERR_OUT_OF_MEMORY. */
+kvs_status kvs_policy_cascade_create(kvs_policy **out, const kvs_policy_params *p);
+
 
 #endif

@@ -3,7 +3,11 @@
  * Layout per layer l (all on the cache's device):
  *   k[l], v[l]: [n_kv_heads][capacity][head_dim], dtype F32 or F16, keys stored after RoPE
  *   pos[l]:     [n_kv_heads][capacity] I32, the original token position held by each row (kept
- *               through eviction/compaction; -1 for an empty row); mirrored on the host
+ *               through eviction/compaction; -1 for an empty row); mirrored on the host. It is the
+ *               position the causal mask and the eviction policies read.
+ *   rope pos:   host only, [n_kv_heads][capacity] I32, the RoPE position each row's key is rotated
+ *               at: the token position unless the forward assigned positions within the cache
+ *               (kvs_step_plan.rope_in_cache) or kvs_cache_rerotate renumbered the rows
  *   len[l]:     [n_kv_heads] I32, rows in use per kv head (ragged after head-wise eviction)
  *   x[l]:       optional [capacity][dim] F32, the layer's input hidden state per row
  *               (KVS_CACHE_KEEP_X; Elastic-Cache recomputes deeper layers from it)
@@ -22,6 +26,7 @@
 
 #include "kvsieve/device.h"
 #include "kvsieve/export.h"
+#include "kvsieve/ops.h"
 #include "kvsieve/status.h"
 #include "kvsieve/tensor.h"
 
@@ -76,6 +81,11 @@ KVS_API kvs_tensor *kvs_cache_x(kvs_kv_cache *c, int layer);
  * bad arguments. */
 KVS_API int64_t kvs_cache_len(const kvs_kv_cache *c, int layer, int head);
 KVS_API const int32_t *kvs_cache_positions(const kvs_kv_cache *c, int layer, int head);
+/* Host mirror of the RoPE positions [capacity] of (layer, head): the position each row's key was
+ * rotated at (-1 for an empty row). Equal to kvs_cache_positions unless the rows were written with
+ * other RoPE positions (kvs_cache_write_rows_rope) or renumbered (kvs_cache_rerotate). NULL on bad
+ * arguments. */
+KVS_API const int32_t *kvs_cache_rope_positions(const kvs_kv_cache *c, int layer, int head);
 /* max over heads of len (the n_kv an attention over this layer must cover). */
 KVS_API int64_t kvs_cache_max_len(const kvs_kv_cache *c, int layer);
 
@@ -98,6 +108,13 @@ KVS_API int64_t kvs_cache_next_pos(const kvs_kv_cache *c);
 KVS_API kvs_status kvs_cache_write_rows(kvs_kv_cache *c, int layer, const kvs_tensor *k, const kvs_tensor *v,
                                         const int32_t *positions, int64_t n);
 
+/* As kvs_cache_write_rows, recording rope_positions[i] (host [n], >= 0) as the RoPE position row i's
+ * key was rotated at, when it differs from its token position (StreamingLLM-style positions within
+ * the cache, kvs_step_plan.rope_in_cache); NULL: the token positions. Errors: as
+ * kvs_cache_write_rows, and KVS_ERR_INVALID_ARGUMENT for a RoPE position < 0. */
+KVS_API kvs_status kvs_cache_write_rows_rope(kvs_kv_cache *c, int layer, const kvs_tensor *k, const kvs_tensor *v,
+                                             const int32_t *positions, const int32_t *rope_positions, int64_t n);
+
 /* Bytes of K/V (and x, when kept) for the rows in use, summed over layers and heads: the cache's
  * logical footprint; and the bytes allocated (capacity). */
 KVS_API int64_t kvs_cache_bytes_used(const kvs_kv_cache *c);
@@ -109,6 +126,18 @@ KVS_API int64_t kvs_cache_bytes_allocated(const kvs_kv_cache *c);
  * Errors: KVS_ERR_STATE (positional cache), KVS_ERR_OUT_OF_RANGE (row >= len or not increasing). */
 KVS_API kvs_status kvs_cache_keep(kvs_kv_cache *c, int layer, const int32_t *keep, const int64_t *n_keep,
                                   int64_t keep_stride);
+
+/* Key re-rotation after eviction (StreamingLLM, Xiao et al. 2023, sec. 3.2: positions are assigned
+ * within the cache, not the text; kvpress KeyRerotationPress): renumbers the RoPE positions of every
+ * kv head h of `layer` to 0..len[h]-1 in row order and rotates each stored key in place by
+ * delta = r - old RoPE position of row r (kvs_rope_shift, R(a)R(b) = R(a+b)), so that row r's key
+ * equals RoPE(unrotated key, r) up to rounding. The token positions (kvs_cache_positions: the causal
+ * mask, the policies) are left alone; values are not touched. p: the model's RoPE parameters (mode,
+ * theta base, n_rot). A layer already numbered 0..len-1 runs nothing. *n_shifted (optional): rows
+ * whose key was rotated (delta != 0).
+ * Errors: KVS_ERR_INVALID_ARGUMENT (NULL c or p, bad layer), KVS_ERR_STATE (positional cache),
+ * KVS_ERR_OUT_OF_MEMORY, and kvs_rope_shift's and the upload's errors. */
+KVS_API kvs_status kvs_cache_rerotate(kvs_kv_cache *c, int layer, const kvs_rope_params *p, int64_t *n_shifted);
 
 #ifdef __cplusplus
 }

@@ -73,6 +73,15 @@ typedef struct kvs_ar_params {
     int64_t evict_buffer; /* tokens above the budget before eviction; 0 (default): automatic */
     int64_t budget_tokens; /* > 0: tokens per kv head instead of budget (1 token can only be asked
                             * this way); 0 (default): budget applies */
+    /* 1: key re-rotation (StreamingLLM, Xiao et al. 2023, sec. 3.2; kvpress KeyRerotationPress):
+     * RoPE positions are assigned within the cache (kvs_step_plan.rope_in_cache) and, after each
+     * eviction, the kept rows are renumbered 0..n-1 and their keys re-rotated in place
+     * (kvs_cache_rerotate); a new token takes the cache length as its RoPE position. With a policy
+     * whose budget + buffer fits the model's context, the decode may then run past the context.
+     * Without eviction it gives the same tokens as 0. 0 (default): kept tokens keep their positions. */
+    int rerotate;
+    double think_ratio;   /* ThinK key-channel pruning at each eviction (kvs_evict_params.think_ratio,
+                           * window 32), [0, 1); 0 (default): off */
 } kvs_ar_params;
 
 KVS_API kvs_ar_params kvs_ar_params_default(void);
@@ -90,7 +99,9 @@ KVS_API int64_t kvs_ar_capacity(const kvs_model *m, int64_t n_prompt, const kvs_
  * policy), reset by this call; with a policy,
  * capacity >= kvs_ar_capacity(m, n_prompt, p) suffices (budget + buffer rows per kv head).
  * Errors: KVS_ERR_INVALID_ARGUMENT (empty prompt, bad params, positional cache),
- * KVS_ERR_OUT_OF_RANGE (capacity), the forward's errors, and with a policy the evictor's (kvs_evictor_create:
+ * KVS_ERR_OUT_OF_RANGE (capacity; a model with a known context (hparams ctx_len > 0): without
+ * rerotate and a policy, a last forwarded position n_prompt + max_new - 2 >= ctx_len; with both,
+ * a budget + buffer (kvs_ar_capacity) > ctx_len), the forward's errors, and with a policy the evictor's (kvs_evictor_create:
  * bad budget or scope; eviction: the top-k and compaction ops' and the policy's own). */
 KVS_API kvs_status kvs_generate_ar(kvs_model *m, kvs_kv_cache *cache, const int32_t *prompt, int64_t n_prompt,
                                    const kvs_ar_params *p, kvs_token_cb cb, void *user, int32_t *out,

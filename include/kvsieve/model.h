@@ -114,6 +114,9 @@ typedef struct kvs_layer_plan {
     /* Optional plan hook called after this layer's attention (see kvs_layer_hook). */
     kvs_layer_hook hook;
     void *hook_user;
+    /* 1: return this layer's queries after RoPE, as the attention reads them, in result q
+     * (ThinK's channel scores, kvs_evict_params.think_ratio). */
+    int want_q;
 } kvs_layer_plan;
 
 typedef struct kvs_step_plan {
@@ -127,6 +130,15 @@ typedef struct kvs_step_plan {
     const int32_t *logit_rows;  /* token indices whose logits are returned; each must be computed
                                  * at the last layer */
     int64_t n_logit_rows;
+    /* 1: RoPE positions within the cache (StreamingLLM, Xiao et al. 2023, sec. 3.2): at layer l,
+     * token i of the step is rotated (q and k) at kvs_cache_max_len(cache, l) + i, taken before
+     * the step's write, and that RoPE position is recorded with its row (kvs_cache_rope_positions);
+     * `positions` still give the causal mask and the positions the cache and policies keep. With
+     * kvs_cache_rerotate after each eviction the kept keys sit at 0..len-1 and a decode never
+     * rotates past its cache capacity. Without eviction, and with positions 0, 1, .. in order, the
+     * RoPE positions equal the token positions (the same result). APPEND caches only.
+     * 0 (default): RoPE at the token positions. */
+    int rope_in_cache;
 } kvs_step_plan;
 
 typedef struct kvs_layer_stats {
@@ -136,6 +148,8 @@ typedef struct kvs_layer_stats {
     const int32_t *argmax;      /* [n_rows][n_heads] or NULL */
     const float *x;             /* [n_rows][dim] normalised layer input (want_x) or NULL */
     int64_t n_x_rows;           /* rows of x (this layer's rows) */
+    const float *q;             /* [n_x_rows][n_heads][head_dim] queries after RoPE (want_q) or NULL;
+                                 * n_x_rows is set with it */
 } kvs_layer_stats;
 
 typedef struct kvs_step_result {
@@ -148,7 +162,7 @@ typedef struct kvs_step_result {
 } kvs_step_result;
 
 /* Runs one step plan against the cache and returns logits and statistics.
- * Errors: KVS_ERR_INVALID_ARGUMENT (ids outside the vocabulary, rows not increasing or out of
+ * Errors: KVS_ERR_INVALID_ARGUMENT (ids outside the vocabulary, rope_in_cache on a positional cache, rows not increasing or out of
  * range, logit rows not computed at the last layer, statistics rows out of range, a layer whose
  * rows differ from the previous layer's without KVS_CACHE_KEEP_X), KVS_ERR_OUT_OF_RANGE (a
  * position beyond the cache capacity, an append cache that is full), KVS_ERR_SHAPE (cache built

@@ -78,7 +78,7 @@
  *                row, and when a trigger fires evicts on the device: scores -> kvs_topk (per head,
  *                order_by_index) or kvs_topk_global (pooled scopes) -> kvs_cache_keep (kvs_compact
  *                of K and V). Kept tokens keep their original positions; keys are stored after RoPE
- *                and are not re-rotated.
+ *                and are not re-rotated unless kvs_evict_params.rerotate asks for it.
  *
  * Budgets: B tokens per kv head per layer (a count), or a fraction f of the planned sequence
  * length S (generate: prompt + max_new; eval: the window length): B = max(1, round(f * S)).
@@ -189,13 +189,21 @@ typedef struct kvs_policy_params {
     int64_t n_future;   /* expected: future positions the RoPE rotation is averaged over, >= 1;
                          * 0 = 512 (kvpress n_future_positions); its query window is `window`
                          * (0 = 64) */
+    int cascades;       /* cascade: sub-caches C, each of (budget - n_sink) / C tokens, in [0, 16];
+                         * 0 = 4 */
 } kvs_policy_params;
 
 KVS_API kvs_policy_params kvs_policy_params_default(void);
 
 /* Names of the built-in policies, NULL-terminated: streaming, h2o, snapkv, tova, knorm, pyramidkv,
- * adakv, keydiff, lagkv, critical, expected, prefixkv ("critical:<base>" is accepted by
- * kvs_policy_create too). */
+ * adakv, keydiff, lagkv, critical, expected, prefixkv, cascade ("critical:<base>" is accepted by
+ * kvs_policy_create too).
+ * cascade: the cascading KV cache (Willette et al. 2024, arXiv 2406.17808, sec. 3; reference code
+ * jeffwillette/cascading_cache_2): n_sink sinks plus `cascades` sub-caches; cascade i takes every
+ * 2^i-th token after the sinks (every token until they are full), passing its oldest to cascade
+ * i+1 when full, and otherwise keeps the better of the carried token and its newest by an EMA
+ * (beta 0.999) of the attention each key receives; members score 2 + EMA, the others their EMA
+ * (core/policy/cascade.c). */
 KVS_API const char *const *kvs_policy_names(void);
 
 /* Creates a built-in policy by name (p NULL = defaults). "<name>@t" (e.g. "snapkv@0.3") is <name>
@@ -203,7 +211,8 @@ KVS_API const char *const *kvs_policy_names(void);
  * Errors: KVS_ERR_NOT_FOUND (unknown name; the message lists the names), KVS_ERR_INVALID_ARGUMENT
  * (n_sink < 0, window < 0, kernel even or < 1, beta < 1, alpha outside [0, 1], a base that is
  * not a scorer (pyramidkv, adakv, prefixkv; critical except under prefixkv), threshold outside
- * [0, 1), lag 1 or < 0, first_stage outside [0, 1], n_future < 0), KVS_ERR_OUT_OF_MEMORY. */
+ * [0, 1), lag 1 or < 0, first_stage outside [0, 1], n_future < 0, cascades outside [0, 16]),
+ * KVS_ERR_OUT_OF_MEMORY. */
 KVS_API kvs_status kvs_policy_create(kvs_policy **out, const char *name, const kvs_policy_params *p);
 
 /* Wraps a user scorer (learned policies). ops must outlive the policy; self is passed to every op
@@ -253,6 +262,20 @@ typedef struct kvs_evict_params {
                             * 2.0, >= 1 */
     int64_t budget_tokens; /* > 0: tokens per kv head, used instead of budget (the only way to ask
                             * for one token: budget 1 means 100%); 0 (default): budget applies */
+    int rerotate;          /* 1: after each eviction of a layer, kvs_cache_rerotate renumbers its kept
+                            * rows' RoPE positions to 0..len-1 and re-rotates their keys (StreamingLLM
+                            * sec. 3.2; the steps must then run with kvs_step_plan.rope_in_cache, as
+                            * kvs_generate_ar does with kvs_ar_params.rerotate); 0 (default): kept keys
+                            * keep their RoPE positions. RoPE parameters: the model's (hparams). */
+    /* ThinK (Xu et al. 2024, arXiv 2407.21018, sec. 3; kvpress ThinKPress): after each eviction of a
+     * layer (after the re-rotation, with rerotate), each kv head zeroes the floor(head_dim *
+     * think_ratio) key channels with the lowest ||Q[:, c]||^2 ||K[:, c]||^2 (kvs_think_select) in all
+     * its kept rows; Q: the rotated queries of the last think_window steps before the eviction
+     * (group heads pooled), K: the kept rows. Zeroed in place: the attention reads the usual layout and
+     * the cache's memory does not drop. Rows appended later keep every channel until the next
+     * eviction (kvpress prunes only the keys it compresses). */
+    double think_ratio;    /* [0, 1); 0 (default): off (the paper prunes 0.4; kvpress's default is 0) */
+    int64_t think_window;  /* queries observed, >= 1; default 32 (kvpress window_size) */
 } kvs_evict_params;
 
 KVS_API kvs_evict_params kvs_evict_params_default(void);
@@ -262,6 +285,9 @@ typedef struct kvs_evict_stats {
     int64_t evictions;     /* eviction events (per pool) */
     int64_t rows_evicted;  /* K/V rows removed, summed over layers and heads */
     int64_t stat_steps;    /* (layer, step) pairs whose attention statistics were collected */
+    int64_t rows_rerotated;/* kept K rows re-rotated to new RoPE positions (rerotate), summed over
+                            * layers and heads */
+    int64_t channels_pruned; /* ThinK: key channels zeroed, summed over evictions, layers and kv heads */
 } kvs_evict_stats;
 
 typedef struct kvs_evictor kvs_evictor;
@@ -298,12 +324,27 @@ KVS_API kvs_status kvs_evictor_begin(kvs_evictor *e, kvs_kv_cache *c);
 KVS_API kvs_status kvs_evictor_plan(kvs_evictor *e, int64_t n_new, kvs_layer_plan *layers, int *any);
 
 /* After the forward of the planned step: accumulates its statistics, then evicts every pool whose
- * trigger fired (scores on the host, top-k and compaction on the device).
+ * trigger fired (scores on the host, top-k and compaction on the device) and, with p.rerotate,
+ * re-rotates the evicted layers' kept keys (kvs_cache_rerotate).
  * Errors: KVS_ERR_STATE (no begin, or statistics missing that the plan asked for), the ops' and
- * the policy's errors. */
+ * the policy's errors, and kvs_cache_rerotate's. */
 KVS_API kvs_status kvs_evictor_update(kvs_evictor *e, kvs_kv_cache *c, const kvs_step_result *r);
 
 KVS_API kvs_evict_stats kvs_evictor_get_stats(const kvs_evictor *e);
+
+/* ThinK's channel choice (Xu et al. 2024, arXiv 2407.21018, sec. 3, the channel score
+ * ||Q_i K_i^T||_F = ||Q[:, i]|| ||K[:, i]|| of the observation window's queries Q and the keys K;
+ * kvpress ThinKPress ranks mean(q^2) mean(k^2), the same order): for each kv head h, score[c] =
+ * q_sq[h][c] * sum_{r < len[h]} keys[h][r][c]^2, and the floor(head_dim * ratio) channels of
+ * lowest score are marked pruned (ties: the lower channel first).
+ * q_sq: host [n_kv_heads][head_dim], the window's squared rotated queries summed over the queries and
+ * the head's query-head group; keys: host [n_kv_heads][stride][head_dim] f32 (rows >= len[h] not
+ * read); len: [n_kv_heads], 0 <= len[h] <= stride; pruned: out [n_kv_heads][head_dim], 1 = prune;
+ * scores: optional out [n_kv_heads][head_dim].
+ * Errors: KVS_ERR_INVALID_ARGUMENT (NULL, n_kv_heads, head_dim or stride < 1, ratio outside [0, 1)),
+ * KVS_ERR_OUT_OF_RANGE (a len outside [0, stride]), KVS_ERR_OUT_OF_MEMORY. */
+KVS_API kvs_status kvs_think_select(const double *q_sq, const float *keys, const int64_t *len, int n_kv_heads, int64_t stride,
+                                    int head_dim, double ratio, uint8_t *pruned, double *scores);
 
 /* Attaches a latent memory (latent.h) to a policy (borrowed; NULL detaches): the evictor then hands
  * it to every step plan (kvs_layer_plan.latent) and the policy's evicted rows are folded into it by

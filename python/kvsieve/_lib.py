@@ -137,7 +137,8 @@ class CacheParams(Structure):
 
 class LayerStats(Structure):
     _fields_ = [("n_kv", c_int64), ("key_mass", POINTER(c_float)), ("probs", POINTER(c_float)),
-                ("argmax", POINTER(c_int32)), ("x", POINTER(c_float)), ("n_x_rows", c_int64)]
+                ("argmax", POINTER(c_int32)), ("x", POINTER(c_float)), ("n_x_rows", c_int64),
+                ("q", POINTER(c_float))]
 
 
 LAYER_HOOK = ctypes.CFUNCTYPE(c_void_p, c_void_p, c_int, POINTER(LayerStats))
@@ -148,13 +149,14 @@ class LayerPlan(Structure):
                 ("stat_rows", POINTER(c_int32)), ("n_stat_rows", c_int64), ("stat_all_rows", c_int),
                 ("probe_rows", POINTER(c_int32)), ("n_probe", c_int64), ("want_argmax", c_int),
                 ("keep", POINTER(c_int32)), ("n_keep", POINTER(c_int64)), ("keep_stride", c_int64),
-                ("want_x", c_int), ("latent", c_void_p), ("hook", c_void_p), ("hook_user", c_void_p)]
+                ("want_x", c_int), ("latent", c_void_p), ("hook", c_void_p), ("hook_user", c_void_p),
+                ("want_q", c_int)]
 
 
 class StepPlan(Structure):
     _fields_ = [("tokens", POINTER(c_int32)), ("n_tokens", c_int64), ("positions", POINTER(c_int32)),
                 ("layers", POINTER(LayerPlan)), ("logit_rows", POINTER(c_int32)),
-                ("n_logit_rows", c_int64)]
+                ("n_logit_rows", c_int64), ("rope_in_cache", c_int)]
 
 
 class StepResult(Structure):
@@ -169,16 +171,18 @@ SCOPES = {"head": 0, "layer": 1, "global": 2}
 class PolicyParams(Structure):
     _fields_ = [("n_sink", c_int), ("window", c_int64), ("kernel", c_int), ("beta", c_int),
                 ("alpha", c_float), ("base", c_char_p), ("threshold", c_float), ("lag", c_int64),
-                ("first_stage", c_float), ("n_future", c_int64)]
+                ("first_stage", c_float), ("n_future", c_int64), ("cascades", c_int)]
 
 
 class EvictParams(Structure):
     _fields_ = [("policy", c_void_p), ("budget", c_double), ("scope", c_int), ("buffer", c_int64),
-                ("head_cap", c_double), ("budget_tokens", c_int64)]
+                ("head_cap", c_double), ("budget_tokens", c_int64), ("rerotate", c_int),
+                ("think_ratio", c_double), ("think_window", c_int64)]
 
 
 class EvictStats(Structure):
-    _fields_ = [("evictions", c_int64), ("rows_evicted", c_int64), ("stat_steps", c_int64)]
+    _fields_ = [("evictions", c_int64), ("rows_evicted", c_int64), ("stat_steps", c_int64),
+                ("rows_rerotated", c_int64), ("channels_pruned", c_int64)]
 
 
 ELASTIC_SIM = {"heads": 0, "rows": 1}
@@ -206,7 +210,8 @@ class GenStats(Structure):
 class ArParams(Structure):
     _fields_ = [("max_new", c_int64), ("temperature", c_float), ("top_p", c_float), ("seed", ctypes.c_uint64),
                 ("stop_at_bos", c_int), ("stop_at_eos", c_int), ("policy", c_void_p), ("budget", c_double),
-                ("scope", c_int), ("evict_buffer", c_int64), ("budget_tokens", c_int64)]
+                ("scope", c_int), ("evict_buffer", c_int64), ("budget_tokens", c_int64), ("rerotate", c_int),
+                ("think_ratio", c_double)]
 
 
 class DlmParams(Structure):

@@ -17,17 +17,17 @@ int main(void) {
     ROW("ModelFileParams", kvs_model_file_params, tokenizer_path);
     ROW("ModelParams", kvs_model_params, weight_dtype);
     ROW("CacheParams", kvs_cache_params, flags);
-    ROW("LayerStats", kvs_layer_stats, n_x_rows);
-    ROW("LayerPlan", kvs_layer_plan, hook_user);
-    ROW("StepPlan", kvs_step_plan, n_logit_rows);
+    ROW("LayerStats", kvs_layer_stats, q);
+    ROW("LayerPlan", kvs_layer_plan, want_q);
+    ROW("StepPlan", kvs_step_plan, rope_in_cache);
     ROW("StepResult", kvs_step_result, seconds_logits);
-    ROW("PolicyParams", kvs_policy_params, n_future);
-    ROW("EvictParams", kvs_evict_params, budget_tokens);
-    ROW("EvictStats", kvs_evict_stats, stat_steps);
+    ROW("PolicyParams", kvs_policy_params, cascades);
+    ROW("EvictParams", kvs_evict_params, think_window);
+    ROW("EvictStats", kvs_evict_stats, channels_pruned);
     ROW("ElasticParams", kvs_elastic_params, block_refresh);
     ROW("WavefilterParams", kvs_wavefilter_params, n_recent);
     ROW("GenStats", kvs_gen_stats, seconds_commit);
-    ROW("ArParams", kvs_ar_params, budget_tokens);
+    ROW("ArParams", kvs_ar_params, think_ratio);
     ROW("DlmParams", kvs_dlm_params, stop_eos);
     return 0;
 }

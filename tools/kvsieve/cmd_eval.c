@@ -66,6 +66,8 @@ int cmd_eval(int argc, char **argv) {
     int json = 0;
     device_opts dv = {0};
     policy_opts po = POLICY_OPTS_INIT;
+    eval_ctx e;
+    memset(&e, 0, sizeof e);
     const cli_opt opts[] = {
         {"model", 'm', CLI_STRING, &model, "MODEL", "model file (path or name under KVSIEVE_MODELS); required"},
         {"text", 0, CLI_STRING, &text, "FILE", "text to evaluate on; required"},
@@ -83,13 +85,18 @@ int cmd_eval(int argc, char **argv) {
         {"window", 0, CLI_INT64, &po.window, "N", "h2o recent / snapkv observation window (default: policy's)"},
         {"buffer", 0, CLI_INT64, &po.buffer, "N", "tokens above the budget before evicting (default: budget/8, 1..128)"},
         POLICY_MODE_OPTS(po),
+        {"rerotate", 0, CLI_FLAG, &e.rerotate, NULL, "evicted runs use positions within the cache: after each eviction the "
+                                                     "kept keys are re-rotated to 0..n-1 (StreamingLLM; kvs_ar_params.rerotate)"},
+        {"think", 0, CLI_DOUBLE, &e.think, "R", "ThinK (arXiv 2407.21018): every policy cell also zeroes the fraction R in "
+                                                "[0, 1) of key channels per kv head with the lowest query-key score at each "
+                                                "eviction (paper: 0.4; default 0 = off)"},
         {"json", 0, CLI_FLAG, &json, NULL, "print one JSON object instead of the table"},
         {"plot", 0, CLI_STRING, &plot, "FILE.svg", "write an SVG plot: top-1 agreement and KL vs budget per policy"},
         DEVICE_OPTS(dv),
     };
     const cli_spec spec = {
         .prog = prog,
-        .usage = "-m MODEL --text FILE [--policies a,b,c] [--budgets 0.1,0.25,0.5] [--ctx N] [--json] [--plot FILE.svg]",
+        .usage = "-m MODEL --text FILE [--policies a,b,c] [--budgets 0.1,0.25,0.5] [--ctx N] [--rerotate] [--think R] [--json] [--plot FILE.svg]",
         .summary = "Teacher-forced fidelity of KV eviction: each window of the text is decoded token by token\n"
                    "with the full cache and with every policy and budget; per cell the mean next-token\n"
                    "KL(full || evicted), top-1 agreement, perplexity and its change, peak cache bytes and the\n"
@@ -103,6 +110,7 @@ int cmd_eval(int argc, char **argv) {
     if (!model || !text) return cli_fail(CLI_EXIT_USAGE, prog, "-m MODEL and --text FILE are required");
     if (ctx != CLI_UNSET_I64 && ctx < 8) return cli_fail(CLI_EXIT_USAGE, prog, "--ctx %lld: at least 8", (long long)ctx);
     if (windows < 0) return cli_fail(CLI_EXIT_USAGE, prog, "--windows must be >= 0");
+    if (!(e.think >= 0.0 && e.think < 1.0)) return cli_fail(CLI_EXIT_USAGE, prog, "--think must be in [0, 1)");
 
     /* lists */
     char pol_buf[512], bud_buf[512];
@@ -150,8 +158,6 @@ int cmd_eval(int argc, char **argv) {
     /* model, tokenizer, text */
     cli_model cm = {0};
     const char *path = cm.path;
-    eval_ctx e;
-    memset(&e, 0, sizeof e);
     e.prog = prog;
     cell *cells = NULL;
     int32_t *ids = NULL;
@@ -239,6 +245,8 @@ int cmd_eval(int argc, char **argv) {
             ep.budget = bud[j] < 0 ? 1.0 : bud[j];
             ep.budget_tokens = bud[j] < 0 ? (int64_t)-bud[j] : 0; /* "Nt" */
             ep.scope = scope;
+            ep.rerotate = e.rerotate;
+            ep.think_ratio = e.think;
             ep.buffer = po.buffer == CLI_UNSET_I64 ? 0 : po.buffer; /* 0: automatic */
             s = kvs_evictor_create(&evs[1 + i * nb + j], &ep, e.hp, ctx);
             if (s != KVS_OK) break;
@@ -284,6 +292,8 @@ int cmd_eval(int argc, char **argv) {
         json_object_object_add(root, "split", json_object_new_string(split));
         json_object_object_add(root, "predictions", json_object_new_int64(cells[0].n));
         json_object_object_add(root, "scope", json_object_new_string(kvs_budget_scope_name(scope)));
+        json_object_object_add(root, "rerotate", json_object_new_boolean(e.rerotate));
+        json_object_object_add(root, "think_ratio", json_object_new_double(e.think));
         json_object_object_add(root, "recall_mentions", json_object_new_int64(total_probes));
         json_object_object_add(root, "learned_threshold", thr > -INFINITY ? json_object_new_double(thr) : NULL);
         json_object_object_add(root, "floor", fl >= 0.0f ? json_object_new_double(fl) : NULL);
@@ -312,8 +322,10 @@ int cmd_eval(int argc, char **argv) {
         printf("%s\n", json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED));
         json_object_put(root);
     } else {
-        printf("kvsieve eval: %s, %s (split %s): %lld windows x %lld tokens (%lld predictions), scope %s\n", path, text, split,
-               (long long)windows, (long long)ctx, (long long)cells[0].n, kvs_budget_scope_name(scope));
+        printf("kvsieve eval: %s, %s (split %s): %lld windows x %lld tokens (%lld predictions), scope %s%s\n", path, text, split,
+               (long long)windows, (long long)ctx, (long long)cells[0].n, kvs_budget_scope_name(scope),
+               e.rerotate ? ", keys re-rotated after eviction" : "");
+        if (e.think > 0.0) printf("ThinK: %g of the key channels of each kv head zeroed at each eviction\n", e.think);
         if (thr > -INFINITY || fl >= 0.0f) {
             if (thr > -INFINITY) printf("threshold mode: learned policies evict every token scoring below %g", (double)thr);
             if (fl >= 0.0f) printf("%sfloor: each kv head keeps at least %g x its share", thr > -INFINITY ? "; " : "", (double)fl);

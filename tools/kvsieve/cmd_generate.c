@@ -35,6 +35,8 @@ typedef struct gen_opts {
     int stats;        /* --stats: the per-step breakdown of the wall time */
     int profile;      /* --profile: device work per op kind and per layer */
     int64_t ctx;      /* -c/--ctx-size: prompt + generated tokens must fit; 0 = the model's context */
+    int rerotate;     /* --rerotate: RoPE positions within the cache, keys re-rotated after eviction */
+    double think;     /* --think R: ThinK key-channel pruning ratio at each eviction */
 } gen_opts;
 
 typedef struct stream_ctx {
@@ -104,6 +106,13 @@ int cmd_generate(int argc, char **argv) {
         {"json", 0, CLI_FLAG, &o.json, NULL, "print one JSON object on stdout instead of streaming text"},
         {"no-stream", 0, CLI_FLAG, &o.no_stream, NULL, "print the text once at the end"},
         POLICY_OPTS(po),
+        {"rerotate", 0, CLI_FLAG, &o.rerotate, NULL, "autoregressive: positions within the cache (StreamingLLM): after each "
+                                                     "eviction the kept keys are re-rotated to positions 0..n-1 and a new token "
+                                                     "takes the cache length; with --policy and a budget inside the model "
+                                                     "context, -n may exceed the context"},
+        {"think", 0, CLI_DOUBLE, &o.think, "R", "autoregressive, with --policy: ThinK (arXiv 2407.21018) zeroes the "
+                                                "fraction R in [0, 1) of key channels per kv head with the lowest query-key "
+                                                "score at each eviction (paper: 0.4; default 0 = off; memory does not drop yet)"},
         {"compare", 0, CLI_FLAG, &o.compare, NULL, "diffusion: also decode without cache; report speedup and agreement"},
         {"stop-eos", 0, CLI_FLAG, &o.stop_eos, NULL, "diffusion: stop once every position before the first EOS is decoded; "
                                                      "the rest is EOS, not decoded (LLaDA)"},
@@ -129,7 +138,7 @@ int cmd_generate(int argc, char **argv) {
         .prog = PROG,
         .usage = "-m MODEL [-p PROMPT] [-n N] [-c N] [--backend B] [--temp T] [--top-p P] [--seed S] [--block B] "
                  "[--steps S] [--threshold E] [--json] [--policy NAME --budget F|N [--scope head|layer|global] "
-                 "[--sink N] [--window N]] [--cache none|prefix|dual|delayed|elastic] [--gamma G] "
+                 "[--sink N] [--window N] [--rerotate] [--think R]] [--cache none|prefix|dual|delayed|elastic] [--gamma G] "
                  "[--window W] [--track K] [--reload R] [--wavefilter] [--wf-family F] [--wf-levels J] "
                  "[--wf-budget F] [--compare] [--stop-eos] [--stats] [--profile]",
         .summary = "Generate text with a llama-family (autoregressive) or llada (masked diffusion) model.",
@@ -185,8 +194,15 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "%s: -n not given: generating %lld tokens (the default %d exceeds the model context %d)\n", PROG,
                 (long long)n_gen, dlm ? 64 : 256, hp->ctx_len);
     }
-    if (n_gen > hp->ctx_len) {
-        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "-n %lld exceeds the model context %d", (long long)n_gen, hp->ctx_len);
+    if (dlm && o.rerotate) {
+        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "--rerotate applies to autoregressive models only");
+        goto done;
+    }
+    /* --rerotate with eviction: positions stay inside the cache, so the sequence may pass the context */
+    int stream = !dlm && o.rerotate && po.policy;
+    const char *hint = dlm || stream ? "" : " (to stream past it: --policy streaming --budget N --rerotate)";
+    if (n_gen > hp->ctx_len && !stream) {
+        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "-n %lld exceeds the model context %d%s", (long long)n_gen, hp->ctx_len, hint);
         goto done;
     }
     if (!dlm && (o.compare || o.stop_eos || o.threshold > 0 || co.wavefilter || (co.cache && strcmp(co.cache, "none") != 0))) {
@@ -230,16 +246,16 @@ int cmd_generate(int argc, char **argv) {
             slots = n_prompt + n_gen - (dlm ? 0 : 1);
         }
     }
-    if (o.ctx > 0 && slots > o.ctx) {
+    if (o.ctx > 0 && slots > o.ctx && !stream) {
         exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "prompt (%lld tokens) + %lld%s exceeds --ctx-size %lld",
                              (long long)n_prompt, (long long)n_gen, dlm ? "" : " - 1 (the last token is not fed back)",
                              (long long)o.ctx);
         goto done;
     }
-    if (slots > hp->ctx_len) {
-        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "prompt (%lld tokens) + %lld%s exceeds the model context %d",
+    if (slots > hp->ctx_len && !stream) {
+        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "prompt (%lld tokens) + %lld%s exceeds the model context %d%s",
                              (long long)n_prompt, (long long)n_gen, dlm ? "" : " - 1 (the last token is not fed back)",
-                             hp->ctx_len);
+                             hp->ctx_len, hint);
         goto done;
     }
     /* AR eviction (--policy): the cache is sized to the budget + buffer */
@@ -255,9 +271,21 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     ap.max_new = n_gen;
+    ap.rerotate = o.rerotate;
+    if (!(o.think >= 0.0 && o.think < 1.0) || (o.think > 0.0 && (dlm || !pol))) {
+        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "--think R needs R in [0, 1) and an eviction --policy (autoregressive models)");
+        goto done;
+    }
+    ap.think_ratio = o.think;
     kvs_cache_params cp = kvs_model_cache_params(m);
     cp.mode = dlm ? KVS_CACHE_POSITIONAL : KVS_CACHE_APPEND;
     cp.capacity = dlm ? n_prompt + n_gen : kvs_ar_capacity(m, n_prompt, &ap);
+    if (stream && slots > hp->ctx_len && cp.capacity > (o.ctx > 0 && o.ctx < hp->ctx_len ? o.ctx : hp->ctx_len)) {
+        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "--rerotate past the context: the budget + buffer (%lld cache rows) must fit "
+                             "the %s %lld", (long long)cp.capacity, o.ctx > 0 && o.ctx < hp->ctx_len ? "--ctx-size" : "model context",
+                             (long long)(o.ctx > 0 && o.ctx < hp->ctx_len ? o.ctx : hp->ctx_len));
+        goto done;
+    }
     if (kvs_cache_create(&cache, dev, &cp) != KVS_OK) {
         exit_code = cli_fail(CLI_EXIT_FAIL, PROG, "%s", kvs_last_error());
         goto done;
@@ -388,6 +416,7 @@ int cmd_generate(int argc, char **argv) {
             if (ap.budget_tokens > 0) json_object_object_add(js, "budget_tokens", json_object_new_int64(ap.budget_tokens));
             json_object_object_add(js, "scope", json_object_new_string(kvs_budget_scope_name(ap.scope)));
             json_object_object_add(js, "evictions", json_object_new_int64(st.evictions));
+            json_object_object_add(js, "rerotate", json_object_new_boolean(o.rerotate));
             json_object_object_add(js, "rows_evicted", json_object_new_int64(st.rows_evicted));
         }
         json_object_object_add(js, "model_bytes", json_object_new_int64(kvs_model_weight_bytes(m)));
@@ -442,8 +471,9 @@ int cmd_generate(int argc, char **argv) {
             char bud[48];
             if (ap.budget_tokens > 0) snprintf(bud, sizeof bud, "%lld tokens", (long long)ap.budget_tokens);
             else snprintf(bud, sizeof bud, "%g", ap.budget);
-            fprintf(stderr, "eviction: %s, budget %s, scope %s: %lld evictions, %lld K/V rows evicted\n", kvs_policy_name(pol),
-                    bud, kvs_budget_scope_name(ap.scope), (long long)st.evictions, (long long)st.rows_evicted);
+            fprintf(stderr, "eviction: %s, budget %s, scope %s: %lld evictions, %lld K/V rows evicted%s\n", kvs_policy_name(pol),
+                    bud, kvs_budget_scope_name(ap.scope), (long long)st.evictions, (long long)st.rows_evicted,
+                    o.rerotate ? "; keys re-rotated to positions within the cache" : "");
         }
         if (sched) {
             kvs_dlm_schedule_stats ss;

@@ -37,6 +37,8 @@ typedef struct eval_ctx {
     int32_t *full_top;      /* [ctx-1] */
     double *lp_buf;         /* [V] */
     uint8_t *probe;         /* [ctx] 1: token t is a recall probe (predicted at t-1) */
+    int rerotate;           /* --rerotate: evicted runs assign RoPE positions within the cache */
+    double think;           /* --think R: ThinK key-channel pruning at each eviction */
 } eval_ctx;
 
 

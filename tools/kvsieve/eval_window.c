@@ -42,7 +42,8 @@ kvs_status eval_run_window(eval_ctx *e, kvs_kv_cache *cache, kvs_evictor *ev, co
     double t0 = cli_now();
     for (int64_t t = 0; t + 1 < N; t++) {
         int32_t zero = 0, pos = (int32_t)t;
-        kvs_step_plan plan = {.tokens = tok + t, .n_tokens = 1, .positions = &pos, .logit_rows = &zero, .n_logit_rows = 1};
+        kvs_step_plan plan = {.tokens = tok + t, .n_tokens = 1, .positions = &pos, .logit_rows = &zero, .n_logit_rows = 1,
+                              .rope_in_cache = ev && e->rerotate};
         if (ev) {
             int any = 0;
             TRY(kvs_evictor_plan(ev, 1, e->lp, &any));
