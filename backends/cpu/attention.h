@@ -28,6 +28,12 @@
  *    x 64 columns in registers), f16 tiles converted to f32 first;
  *  - or through cblas_sgemm on each tile (single-threaded OpenBLAS inside the OpenMP tasks),
  *    f16 K/V tiles converted to f32 first (head sizes not a multiple of 16, CPUs without AVX-512).
+ * Quantized K/V (the block types of a quantized KV cache; issue 17): never expanded to an f32 copy
+ * of the cache. The portable path decodes each tile (core/quant's reference decoders) into the
+ * Kc/Vc tile buffers for cblas; the AVX-512/AVX2 decoding kernels take sub-tiles of ATT_QSUB keys,
+ * decoded by the matmul's per-ISA block decoders into an L1-resident buffer just before qk_dec /
+ * pv_dec read them (bandwidth: only the blocks are read from memory). The f32 panel path (many
+ * query rows) is used for F32/F16 caches only; BF16 tiles are converted as F16 ones.
  * Tasks are spread over OpenMP threads (dynamic schedule: causal tiles differ in cost). With fewer
  * tasks than threads (decoding with few kv heads) the keys are split as in flash-decoding (Dao et al.
  * 2023, "Flash-Decoding for long-context inference"): each split leaves its (m, l, O, argmax), a
@@ -37,10 +43,12 @@
 #define KVS_BACKENDS_CPU_ATTENTION_H
 
 #include "cpu_kernels.h"
+#include "matmul.h"
 
 #define ATT_BK 256       /* keys per tile */
 #define ATT_M_TARGET 64  /* packed query rows (queries x group heads) per task */
 #define ATT_KEEP_WORDS (1 << 20) /* largest exponentials store for the statistics pass, floats a thread */
+#define ATT_QSUB 32      /* keys of a block-quantized K/V sub-tile decoded at a time (SIMD paths) */
 
 /* One ISA's kernels of the tile pass (contracts: the AVX-512 prototypes below). */
 typedef struct att_kernels {
@@ -57,7 +65,9 @@ typedef struct att_ctx {
     int64_t G, BQ, d;
     const float *q;
     const void *k, *v;
-    int kv_f16;
+    kvs_dtype k_dt, v_dt;        /* each F32, F16, BF16 or a block type (Q8_0, Q4_0, Q4_1, IQ4_NL) */
+    int64_t k_rb, v_rb;          /* bytes of one K / V row (head_dim values) */
+    kvs_cpu_qdecode_fn qdec;     /* the block decoder of the op's ISA (core/quant's, compiled per ISA) */
     float *out;
     const int32_t *q_pos, *k_pos, *kv_len, *row_len;
     const float *mask;

@@ -70,10 +70,11 @@ static kvs_status gather_keep(fwd_ctx *f, int l, const kvs_layer_plan *lp, int64
         lenp[h] = (int32_t)nk;
     }
     kvs_status s = KVS_OK;
-    kvs_dtype dt = cp->dtype;
-    if (!ws->ks || kvs_tensor_dtype(ws->ks) != dt || kvs_tensor_ne(ws->ks, 1) < ws->kv_cap) {
-        s = fwd_grow_tensor(&ws->ks, m->dev, dt, cp->head_dim, ws->kv_cap, H, "ws.ks");
-        if (s == KVS_OK) s = fwd_grow_tensor(&ws->vs, m->dev, dt, cp->head_dim, ws->kv_cap, H, "ws.vs");
+    /* the gathered rows keep the cache's types (block rows move with their scales) */
+    kvs_dtype kt = cp->type_k, vt = cp->type_v;
+    if (!ws->ks || kvs_tensor_dtype(ws->ks) != kt || kvs_tensor_dtype(ws->vs) != vt || kvs_tensor_ne(ws->ks, 1) < ws->kv_cap) {
+        s = fwd_grow_tensor(&ws->ks, m->dev, kt, cp->head_dim, ws->kv_cap, H, "ws.ks");
+        if (s == KVS_OK) s = fwd_grow_tensor(&ws->vs, m->dev, vt, cp->head_dim, ws->kv_cap, H, "ws.vs");
         if (s == KVS_OK) s = fwd_grow_tensor(&ws->ks_pos, m->dev, KVS_I32, ws->kv_cap, H, 0, "ws.ks_pos");
         if (s == KVS_OK) s = fwd_grow_tensor(&ws->keep_idx, m->dev, KVS_I32, ws->kv_cap, H, 0, "ws.keep_idx");
     }

@@ -1,7 +1,15 @@
 /* kvsieve — the KV cache: per-layer K and V on a device, token positions, per-head lengths.
  *
  * Layout per layer l (all on the cache's device):
- *   k[l], v[l]: [n_kv_heads][capacity][head_dim], dtype F32 or F16, keys stored after RoPE
+ *   k[l], v[l]: [n_kv_heads][capacity][head_dim], keys stored after RoPE; element types chosen
+ *               separately for K (type_k) and V (type_v): F32, F16, BF16, or one of the GGUF block
+ *               types Q8_0, Q4_0, Q4_1, IQ4_NL (blocks of 32 values along head_dim, each row
+ *               head_dim/32 whole blocks; layouts: core/quant/quant_blocks.h). New rows are
+ *               converted (f16/bf16: round-to-nearest-even) or quantized (per block of 32, the
+ *               scale rules of llama.cpp's reference quantizers) when written; the attention op
+ *               reads the stored rows directly (CPU backend). Source: llama.cpp's --cache-type-k /
+ *               --cache-type-v, and per-block quantization of K and V as in KIVI (Liu et al. 2024;
+ *               KIVI groups K per channel, here both are grouped along head_dim as llama.cpp does).
  *   pos[l]:     [n_kv_heads][capacity] I32, the original token position held by each row (kept
  *               through eviction/compaction; -1 for an empty row); mirrored on the host
  *   len[l]:     [n_kv_heads] I32, rows in use per kv head (ragged after head-wise eviction)
@@ -42,7 +50,9 @@ typedef struct kvs_cache_params {
     int head_dim;       /* required, >= 1 */
     int dim;            /* model width; required with KVS_CACHE_KEEP_X */
     int64_t capacity;   /* rows per kv head per layer; required, >= 1 */
-    kvs_dtype dtype;    /* KVS_F32 (default) or KVS_F16 */
+    kvs_dtype type_k;   /* K element type: KVS_F32 (default), KVS_F16, KVS_BF16, KVS_Q8_0,
+                         * KVS_Q4_0, KVS_Q4_1 or KVS_IQ4_NL; the block types need head_dim % 32 == 0 */
+    kvs_dtype type_v;   /* V element type: the same choices, independent of type_k; default KVS_F32 */
     kvs_cache_mode mode;/* default KVS_CACHE_POSITIONAL */
     unsigned flags;     /* KVS_CACHE_KEEP_X; default 0 */
 } kvs_cache_params;
@@ -53,7 +63,10 @@ typedef struct kvs_kv_cache kvs_kv_cache;
 
 /* Creates an empty cache (every len 0, every pos -1) on dev.
  * Errors: KVS_ERR_INVALID_ARGUMENT (a required field < 1, unknown mode/flags), KVS_ERR_DTYPE
- * (dtype not F32/F16), KVS_ERR_UNSUPPORTED (F16 on a device without fp16 storage),
+ * (type_k/type_v not one of the seven cache types; a block type with head_dim % 32 != 0, the
+ * message names the type and head_dim), KVS_ERR_UNSUPPORTED (F16 on a device without fp16 storage;
+ * a type other than F32 on a backend whose scatter cannot convert rows to it, i.e. OpenCL and Vulkan
+ * for F16/BF16/block types: the message gives the backend's reason; refused here, never mid-decode),
  * KVS_ERR_OUT_OF_MEMORY (message gives the bytes asked for). */
 KVS_API kvs_status kvs_cache_create(kvs_kv_cache **out, kvs_device *dev, const kvs_cache_params *p);
 KVS_API void kvs_cache_destroy(kvs_kv_cache **c);
@@ -85,7 +98,8 @@ KVS_API int64_t kvs_cache_next_pos(const kvs_kv_cache *c);
 
 /* Writes n new K/V rows into layer `layer` (the model's forward does, once per layer and step):
  *   k, v:      [n][n_kv_heads][head_dim] F32 on the cache's device (token-major, as the K/V
- *              projections write them; keys after RoPE), converted to the cache dtype;
+ *              projections write them; keys after RoPE), converted to type_k / type_v (the block
+ *              types: quantized per block of 32 values on append, quant_encode.c's rules);
  *   positions: host [n] token positions of the rows.
  * POSITIONAL: row i goes to cache row positions[i] of every head (overwriting what it held);
  * APPEND: rows go after each head's len, in order. The host mirrors (positions, lengths, the next
@@ -98,8 +112,22 @@ KVS_API int64_t kvs_cache_next_pos(const kvs_kv_cache *c);
 KVS_API kvs_status kvs_cache_write_rows(kvs_kv_cache *c, int layer, const kvs_tensor *k, const kvs_tensor *v,
                                         const int32_t *positions, int64_t n);
 
+/* The cache types by name, as the CLI's --cache-type-k/-v take them: "f32", "f16", "bf16", "q8_0",
+ * "q4_0", "q4_1", "iq4_nl". Errors: KVS_ERR_INVALID_ARGUMENT (NULL, or another name: the message
+ * lists the seven). */
+KVS_API kvs_status kvs_cache_type_from_name(const char *name, kvs_dtype *out);
+
+/* Layer `layer`'s K (which = 0) or V (which = 1) as f32, every row of the capacity (rows never
+ * written read 0): dst [n_kv_heads][capacity][head_dim] host memory. F16/BF16 rows are converted
+ * exactly, block rows decoded with core/quant's reference decoders (the values attention uses).
+ * For host-side scorers (key/value norms, learned policies). Errors: KVS_ERR_INVALID_ARGUMENT
+ * (NULL, bad layer or which), KVS_ERR_OUT_OF_MEMORY, the download's errors. */
+KVS_API kvs_status kvs_cache_read_f32(kvs_kv_cache *c, int layer, int which, float *dst);
+
 /* Bytes of K/V (and x, when kept) for the rows in use, summed over layers and heads: the cache's
- * logical footprint; and the bytes allocated (capacity). */
+ * logical footprint (each row at its stored size: head_dim * 4 for F32, * 2 for F16/BF16,
+ * head_dim / 32 blocks of 34 (q8_0), 18 (q4_0, iq4_nl) or 20 (q4_1) bytes); and the bytes
+ * allocated (capacity). */
 KVS_API int64_t kvs_cache_bytes_used(const kvs_kv_cache *c);
 KVS_API int64_t kvs_cache_bytes_allocated(const kvs_kv_cache *c);
 
