@@ -30,10 +30,11 @@
  *    f16 K/V tiles converted to f32 first (head sizes not a multiple of 16, CPUs without AVX-512).
  * Quantized K/V (the block types of a quantized KV cache; issue 17): never expanded to an f32 copy
  * of the cache. The portable path decodes each tile (core/quant's reference decoders) into the
- * Kc/Vc tile buffers for cblas; the AVX-512/AVX2 decoding kernels take sub-tiles of ATT_QSUB keys,
- * decoded by the matmul's per-ISA block decoders into an L1-resident buffer just before qk_dec /
- * pv_dec read them (bandwidth: only the blocks are read from memory). The f32 panel path (many
- * query rows) is used for F32/F16 caches only; BF16 tiles are converted as F16 ones.
+ * Kc/Vc tile buffers for cblas. With AVX-512/AVX2 the blocks are decoded in registers: S = Q.K^T is
+ * the matmul's fused block GEMV (quant_fused.h, each key row a "weight row" dotted with up to 4
+ * packed query rows), O += P.V is x86/att_quant_fused.h (each V vector decoded once and multiplied
+ * into 4 rows of O held in registers); only the blocks are read from memory. The f32 panel path
+ * (many query rows) is used for F32/F16 caches only; BF16 tiles are converted as F16 ones.
  * Tasks are spread over OpenMP threads (dynamic schedule: causal tiles differ in cost). With fewer
  * tasks than threads (decoding with few kv heads) the keys are split as in flash-decoding (Dao et al.
  * 2023, "Flash-Decoding for long-context inference"): each split leaves its (m, l, O, argmax), a
@@ -68,6 +69,9 @@ typedef struct att_ctx {
     kvs_dtype k_dt, v_dt;        /* each F32, F16, BF16 or a block type (Q8_0, Q4_0, Q4_1, IQ4_NL) */
     int64_t k_rb, v_rb;          /* bytes of one K / V row (head_dim values) */
     kvs_cpu_qdecode_fn qdec;     /* the block decoder of the op's ISA (core/quant's, compiled per ISA) */
+    kvs_cpu_qdot_fn qdot;        /* the fused block GEMV of the op's ISA (block K . packed query rows) */
+    int (*qpv)(kvs_dtype dt, const void *V, int64_t rb, const float *P, int64_t ldp, int64_t M, int64_t n, int64_t d,
+               float *O);        /* the fused P . block V of the op's ISA (NULL: portable) */
     float *out;
     const int32_t *q_pos, *k_pos, *kv_len, *row_len;
     const float *mask;

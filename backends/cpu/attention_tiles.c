@@ -133,11 +133,16 @@ static int att_logits(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int6
                     a->p.scale, w->S);
     } else {
         if (c->dec && kvs_dtype_is_quant(c->k_dt)) {
-            /* block K: sub-tiles of ATT_QSUB keys decoded into L1, then the decoding kernel */
-            for (int64_t jj = 0; jj < n; jj += ATT_QSUB) {
-                const int64_t nn = n - jj < ATT_QSUB ? n - jj : ATT_QSUB;
-                const float *Kt = att_tile(c, c->k, c->k_dt, c->k_rb, w->Kc, h, j0 + jj, nn);
-                c->kern->qk_dec(w->Qp, Kt, d, M, nn, a->p.scale, w->S + jj);
+            /* block K: the fused block GEMV, each key row against up to 4 packed query rows */
+            const uint8_t *K = (const uint8_t *)c->k + (size_t)(h * a->capacity + j0) * (size_t)c->k_rb;
+            float acc[4];
+            for (int64_t r0 = 0; r0 < M; r0 += 4) {
+                const int64_t R = M - r0 < 4 ? M - r0 : 4;
+                float *s = w->S + r0 * ATT_BK;
+                for (int64_t j = 0; j < n; j++) {
+                    c->qdot(K + j * c->k_rb, c->k_dt, w->Qp + r0 * d, d, R, acc);
+                    for (int64_t r = 0; r < R; r++) s[r * ATT_BK + j] = a->p.scale * acc[r];
+                }
             }
         } else if (c->dec) {
             c->kern->qk_dec(w->Qp, att_tile(c, c->k, c->k_dt, c->k_rb, w->Kc, h, j0, n), d, M, n, a->p.scale, w->S);
@@ -234,7 +239,11 @@ void kvs_cpu_att_pass(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int6
         if (c->fast) {
             c->kern->pv(w->S, (M + 7) & ~(int64_t)7, n, c->V32 + (h * c->a->capacity + j0) * d, d, w->O);
         } else {
-            if (c->dec && kvs_dtype_is_quant(c->v_dt)) {
+            if (c->dec && kvs_dtype_is_quant(c->v_dt) && c->qpv &&
+                c->qpv(c->v_dt, (const uint8_t *)c->v + (size_t)(h * c->a->capacity + j0) * (size_t)c->v_rb, c->v_rb, w->S,
+                       ATT_BK, M, n, d, w->O))
+                continue; /* block V decoded in registers */
+            if (c->dec && kvs_dtype_is_quant(c->v_dt)) { /* other block types: sub-tiles decoded into L1 */
                 for (int64_t jj = 0; jj < n; jj += ATT_QSUB) {
                     const int64_t nn = n - jj < ATT_QSUB ? n - jj : ATT_QSUB;
                     c->kern->pv_dec(w->S + jj, M, nn, att_tile(c, c->v, c->v_dt, c->v_rb, w->Vc, h, j0 + jj, nn), d, w->O);

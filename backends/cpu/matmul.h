@@ -49,6 +49,14 @@ void kvs_cpu_qdecode_avx2(kvs_dtype dt, const void *src, int64_t n, float *dst);
 void kvs_cpu_qdot_rows_avx512(const void *wrow, kvs_dtype dt, const float *x, int64_t k, int64_t n, float *acc);
 void kvs_cpu_qdecode_avx512(kvs_dtype dt, const void *src, int64_t n, float *dst);
 
+/* Attention over a quantized KV cache (x86/att_quant_fused.h): O[r][:] += sum_{j<n} P[r*ldp + j] V_j
+ * for r < M, V_j row j (d values, d % 32 == 0, row stride rb bytes) of dtype dt, decoded in registers.
+ * Returns 0 (nothing done) for a dtype without a fused kernel (q8_0, q4_0, q4_1, iq4_nl have one). */
+int kvs_cpu_att_pv_q_avx2(kvs_dtype dt, const void *V, int64_t rb, const float *P, int64_t ldp, int64_t M, int64_t n,
+                          int64_t d, float *O);
+int kvs_cpu_att_pv_q_avx512(kvs_dtype dt, const void *V, int64_t rb, const float *P, int64_t ldp, int64_t M, int64_t n,
+                            int64_t d, float *O);
+
 /* The kernels matmul / embedding use on dev: the forced variant's ISA (portable, avx2, avx512*), else
  * the best this CPU runs (AVX-512F+F16C, else AVX2+FMA+F16C, else portable). dot or decode may be NULL. */
 void kvs_cpu_quant_kernels(const kvs_device *dev, kvs_op_id op, kvs_cpu_qdot_fn *dot, kvs_cpu_qdecode_fn *decode);

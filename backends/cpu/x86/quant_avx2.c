@@ -55,9 +55,15 @@ typedef __m256i qf_vi;
 #define QF_ZERO _mm256_setzero_ps()
 #define QF_HSUM(v) hsum256(v)
 #include "quant_fused.h"
+#include "att_quant_fused.h"
 
 void kvs_cpu_qdecode_avx2(kvs_dtype dt, const void *src, int64_t n, float *dst) {
     if (!qf_decode(dt, src, n, dst)) kvs_qb_decode_n(dt, src, n / kvs_dtype_block(dt), dst);
+}
+
+int kvs_cpu_att_pv_q_avx2(kvs_dtype dt, const void *V, int64_t rb, const float *P, int64_t ldp, int64_t M, int64_t n,
+                         int64_t d, float *O) {
+    return qf_att_pv(dt, V, rb, P, ldp, M, n, d, O);
 }
 
 void kvs_cpu_qdot_rows_avx2(const void *wrow, kvs_dtype dt, const float *x, int64_t k, int64_t n, float *acc) {

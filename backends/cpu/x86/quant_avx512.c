@@ -45,9 +45,15 @@ typedef __m512i qf_vi;
 #define QF_ZERO _mm512_setzero_ps()
 #define QF_HSUM(v) _mm512_reduce_add_ps(v)
 #include "quant_fused.h"
+#include "att_quant_fused.h"
 
 void kvs_cpu_qdecode_avx512(kvs_dtype dt, const void *src, int64_t n, float *dst) {
     if (!qf_decode(dt, src, n, dst)) kvs_qb_decode_n(dt, src, n / kvs_dtype_block(dt), dst);
+}
+
+int kvs_cpu_att_pv_q_avx512(kvs_dtype dt, const void *V, int64_t rb, const float *P, int64_t ldp, int64_t M, int64_t n,
+                         int64_t d, float *O) {
+    return qf_att_pv(dt, V, rb, P, ldp, M, n, d, O);
 }
 
 void kvs_cpu_qdot_rows_avx512(const void *wrow, kvs_dtype dt, const float *x, int64_t k, int64_t n, float *acc) {
