@@ -13,8 +13,14 @@
  *    evicts, and decodes the same greedy tokens as the f32 cache for at least the first 2 tokens
  *    (random weights: near-flat distributions, so later tokens flip (measured: 3 for q8_0 K with
  *    iq4_nl V under h2o); the fidelity on a real
- *    model is measured by `kvsieve eval`, README). */
+ *    model is measured by `kvsieve eval`, README);
+ *  - the key rotation (KVS_CACHE_ROTATE): R is orthonormal and its own inverse (block sizes 8 and 32),
+ *    kvs_cache_read_f32 returns the keys un-rotated, greedy decoding on an f32 cache is token for
+ *    token the same with and without it (scores unchanged but for rounding), an odd head_dim is
+ *    refused, and on keys with an outlier channel it lowers the q4_0 cache's key error (the reason
+ *    it exists). */
 #include <check.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -263,6 +269,103 @@ START_TEST(test_decode_with_eviction) {
 }
 END_TEST
 
+START_TEST(test_rotation) {
+    /* R R = I, |R x| = |x|, R e_0 = b^-1/2 over its block */
+    for (int hd = 8; hd <= 96; hd += 88) {
+        float x[96], y[96], e[96] = {0};
+        double n0 = 0, n1 = 0;
+        for (int i = 0; i < hd; i++) x[i] = y[i] = (float)((i * 37) % 11) - 5.0f;
+        kvs_cache_rotate_rows(y, 1, hd);
+        for (int i = 0; i < hd; i++) n0 += (double)x[i] * x[i], n1 += (double)y[i] * y[i];
+        ck_assert_msg(fabs(n0 - n1) <= 1e-5 * n0, "head_dim %d: norm %g -> %g", hd, n0, n1);
+        kvs_cache_rotate_rows(y, 1, hd);
+        for (int i = 0; i < hd; i++) ck_assert_msg(fabsf(y[i] - x[i]) <= 1e-5f, "head_dim %d: R R x != x at %d", hd, i);
+        e[0] = 1.0f;
+        kvs_cache_rotate_rows(e, 1, hd);
+        const int b = hd == 8 ? 8 : 32;
+        for (int i = 0; i < hd; i++)
+            ck_assert_msg(fabsf(e[i] - (i < b ? 1.0f / sqrtf((float)b) : 0.0f)) <= 1e-6f, "head_dim %d: R e0 [%d] = %g", hd, i,
+                          (double)e[i]);
+    }
+    kvs_device *dev = open_dev();
+    kvs_cache_params p = kvs_cache_params_default();
+    p.n_layers = 1;
+    p.n_kv_heads = 2;
+    p.head_dim = 13;
+    p.capacity = 8;
+    p.mode = KVS_CACHE_APPEND;
+    p.flags = KVS_CACHE_ROTATE;
+    kvs_kv_cache *c = NULL;
+    ck_assert_int_eq(kvs_cache_create(&c, dev, &p), KVS_ERR_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(kvs_last_error(), "even head_dim"), "%s", kvs_last_error());
+    if (g_params.backend == KVS_BACKEND_CPU) {
+        /* keys with an outlier channel (x 20 in channel 5): error of the q4_0 cache's keys */
+        enum { H = 2, D = 64, N = 16 };
+        static float k[N * H * D], v[N * H * D], got[H * 32 * D];
+        for (int i = 0; i < N * H * D; i++) {
+            k[i] = (float)(((i * 7919) % 200) - 100) / 100.0f * ((i % D) == 5 ? 20.0f : 1.0f);
+            v[i] = 0.5f;
+        }
+        double err[2] = {0, 0};
+        for (int rot = 0; rot < 2; rot++) {
+            p.head_dim = D;
+            p.capacity = 32;
+            p.n_kv_heads = H;
+            p.type_k = KVS_Q4_0;
+            p.flags = rot ? KVS_CACHE_ROTATE : 0u;
+            ck_assert_msg(kvs_cache_create(&c, dev, &p) == KVS_OK, "%s", kvs_last_error());
+            append(dev, c, k, v, N, H, D, 0);
+            ck_assert(kvs_cache_read_f32(c, 0, 0, got) == KVS_OK);
+            for (int i = 0; i < N; i++)
+                for (int h = 0; h < H; h++)
+                    for (int t = 0; t < D; t++) {
+                        const double dd = (double)got[((int64_t)h * 32 + i) * D + t] - k[(i * H + h) * D + t];
+                        err[rot] += dd * dd;
+                    }
+            kvs_cache_destroy(&c);
+        }
+        ck_assert_msg(err[1] < 0.7 * err[0], "rotation does not lower the q4_0 key error: %g vs %g", err[1], err[0]);
+        /* f32 cache: read_f32 gives the keys back (un-rotated) */
+        p.type_k = KVS_F32;
+        p.flags = KVS_CACHE_ROTATE;
+        ck_assert(kvs_cache_create(&c, dev, &p) == KVS_OK);
+        append(dev, c, k, v, N, H, D, 0);
+        ck_assert(kvs_cache_read_f32(c, 0, 0, got) == KVS_OK);
+        for (int i = 0; i < N; i++)
+            for (int h = 0; h < H; h++)
+                for (int t = 0; t < D; t++) {
+                    const float a = got[((int64_t)h * 32 + i) * D + t], b = k[(i * H + h) * D + t];
+                    ck_assert_msg(fabsf(a - b) <= 1e-5f * (1.0f + fabsf(b)), "read_f32 key %d/%d/%d = %g, want %g", i, h, t,
+                                  (double)a, (double)b);
+                }
+        kvs_cache_destroy(&c);
+    }
+    /* greedy decoding with and without the rotation: same tokens (f32 cache; q and k rotated alike) */
+    kvs_model *m = NULL;
+    ck_assert_msg(kvs_model_load(&m, dev, g_model, NULL) == KVS_OK, "%s", kvs_last_error());
+    int32_t tok[2][64];
+    int64_t n[2];
+    for (int rot = 0; rot < 2; rot++) {
+        kvs_ar_params ap = kvs_ar_params_default();
+        ap.max_new = 40;
+        ap.stop_at_bos = ap.stop_at_eos = 0;
+        int32_t bos = 1;
+        kvs_cache_params cp = kvs_model_cache_params(m);
+        cp.mode = KVS_CACHE_APPEND;
+        cp.capacity = 48;
+        cp.flags = rot ? KVS_CACHE_ROTATE : 0u;
+        ck_assert_msg(kvs_cache_create(&c, dev, &cp) == KVS_OK, "%s", kvs_last_error());
+        kvs_gen_stats st;
+        ck_assert_msg(kvs_generate_ar(m, c, &bos, 1, &ap, NULL, NULL, tok[rot], &n[rot], &st) == KVS_OK, "%s", kvs_last_error());
+        kvs_cache_destroy(&c);
+    }
+    ck_assert_int_eq(n[0], n[1]);
+    ck_assert_msg(memcmp(tok[0], tok[1], (size_t)n[0] * 4) == 0, "rotated cache decodes other tokens");
+    kvs_model_destroy(&m);
+    kvs_device_destroy(&dev);
+}
+END_TEST
+
 int main(int argc, char **argv) {
     int setup = kvs_test_setup(argc, argv, "test_kv_cache_quant", &g_params, "tiny-llama-mixed-q.gguf", g_model,
                                sizeof g_model);
@@ -273,6 +376,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_create_types);
     tcase_add_test(tc, test_keep_matches_dequantized);
     tcase_add_test(tc, test_decode_with_eviction);
+    tcase_add_test(tc, test_rotation);
     suite_add_tcase(s, tc);
     return kvs_test_run(s);
 }

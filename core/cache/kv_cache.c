@@ -1,4 +1,5 @@
 /* The KV cache object: per-layer K/V/pos/len tensors on the device with host mirrors. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,6 +19,9 @@ struct kvs_kv_cache {
     int32_t *scratch_slots;                 /* [n_kv_heads * capacity] host scratch of kvs_cache_write_rows */
     int32_t *slots_host;                    /* [n_kv_heads * capacity] what slots holds */
     int64_t slots_n;                        /* entries of slots_host valid (0: none) */
+    kvs_tensor *krot;                       /* KVS_CACHE_ROTATE: [rows][n_kv_heads][head_dim] F32 rotated keys */
+    float *krot_host;                       /* host scratch of the rotation */
+    int64_t krot_rows;                      /* rows krot holds */
 };
 
 kvs_cache_params kvs_cache_params_default(void) {
@@ -50,6 +54,8 @@ void kvs_cache_destroy(kvs_kv_cache **cp) {
     free(c->k); free(c->v); free(c->pos); free(c->len); free(c->x);
     free(c->host_pos); free(c->host_len); free(c->scratch);
     kvs_tensor_destroy(&c->slots);
+    kvs_tensor_destroy(&c->krot);
+    free(c->krot_host);
     free(c->slots_host);
     free(c->scratch_slots);
     free(c);
@@ -122,7 +128,11 @@ kvs_status kvs_cache_create(kvs_kv_cache **out, kvs_device *dev, const kvs_cache
     }
     if (p->mode != KVS_CACHE_POSITIONAL && p->mode != KVS_CACHE_APPEND)
         return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_cache_create: unknown mode %d", (int)p->mode);
-    if (p->flags & ~KVS_CACHE_KEEP_X) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_cache_create: unknown flags 0x%x", p->flags);
+    if (p->flags & ~(KVS_CACHE_KEEP_X | KVS_CACHE_ROTATE))
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_cache_create: unknown flags 0x%x", p->flags);
+    if ((p->flags & KVS_CACHE_ROTATE) && p->head_dim % 2 != 0)
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_cache_create: KVS_CACHE_ROTATE needs an even head_dim (got %d)",
+                         p->head_dim);
     if ((p->flags & KVS_CACHE_KEEP_X) && p->dim < 1)
         return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_cache_create: KVS_CACHE_KEEP_X needs dim >= 1");
     kvs_kv_cache *c = calloc(1, sizeof *c);
@@ -252,12 +262,39 @@ int64_t kvs_cache_bytes_allocated(const kvs_kv_cache *c) {
     return per_layer * c->p.n_layers;
 }
 
+static int rot_block(int head_dim) {
+    int b = 1;
+    while (b < 32 && head_dim % (2 * b) == 0) b *= 2;
+    return b;
+}
+
+void kvs_cache_rotate_rows(float *x, int64_t n, int head_dim) {
+    const int b = head_dim > 0 ? rot_block(head_dim) : 1;
+    if (!x || n < 1 || b < 2) return;
+    const float norm = (float)(1.0 / sqrt((double)b));
+    for (int64_t i = 0; i < n * (head_dim / b); i++) {
+        float *v = x + i * b;
+        for (int len = 1; len < b; len *= 2) /* fast Walsh-Hadamard butterflies */
+            for (int s0 = 0; s0 < b; s0 += 2 * len)
+                for (int t = s0; t < s0 + len; t++) {
+                    const float u = v[t], w = v[t + len];
+                    v[t] = u + w;
+                    v[t + len] = u - w;
+                }
+        for (int t = 0; t < b; t++) v[t] *= norm;
+    }
+}
+
 kvs_status kvs_cache_read_f32(kvs_kv_cache *c, int layer, int which, float *dst) {
     if (!LAYER_OK(c, layer) || (which != 0 && which != 1) || !dst)
         return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_cache_read_f32: NULL argument, bad layer %d or which %d", layer, which);
     const kvs_tensor *t = which ? c->v[layer] : c->k[layer];
     const int64_t n = kvs_tensor_nelements(t), d = c->p.head_dim;
-    if (t->dtype == KVS_F32) return kvs_tensor_download(t, dst, 0, (size_t)n * 4);
+    if (t->dtype == KVS_F32) {
+        KVS_TRY(kvs_tensor_download(t, dst, 0, (size_t)n * 4));
+        if (which == 0 && (c->p.flags & KVS_CACHE_ROTATE)) kvs_cache_rotate_rows(dst, n / d, (int)d);
+        return KVS_OK;
+    }
     uint8_t *raw = malloc(t->nbytes);
     if (!raw) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_cache_read_f32: out of host memory (%zu bytes)", t->nbytes);
     kvs_status s = kvs_tensor_download(t, raw, 0, t->nbytes);
@@ -271,6 +308,7 @@ kvs_status kvs_cache_read_f32(kvs_kv_cache *c, int layer, int which, float *dst)
         }
     }
     free(raw);
+    if (s == KVS_OK && which == 0 && (c->p.flags & KVS_CACHE_ROTATE)) kvs_cache_rotate_rows(dst, n / d, (int)d);
     return s;
 }
 
@@ -322,7 +360,29 @@ kvs_status kvs_cache_write_rows(kvs_kv_cache *c, int l, const kvs_tensor *k, con
             c->slots_n = H * n;
         }
     }
-    if (s == KVS_OK) s = kvs_scatter(c->dev, k, &idx, c->k[l], 1);
+    const kvs_tensor *ksrc = k;
+    kvs_tensor kr;
+    if (s == KVS_OK && (cp->flags & KVS_CACHE_ROTATE)) { /* keys rotated by R on the host, then written */
+        const size_t nel = (size_t)n * (size_t)H * (size_t)cp->head_dim;
+        if (c->krot_rows < n) {
+            kvs_tensor_destroy(&c->krot);
+            free(c->krot_host);
+            c->krot_rows = 0;
+            c->krot_host = malloc(nel * sizeof(float));
+            s = c->krot_host ? kvs_tensor_new(&c->krot, c->dev, KVS_F32, cp->head_dim, H, n, 0)
+                             : kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
+            if (s == KVS_OK) c->krot_rows = n;
+        }
+        int64_t rne[3] = {cp->head_dim, H, n};
+        if (s == KVS_OK) s = kvs_tensor_download(k, c->krot_host, 0, nel * sizeof(float));
+        if (s == KVS_OK) {
+            kvs_cache_rotate_rows(c->krot_host, n * H, cp->head_dim);
+            s = kvs_tensor_view_into(&kr, c->krot, 0, 3, rne);
+        }
+        if (s == KVS_OK) s = kvs_tensor_upload(&kr, c->krot_host, 0, nel * sizeof(float));
+        ksrc = &kr;
+    }
+    if (s == KVS_OK) s = kvs_scatter(c->dev, ksrc, &idx, c->k[l], 1);
     if (s == KVS_OK) s = kvs_scatter(c->dev, v, &idx, c->v[l], 1);
     KVS_TRY(s);
     /* host mirrors + device pos/len (uploaded only when something changed) */

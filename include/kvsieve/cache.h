@@ -43,6 +43,13 @@ typedef enum kvs_cache_mode {
 } kvs_cache_mode;
 
 #define KVS_CACHE_KEEP_X 1u /* also keep each layer's input hidden state per row */
+/* Store keys rotated by R (kvs_cache_rotate_rows: an orthonormal block Walsh-Hadamard transform
+ * along head_dim, fixed, its own inverse); the model's forward applies the same R to the queries
+ * before attention, so q.k and every attention output and statistic are unchanged in exact
+ * arithmetic, while a key channel with outliers is spread over its block before quantization
+ * (QuaRot, Ashkboos et al. 2024; QuantSpec / KVQuant use such rotations for K). kvs_cache_read_f32
+ * returns the keys un-rotated. Needs an even head_dim. Default off. */
+#define KVS_CACHE_ROTATE 2u
 
 typedef struct kvs_cache_params {
     int n_layers;       /* required, >= 1 */
@@ -54,7 +61,7 @@ typedef struct kvs_cache_params {
                          * KVS_Q4_0, KVS_Q4_1 or KVS_IQ4_NL; the block types need head_dim % 32 == 0 */
     kvs_dtype type_v;   /* V element type: the same choices, independent of type_k; default KVS_F32 */
     kvs_cache_mode mode;/* default KVS_CACHE_POSITIONAL */
-    unsigned flags;     /* KVS_CACHE_KEEP_X; default 0 */
+    unsigned flags;     /* KVS_CACHE_KEEP_X | KVS_CACHE_ROTATE; default 0 */
 } kvs_cache_params;
 
 KVS_API kvs_cache_params kvs_cache_params_default(void);
@@ -62,7 +69,8 @@ KVS_API kvs_cache_params kvs_cache_params_default(void);
 typedef struct kvs_kv_cache kvs_kv_cache;
 
 /* Creates an empty cache (every len 0, every pos -1) on dev.
- * Errors: KVS_ERR_INVALID_ARGUMENT (a required field < 1, unknown mode/flags), KVS_ERR_DTYPE
+ * Errors: KVS_ERR_INVALID_ARGUMENT (a required field < 1, unknown mode/flags, KVS_CACHE_ROTATE with
+ * an odd head_dim), KVS_ERR_DTYPE
  * (type_k/type_v not one of the seven cache types; a block type with head_dim % 32 != 0, the
  * message names the type and head_dim), KVS_ERR_UNSUPPORTED (F16 on a device without fp16 storage;
  * a type other than F32 on a backend whose scatter cannot convert rows to it, i.e. OpenCL and Vulkan
@@ -117,9 +125,17 @@ KVS_API kvs_status kvs_cache_write_rows(kvs_kv_cache *c, int layer, const kvs_te
  * lists the seven). */
 KVS_API kvs_status kvs_cache_type_from_name(const char *name, kvs_dtype *out);
 
+/* x[i] = R x[i] in place for n vectors of head_dim floats (host memory): R is the orthonormal
+ * Walsh-Hadamard matrix of Sylvester's construction, scaled by 1/sqrt(b), applied to each block of
+ * b consecutive values, b the largest power of two dividing head_dim, at most 32 (the quantized
+ * cache's block: 8 for head_dim 8, 32 for 64/96/128). R is symmetric and R R = I, so it also undoes
+ * itself. A head_dim of 1 or an odd one is left unchanged (b = 1). The rotation of KVS_CACHE_ROTATE. */
+KVS_API void kvs_cache_rotate_rows(float *x, int64_t n, int head_dim);
+
 /* Layer `layer`'s K (which = 0) or V (which = 1) as f32, every row of the capacity (rows never
  * written read 0): dst [n_kv_heads][capacity][head_dim] host memory. F16/BF16 rows are converted
  * exactly, block rows decoded with core/quant's reference decoders (the values attention uses).
+ * KVS_CACHE_ROTATE caches return the keys un-rotated (R applied again, to f32 rounding).
  * For host-side scorers (key/value norms, learned policies). Errors: KVS_ERR_INVALID_ARGUMENT
  * (NULL, bad layer or which), KVS_ERR_OUT_OF_MEMORY, the download's errors. */
 KVS_API kvs_status kvs_cache_read_f32(kvs_kv_cache *c, int layer, int which, float *dst);

@@ -149,11 +149,13 @@ class Cache:
     (diffusion, whole-sequence plans) or "append" (autoregressive), keep_x for schedules that
     recompute from layer inputs; element types of K and V (type_k, type_v; dtype sets both unless
     they are given): "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl" (the block types need
-    head_dim % 32 == 0, and the CPU backend)."""
+    head_dim % 32 == 0, and the CPU backend); rotate: keys (and queries) rotated by the fixed Hadamard
+    transform (KVS_CACHE_ROTATE)."""
 
     _TYPES = {"f32": 0, "f16": 1, "bf16": 2, "q8_0": 4, "q4_0": 5, "q4_1": 6, "iq4_nl": 9}
 
-    def __init__(self, model, capacity, mode="append", keep_x=False, dtype="f32", type_k=None, type_v=None):
+    def __init__(self, model, capacity, mode="append", keep_x=False, dtype="f32", type_k=None, type_v=None,
+                 rotate=False):
         p = L.lib.kvs_model_cache_params(model._h)
         if mode not in ("append", "positional"):
             fail(INVALID_ARGUMENT, "Cache: mode %r, want append or positional" % (mode,))
@@ -163,7 +165,7 @@ class Cache:
                 fail(3, "Cache: cache type %r, want one of %s" % (t, ", ".join(self._TYPES)))
         p.capacity, p.mode = int(capacity), L.CACHE_APPEND if mode == "append" else L.CACHE_POSITIONAL
         p.type_k, p.type_v = self._TYPES[tk], self._TYPES[tv]
-        p.flags = L.CACHE_KEEP_X if keep_x else 0
+        p.flags = (L.CACHE_KEEP_X if keep_x else 0) | (2 if rotate else 0)  # KVS_CACHE_ROTATE
         self._h = ctypes.c_void_p()
         check(L.lib.kvs_cache_create(ctypes.byref(self._h), model.device.handle, ctypes.byref(p)))
         self.model, self.capacity, self.mode = model, int(capacity), mode

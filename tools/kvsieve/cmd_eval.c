@@ -87,6 +87,7 @@ int cmd_eval(int argc, char **argv) {
         {"json", 0, CLI_FLAG, &json, NULL, "print one JSON object instead of the table"},
         {"plot", 0, CLI_STRING, &plot, "FILE.svg", "write an SVG plot: top-1 agreement and KL vs budget per policy"},
         CACHE_TYPE_OPTS(ct),
+        KV_ROTATE_OPT(ct),
         DEVICE_OPTS(dv),
     };
     const cli_spec spec = {
@@ -110,7 +111,8 @@ int cmd_eval(int argc, char **argv) {
     kvs_dtype ctypes[2];
     rc = cli_cache_types(prog, &ct, ctypes);
     if (rc != CLI_EXIT_OK) return rc;
-    const int kvq = ctypes[0] != KVS_F32 || ctypes[1] != KVS_F32; /* an extra cell: the typed cache, no eviction */
+    /* an extra cell: the typed (or rotated) cache, no eviction */
+    const int kvq = ctypes[0] != KVS_F32 || ctypes[1] != KVS_F32 || ct.rotate;
 
     /* lists */
     char pol_buf[512], bud_buf[512];
@@ -238,6 +240,7 @@ int cmd_eval(int argc, char **argv) {
     kvs_cache_params cpt = cp; /* the policies' caches (and no-evict) in the chosen types */
     cpt.type_k = ctypes[0];
     cpt.type_v = ctypes[1];
+    if (ct.rotate) cpt.flags |= KVS_CACHE_ROTATE;
     /* one evictor and one cache per (policy, budget), sized to budget + buffer */
     kvs_evictor **evs = calloc((size_t)ncell, sizeof *evs);
     kvs_kv_cache **caches = calloc((size_t)ncell, sizeof *caches);
@@ -307,6 +310,7 @@ int cmd_eval(int argc, char **argv) {
         json_object_object_add(root, "scope", json_object_new_string(kvs_budget_scope_name(scope)));
         json_object_object_add(root, "cache_type_k", json_object_new_string(kvs_dtype_name(ctypes[0])));
         json_object_object_add(root, "cache_type_v", json_object_new_string(kvs_dtype_name(ctypes[1])));
+        json_object_object_add(root, "kv_rotate", json_object_new_boolean(ct.rotate));
         json_object_object_add(root, "recall_mentions", json_object_new_int64(total_probes));
         json_object_object_add(root, "learned_threshold", thr > -INFINITY ? json_object_new_double(thr) : NULL);
         json_object_object_add(root, "floor", fl >= 0.0f ? json_object_new_double(fl) : NULL);
@@ -343,8 +347,8 @@ int cmd_eval(int argc, char **argv) {
             printf("\n");
         }
         if (kvq)
-            printf("cache types: K %s, V %s in the policy rows and no-evict (the full reference keeps f32)\n",
-                   kvs_dtype_name(ctypes[0]), kvs_dtype_name(ctypes[1]));
+            printf("cache types: K %s, V %s%s in the policy rows and no-evict (the full reference keeps f32)\n",
+                   kvs_dtype_name(ctypes[0]), kvs_dtype_name(ctypes[1]), ct.rotate ? ", keys rotated" : "");
         printf("recall: %lld later-mention tokens of early names; probes = those the full cache ranks in its top %d\n",
                (long long)total_probes, RECALL_TOPK);
         printf("%-10s %6s %6s %12s %7s %8s %8s %10s %14s %6s\n", "policy", "budget", "tokens", "KL(full||ev)", "top1%", "ppl",

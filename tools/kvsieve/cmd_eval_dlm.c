@@ -38,6 +38,7 @@ typedef struct ctx {
     int64_t block;
     float threshold;
     kvs_dtype types[2]; /* --cache-type-k/-v of the schedules' caches (the no-cache baseline keeps f32) */
+    int rotate;         /* --kv-rotate, the schedules' caches too */
 } ctx;
 
 /* One decode; out[gen]. */
@@ -49,6 +50,7 @@ static kvs_status decode(ctx *c, const prompt *p, int64_t gen, kvs_dlm_schedule 
     if (sc) {
         cp.type_k = c->types[0];
         cp.type_v = c->types[1];
+        if (c->rotate) cp.flags |= KVS_CACHE_ROTATE;
     }
     kvs_kv_cache *cache = NULL;
     kvs_status cs = kvs_cache_create(&cache, c->dev, &cp);
@@ -193,6 +195,7 @@ int cmd_eval_dlm(int argc, char **argv) {
         {"budgets", 0, CLI_STRING, &budgets_s, "F,F", "WaveFilter budgets for the long-prompt rows (default 0.25,0.5)"},
         DEVICE_OPTS(dv),
         CACHE_TYPE_OPTS(ct),
+        KV_ROTATE_OPT(ct),
         {"json", 0, CLI_FLAG, &json, NULL, "print one JSON object instead of the tables"},
         {"plot", 0, CLI_STRING, &plot, "F.svg", "write an SVG plot of speedup, compute fraction and agreement"},
         {"fidelity", 0, CLI_FLAG, &fidelity, NULL, "also measure step fidelity: argmax agreement with a no-cache forward of "
@@ -254,7 +257,7 @@ int cmd_eval_dlm(int argc, char **argv) {
 
     /* model, tokenizer, device */
     cli_model cm = {0};
-    ctx c = {.block = block, .threshold = (float)threshold, .types = {ctypes[0], ctypes[1]}};
+    ctx c = {.block = block, .threshold = (float)threshold, .types = {ctypes[0], ctypes[1]}, .rotate = ct.rotate};
     prompt ps[MAX_PROMPTS], lp[MAX_PROMPTS];
     int np = 0, nlp = 0;
     agg *a = calloc((size_t)(ng + 1) * (size_t)nc * (size_t)(nb + 1), sizeof *a);

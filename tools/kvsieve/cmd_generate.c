@@ -92,6 +92,7 @@ int cmd_generate(int argc, char **argv) {
         {"n", 'n', CLI_INT64, &o.n, "N", "tokens to generate (default: 256 autoregressive, 64 diffusion)"},
         DEVICE_OPTS(o.dev),
         CACHE_TYPE_OPTS(ct),
+        KV_ROTATE_OPT(ct),
         {"temp", 0, CLI_DOUBLE, &o.temp, "T", "autoregressive sampling temperature; 0 = greedy (default 0)"},
         {"top-p", 0, CLI_DOUBLE, &o.top_p, "P", "nucleus sampling mass in (0, 1] (default 1 = off)"},
         {"seed", 's', CLI_INT64, &o.seed, "S", "sampler seed (default 42)"},
@@ -270,6 +271,7 @@ int cmd_generate(int argc, char **argv) {
     cp.capacity = dlm ? n_prompt + n_gen : kvs_ar_capacity(m, n_prompt, &ap);
     cp.type_k = ctypes[0];
     cp.type_v = ctypes[1];
+    if (ct.rotate) cp.flags |= KVS_CACHE_ROTATE;
     if (kvs_cache_create(&cache, dev, &cp) != KVS_OK) {
         exit_code = cli_fail(CLI_EXIT_FAIL, PROG, "%s", kvs_last_error());
         goto done;
@@ -308,7 +310,7 @@ int cmd_generate(int argc, char **argv) {
         if (sched) {
             /* the cache needs the schedule's extras (elastic: layer inputs) */
             kvs_cache_destroy(&cache);
-            cp.flags = kvs_dlm_schedule_cache_flags(sched);
+            cp.flags = kvs_dlm_schedule_cache_flags(sched) | (ct.rotate ? KVS_CACHE_ROTATE : 0u);
             if (kvs_cache_create(&cache, dev, &cp) != KVS_OK) {
                 exit_code = cli_fail(CLI_EXIT_FAIL, PROG, "%s", kvs_last_error());
                 goto done;
@@ -396,6 +398,7 @@ int cmd_generate(int argc, char **argv) {
         json_object_object_add(js, "cache_bytes_allocated", json_object_new_int64(st.cache_bytes_allocated));
         json_object_object_add(js, "cache_type_k", json_object_new_string(kvs_dtype_name(ctypes[0])));
         json_object_object_add(js, "cache_type_v", json_object_new_string(kvs_dtype_name(ctypes[1])));
+        json_object_object_add(js, "kv_rotate", json_object_new_boolean(ct.rotate));
         if (pol) {
             json_object_object_add(js, "policy", json_object_new_string(kvs_policy_name(pol)));
             json_object_object_add(js, "budget", json_object_new_double(ap.budget));

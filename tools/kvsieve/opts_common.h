@@ -36,7 +36,12 @@ typedef struct device_opts {
  * the CPU backend (kvs_cache_create refuses them otherwise, before decoding). */
 typedef struct cache_type_opts {
     const char *k, *v;
+    int rotate; /* --kv-rotate: KVS_CACHE_ROTATE (keys and queries rotated per head; off by default) */
 } cache_type_opts;
+#define KV_ROTATE_OPT(c)                                                                                           \
+    {"kv-rotate", 0, CLI_FLAG, &(c).rotate, NULL,                                                                  \
+     "store keys rotated by a fixed orthonormal Hadamard transform per head (queries too: same scores; spreads "   \
+     "outlier channels before quantization; default off)"}
 #define CACHE_TYPE_OPTS(c)                                                                                         \
     {"cache-type-k", 0, CLI_STRING, &(c).k, "T",                                                                   \
      "K cache type: f32 (default), f16, bf16, q8_0, q4_0, q4_1, iq4_nl (blocks of 32 along head_dim)"},            \
