@@ -30,10 +30,10 @@
  *    f16 K/V tiles converted to f32 first (head sizes not a multiple of 16, CPUs without AVX-512).
  * Quantized K/V (the block types of a quantized KV cache; issue 17): never expanded to an f32 copy
  * of the cache. The portable path decodes each tile (core/quant's reference decoders) into the
- * Kc/Vc tile buffers for cblas. With AVX-512/AVX2 the blocks are decoded in registers: S = Q.K^T is
- * the matmul's fused block GEMV (quant_fused.h, each key row a "weight row" dotted with up to 4
- * packed query rows), O += P.V is x86/att_quant_fused.h (each V vector decoded once and multiplied
- * into 4 rows of O held in registers); only the blocks are read from memory. The f32 panel path
+ * Kc/Vc tile buffers for cblas. With AVX-512/AVX2 the blocks are decoded in registers
+ * (x86/att_quant_fused.h): S = Q.K^T four keys at a time against 4 (AVX2: 2) packed query rows with
+ * the horizontal sums batched, O += P.V with each V vector decoded once and multiplied into 4 rows
+ * of O held in registers; only the blocks are read from memory. The f32 panel path
  * (many query rows) is used for F32/F16 caches only; BF16 tiles are converted as F16 ones.
  * Tasks are spread over OpenMP threads (dynamic schedule: causal tiles differ in cost). With fewer
  * tasks than threads (decoding with few kv heads) the keys are split as in flash-decoding (Dao et al.
@@ -70,6 +70,8 @@ typedef struct att_ctx {
     int64_t k_rb, v_rb;          /* bytes of one K / V row (head_dim values) */
     kvs_cpu_qdecode_fn qdec;     /* the block decoder of the op's ISA (core/quant's, compiled per ISA) */
     kvs_cpu_qdot_fn qdot;        /* the fused block GEMV of the op's ISA (block K . packed query rows) */
+    int (*qqk)(kvs_dtype dt, const void *K, int64_t rb, const float *Q, int64_t d, int64_t M, int64_t n, float scale,
+               float *S, int64_t lds); /* the fused Q . block K^T of the op's ISA (NULL: portable) */
     int (*qpv)(kvs_dtype dt, const void *V, int64_t rb, const float *P, int64_t ldp, int64_t M, int64_t n, int64_t d,
                float *O);        /* the fused P . block V of the op's ISA (NULL: portable) */
     float *out;

@@ -133,15 +133,18 @@ static int att_logits(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int6
                     a->p.scale, w->S);
     } else {
         if (c->dec && kvs_dtype_is_quant(c->k_dt)) {
-            /* block K: the fused block GEMV, each key row against up to 4 packed query rows */
+            /* block K decoded in registers: the fused QK (four keys at a time) where the type has
+             * one, else the block GEMV, each key row against up to 4 packed query rows */
             const uint8_t *K = (const uint8_t *)c->k + (size_t)(h * a->capacity + j0) * (size_t)c->k_rb;
-            float acc[4];
-            for (int64_t r0 = 0; r0 < M; r0 += 4) {
-                const int64_t R = M - r0 < 4 ? M - r0 : 4;
-                float *s = w->S + r0 * ATT_BK;
-                for (int64_t j = 0; j < n; j++) {
-                    c->qdot(K + j * c->k_rb, c->k_dt, w->Qp + r0 * d, d, R, acc);
-                    for (int64_t r = 0; r < R; r++) s[r * ATT_BK + j] = a->p.scale * acc[r];
+            if (!(c->qqk && c->qqk(c->k_dt, K, c->k_rb, w->Qp, d, M, n, a->p.scale, w->S, ATT_BK))) {
+                float acc[4];
+                for (int64_t r0 = 0; r0 < M; r0 += 4) {
+                    const int64_t R = M - r0 < 4 ? M - r0 : 4;
+                    float *s = w->S + r0 * ATT_BK;
+                    for (int64_t j = 0; j < n; j++) {
+                        c->qdot(K + j * c->k_rb, c->k_dt, w->Qp + r0 * d, d, R, acc);
+                        for (int64_t r = 0; r < R; r++) s[r * ATT_BK + j] = a->p.scale * acc[r];
+                    }
                 }
             }
         } else if (c->dec) {

@@ -226,7 +226,10 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
 #if KVS_CPU_HAVE_AVX512
     const int isa = kvs_cpu_isa(dev, KVS_OP_attention);
     if (d % 16 == 0) c.kern = isa == KVS_ISA_AVX512 ? &kvs_cpu_att_avx512 : isa == KVS_ISA_AVX2 ? &kvs_cpu_att_avx2 : NULL;
-    if (c.kern) c.qpv = isa == KVS_ISA_AVX512 ? kvs_cpu_att_pv_q_avx512 : kvs_cpu_att_pv_q_avx2;
+    if (c.kern) {
+        c.qpv = isa == KVS_ISA_AVX512 ? kvs_cpu_att_pv_q_avx512 : kvs_cpu_att_pv_q_avx2;
+        c.qqk = isa == KVS_ISA_AVX512 ? kvs_cpu_att_qk_q_avx512 : kvs_cpu_att_qk_q_avx2;
+    }
 #endif
     /* the f32 panel path: F32/F16 K and V only (a block or bf16 cache takes the decoding kernels) */
     const int panel_types = (c.k_dt == KVS_F32 || k_f16) && (c.v_dt == KVS_F32 || v_f16);
