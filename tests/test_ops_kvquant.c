@@ -256,6 +256,10 @@ static void kvq_run(int ci) {
 }
 
 START_TEST(test_attention_kvq) {
+    /* OpenCL and Vulkan refuse every converting scatter (no quantized cache there): one pair per
+     * shape (f16/f16) shows the refusal as an unsupported case; the other 48 would only repeat it
+     * at the cost of a device opened per case */
+    if (t_params.backend != KVS_BACKEND_CPU && _i % (N_TYPES * N_TYPES) != N_TYPES + 1) return;
     char tname[96];
     snprintf(tname, sizeof tname, "attention_kvq_%d", _i);
     t_begin(tname);
