@@ -109,6 +109,8 @@ typedef struct kvs_rows_args {
     int64_t src_rows, dst_rows;              /* rows per group in src / dst */
     int idx_shared;                          /* 1: idx is [n], shared by all groups */
     int src_token_major;                     /* scatter: src is [n][G][row] */
+    int convert;                             /* scatter: src F32 rows converted to dst's dtype (F16, BF16,
+                                              * or quantized per block: Q8_0, Q4_0, Q4_1, IQ4_NL) */
 } kvs_rows_args;
 
 typedef struct kvs_binary_args {        /* add: y = a + b; swiglu: y = silu(a) * b */

@@ -269,11 +269,14 @@ kvs_status kvs_attention(kvs_device *dev, const kvs_tensor *q, const kvs_tensor 
     TRY_DEV(q); TRY_DEV(k); TRY_DEV(v); TRY_DEV(out);
     KVS_TRY(want_dtype(op, q, "q", KVS_F32));
     KVS_TRY(want_dtype(op, out, "out", KVS_F32));
-    if (k->dtype != KVS_F32 && k->dtype != KVS_F16)
-        return kvs_error(KVS_ERR_DTYPE, "%s: k must be f32 or f16, got %s", op, kvs_dtype_name(k->dtype));
-    if (v->dtype != k->dtype)
-        return kvs_error(KVS_ERR_DTYPE, "%s: v dtype %s differs from k dtype %s", op, kvs_dtype_name(v->dtype),
-                         kvs_dtype_name(k->dtype));
+    const kvs_tensor *kv2[2] = {k, v};
+    for (int w = 0; w < 2; w++) {
+        const kvs_dtype t = kv2[w]->dtype;
+        if (!(t == KVS_F32 || t == KVS_F16 || t == KVS_BF16 || t == KVS_Q8_0 || t == KVS_Q4_0 || t == KVS_Q4_1 ||
+              t == KVS_IQ4_NL))
+            return kvs_error(KVS_ERR_DTYPE, "%s: %s must be f32, f16, bf16, q8_0, q4_0, q4_1 or iq4_nl, got %s", op,
+                             w ? "v" : "k", kvs_dtype_name(t));
+    }
     kvs_attention_args a;
     memset(&a, 0, sizeof a);
     a.q = q; a.k = k; a.v = v; a.out = out; a.p = *p;
@@ -506,8 +509,9 @@ static kvs_status rows_common(const char *op, kvs_device *dev, const kvs_tensor 
     CHECK_NONNULL(op, idx);
     TRY_DEV(idx);
     KVS_TRY(want_dtype(op, idx, "idx", KVS_I32));
-    if (kvs_dtype_is_quant(grouped->dtype))
-        return kvs_error(KVS_ERR_DTYPE, "%s: %s rows are not supported", op, kvs_dtype_name(grouped->dtype));
+    if (kvs_dtype_block(grouped->dtype) > 1 && grouped->ne[0] % kvs_dtype_block(grouped->dtype) != 0)
+        return kvs_error(KVS_ERR_DTYPE, "%s: %s rows of %lld values are not whole blocks", op,
+                         kvs_dtype_name(grouped->dtype), (long long)grouped->ne[0]);
     if (grouped->ne[3] != 1) return kvs_error(KVS_ERR_SHAPE, "%s: tensors must be [G][N][row] (3-D)", op);
     a->groups = grouped->ne[2];
     a->row_bytes = (int64_t)kvs_dtype_bytes(grouped->dtype, grouped->ne[0]);
@@ -548,7 +552,16 @@ kvs_status kvs_scatter(kvs_device *dev, const kvs_tensor *src, const kvs_tensor 
     kvs_rows_args a;
     memset(&a, 0, sizeof a);
     KVS_TRY(rows_common(op, dev, dst, idx, &a));
-    if (dst->dtype != src->dtype) return kvs_error(KVS_ERR_DTYPE, "%s: dst dtype differs from src", op);
+    if (dst->dtype != src->dtype) {
+        const kvs_dtype t = dst->dtype;
+        if (src->dtype != KVS_F32 || !(t == KVS_F16 || t == KVS_BF16 || t == KVS_Q8_0 || t == KVS_Q4_0 || t == KVS_Q4_1 ||
+                                       t == KVS_IQ4_NL))
+            return kvs_error(KVS_ERR_DTYPE,
+                             "%s: src %s -> dst %s: rows are copied as they are, or converted from f32 to f16, bf16, "
+                             "q8_0, q4_0, q4_1 or iq4_nl",
+                             op, kvs_dtype_name(src->dtype), kvs_dtype_name(t));
+        a.convert = 1;
+    }
     a.src_token_major = src_token_major != 0;
     int64_t want1 = a.src_token_major ? a.groups : a.n, want2 = a.src_token_major ? a.n : a.groups;
     if (src->ne[0] != dst->ne[0] || src->ne[1] != want1 || src->ne[2] != want2 || src->ne[3] != 1)

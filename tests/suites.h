@@ -11,6 +11,7 @@ Suite *suite_elementwise(void);
 Suite *suite_embedding(void);
 Suite *suite_rope(void);
 Suite *suite_attention(void);
+Suite *suite_attention_kvq(void);
 Suite *suite_dwt(void);
 Suite *suite_topk(void);
 Suite *suite_rows(void);

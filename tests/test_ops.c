@@ -36,6 +36,7 @@ static const struct {
     {"embedding", suite_embedding, "embedding"},
     {"rope", suite_rope, "rope"},
     {"attention", suite_attention, "attention"},
+    {"attention-kvq", suite_attention_kvq, "attention,scatter"},
     {"dwt", suite_dwt, "dwt,idwt"},
     {"topk", suite_topk, "topk,topk_global"},
     {"rows", suite_rows, "gather,scatter,compact"},

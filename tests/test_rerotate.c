@@ -80,7 +80,8 @@ static void synthetic_case(kvs_dtype dt) {
     cp.head_dim = hd;
     cp.capacity = 24;
     cp.mode = KVS_CACHE_APPEND;
-    cp.dtype = dt;
+    cp.type_k = dt;
+    cp.type_v = dt;
     kvs_kv_cache *c = NULL;
     kvs_status s = kvs_cache_create(&c, dev, &cp);
     if (s == KVS_ERR_UNSUPPORTED) { /* f16 storage missing on this device */
@@ -182,12 +183,37 @@ static void synthetic_case(kvs_dtype dt) {
     kvs_device_destroy(&dev);
 }
 
-/* f16 caches: kvs_cache_write_rows cannot fill them on main (kvs_scatter refuses the F32 -> F16
- * dtype change, although cache.h promises the conversion); the f16 path of kvs_rope_shift itself
- * is covered by test_ops' rope suite. Reported, not fixed here; synthetic_case(KVS_F16) runs once
- * the write converts. */
+/* f32 keys, and f16 keys where the device stores f16 caches (the CPU; the GPU backends refuse
+ * non-f32 caches at creation, and synthetic_case then returns). */
 START_TEST(test_cache_rerotate) {
     synthetic_case(KVS_F32);
+    synthetic_case(KVS_F16);
+}
+END_TEST
+
+/* Keys of a block type or a Hadamard-rotated cache are refused, not shifted wrongly. */
+START_TEST(test_rerotate_refusals) {
+    kvs_device *dev = open_dev();
+    for (int rot = 0; rot < 2; rot++) {
+        kvs_cache_params cp = kvs_cache_params_default();
+        cp.n_layers = 1;
+        cp.n_kv_heads = 2;
+        cp.head_dim = 32;
+        cp.capacity = 8;
+        cp.mode = KVS_CACHE_APPEND;
+        cp.type_k = rot ? KVS_F32 : KVS_Q8_0;
+        cp.type_v = KVS_F32;
+        if (rot) cp.flags |= KVS_CACHE_ROTATE;
+        kvs_kv_cache *c = NULL;
+        kvs_status s = kvs_cache_create(&c, dev, &cp);
+        if (s == KVS_ERR_UNSUPPORTED) continue; /* a device without such caches */
+        ck_assert_msg(s == KVS_OK, "%s", kvs_last_error());
+        kvs_rope_params rp = kvs_rope_params_default();
+        ck_assert_int_eq(kvs_cache_rerotate(c, 0, &rp, NULL), KVS_ERR_UNSUPPORTED);
+        ck_assert_ptr_nonnull(strstr(kvs_last_error(), rot ? "Hadamard" : "q8_0"));
+        kvs_cache_destroy(&c);
+    }
+    kvs_device_destroy(&dev);
 }
 END_TEST
 
@@ -549,6 +575,7 @@ int main(int argc, char **argv) {
         tcase_add_test(tc, test_past_context);
     } else {
         tcase_add_test(tc, test_cache_rerotate);
+        tcase_add_test(tc, test_rerotate_refusals);
         tcase_add_test(tc, test_exact_without_eviction);
         tcase_add_test(tc, test_rerotated_keys);
     }

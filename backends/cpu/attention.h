@@ -32,6 +32,13 @@
  *  - or through cblas_sgemm on each tile (single-threaded OpenBLAS inside the OpenMP tasks),
  *    f16 K/V tiles converted to f32 first (head sizes the SIMD kernels do not take, CPUs without
  *    them, the portable variants).
+ * Quantized K/V (the block types of a quantized KV cache; issue 17): never expanded to an f32 copy
+ * of the cache. The portable path decodes each tile (core/quant's reference decoders) into the
+ * Kc/Vc tile buffers for cblas. With AVX-512/AVX2 the blocks are decoded in registers
+ * (x86/att_quant_fused.h): S = Q.K^T four keys at a time against 4 (AVX2: 2) packed query rows with
+ * the horizontal sums batched, O += P.V with each V vector decoded once and multiplied into 4 rows
+ * of O held in registers; only the blocks are read from memory. The f32 panel path
+ * (many query rows) is used for F32/F16 caches only; BF16 tiles are converted as F16 ones.
  * Tasks are spread over OpenMP threads (dynamic schedule: causal tiles differ in cost). With fewer
  * tasks than threads (decoding with few kv heads) the keys are split as in flash-decoding (Dao et al.
  * 2023, "Flash-Decoding for long-context inference"): each split leaves its (m, l, O, argmax), a
@@ -41,10 +48,12 @@
 #define KVS_BACKENDS_CPU_ATTENTION_H
 
 #include "cpu_kernels.h"
+#include "matmul.h"
 
 #define ATT_BK 256       /* keys per tile */
 #define ATT_M_TARGET 64  /* packed query rows (queries x group heads) per task */
 #define ATT_KEEP_WORDS (1 << 20) /* largest exponentials store for the statistics pass, floats a thread */
+#define ATT_QSUB 32      /* keys of a block-quantized K/V sub-tile decoded at a time (SIMD paths) */
 
 /* One ISA's kernels of the tile pass (contracts: the AVX-512 prototypes below). qk and pv (the
  * panel path, c->fast) may be NULL: the ISA then runs every call on its decoding kernels over
@@ -65,7 +74,14 @@ typedef struct att_ctx {
     int64_t G, BQ, d;
     const float *q;
     const void *k, *v;
-    int kv_f16;
+    kvs_dtype k_dt, v_dt;        /* each F32, F16, BF16 or a block type (Q8_0, Q4_0, Q4_1, IQ4_NL) */
+    int64_t k_rb, v_rb;          /* bytes of one K / V row (head_dim values) */
+    kvs_cpu_qdecode_fn qdec;     /* the block decoder of the op's ISA (core/quant's, compiled per ISA) */
+    kvs_cpu_qdot_fn qdot;        /* the fused block GEMV of the op's ISA (block K . packed query rows) */
+    int (*qqk)(kvs_dtype dt, const void *K, int64_t rb, const float *Q, int64_t d, int64_t M, int64_t n, float scale,
+               float *S, int64_t lds); /* the fused Q . block K^T of the op's ISA (NULL: portable) */
+    int (*qpv)(kvs_dtype dt, const void *V, int64_t rb, const float *P, int64_t ldp, int64_t M, int64_t n, int64_t d,
+               float *O);        /* the fused P . block V of the op's ISA (NULL: portable) */
     float *out;
     const int32_t *q_pos, *k_pos, *kv_len, *row_len;
     const float *mask;

@@ -6,17 +6,33 @@
 #include <cblas.h>
 
 #include "attention.h"
+#include "quant/quant_blocks.h"
 
 static int64_t att_qpos(const att_ctx *c, int64_t i) {
     return c->q_pos ? c->q_pos[i] : c->a->n_kv - c->a->n_q + i;
 }
 
-/* K or V tile rows [j0, j0+n) of kv head h as f32 (a pointer into the tensor, or converted). */
-static const float *att_tile(const att_ctx *c, const void *base, float *conv, int64_t h, int64_t j0, int64_t n) {
+/* K or V tile rows [j0, j0+n) of kv head h as f32 (a pointer into the tensor, or converted /
+ * decoded into conv [n][d]). dt: the tensor's dtype, rb: bytes of one row. */
+static const float *att_tile(const att_ctx *c, const void *base, kvs_dtype dt, int64_t rb, float *conv, int64_t h,
+                             int64_t j0, int64_t n) {
     const int64_t d = c->d;
-    size_t off = (size_t)(h * c->a->capacity + j0) * (size_t)d;
-    if (!c->kv_f16) return (const float *)base + off;
-    const uint16_t *s = (const uint16_t *)base + off;
+    size_t row = (size_t)(h * c->a->capacity + j0);
+    if (dt == KVS_F32) return (const float *)base + row * (size_t)d;
+    if (dt == KVS_BF16) {
+        const uint16_t *s = (const uint16_t *)base + row * (size_t)d;
+        for (int64_t t = 0; t < n * d; t++) conv[t] = kvs_bf2f(s[t]);
+        return conv;
+    }
+    if (dt != KVS_F16) { /* block rows: consecutive rows are consecutive blocks */
+        const uint8_t *b = (const uint8_t *)base + row * (size_t)rb;
+        if (c->kern)
+            c->qdec(dt, b, n * d, conv);
+        else
+            kvs_qb_decode_n(dt, b, n * d / kvs_dtype_block(dt), conv);
+        return conv;
+    }
+    const uint16_t *s = (const uint16_t *)base + row * (size_t)d;
     if (c->kern) { /* the ISA's conversion (F16C, FCVTL) */
         c->kern->h2f(s, conv, n * d);
         return conv;
@@ -115,12 +131,28 @@ static int att_logits(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int6
         c->kern->qk(w->Qp, c->KT + h * d * c->ldk + j0 * d, d, (M + 7) & ~(int64_t)7, (n + 31) & ~(int64_t)31,
                     a->p.scale, w->S);
     } else {
-        const float *Kt = att_tile(c, c->k, w->Kc, h, j0, n);
-        if (c->dec)
-            c->kern->qk_dec(w->Qp, Kt, d, M, n, a->p.scale, w->S);
-        else
+        if (c->dec && kvs_dtype_is_quant(c->k_dt)) {
+            /* block K decoded in registers: the fused QK (four keys at a time) where the type has
+             * one, else the block GEMV, each key row against up to 4 packed query rows */
+            const uint8_t *K = (const uint8_t *)c->k + (size_t)(h * a->capacity + j0) * (size_t)c->k_rb;
+            if (!(c->qqk && c->qqk(c->k_dt, K, c->k_rb, w->Qp, d, M, n, a->p.scale, w->S, ATT_BK))) {
+                float acc[4];
+                for (int64_t r0 = 0; r0 < M; r0 += 4) {
+                    const int64_t R = M - r0 < 4 ? M - r0 : 4;
+                    float *s = w->S + r0 * ATT_BK;
+                    for (int64_t j = 0; j < n; j++) {
+                        c->qdot(K + j * c->k_rb, c->k_dt, w->Qp + r0 * d, d, R, acc);
+                        for (int64_t r = 0; r < R; r++) s[r * ATT_BK + j] = a->p.scale * acc[r];
+                    }
+                }
+            }
+        } else if (c->dec) {
+            c->kern->qk_dec(w->Qp, att_tile(c, c->k, c->k_dt, c->k_rb, w->Kc, h, j0, n), d, M, n, a->p.scale, w->S);
+        } else {
+            const float *Kt = att_tile(c, c->k, c->k_dt, c->k_rb, w->Kc, h, j0, n);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)n, (int)d, a->p.scale, w->Qp, (int)d,
                         Kt, (int)d, 0.0f, w->S, ATT_BK);
+        }
     }
     for (int64_t r = 0; r < M; r++) {
         int64_t i = i0 + r / G;
@@ -209,7 +241,18 @@ void kvs_cpu_att_pass(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int6
         if (c->fast) {
             c->kern->pv(w->S, (M + 7) & ~(int64_t)7, n, c->V32 + (h * c->a->capacity + j0) * d, d, w->O);
         } else {
-            const float *Vt = att_tile(c, c->v, w->Vc, h, j0, n);
+            if (c->dec && kvs_dtype_is_quant(c->v_dt) && c->qpv &&
+                c->qpv(c->v_dt, (const uint8_t *)c->v + (size_t)(h * c->a->capacity + j0) * (size_t)c->v_rb, c->v_rb, w->S,
+                       ATT_BK, M, n, d, w->O))
+                continue; /* block V decoded in registers */
+            if (c->dec && kvs_dtype_is_quant(c->v_dt)) { /* other block types: sub-tiles decoded into L1 */
+                for (int64_t jj = 0; jj < n; jj += ATT_QSUB) {
+                    const int64_t nn = n - jj < ATT_QSUB ? n - jj : ATT_QSUB;
+                    c->kern->pv_dec(w->S + jj, M, nn, att_tile(c, c->v, c->v_dt, c->v_rb, w->Vc, h, j0 + jj, nn), d, w->O);
+                }
+                continue;
+            }
+            const float *Vt = att_tile(c, c->v, c->v_dt, c->v_rb, w->Vc, h, j0, n);
             if (c->dec)
                 c->kern->pv_dec(w->S, M, n, Vt, d, w->O);
             else

@@ -53,6 +53,20 @@ void kvs_cpu_qdecode_avx512(kvs_dtype dt, const void *src, int64_t n, float *dst
 void kvs_cpu_qdot_rows_neon(const void *wrow, kvs_dtype dt, const float *x, int64_t k, int64_t n, float *acc);
 void kvs_cpu_qdecode_neon(kvs_dtype dt, const void *src, int64_t n, float *dst);
 
+/* Attention over a quantized KV cache (x86/att_quant_fused.h): O[r][:] += sum_{j<n} P[r*ldp + j] V_j
+ * for r < M, V_j row j (d values, d % 32 == 0, row stride rb bytes) of dtype dt, decoded in registers.
+ * Returns 0 (nothing done) for a dtype without a fused kernel (q8_0, q4_0, q4_1, iq4_nl have one). */
+/* S[r*lds + j] = scale * Q_r . K_j for r < M, j < n: Q [M][d] f32, K_j row j of dtype dt (row stride
+ * rb bytes), decoded in registers, four keys at a time. 0 (nothing done) for a dtype without it. */
+int kvs_cpu_att_qk_q_avx2(kvs_dtype dt, const void *K, int64_t rb, const float *Q, int64_t d, int64_t M, int64_t n,
+                          float scale, float *S, int64_t lds);
+int kvs_cpu_att_qk_q_avx512(kvs_dtype dt, const void *K, int64_t rb, const float *Q, int64_t d, int64_t M, int64_t n,
+                            float scale, float *S, int64_t lds);
+int kvs_cpu_att_pv_q_avx2(kvs_dtype dt, const void *V, int64_t rb, const float *P, int64_t ldp, int64_t M, int64_t n,
+                          int64_t d, float *O);
+int kvs_cpu_att_pv_q_avx512(kvs_dtype dt, const void *V, int64_t rb, const float *P, int64_t ldp, int64_t M, int64_t n,
+                            int64_t d, float *O);
+
 /* The kernels matmul / embedding use on dev: the forced variant's ISA (portable, avx2*, avx512*,
  * neon*), else the best this CPU runs (AVX-512F+F16C, else AVX2+FMA+F16C, else portable; NEON on
  * aarch64). dot or decode may be NULL. */

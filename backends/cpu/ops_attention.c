@@ -126,7 +126,12 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
     c.q = kvs_tensor_host_ptr(a->q);
     c.k = kvs_tensor_host_ptr(a->k);
     c.v = kvs_tensor_host_ptr(a->v);
-    c.kv_f16 = a->k->dtype == KVS_F16;
+    c.k_dt = a->k->dtype;
+    c.v_dt = a->v->dtype;
+    c.k_rb = (int64_t)kvs_dtype_bytes(c.k_dt, a->head_dim);
+    c.v_rb = (int64_t)kvs_dtype_bytes(c.v_dt, a->head_dim);
+    kvs_cpu_quant_kernels(dev, KVS_OP_attention, &c.qdot, &c.qdec);
+    const int k_f16 = c.k_dt == KVS_F16, v_f16 = c.v_dt == KVS_F16;
     c.out = kvs_tensor_host_ptr(a->out);
     c.q_pos = kvs_i32(a->p.q_pos);
     c.k_pos = kvs_i32(a->p.k_pos);
@@ -222,17 +227,24 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
     const int isa = kvs_cpu_isa(dev, KVS_OP_attention);
 #if KVS_CPU_HAVE_AVX512
     if (d % 16 == 0) c.kern = isa == KVS_ISA_AVX512 ? &kvs_cpu_att_avx512 : isa == KVS_ISA_AVX2 ? &kvs_cpu_att_avx2 : NULL;
+    if (c.kern) {
+        c.qpv = isa == KVS_ISA_AVX512 ? kvs_cpu_att_pv_q_avx512 : kvs_cpu_att_pv_q_avx2;
+        c.qqk = isa == KVS_ISA_AVX512 ? kvs_cpu_att_qk_q_avx512 : kvs_cpu_att_qk_q_avx2;
+    }
 #endif
 #if KVS_CPU_HAVE_NEON
     if (d % 4 == 0 && isa == KVS_ISA_NEON) c.kern = &kvs_cpu_att_neon;
 #endif
     (void)isa;
-    c.fast = c.kern && c.kern->qk && a->n_q * c.G >= 8 && a->n_q >= 4;
+    /* the f32 panel path: F32/F16 K and V only (a block or bf16 cache takes the decoding kernels);
+     * NEON has no panel kernels (kern->qk NULL) */
+    const int panel_types = (c.k_dt == KVS_F32 || k_f16) && (c.v_dt == KVS_F32 || v_f16);
+    c.fast = c.kern && c.kern->qk && panel_types && a->n_q * c.G >= 8 && a->n_q >= 4;
     if (c.fast) {
         c.ldk = (a->n_kv + 31) & ~(int64_t)31;
         kt_buf = malloc((size_t)(a->n_kv_heads * d * c.ldk) * sizeof(float));
-        if (c.kv_f16) v_buf = malloc((size_t)(a->n_kv_heads * a->capacity * d) * sizeof(float));
-        if (!kt_buf || (c.kv_f16 && !v_buf)) {
+        if (v_f16) v_buf = malloc((size_t)(a->n_kv_heads * a->capacity * d) * sizeof(float));
+        if (!kt_buf || (v_f16 && !v_buf)) {
             free(kt_buf);
             free(v_buf);
             return kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: cannot allocate the transposed K", op);
@@ -245,7 +257,7 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
             float *dst = kt_buf + h * d * ldk;
             for (int64_t j = j0; j < j1; j++) {
                 float *pj = dst + (j / 32) * d * 32 + (j % 32);
-                if (c.kv_f16) {
+                if (k_f16) {
                     const uint16_t *src = (const uint16_t *)c.k + (h * cap_ + j) * d;
                     float row[64]; /* F16C conversion (the SIMD kernels' CPUs have it), 64 at a time */
                     for (int64_t t0 = 0; t0 < d; t0 += 64) {
@@ -261,14 +273,14 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
             if (j1 == nkv)
                 for (int64_t j = nkv; j < ldk; j++)
                     for (int64_t t = 0; t < d; t++) dst[(j / 32) * d * 32 + t * 32 + (j % 32)] = 0.0f;
-            if (c.kv_f16) {
+            if (v_f16) {
                 const uint16_t *src = (const uint16_t *)c.v + (h * cap_ + j0) * d;
                 float *vd = v_buf + (h * cap_ + j0) * d;
                 kvs_cpu_h2f_row_f16c(src, vd, (j1 - j0) * d);
             }
         }
         c.KT = kt_buf;
-        c.V32 = c.kv_f16 ? v_buf : (const float *)c.v;
+        c.V32 = v_f16 ? v_buf : (const float *)c.v;
     }
     c.dec = c.kern && !c.fast;
 

@@ -1,10 +1,12 @@
 /* CPU backend: gather / scatter / compact of grouped rows (contract: include/kvsieve/ops.h).
- * Rows are copied as bytes (bit-exact for any dtype). Every index is range-checked before anything
+ * Rows are copied as bytes (bit-exact for any dtype, block rows included); a converting scatter
+ * (f32 -> f16/bf16/q8_0/q4_0/q4_1/iq4_nl: the quantized KV cache's append) converts each row. Every index is range-checked before anything
  * is written: an index outside its valid range returns KVS_ERR_OUT_OF_RANGE and leaves the output
  * untouched (the CPU backend's documented extra). */
 #include <stdlib.h>
 
 #include "cpu_kernels.h"
+#include "quant/quant.h"
 
 /* Copies one row of rb bytes; small power-of-two rows get fixed-size copies the compiler inlines. */
 static inline void row_copy(char *KVS_RESTRICT d, const char *KVS_RESTRICT s, int64_t rb) {
@@ -14,6 +16,26 @@ static inline void row_copy(char *KVS_RESTRICT d, const char *KVS_RESTRICT s, in
     case 256: memcpy(d, s, 256); break;
     case 512: memcpy(d, s, 512); break;
     default: memcpy(d, s, (size_t)rb); break;
+    }
+}
+
+/* One scatter row: a byte copy, or (a->convert) f32 values converted to the dst dtype: F16/BF16
+ * rounded to nearest even, the block types quantized per block (core/quant/quant_encode.c). */
+static inline void row_put(const kvs_rows_args *a, char *KVS_RESTRICT d, const char *KVS_RESTRICT s, int64_t rb) {
+    if (!a->convert) {
+        row_copy(d, s, rb);
+        return;
+    }
+    const float *x = (const float *)s;
+    const int64_t n = a->dst->ne[0];
+    switch (a->dst->dtype) {
+    case KVS_F16:
+        for (int64_t t = 0; t < n; t++) ((uint16_t *)d)[t] = kvs_f2h(x[t]);
+        break;
+    case KVS_BF16:
+        for (int64_t t = 0; t < n; t++) ((uint16_t *)d)[t] = kvs_f2bf(x[t]);
+        break;
+    default: kvs_quant_row_unchecked(a->dst->dtype, x, n, d); break;
     }
 }
 
@@ -49,6 +71,7 @@ kvs_status kvs_cpu_scatter(kvs_device *dev, const kvs_rows_args *a) {
     const char *src = kvs_tensor_host_ptr(a->src);
     char *dst = kvs_tensor_host_ptr(a->dst);
     const int64_t rb = a->row_bytes, n = a->n, G = a->groups;
+    const int64_t sb = a->convert ? a->dst->ne[0] * 4 : rb; /* bytes of one src row */
     /* Within a group rows are written in order i = 0..n-1, so a duplicate's highest i wins;
      * groups write disjoint memory and run in parallel. */
     int nt = kvs_cpu_nt(dev, (double)G * (double)n * (double)rb / 4.0);
@@ -67,7 +90,7 @@ kvs_status kvs_cpu_scatter(kvs_device *dev, const kvs_rows_args *a) {
             for (int64_t i = 0; i < n; i++)
                 for (int64_t g = g0; g < g1; g++) {
                     int64_t j = a->idx_shared ? idx[i] : idx[g * n + i];
-                    row_copy(dst + (g * a->dst_rows + j) * rb, src + (i * G + g) * rb, rb);
+                    row_put(a, dst + (g * a->dst_rows + j) * rb, src + (i * G + g) * sb, rb);
                 }
         }
         return KVS_OK;
@@ -75,7 +98,7 @@ kvs_status kvs_cpu_scatter(kvs_device *dev, const kvs_rows_args *a) {
     KVS_OMP(parallel for num_threads(nt) schedule(static))
     for (int64_t g = 0; g < G; g++) {
         const int32_t *gi = a->idx_shared ? idx : idx + g * n;
-        for (int64_t i = 0; i < n; i++) row_copy(dst + (g * a->dst_rows + gi[i]) * rb, src + (g * n + i) * rb, rb);
+        for (int64_t i = 0; i < n; i++) row_put(a, dst + (g * a->dst_rows + gi[i]) * rb, src + (g * n + i) * sb, rb);
     }
     return KVS_OK;
 }

@@ -30,11 +30,47 @@ static int weight_type_ok(kvs_dtype t, char *why, size_t n) {
     return 0;
 }
 
+/* K/V types the attention kernels read: F32 and F16. The quantized (and bf16) KV cache is CPU only;
+ * kvs_cache_create refuses it here through the scatter query below, before any decoding. */
+static int kv_type_ok(kvs_dtype t, char *why, size_t n) {
+    if (t == KVS_F32 || t == KVS_F16) return 1;
+    snprintf(why, n, "K/V type %s is not supported by this backend (f32, f16 are; the CPU backend reads bf16, q8_0, "
+             "q4_0, q4_1 and iq4_nl caches)", kvs_dtype_name(t));
+    return 0;
+}
+
+/* Rows are copied as bytes of 4-byte or 2-byte elements: no conversion (the quantized cache's
+ * append), no block rows. */
+static int rows_type_ok(const kvs_rows_args *a, char *why, size_t n) {
+    if (a->convert) {
+        snprintf(why, n, "converting f32 rows to %s (a %s KV cache) is not supported by this backend; the CPU backend "
+                 "does it", kvs_dtype_name(a->dst->dtype), kvs_dtype_name(a->dst->dtype));
+        return 0;
+    }
+    if (kvs_dtype_is_quant(a->dst->dtype)) {
+        snprintf(why, n, "%s rows are not supported by this backend", kvs_dtype_name(a->dst->dtype));
+        return 0;
+    }
+    return 1;
+}
+
 int kvs_ocl_supports(kvs_device *dev, kvs_op_id op, const void *args, char *why, size_t n) {
     switch (op) {
     case KVS_OP_matmul: return weight_type_ok(((const kvs_matmul_args *)args)->W->dtype, why, n);
     case KVS_OP_embedding: return weight_type_ok(((const kvs_embedding_args *)args)->table->dtype, why, n);
-    case KVS_OP_attention: return kvs_ocl_attention_supported(dev, args, why, n);
+    case KVS_OP_attention: {
+        const kvs_attention_args *a = args;
+        if (!kv_type_ok(a->k->dtype, why, n) || !kv_type_ok(a->v->dtype, why, n)) return 0;
+        if (a->v->dtype != a->k->dtype) {
+            snprintf(why, n, "K %s with V %s: this backend reads K and V of one type", kvs_dtype_name(a->k->dtype),
+                     kvs_dtype_name(a->v->dtype));
+            return 0;
+        }
+        return kvs_ocl_attention_supported(dev, args, why, n);
+    }
+    case KVS_OP_gather:
+    case KVS_OP_scatter:
+    case KVS_OP_compact: return rows_type_ok(args, why, n);
     case KVS_OP_topk:
     case KVS_OP_topk_global: {
         const kvs_topk_args *a = args;

@@ -75,6 +75,11 @@ static int topk_ok(kvs_device *dev, const kvs_topk_args *a, char *why, size_t n)
 }
 
 static int rows_ok(kvs_device *dev, const kvs_rows_args *a, char *why, size_t n) {
+    /* rows are copied as 4- or 2-byte elements: no conversion (the quantized KV cache's append),
+     * no block rows */
+    if (a->convert)
+        return NO("converting f32 rows (a non-f32 KV cache) is not supported by this backend; the CPU backend does it");
+    if (kvs_dtype_is_quant(a->dst->dtype)) return NO("block-quantized rows are not supported by this backend");
     /* invocations of one dispatch: one per 4 bytes of the rows it copies (2-byte rows run in
      * pairs), over the larger of the index count and the destination rows: an upper bound */
     uint64_t rows = (uint64_t)(a->dst_rows > a->n ? a->dst_rows : a->n);
@@ -96,7 +101,13 @@ static int weight_type_ok(kvs_dtype t, char *why, size_t n) {
 int kvs_vk_supports(kvs_device *dev, kvs_op_id op, const void *args, char *why, size_t n) {
     kvs_vk *v = kvs_vk_of(dev);
     switch (op) {
-    case KVS_OP_attention: return attention_ok(dev, args, why, n);
+    case KVS_OP_attention: {
+        const kvs_attention_args *a = args;
+        const kvs_dtype kt = a->k->dtype, vt = a->v->dtype;
+        if ((kt != KVS_F32 && kt != KVS_F16) || vt != kt)
+            return NO("K/V types other than f32/f32 or f16/f16 (bf16 and quantized KV caches) are CPU only");
+        return attention_ok(dev, args, why, n);
+    }
     case KVS_OP_topk:
     case KVS_OP_topk_global: return topk_ok(dev, args, why, n);
     case KVS_OP_gather:

@@ -1,10 +1,12 @@
 /* The KV cache object: per-layer K/V/pos/len tensors on the device with host mirrors, and the RoPE
  * position each key row is rotated at (kvs_cache_rerotate renumbers them within the cache). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
 #include "kvsieve/cache.h"
+#include "quant/quant.h"
 
 struct kvs_kv_cache {
     kvs_device *dev;
@@ -23,12 +25,16 @@ struct kvs_kv_cache {
     int32_t *scratch_slots;                 /* [n_kv_heads * capacity] host scratch of kvs_cache_write_rows */
     int32_t *slots_host;                    /* [n_kv_heads * capacity] what slots holds */
     int64_t slots_n;                        /* entries of slots_host valid (0: none) */
+    kvs_tensor *krot;                       /* KVS_CACHE_ROTATE: [rows][n_kv_heads][head_dim] F32 rotated keys */
+    float *krot_host;                       /* host scratch of the rotation */
+    int64_t krot_rows;                      /* rows krot holds */
 };
 
 kvs_cache_params kvs_cache_params_default(void) {
     kvs_cache_params p;
     memset(&p, 0, sizeof p);
-    p.dtype = KVS_F32;
+    p.type_k = KVS_F32;
+    p.type_v = KVS_F32;
     p.mode = KVS_CACHE_POSITIONAL;
     return p;
 }
@@ -56,10 +62,53 @@ void kvs_cache_destroy(kvs_kv_cache **cp) {
     kvs_tensor_destroy(&c->slots);
     kvs_tensor_destroy(&c->delta);
     free(c->scratch_delta);
+    kvs_tensor_destroy(&c->krot);
+    free(c->krot_host);
     free(c->slots_host);
     free(c->scratch_slots);
     free(c);
     *cp = NULL;
+}
+
+static int cache_type_ok(kvs_dtype t) {
+    return t == KVS_F32 || t == KVS_F16 || t == KVS_BF16 || t == KVS_Q8_0 || t == KVS_Q4_0 || t == KVS_Q4_1 ||
+           t == KVS_IQ4_NL;
+}
+
+kvs_status kvs_cache_type_from_name(const char *name, kvs_dtype *out) {
+    static const kvs_dtype all[] = {KVS_F32, KVS_F16, KVS_BF16, KVS_Q8_0, KVS_Q4_0, KVS_Q4_1, KVS_IQ4_NL};
+    if (!name || !out) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_cache_type_from_name: NULL argument");
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (strcmp(name, kvs_dtype_name(all[i])) == 0) {
+            *out = all[i];
+            return KVS_OK;
+        }
+    return kvs_error(KVS_ERR_INVALID_ARGUMENT, "unknown cache type '%s' (f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl)", name);
+}
+
+/* Asks the backend, before anything is written, whether its scatter can convert f32 rows into a
+ * cache tensor t of another type (the write path of every step): a backend that cannot is refused
+ * at creation with its reason, not mid-decode. */
+static kvs_status cache_write_supported(kvs_device *dev, kvs_tensor *t) {
+    if (t->dtype == KVS_F32 || !dev->ops->supports) return KVS_OK;
+    kvs_tensor src = *t;
+    src.dtype = KVS_F32;
+    kvs_rows_args a;
+    memset(&a, 0, sizeof a);
+    a.src = &src;
+    a.dst = t;
+    a.idx = t;
+    a.groups = t->ne[2];
+    a.row_bytes = (int64_t)kvs_dtype_bytes(t->dtype, t->ne[0]);
+    a.n = 1;
+    a.src_rows = 1;
+    a.dst_rows = t->ne[1];
+    a.src_token_major = 1;
+    a.convert = 1;
+    char why[256] = "";
+    if (dev->ops->supports(dev, KVS_OP_scatter, &a, why, sizeof why)) return KVS_OK;
+    return kvs_error(KVS_ERR_UNSUPPORTED, "kvs_cache_create: a %s KV cache is not supported on %s ('%s'): %s",
+                     kvs_dtype_name(t->dtype), dev->ops->name, dev->info.name, why);
 }
 
 kvs_status kvs_cache_create(kvs_kv_cache **out, kvs_device *dev, const kvs_cache_params *p) {
@@ -71,13 +120,27 @@ kvs_status kvs_cache_create(kvs_kv_cache **out, kvs_device *dev, const kvs_cache
                          "kvs_cache_create: n_layers=%d n_kv_heads=%d head_dim=%d capacity=%lld must all be >= 1",
                          p->n_layers, p->n_kv_heads, p->head_dim, (long long)p->capacity);
     if (p->capacity > INT32_MAX) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_cache_create: capacity above 2^31-1");
-    if (p->dtype != KVS_F32 && p->dtype != KVS_F16)
-        return kvs_error(KVS_ERR_DTYPE, "kvs_cache_create: dtype %s (want f32 or f16)", kvs_dtype_name(p->dtype));
-    if (p->dtype == KVS_F16 && !dev->caps.fp16_storage)
-        return kvs_error(KVS_ERR_UNSUPPORTED, "kvs_cache_create: device '%s' has no f16 storage", dev->info.name);
+    const kvs_dtype types[2] = {p->type_k, p->type_v};
+    for (int w = 0; w < 2; w++) {
+        const char *kv = w ? "type_v" : "type_k";
+        if (!cache_type_ok(types[w]))
+            return kvs_error(KVS_ERR_DTYPE, "kvs_cache_create: %s %s is not a cache type (f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl)",
+                             kv, kvs_dtype_name(types[w]));
+        if (kvs_dtype_is_quant(types[w]) && p->head_dim % 32 != 0)
+            return kvs_error(KVS_ERR_DTYPE,
+                             "kvs_cache_create: %s %s stores blocks of 32 values along head_dim, and head_dim %d is not a "
+                             "multiple of 32 (use f32, f16 or bf16 for this model)",
+                             kv, kvs_dtype_name(types[w]), p->head_dim);
+        if (types[w] == KVS_F16 && !dev->caps.fp16_storage)
+            return kvs_error(KVS_ERR_UNSUPPORTED, "kvs_cache_create: device '%s' has no f16 storage", dev->info.name);
+    }
     if (p->mode != KVS_CACHE_POSITIONAL && p->mode != KVS_CACHE_APPEND)
         return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_cache_create: unknown mode %d", (int)p->mode);
-    if (p->flags & ~KVS_CACHE_KEEP_X) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_cache_create: unknown flags 0x%x", p->flags);
+    if (p->flags & ~(KVS_CACHE_KEEP_X | KVS_CACHE_ROTATE))
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_cache_create: unknown flags 0x%x", p->flags);
+    if ((p->flags & KVS_CACHE_ROTATE) && p->head_dim % 2 != 0)
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_cache_create: KVS_CACHE_ROTATE needs an even head_dim (got %d)",
+                         p->head_dim);
     if ((p->flags & KVS_CACHE_KEEP_X) && p->dim < 1)
         return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_cache_create: KVS_CACHE_KEEP_X needs dim >= 1");
     kvs_kv_cache *c = calloc(1, sizeof *c);
@@ -105,8 +168,10 @@ kvs_status kvs_cache_create(kvs_kv_cache **out, kvs_device *dev, const kvs_cache
         int64_t kv_ne[3] = {p->head_dim, p->capacity, p->n_kv_heads};
         int64_t pos_ne[2] = {p->capacity, p->n_kv_heads};
         int64_t len_ne[1] = {p->n_kv_heads};
-        s = kvs_tensor_create(&c->k[l], dev, p->dtype, 3, kv_ne);
-        if (s == KVS_OK) s = kvs_tensor_create(&c->v[l], dev, p->dtype, 3, kv_ne);
+        s = kvs_tensor_create(&c->k[l], dev, p->type_k, 3, kv_ne);
+        if (s == KVS_OK) s = kvs_tensor_create(&c->v[l], dev, p->type_v, 3, kv_ne);
+        if (s == KVS_OK && l == 0) s = cache_write_supported(dev, c->k[l]);
+        if (s == KVS_OK && l == 0) s = cache_write_supported(dev, c->v[l]);
         if (s == KVS_OK) s = kvs_tensor_create(&c->pos[l], dev, KVS_I32, 2, pos_ne);
         if (s == KVS_OK) s = kvs_tensor_create(&c->len[l], dev, KVS_I32, 1, len_ne);
         if (s == KVS_OK && (p->flags & KVS_CACHE_KEEP_X)) {
@@ -124,14 +189,18 @@ kvs_status kvs_cache_create(kvs_kv_cache **out, kvs_device *dev, const kvs_cache
         if (s == KVS_OK) kvs_tensor_set_name(c->slots, "cache.slots");
     }
     if (s == KVS_OK) {
-        /* K/V start as zeros so that never-written rows read as finite values. */
+        /* K/V start as zero bytes so that never-written rows read as finite values (0 in every
+         * type: a block with scale 0 decodes to zeros). Byte counts of the 16-bit and block types
+         * may not be multiples of 4: the tail is written by an upload. */
         for (size_t l = 0; l < L && s == KVS_OK; l++) {
-            if (p->dtype == KVS_F32) {
-                s = kvs_tensor_fill(c->k[l], 0.0);
-                if (s == KVS_OK) s = kvs_tensor_fill(c->v[l], 0.0);
-            } else {
-                s = dev->ops->fill32(dev, c->k[l]->buf->handle, c->k[l]->offset, 0, c->k[l]->nbytes / 4);
-                if (s == KVS_OK) s = dev->ops->fill32(dev, c->v[l]->buf->handle, c->v[l]->offset, 0, c->v[l]->nbytes / 4);
+            kvs_tensor *kv[2] = {c->k[l], c->v[l]};
+            for (int w = 0; w < 2 && s == KVS_OK; w++) {
+                size_t nb = kv[w]->nbytes, n4 = nb / 4;
+                if (n4) s = dev->ops->fill32(dev, kv[w]->buf->handle, kv[w]->offset, 0, n4);
+                if (s == KVS_OK && nb % 4) {
+                    const uint8_t z[4] = {0, 0, 0, 0};
+                    s = kvs_tensor_upload(kv[w], z, n4 * 4, nb % 4);
+                }
             }
         }
     }
@@ -195,14 +264,66 @@ int64_t kvs_cache_bytes_used(const kvs_kv_cache *c) {
         for (int h = 0; h < c->p.n_kv_heads; h++) rows += c->host_len[(size_t)l * c->p.n_kv_heads + h];
         if (c->x[l]) xrows += kvs_cache_max_len(c, l);
     }
-    return rows * 2 * (int64_t)kvs_dtype_bytes(c->p.dtype, c->p.head_dim) + xrows * (int64_t)c->p.dim * 4;
+    return rows * (int64_t)(kvs_dtype_bytes(c->p.type_k, c->p.head_dim) + kvs_dtype_bytes(c->p.type_v, c->p.head_dim)) +
+           xrows * (int64_t)c->p.dim * 4;
 }
 
 int64_t kvs_cache_bytes_allocated(const kvs_kv_cache *c) {
     if (!c) return 0;
-    int64_t per_layer = 2 * (int64_t)kvs_dtype_bytes(c->p.dtype, c->p.head_dim) * c->p.capacity * c->p.n_kv_heads;
+    int64_t per_layer = (int64_t)(kvs_dtype_bytes(c->p.type_k, c->p.head_dim) + kvs_dtype_bytes(c->p.type_v, c->p.head_dim)) *
+                        c->p.capacity * c->p.n_kv_heads;
     if (c->p.flags & KVS_CACHE_KEEP_X) per_layer += (int64_t)c->p.dim * 4 * c->p.capacity;
     return per_layer * c->p.n_layers;
+}
+
+static int rot_block(int head_dim) {
+    int b = 1;
+    while (b < 32 && head_dim % (2 * b) == 0) b *= 2;
+    return b;
+}
+
+void kvs_cache_rotate_rows(float *x, int64_t n, int head_dim) {
+    const int b = head_dim > 0 ? rot_block(head_dim) : 1;
+    if (!x || n < 1 || b < 2) return;
+    const float norm = (float)(1.0 / sqrt((double)b));
+    for (int64_t i = 0; i < n * (head_dim / b); i++) {
+        float *v = x + i * b;
+        for (int len = 1; len < b; len *= 2) /* fast Walsh-Hadamard butterflies */
+            for (int s0 = 0; s0 < b; s0 += 2 * len)
+                for (int t = s0; t < s0 + len; t++) {
+                    const float u = v[t], w = v[t + len];
+                    v[t] = u + w;
+                    v[t + len] = u - w;
+                }
+        for (int t = 0; t < b; t++) v[t] *= norm;
+    }
+}
+
+kvs_status kvs_cache_read_f32(kvs_kv_cache *c, int layer, int which, float *dst) {
+    if (!LAYER_OK(c, layer) || (which != 0 && which != 1) || !dst)
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_cache_read_f32: NULL argument, bad layer %d or which %d", layer, which);
+    const kvs_tensor *t = which ? c->v[layer] : c->k[layer];
+    const int64_t n = kvs_tensor_nelements(t), d = c->p.head_dim;
+    if (t->dtype == KVS_F32) {
+        KVS_TRY(kvs_tensor_download(t, dst, 0, (size_t)n * 4));
+        if (which == 0 && (c->p.flags & KVS_CACHE_ROTATE)) kvs_cache_rotate_rows(dst, n / d, (int)d);
+        return KVS_OK;
+    }
+    uint8_t *raw = malloc(t->nbytes);
+    if (!raw) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_cache_read_f32: out of host memory (%zu bytes)", t->nbytes);
+    kvs_status s = kvs_tensor_download(t, raw, 0, t->nbytes);
+    if (s == KVS_OK) {
+        if (t->dtype == KVS_F16 || t->dtype == KVS_BF16) {
+            const uint16_t *h = (const uint16_t *)raw;
+            for (int64_t i = 0; i < n; i++) dst[i] = t->dtype == KVS_F16 ? kvs_f16_to_f32(h[i]) : kvs_bf16_to_f32(h[i]);
+        } else {
+            const size_t rb = kvs_dtype_bytes(t->dtype, d);
+            for (int64_t r = 0; r < n / d && s == KVS_OK; r++) s = kvs_dequant_row(t->dtype, raw + (size_t)r * rb, d, dst + r * d);
+        }
+    }
+    free(raw);
+    if (s == KVS_OK && which == 0 && (c->p.flags & KVS_CACHE_ROTATE)) kvs_cache_rotate_rows(dst, n / d, (int)d);
+    return s;
 }
 
 int64_t kvs_cache_next_pos(const kvs_kv_cache *c) { return c ? c->next_pos : -1; }
@@ -261,7 +382,29 @@ kvs_status kvs_cache_write_rows_rope(kvs_kv_cache *c, int l, const kvs_tensor *k
             c->slots_n = H * n;
         }
     }
-    if (s == KVS_OK) s = kvs_scatter(c->dev, k, &idx, c->k[l], 1);
+    const kvs_tensor *ksrc = k;
+    kvs_tensor kr;
+    if (s == KVS_OK && (cp->flags & KVS_CACHE_ROTATE)) { /* keys rotated by R on the host, then written */
+        const size_t nel = (size_t)n * (size_t)H * (size_t)cp->head_dim;
+        if (c->krot_rows < n) {
+            kvs_tensor_destroy(&c->krot);
+            free(c->krot_host);
+            c->krot_rows = 0;
+            c->krot_host = malloc(nel * sizeof(float));
+            s = c->krot_host ? kvs_tensor_new(&c->krot, c->dev, KVS_F32, cp->head_dim, H, n, 0)
+                             : kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
+            if (s == KVS_OK) c->krot_rows = n;
+        }
+        int64_t rne[3] = {cp->head_dim, H, n};
+        if (s == KVS_OK) s = kvs_tensor_download(k, c->krot_host, 0, nel * sizeof(float));
+        if (s == KVS_OK) {
+            kvs_cache_rotate_rows(c->krot_host, n * H, cp->head_dim);
+            s = kvs_tensor_view_into(&kr, c->krot, 0, 3, rne);
+        }
+        if (s == KVS_OK) s = kvs_tensor_upload(&kr, c->krot_host, 0, nel * sizeof(float));
+        ksrc = &kr;
+    }
+    if (s == KVS_OK) s = kvs_scatter(c->dev, ksrc, &idx, c->k[l], 1);
     if (s == KVS_OK) s = kvs_scatter(c->dev, v, &idx, c->v[l], 1);
     KVS_TRY(s);
     /* host mirrors + device pos/len (uploaded only when something changed) */
@@ -353,6 +496,15 @@ kvs_status kvs_cache_rerotate(kvs_kv_cache *c, int layer, const kvs_rope_params 
     if (!LAYER_OK(c, layer) || !p) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: NULL argument or bad layer %d", op, layer);
     if (c->p.mode != KVS_CACHE_APPEND)
         return kvs_error(KVS_ERR_STATE, "%s: only append caches renumber their rows (this cache is positional)", op);
+    /* kvs_rope_shift rotates F32/F16 keys in place as RoPE pairs: block-quantized keys would need a
+     * decode/re-quantize round trip (new rounding error on every row at every eviction), and keys
+     * stored Hadamard-rotated (KVS_CACHE_ROTATE) no longer hold RoPE's pairs */
+    if (c->p.type_k != KVS_F32 && c->p.type_k != KVS_F16)
+        return kvs_error(KVS_ERR_UNSUPPORTED, "%s: keys of type %s cannot be re-rotated (f32 or f16 keys only)", op,
+                         kvs_dtype_name(c->p.type_k));
+    if (c->p.flags & KVS_CACHE_ROTATE)
+        return kvs_error(KVS_ERR_UNSUPPORTED, "%s: a KVS_CACHE_ROTATE cache stores Hadamard-rotated keys, which RoPE "
+                         "re-rotation cannot shift", op);
     int H = c->p.n_kv_heads;
     int64_t cap = c->p.capacity, nmax = kvs_cache_max_len(c, layer), shifted = 0;
     if (!c->scratch_delta) {

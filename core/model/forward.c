@@ -40,8 +40,9 @@ kvs_status fwd_grow_tensor(kvs_tensor **t, kvs_device *dev, kvs_dtype dt, int64_
 void kvs_workspace_free(kvs_workspace *ws) {
     kvs_tensor **all[] = {&ws->x, &ws->xn, &ws->q, &ws->att, &ws->k, &ws->v, &ws->gate, &ws->up, &ws->pos, &ws->rpos,
                           &ws->rowsel, &ws->stat_rows, &ws->lat_max, &ws->lat_sum, &ws->argmax, &ws->logits, &ws->key_mass,
-                          &ws->probs, &ws->probe_rows, &ws->ks, &ws->vs, &ws->ks_pos, &ws->ks_len, &ws->keep_idx};
+                          &ws->probs, &ws->probe_rows, &ws->ks, &ws->vs, &ws->ks_pos, &ws->ks_len, &ws->keep_idx, &ws->qr};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) kvs_tensor_destroy(all[i]);
+    free(ws->h_q);
     free(ws->h_pos), free(ws->h_rows), free(ws->h_pos_rows), free(ws->h_tmp), free(ws->h_keep);
     memset(ws, 0, sizeof *ws);
 }

@@ -70,10 +70,11 @@ static kvs_status gather_keep(fwd_ctx *f, int l, const kvs_layer_plan *lp, int64
         lenp[h] = (int32_t)nk;
     }
     kvs_status s = KVS_OK;
-    kvs_dtype dt = cp->dtype;
-    if (!ws->ks || kvs_tensor_dtype(ws->ks) != dt || kvs_tensor_ne(ws->ks, 1) < ws->kv_cap) {
-        s = fwd_grow_tensor(&ws->ks, m->dev, dt, cp->head_dim, ws->kv_cap, H, "ws.ks");
-        if (s == KVS_OK) s = fwd_grow_tensor(&ws->vs, m->dev, dt, cp->head_dim, ws->kv_cap, H, "ws.vs");
+    /* the gathered rows keep the cache's types (block rows move with their scales) */
+    kvs_dtype kt = cp->type_k, vt = cp->type_v;
+    if (!ws->ks || kvs_tensor_dtype(ws->ks) != kt || kvs_tensor_dtype(ws->vs) != vt || kvs_tensor_ne(ws->ks, 1) < ws->kv_cap) {
+        s = fwd_grow_tensor(&ws->ks, m->dev, kt, cp->head_dim, ws->kv_cap, H, "ws.ks");
+        if (s == KVS_OK) s = fwd_grow_tensor(&ws->vs, m->dev, vt, cp->head_dim, ws->kv_cap, H, "ws.vs");
         if (s == KVS_OK) s = fwd_grow_tensor(&ws->ks_pos, m->dev, KVS_I32, ws->kv_cap, H, 0, "ws.ks_pos");
         if (s == KVS_OK) s = fwd_grow_tensor(&ws->keep_idx, m->dev, KVS_I32, ws->kv_cap, H, 0, "ws.keep_idx");
     }
@@ -170,7 +171,25 @@ kvs_status fwd_layer_attention(fwd_ctx *f, int l, const kvs_layer_plan *lp, int6
         s = fwd_view3(m, &amax, ws->argmax, 0, hp->n_heads, n, 1);
         ap.argmax = amax;
     }
-    if (s == KVS_OK) s = kvs_attention(m->dev, q, kk, vv, out, &ap);
+    /* a KVS_CACHE_ROTATE cache holds R k: attention takes R q (a copy; q stays for the latent merge) */
+    const kvs_tensor *qa = q;
+    kvs_tensor *qr = NULL;
+    if (s == KVS_OK && (kvs_cache_get_params(c)->flags & KVS_CACHE_ROTATE)) {
+        const int64_t nel = n * hp->n_heads * hp->head_dim;
+        if (ws->qr_rows < ws->rows) {
+            s = fwd_grow_tensor(&ws->qr, m->dev, KVS_F32, (int64_t)hp->n_heads * hp->head_dim, ws->rows, 0, "ws.qr");
+            ws->qr_rows = s == KVS_OK ? ws->rows : 0;
+        }
+        if (s == KVS_OK) s = fwd_host_grow((void **)&ws->h_q, &ws->h_q_cap, nel, sizeof *ws->h_q);
+        if (s == KVS_OK) s = kvs_tensor_download(q, ws->h_q, 0, (size_t)nel * sizeof(float));
+        if (s == KVS_OK) {
+            kvs_cache_rotate_rows(ws->h_q, n * hp->n_heads, hp->head_dim);
+            s = fwd_view3(m, &qr, ws->qr, 0, hp->head_dim, hp->n_heads, n);
+        }
+        if (s == KVS_OK) s = kvs_tensor_upload(qr, ws->h_q, 0, (size_t)nel * sizeof(float));
+        qa = qr;
+    }
+    if (s == KVS_OK) s = kvs_attention(m->dev, qa, kk, vv, out, &ap);
 
     if (s == KVS_OK && lat) s = kvs_latent_merge(lat, l, q, out, lat_max, lat_sum);
         /* statistics to host, as [.][n_kv] over cache rows */

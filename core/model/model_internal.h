@@ -25,6 +25,9 @@ typedef struct kvs_workspace {
     int64_t rows;            /* row capacity of the per-token buffers */
     kvs_tensor *x, *xn;      /* [rows][dim] */
     kvs_tensor *q, *att;     /* [rows][n_heads*head_dim] */
+    kvs_tensor *qr;          /* [rows][n_heads*head_dim]: queries rotated for a KVS_CACHE_ROTATE cache (made on use) */
+    float *h_q;              /* host scratch of the query rotation, h_q_cap floats */
+    int64_t qr_rows, h_q_cap;
     kvs_tensor *k, *v;       /* [rows][n_kv_heads*head_dim] */
     kvs_tensor *gate, *up;   /* [rows][ffn_dim] */
     kvs_tensor *pos;         /* [rows] I32 positions of the layer's rows */

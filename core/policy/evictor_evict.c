@@ -24,17 +24,6 @@ static void compact_rows(void *base, size_t elem, int H, int64_t cap, const int3
     }
 }
 
-static kvs_status download_f32(kvs_kv_cache *c, kvs_tensor *t, float *dst, int64_t n) {
-    if (kvs_tensor_dtype(t) == KVS_F32) return kvs_tensor_download(t, dst, 0, (size_t)n * 4);
-    uint16_t *h = malloc((size_t)n * 2);
-    if (!h) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_evictor: out of host memory");
-    kvs_status s = kvs_tensor_download(t, h, 0, (size_t)n * 2);
-    for (int64_t i = 0; s == KVS_OK && i < n; i++) dst[i] = kvs_f16_to_f32(h[i]);
-    free(h);
-    (void)c;
-    return s;
-}
-
 static kvs_status score_layer(kvs_evictor *e, int l, int32_t cur_pos, float *scores) {
     layer_state *s = &e->ls[l];
     int64_t len[256];
@@ -62,12 +51,12 @@ static kvs_status score_layer(kvs_evictor *e, int l, int32_t cur_pos, float *sco
     size_t KV = HC * (size_t)e->hd;
     if (st == KVS_OK && (s->needs.flags & KVS_POLICY_NEED_KEYS)) {
         if (!e->keys) st = xalloc((void **)&e->keys, KV * sizeof(float));
-        if (st == KVS_OK) st = download_f32(e->c, kvs_cache_k(e->c, l), e->keys, (int64_t)KV);
+        if (st == KVS_OK) st = kvs_cache_read_f32(e->c, l, 0, e->keys);
         in.keys = e->keys;
     }
     if (st == KVS_OK && (s->needs.flags & KVS_POLICY_NEED_VALUES)) {
         if (!e->vals) st = xalloc((void **)&e->vals, KV * sizeof(float));
-        if (st == KVS_OK) st = download_f32(e->c, kvs_cache_v(e->c, l), e->vals, (int64_t)KV);
+        if (st == KVS_OK) st = kvs_cache_read_f32(e->c, l, 1, e->vals);
         in.values = e->vals;
     }
     if (st == KVS_OK) st = kvs_policy_score(e->pol, &in, scores);

@@ -30,4 +30,14 @@ kvs_dtype kvs_dtype_from_ggml(uint32_t ggml_type);
  * both). */
 kvs_status kvs_dequant_row(kvs_dtype dt, const void *src, int64_t n, float *dst);
 
+/* 1 when dt has a row quantizer (q8_0, q4_0, q4_1, iq4_nl: the quantized KV-cache types). */
+int kvs_quant_can_encode(kvs_dtype dt);
+
+/* dst = the n / 32 blocks of dtype dt coding src[0 .. n) (quant_encode.c states the scale rules,
+ * after llama.cpp's reference quantizers). Errors: KVS_ERR_DTYPE (dt without an encoder, or n not a
+ * multiple of 32; the message names both). */
+kvs_status kvs_quant_row(kvs_dtype dt, const float *src, int64_t n, void *dst);
+/* The same without checks (dt encodable, n % 32 == 0): the CPU backend's scatter calls it per row. */
+void kvs_quant_row_unchecked(kvs_dtype dt, const float *src, int64_t n, void *dst);
+
 #endif

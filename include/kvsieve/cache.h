@@ -1,7 +1,15 @@
 /* kvsieve — the KV cache: per-layer K and V on a device, token positions, per-head lengths.
  *
  * Layout per layer l (all on the cache's device):
- *   k[l], v[l]: [n_kv_heads][capacity][head_dim], dtype F32 or F16, keys stored after RoPE
+ *   k[l], v[l]: [n_kv_heads][capacity][head_dim], keys stored after RoPE; element types chosen
+ *               separately for K (type_k) and V (type_v): F32, F16, BF16, or one of the GGUF block
+ *               types Q8_0, Q4_0, Q4_1, IQ4_NL (blocks of 32 values along head_dim, each row
+ *               head_dim/32 whole blocks; layouts: core/quant/quant_blocks.h). New rows are
+ *               converted (f16/bf16: round-to-nearest-even) or quantized (per block of 32, the
+ *               scale rules of llama.cpp's reference quantizers) when written; the attention op
+ *               reads the stored rows directly (CPU backend). Source: llama.cpp's --cache-type-k /
+ *               --cache-type-v, and per-block quantization of K and V as in KIVI (Liu et al. 2024;
+ *               KIVI groups K per channel, here both are grouped along head_dim as llama.cpp does).
  *   pos[l]:     [n_kv_heads][capacity] I32, the original token position held by each row (kept
  *               through eviction/compaction; -1 for an empty row); mirrored on the host. It is the
  *               position the causal mask and the eviction policies read.
@@ -40,6 +48,13 @@ typedef enum kvs_cache_mode {
 } kvs_cache_mode;
 
 #define KVS_CACHE_KEEP_X 1u /* also keep each layer's input hidden state per row */
+/* Store keys rotated by R (kvs_cache_rotate_rows: an orthonormal block Walsh-Hadamard transform
+ * along head_dim, fixed, its own inverse); the model's forward applies the same R to the queries
+ * before attention, so q.k and every attention output and statistic are unchanged in exact
+ * arithmetic, while a key channel with outliers is spread over its block before quantization
+ * (QuaRot, Ashkboos et al. 2024; QuantSpec / KVQuant use such rotations for K). kvs_cache_read_f32
+ * returns the keys un-rotated. Needs an even head_dim. Default off. */
+#define KVS_CACHE_ROTATE 2u
 
 typedef struct kvs_cache_params {
     int n_layers;       /* required, >= 1 */
@@ -47,9 +62,11 @@ typedef struct kvs_cache_params {
     int head_dim;       /* required, >= 1 */
     int dim;            /* model width; required with KVS_CACHE_KEEP_X */
     int64_t capacity;   /* rows per kv head per layer; required, >= 1 */
-    kvs_dtype dtype;    /* KVS_F32 (default) or KVS_F16 */
+    kvs_dtype type_k;   /* K element type: KVS_F32 (default), KVS_F16, KVS_BF16, KVS_Q8_0,
+                         * KVS_Q4_0, KVS_Q4_1 or KVS_IQ4_NL; the block types need head_dim % 32 == 0 */
+    kvs_dtype type_v;   /* V element type: the same choices, independent of type_k; default KVS_F32 */
     kvs_cache_mode mode;/* default KVS_CACHE_POSITIONAL */
-    unsigned flags;     /* KVS_CACHE_KEEP_X; default 0 */
+    unsigned flags;     /* KVS_CACHE_KEEP_X | KVS_CACHE_ROTATE; default 0 */
 } kvs_cache_params;
 
 KVS_API kvs_cache_params kvs_cache_params_default(void);
@@ -57,8 +74,12 @@ KVS_API kvs_cache_params kvs_cache_params_default(void);
 typedef struct kvs_kv_cache kvs_kv_cache;
 
 /* Creates an empty cache (every len 0, every pos -1) on dev.
- * Errors: KVS_ERR_INVALID_ARGUMENT (a required field < 1, unknown mode/flags), KVS_ERR_DTYPE
- * (dtype not F32/F16), KVS_ERR_UNSUPPORTED (F16 on a device without fp16 storage),
+ * Errors: KVS_ERR_INVALID_ARGUMENT (a required field < 1, unknown mode/flags, KVS_CACHE_ROTATE with
+ * an odd head_dim), KVS_ERR_DTYPE
+ * (type_k/type_v not one of the seven cache types; a block type with head_dim % 32 != 0, the
+ * message names the type and head_dim), KVS_ERR_UNSUPPORTED (F16 on a device without fp16 storage;
+ * a type other than F32 on a backend whose scatter cannot convert rows to it, i.e. OpenCL and Vulkan
+ * for F16/BF16/block types: the message gives the backend's reason; refused here, never mid-decode),
  * KVS_ERR_OUT_OF_MEMORY (message gives the bytes asked for). */
 KVS_API kvs_status kvs_cache_create(kvs_kv_cache **out, kvs_device *dev, const kvs_cache_params *p);
 KVS_API void kvs_cache_destroy(kvs_kv_cache **c);
@@ -95,7 +116,8 @@ KVS_API int64_t kvs_cache_next_pos(const kvs_kv_cache *c);
 
 /* Writes n new K/V rows into layer `layer` (the model's forward does, once per layer and step):
  *   k, v:      [n][n_kv_heads][head_dim] F32 on the cache's device (token-major, as the K/V
- *              projections write them; keys after RoPE), converted to the cache dtype;
+ *              projections write them; keys after RoPE), converted to type_k / type_v (the block
+ *              types: quantized per block of 32 values on append, quant_encode.c's rules);
  *   positions: host [n] token positions of the rows.
  * POSITIONAL: row i goes to cache row positions[i] of every head (overwriting what it held);
  * APPEND: rows go after each head's len, in order. The host mirrors (positions, lengths, the next
@@ -115,8 +137,30 @@ KVS_API kvs_status kvs_cache_write_rows(kvs_kv_cache *c, int layer, const kvs_te
 KVS_API kvs_status kvs_cache_write_rows_rope(kvs_kv_cache *c, int layer, const kvs_tensor *k, const kvs_tensor *v,
                                              const int32_t *positions, const int32_t *rope_positions, int64_t n);
 
+/* The cache types by name, as the CLI's --cache-type-k/-v take them: "f32", "f16", "bf16", "q8_0",
+ * "q4_0", "q4_1", "iq4_nl". Errors: KVS_ERR_INVALID_ARGUMENT (NULL, or another name: the message
+ * lists the seven). */
+KVS_API kvs_status kvs_cache_type_from_name(const char *name, kvs_dtype *out);
+
+/* x[i] = R x[i] in place for n vectors of head_dim floats (host memory): R is the orthonormal
+ * Walsh-Hadamard matrix of Sylvester's construction, scaled by 1/sqrt(b), applied to each block of
+ * b consecutive values, b the largest power of two dividing head_dim, at most 32 (the quantized
+ * cache's block: 8 for head_dim 8, 32 for 64/96/128). R is symmetric and R R = I, so it also undoes
+ * itself. A head_dim of 1 or an odd one is left unchanged (b = 1). The rotation of KVS_CACHE_ROTATE. */
+KVS_API void kvs_cache_rotate_rows(float *x, int64_t n, int head_dim);
+
+/* Layer `layer`'s K (which = 0) or V (which = 1) as f32, every row of the capacity (rows never
+ * written read 0): dst [n_kv_heads][capacity][head_dim] host memory. F16/BF16 rows are converted
+ * exactly, block rows decoded with core/quant's reference decoders (the values attention uses).
+ * KVS_CACHE_ROTATE caches return the keys un-rotated (R applied again, to f32 rounding).
+ * For host-side scorers (key/value norms, learned policies). Errors: KVS_ERR_INVALID_ARGUMENT
+ * (NULL, bad layer or which), KVS_ERR_OUT_OF_MEMORY, the download's errors. */
+KVS_API kvs_status kvs_cache_read_f32(kvs_kv_cache *c, int layer, int which, float *dst);
+
 /* Bytes of K/V (and x, when kept) for the rows in use, summed over layers and heads: the cache's
- * logical footprint; and the bytes allocated (capacity). */
+ * logical footprint (each row at its stored size: head_dim * 4 for F32, * 2 for F16/BF16,
+ * head_dim / 32 blocks of 34 (q8_0), 18 (q4_0, iq4_nl) or 20 (q4_1) bytes); and the bytes
+ * allocated (capacity). */
 KVS_API int64_t kvs_cache_bytes_used(const kvs_kv_cache *c);
 KVS_API int64_t kvs_cache_bytes_allocated(const kvs_kv_cache *c);
 
@@ -135,7 +179,8 @@ KVS_API kvs_status kvs_cache_keep(kvs_kv_cache *c, int layer, const int32_t *kee
  * mask, the policies) are left alone; values are not touched. p: the model's RoPE parameters (mode,
  * theta base, n_rot). A layer already numbered 0..len-1 runs nothing. *n_shifted (optional): rows
  * whose key was rotated (delta != 0).
- * Errors: KVS_ERR_INVALID_ARGUMENT (NULL c or p, bad layer), KVS_ERR_STATE (positional cache),
+ * Errors: KVS_ERR_INVALID_ARGUMENT (NULL c or p, bad layer), KVS_ERR_STATE (positional cache), KVS_ERR_UNSUPPORTED
+ * (keys of a block type or bf16, or a KVS_CACHE_ROTATE cache: only plain f32/f16 keys are shifted),
  * KVS_ERR_OUT_OF_MEMORY, and kvs_rope_shift's and the upload's errors. */
 KVS_API kvs_status kvs_cache_rerotate(kvs_kv_cache *c, int layer, const kvs_rope_params *p, int64_t *n_shifted);
 

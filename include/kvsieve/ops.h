@@ -160,7 +160,12 @@ KVS_API kvs_attention_params kvs_attention_params_default(void);
  * et al. 2023), computed as one tiled online-softmax pass (FlashAttention, Dao et al. 2022, alg. 1)
  * that never expands K/V to n_heads:
  *   q:   [n_q][n_heads][head_dim] F32
- *   k,v: [n_kv_heads][capacity][head_dim] F32 or F16 (both the same), KV-cache layout
+ *   k,v: [n_kv_heads][capacity][head_dim], KV-cache layout; each of K and V (independently) F32,
+ *        F16, BF16 or a block type Q8_0, Q4_0, Q4_1, IQ4_NL (head_dim % 32 == 0, a row = head_dim/32
+ *        blocks): the CPU backend reads the stored rows directly (f16/bf16 tiles converted, block
+ *        rows decoded 32 keys at a time into L1 with core/quant's decoders, never a dequantized copy
+ *        of the cache); OpenCL and Vulkan read F32 or F16 with k and v of one type and refuse the
+ *        rest with KVS_ERR_UNSUPPORTED
  *   out: [n_q][n_heads][head_dim] F32 (must not alias q, k, v)
  *   query head g reads kv head g / (n_heads / n_kv_heads); n_heads % n_kv_heads must be 0
  *   (KVS_ERR_SHAPE otherwise).
@@ -258,7 +263,8 @@ KVS_API kvs_status kvs_topk_global(kvs_device *dev, const kvs_tensor *x, kvs_ten
 
 /* In these three ops a tensor is seen as G groups of rows: t: [G][N][row] (ne = {row, N, G}, or
  * ne = {row, N} with G = 1); typically one KV-cache layer [n_kv_heads][capacity][head_dim]. Rows are
- * copied bit-exactly, any dtype (F32, F16, BF16, I32; not Q8_0). idx is I32, either [G][n] (one index
+ * copied bit-exactly, any dtype (F32, F16, BF16, I32, and the block types, whose rows are whole
+ * blocks: a quantized cache row moves with its scales). idx is I32, either [G][n] (one index
  * list per group, e.g. per kv head after head-wise eviction) or [n] (shared by all groups). */
 
 /* dst[g][i] = src[g][idx[g][i]] for i < n. src: [G][Ns][row], dst: [G][Nd][row], n <= Nd.
@@ -269,7 +275,10 @@ KVS_API kvs_status kvs_gather(kvs_device *dev, const kvs_tensor *src, const kvs_
 /* dst[g][idx[g][i]] = src[g][i] for i < n (writing new tokens' K/V into cache slots).
  * src: [G][n][row], or with src_token_major = 1 [n][G][row] (the layout of a k/v projection,
  * [n_tokens][n_kv_heads][head_dim]); dst: [G][Nd][row]. Duplicate indices within a group: the
- * highest i wins. dst must not alias src. */
+ * highest i wins. dst must not alias src. src and dst have the same dtype (bit-exact copy), or src
+ * is F32 and dst F16/BF16 (round-to-nearest-even) or Q8_0/Q4_0/Q4_1/IQ4_NL (each row quantized per
+ * block of 32, core/quant/quant_encode.c: the quantized KV cache's append); other pairs:
+ * KVS_ERR_DTYPE. OpenCL and Vulkan copy rows only: a converting scatter is KVS_ERR_UNSUPPORTED. */
 KVS_API kvs_status kvs_scatter(kvs_device *dev, const kvs_tensor *src, const kvs_tensor *idx,
                                kvs_tensor *dst, int src_token_major);
 

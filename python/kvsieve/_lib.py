@@ -132,7 +132,7 @@ CACHE_KEEP_X = 1
 
 class CacheParams(Structure):
     _fields_ = [("n_layers", c_int), ("n_kv_heads", c_int), ("head_dim", c_int), ("dim", c_int),
-                ("capacity", c_int64), ("dtype", c_int), ("mode", c_int), ("flags", c_uint)]
+                ("capacity", c_int64), ("type_k", c_int), ("type_v", c_int), ("mode", c_int), ("flags", c_uint)]
 
 
 class LayerStats(Structure):

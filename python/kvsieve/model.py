@@ -147,16 +147,25 @@ class Schedule:
 class Cache:
     """A KV cache for a model (kvs_cache_create): capacity rows per kv head, mode "positional"
     (diffusion, whole-sequence plans) or "append" (autoregressive), keep_x for schedules that
-    recompute from layer inputs, dtype "f32" or "f16"."""
+    recompute from layer inputs; element types of K and V (type_k, type_v; dtype sets both unless
+    they are given): "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl" (the block types need
+    head_dim % 32 == 0, and the CPU backend); rotate: keys (and queries) rotated by the fixed Hadamard
+    transform (KVS_CACHE_ROTATE)."""
 
-    def __init__(self, model, capacity, mode="append", keep_x=False, dtype="f32"):
+    _TYPES = {"f32": 0, "f16": 1, "bf16": 2, "q8_0": 4, "q4_0": 5, "q4_1": 6, "iq4_nl": 9}
+
+    def __init__(self, model, capacity, mode="append", keep_x=False, dtype="f32", type_k=None, type_v=None,
+                 rotate=False):
         p = L.lib.kvs_model_cache_params(model._h)
         if mode not in ("append", "positional"):
             fail(INVALID_ARGUMENT, "Cache: mode %r, want append or positional" % (mode,))
-        if dtype not in ("f32", "f16"):
-            fail(3, "Cache: dtype %r, want f32 or f16" % (dtype,))
+        tk, tv = type_k or dtype, type_v or dtype
+        for t in (tk, tv):
+            if t not in self._TYPES:
+                fail(3, "Cache: cache type %r, want one of %s" % (t, ", ".join(self._TYPES)))
         p.capacity, p.mode = int(capacity), L.CACHE_APPEND if mode == "append" else L.CACHE_POSITIONAL
-        p.dtype, p.flags = L.F32 if dtype == "f32" else L.F16, L.CACHE_KEEP_X if keep_x else 0
+        p.type_k, p.type_v = self._TYPES[tk], self._TYPES[tv]
+        p.flags = (L.CACHE_KEEP_X if keep_x else 0) | (2 if rotate else 0)  # KVS_CACHE_ROTATE
         self._h = ctypes.c_void_p()
         check(L.lib.kvs_cache_create(ctypes.byref(self._h), model.device.handle, ctypes.byref(p)))
         self.model, self.capacity, self.mode = model, int(capacity), mode

@@ -12,7 +12,7 @@
 
 #include "cli.h"
 
-#define MAX_ROWS 64
+#define MAX_ROWS 80
 #define MAX_REPS 101
 
 typedef enum unit { UNIT_FLOPS, UNIT_BYTES } unit;
@@ -45,6 +45,7 @@ typedef struct bench {
     double min_sample_s;
     double budget_s; /* per-case time budget, seconds */
     const char *filter;
+    kvs_dtype kv_types[2]; /* --cache-type-k/-v: K and V of the attention cases (default f32) */
     uint64_t rng;
     peak gemm, bw;
     row rows[MAX_ROWS];

@@ -47,13 +47,16 @@ static kvs_status run_att(bench *b, void *p) {
 /* q [n_q][h][d] against k, v [hkv][n_kv][d]. n_q == 1: decode row, reported as GB/s. */
 /* Returns the seconds per call measured (0 when not run, INFINITY when skipped); skip = 1 records
  * the case as skipped. */
-static double case_attention(bench *b, int64_t n_q, int64_t n_kv, int64_t d, int64_t h, int64_t hkv, int causal,
-                             int skip) {
-    char shape[64];
-    snprintf(shape, sizeof shape, "n_q=%lld n_kv=%lld d=%lld h=%lld/%lld%s", (long long)n_q, (long long)n_kv,
-             (long long)d, (long long)h, (long long)hkv, causal ? " causal" : "");
+static double case_attention_kv(bench *b, int64_t n_q, int64_t n_kv, int64_t d, int64_t h, int64_t hkv, int causal,
+                                int skip, kvs_dtype kt, kvs_dtype vt) {
+    char shape[64], types[24] = "";
+    if (kt != KVS_F32 || vt != KVS_F32) snprintf(types, sizeof types, " kv %s/%s", kvs_dtype_name(kt), kvs_dtype_name(vt));
+    snprintf(shape, sizeof shape, "n_q=%lld n_kv=%lld d=%lld h=%lld/%lld%s%s", (long long)n_q, (long long)n_kv,
+             (long long)d, (long long)h, (long long)hkv, causal ? " causal" : "", types);
     int decode = n_q == 1;
-    double work = decode ? 4.0 * (double)(2 * n_q * h * d + 2 * hkv * n_kv * d)
+    /* decoding: bytes of q, out and the K/V cache as stored (a quantized cache counts its blocks) */
+    double work = decode ? 4.0 * (double)(2 * n_q * h * d) + (double)kvs_dtype_bytes(kt, hkv * n_kv * d) +
+                               (double)kvs_dtype_bytes(vt, hkv * n_kv * d)
                          : 4.0 * (double)n_q * (double)n_kv * (double)d * (double)h * (causal ? 0.5 : 1.0);
     row *r = bench_new_row(b, decode ? "attn-dec" : "attention", shape, decode ? UNIT_BYTES : UNIT_FLOPS, work);
     if (!r) return 0;
@@ -67,13 +70,19 @@ static double case_attention(bench *b, int64_t n_q, int64_t n_kv, int64_t d, int
     s.p.causal = causal;
     double sec = 0;
     kvs_status st = bench_new_tensor(b, &s.q, KVS_F32, d, h, n_q, 0);
-    if (st == KVS_OK) st = bench_new_tensor(b, &s.k, KVS_F32, d, n_kv, hkv, 0);
-    if (st == KVS_OK) st = bench_new_tensor(b, &s.v, KVS_F32, d, n_kv, hkv, 0);
+    if (st == KVS_OK) st = bench_new_tensor(b, &s.k, kt, d, n_kv, hkv, 0);
+    if (st == KVS_OK) st = bench_new_tensor(b, &s.v, vt, d, n_kv, hkv, 0);
     if (st == KVS_OK) st = bench_new_tensor(b, &s.o, KVS_F32, d, h, n_q, 0);
     if (st == KVS_OK) st = bench_time_op(b, run_att, &s, &sec);
     bench_finish_row(b, r, st, sec);
     bench_destroy_all(&s.q, 4);
     return st == KVS_OK ? sec : 0;
+}
+
+/* The attention case with the K/V types of --cache-type-k/-v. */
+static double case_attention(bench *b, int64_t n_q, int64_t n_kv, int64_t d, int64_t h, int64_t hkv, int causal,
+                             int skip) {
+    return case_attention_kv(b, n_q, n_kv, d, h, hkv, causal, skip, b->kv_types[0], b->kv_types[1]);
 }
 
 typedef struct dwt_state {
@@ -217,6 +226,13 @@ void bench_run_suite(bench *b) {
         case_attention(b, 2048, 2048, 64, 8, 8, 1, 0);
         case_attention(b, 1, 4096, 64, 8, 4, 0, 0);
         case_attention(b, 1, 4096, 128, 8, 8, 0, 0);
+    }
+    /* decode attention over a long cache per cache type (issue 17: GB/s of cache bytes read; the
+     * block types count their scales), GQA 32/8 heads of 128 */
+    {
+        static const kvs_dtype kvt[] = {KVS_F32, KVS_F16, KVS_Q8_0, KVS_Q4_0};
+        const int64_t nk = q ? 4096 : 16384;
+        for (size_t i = 0; i < sizeof kvt / sizeof kvt[0]; i++) case_attention_kv(b, 1, nk, 128, 32, 8, 0, 0, kvt[i], kvt[i]);
     }
 
     /* wavelets along the token axis */

@@ -21,10 +21,12 @@
 
 #include "bench.h"
 #include "cmds.h"
+#include "opts_common.h"
 
 static int bench_ops(int argc, char **argv) {
     bench b = {.rng = 0x9e3779b97f4a7c15ull, .budget_s = CLI_UNSET_DBL};
     int reps = CLI_UNSET_INT;
+    cache_type_opts ct = {0};
     const cli_opt opts[] = {
         {"backend", 'b', CLI_STRING, &b.spec, "B[:I]", "device to run on: cpu, opencl, vulkan, with index (default cpu)"},
         {"json", 0, CLI_FLAG, &b.json, NULL, "print one JSON object on stdout instead of the table"},
@@ -33,6 +35,7 @@ static int bench_ops(int argc, char **argv) {
         {"reps", 'r', CLI_INT, &reps, "N", "timed samples per case, median reported (default 5)"},
         {"threads", 't', CLI_INT, &b.threads, "N", "CPU worker threads (default: all online cores)"},
         {"max-seconds", 0, CLI_DOUBLE, &b.budget_s, "S", "time budget per case, bounds slow devices (default 10; quick 2)"},
+        CACHE_TYPE_OPTS(ct),
     };
     const cli_spec spec = {
         .prog = "kvsieve bench ops",
@@ -51,6 +54,8 @@ static int bench_ops(int argc, char **argv) {
     if (reps != CLI_UNSET_INT && (reps < 1 || reps > MAX_REPS))
         return cli_fail(CLI_EXIT_USAGE, spec.prog, "--reps must be in 1..%d", MAX_REPS);
     if (b.threads < 0) return cli_fail(CLI_EXIT_USAGE, spec.prog, "--threads must be >= 1");
+    rc = cli_cache_types(spec.prog, &ct, b.kv_types);
+    if (rc != CLI_EXIT_OK) return rc;
     if (!isnan(b.budget_s) && !(b.budget_s > 0)) return cli_fail(CLI_EXIT_USAGE, spec.prog, "--max-seconds must be > 0");
     if (isnan(b.budget_s)) b.budget_s = b.quick ? 2.0 : 10.0;
     b.reps = reps != CLI_UNSET_INT ? reps : 5;

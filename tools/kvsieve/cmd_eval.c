@@ -68,6 +68,7 @@ int cmd_eval(int argc, char **argv) {
     policy_opts po = POLICY_OPTS_INIT;
     eval_ctx e;
     memset(&e, 0, sizeof e);
+    cache_type_opts ct = {0};
     const cli_opt opts[] = {
         {"model", 'm', CLI_STRING, &model, "MODEL", "model file (path or name under KVSIEVE_MODELS); required"},
         {"text", 0, CLI_STRING, &text, "FILE", "text to evaluate on; required"},
@@ -92,15 +93,19 @@ int cmd_eval(int argc, char **argv) {
                                                 "eviction (paper: 0.4; default 0 = off)"},
         {"json", 0, CLI_FLAG, &json, NULL, "print one JSON object instead of the table"},
         {"plot", 0, CLI_STRING, &plot, "FILE.svg", "write an SVG plot: top-1 agreement and KL vs budget per policy"},
+        CACHE_TYPE_OPTS(ct),
+        KV_ROTATE_OPT(ct),
         DEVICE_OPTS(dv),
     };
     const cli_spec spec = {
         .prog = prog,
-        .usage = "-m MODEL --text FILE [--policies a,b,c] [--budgets 0.1,0.25,0.5] [--ctx N] [--rerotate] [--think R] [--json] [--plot FILE.svg]",
+        .usage = "-m MODEL --text FILE [--policies a,b,c] [--budgets 0.1,0.25,0.5] [--ctx N] [--rerotate] [--think R] [--cache-type-k T] [--cache-type-v T] [--json] [--plot FILE.svg]",
         .summary = "Teacher-forced fidelity of KV eviction: each window of the text is decoded token by token\n"
                    "with the full cache and with every policy and budget; per cell the mean next-token\n"
                    "KL(full || evicted), top-1 agreement, perplexity and its change, peak cache bytes and the\n"
-                   "recall of names introduced early in the window.\n"
+                   "recall of names introduced early in the window. --cache-type-k/-v store the policies'\n"
+                   "caches in those types, plus a row 'no-evict' (the quantized cache alone); the reference\n"
+                   "'full' row keeps an f32 cache.\n"
                    "Diffusion-model caches have their own evaluation: kvsieve eval --dlm --help.",
         .opts = opts,
         .n_opts = (int)(sizeof opts / sizeof opts[0]),
@@ -111,6 +116,14 @@ int cmd_eval(int argc, char **argv) {
     if (ctx != CLI_UNSET_I64 && ctx < 8) return cli_fail(CLI_EXIT_USAGE, prog, "--ctx %lld: at least 8", (long long)ctx);
     if (windows < 0) return cli_fail(CLI_EXIT_USAGE, prog, "--windows must be >= 0");
     if (!(e.think >= 0.0 && e.think < 1.0)) return cli_fail(CLI_EXIT_USAGE, prog, "--think must be in [0, 1)");
+    kvs_dtype ctypes[2];
+    rc = cli_cache_types(prog, &ct, ctypes);
+    if (rc != CLI_EXIT_OK) return rc;
+    /* an extra cell: the typed (or rotated) cache, no eviction */
+    const int kvq = ctypes[0] != KVS_F32 || ctypes[1] != KVS_F32 || ct.rotate;
+    if (e.rerotate && ((ctypes[0] != KVS_F32 && ctypes[0] != KVS_F16) || ct.rotate))
+        return cli_fail(CLI_EXIT_USAGE, prog, "--rerotate shifts f32/f16 keys in place: not with --cache-type-k %s%s",
+                        kvs_dtype_name(ctypes[0]), ct.rotate ? " --kv-rotate" : "");
 
     /* lists */
     char pol_buf[512], bud_buf[512];
@@ -171,6 +184,9 @@ int cmd_eval(int argc, char **argv) {
     e.dev = cm.dev;
     e.m = cm.m;
     e.hp = cm.hp;
+    rc = cli_cache_types_fit(prog, ctypes, e.hp);
+    if (rc != CLI_EXIT_OK) goto done;
+    rc = CLI_EXIT_FAIL;
     for (int i = 0; i < np; i++)
         if (policy_is_learned(pnames[i])) {
             rc = policy_make_learned(prog, pnames[i], po.policy_file, e.hp, thr, fl, &pols[i]);
@@ -211,7 +227,7 @@ int cmd_eval(int argc, char **argv) {
     e.full_top = malloc((size_t)ctx * sizeof *e.full_top);
     e.lp_buf = malloc((size_t)V * sizeof *e.lp_buf);
     e.probe = malloc((size_t)ctx);
-    int ncell = 1 + np * nb;
+    int ncell = 1 + np * nb + kvq;
     cells = calloc((size_t)ncell, sizeof *cells);
     int32_t *win = malloc((size_t)ctx * sizeof *win);
     if (!e.lp || !e.full_lp || !e.full_top || !e.lp_buf || !e.probe || !cells || !win) {
@@ -230,6 +246,10 @@ int cmd_eval(int argc, char **argv) {
     cells[0].policy = NULL;
     cells[0].budget = 1.0;
     cells[0].kept = ctx;
+    kvs_cache_params cpt = cp; /* the policies' caches (and no-evict) in the chosen types */
+    cpt.type_k = ctypes[0];
+    cpt.type_v = ctypes[1];
+    if (ct.rotate) cpt.flags |= KVS_CACHE_ROTATE;
     /* one evictor and one cache per (policy, budget), sized to budget + buffer */
     kvs_evictor **evs = calloc((size_t)ncell, sizeof *evs);
     kvs_kv_cache **caches = calloc((size_t)ncell, sizeof *caches);
@@ -254,10 +274,17 @@ int cmd_eval(int argc, char **argv) {
             int64_t sum = 0;
             for (int l = 0; l < e.hp->n_layers; l++) sum += kvs_evictor_budget(evs[1 + i * nb + j], l);
             c->kept = (sum + e.hp->n_layers / 2) / e.hp->n_layers;
-            kvs_cache_params cpi = cp;
+            kvs_cache_params cpi = cpt;
             cpi.capacity = kvs_evictor_capacity(evs[1 + i * nb + j], 1);
             s = kvs_cache_create(&caches[1 + i * nb + j], e.dev, &cpi);
         }
+    if (kvq && s == KVS_OK) {
+        cell *c = &cells[ncell - 1];
+        c->policy = "no-evict";
+        c->budget = 1.0;
+        c->kept = ctx;
+        s = kvs_cache_create(&caches[ncell - 1], e.dev, &cpt);
+    }
     int64_t total_probes = 0;
     const int tty = isatty(fileno(stderr)); /* progress lines only where a person watches */
     for (int64_t w = 0; w < windows && s == KVS_OK; w++) {
@@ -294,6 +321,9 @@ int cmd_eval(int argc, char **argv) {
         json_object_object_add(root, "scope", json_object_new_string(kvs_budget_scope_name(scope)));
         json_object_object_add(root, "rerotate", json_object_new_boolean(e.rerotate));
         json_object_object_add(root, "think_ratio", json_object_new_double(e.think));
+        json_object_object_add(root, "cache_type_k", json_object_new_string(kvs_dtype_name(ctypes[0])));
+        json_object_object_add(root, "cache_type_v", json_object_new_string(kvs_dtype_name(ctypes[1])));
+        json_object_object_add(root, "kv_rotate", json_object_new_boolean(ct.rotate));
         json_object_object_add(root, "recall_mentions", json_object_new_int64(total_probes));
         json_object_object_add(root, "learned_threshold", thr > -INFINITY ? json_object_new_double(thr) : NULL);
         json_object_object_add(root, "floor", fl >= 0.0f ? json_object_new_double(fl) : NULL);
@@ -331,6 +361,9 @@ int cmd_eval(int argc, char **argv) {
             if (fl >= 0.0f) printf("%sfloor: each kv head keeps at least %g x its share", thr > -INFINITY ? "; " : "", (double)fl);
             printf("\n");
         }
+        if (kvq)
+            printf("cache types: K %s, V %s%s in the policy rows and no-evict (the full reference keeps f32)\n",
+                   kvs_dtype_name(ctypes[0]), kvs_dtype_name(ctypes[1]), ct.rotate ? ", keys rotated" : "");
         printf("recall: %lld later-mention tokens of early names; probes = those the full cache ranks in its top %d\n",
                (long long)total_probes, RECALL_TOPK);
         printf("%-10s %6s %6s %12s %7s %8s %8s %10s %14s %6s\n", "policy", "budget", "tokens", "KL(full||ev)", "top1%", "ppl",

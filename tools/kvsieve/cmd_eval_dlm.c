@@ -37,6 +37,8 @@ typedef struct ctx {
     kvs_model *shadow;      /* --fidelity: a second copy of the model for the no-cache shadow forward */
     int64_t block;
     float threshold;
+    kvs_dtype types[2]; /* --cache-type-k/-v of the schedules' caches (the no-cache baseline keeps f32) */
+    int rotate;         /* --kv-rotate, the schedules' caches too */
 } ctx;
 
 /* One decode; out[gen]. */
@@ -45,6 +47,11 @@ static kvs_status decode(ctx *c, const prompt *p, int64_t gen, kvs_dlm_schedule 
     kvs_cache_params cp = kvs_model_cache_params(c->m);
     cp.capacity = p->n + gen;
     cp.flags = kvs_dlm_schedule_cache_flags(sc);
+    if (sc) {
+        cp.type_k = c->types[0];
+        cp.type_v = c->types[1];
+        if (c->rotate) cp.flags |= KVS_CACHE_ROTATE;
+    }
     kvs_kv_cache *cache = NULL;
     kvs_status cs = kvs_cache_create(&cache, c->dev, &cp);
     if (cs != KVS_OK) return cs;
@@ -171,7 +178,8 @@ int cmd_eval_dlm(int argc, char **argv) {
     device_opts dv = {.backend = "cpu"};
     double threshold = 0.9;
     dlm_cache_opts co = dlm_cache_opts_default();
-    cli_opt opts[32] = {
+    cache_type_opts ct = {0};
+    cli_opt opts[40] = {
         {"dlm", 0, CLI_FLAG, &dlm_flag, NULL, "evaluate the diffusion-LM cache schedules (this command)"},
         {"model", 'm', CLI_STRING, &model, "MODEL", "masked-diffusion model (default stories260K-llada-f32.gguf)"},
         {"prompts", 0, CLI_STRING, &prompts_path, "FILE", "prompts, one per line (required)"},
@@ -186,6 +194,8 @@ int cmd_eval_dlm(int argc, char **argv) {
         {"long-gen", 0, CLI_INT64, &long_gen, "N", "generated tokens for the long prompts (default 128)"},
         {"budgets", 0, CLI_STRING, &budgets_s, "F,F", "WaveFilter budgets for the long-prompt rows (default 0.25,0.5)"},
         DEVICE_OPTS(dv),
+        CACHE_TYPE_OPTS(ct),
+        KV_ROTATE_OPT(ct),
         {"json", 0, CLI_FLAG, &json, NULL, "print one JSON object instead of the tables"},
         {"plot", 0, CLI_STRING, &plot, "F.svg", "write an SVG plot of speedup, compute fraction and agreement"},
         {"fidelity", 0, CLI_FLAG, &fidelity, NULL, "also measure step fidelity: argmax agreement with a no-cache forward of "
@@ -211,6 +221,12 @@ int cmd_eval_dlm(int argc, char **argv) {
     if (!dlm_flag)
         return cli_fail(CLI_EXIT_USAGE, "kvsieve eval", "--dlm is required (the diffusion cache evaluation is the one built)");
     if (!prompts_path) return cli_fail(CLI_EXIT_USAGE, PROG, "--prompts FILE is required");
+    kvs_dtype ctypes[2];
+    rc = cli_cache_types(PROG, &ct, ctypes);
+    if (rc != CLI_EXIT_OK) return rc;
+    if (ctypes[0] != KVS_F32 || ctypes[1] != KVS_F32)
+        fprintf(stderr, "%s: cache types K %s, V %s in the schedules' caches (the no-cache baseline keeps f32)\n", PROG,
+                kvs_dtype_name(ctypes[0]), kvs_dtype_name(ctypes[1]));
     if (block < 1 || threshold < 0 || threshold > 1 || long_n < 0 || long_n > MAX_PROMPTS || long_len < 2 || long_gen < 1)
         return cli_fail(CLI_EXIT_USAGE, PROG, "bad --block, --threshold, --long-prompts, --long-len or --long-gen");
     char gbuf[256], cbuf[256];
@@ -241,7 +257,7 @@ int cmd_eval_dlm(int argc, char **argv) {
 
     /* model, tokenizer, device */
     cli_model cm = {0};
-    ctx c = {.block = block, .threshold = (float)threshold};
+    ctx c = {.block = block, .threshold = (float)threshold, .types = {ctypes[0], ctypes[1]}, .rotate = ct.rotate};
     prompt ps[MAX_PROMPTS], lp[MAX_PROMPTS];
     int np = 0, nlp = 0;
     agg *a = calloc((size_t)(ng + 1) * (size_t)nc * (size_t)(nb + 1), sizeof *a);
@@ -251,6 +267,7 @@ int cmd_eval_dlm(int argc, char **argv) {
     if (!a) return cli_fail(CLI_EXIT_FAIL, PROG, "out of memory");
     rc = cli_model_open(PROG, model, &dv, &cm);
     if (rc == CLI_EXIT_OK) rc = cli_model_require_dlm(PROG, model, &cm);
+    if (rc == CLI_EXIT_OK) rc = cli_cache_types_fit(PROG, ctypes, cm.hp);
     if (rc != CLI_EXIT_OK) {
         exit_code = rc;
         goto done;

@@ -86,12 +86,15 @@ int cmd_generate(int argc, char **argv) {
                   .threshold = 0.0, .seed = CLI_UNSET_I64, .block = CLI_UNSET_I64, .steps = CLI_UNSET_I64};
     policy_opts po = POLICY_OPTS_INIT;
     dlm_cache_opts co = dlm_cache_opts_default();
+    cache_type_opts ct = {0};
     cli_opt opts[64] = {
         {"model", 'm', CLI_STRING, &o.model, "MODEL", "model file or directory (GGUF, safetensors dir, llama2.c .bin), required; "
                                                       "a bare name is looked up in $KVSIEVE_MODELS, models/, then ../shared/models"},
         {"prompt", 'p', CLI_STRING, &o.prompt, "TEXT", "prompt text (default: empty, BOS only)"},
         {"n", 'n', CLI_INT64, &o.n, "N", "tokens to generate (default: 256 autoregressive, 64 diffusion)"},
         DEVICE_OPTS(o.dev),
+        CACHE_TYPE_OPTS(ct),
+        KV_ROTATE_OPT(ct),
         {"temp", 0, CLI_DOUBLE, &o.temp, "T", "autoregressive sampling temperature; 0 = greedy (default 0)"},
         {"top-p", 0, CLI_DOUBLE, &o.top_p, "P", "nucleus sampling mass in (0, 1] (default 1 = off)"},
         {"seed", 's', CLI_INT64, &o.seed, "S", "sampler seed (default 42)"},
@@ -160,6 +163,9 @@ int cmd_generate(int argc, char **argv) {
     if (o.threshold < 0 || o.threshold > 1) return cli_fail(CLI_EXIT_USAGE, PROG, "--threshold must be in [0, 1]");
     if ((o.n != CLI_UNSET_I64 && o.n < 1) || o.block < 1 || o.steps < 0) return cli_fail(CLI_EXIT_USAGE, PROG, "need -n >= 1, --block >= 1, --steps >= 0");
 
+    kvs_dtype ctypes[2];
+    rc = cli_cache_types(PROG, &ct, ctypes);
+    if (rc != CLI_EXIT_OK) return rc;
     cli_model cm = {0};
     kvs_kv_cache *cache = NULL;
     kvs_policy *pol = NULL;
@@ -180,6 +186,11 @@ int cmd_generate(int argc, char **argv) {
     kvs_device *dev = cm.dev;
     const kvs_tokenizer *tok = cm.tok;
     const kvs_model_hparams *hp = cm.hp;
+    rc = cli_cache_types_fit(PROG, ctypes, hp);
+    if (rc != CLI_EXIT_OK) {
+        exit_code = rc;
+        goto done;
+    }
     int dlm = hp->arch == KVS_ARCH_LLADA;
     int64_t n_gen = o.n > 0 ? o.n : (dlm ? 64 : 256);
     if (dlm ? ar_flags : dlm_flags) {
@@ -286,6 +297,14 @@ int cmd_generate(int argc, char **argv) {
                              (long long)(o.ctx > 0 && o.ctx < hp->ctx_len ? o.ctx : hp->ctx_len));
         goto done;
     }
+    cp.type_k = ctypes[0];
+    cp.type_v = ctypes[1];
+    if (ct.rotate) cp.flags |= KVS_CACHE_ROTATE;
+    if (stream && ((ctypes[0] != KVS_F32 && ctypes[0] != KVS_F16) || ct.rotate)) {
+        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "--rerotate shifts f32/f16 keys in place: not with --cache-type-k %s%s",
+                             kvs_dtype_name(ctypes[0]), ct.rotate ? " --kv-rotate" : "");
+        goto done;
+    }
     if (kvs_cache_create(&cache, dev, &cp) != KVS_OK) {
         exit_code = cli_fail(CLI_EXIT_FAIL, PROG, "%s", kvs_last_error());
         goto done;
@@ -324,7 +343,7 @@ int cmd_generate(int argc, char **argv) {
         if (sched) {
             /* the cache needs the schedule's extras (elastic: layer inputs) */
             kvs_cache_destroy(&cache);
-            cp.flags = kvs_dlm_schedule_cache_flags(sched);
+            cp.flags = kvs_dlm_schedule_cache_flags(sched) | (ct.rotate ? KVS_CACHE_ROTATE : 0u);
             if (kvs_cache_create(&cache, dev, &cp) != KVS_OK) {
                 exit_code = cli_fail(CLI_EXIT_FAIL, PROG, "%s", kvs_last_error());
                 goto done;
@@ -410,6 +429,9 @@ int cmd_generate(int argc, char **argv) {
         json_object_object_add(js, "compute_fraction", json_object_new_double(st.compute_fraction));
         json_object_object_add(js, "cache_bytes_peak", json_object_new_int64(st.cache_bytes_peak));
         json_object_object_add(js, "cache_bytes_allocated", json_object_new_int64(st.cache_bytes_allocated));
+        json_object_object_add(js, "cache_type_k", json_object_new_string(kvs_dtype_name(ctypes[0])));
+        json_object_object_add(js, "cache_type_v", json_object_new_string(kvs_dtype_name(ctypes[1])));
+        json_object_object_add(js, "kv_rotate", json_object_new_boolean(ct.rotate));
         if (pol) {
             json_object_object_add(js, "policy", json_object_new_string(kvs_policy_name(pol)));
             json_object_object_add(js, "budget", json_object_new_double(ap.budget));
@@ -457,12 +479,12 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr,
                 "[%s on %s] %lld tokens in %.3f s (%.1f tokens/s), %lld %s\n"
                 "rows computed %lld of %lld without cache (compute fraction %.3f)\n"
-                "model %.2f MiB, cache peak %.2f MiB (allocated %.2f MiB)\n",
+                "model %.2f MiB, cache peak %.2f MiB (allocated %.2f MiB; K %s, V %s)\n",
                 dlm ? "diffusion" : "autoregressive", kvs_device_get_info(dev)->name, (long long)n_out, st.seconds,
                 st.tokens_per_s, (long long)st.steps, dlm ? "denoising steps" : "forward steps",
                 (long long)st.rows_computed, (long long)rows_baseline, st.compute_fraction,
                 (double)kvs_model_weight_bytes(m) / 1048576.0, (double)st.cache_bytes_peak / 1048576.0,
-                (double)st.cache_bytes_allocated / 1048576.0);
+                (double)st.cache_bytes_allocated / 1048576.0, kvs_dtype_name(ctypes[0]), kvs_dtype_name(ctypes[1]));
         if (dlm && st.tokens_eos_filled > 0)
             fprintf(stderr, "stop at EOS: %lld tokens decoded, %lld set to EOS without decoding\n", (long long)st.tokens,
                     (long long)st.tokens_eos_filled);

@@ -31,6 +31,26 @@ int cli_model_open(const char *prog, const char *name, const device_opts *d, cli
     return rc != CLI_EXIT_OK ? rc : cli_model_create(prog, d, cm);
 }
 
+int cli_cache_types(const char *prog, const cache_type_opts *o, kvs_dtype types[2]) {
+    const char *names[2] = {o->k, o->v};
+    for (int w = 0; w < 2; w++) {
+        types[w] = KVS_F32;
+        if (names[w] && kvs_cache_type_from_name(names[w], &types[w]) != KVS_OK)
+            return cli_fail(CLI_EXIT_USAGE, prog, "--cache-type-%c: %s", w ? 'v' : 'k', kvs_last_error());
+    }
+    return CLI_EXIT_OK;
+}
+
+int cli_cache_types_fit(const char *prog, const kvs_dtype types[2], const kvs_model_hparams *hp) {
+    for (int w = 0; w < 2; w++)
+        if (kvs_dtype_block(types[w]) > 1 && hp->head_dim % kvs_dtype_block(types[w]) != 0)
+            return cli_fail(CLI_EXIT_USAGE, prog,
+                            "--cache-type-%c %s stores blocks of %d values along head_dim; this model's head_dim is %d "
+                            "(f32, f16 and bf16 fit any head_dim)",
+                            w ? 'v' : 'k', kvs_dtype_name(types[w]), kvs_dtype_block(types[w]), hp->head_dim);
+    return CLI_EXIT_OK;
+}
+
 int cli_model_require_dlm(const char *prog, const char *name, const cli_model *cm) {
     if (cm->hp && cm->hp->arch == KVS_ARCH_LLADA) return CLI_EXIT_OK;
     return cli_fail(CLI_EXIT_USAGE, prog, "%s is not a masked-diffusion (llada) model", name);

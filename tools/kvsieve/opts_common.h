@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "cli.h"
+#include "kvsieve/cache.h"
 #include "kvsieve/model.h"
 #include "kvsieve/model_file.h"
 #include "kvsieve/tokenizer.h"
@@ -29,6 +30,28 @@ typedef struct device_opts {
     {"backend", 'b', CLI_STRING, &(d).backend, "B[:I]", "cpu | opencl | vulkan, optional device index (default cpu)"}
 #define DEVICE_OPTS(d)                                                                                             \
     DEVICE_BACKEND_OPT(d), {"threads", 't', CLI_INT, &(d).threads, "N", "CPU backend threads (default: all cores)"}
+
+/* The KV cache element types (--cache-type-k T --cache-type-v T, llama.cpp's names and choices; NULL
+ * = f32): f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl. The block types need head_dim % 32 == 0 and
+ * the CPU backend (kvs_cache_create refuses them otherwise, before decoding). */
+typedef struct cache_type_opts {
+    const char *k, *v;
+    int rotate; /* --kv-rotate: KVS_CACHE_ROTATE (keys and queries rotated per head; off by default) */
+} cache_type_opts;
+#define KV_ROTATE_OPT(c)                                                                                           \
+    {"kv-rotate", 0, CLI_FLAG, &(c).rotate, NULL,                                                                  \
+     "store keys rotated by a fixed orthonormal Hadamard transform per head (queries too: same scores; spreads "   \
+     "outlier channels before quantization; default off)"}
+#define CACHE_TYPE_OPTS(c)                                                                                         \
+    {"cache-type-k", 0, CLI_STRING, &(c).k, "T",                                                                   \
+     "K cache type: f32 (default), f16, bf16, q8_0, q4_0, q4_1, iq4_nl (blocks of 32 along head_dim)"},            \
+    {"cache-type-v", 0, CLI_STRING, &(c).v, "T", "V cache type, the same choices (default f32)"}
+/* Parses o into types[0] (K) and types[1] (V). CLI_EXIT_OK, or CLI_EXIT_USAGE after
+ * "PROG: --cache-type-k: unknown cache type ..." for a name that is not one of the seven. */
+int cli_cache_types(const char *prog, const cache_type_opts *o, kvs_dtype types[2]);
+/* CLI_EXIT_OK when the model's head_dim takes the block types among types (a multiple of 32), else
+ * CLI_EXIT_USAGE after "PROG: --cache-type-k q8_0 needs head_dim % 32 == 0; MODEL has head_dim 8 ...". */
+int cli_cache_types_fit(const char *prog, const kvs_dtype types[2], const kvs_model_hparams *hp);
 
 /* An open model: its file, tokenizer, device and weights on it. Zero-initialise, then
  * cli_model_open (or its two halves); cli_model_close releases whatever is set. */

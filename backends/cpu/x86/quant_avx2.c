@@ -55,9 +55,27 @@ typedef __m256i qf_vi;
 #define QF_ZERO _mm256_setzero_ps()
 #define QF_HSUM(v) hsum256(v)
 #include "../quant_fused.h"
+/* out[0..3] = the lane sums of a, b, c, d (pairwise horizontal adds) */
+static inline __attribute__((always_inline)) void hsum4_256(__m256 a, __m256 b, __m256 c, __m256 d, float *out) {
+    const __m256 abcd = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1)));
+}
+#define QF_QK_ROWS 2
+#define QF_HSUM4(a, b, c, d, out) hsum4_256((a), (b), (c), (d), (out))
+#include "att_quant_fused.h"
 
 void kvs_cpu_qdecode_avx2(kvs_dtype dt, const void *src, int64_t n, float *dst) {
     if (!qf_decode(dt, src, n, dst)) kvs_qb_decode_n(dt, src, n / kvs_dtype_block(dt), dst);
+}
+
+int kvs_cpu_att_qk_q_avx2(kvs_dtype dt, const void *K, int64_t rb, const float *Q, int64_t d, int64_t M, int64_t n,
+                          float scale, float *S, int64_t lds) {
+    return qf_att_qk(dt, K, rb, Q, d, M, n, scale, S, lds);
+}
+
+int kvs_cpu_att_pv_q_avx2(kvs_dtype dt, const void *V, int64_t rb, const float *P, int64_t ldp, int64_t M, int64_t n,
+                         int64_t d, float *O) {
+    return qf_att_pv(dt, V, rb, P, ldp, M, n, d, O);
 }
 
 void kvs_cpu_qdot_rows_avx2(const void *wrow, kvs_dtype dt, const float *x, int64_t k, int64_t n, float *acc) {

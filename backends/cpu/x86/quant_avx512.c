@@ -45,9 +45,30 @@ typedef __m512i qf_vi;
 #define QF_ZERO _mm512_setzero_ps()
 #define QF_HSUM(v) _mm512_reduce_add_ps(v)
 #include "../quant_fused.h"
+/* out[0..3] = the lane sums of a, b, c, d (512 -> 256 bits, then pairwise horizontal adds) */
+static inline __attribute__((always_inline)) void hsum4_512(__m512 a, __m512 b, __m512 c, __m512 d, float *out) {
+#define H256_(x) _mm256_add_ps(_mm512_castps512_ps256(x), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)))
+    const __m256 ab = _mm256_hadd_ps(H256_(a), H256_(b)), cd = _mm256_hadd_ps(H256_(c), H256_(d));
+#undef H256_
+    const __m256 abcd = _mm256_hadd_ps(ab, cd);
+    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1)));
+}
+#define QF_QK_ROWS 4
+#define QF_HSUM4(a, b, c, d, out) hsum4_512((a), (b), (c), (d), (out))
+#include "att_quant_fused.h"
 
 void kvs_cpu_qdecode_avx512(kvs_dtype dt, const void *src, int64_t n, float *dst) {
     if (!qf_decode(dt, src, n, dst)) kvs_qb_decode_n(dt, src, n / kvs_dtype_block(dt), dst);
+}
+
+int kvs_cpu_att_qk_q_avx512(kvs_dtype dt, const void *K, int64_t rb, const float *Q, int64_t d, int64_t M, int64_t n,
+                            float scale, float *S, int64_t lds) {
+    return qf_att_qk(dt, K, rb, Q, d, M, n, scale, S, lds);
+}
+
+int kvs_cpu_att_pv_q_avx512(kvs_dtype dt, const void *V, int64_t rb, const float *P, int64_t ldp, int64_t M, int64_t n,
+                         int64_t d, float *O) {
+    return qf_att_pv(dt, V, rb, P, ldp, M, n, d, O);
 }
 
 void kvs_cpu_qdot_rows_avx512(const void *wrow, kvs_dtype dt, const float *x, int64_t k, int64_t n, float *acc) {

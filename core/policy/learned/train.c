@@ -68,7 +68,7 @@ static kvs_status collect(kvs_model *m, kvs_kv_cache *c, const int32_t *tok, int
             int64_t cap = kvs_cache_get_params(c)->capacity;
             float *kb = malloc((size_t)(H * cap * hd) * sizeof(float));
             if (!kb) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_learned_train: out of host memory");
-            kvs_status s = kvs_tensor_download(kvs_cache_k(c, l), kb, 0, (size_t)(H * cap * hd) * sizeof(float));
+            kvs_status s = kvs_cache_read_f32(c, l, 0, kb);
             for (int h = 0; h < H && s == KVS_OK; h++)
                 memcpy(K + ((int64_t)l * H + h) * N * hd, kb + (int64_t)h * cap * hd, (size_t)(N * hd) * sizeof(float));
             free(kb);

@@ -1,0 +1,303 @@
+/* Suite "attention-kvq": the quantized KV cache's two ops (issue 17) against float64 references.
+ *
+ *  - kvs_scatter converting f32 rows to every cache type (F16, BF16, Q8_0, Q4_0, Q4_1, IQ4_NL; the
+ *    cache's quantize-on-append): rows written where idx says and nowhere else (rows never written
+ *    keep their poison, guard bands untouched), and the decoded rows close to the f32 input (nmse
+ *    budget per type: f16 1e-6, bf16 2e-5, q8_0 1e-4, q4_0 / q4_1 / iq4_nl 1.5e-2 for normal data,
+ *    about 2x the measured values);
+ *  - kvs_attention reading those tensors for every K/V type pair (7 x 7, K and V chosen
+ *    separately), on odd sizes (13 query rows, capacities 301 / 1100 / 2100, GQA 1 / 3 / 4, head_dim
+ *    32 / 64 / 96 / 128), with every statistic (key_mass over stat_rows, probs of probe rows, argmax,
+ *    row_max, row_sum), ragged kv_len and causal positions, compared to ref_attention in float64 over
+ *    the DEQUANTIZED cache (ref_quant.h's independent float64 decoder): the kernel's only error is
+ *    then f32 arithmetic, so the tolerances are the f32 ones of the attention suite (nmse 1e-6;
+ *    row_max within 1e-5 of the logit bound). Rows past the written ones hold the harness's poison
+ *    bytes (NaN scales) and must not reach any output.
+ *  - refusals: a K of a block type the cache does not take (q4_k), a scatter from f16 into q8_0.
+ * The suite's ops are attention and scatter, so test_ops sweeps every attention variant (portable,
+ * avx2, avx512, with and without split keys). OpenCL and Vulkan refuse converting scatters and
+ * non-f32/f16 K/V (the cases are listed as unsupported there).
+ */
+#include <float.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "ref_quant.h"
+#include "reference.h"
+#include "suites.h"
+
+static const kvs_dtype kv_types[] = {KVS_F32, KVS_F16, KVS_BF16, KVS_Q8_0, KVS_Q4_0, KVS_Q4_1, KVS_IQ4_NL};
+#define N_TYPES ((int)(sizeof kv_types / sizeof kv_types[0]))
+
+typedef struct kvq_case {
+    const char *name;
+    int n_q, H, Hkv, d, cap, n_kv, causal, kvlen;
+} kvq_case;
+
+static const kvq_case shapes[] = {
+    {"decode_gqa4_d64", 1, 8, 2, 64, 301, 300, 1, 0},
+    {"decode3_gqa3_d96_ragged", 3, 6, 2, 96, 1100, 1027, 1, 1},
+    {"prefill13_mha_d32", 13, 4, 4, 32, 70, 65, 1, 0},
+    {"decode_d128_long", 1, 4, 1, 128, 2100, 2049, 1, 1},
+    {"bidir17_gqa2_d64", 17, 4, 2, 64, 40, 0, 0, 0},
+};
+#define N_SHAPES ((int)(sizeof shapes / sizeof shapes[0]))
+#define N_KVQ (N_SHAPES * N_TYPES * N_TYPES)
+
+static double type_budget(kvs_dtype t) {
+    switch (t) {
+    case KVS_F32: return 0.0;
+    case KVS_F16: return 1e-6;
+    case KVS_BF16: return 2e-5;
+    case KVS_Q8_0: return 1e-4;
+    default: return 1.5e-2;
+    }
+}
+
+/* Decodes one stored row of dtype t (d values) into double, independently of the library. */
+static void decode_row(kvs_dtype t, const uint8_t *row, int64_t d, double *out) {
+    if (t == KVS_F32) {
+        for (int64_t i = 0; i < d; i++) out[i] = ((const float *)row)[i];
+    } else if (t == KVS_F16) {
+        for (int64_t i = 0; i < d; i++) out[i] = ref_f16_to_f64(((const uint16_t *)row)[i]);
+    } else if (t == KVS_BF16) {
+        for (int64_t i = 0; i < d; i++) out[i] = ref_bf16_to_f64(((const uint16_t *)row)[i]);
+    } else {
+        const size_t bb = kvs_dtype_bytes(t, 32);
+        for (int64_t i = 0; i < d; i++) {
+            double mul, add;
+            ref_quant_value(t, row + (size_t)(i / 32) * bb, (int)(i % 32), &mul, &add);
+            out[i] = mul + add;
+        }
+    }
+}
+
+/* Writes rows [0, n) of every kv head of x ([Hkv][cap][d] f32, host) into a new guarded tensor of
+ * dtype t through a token-major converting scatter (the cache's append); rows >= n keep the poison.
+ * Returns NULL (skip recorded) when the backend refuses. *dec: the stored values decoded, [Hkv][cap][d]
+ * (rows >= n: 0). Checks the encoding error budget. */
+static tt *store(kvs_dtype t, const float *x, int64_t Hkv, int64_t cap, int64_t d, int64_t n, double **dec) {
+    tt *dst = t_new3(t, d, cap, Hkv), *src = t_new3(KVS_F32, d, Hkv, n), *idx = t_new1(KVS_I32, n);
+    float *tm = t_alloc(4 * (size_t)(n * Hkv * d));
+    for (int64_t h = 0; h < Hkv; h++)
+        for (int64_t j = 0; j < n; j++) memcpy(tm + (j * Hkv + h) * d, x + (h * cap + j) * d, 4 * (size_t)d);
+    int32_t *ix = t_alloc(4 * (size_t)n);
+    for (int64_t j = 0; j < n; j++) ix[j] = (int32_t)j;
+    t_upload_f32(src, tm);
+    t_upload_i32(idx, ix);
+    unsigned char *before = t_alloc(dst->nbytes);
+    memcpy(before, dst->shadow + dst->guard, dst->nbytes);
+    if (t_op(kvs_scatter(t_dev(), src->t, idx->t, dst->t, 1))) return NULL;
+    unsigned char *raw = t_alloc(dst->nbytes);
+    t_download(dst, raw); /* guard bands checked */
+    const size_t rb = kvs_dtype_bytes(t, d);
+    T_ASSERT(memcmp(raw + (size_t)n * rb, before + (size_t)n * rb, (size_t)(cap - n) * rb) == 0 || Hkv < 1,
+             "scatter wrote past row %lld of head 0", (long long)n);
+    for (int64_t h = 0; h < Hkv; h++)
+        T_ASSERT(memcmp(raw + (size_t)(h * cap + n) * rb, before + (size_t)(h * cap + n) * rb, (size_t)(cap - n) * rb) == 0,
+                 "scatter wrote rows >= %lld of head %lld", (long long)n, (long long)h);
+    t_upload(dst, raw); /* the shadow follows what the op wrote */
+    double *dv = t_alloc(sizeof(double) * (size_t)(Hkv * cap * d));
+    double se = 0.0, sr = 0.0;
+    for (int64_t h = 0; h < Hkv; h++)
+        for (int64_t j = 0; j < n; j++) {
+            double *o = dv + (h * cap + j) * d;
+            decode_row(t, raw + (size_t)(h * cap + j) * rb, d, o);
+            for (int64_t i = 0; i < d; i++) {
+                const double r = x[(h * cap + j) * d + i];
+                se += (o[i] - r) * (o[i] - r);
+                sr += r * r;
+            }
+        }
+    T_ASSERT(se <= type_budget(t) * sr, "%s encoding: nmse %.3e above its budget %.1e", kvs_dtype_name(t), se / sr,
+             type_budget(t));
+    *dec = dv;
+    return dst;
+}
+
+static void kvq_run(int ci) {
+    const kvq_case *c = &shapes[ci / (N_TYPES * N_TYPES)];
+    const kvs_dtype kt_ = kv_types[(ci / N_TYPES) % N_TYPES], vt_ = kv_types[ci % N_TYPES];
+    t_case("attention-kvq %s k=%s v=%s n_q=%d n_heads=%d n_kv_heads=%d head_dim=%d capacity=%d n_kv=%d causal=%d "
+           "kvlen=%d stats=all",
+           c->name, kvs_dtype_name(kt_), kvs_dtype_name(vt_), c->n_q, c->H, c->Hkv, c->d, c->cap, c->n_kv, c->causal,
+           c->kvlen);
+    const int64_t nq = c->n_q, H = c->H, Hkv = c->Hkv, d = c->d, cap = c->cap;
+    const int64_t nkv = c->n_kv ? c->n_kv : cap;
+    float *q = t_alloc(4 * (size_t)(nq * H * d));
+    float *k = t_alloc(4 * (size_t)(Hkv * cap * d)), *v = t_alloc(4 * (size_t)(Hkv * cap * d));
+    t_fill_normal(q, nq * H * d, 1.0);
+    t_fill_normal(k, Hkv * cap * d, 1.0);
+    t_fill_normal(v, Hkv * cap * d, 1.0);
+    double *kd = NULL, *vd = NULL;
+    tt *kt = store(kt_, k, Hkv, cap, d, nkv, &kd);
+    if (!kt) return;
+    tt *vt = store(vt_, v, Hkv, cap, d, nkv, &vd);
+    if (!vt) return;
+    int32_t *kvlen = NULL;
+    if (c->kvlen) {
+        kvlen = t_alloc(4 * (size_t)Hkv);
+        for (int64_t h = 0; h < Hkv; h++) kvlen[h] = (int32_t)t_rand_int(1, nkv);
+        kvlen[0] = (int32_t)nkv;
+    }
+    const int64_t n_stat = nq > 1 ? nq / 2 : 1, n_probe = nq >= 2 ? 2 : 1;
+    int32_t *stat_rows = t_alloc(4 * (size_t)nq), probe_rows[2] = {(int32_t)(nq - 1), 0};
+    for (int64_t i = 0; i < nq; i++) stat_rows[i] = (int32_t)i;
+    t_shuffle_i32(stat_rows, nq);
+
+    tt *qt = t_new3(KVS_F32, d, H, nq), *ot = t_new3(KVS_F32, d, H, nq);
+    t_upload_f32(qt, q);
+    tt *klt = NULL, *srt = t_new1(KVS_I32, n_stat), *prt = t_new1(KVS_I32, n_probe);
+    t_upload_i32(srt, stat_rows);
+    t_upload_i32(prt, probe_rows);
+    tt *kmt = t_new2(KVS_F32, cap, Hkv), *pbt = t_new3(KVS_F32, cap, H, n_probe), *amt = t_new2(KVS_I32, H, nq);
+    tt *rmt = t_new2(KVS_F32, H, nq), *rst = t_new2(KVS_F32, H, nq);
+    kvs_attention_params p = kvs_attention_params_default();
+    p.causal = c->causal;
+    p.n_kv = c->n_kv;
+    if (kvlen) {
+        klt = t_new1(KVS_I32, Hkv);
+        t_upload_i32(klt, kvlen);
+        p.kv_len = klt->t;
+    }
+    p.stat_rows = srt->t;
+    p.key_mass = kmt->t;
+    p.probe_rows = prt->t;
+    p.probs = pbt->t;
+    p.argmax = amt->t;
+    p.row_max = rmt->t;
+    p.row_sum = rst->t;
+    unsigned char *km_before = t_alloc(kmt->nbytes);
+    memcpy(km_before, kmt->shadow + kmt->guard, kmt->nbytes);
+
+    ref_attn r;
+    memset(&r, 0, sizeof r);
+    r.n_q = nq; r.n_heads = H; r.n_kv_heads = Hkv; r.head_dim = d; r.capacity = cap; r.n_kv = nkv;
+    r.scale = (double)(float)(1.0 / sqrt((double)d));
+    r.causal = c->causal;
+    double *qd = t_alloc(sizeof(double) * (size_t)(nq * H * d));
+    for (int64_t i = 0; i < nq * H * d; i++) qd[i] = q[i];
+    r.q = qd; r.k = kd; r.v = vd; r.kv_len = kvlen;
+    r.stat_rows = stat_rows; r.n_stat = n_stat;
+    r.probe_rows = probe_rows; r.n_probe = n_probe;
+    r.out = t_alloc(sizeof(double) * (size_t)(nq * H * d));
+    r.logits = t_alloc(sizeof(double) * (size_t)(nq * H * nkv));
+    r.bound = t_alloc(sizeof(double) * (size_t)(nq * H));
+    r.row_max = t_alloc(sizeof(double) * (size_t)(nq * H));
+    r.row_sum = t_alloc(sizeof(double) * (size_t)(nq * H));
+    r.argmax = t_alloc(4 * (size_t)(nq * H));
+    r.key_mass = t_alloc(sizeof(double) * (size_t)(Hkv * cap));
+    r.probs = t_alloc(sizeof(double) * (size_t)(n_probe * H * cap));
+    ref_attention(&r);
+
+    if (t_op(kvs_attention(t_dev(), qt->t, kt->t, vt->t, ot->t, &p))) return;
+    const double tol = 1e-6, mtol = 1e-5;
+    float *out = t_alloc(4 * (size_t)(nq * H * d)), *rm = t_alloc(4 * (size_t)(nq * H)), *rs = t_alloc(4 * (size_t)(nq * H));
+    t_download(ot, out);
+    t_download(rmt, rm);
+    t_download(rst, rs);
+    for (int64_t i = 0; i < nq * H; i++) {
+        if (r.argmax[i] < 0) {
+            T_ASSERT(rm[i] == -FLT_MAX && rs[i] == 0.0f, "row %lld head %lld: no visible key but row_max %g row_sum %g",
+                     (long long)(i / H), (long long)(i % H), (double)rm[i], (double)rs[i]);
+            continue;
+        }
+        const double err = fabs((double)rm[i] - r.row_max[i]);
+        T_ASSERT(err <= mtol * r.bound[i] + 1e-30, "row_max[row %lld head %lld] = %.9g, want %.9g", (long long)(i / H),
+                 (long long)(i % H), (double)rm[i], r.row_max[i]);
+        rs[i] = (float)(rs[i] * exp((double)rm[i] - r.row_max[i]));
+        char what[64];
+        snprintf(what, sizeof what, "out[row %lld head %lld]", (long long)(i / H), (long long)(i % H));
+        t_check_nmse(what, out + i * d, r.out + i * d, d, tol);
+    }
+    t_check_nmse("out", out, r.out, nq * H * d, tol);
+    t_check_nmse("row_sum (rescaled)", rs, r.row_sum, nq * H, tol);
+    int32_t *am = t_alloc(4 * (size_t)(nq * H));
+    t_download(amt, am);
+    for (int64_t i = 0; i < nq * H; i++) {
+        if (r.argmax[i] < 0) {
+            T_ASSERT(am[i] == -1, "argmax[%lld] = %d, want -1", (long long)i, am[i]);
+            continue;
+        }
+        T_ASSERT(am[i] >= 0 && am[i] < nkv, "argmax[%lld] = %d outside [0, %lld)", (long long)i, am[i], (long long)nkv);
+        const double lg = r.logits[i * nkv + am[i]];
+        T_ASSERT(lg != -INFINITY && lg >= r.row_max[i] - mtol * r.bound[i],
+                 "argmax[row %lld head %lld] = %d (logit %.9g), best %d (%.9g)", (long long)(i / H), (long long)(i % H),
+                 am[i], lg, r.argmax[i], r.row_max[i]);
+    }
+    float *pb = t_alloc(4 * (size_t)(n_probe * H * cap));
+    t_download(pbt, pb);
+    for (int64_t i = 0; i < n_probe * H * cap; i++)
+        if (r.probs[i] == 0.0) T_ASSERT(pb[i] == 0.0f, "probs[%lld] = %g, want 0 (invisible key)", (long long)i, (double)pb[i]);
+    t_check_nmse("probs", pb, r.probs, n_probe * H * cap, tol);
+    unsigned char *kmb = t_alloc(kmt->nbytes);
+    t_download(kmt, kmb);
+    const float *km = (const float *)kmb;
+    float *kmv = t_alloc(4 * (size_t)(Hkv * cap));
+    double *kmr = t_alloc(sizeof(double) * (size_t)(Hkv * cap));
+    int64_t nv = 0;
+    for (int64_t h = 0; h < Hkv; h++) {
+        const int64_t valid = ref_attn_valid(&r, h);
+        for (int64_t j = 0; j < cap; j++) {
+            if (j < valid) {
+                kmv[nv] = km[h * cap + j];
+                kmr[nv++] = r.key_mass[h * cap + j];
+            } else {
+                T_ASSERT(memcmp(kmb + 4 * (h * cap + j), km_before + 4 * (h * cap + j), 4) == 0,
+                         "key_mass[%lld][%lld] beyond the valid length was written", (long long)h, (long long)j);
+            }
+        }
+    }
+    t_check_nmse("key_mass", kmv, kmr, nv, tol);
+    t_assert_unchanged(kt, "k");
+    t_assert_unchanged(vt, "v");
+    t_assert_unchanged(qt, "q");
+}
+
+START_TEST(test_attention_kvq) {
+    /* OpenCL and Vulkan refuse every converting scatter (no quantized cache there): one pair per
+     * shape (f16/f16) shows the refusal as an unsupported case; the other 48 would only repeat it
+     * at the cost of a device opened per case */
+    if (t_params.backend != KVS_BACKEND_CPU && _i % (N_TYPES * N_TYPES) != N_TYPES + 1) return;
+    char tname[96];
+    snprintf(tname, sizeof tname, "attention_kvq_%d", _i);
+    t_begin(tname);
+    kvq_run(_i);
+    t_end();
+}
+END_TEST
+
+/* The refusals: a K type the cache does not take, a converting scatter from a non-f32 source, a
+ * block type whose rows are not whole blocks cannot even be created. */
+START_TEST(test_attention_kvq_refusals) {
+    kvs_device *dev = t_begin("attention_kvq_refusals");
+    t_case("attention-kvq refusals");
+    tt *qt = t_new3(KVS_F32, 256, 2, 1), *ot = t_new3(KVS_F32, 256, 2, 1);
+    tt *k4 = t_new3(KVS_Q4_K, 256, 8, 1), *vf = t_new3(KVS_F32, 256, 8, 1);
+    kvs_attention_params p = kvs_attention_params_default();
+    t_expect(kvs_attention(dev, qt->t, k4->t, vf->t, ot->t, &p), KVS_ERR_DTYPE, "attention with a q4_k K");
+    T_ASSERT(strstr(kvs_last_error(), "q4_k") != NULL, "message: %s", kvs_last_error());
+    tt *src = t_new3(KVS_F16, 64, 1, 2), *dst = t_new3(KVS_Q8_0, 64, 4, 1), *idx = t_new1(KVS_I32, 2);
+    t_expect(kvs_scatter(dev, src->t, idx->t, dst->t, 1), KVS_ERR_DTYPE, "scatter f16 -> q8_0");
+    T_ASSERT(strstr(kvs_last_error(), "f16") != NULL, "message: %s", kvs_last_error());
+    kvs_tensor *bad = NULL;
+    t_expect(kvs_tensor_new(&bad, dev, KVS_Q4_0, 48, 4, 1, 0), KVS_ERR_DTYPE, "a q4_0 tensor of 48-value rows");
+    t_end();
+}
+END_TEST
+
+static const t_seq kvq_seq[] = {{kvq_run, N_KVQ}};
+T_SEQUENCE_TEST(test_attention_kvq_sequence, kvq_seq)
+
+Suite *suite_attention_kvq(void) {
+    Suite *s = suite_create("attention-kvq");
+    TCase *tc = tcase_create("attention-kvq");
+    tcase_add_loop_test(tc, test_attention_kvq, 0, N_KVQ);
+    tcase_add_test(tc, test_attention_kvq_refusals);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("sequence");
+    tcase_add_test(tc, test_attention_kvq_sequence);
+    suite_add_tcase(s, tc);
+    return s;
+}
