@@ -37,6 +37,12 @@ typedef struct kvs_dlm_view {
     int64_t n_decoded_prev;
     int n_layers;
     int n_heads, n_kv_heads;    /* the model's attention heads (statistics layouts) */
+    int logit_shift;            /* 1: the model predicts position p from row p-1 (Dream; hparams
+                                 * logit_shift). The plan still names positions p in logit_rows and
+                                 * candidates; the loop asks the forward for rows p-1, so the plan's
+                                 * last layer must compute row p-1 of every logit row p (the
+                                 * built-in schedules do; a plan that does not is refused by the
+                                 * forward: "logit row p-1 is not computed at the last layer") */
 } kvs_dlm_view;
 
 /* What a schedule returns for one step. Arrays are owned by the schedule and stay valid until its

@@ -171,7 +171,7 @@ int cmd_generate(int argc, char **argv) {
     kvs_device *dev = cm.dev;
     const kvs_tokenizer *tok = cm.tok;
     const kvs_model_hparams *hp = cm.hp;
-    int dlm = hp->arch == KVS_ARCH_LLADA;
+    int dlm = kvs_arch_is_diffusion(hp->arch);
     int64_t n_gen = o.n > 0 ? o.n : (dlm ? 64 : 256);
     if (dlm ? ar_flags : dlm_flags) {
         exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "%s apply to %s models; '%s' is %s",
