@@ -132,7 +132,7 @@ int cmd_generate(int argc, char **argv) {
                  "[--sink N] [--window N]] [--cache none|prefix|dual|delayed|elastic] [--gamma G] "
                  "[--window W] [--track K] [--reload R] [--wavefilter] [--wf-family F] [--wf-levels J] "
                  "[--wf-budget F] [--compare] [--stop-eos] [--stats] [--profile]",
-        .summary = "Generate text with a llama-family (autoregressive) or llada (masked diffusion) model.",
+        .summary = "Generate text with an autoregressive (llama, qwen2, qwen3) or masked-diffusion (llada, dream) model.",
         .opts = opts,
         .n_opts = n_opts,
     };
