@@ -7,7 +7,8 @@
  *  - logits of a fixed 12-token sequence (dream: a sequence with masks, read shifted) match the
  *    reference; hparams the files carry (theta 1e6, head_dim 32 != 64/4 from key_length, tied and
  *    separate outputs, biases, q/k norm, NEOX RoPE, the shift) are as written;
- *  - greedy AR tokens (24) identical to transformers' for qwen2/qwen3;
+ *  - greedy AR tokens (24) identical to transformers' for qwen2/qwen3; eviction (h2o, critical) runs on
+ *    them and expected (no model of a q bias / q norm) refuses them;
  *  - dream: kvs_generate_dlm without a cache = the script's reference decodes; every schedule at full
  *    refresh (prefix/dual one step per block, delayed reload 1, elastic gamma 1, WaveFilter budget 1
  *    over dual) = no cache; every schedule at default settings (steps that recompute only some rows,
@@ -40,6 +41,7 @@
 #include "kvsieve/gguf.h"
 #include "kvsieve/model.h"
 #include "kvsieve/model_file.h"
+#include "kvsieve/policy.h"
 #include "kvsieve/schedule.h"
 
 static kvs_device_params g_params;
@@ -189,6 +191,46 @@ START_TEST(test_greedy) {
 }
 END_TEST
 
+/* Eviction on the Qwen architectures: a key/attention policy (h2o) and critical (reads Wo) run at half
+ * budget; expected (predicts queries as Wq x) refuses a model with a q bias / q norm. */
+START_TEST(test_policies) {
+    const char *arch = g_archs[_i];
+    kvs_device *dev = NULL;
+    ck_assert(kvs_device_open(&dev, &g_params) == KVS_OK);
+    kvs_model *m = load(dev, arch);
+    const char *pols[3] = {"h2o", "critical", "expected"};
+    for (int k = 0; k < 3; k++) {
+        kvs_policy *pol = NULL;
+        ck_assert_msg(kvs_policy_create(&pol, pols[k], NULL) == KVS_OK, "%s", kvs_last_error());
+        kvs_ar_params p = kvs_ar_params_default();
+        p.max_new = 40;
+        p.stop_at_bos = p.stop_at_eos = 0;
+        p.policy = pol;
+        p.budget = 0.5;
+        int32_t bos = 1, out[64];
+        int64_t n = 0;
+        kvs_cache_params cp = kvs_model_cache_params(m);
+        cp.mode = KVS_CACHE_APPEND;
+        cp.capacity = kvs_ar_capacity(m, 1, &p);
+        kvs_kv_cache *c = NULL;
+        ck_assert(kvs_cache_create(&c, dev, &cp) == KVS_OK);
+        kvs_gen_stats st;
+        kvs_status s = kvs_generate_ar(m, c, &bos, 1, &p, NULL, NULL, out, &n, &st);
+        if (k < 2) {
+            ck_assert_msg(s == KVS_OK, "%s on %s: %s", pols[k], arch, kvs_last_error());
+            ck_assert_int_eq(n, 40);
+        } else {
+            ck_assert_int_eq(s, KVS_ERR_UNSUPPORTED);
+            ck_assert_msg(strstr(kvs_last_error(), "not modelled") != NULL, "%s", kvs_last_error());
+        }
+        kvs_cache_destroy(&c);
+        kvs_policy_destroy(&pol);
+    }
+    kvs_model_destroy(&m);
+    kvs_device_destroy(&dev);
+}
+END_TEST
+
 /* ---- dream decodes ------------------------------------------------------------------------------ */
 
 typedef struct dcase {
@@ -327,7 +369,7 @@ END_TEST
 
 typedef struct spec {
     const char *arch;
-    int key_length, value_length; /* 0: key absent */
+    int key_length, value_length; /* 0: key absent; key_length -1: written as 0 */
     const char *scaling_type;     /* NULL: absent */
     float scaling_factor;         /* 0: absent */
     int causal;                   /* -1: absent */
@@ -341,7 +383,7 @@ static void write_spec(const char *path, const spec *sp) {
     ck_assert(kvs_gguf_writer_create(&w, 3) == KVS_OK);
     char k[128];
     const char *a = sp->arch;
-    int hd = sp->key_length ? sp->key_length : 4;
+    int hd = sp->key_length > 0 ? sp->key_length : 4;
 #define KEY(sfx) (snprintf(k, sizeof k, "%s.%s", a, sfx), k)
     ck_assert(kvs_gguf_writer_set_str(w, "general.architecture", a) == KVS_OK);
     ck_assert(kvs_gguf_writer_set_u32(w, KEY("context_length"), 32) == KVS_OK);
@@ -351,7 +393,9 @@ static void write_spec(const char *path, const spec *sp) {
     ck_assert(kvs_gguf_writer_set_u32(w, KEY("attention.head_count"), 2) == KVS_OK);
     ck_assert(kvs_gguf_writer_set_u32(w, KEY("attention.head_count_kv"), 1) == KVS_OK);
     ck_assert(kvs_gguf_writer_set_f32(w, KEY("rope.freq_base"), 1e6f) == KVS_OK);
-    if (sp->key_length) ck_assert(kvs_gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)sp->key_length) == KVS_OK);
+    if (sp->key_length)
+        ck_assert(kvs_gguf_writer_set_u32(w, KEY("attention.key_length"), sp->key_length < 0 ? 0u : (uint32_t)sp->key_length) ==
+                  KVS_OK);
     if (sp->value_length)
         ck_assert(kvs_gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)sp->value_length) == KVS_OK);
     if (sp->scaling_type) ck_assert(kvs_gguf_writer_set_str(w, KEY("rope.scaling.type"), sp->scaling_type) == KVS_OK);
@@ -422,6 +466,9 @@ START_TEST(test_refusals) {
     s.key_length = 5; /* odd head_dim */
     expect(&s, KVS_ERR_FORMAT, "head_dim = 5");
     s = q2;
+    s.key_length = -1; /* written as 0 */
+    expect(&s, KVS_ERR_FORMAT, "key_length = 0");
+    s = q2;
     s.causal = 0;
     expect(&s, KVS_ERR_UNSUPPORTED, "attention.causal = false");
     s = q2;
@@ -453,6 +500,7 @@ int main(int argc, char **argv) {
     tcase_set_timeout(tc, 600);
     tcase_add_loop_test(tc, test_logits, 0, 3);
     tcase_add_loop_test(tc, test_greedy, 0, 2);
+    tcase_add_loop_test(tc, test_policies, 0, 2);
     tcase_add_test(tc, test_dream_decodes);
     tcase_add_test(tc, test_dream_partial_steps);
     if (g_params.backend == KVS_BACKEND_CPU) tcase_add_test(tc, test_refusals); /* loading only */

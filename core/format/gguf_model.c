@@ -143,7 +143,11 @@ kvs_status kvs_mf_load_gguf(kvs_model_file *m) {
     h->n_kv_heads = h->n_heads;
     KVS_TRY(get_i(m, arch, "attention.head_count_kv", 0, &h->n_kv_heads));
     KVS_TRY(get_i(m, arch, "context_length", 1, &h->ctx_len));
+    h->head_dim = -1; /* -1: key absent (head_dim = dim / n_heads); a key of 0 is malformed */
     KVS_TRY(get_i(m, arch, "attention.key_length", 0, &h->head_dim));
+    if (h->head_dim == 0)
+        return kvs_error(KVS_ERR_FORMAT, "%s: %s.attention.key_length = 0 (a head width must be positive)", m->path, arch);
+    if (h->head_dim < 0) h->head_dim = 0;
     KVS_TRY(get_i(m, arch, "rope.dimension_count", 0, &h->rope_dim));
     char key[128];
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", arch);
