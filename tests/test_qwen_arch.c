@@ -7,6 +7,8 @@
  *  - logits of a fixed 12-token sequence (dream: a sequence with masks, read shifted) match the
  *    reference; hparams the files carry (theta 1e6, head_dim 32 != 64/4 from key_length, tied and
  *    separate outputs, biases, q/k norm, NEOX RoPE, the shift) are as written;
+ *  - the safetensors path: a directory with transformers' config.json and the same weights under
+ *    the Hugging Face names loads to the same model (bit-identical logits to the GGUF);
  *  - greedy AR tokens (24) identical to transformers' for qwen2/qwen3; eviction (h2o, critical) runs on
  *    them and expected (no model of a q bias / q norm) refuses them;
  *  - dream: kvs_generate_dlm without a cache = the script's reference decodes; every schedule at full
@@ -365,6 +367,152 @@ START_TEST(test_dream_partial_steps) {
 }
 END_TEST
 
+/* ---- the safetensors path ----------------------------------------------------------------------- */
+
+/* Writes DIR/model.safetensors from the GGUF's tensors under the Hugging Face names ref.json lists
+ * (hf_tensors: {hf name: gguf name}; the GGUF's f16 matrices stay F16, f32 vectors F32; shapes
+ * [rows, cols] / [n]) and copies tests/data/qwen/ARCH.config.json (what transformers saved) to
+ * DIR/config.json. */
+static void write_safetensors(const char *arch, json_object *map, const char *dir) {
+    char path[4096], gpath[4096];
+    snprintf(path, sizeof path, "tiny-%s.gguf", arch);
+    ck_assert(kvs_model_locate(path, gpath, sizeof gpath) == KVS_OK);
+    kvs_gguf *g = NULL;
+    ck_assert_msg(kvs_gguf_open(&g, gpath) == KVS_OK, "%s", kvs_last_error());
+    size_t cap = 1 << 16, len = 0;
+    char *hdr = malloc(cap);
+    ck_assert(hdr != NULL);
+    len += (size_t)snprintf(hdr + len, cap - len, "{");
+    uint64_t off = 0;
+    const kvs_gguf_tensor_info *ts[64];
+    int nt = 0;
+    json_object_object_foreach(map, hf, ggv) {
+        int64_t i = kvs_gguf_find_tensor(g, json_object_get_string(ggv));
+        ck_assert_msg(i >= 0, "%s: no %s", gpath, json_object_get_string(ggv));
+        const kvs_gguf_tensor_info *t = kvs_gguf_tensor(g, i);
+        ck_assert(t->ggml_type == KVS_GGML_F16 || t->ggml_type == KVS_GGML_F32);
+        ck_assert_int_lt(nt, 64);
+        ts[nt++] = t;
+        char shape[64];
+        if (t->n_dims == 2) snprintf(shape, sizeof shape, "[%lld, %lld]", (long long)t->ne[1], (long long)t->ne[0]);
+        else snprintf(shape, sizeof shape, "[%lld]", (long long)t->ne[0]);
+        len += (size_t)snprintf(hdr + len, cap - len, "%s\"%s\": {\"dtype\": \"%s\", \"shape\": %s, \"data_offsets\": [%llu, %llu]}",
+                                nt > 1 ? ", " : "", hf, t->ggml_type == KVS_GGML_F16 ? "F16" : "F32", shape,
+                                (unsigned long long)off, (unsigned long long)(off + t->nbytes));
+        ck_assert_int_lt(len, cap - 256);
+        off += t->nbytes;
+    }
+    len += (size_t)snprintf(hdr + len, cap - len, "}");
+    while (len % 8) hdr[len++] = ' '; /* the format pads the header with spaces */
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    FILE *f = fopen(path, "wb");
+    ck_assert(f != NULL);
+    uint64_t n = len;
+    ck_assert(fwrite(&n, 8, 1, f) == 1 && fwrite(hdr, 1, len, f) == len);
+    for (int i = 0; i < nt; i++) ck_assert(fwrite(ts[i]->data, 1, ts[i]->nbytes, f) == ts[i]->nbytes);
+    ck_assert(fclose(f) == 0);
+    free(hdr);
+    kvs_gguf_close(&g);
+    char src[4096], cmd[8400];
+    snprintf(src, sizeof src, "%s/%s.config.json", g_data, arch);
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s/config.json'", src, dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+/* A Hugging Face directory (transformers' config.json, the same weights as model.safetensors) loads
+ * to the same model as the GGUF: same hparams, bit-identical logits, the reference within tolerance. */
+START_TEST(test_safetensors) {
+    const char *arch = g_archs[_i];
+    json_object *ref = ref_json(), *e = jget(jget(ref, "models"), arch);
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s/kvs-qwen-st.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    ck_assert(mkdtemp(dir) != NULL);
+    write_safetensors(arch, jget(e, "hf_tensors"), dir);
+    kvs_device *dev = NULL;
+    ck_assert(kvs_device_open(&dev, &g_params) == KVS_OK);
+    kvs_model *mg = load(dev, arch), *ms = NULL;
+    ck_assert_msg(kvs_model_load(&ms, dev, dir, NULL) == KVS_OK, "%s: %s", dir, kvs_last_error());
+    const kvs_model_hparams *a = kvs_model_get_hparams(mg), *b = kvs_model_get_hparams(ms);
+    ck_assert_int_eq(a->arch, b->arch);
+    ck_assert_int_eq(a->head_dim, b->head_dim);
+    ck_assert_int_eq(a->rope_mode, b->rope_mode);
+    ck_assert(a->rope_base == b->rope_base && a->rms_eps == b->rms_eps);
+    ck_assert_int_eq(a->tied_output, b->tied_output);
+    ck_assert_int_eq(a->qkv_bias, b->qkv_bias);
+    ck_assert_int_eq(a->qk_norm, b->qk_norm);
+    int32_t seq[64], rows[64];
+    int64_t n = jints(jget(ref, "sequence"), seq, 64);
+    for (int64_t i = 0; i < n; i++) rows[i] = (int32_t)i;
+    float *lg[2];
+    kvs_model *ms2[2] = {mg, ms};
+    for (int k = 0; k < 2; k++) {
+        kvs_cache_params cp = kvs_model_cache_params(ms2[k]);
+        cp.capacity = 16;
+        kvs_kv_cache *c = NULL;
+        ck_assert(kvs_cache_create(&c, dev, &cp) == KVS_OK);
+        kvs_step_plan plan = {.tokens = seq, .n_tokens = n, .logit_rows = rows, .n_logit_rows = n};
+        kvs_step_result r;
+        ck_assert_msg(kvs_model_forward(ms2[k], c, &plan, &r) == KVS_OK, "%s", kvs_last_error());
+        lg[k] = malloc((size_t)(n * r.vocab) * sizeof(float));
+        memcpy(lg[k], r.logits, (size_t)(n * r.vocab) * sizeof(float));
+        kvs_cache_destroy(&c);
+    }
+    ck_assert_msg(memcmp(lg[0], lg[1], (size_t)(n * 512) * sizeof(float)) == 0, "%s: safetensors logits differ from GGUF's", arch);
+    char fname[64];
+    snprintf(fname, sizeof fname, "%s.logits.f32", arch);
+    float *want = read_f32(fname, n * 512);
+    assert_close(lg[1], want, n * 512, arch);
+    free(want), free(lg[0]), free(lg[1]);
+    kvs_model_destroy(&mg);
+    kvs_model_destroy(&ms);
+    kvs_device_destroy(&dev);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+    json_object_put(ref);
+}
+END_TEST
+
+/* config.json variants of the qwen2 directory that kvsieve does not run are refused at load. */
+START_TEST(test_safetensors_refusals) {
+    json_object *ref = ref_json();
+    char dir[256], cfg[4096];
+    snprintf(dir, sizeof dir, "%s/kvs-qwen-st.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    ck_assert(mkdtemp(dir) != NULL);
+    write_safetensors("qwen2", jget(jget(jget(ref, "models"), "qwen2"), "hf_tensors"), dir);
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    FILE *f = fopen(cfg, "rb");
+    ck_assert(f != NULL);
+    static char orig[1 << 14];
+    size_t n = fread(orig, 1, sizeof orig - 1, f);
+    fclose(f);
+    orig[n] = 0;
+    struct { const char *from, *to, *frag; } v[] = {
+        {"\"rope_type\": \"default\"", "\"rope_type\": \"yarn\", \"factor\": 4.0", "'yarn' is not implemented"},
+        {"\"use_sliding_window\": false", "\"use_sliding_window\": true", "sliding-window attention"},
+        {"\"model_type\": \"qwen2\"", "\"model_type\": \"qwen3\"", "does not match model_type 'qwen3'"},
+        {"\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu\"", "hidden_act 'gelu'"},
+    };
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+        const char *at = strstr(orig, v[i].from);
+        ck_assert_msg(at != NULL, "config.json lacks %s", v[i].from);
+        f = fopen(cfg, "wb");
+        ck_assert(f != NULL);
+        fprintf(f, "%.*s%s%s", (int)(at - orig), orig, v[i].to, at + strlen(v[i].from));
+        fclose(f);
+        kvs_model_file *mf = NULL;
+        kvs_status st = kvs_model_file_open(&mf, dir, NULL);
+        ck_assert_msg(st == KVS_ERR_UNSUPPORTED, "%s: %s (%s)", v[i].to, kvs_status_name(st), kvs_last_error());
+        ck_assert_msg(strstr(kvs_last_error(), v[i].frag) != NULL, "'%s' lacks '%s'", kvs_last_error(), v[i].frag);
+        printf("refused: %s\n", kvs_last_error());
+    }
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+    json_object_put(ref);
+}
+END_TEST
+
 /* ---- refusals at load (hand-written GGUFs) ---------------------------------------------------- */
 
 typedef struct spec {
@@ -501,9 +649,13 @@ int main(int argc, char **argv) {
     tcase_add_loop_test(tc, test_logits, 0, 3);
     tcase_add_loop_test(tc, test_greedy, 0, 2);
     tcase_add_loop_test(tc, test_policies, 0, 2);
+    tcase_add_loop_test(tc, test_safetensors, 0, 2);
     tcase_add_test(tc, test_dream_decodes);
     tcase_add_test(tc, test_dream_partial_steps);
-    if (g_params.backend == KVS_BACKEND_CPU) tcase_add_test(tc, test_refusals); /* loading only */
+    if (g_params.backend == KVS_BACKEND_CPU) { /* loading only */
+        tcase_add_test(tc, test_refusals);
+        tcase_add_test(tc, test_safetensors_refusals);
+    }
     suite_add_tcase(s, tc);
     return kvs_test_run(s);
 }

@@ -18,7 +18,8 @@
  * RoPE: llama/llada q/k rows are in the Meta/GGUF adjacent-pair layout (rope_mode = KVS_ROPE_ADJACENT):
  * Hugging Face safetensors store rotate-half rows (transformers' convert_llama_weights_to_hf.py
  * permute()); the loader un-permutes them, row (h, p*hd/2 + i) -> (h, 2i + p), so the three
- * encodings of one model load to bit-identical arrays. qwen2/qwen3/dream rows are kept as stored
+ * encodings of one model load to bit-identical arrays. qwen2/qwen3/dream rows (GGUF or safetensors)
+ * are kept as stored
  * (llama.cpp's converter does not permute them) and run with rope_mode = KVS_ROPE_NEOX (rotate-half
  * pairs (i, i + rope_dim/2)), as llama.cpp runs these architectures.
  * Dtypes: GGUF tensors keep their file dtype (F32, F16, BF16 or a block type of tensor.h) unless params.force_f32; other
@@ -125,8 +126,8 @@ typedef struct kvs_model_file kvs_model_file;
 /* Opens a model file of any supported encoding, detected from the content: GGUF magic; a directory
  * holding model.safetensors + config.json (or the path of either file); otherwise a llama2.c
  * checkpoint. p may be NULL (defaults).
- * Checks: architecture llama, llada, qwen2, qwen3 or dream (qwen2/qwen3/dream: GGUF only; others:
- * KVS_ERR_UNSUPPORTED naming it), positive hparams,
+ * Checks: architecture llama, llada, qwen2, qwen3 or dream (llada/dream: GGUF only; safetensors:
+ * llama, qwen2, qwen3; others: KVS_ERR_UNSUPPORTED naming it), positive hparams,
  * n_heads % n_kv_heads == 0, every required tensor present (KVS_ERR_NOT_FOUND naming it) with the
  * canonical shape (KVS_ERR_SHAPE naming the tensor, expected and found), supported dtypes
  * (KVS_ERR_DTYPE naming the tensor and the ggml type number), file sizes (KVS_ERR_FORMAT with the
@@ -139,8 +140,10 @@ typedef struct kvs_model_file kvs_model_file;
  * naming the type and factor: only unscaled RoPE is implemented); {arch}.attention.causal
  * contradicting the architecture (KVS_ERR_UNSUPPORTED); q/k/v biases all three or none
  * (KVS_ERR_NOT_FOUND naming the missing one); qwen3 needs attn_q_norm/attn_k_norm [head_dim]. Safetensors:
- * hidden_act silu and architectures LlamaForCausalLM when given (KVS_ERR_UNSUPPORTED), lm_head.weight
- * present unless tie_word_embeddings is true (KVS_ERR_NOT_FOUND). Only regular files are read
+ * hidden_act silu, model_type llama/qwen2/qwen3 and architectures LlamaForCausalLM/Qwen2ForCausalLM/
+ * Qwen3ForCausalLM when given and agreeing, rope_scaling / rope_parameters of rope_type default only,
+ * use_sliding_window not true (each else KVS_ERR_UNSUPPORTED), lm_head.weight present unless
+ * tie_word_embeddings is true (KVS_ERR_NOT_FOUND); Qwen2 q/k/v biases and Qwen3 q/k norms required. Only regular files are read
  * (KVS_ERR_IO for a directory). Errors also: KVS_ERR_INVALID_ARGUMENT, KVS_ERR_IO,
  * KVS_ERR_OUT_OF_MEMORY. */
 KVS_API kvs_status kvs_model_file_open(kvs_model_file **out, const char *path,
