@@ -1,5 +1,6 @@
 /* The qwen2, qwen3 and dream architectures (issue 15) against an independent oracle, one backend per
  * run (test_qwen_arch --backend cpu|opencl|vulkan --data tests/data/qwen).
+ * (Over 600 lines: one fixture set's tests, sharing its readers and the GGUF/safetensors writers.)
  * Fixtures: models/tiny-{qwen2,qwen3,dream}.gguf and tests/data/qwen/, written by
  * tools/fixtures/make_qwen_models.py (random weights; transformers' Qwen2ForCausalLM /
  * Qwen3ForCausalLM in float64 for qwen2/qwen3, the script's float64 numpy forward, checked against
