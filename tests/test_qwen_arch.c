@@ -357,6 +357,22 @@ START_TEST(test_dream_partial_steps) {
             kvs_dlm_schedule_destroy(&sc);
         }
     }
+    /* a diffusion model is not decoded autoregressively */
+    {
+        kvs_cache_params cp = kvs_model_cache_params(m);
+        cp.mode = KVS_CACHE_APPEND;
+        cp.capacity = 16;
+        kvs_kv_cache *c = NULL;
+        ck_assert(kvs_cache_create(&c, dev, &cp) == KVS_OK);
+        int64_t n_out = 0;
+        int32_t out[8];
+        kvs_ar_params ap = kvs_ar_params_default();
+        ap.max_new = 4;
+        ck_assert_int_eq(kvs_generate_ar(m, c, cs[0].prompt, cs[0].np, &ap, NULL, NULL, out, &n_out, NULL),
+                         KVS_ERR_INVALID_ARGUMENT);
+        ck_assert_msg(strstr(kvs_last_error(), "masked-diffusion") != NULL, "%s", kvs_last_error());
+        kvs_cache_destroy(&c);
+    }
     /* nothing precedes position 0 */
     dcase empty = cs[0];
     empty.np = 0;

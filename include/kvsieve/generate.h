@@ -89,7 +89,8 @@ KVS_API int64_t kvs_ar_capacity(const kvs_model *m, int64_t n_prompt, const kvs_
  * cache: an APPEND cache with capacity >= kvs_ar_capacity(m, n_prompt, p) (n_prompt + max_new - 1 without a
  * policy), reset by this call; with a policy,
  * capacity >= kvs_ar_capacity(m, n_prompt, p) suffices (budget + buffer rows per kv head).
- * Errors: KVS_ERR_INVALID_ARGUMENT (empty prompt, bad params, positional cache),
+ * Errors: KVS_ERR_INVALID_ARGUMENT (empty prompt, bad params, positional cache, a masked-diffusion
+ * model: llada, dream),
  * KVS_ERR_OUT_OF_RANGE (capacity), the forward's errors, and with a policy the evictor's (kvs_evictor_create:
  * bad budget or scope; eviction: the top-k and compaction ops' and the policy's own). */
 KVS_API kvs_status kvs_generate_ar(kvs_model *m, kvs_kv_cache *cache, const int32_t *prompt, int64_t n_prompt,
