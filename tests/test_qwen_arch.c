@@ -538,7 +538,7 @@ typedef struct spec {
     const char *scaling_type;     /* NULL: absent */
     float scaling_factor;         /* 0: absent */
     int causal;                   /* -1: absent */
-    unsigned bias;                /* bits: 1 q, 2 k, 4 v */
+    unsigned bias;                /* bits: 1 q, 2 k, 4 v, 8 attn_output (not read by kvsieve) */
     int qk_norm;                  /* 1: attn_q_norm/attn_k_norm of length head_dim; 2: q_norm of a wrong length */
 } spec;
 
@@ -575,7 +575,7 @@ static void write_spec(const char *path, const spec *sp) {
         {"blk.0.attn_output.weight", 2 * hd, 8}, {"blk.0.ffn_norm.weight", 8, 1}, {"blk.0.ffn_gate.weight", 8, 16},
         {"blk.0.ffn_up.weight", 8, 16}, {"blk.0.ffn_down.weight", 16, 8},
         {(sp->bias & 1) ? "blk.0.attn_q.bias" : NULL, 2 * hd, 1}, {(sp->bias & 2) ? "blk.0.attn_k.bias" : NULL, hd, 1},
-        {(sp->bias & 4) ? "blk.0.attn_v.bias" : NULL, hd, 1},
+        {(sp->bias & 4) ? "blk.0.attn_v.bias" : NULL, hd, 1}, {(sp->bias & 8) ? "blk.0.attn_output.bias" : NULL, 8, 1},
         {sp->qk_norm ? "blk.0.attn_q_norm.weight" : NULL, sp->qk_norm == 2 ? hd + 2 : hd, 1},
         {sp->qk_norm ? "blk.0.attn_k_norm.weight" : NULL, hd, 1},
     };
@@ -636,6 +636,9 @@ START_TEST(test_refusals) {
     s = q2;
     s.causal = 0;
     expect(&s, KVS_ERR_UNSUPPORTED, "attention.causal = false");
+    s = q2;
+    s.bias = 15;
+    expect(&s, KVS_ERR_UNSUPPORTED, "tensor 'blk.0.attn_output.bias' is not used");
     s = q2;
     s.bias = 5;
     expect(&s, KVS_ERR_NOT_FOUND, "blk.0.attn_k.bias");

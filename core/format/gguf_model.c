@@ -105,6 +105,7 @@ static kvs_status tensor(kvs_model_file *m, const char *name, int64_t rows, int6
         return kvs_error(KVS_ERR_NOT_FOUND, "%s: tensor '%s' missing", m->path, name);
     }
     const kvs_gguf_tensor_info *t = kvs_gguf_tensor(m->gguf, i);
+    m->gguf_used[i] = 1;
     int ok = t->ne[0] == cols && t->ne[1] == rows && t->ne[2] == 1 && t->ne[3] == 1;
     if (!ok)
         return kvs_error(KVS_ERR_SHAPE,
@@ -185,6 +186,9 @@ kvs_status kvs_mf_load_gguf(kvs_model_file *m) {
             return kvs_error(KVS_ERR_FORMAT, "%s: tensor '%s' belongs to layer %ld but %s.block_count = %d",
                              m->path, tn, blk, arch, h->n_layers);
     }
+    m->gguf_used = kvs_mf_alloc(m, (size_t)kvs_gguf_n_tensors(m->gguf));
+    if (!m->gguf_used) return KVS_ERR_OUT_OF_MEMORY;
+    memset(m->gguf_used, 0, (size_t)kvs_gguf_n_tensors(m->gguf));
     const int64_t D = h->dim, Q = (int64_t)h->n_heads * h->head_dim,
                   KV = (int64_t)h->n_kv_heads * h->head_dim, F = h->ffn_dim, V = h->vocab;
     KVS_TRY(tensor(m, "token_embd.weight", V, D, 0, &m->w.token_embd, NULL));
@@ -238,5 +242,11 @@ kvs_status kvs_mf_load_gguf(kvs_model_file *m) {
             h->qk_norm = 1;
         }
     }
+    /* a tensor the architecture does not read (an output bias, llama3's rope_freqs, ...) would change
+     * what the model computes: refused rather than ignored */
+    for (int64_t i = 0; i < kvs_gguf_n_tensors(m->gguf); i++)
+        if (!m->gguf_used[i])
+            return kvs_error(KVS_ERR_UNSUPPORTED, "%s: tensor '%s' is not used by kvsieve's %s model (refused rather "
+                             "than ignored)", m->path, kvs_gguf_tensor(m->gguf, i)->name, arch);
     return KVS_OK;
 }

@@ -139,7 +139,9 @@ typedef struct kvs_model_file kvs_model_file;
  * factor other than 1 in {arch}.rope.scaling.factor / {arch}.rope.scale_linear: KVS_ERR_UNSUPPORTED
  * naming the type and factor: only unscaled RoPE is implemented); {arch}.attention.causal
  * contradicting the architecture (KVS_ERR_UNSUPPORTED); q/k/v biases all three or none
- * (KVS_ERR_NOT_FOUND naming the missing one); qwen3 needs attn_q_norm/attn_k_norm [head_dim]. Safetensors:
+ * (KVS_ERR_NOT_FOUND naming the missing one); qwen3 needs attn_q_norm/attn_k_norm [head_dim]; a
+ * tensor the architecture does not read (an attn_output bias, rope_freqs, ...) is KVS_ERR_UNSUPPORTED
+ * naming it. Safetensors:
  * hidden_act silu, model_type llama/qwen2/qwen3 and architectures LlamaForCausalLM/Qwen2ForCausalLM/
  * Qwen3ForCausalLM when given and agreeing, rope_scaling / rope_parameters of rope_type default only,
  * use_sliding_window not true (each else KVS_ERR_UNSUPPORTED), lm_head.weight present unless
