@@ -167,13 +167,13 @@ KVS_API kvs_elastic_params kvs_elastic_params_default(void);
  * LLMs", arXiv 2510.14973; reference VILA-Lab/Elastic-Cache llada/generate.py and
  * model/modeling_llada.py). The decode's first step runs every row. Then each step queries
  * Q = tracked tokens U tokens decoded by the previous step U window (the first `window` masked
- * positions of the block); every layer starts in reuse mode (rows Q against all cached K/V). After
+ * positions of the block; shifted logits: U the row before each window position); every layer
+ * starts in reuse mode (rows Q against all cached K/V). After
  * layer l's attention (plan hook) the tracked tokens' attention rows are compared with their rows of
  * the previous step; a similarity below gamma makes layers l+1..L-1 recompute every row, from the
  * cached layer inputs (KVS_CACHE_KEEP_X). Tracked tokens for the next step: per layer the top
  * `track` keys by attention mass of the window's queries, masked positions excluded; their union is
- * tracked (shifted logits: and the row before each window position). Masked positions outside the
- * window are never queried (their K/V stay from the last
+ * tracked. Masked positions outside the window are never queried (their K/V stay from the last
  * refresh). With block_refresh (default) the first step of every block is a full step too.
  * Candidates: the window; use the loop's threshold mode (eps 0.9) for the reference rule
  * p >= min(eps, max p).
