@@ -15,8 +15,9 @@
  *  - dream: kvs_generate_dlm without a cache = the script's reference decodes; every schedule at full
  *    refresh (prefix/dual one step per block, delayed reload 1, elastic gamma 1, WaveFilter budget 1
  *    over dual) = no cache; every schedule at default settings (steps that recompute only some rows,
- *    where the row before each masked position must be computed) decodes the whole answer; an empty
- *    prompt is refused (nothing precedes position 0).
+ *    where the row before each masked position must be computed) decodes the whole answer; a custom
+ *    schedule that does not compute that row, an empty prompt (nothing precedes position 0) and
+ *    autoregressive decoding of dream are refused.
  *
  * Tolerance, derived: the file's f16 weights are exactly the oracle's (the script rounds them
  * before both), so the difference is f32 arithmetic against float64: a dot product of depth k <= 128
@@ -329,6 +330,27 @@ START_TEST(test_dream_decodes) {
 }
 END_TEST
 
+/* A custom schedule that ignores view.logit_shift: its later steps compute the block's rows only. */
+typedef struct naive { int32_t rows[64], logits[64]; kvs_layer_plan layers[8]; } naive;
+
+static kvs_status naive_plan(void *self, const kvs_dlm_view *v, kvs_dlm_step *out) {
+    naive *s = self;
+    memset(out, 0, sizeof *out);
+    int64_t nl = 0, nr = 0;
+    for (int64_t p = v->block_start; p < v->block_end; p++) {
+        s->rows[nr++] = (int32_t)p;
+        if (v->masked[p]) s->logits[nl++] = (int32_t)p;
+    }
+    out->plan.logit_rows = s->logits;
+    out->plan.n_logit_rows = nl;
+    if (v->step_in_block == 0) return KVS_OK; /* every row */
+    memset(s->layers, 0, sizeof s->layers);
+    s->layers[0].rows = s->rows;
+    s->layers[0].n_rows = nr;
+    out->plan.layers = s->layers;
+    return KVS_OK;
+}
+
 /* Default settings: steps that compute only some rows. The forward refuses a logit row it did not
  * compute, so a schedule that forgot the row before a masked position would fail here. */
 START_TEST(test_dream_partial_steps) {
@@ -356,6 +378,19 @@ START_TEST(test_dream_partial_steps) {
             ck_assert_msg(ss.full_steps < ss.steps, "%s: some steps reuse the cache", kvs_dlm_schedule_name(sc));
             kvs_dlm_schedule_destroy(&sc);
         }
+    }
+    /* a schedule that does not compute the row before a masked position is refused by the forward */
+    {
+        static naive nv;
+        static const kvs_dlm_schedule_ops ops = {.name = "naive", .plan = naive_plan};
+        kvs_dlm_schedule *sc = NULL;
+        ck_assert(kvs_dlm_schedule_custom(&sc, &ops, &nv) == KVS_OK);
+        int32_t got[64];
+        ck_assert_int_eq(decode(dev, m, &cs[0], cs[0].p, sc, got), KVS_ERR_INVALID_ARGUMENT);
+        ck_assert_msg(strstr(kvs_last_error(), "is not computed at the last layer") != NULL &&
+                          strstr(kvs_last_error(), "row before each logit position") != NULL, "%s", kvs_last_error());
+        printf("refused: %s\n", kvs_last_error());
+        kvs_dlm_schedule_destroy(&sc);
     }
     /* a diffusion model is not decoded autoregressively */
     {

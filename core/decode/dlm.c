@@ -11,6 +11,7 @@
  *       dlm_eos_stop                       (stop_eos: the rest is EOS)
  *     dlm_emit                             (out[], the token callback)
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -209,6 +210,12 @@ static kvs_status dlm_step(dlm *d, const char *op, const dlm_block *blk, int64_t
     d->st.seconds_plan += t1 - t0;
     kvs_status fs = kvs_model_forward(d->m, d->cache, &ds.plan, &r);
     ds.plan.logit_rows = logit_pos;
+    if (fs == KVS_ERR_INVALID_ARGUMENT && hp->logit_shift) { /* say why a row was missing */
+        char why[512];
+        snprintf(why, sizeof why, "%s", kvs_last_error());
+        return kvs_error(fs, "%s: schedule '%s': %s (shifted logits: a plan must compute the row before each logit "
+                         "position, see kvs_dlm_view.logit_shift)", op, kvs_dlm_schedule_name(d->sched), why);
+    }
     KVS_TRY(fs);
     double t2 = kvs_now_s();
     d->st.seconds_forward += t2 - t1 - r.seconds_logits;
