@@ -1,5 +1,6 @@
 /* The masked-diffusion decode loop (LLaDA low-confidence remasking, Fast-dLLM threshold decoding,
- * LLaDA's early stop at EOS). See generate.h for the method and its sources.
+ * LLaDA's early stop at EOS; Dream's shifted logits read at dlm_step). See generate.h for the method
+ * and its sources.
  *
  * The loop, as DESIGN.md draws it:
  *
@@ -10,6 +11,7 @@
  *       dlm_eos_stop                       (stop_eos: the rest is EOS)
  *     dlm_emit                             (out[], the token callback)
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,6 +45,7 @@ typedef struct dlm {
     uint8_t *masked;               /* [n] 1 = still masked */
     int32_t *decoded;              /* [n] positions committed by the last step (and candidate scratch) */
     int32_t *row_of;               /* [n] logits row of a position in the last step */
+    int32_t *src_rows;             /* [n] shifted logits: the rows p-1 asked of the forward */
     int64_t *quota;                /* [spb] tokens committed at each step of the block */
     cand *cands;                   /* [n] the last step's candidates, most confident first */
     int64_t n_decoded, step;
@@ -63,7 +66,7 @@ static kvs_status dlm_check(const char *op, const kvs_model *m, const kvs_kv_cac
     if (!m || !cache || !out || (n_prompt > 0 && !prompt)) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: NULL argument", op);
     *p = pp ? *pp : kvs_dlm_params_default();
     const kvs_model_hparams *hp = kvs_model_get_hparams(m);
-    if (hp->arch != KVS_ARCH_LLADA || hp->mask_id < 0)
+    if (!kvs_arch_is_diffusion(hp->arch) || hp->mask_id < 0)
         return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: model '%s' is not a masked-diffusion model with a mask id", op,
                          kvs_arch_name(hp->arch));
     if (n_prompt < 0 || p->gen_len < 1 || p->block_len < 1 || p->gen_len % p->block_len)
@@ -78,6 +81,9 @@ static kvs_status dlm_check(const char *op, const kvs_model *m, const kvs_kv_cac
                          (long long)p->steps, (long long)nb);
     if (p->stop_eos && hp->eos_id < 0)
         return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: stop_eos needs an EOS id, and the model has none", op);
+    if (hp->logit_shift && n_prompt < 1)
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: model '%s' predicts position i from row i-1 (shifted logits) and "
+                         "needs a prompt of at least one token", op, kvs_arch_name(hp->arch));
     *spb = p->steps / nb;
     const kvs_cache_params *cp = kvs_cache_get_params(cache);
     int64_t n = n_prompt + p->gen_len;
@@ -94,7 +100,7 @@ static kvs_status dlm_check(const char *op, const kvs_model *m, const kvs_kv_cac
 
 static void dlm_free(dlm *d) {
     kvs_dlm_schedule_destroy(&d->own);
-    free(d->tokens), free(d->masked), free(d->decoded), free(d->row_of), free(d->quota), free(d->cands);
+    free(d->tokens), free(d->masked), free(d->decoded), free(d->row_of), free(d->src_rows), free(d->quota), free(d->cands);
 }
 
 /* The state of a decode of prompt + gen_len masks; starts the schedule. */
@@ -113,9 +119,10 @@ static kvs_status dlm_begin(dlm *d, const char *op, kvs_model *m, kvs_kv_cache *
     d->masked = calloc(n, 1);
     d->decoded = malloc(n * sizeof *d->decoded);
     d->row_of = malloc(n * sizeof *d->row_of);
+    d->src_rows = malloc(n * sizeof *d->src_rows);
     d->quota = malloc((size_t)(spb > 0 ? spb : 1) * sizeof *d->quota);
     d->cands = malloc(n * sizeof *d->cands);
-    if (!d->tokens || !d->masked || !d->decoded || !d->row_of || !d->quota || !d->cands)
+    if (!d->tokens || !d->masked || !d->decoded || !d->row_of || !d->src_rows || !d->quota || !d->cands)
         return kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
     for (int64_t i = 0; i < d->n; i++) {
         d->tokens[i] = i < n_prompt ? prompt[i] : d->hp->mask_id;
@@ -176,7 +183,7 @@ static kvs_status dlm_step(dlm *d, const char *op, const dlm_block *blk, int64_t
                       .masked = d->masked, .block_start = blk->start, .block_end = blk->end, .block = blk->index,
                       .step_in_block = blk->step_in_block, .step = d->step, .decoded_prev = d->decoded,
                       .n_decoded_prev = d->n_decoded, .n_layers = hp->n_layers,
-                      .n_heads = hp->n_heads, .n_kv_heads = hp->n_kv_heads};
+                      .n_heads = hp->n_heads, .n_kv_heads = hp->n_kv_heads, .logit_shift = hp->logit_shift};
     kvs_dlm_step ds;
     memset(&ds, 0, sizeof ds);
     double t0 = kvs_now_s();
@@ -185,9 +192,31 @@ static kvs_status dlm_step(dlm *d, const char *op, const dlm_block *blk, int64_t
     ds.plan.n_tokens = d->n;
     ds.plan.positions = NULL;
     kvs_step_result r;
+    /* shifted logits (Dream): position p's prediction is row p-1's output; the plan keeps naming
+     * positions (dlm_rank maps them), the forward is asked for the rows before them */
+    const int32_t *logit_pos = ds.plan.logit_rows;
+    if (hp->logit_shift) {
+        if (ds.plan.n_logit_rows > d->n || (ds.plan.n_logit_rows > 0 && !logit_pos))
+            return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: schedule '%s' gave bad logit rows", op, kvs_dlm_schedule_name(d->sched));
+        for (int64_t i = 0; i < ds.plan.n_logit_rows; i++) {
+            if (logit_pos[i] < 1 || logit_pos[i] >= d->n)
+                return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: schedule '%s' asked for the logits of position %d, which "
+                                 "has no row before it (shifted logits)", op, kvs_dlm_schedule_name(d->sched), logit_pos[i]);
+            d->src_rows[i] = logit_pos[i] - 1;
+        }
+        ds.plan.logit_rows = d->src_rows;
+    }
     double t1 = kvs_now_s();
     d->st.seconds_plan += t1 - t0;
-    KVS_TRY(kvs_model_forward(d->m, d->cache, &ds.plan, &r));
+    kvs_status fs = kvs_model_forward(d->m, d->cache, &ds.plan, &r);
+    ds.plan.logit_rows = logit_pos;
+    if (fs == KVS_ERR_INVALID_ARGUMENT && hp->logit_shift) { /* say why a row was missing */
+        char why[512];
+        snprintf(why, sizeof why, "%s", kvs_last_error());
+        return kvs_error(fs, "%s: schedule '%s': %s (shifted logits: a plan must compute the row before each logit "
+                         "position, see kvs_dlm_view.logit_shift)", op, kvs_dlm_schedule_name(d->sched), why);
+    }
+    KVS_TRY(fs);
     double t2 = kvs_now_s();
     d->st.seconds_forward += t2 - t1 - r.seconds_logits;
     d->st.seconds_logits += r.seconds_logits;

@@ -16,7 +16,8 @@ typedef struct fidelity {
     kvs_kv_cache *c;           /* shadow cache, borrowed */
     const int32_t *rows;       /* the step's logit rows (the inner plan's, valid until its next call) */
     int64_t n_rows;
-    int32_t *am;               /* [am_cap] argmax of the schedule's logits rows, reused */
+    int32_t *am;               /* [am_cap] argmax of the schedule's logits rows, then (shifted
+                                * logits) the rows p-1 asked of the shadow; reused */
     int64_t am_cap;
     kvs_dlm_fidelity res;
 } fidelity;
@@ -32,16 +33,21 @@ static kvs_status fid_plan(void *self, const kvs_dlm_view *v, kvs_dlm_step *out)
 static kvs_status fid_feedback(void *self, const kvs_dlm_view *v, const kvs_step_result *r) {
     fidelity *f = self;
     if (f->inner->ops->feedback) KVS_TRY(f->inner->ops->feedback(f->inner->self, v, r));
-    if (f->n_rows > f->am_cap) {
-        int32_t *a = realloc(f->am, (size_t)f->n_rows * sizeof *a);
+    if (2 * f->n_rows > f->am_cap) {
+        int32_t *a = realloc(f->am, (size_t)(2 * f->n_rows) * sizeof *a);
         if (!a) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_dlm_schedule_fidelity: out of host memory");
         f->am = a;
-        f->am_cap = f->n_rows;
+        f->am_cap = 2 * f->n_rows;
     }
     /* the schedule's argmaxes first (r->logits is the decode model's host buffer; a shadow forward on
      * the same model object would overwrite it) */
     for (int64_t i = 0; i < f->n_rows; i++) f->am[i] = kvs_decode_argmax(r->logits + i * r->vocab, r->vocab);
     kvs_step_plan plan = {.tokens = v->tokens, .n_tokens = v->n_tokens, .logit_rows = f->rows, .n_logit_rows = f->n_rows};
+    if (v->logit_shift) { /* the decode read rows p-1 for positions p (Dream): so does the shadow */
+        int32_t *src = f->am + f->n_rows;
+        for (int64_t i = 0; i < f->n_rows; i++) src[i] = f->rows[i] - 1;
+        plan.logit_rows = src;
+    }
     kvs_step_result sr;
     double t0 = kvs_decode_now_s();
     kvs_status s = kvs_model_forward(f->m, f->c, &plan, &sr);

@@ -165,6 +165,10 @@ kvs_status kvs_generate_ar(kvs_model *m, kvs_kv_cache *cache, const int32_t *pro
     *n_out = 0;
     kvs_ar_params p = pp ? *pp : kvs_ar_params_default();
     if (n_prompt < 1) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: the prompt needs at least one token (BOS)", op);
+    const kvs_model_hparams *hp = kvs_model_get_hparams(m);
+    if (kvs_arch_is_diffusion(hp->arch)) /* bidirectional: the next token is not what its last row predicts */
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: model '%s' is a masked-diffusion model (use kvs_generate_dlm)", op,
+                         kvs_arch_name(hp->arch));
     if (p.max_new < 0 || p.temperature < 0.0f || !(p.top_p > 0.0f && p.top_p <= 1.0f))
         return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: max_new >= 0, temperature >= 0, top_p in (0, 1] required", op);
     const kvs_cache_params *cp = kvs_cache_get_params(cache);
@@ -206,7 +210,6 @@ kvs_status kvs_generate_ar(kvs_model *m, kvs_kv_cache *cache, const int32_t *pro
     }
     kvs_gen_stats st;
     memset(&st, 0, sizeof st);
-    const kvs_model_hparams *hp = kvs_model_get_hparams(m);
     int64_t V = hp->vocab;
     float *logits = malloc((size_t)V * sizeof *logits);
     prob_idx *scratch = malloc((size_t)V * sizeof *scratch);

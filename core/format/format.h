@@ -58,6 +58,7 @@ struct kvs_model_file {
     kvs_model_weights w;
     kvs_layer_weights *layers;
     kvs_gguf *gguf;                /* GGUF models */
+    uint8_t *gguf_used;            /* [n_tensors] 1 = read by the loader (the rest are refused) */
     void *map, *heap;              /* llama2.c / safetensors file mapping */
     size_t map_size;
     void **owned;                  /* heap arrays freed at close */

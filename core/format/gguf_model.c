@@ -1,6 +1,7 @@
 /* Model description from a GGUF file: llama.cpp key names ({arch}.block_count, ...) and tensor
- * names (token_embd, blk.N.attn_q, ...). q/k rows are already in the adjacent-pair RoPE layout
- * (llama.cpp's converters permute Hugging Face weights back into Meta order). */
+ * names (token_embd, blk.N.attn_q, ...). llama/llada q/k rows are already in the adjacent-pair RoPE
+ * layout (llama.cpp's converters permute Hugging Face weights back into Meta order); qwen2/qwen3/dream
+ * rows are not permuted and run with NEOX RoPE (model_file.c sets rope_mode per architecture). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,55 @@ static kvs_status get_f(kvs_model_file *m, const char *key, float *dst) {
     return KVS_OK;
 }
 
+/* {arch}.suffix as a bool (0/1 in *dst; *present = 0 when missing). */
+static kvs_status get_b(kvs_model_file *m, const char *key, int *dst, int *present) {
+    kvs_status s = kvs_gguf_get_bool(m->gguf, key, dst);
+    *present = s == KVS_OK;
+    return s == KVS_ERR_NOT_FOUND ? KVS_OK : s;
+}
+
+/* The hparams beyond the llama set that llama.cpp reads for these files: value_length (must equal
+ * key_length), RoPE scaling (only unscaled RoPE is implemented), attention.causal (must agree with
+ * the architecture), diffusion.shift_logits. */
+static kvs_status extra_hparams(kvs_model_file *m, const char *arch) {
+    kvs_model_hparams *h = &m->hp;
+    char key[160];
+    int vlen = -1;
+    KVS_TRY(get_i(m, arch, "attention.value_length", 0, &vlen));
+    if (vlen >= 0 && vlen != h->head_dim)
+        return kvs_error(KVS_ERR_UNSUPPORTED, "%s: %s.attention.value_length = %d differs from the key length %d (head_dim): "
+                         "separate K and V head widths are not supported", m->path, arch, vlen, h->head_dim);
+    char type[64];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    kvs_status s = kvs_gguf_get_string(m->gguf, key, type, sizeof type);
+    if (s == KVS_ERR_NOT_FOUND) snprintf(type, sizeof type, "none");
+    else if (s != KVS_OK) return s;
+    if (strcmp(type, "none") != 0 && strcmp(type, "linear") != 0)
+        return kvs_error(KVS_ERR_UNSUPPORTED, "%s: %s = '%s': RoPE scaling type '%s' is not implemented (kvsieve runs "
+                         "unscaled RoPE only: type none, or linear with factor 1)", m->path, key, type, type);
+    const char *fkeys[2] = {"rope.scaling.factor", "rope.scale_linear"};
+    for (int i = 0; i < 2; i++) {
+        float f = 0.0f;
+        snprintf(key, sizeof key, "%s.%s", arch, fkeys[i]);
+        KVS_TRY(get_f(m, key, &f));
+        /* llama.cpp: freq_scale = 1 / factor, a factor of 0 meaning none */
+        if (f != 0.0f && f != 1.0f)
+            return kvs_error(KVS_ERR_UNSUPPORTED, "%s: %s = %g: RoPE scaling (type %s, factor %g) is not implemented "
+                             "(kvsieve runs unscaled RoPE only)", m->path, key, (double)f, type, (double)f);
+    }
+    int causal = 0, present = 0;
+    snprintf(key, sizeof key, "%s.attention.causal", arch);
+    KVS_TRY(get_b(m, key, &causal, &present));
+    if (present && causal != !kvs_arch_is_diffusion(h->arch))
+        return kvs_error(KVS_ERR_UNSUPPORTED, "%s: %s = %s, but architecture '%s' is %s", m->path, key,
+                         causal ? "true" : "false", arch, causal ? "bidirectional" : "causal");
+    h->logit_shift = h->arch == KVS_ARCH_DREAM;
+    int shift = 0;
+    KVS_TRY(get_b(m, "diffusion.shift_logits", &shift, &present));
+    if (present && kvs_arch_is_diffusion(h->arch)) h->logit_shift = shift;
+    return KVS_OK;
+}
+
 static kvs_status get_id(kvs_model_file *m, const char *key, int *dst) {
     int64_t v;
     kvs_status s = kvs_gguf_get_int(m->gguf, key, &v);
@@ -55,6 +105,7 @@ static kvs_status tensor(kvs_model_file *m, const char *name, int64_t rows, int6
         return kvs_error(KVS_ERR_NOT_FOUND, "%s: tensor '%s' missing", m->path, name);
     }
     const kvs_gguf_tensor_info *t = kvs_gguf_tensor(m->gguf, i);
+    m->gguf_used[i] = 1;
     int ok = t->ne[0] == cols && t->ne[1] == rows && t->ne[2] == 1 && t->ne[3] == 1;
     if (!ok)
         return kvs_error(KVS_ERR_SHAPE,
@@ -76,11 +127,13 @@ kvs_status kvs_mf_load_gguf(kvs_model_file *m) {
     if (s == KVS_ERR_NOT_FOUND)
         return kvs_error(KVS_ERR_FORMAT, "%s: no general.architecture", m->path);
     if (s != KVS_OK) return s;
-    if (strcmp(arch, "llama") == 0) h->arch = KVS_ARCH_LLAMA;
-    else if (strcmp(arch, "llada") == 0) h->arch = KVS_ARCH_LLADA;
-    else
-        return kvs_error(KVS_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (llama, llada)",
+    static const kvs_arch archs[] = {KVS_ARCH_LLAMA, KVS_ARCH_LLADA, KVS_ARCH_QWEN2, KVS_ARCH_QWEN3, KVS_ARCH_DREAM};
+    size_t ai = 0;
+    while (ai < sizeof archs / sizeof archs[0] && strcmp(arch, kvs_arch_name(archs[ai])) != 0) ai++;
+    if (ai == sizeof archs / sizeof archs[0])
+        return kvs_error(KVS_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (llama, llada, qwen2, qwen3, dream)",
                          m->path, arch);
+    h->arch = archs[ai];
     if (kvs_gguf_n_tensors(m->gguf) == 0)
         return kvs_error(KVS_ERR_UNSUPPORTED, "%s: a vocab-only GGUF (no tensors) is not a model",
                          m->path);
@@ -91,7 +144,11 @@ kvs_status kvs_mf_load_gguf(kvs_model_file *m) {
     h->n_kv_heads = h->n_heads;
     KVS_TRY(get_i(m, arch, "attention.head_count_kv", 0, &h->n_kv_heads));
     KVS_TRY(get_i(m, arch, "context_length", 1, &h->ctx_len));
+    h->head_dim = -1; /* -1: key absent (head_dim = dim / n_heads); a key of 0 is malformed */
     KVS_TRY(get_i(m, arch, "attention.key_length", 0, &h->head_dim));
+    if (h->head_dim == 0)
+        return kvs_error(KVS_ERR_FORMAT, "%s: %s.attention.key_length = 0 (a head width must be positive)", m->path, arch);
+    if (h->head_dim < 0) h->head_dim = 0;
     KVS_TRY(get_i(m, arch, "rope.dimension_count", 0, &h->rope_dim));
     char key[128];
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", arch);
@@ -104,6 +161,7 @@ kvs_status kvs_mf_load_gguf(kvs_model_file *m) {
     int64_t te = kvs_gguf_find_tensor(m->gguf, "token_embd.weight");
     if (h->vocab == 0 && te >= 0) h->vocab = (int)kvs_gguf_tensor(m->gguf, te)->ne[1];
     KVS_TRY(kvs_mf_check_hparams(m));
+    KVS_TRY(extra_hparams(m, arch));
     /* SentencePiece llama vocabularies: BOS 1, EOS 2 unless the file says otherwise */
     kvs_gguf_str tm;
     if (kvs_gguf_get_str(m->gguf, "tokenizer.ggml.model", &tm) == KVS_OK && tm.len == 5 &&
@@ -128,6 +186,9 @@ kvs_status kvs_mf_load_gguf(kvs_model_file *m) {
             return kvs_error(KVS_ERR_FORMAT, "%s: tensor '%s' belongs to layer %ld but %s.block_count = %d",
                              m->path, tn, blk, arch, h->n_layers);
     }
+    m->gguf_used = kvs_mf_alloc(m, (size_t)kvs_gguf_n_tensors(m->gguf));
+    if (!m->gguf_used) return KVS_ERR_OUT_OF_MEMORY;
+    memset(m->gguf_used, 0, (size_t)kvs_gguf_n_tensors(m->gguf));
     const int64_t D = h->dim, Q = (int64_t)h->n_heads * h->head_dim,
                   KV = (int64_t)h->n_kv_heads * h->head_dim, F = h->ffn_dim, V = h->vocab;
     KVS_TRY(tensor(m, "token_embd.weight", V, D, 0, &m->w.token_embd, NULL));
@@ -154,6 +215,38 @@ kvs_status kvs_mf_load_gguf(kvs_model_file *m) {
         T_(w_down, "ffn_down", D, F);
         T_(w_up, "ffn_up", F, D);
 #undef T_
+        /* q/k/v biases (qwen2, dream; optional elsewhere as in llama.cpp): all three or none */
+        const char *bn[3] = {"attn_q", "attn_k", "attn_v"};
+        kvs_weight *bw[3] = {&L->bq, &L->bk, &L->bv};
+        const int64_t bl[3] = {Q, KV, KV};
+        int nb = 0, got[3];
+        for (int i = 0; i < 3; i++) {
+            snprintf(nm, sizeof nm, "blk.%d.%s.bias", l, bn[i]);
+            KVS_TRY(tensor(m, nm, 1, bl[i], 1, bw[i], &got[i]));
+            nb += got[i];
+        }
+        if (nb != 0 && nb != 3)
+            for (int i = 0; i < 3; i++)
+                if (!got[i])
+                    return kvs_error(KVS_ERR_NOT_FOUND, "%s: tensor 'blk.%d.%s.bias' missing (the layer has the other "
+                                     "q/k/v biases)", m->path, l, bn[i]);
+        if (l == 0) h->qkv_bias = nb == 3;
+        else if (h->qkv_bias != (nb == 3))
+            return kvs_error(KVS_ERR_FORMAT, "%s: layer %d %s q/k/v biases but layer 0 %s", m->path, l,
+                             nb ? "has" : "lacks", h->qkv_bias ? "has them" : "does not");
+        if (h->arch == KVS_ARCH_QWEN3) {
+            snprintf(nm, sizeof nm, "blk.%d.attn_q_norm.weight", l);
+            KVS_TRY(tensor(m, nm, 1, h->head_dim, 0, &L->q_norm, NULL));
+            snprintf(nm, sizeof nm, "blk.%d.attn_k_norm.weight", l);
+            KVS_TRY(tensor(m, nm, 1, h->head_dim, 0, &L->k_norm, NULL));
+            h->qk_norm = 1;
+        }
     }
+    /* a tensor the architecture does not read (an output bias, llama3's rope_freqs, ...) would change
+     * what the model computes: refused rather than ignored */
+    for (int64_t i = 0; i < kvs_gguf_n_tensors(m->gguf); i++)
+        if (!m->gguf_used[i])
+            return kvs_error(KVS_ERR_UNSUPPORTED, "%s: tensor '%s' is not used by kvsieve's %s model (refused rather "
+                             "than ignored)", m->path, kvs_gguf_tensor(m->gguf, i)->name, arch);
     return KVS_OK;
 }

@@ -18,9 +18,14 @@ const char *kvs_arch_name(kvs_arch a) {
     switch (a) {
     case KVS_ARCH_LLAMA: return "llama";
     case KVS_ARCH_LLADA: return "llada";
+    case KVS_ARCH_QWEN2: return "qwen2";
+    case KVS_ARCH_QWEN3: return "qwen3";
+    case KVS_ARCH_DREAM: return "dream";
     }
     return "unknown";
 }
+
+int kvs_arch_is_diffusion(kvs_arch a) { return a == KVS_ARCH_LLADA || a == KVS_ARCH_DREAM; }
 
 const char *kvs_model_format_name(kvs_model_format f) {
     switch (f) {
@@ -130,7 +135,9 @@ kvs_status kvs_mf_check_hparams(kvs_model_file *m) {
         if (ids[i].v < -1 || ids[i].v >= h->vocab)
             return kvs_error(KVS_ERR_FORMAT, "%s: %s token id %d is outside the vocabulary (%d tokens)",
                              m->path, ids[i].name, ids[i].v, h->vocab);
-    h->rope_mode = KVS_ROPE_ADJACENT;
+    /* llama.cpp's rope type per architecture: NEOX (rotate-half) for the Qwen family and Dream */
+    h->rope_mode = (h->arch == KVS_ARCH_QWEN2 || h->arch == KVS_ARCH_QWEN3 || h->arch == KVS_ARCH_DREAM)
+                       ? KVS_ROPE_NEOX : KVS_ROPE_ADJACENT;
     m->layers = calloc((size_t)h->n_layers, sizeof *m->layers);
     if (!m->layers) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "model file: out of memory");
     m->w.layers = m->layers;
@@ -163,7 +170,8 @@ size_t kvs_model_file_weight_bytes(const kvs_model_file *m) {
     for (int l = 0; l < m->w.n_layers; l++) {
         const kvs_layer_weights *L = &m->layers[l];
         n += L->attn_norm.nbytes + L->wq.nbytes + L->wk.nbytes + L->wv.nbytes + L->wo.nbytes +
-             L->ffn_norm.nbytes + L->w_gate.nbytes + L->w_down.nbytes + L->w_up.nbytes;
+             L->ffn_norm.nbytes + L->w_gate.nbytes + L->w_down.nbytes + L->w_up.nbytes + L->bq.nbytes + L->bk.nbytes +
+             L->bv.nbytes + L->q_norm.nbytes + L->k_norm.nbytes;
     }
     return n;
 }

@@ -1,4 +1,4 @@
-/* Hugging Face safetensors + config.json (llama naming).
+/* Hugging Face safetensors + config.json (llama, qwen2, qwen3 naming).
  *
  * safetensors (huggingface/safetensors docs): u64 little-endian header length N, N bytes of JSON
  * {"name": {"dtype": "F32", "shape": [rows, cols], "data_offsets": [begin, end]}, ...,
@@ -6,12 +6,17 @@
  * config.json: hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
  * num_key_value_heads, vocab_size, max_position_embeddings, rms_norm_eps, rope_theta,
  * tie_word_embeddings (default false, as transformers: then lm_head is required), bos/eos_token_id
- * (inside the vocabulary), head_dim (optional); architectures (if given) LlamaForCausalLM and
- * hidden_act (if given) silu, anything else is refused rather than run as a llama.
+ * (inside the vocabulary), head_dim (optional); model_type llama/qwen2/qwen3 and architectures
+ * LlamaForCausalLM/Qwen2ForCausalLM/Qwen3ForCausalLM (if given, agreeing), hidden_act (if given)
+ * silu, rope_scaling / rope_parameters absent or of rope_type default (rope_theta may sit inside
+ * rope_parameters, transformers 5), use_sliding_window not true: anything else is refused rather
+ * than run wrongly. Qwen2: self_attn.{q,k,v}_proj.bias; Qwen3: self_attn.{q,k}_norm.weight
+ * [head_dim] (and the biases when attention_bias is true).
  * Tensor names: model.embed_tokens, model.layers.N.{input_layernorm, self_attn.{q,k,v,o}_proj,
  * post_attention_layernorm, mlp.{gate,down,up}_proj}, model.norm, lm_head (absent when tied).
- * q/k rows are in rotate-half order (transformers' convert_llama_weights_to_hf.py permute):
- * HF row h*hd + p*hd/2 + i holds Meta row h*hd + 2i + p; we un-permute into Meta order. */
+ * llama q/k rows are in rotate-half order (transformers' convert_llama_weights_to_hf.py permute):
+ * HF row h*hd + p*hd/2 + i holds Meta row h*hd + 2i + p; we un-permute into Meta order. Qwen rows
+ * are used as stored, with NEOX RoPE (model_file.c). */
 #include <json-c/json.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,24 +107,42 @@ static kvs_status load_config(kvs_model_file *m, const char *cfg_path) {
         s = kvs_error(KVS_ERR_FORMAT, "%s: not a JSON object", cfg_path);
         goto done;
     }
+    /* the architecture: model_type and/or architectures, which must agree (transformers' class per
+     * model type); what the weights compute must be what kvsieve implements */
+    static const struct { const char *type, *cls; kvs_arch arch; } kinds[] = {
+        {"llama", "LlamaForCausalLM", KVS_ARCH_LLAMA}, {"qwen2", "Qwen2ForCausalLM", KVS_ARCH_QWEN2},
+        {"qwen3", "Qwen3ForCausalLM", KVS_ARCH_QWEN3}};
+    const int nk = (int)(sizeof kinds / sizeof kinds[0]);
+    int kind = -1;
     if (json_object_object_get_ex(cfg, "model_type", &v)) {
         const char *mt = json_object_get_string(v);
-        if (!mt || strcmp(mt, "llama") != 0) {
-            s = kvs_error(KVS_ERR_UNSUPPORTED, "%s: model_type '%s' is not supported (llama)",
+        for (int i = 0; mt && i < nk; i++)
+            if (strcmp(mt, kinds[i].type) == 0) kind = i;
+        if (kind < 0) {
+            s = kvs_error(KVS_ERR_UNSUPPORTED, "%s: model_type '%s' is not supported (llama, qwen2, qwen3)",
                           cfg_path, mt ? mt : "?");
             goto done;
         }
     }
-    /* what the weights compute must be what kvsieve implements (a llama: SiLU gates) */
     if (json_object_object_get_ex(cfg, "architectures", &v) && !json_object_is_type(v, json_type_null)) {
-        int ok = json_object_is_type(v, json_type_array) && json_object_array_length(v) > 0;
+        int ok = json_object_is_type(v, json_type_array) && json_object_array_length(v) > 0, clash = -1;
         for (size_t i = 0; ok && i < json_object_array_length(v); i++) {
             const char *a = json_object_get_string(json_object_array_get_idx(v, i));
-            ok = a && strcmp(a, "LlamaForCausalLM") == 0;
+            int k = -1;
+            for (int j = 0; a && j < nk; j++)
+                if (strcmp(a, kinds[j].cls) == 0) k = j;
+            if (k >= 0 && kind >= 0 && k != kind) clash = kind;
+            ok = k >= 0 && clash < 0;
+            if (ok) kind = k;
+        }
+        if (clash >= 0) {
+            s = kvs_error(KVS_ERR_UNSUPPORTED, "%s: architectures %s does not match model_type '%s'", cfg_path,
+                          json_object_to_json_string(v), kinds[clash].type);
+            goto done;
         }
         if (!ok) {
-            s = kvs_error(KVS_ERR_UNSUPPORTED, "%s: architectures %s is not supported (LlamaForCausalLM)",
-                          cfg_path, json_object_to_json_string(v));
+            s = kvs_error(KVS_ERR_UNSUPPORTED, "%s: architectures %s is not supported (LlamaForCausalLM, "
+                          "Qwen2ForCausalLM, Qwen3ForCausalLM)", cfg_path, json_object_to_json_string(v));
             goto done;
         }
     }
@@ -131,11 +154,33 @@ static kvs_status load_config(kvs_model_file *m, const char *cfg_path) {
             goto done;
         }
     }
-    if (json_object_object_get_ex(cfg, "rope_scaling", &v) && !json_object_is_type(v, json_type_null)) {
-        s = kvs_error(KVS_ERR_UNSUPPORTED, "%s: rope_scaling is not supported", cfg_path);
+    /* RoPE: rope_theta (transformers 4) or rope_parameters {rope_type, rope_theta} (transformers 5);
+     * only unscaled RoPE (rope_type default) is implemented */
+    const char *rkeys[2] = {"rope_scaling", "rope_parameters"};
+    for (int i = 0; i < 2; i++) {
+        if (!json_object_object_get_ex(cfg, rkeys[i], &v) || json_object_is_type(v, json_type_null)) continue;
+        json_object *t = NULL;
+        const char *type = NULL;
+        if (json_object_is_type(v, json_type_object) &&
+            (json_object_object_get_ex(v, "rope_type", &t) || json_object_object_get_ex(v, "type", &t)))
+            type = json_object_get_string(t);
+        if (!type || strcmp(type, "default") != 0) {
+            s = kvs_error(KVS_ERR_UNSUPPORTED, "%s: %s %s: RoPE scaling type '%s' is not implemented (unscaled RoPE "
+                          "only: rope_type default)", cfg_path, rkeys[i], json_object_to_json_string(v), type ? type : "?");
+            goto done;
+        }
+        if (i == 1 && (s = cfg_float(m, v, "rope_theta", &h->rope_base))) goto done;
+    }
+    if (json_object_object_get_ex(cfg, "use_sliding_window", &v) && json_object_get_boolean(v)) {
+        s = kvs_error(KVS_ERR_UNSUPPORTED, "%s: use_sliding_window true: sliding-window attention is not implemented", cfg_path);
         goto done;
     }
-    h->arch = KVS_ARCH_LLAMA;
+    h->arch = kind < 0 ? KVS_ARCH_LLAMA : kinds[kind].arch;
+    if (h->arch != KVS_ARCH_LLAMA) h->rms_eps = 1e-6f; /* transformers' Qwen2Config/Qwen3Config default */
+    /* q/k/v biases: always in Qwen2; Qwen3 and llama when attention_bias is true */
+    h->qkv_bias = h->arch == KVS_ARCH_QWEN2;
+    if (h->arch != KVS_ARCH_QWEN2 && json_object_object_get_ex(cfg, "attention_bias", &v)) h->qkv_bias = json_object_get_boolean(v);
+    h->qk_norm = h->arch == KVS_ARCH_QWEN3;
     if ((s = cfg_int(m, cfg, "hidden_size", 1, &h->dim)) ||
         (s = cfg_int(m, cfg, "intermediate_size", 1, &h->ffn_dim)) ||
         (s = cfg_int(m, cfg, "num_hidden_layers", 1, &h->n_layers)) ||
@@ -301,9 +346,11 @@ kvs_status kvs_mf_load_safetensors(kvs_model_file *m, const char *st_path, const
 #define W_(field, suffix, rows, cols, perm)                                                        \
     snprintf(nm, sizeof nm, "model.layers.%d." suffix ".weight", l);                               \
     if ((s = st_weight(&f, nm, rows, cols, perm, &L->field))) break
+        /* llama rows are rotate-half: un-permuted to the adjacent layout; Qwen rows stay (NEOX RoPE) */
+        const int perm = h->arch == KVS_ARCH_LLAMA;
         W_(attn_norm, "input_layernorm", 1, D, 0);
-        W_(wq, "self_attn.q_proj", Q, D, h->n_heads);
-        W_(wk, "self_attn.k_proj", KV, D, h->n_kv_heads);
+        W_(wq, "self_attn.q_proj", Q, D, perm ? h->n_heads : 0);
+        W_(wk, "self_attn.k_proj", KV, D, perm ? h->n_kv_heads : 0);
         W_(wv, "self_attn.v_proj", KV, D, 0);
         W_(wo, "self_attn.o_proj", D, Q, 0);
         W_(ffn_norm, "post_attention_layernorm", 1, D, 0);
@@ -311,6 +358,25 @@ kvs_status kvs_mf_load_safetensors(kvs_model_file *m, const char *st_path, const
         W_(w_down, "mlp.down_proj", D, F, 0);
         W_(w_up, "mlp.up_proj", F, D, 0);
 #undef W_
+        if (h->qkv_bias) {
+            if (perm) { /* a llama with biases would need them un-permuted too: not done */
+                s = kvs_error(KVS_ERR_UNSUPPORTED, "%s: a llama with attention_bias is not supported", m->path);
+                break;
+            }
+            const char *bn[3] = {"q_proj", "k_proj", "v_proj"};
+            kvs_weight *bw[3] = {&L->bq, &L->bk, &L->bv};
+            const int64_t bl[3] = {Q, KV, KV};
+            for (int i = 0; i < 3 && s == KVS_OK; i++) {
+                snprintf(nm, sizeof nm, "model.layers.%d.self_attn.%s.bias", l, bn[i]);
+                s = st_weight(&f, nm, 1, bl[i], 0, bw[i]);
+            }
+        }
+        if (s == KVS_OK && h->qk_norm) {
+            snprintf(nm, sizeof nm, "model.layers.%d.self_attn.q_norm.weight", l);
+            if ((s = st_weight(&f, nm, 1, h->head_dim, 0, &L->q_norm))) break;
+            snprintf(nm, sizeof nm, "model.layers.%d.self_attn.k_norm.weight", l);
+            if ((s = st_weight(&f, nm, 1, h->head_dim, 0, &L->k_norm))) break;
+        }
     }
 done:
     json_object_put(hdr);

@@ -1,5 +1,6 @@
 /* The step-plan forward of a llama-family transformer (llama2.c run.c / llama.cpp llm_build_llama
- * dataflow; LLaDA uses the same blocks with bidirectional attention). See model.h.
+ * dataflow; LLaDA uses the same blocks with bidirectional attention; qwen2/dream add q/k/v biases,
+ * qwen3 a per-head q/k RMSNorm before RoPE, both with NEOX RoPE). See model.h.
  * The attention of a layer (dense or over a keep-set, with statistics and latent memory) is
  * forward_attention.c; the workspace helpers both use are declared in forward_internal.h. */
 #include <stdlib.h>
@@ -39,8 +40,9 @@ kvs_status fwd_grow_tensor(kvs_tensor **t, kvs_device *dev, kvs_dtype dt, int64_
 
 void kvs_workspace_free(kvs_workspace *ws) {
     kvs_tensor **all[] = {&ws->x, &ws->xn, &ws->q, &ws->att, &ws->k, &ws->v, &ws->gate, &ws->up, &ws->pos, &ws->rpos,
-                          &ws->rowsel, &ws->stat_rows, &ws->lat_max, &ws->lat_sum, &ws->argmax, &ws->logits, &ws->key_mass,
-                          &ws->probs, &ws->probe_rows, &ws->ks, &ws->vs, &ws->ks_pos, &ws->ks_len, &ws->keep_idx, &ws->qr};
+                          &ws->rowsel, &ws->zeros, &ws->stat_rows, &ws->lat_max, &ws->lat_sum, &ws->argmax, &ws->logits,
+                          &ws->key_mass, &ws->probs, &ws->probe_rows, &ws->ks, &ws->vs, &ws->ks_pos, &ws->ks_len,
+                          &ws->keep_idx, &ws->qr};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) kvs_tensor_destroy(all[i]);
     free(ws->h_q);
     free(ws->h_pos), free(ws->h_rows), free(ws->h_pos_rows), free(ws->h_tmp), free(ws->h_keep);
@@ -64,6 +66,12 @@ static kvs_status ws_rows(kvs_model *m, int64_t rows) {
     KVS_TRY(fwd_grow_tensor(&ws->pos, d, KVS_I32, rows, 0, 0, "ws.pos"));
     KVS_TRY(fwd_grow_tensor(&ws->rpos, d, KVS_I32, rows, 0, 0, "ws.rpos"));
     KVS_TRY(fwd_grow_tensor(&ws->rowsel, d, KVS_I32, rows, 0, 0, "ws.rowsel"));
+    KVS_TRY(fwd_grow_tensor(&ws->zeros, d, KVS_I32, rows, 0, 0, "ws.zeros"));
+    int32_t *z = calloc((size_t)rows, sizeof *z);
+    if (!z) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_model_forward: out of host memory");
+    kvs_status zs = kvs_tensor_upload(ws->zeros, z, 0, (size_t)rows * sizeof *z);
+    free(z);
+    KVS_TRY(zs);
     KVS_TRY(fwd_grow_tensor(&ws->stat_rows, d, KVS_I32, rows, 0, 0, "ws.stat_rows"));
     KVS_TRY(fwd_grow_tensor(&ws->argmax, d, KVS_I32, hp->n_heads, rows, 0, "ws.argmax"));
     ws->rows = rows;
@@ -104,6 +112,19 @@ static kvs_status write_cache(fwd_ctx *f, int l, const int32_t *rows, int64_t n,
     if (s == KVS_OK) s = kvs_cache_write_rows_rope(f->c, l, ksrc, vsrc, f->tmp, rpos, n);
     fwd_view_done(&ksrc);
     fwd_view_done(&vsrc);
+    return s;
+}
+
+/* y = x W^T (+ b broadcast to every row when b is not NULL: the bias row is gathered into y's n rows,
+ * then the product accumulates onto it). */
+static kvs_status linear(kvs_model *m, const kvs_tensor *W, const kvs_tensor *b, const kvs_tensor *x, kvs_tensor *y,
+                         int64_t n) {
+    if (!b) return kvs_matmul(m->dev, W, x, y, 0);
+    kvs_tensor *idx = NULL;
+    kvs_status s = fwd_view3(m, &idx, m->ws.zeros, 0, n, 1, 1);
+    if (s == KVS_OK) s = kvs_gather(m->dev, b, idx, y);
+    if (s == KVS_OK) s = kvs_matmul(m->dev, W, x, y, 1);
+    fwd_view_done(&idx);
     return s;
 }
 
@@ -159,9 +180,12 @@ static kvs_status run_layer(fwd_ctx *f, int l, const int32_t *rows, int64_t n, k
             st->n_x_rows = n;
         }
     }
-    if (s == KVS_OK) s = kvs_matmul(d, w->wq, xn, q, 0);
-    if (s == KVS_OK) s = kvs_matmul(d, w->wk, xn, k, 0);
-    if (s == KVS_OK) s = kvs_matmul(d, w->wv, xn, v, 0);
+    if (s == KVS_OK) s = linear(m, w->wq, w->bq, xn, q, n);
+    if (s == KVS_OK) s = linear(m, w->wk, w->bk, xn, k, n);
+    if (s == KVS_OK) s = linear(m, w->wv, w->bv, xn, v, n);
+    /* qwen3: each head's q and k RMS-normalised (weights [head_dim]) before RoPE */
+    if (s == KVS_OK && w->q_norm) s = kvs_rmsnorm(d, q3, w->q_norm, q3, hp->rms_eps);
+    if (s == KVS_OK && w->k_norm) s = kvs_rmsnorm(d, k3, w->k_norm, k3, hp->rms_eps);
     if (s == KVS_OK) s = kvs_rope(d, q3, rpos ? rpos : pos, &rp);
     if (s == KVS_OK) s = kvs_rope(d, k3, rpos ? rpos : pos, &rp);
     st->q = NULL;

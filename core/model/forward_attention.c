@@ -108,7 +108,7 @@ kvs_status fwd_layer_attention(fwd_ctx *f, int l, const kvs_layer_plan *lp, int6
     int sparse = lp && lp->keep;
 
     kvs_attention_params ap = kvs_attention_params_default();
-    ap.causal = hp->arch == KVS_ARCH_LLAMA;
+    ap.causal = !kvs_arch_is_diffusion(hp->arch);
     kvs_tensor *qpos = NULL, *q = NULL, *out = NULL, *srows = NULL, *prow = NULL, *amax = NULL;
     kvs_tensor *ks = NULL, *vs = NULL, *kpos = NULL, *klen = NULL, *kmv = NULL, *pv = NULL;
     /* keys the attention sees: the cache rows [0, n_kv) (dense) or the gathered keep-set (sparse,

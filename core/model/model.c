@@ -53,8 +53,8 @@ void kvs_model_destroy(kvs_model **mp) {
     if (m->layers) {
         for (int l = 0; l < m->hp.n_layers; l++) {
             kvs_layer_tensors *w = &m->layers[l];
-            kvs_tensor **all[] = {&w->attn_norm, &w->wq, &w->wk, &w->wv, &w->wo,
-                                  &w->ffn_norm, &w->w_gate, &w->w_down, &w->w_up};
+            kvs_tensor **all[] = {&w->attn_norm, &w->wq, &w->wk, &w->wv, &w->wo, &w->ffn_norm, &w->w_gate,
+                                  &w->w_down, &w->w_up, &w->bq, &w->bk, &w->bv, &w->q_norm, &w->k_norm};
             for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) kvs_tensor_destroy(all[i]);
         }
     }
@@ -123,16 +123,21 @@ kvs_status kvs_model_create(kvs_model **out, kvs_device *dev, const kvs_model_fi
     for (int l = 0; l < L && s == KVS_OK; l++) {
         const kvs_layer_weights *lw = &w->layers[l];
         kvs_layer_tensors *t = &m->layers[l];
-        struct { const kvs_weight *src; kvs_tensor **dst; const char *nm; kvs_dtype dt; } items[] = {
-            {&lw->attn_norm, &t->attn_norm, "attn_norm", KVS_F32}, {&lw->wq, &t->wq, "attn_q", wd},
-            {&lw->wk, &t->wk, "attn_k", wd}, {&lw->wv, &t->wv, "attn_v", wd}, {&lw->wo, &t->wo, "attn_output", wd},
-            {&lw->ffn_norm, &t->ffn_norm, "ffn_norm", KVS_F32}, {&lw->w_gate, &t->w_gate, "ffn_gate", wd},
-            {&lw->w_down, &t->w_down, "ffn_down", wd}, {&lw->w_up, &t->w_up, "ffn_up", wd},
+        /* matrix = 1: a matmul weight (kept in its block type, or converted to wd); 0: an F32 vector */
+        struct { const kvs_weight *src; kvs_tensor **dst; const char *nm; int matrix; } items[] = {
+            {&lw->attn_norm, &t->attn_norm, "attn_norm", 0}, {&lw->wq, &t->wq, "attn_q", 1},
+            {&lw->wk, &t->wk, "attn_k", 1}, {&lw->wv, &t->wv, "attn_v", 1}, {&lw->wo, &t->wo, "attn_output", 1},
+            {&lw->ffn_norm, &t->ffn_norm, "ffn_norm", 0}, {&lw->w_gate, &t->w_gate, "ffn_gate", 1},
+            {&lw->w_down, &t->w_down, "ffn_down", 1}, {&lw->w_up, &t->w_up, "ffn_up", 1},
+            /* present only in some architectures (data NULL otherwise) */
+            {&lw->bq, &t->bq, "attn_q.bias", 0}, {&lw->bk, &t->bk, "attn_k.bias", 0},
+            {&lw->bv, &t->bv, "attn_v.bias", 0}, {&lw->q_norm, &t->q_norm, "attn_q_norm", 0},
+            {&lw->k_norm, &t->k_norm, "attn_k_norm", 0},
         };
         for (size_t i = 0; i < sizeof items / sizeof items[0] && s == KVS_OK; i++) {
+            if (!items[i].src->data) continue;
             snprintf(name, sizeof name, "blk.%d.%s", l, items[i].nm);
-            s = upload_weight(m, items[i].src, items[i].dt, items[i].dst != &t->attn_norm && items[i].dst != &t->ffn_norm,
-                              name, items[i].dst);
+            s = upload_weight(m, items[i].src, items[i].matrix ? wd : KVS_F32, items[i].matrix, name, items[i].dst);
         }
     }
     if (s != KVS_OK) {

@@ -14,6 +14,8 @@ typedef struct kvs_layer_tensors {
     kvs_tensor *w_gate;      /* [ffn_dim][dim]  (w1) */
     kvs_tensor *w_down;      /* [dim][ffn_dim]  (w2) */
     kvs_tensor *w_up;        /* [ffn_dim][dim]  (w3) */
+    kvs_tensor *bq, *bk, *bv;   /* [n_heads*head_dim], [n_kv_heads*head_dim] F32 (qkv_bias) or NULL */
+    kvs_tensor *q_norm, *k_norm; /* [head_dim] F32 (qk_norm) or NULL */
 } kvs_layer_tensors;
 
 #define KVS_WS_VIEWS 64 /* views one layer of the forward may hold at once */
@@ -33,6 +35,7 @@ typedef struct kvs_workspace {
     kvs_tensor *pos;         /* [rows] I32 positions of the layer's rows */
     kvs_tensor *rpos;        /* [rows] I32 RoPE positions within the cache (kvs_step_plan.rope_in_cache) */
     kvs_tensor *rowsel;      /* [rows] I32 generic row selection */
+    kvs_tensor *zeros;       /* [rows] I32 zeros (broadcast of a bias row by kvs_gather) */
     kvs_tensor *stat_rows;   /* [rows] I32 */
     kvs_tensor *argmax;      /* [rows][n_heads] I32 */
     int64_t logit_rows;

@@ -79,6 +79,11 @@ static kvs_status weight(more *m, const kvs_model *model, int layer, int n_layer
     if (hp->n_layers != n_layers || layer < 0 || layer >= n_layers)
         return kvs_error(KVS_ERR_INVALID_ARGUMENT, "policy '%s': layer %d of %d does not fit the bound model (%d layers)",
                          kvs_policy_name(m->owner), layer, n_layers, hp->n_layers);
+    /* the future queries are predicted as Wq x (then RoPE): a q bias or q norm (qwen2, qwen3, dream)
+     * is not modelled, so such a model is refused rather than scored wrongly */
+    if (which == 'q' && (hp->qkv_bias || hp->qk_norm))
+        return kvs_error(KVS_ERR_UNSUPPORTED, "policy '%s' predicts queries as Wq x; the %s model's q %s is not modelled",
+                         kvs_policy_name(m->owner), kvs_arch_name(hp->arch), hp->qk_norm ? "norm" : "bias");
     if (m->w && m->w_model != model) { /* bound to another model since: drop its weights */
         for (int l = 0; l < m->L; l++) free(m->w[l]);
         free(m->w);

@@ -61,11 +61,16 @@ static kvs_status block_plan(void *self, const kvs_dlm_view *v, kvs_dlm_step *ou
     KVS_TRY(kvs_ibuf_reserve(&s->rows, v->n_tokens));
     if (s->kind == BLK_PREFIX || s->kind == BLK_DUAL) {
         int64_t end = s->kind == BLK_PREFIX ? v->n_tokens : v->block_end;
-        for (int64_t p = v->block_start; p < end; p++) s->rows.p[s->rows.n++] = (int32_t)p;
+        /* shifted logits (Dream): the block's first position is predicted from the row before it */
+        int64_t start = v->logit_shift && v->block_start > 0 ? v->block_start - 1 : v->block_start;
+        for (int64_t p = start; p < end; p++) s->rows.p[s->rows.n++] = (int32_t)p;
     } else {
-        /* masked rows + rows decoded by the previous step (their K/V move once more) */
+        /* masked rows + rows decoded by the previous step (their K/V move once more); shifted
+         * logits: also the row before each masked position of the block */
         memset(s->mark, 0, (size_t)v->n_tokens);
         for (int64_t i = 0; i < v->n_decoded_prev; i++) s->mark[v->decoded_prev[i]] = 1;
+        for (int64_t p = v->block_start; v->logit_shift && p < v->block_end; p++)
+            if (v->masked[p] && p > 0) s->mark[p - 1] = 1;
         for (int64_t p = 0; p < v->n_tokens; p++)
             if (v->masked[p] || s->mark[p]) s->rows.p[s->rows.n++] = (int32_t)p;
     }
@@ -320,6 +325,9 @@ static kvs_status elastic_plan(void *self, const kvs_dlm_view *v, kvs_dlm_step *
     for (int64_t k = 0; k < s->T.n; k++) s->mark[s->T.p[k]] = 1;
     for (int64_t i = 0; i < v->n_decoded_prev; i++) s->mark[v->decoded_prev[i]] = 1;
     for (int64_t i = 0; i < s->W.n; i++) s->mark[s->W.p[i]] = 1;
+    /* shifted logits (Dream): the window's positions are predicted from the rows before them */
+    for (int64_t i = 0; v->logit_shift && i < s->W.n; i++)
+        if (s->W.p[i] > 0) s->mark[s->W.p[i] - 1] = 1;
     s->Q.n = s->wq.n = s->pq.n = s->ppos.n = 0;
     KVS_TRY(kvs_ibuf_reserve(&s->Q, n));
     KVS_TRY(kvs_ibuf_reserve(&s->wq, n));

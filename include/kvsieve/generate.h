@@ -98,10 +98,12 @@ KVS_API int64_t kvs_ar_capacity(const kvs_model *m, int64_t n_prompt, const kvs_
  * cache: an APPEND cache with capacity >= kvs_ar_capacity(m, n_prompt, p) (n_prompt + max_new - 1 without a
  * policy), reset by this call; with a policy,
  * capacity >= kvs_ar_capacity(m, n_prompt, p) suffices (budget + buffer rows per kv head).
- * Errors: KVS_ERR_INVALID_ARGUMENT (empty prompt, bad params, positional cache),
+ * Errors: KVS_ERR_INVALID_ARGUMENT (empty prompt, bad params, positional cache, a masked-diffusion
+ * model: llada, dream),
  * KVS_ERR_OUT_OF_RANGE (capacity; a model with a known context (hparams ctx_len > 0): without
  * rerotate and a policy, a last forwarded position n_prompt + max_new - 2 >= ctx_len; with both,
- * a budget + buffer (kvs_ar_capacity) > ctx_len), the forward's errors, and with a policy the evictor's (kvs_evictor_create:
+ * a budget + buffer (kvs_ar_capacity) > ctx_len), KVS_ERR_UNSUPPORTED (rerotate on a cache whose keys
+ * are not plain f32/f16), the forward's errors, and with a policy the evictor's (kvs_evictor_create:
  * bad budget or scope; eviction: the top-k and compaction ops' and the policy's own). */
 KVS_API kvs_status kvs_generate_ar(kvs_model *m, kvs_kv_cache *cache, const int32_t *prompt, int64_t n_prompt,
                                    const kvs_ar_params *p, kvs_token_cb cb, void *user, int32_t *out,
@@ -134,6 +136,10 @@ KVS_API kvs_dlm_params kvs_dlm_params_default(void);
  * takes p = softmax(logits) in float64 at the candidate positions (default: the block's masked
  * positions), token = argmax p (lowest id on ties), confidence = max p, and commits the most
  * confident candidates (lowest position on ties). A block ends when it has no mask left.
+ * Models: llada and dream (kvs_arch_is_diffusion). Dream's logits are shifted (hparams.logit_shift):
+ * the prediction for position p is the output of row p-1 (as Dream's own generation code reads
+ * cat(logits[:, :1], logits[:, :-1])), so n_prompt >= 1 and every schedule's plan computes the row
+ * before each logit position (kvs_dlm_view.logit_shift).
  * out: caller array of gen_len ids (the decoded suffix), all set: when the callback stops the decode
  * after a block, the positions never decoded hold mask_id (stats->tokens counts those decoded); with
  * stop_eos the positions after the first EOS hold EOS. stats->tokens_per_s = stats->tokens / seconds.
@@ -141,7 +147,7 @@ KVS_API kvs_dlm_params kvs_dlm_params_default(void);
  * until it returns non-zero. cache: a POSITIONAL cache with capacity
  * >= n_prompt + gen_len (flags as the schedule requires), reset by this call.
  * Errors: KVS_ERR_INVALID_ARGUMENT (bad lengths, model is not a masked-diffusion model or has no
- * mask id, stop_eos without an EOS id, cache mode), KVS_ERR_OUT_OF_RANGE (capacity), the schedule's and the forward's errors. */
+ * mask id, stop_eos without an EOS id, cache mode, an empty prompt with shifted logits), KVS_ERR_OUT_OF_RANGE (capacity), the schedule's and the forward's errors. */
 KVS_API kvs_status kvs_generate_dlm(kvs_model *m, kvs_kv_cache *cache, const int32_t *prompt, int64_t n_prompt,
                                     const kvs_dlm_params *p, kvs_token_cb cb, void *user, int32_t *out,
                                     kvs_gen_stats *stats);

@@ -1,14 +1,15 @@
 /* kvsieve — transformer models on a device and the step-plan forward.
  *
- * A kvs_model holds one checkpoint's weights on a device (architectures: llama = causal
- * autoregressive, llada = bidirectional masked diffusion). kvs_model_forward executes one
+ * A kvs_model holds one checkpoint's weights on a device (architectures: llama, qwen2, qwen3 = causal
+ * autoregressive; llada, dream = bidirectional masked diffusion). kvs_model_forward executes one
  * *step plan*: which token rows run through which layers, which of their K/V are written into the
  * KV cache, which attention statistics are collected, and which rows' logits are returned. Every
  * cache schedule (none, prefix, dual, delayed, elastic, wavefilter) and every eviction policy only
  * changes the plan; the forward is the same.
  *
  * One layer l of a step (rows R_l, indices into the plan's token list; see DESIGN.md):
- *   x = layer input of R_l -> rmsnorm -> q,k,v = x Wq^T, x Wk^T, x Wv^T -> RoPE(positions)
+ *   x = layer input of R_l -> rmsnorm -> q,k,v = x Wq^T (+bq), x Wk^T (+bk), x Wv^T (+bv)
+ *   -> (qwen3: per-head rmsnorm of q and k) -> RoPE(positions; adjacent pairs or NEOX, model_file.h)
  *   -> k,v written into the cache rows of their tokens -> attention(q vs the cache's k,v, stats)
  *   -> x += attn Wo^T -> x += W2 (silu(W1 xn) * W3 xn), xn = rmsnorm(x)
  * Layer inputs: layer 0 embeds the tokens; layer l > 0 continues the rows of layer l-1. When R_l
@@ -127,7 +128,10 @@ typedef struct kvs_step_plan {
                                  * or, for an append cache, 1 + the largest position it ever held
                                  * (eviction does not change it) + i */
     const kvs_layer_plan *layers; /* [n_layers]; NULL: every layer computes all tokens */
-    const int32_t *logit_rows;  /* token indices whose logits are returned; each must be computed
+    const int32_t *logit_rows;  /* token indices whose logits are returned (each row's own output:
+                                 * for a model with hparams.logit_shift, Dream, row i holds the
+                                 * prediction for position i+1; kvs_generate_dlm asks for i-1);
+                                 * each must be computed
                                  * at the last layer */
     int64_t n_logit_rows;
     /* 1: RoPE positions within the cache (StreamingLLM, Xiao et al. 2023, sec. 3.2): at layer l,

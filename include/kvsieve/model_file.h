@@ -6,15 +6,22 @@
  *   token_embd  [vocab][dim]
  *   per layer:  attn_norm [dim]
  *               wq [n_heads*head_dim][dim], wk [n_kv_heads*head_dim][dim], wv [n_kv_heads*head_dim][dim]
+ *               bq [n_heads*head_dim], bk, bv [n_kv_heads*head_dim]  (qkv_bias = 1: qwen2, dream; else
+ *                                                                      data NULL)
+ *               q_norm, k_norm [head_dim]  (qk_norm = 1: qwen3's per-head RMSNorm of q and k before
+ *                                           RoPE; else data NULL)
  *               wo [dim][n_heads*head_dim]
  *               ffn_norm [dim]
  *               w_gate (llama2.c w1) [ffn_dim][dim], w_down (w2) [dim][ffn_dim], w_up (w3) [ffn_dim][dim]
  *   output_norm [dim]
  *   output      [vocab][dim]  (tied models: the same array as token_embd, `tied_output` = 1)
- * RoPE: q/k rows are always in the Meta/GGUF adjacent-pair layout (rope_mode = KVS_ROPE_ADJACENT):
+ * RoPE: llama/llada q/k rows are in the Meta/GGUF adjacent-pair layout (rope_mode = KVS_ROPE_ADJACENT):
  * Hugging Face safetensors store rotate-half rows (transformers' convert_llama_weights_to_hf.py
  * permute()); the loader un-permutes them, row (h, p*hd/2 + i) -> (h, 2i + p), so the three
- * encodings of one model load to bit-identical arrays.
+ * encodings of one model load to bit-identical arrays. qwen2/qwen3/dream rows (GGUF or safetensors)
+ * are kept as stored
+ * (llama.cpp's converter does not permute them) and run with rope_mode = KVS_ROPE_NEOX (rotate-half
+ * pairs (i, i + rope_dim/2)), as llama.cpp runs these architectures.
  * Dtypes: GGUF tensors keep their file dtype (F32, F16, BF16 or a block type of tensor.h) unless params.force_f32; other
  * formats are F32. kvs_weight_to_f32() converts any of them.
  *
@@ -39,8 +46,16 @@ extern "C" {
 
 typedef enum kvs_arch {
     KVS_ARCH_LLAMA = 0,   /* causal LM (general.architecture = llama; llama2.c and HF llama) */
-    KVS_ARCH_LLADA = 1    /* bidirectional masked-diffusion LM (general.architecture = llada) */
+    KVS_ARCH_LLADA = 1,   /* bidirectional masked-diffusion LM (general.architecture = llada) */
+    KVS_ARCH_QWEN2 = 2,   /* causal LM, q/k/v biases, NEOX RoPE (Qwen2, Qwen2.5) */
+    KVS_ARCH_QWEN3 = 3,   /* causal LM, per-head q/k RMSNorm, NEOX RoPE (Qwen3 dense) */
+    KVS_ARCH_DREAM = 4    /* bidirectional masked-diffusion LM on Qwen2 blocks with shifted logits
+                           * (Dream-7B, DiffuCoder; general.architecture = dream) */
 } kvs_arch;
+
+/* 1 for the masked-diffusion architectures (bidirectional attention, decoded by kvs_generate_dlm:
+ * llada, dream), 0 for the causal ones (llama, qwen2, qwen3). */
+KVS_API int kvs_arch_is_diffusion(kvs_arch a);
 
 typedef enum kvs_model_format {
     KVS_MODEL_GGUF = 0,
@@ -48,7 +63,7 @@ typedef enum kvs_model_format {
     KVS_MODEL_LLAMA2C = 2        /* llama2.c .bin checkpoint (legacy 7 x int32 header, or v1 "ak42") */
 } kvs_model_format;
 
-KVS_API const char *kvs_arch_name(kvs_arch a);            /* "llama", "llada" */
+KVS_API const char *kvs_arch_name(kvs_arch a);            /* "llama", "llada", "qwen2", "qwen3", "dream" */
 KVS_API const char *kvs_model_format_name(kvs_model_format f); /* "gguf", "safetensors", "llama2c" */
 
 typedef struct kvs_model_hparams {
@@ -64,11 +79,16 @@ typedef struct kvs_model_hparams {
     float rms_eps;      /* RMSNorm epsilon; default 1e-5 (llama2.c's value) */
     float rope_base;    /* RoPE theta base; default 10000 */
     int rope_dim;       /* rotated dims per head; default head_dim */
-    kvs_rope_mode rope_mode;  /* always KVS_ROPE_ADJACENT after loading */
+    kvs_rope_mode rope_mode;  /* KVS_ROPE_ADJACENT (llama, llada) or KVS_ROPE_NEOX (qwen2, qwen3, dream) */
     int bos_id;         /* -1 when unknown; default 1 for llama2.c / HF without ids */
     int eos_id;         /* -1 when unknown */
     int mask_id;        /* LLaDA mask token (tokenizer.ggml.mask_token_id); -1 when none */
     int tied_output;    /* 1: output is token_embd */
+    int qkv_bias;       /* 1: the q/k/v projections add biases bq/bk/bv (qwen2, dream) */
+    int qk_norm;        /* 1: per-head RMSNorm of q and k (weights q_norm/k_norm [head_dim], eps
+                         * rms_eps) between the projection and RoPE (qwen3) */
+    int logit_shift;    /* 1: the logits of position i are read from row i-1 (Dream's shifted
+                         * prediction; GGUF diffusion.shift_logits, default 1 for dream, 0 else) */
 } kvs_model_hparams;
 
 /* One host array. ne[0] = columns (fastest), ne[1] = rows (1 for vectors). */
@@ -81,6 +101,8 @@ typedef struct kvs_weight {
 
 typedef struct kvs_layer_weights {
     kvs_weight attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_down, w_up;
+    kvs_weight bq, bk, bv;     /* q/k/v biases (hparams.qkv_bias; data NULL otherwise) */
+    kvs_weight q_norm, k_norm; /* per-head q/k RMSNorm weights (hparams.qk_norm; data NULL otherwise) */
 } kvs_layer_weights;
 
 typedef struct kvs_model_weights {
@@ -104,15 +126,26 @@ typedef struct kvs_model_file kvs_model_file;
 /* Opens a model file of any supported encoding, detected from the content: GGUF magic; a directory
  * holding model.safetensors + config.json (or the path of either file); otherwise a llama2.c
  * checkpoint. p may be NULL (defaults).
- * Checks: architecture llama or llada (others: KVS_ERR_UNSUPPORTED naming it), positive hparams,
+ * Checks: architecture llama, llada, qwen2, qwen3 or dream (llada/dream: GGUF only; safetensors:
+ * llama, qwen2, qwen3; others: KVS_ERR_UNSUPPORTED naming it), positive hparams,
  * n_heads % n_kv_heads == 0, every required tensor present (KVS_ERR_NOT_FOUND naming it) with the
  * canonical shape (KVS_ERR_SHAPE naming the tensor, expected and found), supported dtypes
  * (KVS_ERR_DTYPE naming the tensor and the ggml type number), file sizes (KVS_ERR_FORMAT with the
  * byte offset), and that the file describes what it holds (KVS_ERR_FORMAT, naming the file): RoPE
  * base finite and > 1, BOS/EOS/mask ids inside the vocabulary (the key named), no GGUF blk.N tensor
- * at or beyond {arch}.block_count, a llama2.c file ending where its weights end; safetensors:
- * hidden_act silu and architectures LlamaForCausalLM when given (KVS_ERR_UNSUPPORTED), lm_head.weight
- * present unless tie_word_embeddings is true (KVS_ERR_NOT_FOUND). Only regular files are read
+ * at or beyond {arch}.block_count, a llama2.c file ending where its weights end. GGUF hparams beyond
+ * the llama set: {arch}.attention.key_length sets head_dim (value_length must equal it, else
+ * KVS_ERR_UNSUPPORTED); RoPE scaling ({arch}.rope.scaling.type other than none/linear, or a scaling
+ * factor other than 1 in {arch}.rope.scaling.factor / {arch}.rope.scale_linear: KVS_ERR_UNSUPPORTED
+ * naming the type and factor: only unscaled RoPE is implemented); {arch}.attention.causal
+ * contradicting the architecture (KVS_ERR_UNSUPPORTED); q/k/v biases all three or none
+ * (KVS_ERR_NOT_FOUND naming the missing one); qwen3 needs attn_q_norm/attn_k_norm [head_dim]; a
+ * tensor the architecture does not read (an attn_output bias, rope_freqs, ...) is KVS_ERR_UNSUPPORTED
+ * naming it. Safetensors:
+ * hidden_act silu, model_type llama/qwen2/qwen3 and architectures LlamaForCausalLM/Qwen2ForCausalLM/
+ * Qwen3ForCausalLM when given and agreeing, rope_scaling / rope_parameters of rope_type default only,
+ * use_sliding_window not true (each else KVS_ERR_UNSUPPORTED), lm_head.weight present unless
+ * tie_word_embeddings is true (KVS_ERR_NOT_FOUND); Qwen2 q/k/v biases and Qwen3 q/k norms required. Only regular files are read
  * (KVS_ERR_IO for a directory). Errors also: KVS_ERR_INVALID_ARGUMENT, KVS_ERR_IO,
  * KVS_ERR_OUT_OF_MEMORY. */
 KVS_API kvs_status kvs_model_file_open(kvs_model_file **out, const char *path,

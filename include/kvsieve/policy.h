@@ -53,7 +53,9 @@
  *                             RoPE rotation averaged over the next n_future positions (R mu,
  *                             R C R^T); z = mu.k / sqrt(d) + k^T C k / (2d), softmax over the head's
  *                             non-sink rows, mean over the query-head group, times ||v||_2; the
- *                             first n_sink positions +inf. Needs the model (kvs_policy_set_model).
+ *                             first n_sink positions +inf. Needs the model (kvs_policy_set_model);
+ *                             a model with a q bias or q norm (qwen2, qwen3, dream) is refused at
+ *                             the first scoring (KVS_ERR_UNSUPPORTED: not modelled).
  *                  prefixkv   PrefixKV (Wang et al. 2024, arXiv 2412.03409; code THU-MIG/PrefixKV)
  *                             over a base scorer (params base, default snapkv): per layer and kv
  *                             head the base scores become an importance distribution (shifted by

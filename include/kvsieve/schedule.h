@@ -37,6 +37,12 @@ typedef struct kvs_dlm_view {
     int64_t n_decoded_prev;
     int n_layers;
     int n_heads, n_kv_heads;    /* the model's attention heads (statistics layouts) */
+    int logit_shift;            /* 1: the model predicts position p from row p-1 (Dream; hparams
+                                 * logit_shift). The plan still names positions p in logit_rows and
+                                 * candidates; the loop asks the forward for rows p-1, so the plan's
+                                 * last layer must compute row p-1 of every logit row p (the
+                                 * built-in schedules do; a plan that does not is refused by the
+                                 * forward: "logit row p-1 is not computed at the last layer") */
 } kvs_dlm_view;
 
 /* What a schedule returns for one step. Arrays are owned by the schedule and stay valid until its
@@ -100,11 +106,14 @@ KVS_API kvs_status kvs_dlm_schedule_get_stats(const kvs_dlm_schedule *s, kvs_dlm
  * llada/generate.py generate_with_prefix_cache): the first step of every block runs every row; the
  * other steps of the block run rows [block_start, n_tokens) at every layer and reuse the cached
  * K/V of the rows before the block. Logits and candidates: the block's masked positions.
+ * Shifted logits (view.logit_shift, Dream): those steps start at block_start - 1, the row that
+ * predicts the block's first position (its K/V are recomputed too).
  * Errors: KVS_ERR_INVALID_ARGUMENT (out NULL), KVS_ERR_OUT_OF_MEMORY. */
 KVS_API kvs_status kvs_dlm_schedule_prefix(kvs_dlm_schedule **out);
 
 /* Fast-dLLM dual cache (generate_with_dual_cache): as prefix, but later steps run only the block's
- * rows [block_start, block_end); prefix and suffix K/V come from the block's first step.
+ * rows [block_start, block_end) (shifted logits: [block_start - 1, block_end)); prefix and suffix
+ * K/V come from the block's first step.
  * Errors: KVS_ERR_INVALID_ARGUMENT (out NULL), KVS_ERR_OUT_OF_MEMORY. */
 KVS_API kvs_status kvs_dlm_schedule_dual(kvs_dlm_schedule **out);
 
@@ -112,7 +121,8 @@ KVS_API kvs_status kvs_dlm_schedule_dual(kvs_dlm_schedule **out);
  * horseee/dKV-Cache generation_utils/llada_dkv_cache_decode.py): delayed caching. Step i of a
  * block runs every row when i == 0, i == 1 or i % reload == 0 (cache_reloading_step); otherwise it
  * runs the still-masked rows plus the rows decoded by the previous step (a token decoded at step t
- * is recomputed once more at t+1 with its new identity and is read from the cache from t+2 on).
+ * is recomputed once more at t+1 with its new identity and is read from the cache from t+2 on);
+ * shifted logits: also the row before each masked position of the block.
  * reload >= 1 (1: every step is a full refresh = no cache; the reference example uses 4, the
  * default KVS_DLM_DELAYED_RELOAD_DEFAULT).
  * Errors: KVS_ERR_INVALID_ARGUMENT (out NULL, reload < 1), KVS_ERR_OUT_OF_MEMORY. */
@@ -157,7 +167,8 @@ KVS_API kvs_elastic_params kvs_elastic_params_default(void);
  * LLMs", arXiv 2510.14973; reference VILA-Lab/Elastic-Cache llada/generate.py and
  * model/modeling_llada.py). The decode's first step runs every row. Then each step queries
  * Q = tracked tokens U tokens decoded by the previous step U window (the first `window` masked
- * positions of the block); every layer starts in reuse mode (rows Q against all cached K/V). After
+ * positions of the block; shifted logits: U the row before each window position); every layer
+ * starts in reuse mode (rows Q against all cached K/V). After
  * layer l's attention (plan hook) the tracked tokens' attention rows are compared with their rows of
  * the previous step; a similarity below gamma makes layers l+1..L-1 recompute every row, from the
  * cached layer inputs (KVS_CACHE_KEEP_X). Tracked tokens for the next step: per layer the top

@@ -107,7 +107,8 @@ class TopkParams(Structure):
 
 
 # ---- model_file.h / cache.h / model.h -----------------------------------------------------------
-ARCH_NAMES = {0: "llama", 1: "llada"}
+ARCH_NAMES = {0: "llama", 1: "llada", 2: "qwen2", 3: "qwen3", 4: "dream"}
+DIFFUSION_ARCHS = ("llada", "dream")
 
 
 class ModelHparams(Structure):
@@ -115,7 +116,7 @@ class ModelHparams(Structure):
                 ("n_kv_heads", c_int), ("head_dim", c_int), ("ffn_dim", c_int), ("vocab", c_int),
                 ("ctx_len", c_int), ("rms_eps", c_float), ("rope_base", c_float), ("rope_dim", c_int),
                 ("rope_mode", c_int), ("bos_id", c_int), ("eos_id", c_int), ("mask_id", c_int),
-                ("tied_output", c_int)]
+                ("tied_output", c_int), ("qkv_bias", c_int), ("qk_norm", c_int), ("logit_shift", c_int)]
 
 
 class ModelFileParams(Structure):

@@ -196,7 +196,7 @@ class Cache:
 class Model:
     """A checkpoint on a device: Model(device, "stories260K-f32.v3.gguf") (a path or a name found
     by locate()); weight_dtype "f32" / "f16" / "bf16". .hparams is a dict of the hyperparameters
-    (arch "llama" = autoregressive, "llada" = masked diffusion)."""
+    (arch "llama", "qwen2", "qwen3" = autoregressive; "llada", "dream" = masked diffusion)."""
 
     def __init__(self, device, name, weight_dtype="f32"):
         if not isinstance(device, Device):
@@ -320,8 +320,9 @@ class Model:
 
     # ---- generation --------------------------------------------------------------------------
     def generate(self, prompt="", max_new=None, **kw):
-        """generate_ar for a llama model, generate_dlm for a llada one (max_new = gen_len)."""
-        if self.arch == "llada":
+        """generate_ar for an autoregressive model, generate_dlm for a diffusion one (llada, dream;
+        max_new = gen_len)."""
+        if self.arch in L.DIFFUSION_ARCHS:
             return self.generate_dlm(prompt, gen_len=max_new or 64, **kw)
         return self.generate_ar(prompt, max_new=max_new or 256, **kw)
 
@@ -364,7 +365,7 @@ class Model:
         ("prefix", "dual", "delayed", "elastic"; schedule_params go to Schedule) or a Schedule.
         threshold > 0: Fast-dLLM parallel decoding; stop_eos: LLaDA's early stop at EOS.
         Returns {"tokens", "text", "stats"}."""
-        if self.arch != "llada":
+        if self.arch not in L.DIFFUSION_ARCHS:
             fail(INVALID_ARGUMENT, "generate_dlm: %s is a %s model, not a masked-diffusion one" % (self.path, self.arch))
         ids = self._prompt(prompt)
         own = None

@@ -13,7 +13,7 @@ int main(void) {
     ROW("RopeParams", kvs_rope_params, freq_scale);
     ROW("AttentionParams", kvs_attention_params, unnormalised);
     ROW("TopkParams", kvs_topk_params, row_len);
-    ROW("ModelHparams", kvs_model_hparams, tied_output);
+    ROW("ModelHparams", kvs_model_hparams, logit_shift);
     ROW("ModelFileParams", kvs_model_file_params, tokenizer_path);
     ROW("ModelParams", kvs_model_params, weight_dtype);
     ROW("CacheParams", kvs_cache_params, flags);

@@ -284,6 +284,25 @@ class Models(unittest.TestCase):
         self.assertEqual(ids.tolist(), [1, 403, 407, 261, 378])  # stories260K-llada-ref.json's prompt tokens
         self.assertEqual(self.dlm.detokenize(ids), "Once upon a time")
 
+    def test_qwen_and_dream(self):
+        # the tiny random-weight fixtures of issue 15 (models/tiny-*.gguf, test qwen-arch): the
+        # architecture and its hparams reach Python; dream decodes like llada (shifted logits inside)
+        import json
+        ref = json.load(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "data",
+                                          "qwen", "ref.json")))
+        q3 = kvsieve.Model(self.dev, "tiny-qwen3.gguf")
+        self.assertEqual((q3.arch, q3.hparams["head_dim"], q3.hparams["qk_norm"], q3.hparams["tied_output"]),
+                         ("qwen3", 32, 1, 0))
+        r = q3.generate(ref["greedy_prompt"], max_new=8)
+        self.assertEqual(r["tokens"].tolist(), ref["models"]["qwen3"]["greedy"][:8])
+        dr = kvsieve.Model(self.dev, "tiny-dream.gguf")
+        self.assertEqual((dr.arch, dr.hparams["logit_shift"], dr.hparams["qkv_bias"]), ("dream", 1, 1))
+        c = ref["models"]["dream"]["cases"][0]
+        r = dr.generate_dlm(c["prompt"], gen_len=c["gen"], block_len=c["block"], steps=c["steps"])
+        self.assertEqual(r["tokens"].tolist(), c["tokens"])
+        with self.assertRaises(kvsieve.KvsError):
+            dr.generate_ar(c["prompt"], max_new=4)
+
     def test_generate_ar_reproduces_the_published_text(self):
         import json
         ref = json.load(open(kvsieve.locate("ref_greedy_256.json")))["generated_ids"]

@@ -144,7 +144,7 @@ int cmd_generate(int argc, char **argv) {
                  "[--sink N] [--window N] [--rerotate] [--think R]] [--cache none|prefix|dual|delayed|elastic] [--gamma G] "
                  "[--window W] [--track K] [--reload R] [--wavefilter] [--wf-family F] [--wf-levels J] "
                  "[--wf-budget F] [--compare] [--stop-eos] [--stats] [--profile]",
-        .summary = "Generate text with a llama-family (autoregressive) or llada (masked diffusion) model.",
+        .summary = "Generate text with an autoregressive (llama, qwen2, qwen3) or masked-diffusion (llada, dream) model.",
         .opts = opts,
         .n_opts = n_opts,
     };
@@ -191,7 +191,7 @@ int cmd_generate(int argc, char **argv) {
         exit_code = rc;
         goto done;
     }
-    int dlm = hp->arch == KVS_ARCH_LLADA;
+    int dlm = kvs_arch_is_diffusion(hp->arch);
     int64_t n_gen = o.n > 0 ? o.n : (dlm ? 64 : 256);
     if (dlm ? ar_flags : dlm_flags) {
         exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "%s apply to %s models; '%s' is %s",

@@ -96,7 +96,7 @@ int cmd_train(int argc, char **argv) {
     rc = CLI_EXIT_FAIL;
     kvs_model *m = cm.m;
     const kvs_model_hparams *hp = cm.hp;
-    if (hp->arch != KVS_ARCH_LLAMA) {
+    if (kvs_arch_is_diffusion(hp->arch)) {
         rc = cli_fail(CLI_EXIT_USAGE, prog, "%s: learned eviction needs an autoregressive model", path);
         goto done;
     }

@@ -52,8 +52,8 @@ int cli_cache_types_fit(const char *prog, const kvs_dtype types[2], const kvs_mo
 }
 
 int cli_model_require_dlm(const char *prog, const char *name, const cli_model *cm) {
-    if (cm->hp && cm->hp->arch == KVS_ARCH_LLADA) return CLI_EXIT_OK;
-    return cli_fail(CLI_EXIT_USAGE, prog, "%s is not a masked-diffusion (llada) model", name);
+    if (cm->hp && kvs_arch_is_diffusion(cm->hp->arch)) return CLI_EXIT_OK;
+    return cli_fail(CLI_EXIT_USAGE, prog, "%s is not a masked-diffusion (llada, dream) model", name);
 }
 
 int cli_model_read_tokens(const char *prog, const cli_model *cm, const char *path, int32_t **ids, int64_t *n) {
