@@ -7,7 +7,9 @@
  * all of llama.cpp's text for Q8_0 and IQ4_NL; 204 and 123 characters for Q4_0 and Q5_1, where
  * the two part at a near-tie (llama.cpp rounds the activations of block-type products to 8 bits,
  * kvsieve keeps them f32). A decoder or layout bug breaks the text within a few tokens.
- * CPU only: the GPU backends refuse block-type weights (README "Weight types"). */
+ * The decode runs on the CPU; the GPU backends refuse block-type weights other than Q8_0 (README
+ * "Weight types"), and must do so when the model is created, naming the weight, not at the first op
+ * of a decode (test_gpu_refuses_at_load: every GPU backend with a device, PoCL and lavapipe here). */
 #include <check.h>
 #include <json-c/json.h>
 #include <stdio.h>
@@ -92,6 +94,33 @@ START_TEST(test_greedy_agrees_with_llamacpp) {
 }
 END_TEST
 
+START_TEST(test_gpu_refuses_at_load) {
+    const kvs_backend gpus[] = {KVS_BACKEND_OPENCL, KVS_BACKEND_VULKAN};
+    for (size_t g = 0; g < sizeof gpus / sizeof gpus[0]; g++) {
+        int count = 0;
+        if (!kvs_backend_built(gpus[g]) || kvs_device_count(gpus[g], &count) != KVS_OK || count == 0) {
+            printf("SKIP: no %s device\n", kvs_backend_name(gpus[g]));
+            continue;
+        }
+        kvs_device_params dp = kvs_device_params_default();
+        dp.backend = gpus[g];
+        kvs_device *dev = NULL;
+        ck_assert_msg(kvs_device_open(&dev, &dp) == KVS_OK, "%s", kvs_last_error());
+        char path[4096];
+        kvs_model *m = NULL;
+        ck_assert(kvs_model_locate("stories260K-q4_0.llamacpp.gguf", path, sizeof path) == KVS_OK);
+        ck_assert_int_eq(kvs_model_load(&m, dev, path, NULL), KVS_ERR_UNSUPPORTED);
+        ck_assert_ptr_null(m);
+        ck_assert_msg(strstr(kvs_last_error(), "weight token_embd is q4_0") != NULL, "%s", kvs_last_error());
+        /* Q8_0 weights these backends multiply: the model loads */
+        ck_assert(kvs_model_locate("stories260K-q8_0.llamacpp.gguf", path, sizeof path) == KVS_OK);
+        ck_assert_msg(kvs_model_load(&m, dev, path, NULL) == KVS_OK, "%s", kvs_last_error());
+        kvs_model_destroy(&m);
+        kvs_device_destroy(&dev);
+    }
+}
+END_TEST
+
 /* Usage: test_llamacpp_oracle tests/data/llamacpp/greedy.json */
 int main(int argc, char **argv) {
     const char *ref = argc > 1 ? argv[1] : "tests/data/llamacpp/greedy.json";
@@ -107,6 +136,10 @@ int main(int argc, char **argv) {
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, test_greedy_agrees_with_llamacpp, 0, (int)json_object_array_length(cases));
     suite_add_tcase(s, tc);
+    TCase *tg = tcase_create("gpu-refusal");
+    tcase_set_timeout(tg, 300);
+    tcase_add_test(tg, test_gpu_refuses_at_load);
+    suite_add_tcase(s, tg);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
     int nf = srunner_ntests_failed(sr);

@@ -10,6 +10,35 @@ kvs_model_params kvs_model_params_default(void) {
     return p;
 }
 
+/* Asks the backend, before the weight's bytes are uploaded, whether it can multiply a weight of this
+ * type and shape (and, for the token table, look rows up in it): a device that cannot (the GPU
+ * backends and most block types) is refused at model creation with its reason, not at the first op
+ * of a decode. W: the weight's (allocated, not yet filled) tensor [rows][k]. */
+static kvs_status weight_supported(kvs_model *m, kvs_tensor *W, const char *name) {
+    kvs_device *dev = m->dev;
+    if (!dev->ops->supports) return KVS_OK;
+    const int64_t k = W->ne[0], rows = W->ndim > 1 ? W->ne[1] : 1;
+    kvs_tensor *x = NULL, *y = NULL;
+    kvs_status s = kvs_tensor_create(&x, dev, KVS_F32, 1, &k);
+    if (s == KVS_OK) s = kvs_tensor_create(&y, dev, KVS_F32, 1, &rows);
+    char why[256] = "";
+    int ok = 1;
+    if (s == KVS_OK) {
+        kvs_matmul_args a = {.W = W, .x = x, .y = y, .m = rows, .k = k, .n = 1};
+        ok = dev->ops->supports(dev, KVS_OP_matmul, &a, why, sizeof why);
+        if (ok && strcmp(name, "token_embd") == 0) {
+            int32_t id = 0;
+            kvs_embedding_args e = {.table = W, .out = x, .ids = &id, .n = 1, .dim = k};
+            ok = dev->ops->supports(dev, KVS_OP_embedding, &e, why, sizeof why);
+        }
+    }
+    kvs_tensor_destroy(&x);
+    kvs_tensor_destroy(&y);
+    if (s != KVS_OK || ok) return s;
+    return kvs_error(KVS_ERR_UNSUPPORTED, "kvs_model_create: weight %s is %s, which the %s backend ('%s') cannot use: %s", name,
+                     kvs_dtype_name(W->dtype), dev->ops->name, dev->info.name, why);
+}
+
 /* Uploads one host weight as dtype `want` (norms and F32-only uses pass KVS_F32). A matrix (`matrix`
  * = 1: the matmul / embedding weights) in a block type stays in it: the products read the blocks. */
 static kvs_status upload_weight(kvs_model *m, const kvs_weight *w, kvs_dtype want, int matrix, const char *name,
@@ -21,6 +50,7 @@ static kvs_status upload_weight(kvs_model *m, const kvs_weight *w, kvs_dtype wan
     if (w->dtype == want) {
         KVS_TRY(kvs_tensor_create(out, m->dev, want, nd, ne));
         kvs_tensor_set_name(*out, name);
+        if (matrix) KVS_TRY(weight_supported(m, *out, name));
         m->weight_bytes += (int64_t)w->nbytes;
         return kvs_tensor_upload(*out, w->data, 0, w->nbytes);
     }
@@ -36,6 +66,10 @@ static kvs_status upload_weight(kvs_model *m, const kvs_weight *w, kvs_dtype wan
         buf = h;
     }
     if (s == KVS_OK) s = kvs_tensor_create(out, m->dev, want, nd, ne);
+    if (s == KVS_OK && matrix) {
+        kvs_tensor_set_name(*out, name);
+        s = weight_supported(m, *out, name);
+    }
     if (s == KVS_OK) {
         kvs_tensor_set_name(*out, name);
         m->weight_bytes += (int64_t)kvs_tensor_nbytes(*out);
