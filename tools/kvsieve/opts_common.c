@@ -27,8 +27,11 @@ int cli_model_create(const char *prog, const device_opts *d, cli_model *cm) {
 }
 
 int cli_model_open(const char *prog, const char *name, const device_opts *d, cli_model *cm) {
+    const double t0 = cli_now();
     int rc = cli_model_open_file(prog, name, cm);
-    return rc != CLI_EXIT_OK ? rc : cli_model_create(prog, d, cm);
+    if (rc == CLI_EXIT_OK) rc = cli_model_create(prog, d, cm);
+    cm->load_s = cli_now() - t0;
+    return rc;
 }
 
 int cli_cache_types(const char *prog, const cache_type_opts *o, kvs_dtype types[2]) {

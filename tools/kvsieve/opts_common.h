@@ -62,6 +62,7 @@ typedef struct cli_model {
     kvs_device *dev;
     kvs_model *m;
     const kvs_model_hparams *hp; /* of m, once created */
+    double load_s;               /* wall seconds of cli_model_open: file open, tokenizer, weights to the device */
 } cli_model;
 
 /* First half: finds `name` (kvs_model_locate: a path, else $KVSIEVE_MODELS, models/, then
