@@ -250,6 +250,20 @@ int main(int argc, char **argv) {
             }
         }
     }
+    /* KVS_TEST_SWEEP_SKIP=suite[,suite]: those suites run the automatic choice only (the emulated and
+     * sanitizer lanes of tools/test.sh, where a full sweep of the large suites costs tens of minutes;
+     * the native lane sweeps everything) */
+    const char *skip = getenv("KVS_TEST_SWEEP_SKIP");
+    if (skip && suite && !variant && n_runs > 1) {
+        size_t ls = strlen(suite);
+        for (const char *p = strstr(skip, suite); p; p = strstr(p + 1, suite))
+            if ((p == skip || p[-1] == ',') && (p[ls] == '\0' || p[ls] == ',')) {
+                printf("# KVS_TEST_SWEEP_SKIP: suite %s runs the automatic variant choice only (%d variant runs left out)\n",
+                       suite, n_runs - 1);
+                n_runs = 1;
+                break;
+            }
+    }
     if (c->variants_unusable[0]) printf("# variants this device cannot run (skipped, not passed):\n%s", c->variants_unusable);
     int failed = 0, ran = 0;
     for (int r = 0; r < n_runs; r++) {
