@@ -222,7 +222,10 @@ class Tensor:
 
     def close(self):
         if self._h:
-            L.lib.kvs_tensor_destroy(ctypes.byref(self._h))
+            # a device already destroyed took this tensor's memory with it (at interpreter exit the
+            # garbage collector may finalize the device before its children): drop the handle only
+            if getattr(self.device, "_h", None):
+                L.lib.kvs_tensor_destroy(ctypes.byref(self._h))
             self._h = None
             self.device._children.discard(self)
 

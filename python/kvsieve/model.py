@@ -182,7 +182,8 @@ class Cache:
 
     def close(self):
         if self._h:
-            L.lib.kvs_cache_destroy(ctypes.byref(self._h))
+            if getattr(self.model.device, "_h", None):  # not after its device (see Tensor.close)
+                L.lib.kvs_cache_destroy(ctypes.byref(self._h))
             self._h = None
             self.model.device._children.discard(self)
 
@@ -439,7 +440,9 @@ class Model:
 
     def close(self):
         if getattr(self, "_h", None):
-            L.lib.kvs_model_destroy(ctypes.byref(self._h))
+            dev = getattr(self, "device", None)
+            if dev is None or getattr(dev, "_h", None):  # not after its device (see Tensor.close)
+                L.lib.kvs_model_destroy(ctypes.byref(self._h))
             self._h = None
         if getattr(self, "_tok", None):
             L.lib.kvs_tokenizer_destroy(ctypes.byref(self._tok))

@@ -6,6 +6,7 @@ import ctypes
 import os
 import re
 import subprocess
+import sys
 import unittest
 
 import numpy as np
@@ -75,6 +76,24 @@ class Devices(unittest.TestCase):
         with kvsieve.Device("cpu", threads=2) as dev:
             self.assertEqual(dev.backend, "cpu")
             self.assertEqual(dev.caps["n_threads"], 2)
+
+    def test_module_level_objects_exit_cleanly(self):
+        """A script that keeps a device, a tensor and a model at module level and defines a function
+        (a reference cycle through the module's globals) must exit 0: at interpreter exit the garbage
+        collector may finalize the device before its children, which then must not call the native
+        destroy on memory the device already freed (it segfaulted: found by a fresh-clone tester)."""
+        script = ("import numpy as np, kvsieve\n"
+                  "dev = kvsieve.Device('cpu')\n"
+                  "t = dev.tensor(np.zeros(4, 'float32'))\n"
+                  "m = kvsieve.Model(dev, 'stories260K-f32.v3.gguf')\n"
+                  "c = m.cache(8)\n"
+                  "def f():\n    pass\n"
+                  "print('done')\n")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (os.path.dirname(os.path.dirname(kvsieve.__file__)),
+                                                                      os.environ.get("PYTHONPATH", "")) if p))
+        r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.strip(), "done")
 
     def test_bad_device_raises(self):
         with self.assertRaises(kvsieve.KvsError) as e:
