@@ -13,7 +13,7 @@
 #                       one token a step; the prompt is one block of 32 tokens)
 #
 # Rows, each measured R times alternately (llama.cpp, kvsieve, llama.cpp, ...):
-#   diffusion, no cache     ms per denoising step: llama-diffusion-cli (its "time per step") vs
+#   diffusion, no cache     ms per denoising step: llama-diffusion-cli (its total time over its steps) vs
 #                           `kvsieve generate --cache none --stats` (wall ms per step), same GGUF, same
 #                           prompt, same sequence length (prompt + gen), block 32, one token per step
 #   diffusion, kvsieve's    prefix / dual / elastic: kvsieve's ms per step next to llama.cpp's no-cache
@@ -24,7 +24,12 @@
 # a quiet machine: the script prints the load average before and after. Not run by CI.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
-[ $# -ge 1 ] || { sed -n 2,25p "$0"; exit 2; }
+usage() { sed -n 2,24p "$0"; }
+case "${1:-}" in
+    "") usage; exit 2 ;;
+    -h|--help) usage; exit 0 ;;
+    -*) echo "vs-llamacpp: the first argument is the llama.cpp build directory (got option $1)" >&2; usage; exit 2 ;;
+esac
 LB=$1; shift
 T=$(nproc); R=3; KV=$here/build/tools/kvsieve; DLM=stories260K-llada-f32.gguf; AR=stories260K-f32.v3.gguf; GEN=256
 while [ $# -gt 0 ]; do
@@ -73,8 +78,10 @@ llama_step() {
     # tokens are all decoded early ends early, so total / --diffusion-steps would undercount)
     "$LB/bin/llama-diffusion-cli" -m "$DLM" -p "$PROMPT" -ub "$UB" -c "$UB" -b "$UB" --diffusion-steps "$UB" \
         --diffusion-block-length 32 --temp 0 -t "$T" -tb "$T" 2>&1 |
-        python3 -c 'import re,sys; t=sys.stdin.read(); n=len(re.findall(r"diffusion step: \d+/", t));
-tot=float(re.search(r"total time: ([0-9.]+)ms", t).group(1)); print("%.3f" % (tot / n))'
+        python3 -c 'import re,sys; t=sys.stdin.read(); n=len(re.findall(r"diffusion step: \d+/", t))
+m=re.search(r"total time: ([0-9.]+)ms", t)
+if not m or n == 0: sys.exit("vs-llamacpp: llama-diffusion-cli printed no timing (did it fail? run it by hand)")
+print("%.3f" % (float(m.group(1)) / n))'
 }
 kv_step() {
     "$KV" generate -m "$DLM" -p "$PROMPT" -n "$GEN" --block 32 --steps "$GEN" --cache "$1" -t "$T" --stats 2>&1 |
@@ -82,7 +89,9 @@ kv_step() {
 }
 llama_tg() {
     "$LB/bin/llama-bench" -m "$AR" -p 0 -n "$GEN" -t "$T" -r 1 -o csv 2>/dev/null |
-        python3 -c 'import csv,sys; r=list(csv.DictReader(sys.stdin)); print(r[-1]["avg_ts"])'
+        python3 -c 'import csv,sys; r=list(csv.DictReader(sys.stdin))
+if not r or "avg_ts" not in r[-1]: sys.exit("vs-llamacpp: llama-bench printed no result (did it fail? run it by hand)")
+print(r[-1]["avg_ts"])'
 }
 kv_tg() {
     "$KV" generate -m "$AR" -p "$PROMPT" -n "$GEN" --temp 0 -t "$T" 2>&1 |
