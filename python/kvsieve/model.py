@@ -97,10 +97,19 @@ class Policy:
 
 class Schedule:
     """A diffusion cache schedule: Schedule("elastic", gamma=0.9, window=16), "none", "prefix",
-    "dual", "delayed" (reload=4); wavefilter=dict(budget=0.5, levels=3, family="haar") wraps it in
+    "dual", "delayed" (reload=4); wavefilter=dict(budget=0.5, levels=3, family="haar") (or True: the
+    defaults) wraps it in
     WaveFilter sparse KV."""
 
     def __init__(self, name="none", *, reload=4, wavefilter=None, **elastic):
+        self._h = None  # set before any check can raise: __del__ runs on a half-built Schedule too
+        if wavefilter is True:
+            wavefilter = {}  # WaveFilter at its defaults
+        elif wavefilter is False:
+            wavefilter = None
+        elif wavefilter is not None and not isinstance(wavefilter, dict):
+            fail(INVALID_ARGUMENT, "Schedule: wavefilter wants a dict of WaveFilter parameters or True (got %r)"
+                 % (wavefilter,))
         ep = L.lib.kvs_elastic_params_default()
         for k, v in elastic.items():
             if k == "sim":
