@@ -309,6 +309,19 @@ int cmd_generate(int argc, char **argv) {
         exit_code = cli_fail(CLI_EXIT_FAIL, PROG, "%s", kvs_last_error());
         goto done;
     }
+    if (dlm) {
+        /* the schedule before anything reaches stdout: a bad --cache / WaveFilter flag is a usage
+         * error with nothing printed. --window is shared: the elastic query window here, the
+         * h2o/snapkv window on AR models */
+        if (po.window > 0) co.window = (int)po.window;
+        char *one[1] = {(char *)co.cache};
+        rc = dlm_cache_check_flags(PROG, &co, one, 1);
+        if (rc == 0) rc = dlm_cache_build(PROG, &co, NULL, 0, &sched);
+        if (rc) {
+            exit_code = rc;
+            goto done;
+        }
+    }
     stream_ctx sc = {.tok = tok, .prev = prompt[n_prompt - 1], .print = !o.json && !o.no_stream,
                      .progress = !o.json && isatty(STDERR_FILENO), .total = n_gen};
     if (sc.print) {
@@ -331,15 +344,6 @@ int cmd_generate(int argc, char **argv) {
         p.steps = o.steps ? o.steps : n_gen;
         p.threshold = (float)o.threshold;
         p.stop_eos = o.stop_eos;
-        /* --window is shared: the elastic query window here, the h2o/snapkv window on AR models */
-        if (po.window > 0) co.window = (int)po.window;
-        char *one[1] = {(char *)co.cache};
-        rc = dlm_cache_check_flags(PROG, &co, one, 1);
-        if (rc == 0) rc = dlm_cache_build(PROG, &co, NULL, 0, &sched);
-        if (rc) {
-            exit_code = rc;
-            goto done;
-        }
         if (sched) {
             /* the cache needs the schedule's extras (elastic: layer inputs) */
             kvs_cache_destroy(&cache);
