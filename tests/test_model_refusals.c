@@ -5,7 +5,7 @@
  * hidden_act / architecture, an untied model without lm_head, an empty config.json, unsupported
  * tensor types and tokenizer errors naming the path, directories where a file is expected, policy
  * side files whose shape keys do not match their tensors.
- * The files are the fuzz seeds (tests/fuzz/corpus, tiny models cut from stories260K) with one field
+ * The files are the fuzz seeds (tests/data/fuzz/corpus, tiny models cut from stories260K) with one field
  * patched; each unpatched seed is checked to load first. */
 #include <check.h>
 #include <math.h>
@@ -23,7 +23,7 @@ static char g_dir[256];
 
 static unsigned char *slurp(const char *rel, size_t *n) {
     char path[4096];
-    snprintf(path, sizeof path, "%s/tests/fuzz/corpus/%s", KVS_SOURCE_ROOT, rel);
+    snprintf(path, sizeof path, "%s/tests/data/fuzz/corpus/%s", KVS_SOURCE_ROOT, rel);
     FILE *f = fopen(path, "rb");
     ck_assert_msg(f != NULL, "cannot open %s", path);
     fseek(f, 0, SEEK_END);

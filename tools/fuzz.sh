@@ -7,7 +7,7 @@
 # Environment: KVSIEVE_FUZZ_DIR (build dir, default build-fuzz), KVSIEVE_FUZZ_OUT (work dir for the
 # grown corpora, logs and crash files, default build-fuzz/runs), KVSIEVE_FUZZ_ARGS (extra libFuzzer
 # flags, e.g. "-runs=1000000"), KVSIEVE_MODELS (fixtures for the tokenizer target).
-# The committed seeds (tests/fuzz/corpus/T) are read, never written: new inputs go to the work dir.
+# The committed seeds (tests/data/fuzz/corpus/T) are read, never written: new inputs go to the work dir.
 # A crash leaves crash-*/leak-*/oom-*/timeout-* files in OUT/T/; copy one to tests/fuzz/regress/T/
 # with its fix so the replay test (meson test --suite fuzz) keeps checking it.
 # Exit status: 0 when no target crashed, 1 otherwise. Needs clang and libclang-rt (Debian:
@@ -43,7 +43,7 @@ for t in "${targets[@]}"; do
   work="$out/$t"
   mkdir -p "$work/corpus"
   log="$work/fuzz.log"
-  seeds=("$KVSIEVE_ROOT/tests/fuzz/corpus/$t")
+  seeds=("$KVSIEVE_ROOT/tests/data/fuzz/corpus/$t")
   [[ -d "$KVSIEVE_ROOT/tests/fuzz/regress/$t" ]] && seeds+=("$KVSIEVE_ROOT/tests/fuzz/regress/$t")
   extra=()
   if [[ -n "${KVSIEVE_FUZZ_ARGS:-}" ]]; then read -r -a extra <<<"$KVSIEVE_FUZZ_ARGS"; fi

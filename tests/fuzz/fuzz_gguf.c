@@ -2,7 +2,7 @@
  * the typed getters, tensor infos with every ggml type's block size, conversion of the readable
  * tensor types to f32), the tokenizer built from its metadata, and, for files the reader accepts,
  * the model loader (kvs_model_file_open: architecture, hyperparameters, special-token ids, tensor
- * shapes and counts). Seeds: tests/fuzz/corpus/gguf (tiny models cut from the fixtures). */
+ * shapes and counts). Seeds: tests/data/fuzz/corpus/gguf (tiny models cut from the fixtures). */
 #include <stdlib.h>
 #include <string.h>
 

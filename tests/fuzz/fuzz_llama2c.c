@@ -1,6 +1,6 @@
 /* Fuzz target: the llama2.c checkpoint reader (legacy 7 x int32 header and the v1 "ak42" header)
  * through kvs_model_file_open: hyperparameters, declared sizes against the bytes present. Inputs that
- * start with "GGUF" are left to fuzz_gguf. Seeds: tests/fuzz/corpus/llama2c. */
+ * start with "GGUF" are left to fuzz_gguf. Seeds: tests/data/fuzz/corpus/llama2c. */
 #include <string.h>
 
 #include "fuzz.h"

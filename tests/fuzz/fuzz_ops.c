@@ -8,7 +8,7 @@
  *   odd:  kvs_topk — rows 1..4, n 1..300, k 1..n, by score or by index, row_len; values small
  *         integers (ties) with NaN, -inf and +inf mixed in. Indices and values must match exactly.
  * Tolerance (attention): |out - ref| <= 1e-4 (1 + |ref|) after scaling by max |v|; key_mass likewise.
- * Seeds: tests/fuzz/corpus/ops. */
+ * Seeds: tests/data/fuzz/corpus/ops. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 /* Fuzz target: learned-policy side files (a GGUF with kvsieve.policy.* keys and f32 blocks) through
  * kvs_learned_load, checked against the shape of the tiny seed model (as `kvsieve eval` does) and
- * without a shape (hp = NULL); a file that loads gives a policy. Seeds: tests/fuzz/corpus/policy
+ * without a shape (hp = NULL); a file that loads gives a policy. Seeds: tests/data/fuzz/corpus/policy
  * (side files of each kind written by kvs_learned_save for the seed model's shape). */
 #include <math.h>
 #include <string.h>
@@ -10,7 +10,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *path = fuzz_write("policy.gguf", data, size);
-    /* the shape of tests/fuzz/corpus/gguf/tiny-*.gguf (make_seeds.c) */
+    /* the shape of tests/data/fuzz/corpus/gguf/tiny-*.gguf (make_seeds.c) */
     kvs_model_hparams hp;
     memset(&hp, 0, sizeof hp);
     hp.n_layers = 2;

@@ -1,6 +1,6 @@
 /* Fuzz target: Hugging Face safetensors + config.json through kvs_model_file_open on a directory.
  * Input layout: u16 little-endian L, then L bytes of config.json, then the model.safetensors bytes
- * (header length, JSON header, data). Seeds: tests/fuzz/corpus/safetensors. */
+ * (header length, JSON header, data). Seeds: tests/data/fuzz/corpus/safetensors. */
 #include <string.h>
 
 #include "fuzz.h"

@@ -2,7 +2,7 @@
  * JSON lines {"task","prompt","answer","gen","block"}). Input: the file's bytes, as given.
  * Checks on success: at least one case; every case has a valid name, NUL-free prompt/answer of the
  * stated lengths, 1 <= block <= gen <= DLM_TASK_GEN_MAX with gen a multiple of block, and a line
- * number inside the input. Seeds: tests/fuzz/corpus/tasks (cut from models/task-dlm/dev.jsonl). */
+ * number inside the input. Seeds: tests/data/fuzz/corpus/tasks (cut from models/task-dlm/dev.jsonl). */
 #include <string.h>
 
 #include "dlm_tasks.h"

@@ -7,7 +7,7 @@
  * encode; decode succeeds; decode(encode(text)) == text for the SPM and byte-level BPE vocabularies
  * (byte fallback makes them lossless) when special tokens are not parsed, BOS/EOS aside, and, for
  * SentencePiece, when the text holds no U+2581 (the space symbol itself decodes to a space).
- * Seeds: tests/fuzz/corpus/tokenizer (lines of the fixture texts, the vocab test inputs). */
+ * Seeds: tests/data/fuzz/corpus/tokenizer (lines of the fixture texts, the vocab test inputs). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

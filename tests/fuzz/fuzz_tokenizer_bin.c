@@ -1,7 +1,7 @@
 /* Fuzz target: the llama2.c tokenizer .bin reader (max_token_length, then per token: f32 score,
  * i32 length, bytes). Input: u16 vocab size (mod 1024; 0 = count the entries to the end of the file),
  * then the file. A tokenizer that loads encodes and decodes a fixed text. Seeds:
- * tests/fuzz/corpus/tokenizer_bin (cut from tok512.bin). */
+ * tests/data/fuzz/corpus/tokenizer_bin (cut from tok512.bin). */
 #include <string.h>
 
 #include "fuzz.h"

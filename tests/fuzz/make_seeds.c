@@ -1,8 +1,8 @@
-/* make_seeds: writes the fuzz seed corpora (tests/fuzz/corpus/<target>/) from the real fixtures:
+/* make_seeds: writes the fuzz seed corpora (tests/data/fuzz/corpus/<target>/) from the real fixtures:
  * tiny models cut from stories260K (its first rows and columns, its metadata keys and first tokens),
  * the first tokens of tok512.bin and of the vocab GGUFs, lines of the fixture texts, learned-policy
  * side files written by kvs_learned_save, and fixed pseudo-random op calls. Not run by the build:
- *   ninja -C build tests/fuzz/make_seeds && build/tests/fuzz/make_seeds tests/fuzz/corpus
+ *   ninja -C build tests/fuzz/make_seeds && build/tests/fuzz/make_seeds tests/data/fuzz/corpus
  * (models through kvs_model_locate, texts from ../shared/text next to the source tree, or argv[2]).
  * The seeds are committed; rerun only to change them. Sizes stay small (< 8 KiB each) so that
  * libFuzzer's mutations stay fast. */

@@ -2,7 +2,7 @@
  * file, or a directory whose regular files (not recursive) are replayed in name order, each passed
  * once to LLVMFuzzerTestOneInput. Prints how many inputs ran; exits 1 when an argument cannot be
  * read or holds no input, 0 otherwise (a failing input aborts inside the target, as under
- * libFuzzer). Usage: fuzz_gguf-replay tests/fuzz/corpus/gguf [more files or dirs] */
+ * libFuzzer). Usage: fuzz_gguf-replay tests/data/fuzz/corpus/gguf [more files or dirs] */
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
