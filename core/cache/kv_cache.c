@@ -490,21 +490,26 @@ kvs_status kvs_cache_keep(kvs_kv_cache *c, int layer, const int32_t *keep, const
     return s;
 }
 
+kvs_status kvs_cache_check_rerotate(const kvs_cache_params *p) {
+    const char *op = "kvs_cache_rerotate";
+    if (!p) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_cache_check_rerotate: p is NULL");
+    /* kvs_rope_shift rotates F32/F16 keys in place as RoPE pairs */
+    if (p->type_k != KVS_F32 && p->type_k != KVS_F16)
+        return kvs_error(KVS_ERR_UNSUPPORTED, "%s: keys of type %s cannot be re-rotated (f32 or f16 keys only)", op,
+                         kvs_dtype_name(p->type_k));
+    if (p->flags & KVS_CACHE_ROTATE)
+        return kvs_error(KVS_ERR_UNSUPPORTED, "%s: a KVS_CACHE_ROTATE cache stores Hadamard-rotated keys, which RoPE "
+                         "re-rotation cannot shift", op);
+    return KVS_OK;
+}
+
 kvs_status kvs_cache_rerotate(kvs_kv_cache *c, int layer, const kvs_rope_params *p, int64_t *n_shifted) {
     const char *op = "kvs_cache_rerotate";
     if (n_shifted) *n_shifted = 0;
     if (!LAYER_OK(c, layer) || !p) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: NULL argument or bad layer %d", op, layer);
     if (c->p.mode != KVS_CACHE_APPEND)
         return kvs_error(KVS_ERR_STATE, "%s: only append caches renumber their rows (this cache is positional)", op);
-    /* kvs_rope_shift rotates F32/F16 keys in place as RoPE pairs: block-quantized keys would need a
-     * decode/re-quantize round trip (new rounding error on every row at every eviction), and keys
-     * stored Hadamard-rotated (KVS_CACHE_ROTATE) no longer hold RoPE's pairs */
-    if (c->p.type_k != KVS_F32 && c->p.type_k != KVS_F16)
-        return kvs_error(KVS_ERR_UNSUPPORTED, "%s: keys of type %s cannot be re-rotated (f32 or f16 keys only)", op,
-                         kvs_dtype_name(c->p.type_k));
-    if (c->p.flags & KVS_CACHE_ROTATE)
-        return kvs_error(KVS_ERR_UNSUPPORTED, "%s: a KVS_CACHE_ROTATE cache stores Hadamard-rotated keys, which RoPE "
-                         "re-rotation cannot shift", op);
+    KVS_TRY(kvs_cache_check_rerotate(&c->p));
     int H = c->p.n_kv_heads;
     int64_t cap = c->p.capacity, nmax = kvs_cache_max_len(c, layer), shifted = 0;
     if (!c->scratch_delta) {

@@ -197,10 +197,12 @@ kvs_status kvs_generate_ar(kvs_model *m, kvs_kv_cache *cache, const int32_t *pro
                          "it, evict (a policy with a budget inside the context) and set rerotate (positions within the cache)",
                          op, (long long)n_prompt, (long long)p.max_new, (long long)last_pos, hp0->ctx_len);
     }
-    if (stream && ((cp->type_k != KVS_F32 && cp->type_k != KVS_F16) || (cp->flags & KVS_CACHE_ROTATE))) {
-        kvs_evictor_destroy(&ev);
-        return kvs_error(KVS_ERR_UNSUPPORTED, "%s: rerotate shifts f32/f16 keys in place; this cache stores %s keys%s", op,
-                         kvs_dtype_name(cp->type_k), (cp->flags & KVS_CACHE_ROTATE) ? " Hadamard-rotated" : "");
+    if (stream) {
+        kvs_status rs = kvs_cache_check_rerotate(cp);
+        if (rs != KVS_OK) {
+            kvs_evictor_destroy(&ev);
+            return rs;
+        }
     }
     kvs_status s = kvs_cache_reset(cache);
     if (s == KVS_OK && ev) s = kvs_evictor_begin(ev, cache);

@@ -184,6 +184,13 @@ KVS_API kvs_status kvs_cache_keep(kvs_kv_cache *c, int layer, const int32_t *kee
  * KVS_ERR_OUT_OF_MEMORY, and kvs_rope_shift's and the upload's errors. */
 KVS_API kvs_status kvs_cache_rerotate(kvs_kv_cache *c, int layer, const kvs_rope_params *p, int64_t *n_shifted);
 
+/* Whether caches made with params p can be re-rotated (kvs_cache_rerotate): KVS_OK for plain F32/F16
+ * keys; KVS_ERR_UNSUPPORTED with the reason for block-type or BF16 keys (a decode/re-quantize round
+ * trip would add rounding error at every eviction) and for KVS_CACHE_ROTATE caches (Hadamard-rotated
+ * keys no longer hold RoPE's pairs). Lets a caller refuse before decoding; KVS_ERR_INVALID_ARGUMENT
+ * for NULL. */
+KVS_API kvs_status kvs_cache_check_rerotate(const kvs_cache_params *p);
+
 #ifdef __cplusplus
 }
 #endif

@@ -121,9 +121,12 @@ int cmd_eval(int argc, char **argv) {
     if (rc != CLI_EXIT_OK) return rc;
     /* an extra cell: the typed (or rotated) cache, no eviction */
     const int kvq = ctypes[0] != KVS_F32 || ctypes[1] != KVS_F32 || ct.rotate;
-    if (e.rerotate && ((ctypes[0] != KVS_F32 && ctypes[0] != KVS_F16) || ct.rotate))
-        return cli_fail(CLI_EXIT_USAGE, prog, "--rerotate shifts f32/f16 keys in place: not with --cache-type-k %s%s",
-                        kvs_dtype_name(ctypes[0]), ct.rotate ? " --kv-rotate" : "");
+    if (e.rerotate) {
+        kvs_cache_params rp = kvs_cache_params_default();
+        rp.type_k = ctypes[0];
+        if (ct.rotate) rp.flags |= KVS_CACHE_ROTATE;
+        if (kvs_cache_check_rerotate(&rp) != KVS_OK) return cli_fail(CLI_EXIT_USAGE, prog, "--rerotate: %s", kvs_last_error());
+    }
 
     /* lists */
     char pol_buf[512], bud_buf[512];

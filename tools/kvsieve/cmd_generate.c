@@ -300,9 +300,8 @@ int cmd_generate(int argc, char **argv) {
     cp.type_k = ctypes[0];
     cp.type_v = ctypes[1];
     if (ct.rotate) cp.flags |= KVS_CACHE_ROTATE;
-    if (stream && ((ctypes[0] != KVS_F32 && ctypes[0] != KVS_F16) || ct.rotate)) {
-        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "--rerotate shifts f32/f16 keys in place: not with --cache-type-k %s%s",
-                             kvs_dtype_name(ctypes[0]), ct.rotate ? " --kv-rotate" : "");
+    if (stream && kvs_cache_check_rerotate(&cp) != KVS_OK) {
+        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "--rerotate: %s", kvs_last_error());
         goto done;
     }
     if (kvs_cache_create(&cache, dev, &cp) != KVS_OK) {
