@@ -39,6 +39,14 @@ static kvs_status weight_supported(kvs_model *m, kvs_tensor *W, const char *name
                      kvs_dtype_name(W->dtype), dev->ops->name, dev->info.name, why);
 }
 
+/* The device tensor of one weight, named; a matrix is first checked against the backend. */
+static kvs_status create_weight(kvs_model *m, kvs_dtype dt, int nd, const int64_t *ne, int matrix, const char *name,
+                                kvs_tensor **out) {
+    KVS_TRY(kvs_tensor_create(out, m->dev, dt, nd, ne));
+    kvs_tensor_set_name(*out, name);
+    return matrix ? weight_supported(m, *out, name) : KVS_OK;
+}
+
 /* Uploads one host weight as dtype `want` (norms and F32-only uses pass KVS_F32). A matrix (`matrix`
  * = 1: the matmul / embedding weights) in a block type stays in it: the products read the blocks. */
 static kvs_status upload_weight(kvs_model *m, const kvs_weight *w, kvs_dtype want, int matrix, const char *name,
@@ -48,9 +56,7 @@ static kvs_status upload_weight(kvs_model *m, const kvs_weight *w, kvs_dtype wan
     int64_t ne[2] = {w->ne[0], w->ne[1]};
     int nd = w->ne[1] > 1 ? 2 : 1;
     if (w->dtype == want) {
-        KVS_TRY(kvs_tensor_create(out, m->dev, want, nd, ne));
-        kvs_tensor_set_name(*out, name);
-        if (matrix) KVS_TRY(weight_supported(m, *out, name));
+        KVS_TRY(create_weight(m, want, nd, ne, matrix, name, out));
         m->weight_bytes += (int64_t)w->nbytes;
         return kvs_tensor_upload(*out, w->data, 0, w->nbytes);
     }
@@ -65,13 +71,8 @@ static kvs_status upload_weight(kvs_model *m, const kvs_weight *w, kvs_dtype wan
         for (int64_t i = 0; s == KVS_OK && i < n; i++) h[i] = want == KVS_F16 ? kvs_f32_to_f16(f[i]) : kvs_f32_to_bf16(f[i]);
         buf = h;
     }
-    if (s == KVS_OK) s = kvs_tensor_create(out, m->dev, want, nd, ne);
-    if (s == KVS_OK && matrix) {
-        kvs_tensor_set_name(*out, name);
-        s = weight_supported(m, *out, name);
-    }
+    if (s == KVS_OK) s = create_weight(m, want, nd, ne, matrix, name, out);
     if (s == KVS_OK) {
-        kvs_tensor_set_name(*out, name);
         m->weight_bytes += (int64_t)kvs_tensor_nbytes(*out);
         s = kvs_tensor_upload(*out, buf, 0, kvs_tensor_nbytes(*out));
     }
