@@ -46,6 +46,7 @@ typedef struct dlm {
     int32_t *decoded;              /* [n] positions committed by the last step (and candidate scratch) */
     int32_t *row_of;               /* [n] logits row of a position in the last step */
     int32_t *src_rows;             /* [n] shifted logits: the rows p-1 asked of the forward */
+    int32_t *key_limit;            /* [n] block-causal: keys visible to each position (NULL otherwise) */
     int64_t *quota;                /* [spb] tokens committed at each step of the block */
     cand *cands;                   /* [n] the last step's candidates, most confident first */
     int64_t n_decoded, step;
@@ -88,6 +89,12 @@ static kvs_status dlm_check(const char *op, const kvs_model *m, const kvs_kv_cac
     const kvs_cache_params *cp = kvs_cache_get_params(cache);
     int64_t n = n_prompt + p->gen_len;
     if (cp->mode != KVS_CACHE_POSITIONAL) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: needs a POSITIONAL cache", op);
+    if (p->block_causal) {
+        const char *sn = kvs_dlm_schedule_name(p->schedule);
+        if (strcmp(sn, "none") && strcmp(sn, "prefix"))
+            return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: schedule '%s' is not defined for block-causal decoding (use none, "
+                             "or prefix, which is exact under block-causal attention)", op, sn);
+    }
     if (n > cp->capacity)
         return kvs_error(KVS_ERR_OUT_OF_RANGE, "%s: %lld tokens exceed the cache capacity %lld", op, (long long)n,
                          (long long)cp->capacity);
@@ -101,6 +108,7 @@ static kvs_status dlm_check(const char *op, const kvs_model *m, const kvs_kv_cac
 static void dlm_free(dlm *d) {
     kvs_dlm_schedule_destroy(&d->own);
     free(d->tokens), free(d->masked), free(d->decoded), free(d->row_of), free(d->src_rows), free(d->quota), free(d->cands);
+    free(d->key_limit);
 }
 
 /* The state of a decode of prompt + gen_len masks; starts the schedule. */
@@ -127,6 +135,13 @@ static kvs_status dlm_begin(dlm *d, const char *op, kvs_model *m, kvs_kv_cache *
     for (int64_t i = 0; i < d->n; i++) {
         d->tokens[i] = i < n_prompt ? prompt[i] : d->hp->mask_id;
         d->masked[i] = i >= n_prompt;
+    }
+    if (p->block_causal) { /* the prompt causal; block b of the answer sees keys up to its end */
+        d->key_limit = malloc(n * sizeof *d->key_limit);
+        if (!d->key_limit) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
+        for (int64_t i = 0; i < d->n; i++)
+            d->key_limit[i] = (int32_t)(i < n_prompt ? i + 1
+                                                     : n_prompt + ((i - n_prompt) / p->block_len + 1) * p->block_len);
     }
     const kvs_dlm_schedule_ops *so = d->sched->ops;
     return so->begin ? so->begin(d->sched->self, d->n, d->hp->n_layers) : KVS_OK;
@@ -179,27 +194,31 @@ static kvs_status dlm_rank(dlm *d, const char *op, const dlm_block *blk, const k
  * candidates ranked by confidence (d->cands[0..*nc)). */
 static kvs_status dlm_step(dlm *d, const char *op, const dlm_block *blk, int64_t *nc) {
     const kvs_model_hparams *hp = d->hp;
-    kvs_dlm_view v = {.tokens = d->tokens, .n_tokens = d->n, .prompt_len = d->n_prompt, .mask_id = hp->mask_id,
+    /* block-causal: nothing after the block's end can reach it, so the step runs only [0, end) */
+    int64_t n_vis = d->p.block_causal ? blk->end : d->n;
+    kvs_dlm_view v = {.tokens = d->tokens, .n_tokens = n_vis, .prompt_len = d->n_prompt, .mask_id = hp->mask_id,
                       .masked = d->masked, .block_start = blk->start, .block_end = blk->end, .block = blk->index,
                       .step_in_block = blk->step_in_block, .step = d->step, .decoded_prev = d->decoded,
                       .n_decoded_prev = d->n_decoded, .n_layers = hp->n_layers,
-                      .n_heads = hp->n_heads, .n_kv_heads = hp->n_kv_heads, .logit_shift = hp->logit_shift};
+                      .n_heads = hp->n_heads, .n_kv_heads = hp->n_kv_heads, .logit_shift = hp->logit_shift,
+                      .block_causal = d->p.block_causal};
     kvs_dlm_step ds;
     memset(&ds, 0, sizeof ds);
     double t0 = kvs_now_s();
     KVS_TRY(d->sched->ops->plan(d->sched->self, &v, &ds));
     ds.plan.tokens = d->tokens;
-    ds.plan.n_tokens = d->n;
+    ds.plan.n_tokens = n_vis;
     ds.plan.positions = NULL;
+    ds.plan.key_limit = d->key_limit;
     kvs_step_result r;
     /* shifted logits (Dream): position p's prediction is row p-1's output; the plan keeps naming
      * positions (dlm_rank maps them), the forward is asked for the rows before them */
     const int32_t *logit_pos = ds.plan.logit_rows;
     if (hp->logit_shift) {
-        if (ds.plan.n_logit_rows > d->n || (ds.plan.n_logit_rows > 0 && !logit_pos))
+        if (ds.plan.n_logit_rows > n_vis || (ds.plan.n_logit_rows > 0 && !logit_pos))
             return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: schedule '%s' gave bad logit rows", op, kvs_dlm_schedule_name(d->sched));
         for (int64_t i = 0; i < ds.plan.n_logit_rows; i++) {
-            if (logit_pos[i] < 1 || logit_pos[i] >= d->n)
+            if (logit_pos[i] < 1 || logit_pos[i] >= n_vis)
                 return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: schedule '%s' asked for the logits of position %d, which "
                                  "has no row before it (shifted logits)", op, kvs_dlm_schedule_name(d->sched), logit_pos[i]);
             d->src_rows[i] = logit_pos[i] - 1;
@@ -221,7 +240,7 @@ static kvs_status dlm_step(dlm *d, const char *op, const dlm_block *blk, int64_t
     d->st.seconds_forward += t2 - t1 - r.seconds_logits;
     d->st.seconds_logits += r.seconds_logits;
     d->st.rows_computed += r.rows_computed;
-    d->st.rows_baseline += d->n * hp->n_layers;
+    d->st.rows_baseline += n_vis * hp->n_layers; /* the no-cache step of the same decoding mode */
     int64_t used = kvs_cache_bytes_used(d->cache);
     if (used > d->st.cache_bytes_peak) d->st.cache_bytes_peak = used;
     if (d->sched->ops->feedback) KVS_TRY(d->sched->ops->feedback(d->sched->self, &v, &r));

@@ -289,7 +289,8 @@ kvs_status kvs_generate_ar(kvs_model *m, kvs_kv_cache *cache, const int32_t *pro
 /* ---- masked diffusion: the parameters and the confidence rule (the loop is dlm.c) -------------- */
 
 kvs_dlm_params kvs_dlm_params_default(void) {
-    kvs_dlm_params p = {.gen_len = 64, .block_len = 32, .steps = 0, .threshold = 0.0f, .schedule = NULL, .stop_eos = 0};
+    kvs_dlm_params p = {.gen_len = 64, .block_len = 32, .steps = 0, .threshold = 0.0f, .schedule = NULL, .stop_eos = 0,
+                        .block_causal = 0};
     return p;
 }
 

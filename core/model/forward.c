@@ -39,7 +39,7 @@ kvs_status fwd_grow_tensor(kvs_tensor **t, kvs_device *dev, kvs_dtype dt, int64_
 }
 
 void kvs_workspace_free(kvs_workspace *ws) {
-    kvs_tensor **all[] = {&ws->x, &ws->xn, &ws->q, &ws->att, &ws->k, &ws->v, &ws->gate, &ws->up, &ws->pos, &ws->rpos,
+    kvs_tensor **all[] = {&ws->x, &ws->xn, &ws->q, &ws->att, &ws->k, &ws->v, &ws->gate, &ws->up, &ws->pos, &ws->rpos, &ws->mpos,
                           &ws->rowsel, &ws->zeros, &ws->stat_rows, &ws->lat_max, &ws->lat_sum, &ws->argmax, &ws->logits,
                           &ws->key_mass, &ws->probs, &ws->probe_rows, &ws->ks, &ws->vs, &ws->ks_pos, &ws->ks_len,
                           &ws->keep_idx, &ws->qr};
@@ -65,6 +65,7 @@ static kvs_status ws_rows(kvs_model *m, int64_t rows) {
     KVS_TRY(fwd_grow_tensor(&ws->up, d, KVS_F32, hp->ffn_dim, rows, 0, "ws.up"));
     KVS_TRY(fwd_grow_tensor(&ws->pos, d, KVS_I32, rows, 0, 0, "ws.pos"));
     KVS_TRY(fwd_grow_tensor(&ws->rpos, d, KVS_I32, rows, 0, 0, "ws.rpos"));
+    KVS_TRY(fwd_grow_tensor(&ws->mpos, d, KVS_I32, rows, 0, 0, "ws.mpos"));
     KVS_TRY(fwd_grow_tensor(&ws->rowsel, d, KVS_I32, rows, 0, 0, "ws.rowsel"));
     KVS_TRY(fwd_grow_tensor(&ws->zeros, d, KVS_I32, rows, 0, 0, "ws.zeros"));
     int32_t *z = calloc((size_t)rows, sizeof *z);
@@ -199,6 +200,7 @@ static kvs_status run_layer(fwd_ctx *f, int l, const int32_t *rows, int64_t n, k
         }
     }
     if (s == KVS_OK) s = write_cache(f, l, rows, n, rpos_host);
+    f->rows = rows;
     if (s == KVS_OK) s = fwd_layer_attention(f, l, lp, n, st);
     if (s == KVS_OK) s = kvs_matmul(d, w->wo, att, x, 1);
     if (s == KVS_OK) s = kvs_rmsnorm(d, x, w->ffn_norm, xn, hp->rms_eps);
@@ -337,6 +339,11 @@ kvs_status kvs_model_forward(kvs_model *m, kvs_kv_cache *c, const kvs_step_plan 
         if (f.pos_host[i] < 0 || (cp->mode == KVS_CACHE_POSITIONAL && f.pos_host[i] >= cp->capacity)) {
             s = kvs_error(KVS_ERR_OUT_OF_RANGE, "%s: token %lld has position %d outside the cache capacity %lld", op,
                           (long long)i, f.pos_host[i], (long long)cp->capacity);
+            goto done;
+        }
+        if (plan->key_limit && plan->key_limit[i] <= f.pos_host[i]) {
+            s = kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: token %lld at position %d has key_limit %d: a query must see its own "
+                          "key (key_limit > position)", op, (long long)i, f.pos_host[i], plan->key_limit[i]);
             goto done;
         }
     }

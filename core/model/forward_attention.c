@@ -132,6 +132,16 @@ kvs_status fwd_layer_attention(fwd_ctx *f, int l, const kvs_layer_plan *lp, int6
     }
     ap.n_kv = akv;
     ap.q_pos = qpos;
+    /* block-causal (kvs_step_plan.key_limit): key j visible to row i iff kpos(j) < key_limit[i], i.e.
+     * the causal rule with key_limit[i] - 1 as the query's position */
+    kvs_tensor *mpos = NULL;
+    if (s == KVS_OK && f->plan->key_limit) {
+        for (int64_t i = 0; i < n; i++) f->tmp[i] = f->plan->key_limit[f->rows[i]] - 1;
+        s = fwd_view3(m, &mpos, ws->mpos, 0, n, 1, 1);
+        if (s == KVS_OK) s = kvs_tensor_upload(mpos, f->tmp, 0, (size_t)n * 4);
+        ap.causal = 1;
+        ap.q_pos = mpos;
+    }
 
     /* latent memory (latent.h): unnormalised attention + row max/sum, merged after the op */
     kvs_tensor *lat_max = NULL, *lat_sum = NULL;
@@ -246,7 +256,7 @@ kvs_status fwd_layer_attention(fwd_ctx *f, int l, const kvs_layer_plan *lp, int6
         }
         if (s == KVS_OK) st->argmax = m->argmax_host[l];
     }
-    kvs_tensor *all[] = {qpos, q, out, srows, prow, amax, ks, vs, kpos, klen, kmv, pv};
+    kvs_tensor *all[] = {qpos, mpos, q, out, srows, prow, amax, ks, vs, kpos, klen, kmv, pv};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) fwd_view_done(&all[i]);
     return s;
 }

@@ -18,6 +18,7 @@ typedef struct fwd_ctx {
     int32_t *tmp;           /* [max(n_tokens, H*n)] scratch */
     int64_t n_tok;
     const kvs_layer_plan *lp; /* the current layer's plan (NULL: all rows, no statistics) */
+    const int32_t *rows;      /* the current layer's rows (token indices) */
     /* What the small device index buffers hold, so that layers with the same rows skip re-uploads
      * (each upload can cost a queue flush on GPU backends). */
     int32_t *pos_rows;        /* [n_tokens] copy of the rows whose positions ws.pos holds */

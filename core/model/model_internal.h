@@ -34,6 +34,7 @@ typedef struct kvs_workspace {
     kvs_tensor *gate, *up;   /* [rows][ffn_dim] */
     kvs_tensor *pos;         /* [rows] I32 positions of the layer's rows */
     kvs_tensor *rpos;        /* [rows] I32 RoPE positions within the cache (kvs_step_plan.rope_in_cache) */
+    kvs_tensor *mpos;        /* [rows] I32 key_limit - 1 of the layer's rows (block-causal mask, as causal q positions) */
     kvs_tensor *rowsel;      /* [rows] I32 generic row selection */
     kvs_tensor *zeros;       /* [rows] I32 zeros (broadcast of a bias row by kvs_gather) */
     kvs_tensor *stat_rows;   /* [rows] I32 */

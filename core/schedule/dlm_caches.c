@@ -43,13 +43,25 @@ static int block_full_step(const sched_block *s, int i) {
 
 static kvs_status block_plan(void *self, const kvs_dlm_view *v, kvs_dlm_step *out) {
     sched_block *s = self;
-    if (!s->layers || s->L != v->n_layers || s->n != v->n_tokens) KVS_TRY(block_begin(s, v->n_tokens, v->n_layers));
+    if (!s->layers || s->L != v->n_layers) KVS_TRY(block_begin(s, v->n_tokens, v->n_layers));
+    if (s->n != v->n_tokens) { /* block-causal decoding: the sequence grows by a block; counts go on */
+        uint8_t *mark = realloc(s->mark, (size_t)v->n_tokens);
+        if (!mark) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "schedule: out of host memory");
+        s->mark = mark;
+        s->n = v->n_tokens;
+    }
     memset(out, 0, sizeof *out);
     KVS_TRY(kvs_sched_block_masked(v, &s->logits));
     out->plan.logit_rows = s->logits.p;
     out->plan.n_logit_rows = s->logits.n;
     s->st.steps++;
-    if (block_full_step(s, v->step_in_block)) {
+    /* block-causal (kvs_dlm_view.block_causal): rows before the previous block never change again,
+     * so prefix's refresh at a block's first step recomputes only the previous block (its last
+     * commit is not in its K/V yet) and the block; exact, as the rows it skips see no later row */
+    int64_t bc_from = v->block_causal && s->kind == BLK_PREFIX && v->step_in_block == 0 && v->block > 0
+                          ? v->block_start - (v->block_end - v->block_start)
+                          : -1;
+    if (bc_from < 0 && block_full_step(s, v->step_in_block)) {
         s->st.full_steps++;
         for (int l = 0; l < s->L; l++) {
             s->st.rows[l] += v->n_tokens;
@@ -59,7 +71,9 @@ static kvs_status block_plan(void *self, const kvs_dlm_view *v, kvs_dlm_step *ou
     }
     s->rows.n = 0;
     KVS_TRY(kvs_ibuf_reserve(&s->rows, v->n_tokens));
-    if (s->kind == BLK_PREFIX || s->kind == BLK_DUAL) {
+    if (bc_from >= 0) {
+        for (int64_t p = bc_from; p < v->block_end; p++) s->rows.p[s->rows.n++] = (int32_t)p;
+    } else if (s->kind == BLK_PREFIX || s->kind == BLK_DUAL) {
         int64_t end = s->kind == BLK_PREFIX ? v->n_tokens : v->block_end;
         /* shifted logits (Dream): the block's first position is predicted from the row before it */
         int64_t start = v->logit_shift && v->block_start > 0 ? v->block_start - 1 : v->block_start;

@@ -124,6 +124,17 @@ typedef struct kvs_dlm_params {
                            * first committed EOS is decoded, the positions after it are EOS and are
                            * not decoded (counted in kvs_gen_stats.tokens_eos_filled); needs the
                            * model's eos_id. 0 (default): decode every block. */
+    int block_causal;     /* 1: block diffusion (BD3-LM, Arriola et al. 2025; Fast-dLLM v2, Wu et al.
+                           * 2025; SDAR): the prompt attends causally, each block of block_len
+                           * bidirectionally inside and causally across blocks (kvs_step_plan.key_limit),
+                           * and a step runs only the sequence up to the current block's end, so
+                           * later blocks cost nothing and finished blocks never change. Schedules:
+                           * none (recomputes [0, block end) every step) and prefix (exact here:
+                           * the previous block's rows are recomputed once, with their final tokens,
+                           * at the next block's first step, then only the block's rows); any other
+                           * schedule is refused. block_len 1 over a shifted-logit model (dream) is causal
+                           * AR decoding; one block without a prompt is the bidirectional decode.
+                           * 0 (default): every row attends to every row (LLaDA, Dream). */
 } kvs_dlm_params;
 
 KVS_API kvs_dlm_params kvs_dlm_params_default(void);
@@ -147,7 +158,8 @@ KVS_API kvs_dlm_params kvs_dlm_params_default(void);
  * until it returns non-zero. cache: a POSITIONAL cache with capacity
  * >= n_prompt + gen_len (flags as the schedule requires), reset by this call.
  * Errors: KVS_ERR_INVALID_ARGUMENT (bad lengths, model is not a masked-diffusion model or has no
- * mask id, stop_eos without an EOS id, cache mode, an empty prompt with shifted logits), KVS_ERR_OUT_OF_RANGE (capacity), the schedule's and the forward's errors. */
+ * mask id, stop_eos without an EOS id, cache mode, an empty prompt with shifted logits, block_causal
+ * with a schedule other than none/prefix), KVS_ERR_OUT_OF_RANGE (capacity), the schedule's and the forward's errors. */
 KVS_API kvs_status kvs_generate_dlm(kvs_model *m, kvs_kv_cache *cache, const int32_t *prompt, int64_t n_prompt,
                                     const kvs_dlm_params *p, kvs_token_cb cb, void *user, int32_t *out,
                                     kvs_gen_stats *stats);

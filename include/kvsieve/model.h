@@ -143,6 +143,14 @@ typedef struct kvs_step_plan {
      * RoPE positions equal the token positions (the same result). APPEND caches only.
      * 0 (default): RoPE at the token positions. */
     int rope_in_cache;
+    /* Block-causal attention (block diffusion: Arriola et al. 2025, BD3-LM, eq. 5's mask; Fast-dLLM
+     * v2, Wu et al. 2025, sec. 3): [n_tokens] or NULL. Token i's queries see only the keys whose
+     * positions are < key_limit[i] (each > the token's own position, so a query sees itself),
+     * replacing the architecture's rule (causal: key_limit[i] = position + 1; bidirectional: every
+     * key). kvs_generate_dlm with kvs_dlm_params.block_causal builds it: the prompt causal, each
+     * block of the answer bidirectional inside and causal across blocks. NULL (default): the
+     * architecture's rule. */
+    const int32_t *key_limit;
 } kvs_step_plan;
 
 typedef struct kvs_layer_stats {
@@ -166,7 +174,8 @@ typedef struct kvs_step_result {
 } kvs_step_result;
 
 /* Runs one step plan against the cache and returns logits and statistics.
- * Errors: KVS_ERR_INVALID_ARGUMENT (ids outside the vocabulary, rope_in_cache on a positional cache, rows not increasing or out of
+ * Errors: KVS_ERR_INVALID_ARGUMENT (ids outside the vocabulary, rope_in_cache on a positional cache, a
+ * key_limit not above its token's position, rows not increasing or out of
  * range, logit rows not computed at the last layer, statistics rows out of range, a layer whose
  * rows differ from the previous layer's without KVS_CACHE_KEEP_X), KVS_ERR_OUT_OF_RANGE (a
  * position beyond the cache capacity, an append cache that is full), KVS_ERR_SHAPE (cache built

@@ -43,6 +43,9 @@ typedef struct kvs_dlm_view {
                                  * last layer must compute row p-1 of every logit row p (the
                                  * built-in schedules do; a plan that does not is refused by the
                                  * forward: "logit row p-1 is not computed at the last layer") */
+    int block_causal;           /* 1: block-causal decoding (kvs_dlm_params.block_causal): n_tokens is
+                                 * the current block's end, rows before block_start no longer change
+                                 * once the previous block's final tokens were computed */
 } kvs_dlm_view;
 
 /* What a schedule returns for one step. Arrays are owned by the schedule and stay valid until its

@@ -157,7 +157,7 @@ class LayerPlan(Structure):
 class StepPlan(Structure):
     _fields_ = [("tokens", POINTER(c_int32)), ("n_tokens", c_int64), ("positions", POINTER(c_int32)),
                 ("layers", POINTER(LayerPlan)), ("logit_rows", POINTER(c_int32)),
-                ("n_logit_rows", c_int64), ("rope_in_cache", c_int)]
+                ("n_logit_rows", c_int64), ("rope_in_cache", c_int), ("key_limit", POINTER(c_int32))]
 
 
 class StepResult(Structure):
@@ -217,7 +217,7 @@ class ArParams(Structure):
 
 class DlmParams(Structure):
     _fields_ = [("gen_len", c_int64), ("block_len", c_int64), ("steps", c_int64), ("threshold", c_float),
-                ("schedule", c_void_p), ("stop_eos", c_int)]
+                ("schedule", c_void_p), ("stop_eos", c_int), ("block_causal", c_int)]
 
 
 TOKEN_CB = ctypes.CFUNCTYPE(c_int, c_void_p, c_int32)

@@ -370,10 +370,11 @@ class Model:
         return {"tokens": toks, "text": text, "stats": _stats(st)}
 
     def generate_dlm(self, prompt="", gen_len=64, block_len=32, steps=0, threshold=0.0, schedule=None,
-                     stop_eos=False, **schedule_params):
+                     stop_eos=False, block_causal=False, **schedule_params):
         """Masked-diffusion decoding (kvs_generate_dlm). schedule: None / "none" (no cache), a name
         ("prefix", "dual", "delayed", "elastic"; schedule_params go to Schedule) or a Schedule.
-        threshold > 0: Fast-dLLM parallel decoding; stop_eos: LLaDA's early stop at EOS.
+        threshold > 0: Fast-dLLM parallel decoding; stop_eos: LLaDA's early stop at EOS;
+        block_causal: block diffusion (prompt causal, blocks causal across; schedules none/prefix).
         Returns {"tokens", "text", "stats"}."""
         if self.arch not in L.DIFFUSION_ARCHS:
             fail(INVALID_ARGUMENT, "generate_dlm: %s is a %s model, not a masked-diffusion one" % (self.path, self.arch))
@@ -388,6 +389,7 @@ class Model:
         p = L.lib.kvs_dlm_params_default()
         p.gen_len, p.block_len, p.steps, p.threshold = int(gen_len), int(block_len), int(steps or gen_len), float(threshold)
         p.schedule, p.stop_eos = schedule._h, int(bool(stop_eos))
+        p.block_causal = int(bool(block_causal))
         c = Cache(self, ids.size + int(gen_len), "positional", keep_x=bool(schedule.cache_flags & L.CACHE_KEEP_X))
         out = np.zeros(max(int(gen_len), 1), dtype=np.int32)
         st = L.GenStats()

@@ -19,7 +19,7 @@ int main(void) {
     ROW("CacheParams", kvs_cache_params, flags);
     ROW("LayerStats", kvs_layer_stats, q);
     ROW("LayerPlan", kvs_layer_plan, want_q);
-    ROW("StepPlan", kvs_step_plan, rope_in_cache);
+    ROW("StepPlan", kvs_step_plan, key_limit);
     ROW("StepResult", kvs_step_result, seconds_logits);
     ROW("PolicyParams", kvs_policy_params, cascades);
     ROW("EvictParams", kvs_evict_params, think_window);
@@ -28,6 +28,6 @@ int main(void) {
     ROW("WavefilterParams", kvs_wavefilter_params, n_recent);
     ROW("GenStats", kvs_gen_stats, seconds_commit);
     ROW("ArParams", kvs_ar_params, think_ratio);
-    ROW("DlmParams", kvs_dlm_params, stop_eos);
+    ROW("DlmParams", kvs_dlm_params, block_causal);
     return 0;
 }

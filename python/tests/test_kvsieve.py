@@ -380,6 +380,18 @@ class Models(unittest.TestCase):
         r = self.dlm.generate_dlm("Once upon a time", gen_len=64, threshold=0.9, schedule=wf)
         self.assertEqual(len(r["tokens"]), 64)
 
+    def test_generate_dlm_block_causal(self):
+        # block diffusion: prefix is exact under block-causal attention (same tokens, fewer rows)
+        a = self.dlm.generate_dlm("Once upon a time", gen_len=32, block_len=8, steps=32, block_causal=True)
+        b = self.dlm.generate_dlm("Once upon a time", gen_len=32, block_len=8, steps=32, block_causal=True,
+                                  schedule="prefix")
+        self.assertEqual(a["tokens"].tolist(), b["tokens"].tolist())
+        self.assertEqual(a["stats"]["compute_fraction"], 1.0)
+        self.assertLess(b["stats"]["compute_fraction"], 0.6)
+        with self.assertRaises(kvsieve.KvsError) as e:
+            self.dlm.generate_dlm("Once upon a time", gen_len=32, block_len=8, block_causal=True, schedule="dual")
+        self.assertIn("block-causal", str(e.exception))
+
     def test_eval_matches_the_cli_numbers(self):
         text = open(kvsieve.locate("ref_greedy_256.txt")).read()
         e = self.ar.eval_eviction(text, "h2o", budget=0.25, ctx=256)

@@ -32,6 +32,7 @@ typedef struct gen_opts {
     int json, no_stream;
     int compare;      /* diffusion: also decode without cache, report speedup and agreement */
     int stop_eos;     /* diffusion: LLaDA's early stop at EOS */
+    int block_causal; /* diffusion: block diffusion (causal across blocks) */
     int stats;        /* --stats: the per-step breakdown of the wall time */
     int profile;      /* --profile: device work per op kind and per layer */
     int64_t ctx;      /* -c/--ctx-size: prompt + generated tokens must fit; 0 = the model's context */
@@ -119,6 +120,9 @@ int cmd_generate(int argc, char **argv) {
         {"compare", 0, CLI_FLAG, &o.compare, NULL, "diffusion: also decode without cache; report speedup and agreement"},
         {"stop-eos", 0, CLI_FLAG, &o.stop_eos, NULL, "diffusion: stop once every position before the first EOS is decoded; "
                                                      "the rest is EOS, not decoded (LLaDA)"},
+        {"block-causal", 0, CLI_FLAG, &o.block_causal, NULL, "diffusion: block diffusion (BD3-LM, Fast-dLLM v2): the prompt "
+                                                             "causal, each block bidirectional inside and causal across blocks; "
+                                                             "finished blocks stay cached exactly (--cache none or prefix)"},
         {"stats", 0, CLI_FLAG, &o.stats, NULL, "print where a step's wall time goes: planning, forward, logits, "
                                                "confidence, commit (ms per step)"},
         {"profile", 0, CLI_FLAG, &o.profile, NULL, "time the device work per op kind and per layer (ms per step); "
@@ -143,7 +147,7 @@ int cmd_generate(int argc, char **argv) {
                  "[--steps S] [--threshold E] [--json] [--policy NAME --budget F|N [--scope head|layer|global] "
                  "[--sink N] [--window N] [--rerotate] [--think R]] [--cache none|prefix|dual|delayed|elastic] [--gamma G] "
                  "[--window W] [--track K] [--reload R] [--wavefilter] [--wf-family F] [--wf-levels J] "
-                 "[--wf-budget F] [--compare] [--stop-eos] [--stats] [--profile]",
+                 "[--wf-budget F] [--compare] [--stop-eos] [--block-causal] [--stats] [--profile]",
         .summary = "Generate text with an autoregressive (llama, qwen2, qwen3) or masked-diffusion (llada, dream) model.",
         .opts = opts,
         .n_opts = n_opts,
@@ -216,8 +220,10 @@ int cmd_generate(int argc, char **argv) {
         exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "-n %lld exceeds the model context %d%s", (long long)n_gen, hp->ctx_len, hint);
         goto done;
     }
-    if (!dlm && (o.compare || o.stop_eos || o.threshold > 0 || co.wavefilter || (co.cache && strcmp(co.cache, "none") != 0))) {
-        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "--cache/--wavefilter/--compare/--threshold/--stop-eos are for diffusion models; "
+    if (!dlm && (o.compare || o.stop_eos || o.block_causal || o.threshold > 0 || co.wavefilter ||
+                 (co.cache && strcmp(co.cache, "none") != 0))) {
+        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "--cache/--wavefilter/--compare/--threshold/--stop-eos/--block-causal are for "
+                                                   "diffusion models; "
                                                    "'%s' is autoregressive", kvs_arch_name(hp->arch));
         goto done;
     }
@@ -316,6 +322,9 @@ int cmd_generate(int argc, char **argv) {
         char *one[1] = {(char *)co.cache};
         rc = dlm_cache_check_flags(PROG, &co, one, 1);
         if (rc == 0) rc = dlm_cache_build(PROG, &co, NULL, 0, &sched);
+        if (rc == 0 && o.block_causal && sched && strcmp(kvs_dlm_schedule_name(sched), "prefix") != 0)
+            rc = cli_fail(CLI_EXIT_USAGE, PROG, "--block-causal decodes with --cache none or prefix (exact under block-causal "
+                                                "attention), not '%s'", kvs_dlm_schedule_name(sched));
         if (rc) {
             exit_code = rc;
             goto done;
@@ -343,6 +352,7 @@ int cmd_generate(int argc, char **argv) {
         p.steps = o.steps ? o.steps : n_gen;
         p.threshold = (float)o.threshold;
         p.stop_eos = o.stop_eos;
+        p.block_causal = o.block_causal;
         if (sched) {
             /* the cache needs the schedule's extras (elastic: layer inputs) */
             kvs_cache_destroy(&cache);
