@@ -202,8 +202,8 @@ START_TEST(test_policies) {
     kvs_device *dev = NULL;
     ck_assert(kvs_device_open(&dev, &g_params) == KVS_OK);
     kvs_model *m = load(dev, arch);
-    const char *pols[3] = {"h2o", "critical", "expected"};
-    for (int k = 0; k < 3; k++) {
+    const char *pols[4] = {"h2o", "critical", "expected", "critical:expected"};
+    for (int k = 0; k < 4; k++) {
         kvs_policy *pol = NULL;
         ck_assert_msg(kvs_policy_create(&pol, pols[k], NULL) == KVS_OK, "%s", kvs_last_error());
         kvs_ar_params p = kvs_ar_params_default();
@@ -219,12 +219,15 @@ START_TEST(test_policies) {
         kvs_kv_cache *c = NULL;
         ck_assert(kvs_cache_create(&c, dev, &cp) == KVS_OK);
         kvs_gen_stats st;
+        /* asked up front (kvs_policy_check_model), and the decode refuses before its first token */
+        ck_assert_int_eq(kvs_policy_check_model(pol, m), k < 2 ? KVS_OK : KVS_ERR_UNSUPPORTED);
         kvs_status s = kvs_generate_ar(m, c, &bos, 1, &p, NULL, NULL, out, &n, &st);
         if (k < 2) {
             ck_assert_msg(s == KVS_OK, "%s on %s: %s", pols[k], arch, kvs_last_error());
             ck_assert_int_eq(n, 40);
         } else {
             ck_assert_int_eq(s, KVS_ERR_UNSUPPORTED);
+            ck_assert_int_eq(n, 0);
             ck_assert_msg(strstr(kvs_last_error(), "not modelled") != NULL, "%s", kvs_last_error());
         }
         kvs_cache_destroy(&c);

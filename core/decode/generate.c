@@ -174,6 +174,7 @@ kvs_status kvs_generate_ar(kvs_model *m, kvs_kv_cache *cache, const int32_t *pro
     const kvs_cache_params *cp = kvs_cache_get_params(cache);
     if (cp->mode != KVS_CACHE_APPEND) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: needs an APPEND cache", op);
     kvs_evictor *ev = NULL;
+    if (p.policy) KVS_TRY(kvs_policy_check_model(p.policy, m)); /* refused before the first token */
     KVS_TRY(ar_evictor(m, n_prompt, &p, &ev));
     int64_t need = ev ? kvs_evictor_capacity(ev, n_prompt) : ar_rows_needed(n_prompt, p.max_new);
     if (need > cp->capacity) {

@@ -73,7 +73,7 @@ kvs_status kvs_evictor_create(kvs_evictor **out, const kvs_evict_params *pp, con
     e->buffer = p.buffer > 0 ? p.buffer : (e->B / 8 < 1 ? 1 : (e->B / 8 > 128 ? 128 : e->B / 8));
     e->scope = p.scope;
     if (e->pol && e->pol->alpha > 0.0f && e->scope == KVS_SCOPE_HEAD) e->scope = KVS_SCOPE_LAYER; /* Ada-KV pools heads */
-    if (e->pol && e->pol->min_scope > (int)e->scope) e->scope = (kvs_budget_scope)e->pol->min_scope; /* PrefixKV */
+    e->scope = kvs_policy_effective_scope(e->pol, e->scope); /* PrefixKV: global */
     e->noop = !e->pol || e->B >= seq_len;
     e->n_new = -1;
     e->ls = calloc((size_t)e->L, sizeof *e->ls);

@@ -370,6 +370,15 @@ void kvs_policy_set_latent(kvs_policy *p, kvs_latent *lm) {
     if (p) p->latent = lm;
 }
 kvs_latent *kvs_policy_get_latent(const kvs_policy *p) { return p ? p->latent : NULL; }
+kvs_budget_scope kvs_policy_effective_scope(const kvs_policy *p, kvs_budget_scope requested) {
+    return p && p->min_scope > (int)requested ? (kvs_budget_scope)p->min_scope : requested;
+}
+
+kvs_status kvs_policy_check_model(const kvs_policy *p, const kvs_model *m) {
+    if (!p || !m) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_policy_check_model: NULL argument");
+    return kvs_policy_more_check(p, m);
+}
+
 void kvs_policy_set_model(kvs_policy *p, const kvs_model *m) {
     if (p) p->model = m;
 }

@@ -33,6 +33,8 @@ struct kvs_policy {
  * (KVS_ERR_INVALID_ARGUMENT for a bad base or lag, KVS_ERR_OUT_OF_MEMORY). */
 int kvs_policy_more_is(const char *name);
 kvs_status kvs_policy_more_create(kvs_policy **out, const char *name, const kvs_policy_params *p);
+/* The check of kvs_policy_check_model for these scorers (KVS_OK for any other policy). */
+kvs_status kvs_policy_more_check(const kvs_policy *p, const kvs_model *model);
 
 /* cascade.c: the cascading KV cache (arXiv 2406.17808). KVS_ERR_INVALID_ARGUMENT for cascades
  * outside [0, 16], KVS_ERR_OUT_OF_MEMORY. */

@@ -497,6 +497,17 @@ static const kvs_policy_ops more_ops[] = {
                    .observe = critical_observe, .compact = critical_compact, .destroy = more_destroy},
 };
 
+kvs_status kvs_policy_more_check(const kvs_policy *p, const kvs_model *model) {
+    if (!p || p->ops < more_ops || p->ops >= more_ops + sizeof more_ops / sizeof more_ops[0] || !model) return KVS_OK;
+    const more *m = p->self;
+    const kvs_model_hparams *hp = kvs_model_get_hparams(model);
+    /* the future queries are predicted as Wq x (then RoPE): a q bias or q norm is not modelled */
+    if (p->ops == &more_ops[MK_EXPECTED] && (hp->qkv_bias || hp->qk_norm))
+        return kvs_error(KVS_ERR_UNSUPPORTED, "policy '%s' predicts queries as Wq x; the %s model's q %s is not modelled",
+                         kvs_policy_name(p), kvs_arch_name(hp->arch), hp->qk_norm ? "norm" : "bias");
+    return m->base ? kvs_policy_more_check(m->base, model) : KVS_OK;
+}
+
 int kvs_policy_more_is(const char *name) {
     for (int i = 0; i <= MK_PREFIX; i++)
         if (strcmp(name, more_ops[i].name) == 0) return 1;

@@ -356,6 +356,16 @@ KVS_API void kvs_policy_set_latent(kvs_policy *p, kvs_latent *lm);
  * (Wq, RoPE) need it; kvs_generate_ar binds its model itself. Without it their scoring fails with
  * KVS_ERR_STATE. Weights are read to the host once per layer, on first use (f32, f16 or bf16). */
 KVS_API void kvs_policy_set_model(kvs_policy *p, const kvs_model *m);
+/* Whether the policy can score the caches of model m, asked before a decode so that a policy that
+ * cannot is refused up front, not at its first eviction: KVS_OK, or KVS_ERR_UNSUPPORTED with the
+ * reason (expected, alone or as the base of critical/prefixkv, on a model with a q bias or q norm:
+ * qwen2, qwen3, dream, whose future queries it does not model). kvs_generate_ar checks it.
+ * Errors: KVS_ERR_INVALID_ARGUMENT (NULL), KVS_ERR_UNSUPPORTED. */
+KVS_API kvs_status kvs_policy_check_model(const kvs_policy *p, const kvs_model *m);
+/* The budget scope an evictor uses with this policy when `requested` is asked for: requested, or
+ * the wider scope the policy needs (prefixkv: KVS_SCOPE_GLOBAL, one threshold over all layers).
+ * NULL p: requested. */
+KVS_API kvs_budget_scope kvs_policy_effective_scope(const kvs_policy *p, kvs_budget_scope requested);
 KVS_API kvs_latent *kvs_policy_get_latent(const kvs_policy *p);
 
 #ifdef __cplusplus

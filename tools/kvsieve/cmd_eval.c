@@ -265,6 +265,8 @@ int cmd_eval(int argc, char **argv) {
             kvs_evict_params ep = kvs_evict_params_default();
             ep.policy = pols[i];
             kvs_policy_set_model(pols[i], e.m); /* critical / expected read the model's weights */
+            s = kvs_policy_check_model(pols[i], e.m);
+            if (s != KVS_OK) break;
             ep.budget = bud[j] < 0 ? 1.0 : bud[j];
             ep.budget_tokens = bud[j] < 0 ? (int64_t)-bud[j] : 0; /* "Nt" */
             ep.scope = scope;

@@ -287,6 +287,10 @@ int cmd_generate(int argc, char **argv) {
         exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "--policy applies to autoregressive models only");
         goto done;
     }
+    if (pol && kvs_policy_check_model(pol, m) != KVS_OK) { /* e.g. expected on a model with a q bias */
+        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "--policy %s: %s", po.policy, kvs_last_error());
+        goto done;
+    }
     ap.max_new = n_gen;
     ap.rerotate = o.rerotate;
     if (!(o.think >= 0.0 && o.think < 1.0) || (o.think > 0.0 && (dlm || !pol))) {
@@ -449,7 +453,8 @@ int cmd_generate(int argc, char **argv) {
             json_object_object_add(js, "policy", json_object_new_string(kvs_policy_name(pol)));
             json_object_object_add(js, "budget", json_object_new_double(ap.budget));
             if (ap.budget_tokens > 0) json_object_object_add(js, "budget_tokens", json_object_new_int64(ap.budget_tokens));
-            json_object_object_add(js, "scope", json_object_new_string(kvs_budget_scope_name(ap.scope)));
+            json_object_object_add(js, "scope", json_object_new_string(kvs_budget_scope_name(kvs_policy_effective_scope(pol, ap.scope))));
+            if (o.think > 0) json_object_object_add(js, "think", json_object_new_double(o.think));
             json_object_object_add(js, "evictions", json_object_new_int64(st.evictions));
             json_object_object_add(js, "rerotate", json_object_new_boolean(o.rerotate));
             json_object_object_add(js, "rows_evicted", json_object_new_int64(st.rows_evicted));
@@ -507,9 +512,12 @@ int cmd_generate(int argc, char **argv) {
             char bud[48];
             if (ap.budget_tokens > 0) snprintf(bud, sizeof bud, "%lld tokens", (long long)ap.budget_tokens);
             else snprintf(bud, sizeof bud, "%g", ap.budget);
-            fprintf(stderr, "eviction: %s, budget %s, scope %s: %lld evictions, %lld K/V rows evicted%s\n", kvs_policy_name(pol),
-                    bud, kvs_budget_scope_name(ap.scope), (long long)st.evictions, (long long)st.rows_evicted,
-                    o.rerotate ? "; keys re-rotated to positions within the cache" : "");
+            char think[96] = "";
+            if (o.think > 0)
+                snprintf(think, sizeof think, "; ThinK: %g of the key channels per kv head zeroed at each eviction", o.think);
+            fprintf(stderr, "eviction: %s, budget %s, scope %s: %lld evictions, %lld K/V rows evicted%s%s\n", kvs_policy_name(pol),
+                    bud, kvs_budget_scope_name(kvs_policy_effective_scope(pol, ap.scope)), (long long)st.evictions,
+                    (long long)st.rows_evicted, o.rerotate ? "; keys re-rotated to positions within the cache" : "", think);
         }
         if (sched) {
             kvs_dlm_schedule_stats ss;
