@@ -22,6 +22,12 @@
 #                           (which includes its short prefill: kvsieve's figure is a lower bound)
 # The ratio column is llama.cpp's time / kvsieve's (> 1: kvsieve faster). Timing is only meaningful on
 # a quiet machine: the script prints the load average before and after. Not run by CI.
+#
+# The AVX2 code paths of an AVX-512 machine, side by side (what an AVX2-only CPU runs): a llama.cpp
+# build configured with -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+# -DGGML_AVX512=OFF, and kvsieve's AVX2 variants with OpenBLAS's Haswell kernels:
+#   KVS_VARIANT=matmul:avx2,attention:avx2,topk:avx2,topk_global:avx2,dwt:avx2,idwt:avx2 \
+#   OPENBLAS_CORETYPE=Haswell tools/bench/vs-llamacpp.sh LLAMA_AVX2_BUILD_DIR
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 usage() { sed -n 2,24p "$0"; }
@@ -102,6 +108,7 @@ cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
 isa=$(grep -o -w -E 'avx512f|avx2|asimd|sve' /proc/cpuinfo | sort -u | tr '\n' ' ')
 echo "CPU: $cpu ($(nproc) cores; ISA: $isa); threads $T; $R repetitions, median [min-max]"
 echo "llama.cpp: $LB ($("$LB/bin/llama-bench" --version 2>&1 | head -1 || true))"
+echo "kvsieve: $KV; variants ${KVS_VARIANT:-auto}; OpenBLAS core ${OPENBLAS_CORETYPE:-auto}"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 declare -A S
 for i in $(seq "$R"); do
