@@ -5,7 +5,7 @@
  *   - attention: head_dim <= 512; where attn_main will run, the GQA group within the work-group
  *     limit and its K/V tiles within the local memory (ops_attention.c, attn_choose);
  *   - top-k: k's power-of-two candidate buffer within 2^31 entries;
- *   - matmul / embedding: weights F32, F16, BF16 or Q8_0 (the other block types: CPU only).
+ *   - matmul / embedding: every weight type (F32, F16, BF16 and the 12 block types, qmatmul.cl).
  * The ops keep their own checks as a guard (attn_dec can still fall back to attn_main after its
  * kernel compiles with fewer work-items than planned). */
 #include <stdio.h>
@@ -15,18 +15,22 @@
 /* Variants: attention's two kernels (automatic choice: attn_dec on GPUs for decoding-sized query
  * counts, head_dim > 64, causal masks and small grids; attn_main otherwise and on CPU devices).
  * "dec" forces attn_dec wherever its plan fits (else attn_main); "main-split4" forces attn_main with
- * 4 key splits merged by attn_combine (split-K on every case). */
+ * 4 key splits merged by attn_combine (split-K on every case).
+ * matmul's two paths (automatic choice: GEMV up to 4 rows of x, the matrix-matrix path above):
+ * "gemv" forces the GEMV kernels (dense.cl gemv, qmatmul.cl qgemv) for every n, "tiled" forces the
+ * matrix-matrix path (CLBlast SGEMM for float weights, qmatmul.cl qgemm for block types). */
 const kvs_variant kvs_ocl_variants[KVS_OCL_N_VARIANTS] = {
     {KVS_OP_attention, "dec", KVS_OCL_ATTN_DEC, NULL},
     {KVS_OP_attention, "main-split4", KVS_OCL_ATTN_MAIN_SPLIT4, NULL},
+    {KVS_OP_matmul, "gemv", KVS_OCL_MM_GEMV, NULL},
+    {KVS_OP_matmul, "tiled", KVS_OCL_MM_TILED, NULL},
 };
 
-/* The weight types the dense kernels read: F32, F16, BF16, Q8_0 (dense.cl); the other block types
- * (Q4_0, ..., IQ4_XS) have CPU kernels only and are refused here, never run on a hidden fallback. */
+/* The weight types the dense kernels read: F32, F16, BF16 (dense.cl, CLBlast) and every block type
+ * (qmatmul.cl, through qblocks.cl's decoders). */
 static int weight_type_ok(kvs_dtype t, char *why, size_t n) {
-    if (t == KVS_F32 || t == KVS_F16 || t == KVS_BF16 || t == KVS_Q8_0) return 1;
-    snprintf(why, n, "weight type %s is not supported by this backend (f32, f16, bf16, q8_0 are; the CPU "
-             "backend runs every block type)", kvs_dtype_name(t));
+    if (t == KVS_F32 || t == KVS_F16 || t == KVS_BF16 || kvs_ocl_qt(t) >= 0) return 1;
+    snprintf(why, n, "weight type %s is not supported by this backend", kvs_dtype_name(t));
     return 0;
 }
 
