@@ -1,7 +1,7 @@
 /* Suite "matmul-quant": kvs_matmul and kvs_embedding with block-quantized weights (Q4_0, Q4_1, Q5_0,
  * Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS) against the float64 product of the exactly
  * decoded matrix (ref_quant.h), swept over the matmul variants (CPU: auto, portable, avx2, avx512,
- * avx512-blas). Weights are random blocks: random bytes with random finite f16 scales (|d| <= 0.02,
+ * avx512-blas; OpenCL: auto, gemv, tiled: qmatmul.cl's qgemv and qgemm on every shape). Weights are random blocks: random bytes with random finite f16 scales (|d| <= 0.02,
  * dmin / m in [0, 0.02)), so every bit pattern of the codes and sub-scales occurs.
  * Shapes: m odd; k = 3 and 11 blocks of 32 (11: a 256-value chunk plus a remainder) or 1 and 3
  * super-blocks of 256; n = 1 and 3 (the decoding GEMV, one pass over W) and 13, 37 (the GEMM tiles).
@@ -13,9 +13,11 @@
  * typically): nmse ~1e-13 at these k. A kernel that quantized x to 8 bits as llama.cpp's CPU path does
  * (relative error ~2^-8 per term, nmse ~1e-5) or that misread one sub-block (nmse >= 1/(k/16)) fails.
  * Embedding rows: |out - exact| <= 2^-22 * max|row| (a decode of f32 roundings, never a product).
- * Backends without a type (OpenCL, Vulkan: every block type but Q8_0) must refuse it through
- * supports() (KVS_ERR_UNSUPPORTED, the reason naming the type); such cases are listed as skipped,
- * never passed (t_query), and the CPU backend may refuse none. */
+ * The OpenCL kernels decode with the same operations (qblocks.cl, fma contraction off) and
+ * accumulate in f32 in another order: the same budget holds.
+ * Backends without a type (Vulkan: every block type but Q8_0) must refuse it through supports()
+ * (KVS_ERR_UNSUPPORTED, the reason naming the type); such cases are listed as skipped, never passed
+ * (t_query), and the CPU and OpenCL backends may refuse none. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,7 +63,8 @@ static void random_blocks(kvs_dtype dt, uint8_t *b, int64_t nblocks) {
 /* After the support query refused a case (t_query: recorded as skipped, never passed): only a GPU
  * backend may, and its reason must name the weight type. */
 static void check_refusal(kvs_dtype dt) {
-    ck_assert_msg(t_params.backend != KVS_BACKEND_CPU, "the CPU backend must run %s", kvs_dtype_name(dt));
+    ck_assert_msg(t_params.backend != KVS_BACKEND_CPU && t_params.backend != KVS_BACKEND_OPENCL,
+                  "the %s backend must run %s", kvs_backend_name(t_params.backend), kvs_dtype_name(dt));
     ck_assert_msg(strstr(kvs_last_error(), kvs_dtype_name(dt)) != NULL, "refusal does not name %s: %s",
                   kvs_dtype_name(dt), kvs_last_error());
 }

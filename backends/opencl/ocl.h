@@ -23,7 +23,7 @@ typedef struct kvs_ocl_program {
 /* Scratch buffers reused across ops (the queue is in-order, so reuse after enqueue is safe). */
 enum {
     KVS_OCL_SCR_IDS = 0,   /* embedding ids, rope frequencies */
-    KVS_OCL_SCR_W,         /* matmul: f32 copy of a non-f32 weight */
+    KVS_OCL_SCR_W,         /* matmul: f32 copy of an f16 / bf16 weight for CLBlast */
     KVS_OCL_SCR_ML,        /* attention: per (row, head) max and sum */
     KVS_OCL_SCR_A,         /* dwt ping, topk state, compact rows, scatter winners */
     KVS_OCL_SCR_B,         /* dwt pong, topk histograms */
@@ -111,6 +111,11 @@ static inline size_t kvs_ocl_pow2_floor(size_t v) {
 }
 static inline size_t kvs_ocl_round_up(size_t v, size_t m) { return (v + m - 1) / m * m; }
 
+/* The type code of shaders/opencl/qblocks.cl (QT_F32 0, QT_F16 1, QT_BF16 2, QT_Q8_0 3, QT_Q4_0 4,
+ * QT_Q4_1 5, QT_Q5_0 6, QT_Q5_1 7, QT_IQ4_NL 8, QT_Q2_K 9 .. QT_Q6_K 13, QT_IQ4_XS 14) of a dtype; -1
+ * for the others (I32). */
+int kvs_ocl_qt(kvs_dtype t);
+
 /* A default 1-D work-group size: min(256, max_wg), power of two. */
 size_t kvs_ocl_wg(kvs_device *dev, size_t want);
 
@@ -122,7 +127,8 @@ KVS_OP_PROTOTYPES(kvs_ocl_)
 int kvs_ocl_attention_supported(kvs_device *dev, const kvs_attention_args *a, char *why, size_t n);
 int kvs_ocl_supports(kvs_device *dev, kvs_op_id op, const void *args, char *why, size_t n);
 enum { KVS_OCL_ATTN_DEC = 1, KVS_OCL_ATTN_MAIN_SPLIT4 = 2 }; /* kvs_variant.code of attention */
-#define KVS_OCL_N_VARIANTS 2
+enum { KVS_OCL_MM_GEMV = 3, KVS_OCL_MM_TILED = 4 };               /* kvs_variant.code of matmul */
+#define KVS_OCL_N_VARIANTS 4
 extern const kvs_variant kvs_ocl_variants[KVS_OCL_N_VARIANTS];
 
 #endif

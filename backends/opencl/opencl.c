@@ -323,6 +323,27 @@ kvs_status kvs_ocl_scratch(kvs_device *dev, int slot, size_t nbytes, cl_mem *out
     return KVS_OK;
 }
 
+int kvs_ocl_qt(kvs_dtype t) {
+    switch (t) {
+    case KVS_F32: return 0;
+    case KVS_F16: return 1;
+    case KVS_BF16: return 2;
+    case KVS_Q8_0: return 3;
+    case KVS_Q4_0: return 4;
+    case KVS_Q4_1: return 5;
+    case KVS_Q5_0: return 6;
+    case KVS_Q5_1: return 7;
+    case KVS_IQ4_NL: return 8;
+    case KVS_Q2_K: return 9;
+    case KVS_Q3_K: return 10;
+    case KVS_Q4_K: return 11;
+    case KVS_Q5_K: return 12;
+    case KVS_Q6_K: return 13;
+    case KVS_IQ4_XS: return 14;
+    default: return -1;
+    }
+}
+
 size_t kvs_ocl_wg(kvs_device *dev, size_t want) {
     kvs_ocl *o = dev->impl;
     size_t w = want < o->max_wg ? want : o->max_wg;
@@ -341,10 +362,16 @@ static kvs_status ocl_build(kvs_device *dev, const char *file, const char *defin
     kvs_ocl *o = dev->impl;
     const struct kvs_cl_entry *e = ocl_find_source(file);
     if (!e) return kvs_error(KVS_ERR_INTERNAL, "opencl: no embedded kernel source '%s'", file);
-    const char *srcs[2] = {defines, e->source};
-    size_t lens[2] = {strlen(defines), e->length};
+    /* the sources that read block types get the shared block decoders (qblocks.cl) in front */
+    const struct kvs_cl_entry *pre = NULL;
+    if (strcmp(file, "qmatmul.cl") == 0 || strcmp(file, "attention.cl") == 0 || strcmp(file, "rows.cl") == 0) {
+        pre = ocl_find_source("qblocks.cl");
+        if (!pre) return kvs_error(KVS_ERR_INTERNAL, "opencl: no embedded kernel source 'qblocks.cl'");
+    }
+    const char *srcs[3] = {defines, pre ? pre->source : "", e->source};
+    size_t lens[3] = {strlen(defines), pre ? pre->length : 0, e->length};
     cl_int err;
-    cl_program prog = clCreateProgramWithSource(o->ctx, 2, srcs, lens, &err);
+    cl_program prog = clCreateProgramWithSource(o->ctx, 3, srcs, lens, &err);
     KVS_OCL_TRY(err, "clCreateProgramWithSource");
     /* No fast-math: the ops' NaN/inf semantics and the tests' tolerances depend on IEEE behaviour. */
     err = clBuildProgram(prog, 1, &o->device, "", NULL, NULL);

@@ -170,8 +170,14 @@ kvs_status kvs_ocl_attention(kvs_device *dev, const kvs_attention_args *a) {
     const kvs_attention_params *p = &a->p;
     int G = (int)(a->n_heads / a->n_kv_heads);
     int hd = (int)a->head_dim;
-    int f16 = a->k->dtype == KVS_F16;
-    size_t esz = f16 ? 2 : 4;
+    /* K and V types (qblocks.cl codes). f32 / f16 pairs compile their types in (K_T, V_T; offsets
+     * in elements); every other pair shares one program per shape that reads kt / vt at run time
+     * (K_T = V_T = -1; offsets in bytes), so the 49 pairs of the cache types do not compile 49. */
+    const int kt = kvs_ocl_qt(a->k->dtype), vt = kvs_ocl_qt(a->v->dtype);
+    const int rt = kt > 1 || vt > 1;
+    const int dkt = rt ? -1 : kt, dvt = rt ? -1 : vt;
+    const int64_t k_off = (int64_t)(a->k->offset / (rt ? 1 : kvs_dtype_bytes(a->k->dtype, 1)));
+    const int64_t v_off = (int64_t)(a->v->offset / (rt ? 1 : kvs_dtype_bytes(a->v->dtype, 1)));
     if (hd > 512)
         return kvs_error(KVS_ERR_UNSUPPORTED, "kvs_attention (opencl): head_dim %d > 512 not supported", hd);
     int need_ml = p->key_mass || p->probs;
@@ -195,8 +201,8 @@ kvs_status kvs_ocl_attention(kvs_device *dev, const kvs_attention_args *a) {
     while (use_dec) {
         snprintf(defs, sizeof defs,
                  "#define ATTN_DEC 1\n#define HEAD_DIM %d\n#define G %d\n#define DNT %d\n#define RB %d\n#define BK %d\n"
-                 "#define VW %d\n#define SEPV %d\n#define KV_T %d\n#define KM_WG 64\n#define KM_TP 16\n",
-                 hd, G, pl.nt, pl.rb, pl.bk, pl.vw, pl.sepv, f16);
+                 "#define VW %d\n#define SEPV %d\n#define K_T %d\n#define V_T %d\n#define KM_WG 64\n#define KM_TP 16\n",
+                 hd, G, pl.nt, pl.rb, pl.bk, pl.vw, pl.sepv, dkt, dvt);
         KVS_TRY(kvs_ocl_kernel(dev, "attention.cl", defs, "attn_dec", &k));
         /* the compiled kernel may allow fewer items per group than the device (registers): plan
          * again for that many items, or take attn_main when no plan fits */
@@ -218,9 +224,9 @@ kvs_status kvs_ocl_attention(kvs_device *dev, const kvs_attention_args *a) {
     }
     if (!use_dec)
         snprintf(defs, sizeof defs,
-                 "#define HEAD_DIM %d\n#define G %d\n#define BQ %d\n#define BK %zu\n#define KV_T %d\n"
+                 "#define HEAD_DIM %d\n#define G %d\n#define BQ %d\n#define BK %zu\n#define K_T %d\n#define V_T %d\n"
                  "#define KM_WG 64\n#define KM_TP 16\n",
-                 hd, G, bq, bk, f16);
+                 hd, G, bq, bk, dkt, dvt);
 
     /* Split-K (flash-decoding) when the (query tile, kv head) grid is too small to fill the
      * device (attn_main: 2 work-groups per compute unit, attn_dec: 4): key ranges of `span` keys
@@ -251,15 +257,16 @@ kvs_status kvs_ocl_attention(kvs_device *dev, const kvs_attention_args *a) {
     if (!use_dec) KVS_TRY(kvs_ocl_kernel(dev, "attention.cl", defs, kname, &k));
     {
         kvs_ocl_arg args[] = {
-            ARG_MEM(kvs_ocl_mem(a->q)), ARG_L(a->q->offset / 4), ARG_MEM(kvs_ocl_mem(a->k)), ARG_L(a->k->offset / esz),
-            ARG_MEM(kvs_ocl_mem(a->v)), ARG_L(a->v->offset / esz), ARG_MEM(kvs_ocl_mem(a->out)), ARG_L(a->out->offset / 4),
+            ARG_MEM(kvs_ocl_mem(a->q)), ARG_L(a->q->offset / 4), ARG_MEM(kvs_ocl_mem(a->k)), ARG_L(k_off),
+            ARG_MEM(kvs_ocl_mem(a->v)), ARG_L(v_off), ARG_MEM(kvs_ocl_mem(a->out)), ARG_L(a->out->offset / 4),
             ARG_MEM(mem_or(dev, p->q_pos)), ARG_L(off_or(p->q_pos)), ARG_MEM(mem_or(dev, p->k_pos)), ARG_L(off_or(p->k_pos)),
             ARG_MEM(mem_or(dev, p->kv_len)), ARG_L(off_or(p->kv_len)), ARG_MEM(mem_or(dev, p->row_len)),
             ARG_L(off_or(p->row_len)), ARG_MEM(mem_or(dev, p->mask)), ARG_L(off_or(p->mask)),
             ARG_MEM(mem_or(dev, p->row_max)), ARG_L(off_or(p->row_max)), ARG_MEM(mem_or(dev, p->row_sum)),
             ARG_L(off_or(p->row_sum)), ARG_MEM(mem_or(dev, p->argmax)), ARG_L(off_or(p->argmax)), ARG_MEM(ml),
             ARG_MEM(part), ARG_I(span),
-            ARG_I(a->n_q), ARG_I(a->n_heads), ARG_I(a->capacity), ARG_I(a->n_kv), ARG_F(p->scale), ARG_I(flags)};
+            ARG_I(a->n_q), ARG_I(a->n_heads), ARG_I(a->capacity), ARG_I(a->n_kv), ARG_F(p->scale), ARG_I(flags),
+            ARG_I(kt), ARG_I(vt)};
         size_t wg = use_dec ? (size_t)pl.nt : (size_t)(bq * G);
         size_t lws[3] = {wg, 1, 1};
         size_t gws[3] = {ntiles * wg, (size_t)a->n_kv_heads, (size_t)n_split};
@@ -295,13 +302,14 @@ kvs_status kvs_ocl_attention(kvs_device *dev, const kvs_attention_args *a) {
     if (p->key_mass && a->n_stat_rows >= 0) {
         KVS_TRY(kvs_ocl_kernel(dev, "attention.cl", defs, "attn_keymass", &k));
         kvs_ocl_arg args[] = {
-            ARG_MEM(kvs_ocl_mem(a->q)), ARG_L(a->q->offset / 4), ARG_MEM(kvs_ocl_mem(a->k)), ARG_L(a->k->offset / esz),
+            ARG_MEM(kvs_ocl_mem(a->q)), ARG_L(a->q->offset / 4), ARG_MEM(kvs_ocl_mem(a->k)), ARG_L(k_off),
             ARG_MEM(mem_or(dev, p->q_pos)), ARG_L(off_or(p->q_pos)), ARG_MEM(mem_or(dev, p->k_pos)), ARG_L(off_or(p->k_pos)),
             ARG_MEM(mem_or(dev, p->kv_len)), ARG_L(off_or(p->kv_len)), ARG_MEM(mem_or(dev, p->row_len)),
             ARG_L(off_or(p->row_len)), ARG_MEM(mem_or(dev, p->mask)), ARG_L(off_or(p->mask)),
             ARG_MEM(mem_or(dev, p->stat_rows)), ARG_L(off_or(p->stat_rows)), ARG_I(a->n_stat_rows), ARG_MEM(ml),
             ARG_MEM(kvs_ocl_mem(p->key_mass)), ARG_L(off_or(p->key_mass)),
-            ARG_I(a->n_q), ARG_I(a->n_heads), ARG_I(a->capacity), ARG_I(a->n_kv), ARG_F(p->scale), ARG_I(flags)};
+            ARG_I(a->n_q), ARG_I(a->n_heads), ARG_I(a->capacity), ARG_I(a->n_kv), ARG_F(p->scale), ARG_I(flags),
+            ARG_I(kt)};
         size_t lws[2] = {64, 1};
         size_t gws[2] = {(size_t)a->capacity, (size_t)a->n_kv_heads};
         KVS_TRY(kvs_ocl_launch(dev, k, "attn_keymass", 2, gws, lws, (int)(sizeof args / sizeof args[0]), args));
@@ -309,13 +317,14 @@ kvs_status kvs_ocl_attention(kvs_device *dev, const kvs_attention_args *a) {
     if (p->probs && a->n_probe > 0) {
         KVS_TRY(kvs_ocl_kernel(dev, "attention.cl", defs, "attn_probs", &k));
         kvs_ocl_arg args[] = {
-            ARG_MEM(kvs_ocl_mem(a->q)), ARG_L(a->q->offset / 4), ARG_MEM(kvs_ocl_mem(a->k)), ARG_L(a->k->offset / esz),
+            ARG_MEM(kvs_ocl_mem(a->q)), ARG_L(a->q->offset / 4), ARG_MEM(kvs_ocl_mem(a->k)), ARG_L(k_off),
             ARG_MEM(mem_or(dev, p->q_pos)), ARG_L(off_or(p->q_pos)), ARG_MEM(mem_or(dev, p->k_pos)), ARG_L(off_or(p->k_pos)),
             ARG_MEM(mem_or(dev, p->kv_len)), ARG_L(off_or(p->kv_len)), ARG_MEM(mem_or(dev, p->row_len)),
             ARG_L(off_or(p->row_len)), ARG_MEM(mem_or(dev, p->mask)), ARG_L(off_or(p->mask)),
             ARG_MEM(kvs_ocl_mem(p->probe_rows)), ARG_L(off_or(p->probe_rows)), ARG_MEM(ml),
             ARG_MEM(kvs_ocl_mem(p->probs)), ARG_L(off_or(p->probs)),
-            ARG_I(a->n_q), ARG_I(a->n_heads), ARG_I(a->capacity), ARG_I(a->n_kv), ARG_F(p->scale), ARG_I(flags)};
+            ARG_I(a->n_q), ARG_I(a->n_heads), ARG_I(a->capacity), ARG_I(a->n_kv), ARG_F(p->scale), ARG_I(flags),
+            ARG_I(kt)};
         size_t lws[3] = {64, 1, 1};
         size_t gws[3] = {(size_t)a->capacity, (size_t)a->n_heads, (size_t)a->n_probe};
         KVS_TRY(kvs_ocl_launch(dev, k, "attn_probs", 3, gws, lws, (int)(sizeof args / sizeof args[0]), args));

@@ -1,5 +1,6 @@
-/* OpenCL backend: matmul (CLBlast SGEMM / native GEMV), add, copy, rmsnorm, swiglu, softmax,
- * embedding, rope. Kernels in shaders/opencl/dense.cl. */
+/* OpenCL backend: matmul (CLBlast SGEMM / native GEMV; block-type weights: qmatmul.cl's GEMV and
+ * tiled GEMM reading the blocks), add, copy, rmsnorm, swiglu, softmax, embedding, rope. Kernels in
+ * shaders/opencl/dense.cl and qmatmul.cl. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,23 +10,31 @@
 
 #include "ocl.h"
 
+/* dense.cl's storage code (SRC_T / DST_T) of a float type: f32 0, f16 1, bf16 2; -1 for the block
+ * types, which qmatmul.cl reads. */
 static int dtype_code(kvs_dtype t) {
     switch (t) {
     case KVS_F32: return 0;
     case KVS_F16: return 1;
     case KVS_BF16: return 2;
-    case KVS_Q8_0: return 3;
     default: return -1;
     }
 }
 
-/* Element offset of a tensor for kernels: q8_0 tensors get byte offsets. */
+/* Element offset of a tensor for kernels: block-type tensors get byte offsets. */
 static int64_t elem_off(const kvs_tensor *t) {
     switch (t->dtype) {
     case KVS_F32: case KVS_I32: return (int64_t)(t->offset / 4);
     case KVS_F16: case KVS_BF16: return (int64_t)(t->offset / 2);
     default: return (int64_t)t->offset;
     }
+}
+
+/* A kernel of qmatmul.cl for block type dt (qgemv: work-group wg, nr rows per group). */
+static kvs_status qmatmul_kernel(kvs_device *dev, kvs_dtype dt, size_t wg, int nr, const char *name, cl_kernel *k) {
+    char defs[96];
+    snprintf(defs, sizeof defs, "#define QT %d\n#define WG %zu\n#define NR %d\n", kvs_ocl_qt(dt), wg, nr);
+    return kvs_ocl_kernel(dev, "qmatmul.cl", defs, name, k);
 }
 
 static kvs_status dense_kernel(kvs_device *dev, int src_t, int dst_t, size_t wg, const char *name, cl_kernel *k) {
@@ -130,8 +139,16 @@ kvs_status kvs_ocl_embedding(kvs_device *dev, const kvs_embedding_args *oa) {
     KVS_TRY(kvs_ocl_scratch(dev, KVS_OCL_SCR_IDS, (size_t)n * 4, &idm));
     KVS_TRY(kvs_ocl_write(dev, idm, 0, ids, (size_t)n * 4));
     cl_kernel k;
-    KVS_TRY(dense_kernel(dev, dtype_code(table->dtype), 0, 256, "embedding", &k));
     int64_t vocab = kvs_tensor_rows(table);
+    if (kvs_dtype_is_quant(table->dtype)) {
+        /* block rows: one item per 32-value chunk, decoded by qblocks.cl */
+        KVS_TRY(qmatmul_kernel(dev, table->dtype, 64, 1, "qembedding", &k));
+        kvs_ocl_arg qargs[] = {ARG_MEM(kvs_ocl_mem(table)), ARG_L(elem_off(table)), ARG_MEM(idm),
+                               ARG_MEM(kvs_ocl_mem(out)), ARG_L(elem_off(out)), ARG_I(dim), ARG_I(vocab)};
+        size_t gws[2] = {(size_t)(dim / 32), (size_t)n};
+        return kvs_ocl_launch(dev, k, "qembedding", 2, gws, NULL, 7, qargs);
+    }
+    KVS_TRY(dense_kernel(dev, dtype_code(table->dtype), 0, 256, "embedding", &k));
     kvs_ocl_arg args[] = {ARG_MEM(kvs_ocl_mem(table)), ARG_L(elem_off(table)), ARG_MEM(idm),
                           ARG_MEM(kvs_ocl_mem(out)), ARG_L(elem_off(out)), ARG_I(dim), ARG_I(vocab)};
     size_t lws[2] = {kvs_ocl_wg(dev, 64), 1};
@@ -191,13 +208,42 @@ static const char *clblast_name(CLBlastStatusCode c) {
     }
 }
 
-/* Batches up to this many rows use the native GEMV kernel (weights read in their own dtype). */
+/* Batches up to this many rows use the GEMV kernels (weights read in their own dtype, one pass
+ * over W per KVS_OCL_QGEMV_NR rows for the block types); more rows take the matrix-matrix path:
+ * CLBlast SGEMM for float weights, qgemm (qmatmul.cl, blocks decoded tile by tile) for the block
+ * types. The variants "gemv" / "tiled" force one path for every n. */
 #define KVS_OCL_GEMV_MAX_N 4
+#define KVS_OCL_QGEMV_NR 4
+
+/* Block-type weight: qgemv or qgemm, reading the blocks (no dequantized copy of W). */
+static kvs_status qmatmul(kvs_device *dev, const kvs_matmul_args *a, int gemv) {
+    const int64_t nchunks = a->k / 32;
+    cl_kernel k;
+    kvs_ocl_arg args[] = {ARG_MEM(kvs_ocl_mem(a->W)), ARG_L(elem_off(a->W)), ARG_MEM(kvs_ocl_mem(a->x)),
+                          ARG_L(elem_off(a->x)), ARG_MEM(kvs_ocl_mem(a->y)), ARG_L(elem_off(a->y)),
+                          ARG_I(a->m), ARG_I(a->k), ARG_I(a->n), ARG_I(a->accumulate)};
+    if (gemv) {
+        /* one work-group per output row: no more items than the row has 32-value chunks */
+        size_t wg = red_wg(dev);
+        while (wg > 1 && (int64_t)wg > nchunks) wg /= 2;
+        KVS_TRY(qmatmul_kernel(dev, a->W->dtype, wg, KVS_OCL_QGEMV_NR, "qgemv", &k));
+        size_t gws[2] = {(size_t)a->m * wg, (size_t)((a->n + KVS_OCL_QGEMV_NR - 1) / KVS_OCL_QGEMV_NR)};
+        size_t lws[2] = {wg, 1};
+        return kvs_ocl_launch(dev, k, "qgemv", 2, gws, lws, 10, args);
+    }
+    KVS_TRY(qmatmul_kernel(dev, a->W->dtype, 64, 1, "qgemm", &k));
+    size_t gws[2] = {kvs_ocl_round_up((size_t)a->m, 64), (size_t)((a->n + 31) / 32)};
+    size_t lws[2] = {64, 1};
+    return kvs_ocl_launch(dev, k, "qgemm", 2, gws, lws, 10, args);
+}
 
 kvs_status kvs_ocl_matmul(kvs_device *dev, const kvs_matmul_args *a) {
     kvs_ocl *o = dev->impl;
+    const int variant = kvs_device_variant(dev, KVS_OP_matmul);
+    const int gemv = variant == KVS_OCL_MM_GEMV || (variant != KVS_OCL_MM_TILED && a->n <= KVS_OCL_GEMV_MAX_N);
+    if (kvs_dtype_is_quant(a->W->dtype)) return qmatmul(dev, a, gemv);
     int wt = dtype_code(a->W->dtype);
-    if (a->n <= KVS_OCL_GEMV_MAX_N) {
+    if (gemv) {
         size_t wg = red_wg(dev);
         cl_kernel k;
         KVS_TRY(dense_kernel(dev, wt, 0, wg, "gemv", &k));
@@ -211,7 +257,7 @@ kvs_status kvs_ocl_matmul(kvs_device *dev, const kvs_matmul_args *a) {
     cl_mem wm = kvs_ocl_mem(a->W);
     size_t woff = (size_t)elem_off(a->W);
     if (wt != 0) {
-        /* Non-f32 weight: convert to an f32 scratch copy, then SGEMM. */
+        /* f16 / bf16 weight: convert to an f32 scratch copy, then SGEMM. */
         size_t nel = (size_t)(a->m * a->k);
         KVS_TRY(kvs_ocl_scratch(dev, KVS_OCL_SCR_W, nel * 4, &wm));
         cl_kernel k;

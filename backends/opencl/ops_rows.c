@@ -2,7 +2,9 @@
  * Rows move as 128-bit words when every row and offset is 16-byte aligned, else as 32-bit words
  * when 4-byte aligned, else as 16-bit words.
  * Scatter resolves duplicate indices deterministically (highest i wins) with an integer
- * atomic_max pass into a scratch "winner" table; compact gathers into scratch then copies back. */
+ * atomic_max pass into a scratch "winner" table; compact gathers into scratch then copies back.
+ * A converting scatter (the KV cache's append: f32 rows -> f16, bf16, q8_0, q4_0, q4_1, iq4_nl)
+ * encodes each row on the device (rows.cl scatter_convert, one item per value or per block). */
 #include <stdio.h>
 
 #include "ocl.h"
@@ -48,7 +50,7 @@ kvs_status kvs_ocl_gather(kvs_device *dev, const kvs_rows_args *a) {
 
 kvs_status kvs_ocl_scatter(kvs_device *dev, const kvs_rows_args *a) {
     kvs_ocl *o = dev->impl;
-    size_t ws = word_size(a);
+    size_t ws = a->convert ? 4 : word_size(a);
     cl_mem win = o->zero;
     int use_winner = a->n > 1;
     if (use_winner) {
@@ -64,6 +66,21 @@ kvs_status kvs_ocl_scatter(kvs_device *dev, const kvs_rows_args *a) {
         KVS_TRY(kvs_ocl_launch(dev, kw, "scatter_winners", 2, gws, lws, 6, wargs));
     }
     cl_kernel k;
+    if (a->convert) {
+        const int dt = kvs_ocl_qt(a->dst->dtype);
+        const int64_t nv = a->dst->ne[0];
+        char defs[64];
+        snprintf(defs, sizeof defs, "#define WORD_T uint\n#define DT %d\n", dt);
+        KVS_TRY(kvs_ocl_kernel(dev, "rows.cl", defs, "scatter_convert", &k));
+        kvs_ocl_arg cargs[] = {ARG_MEM(kvs_ocl_mem(a->src)), ARG_L(a->src->offset / 4), ARG_MEM(kvs_ocl_mem(a->idx)),
+                               ARG_L(a->idx->offset / 4), ARG_MEM(kvs_ocl_mem(a->dst)), ARG_L(a->dst->offset),
+                               ARG_MEM(win), ARG_I(use_winner), ARG_I(nv), ARG_I(a->row_bytes), ARG_I(a->n),
+                               ARG_I(a->groups), ARG_I(a->dst_rows), ARG_I(a->idx_shared), ARG_I(a->src_token_major)};
+        size_t units = (size_t)(kvs_dtype_is_quant(a->dst->dtype) ? nv / 32 : nv);
+        size_t lws[3] = {kvs_ocl_pow2_floor(units < 64 ? units : 64), 1, 1};
+        size_t gws[3] = {units, (size_t)a->n, (size_t)a->groups};
+        return kvs_ocl_launch(dev, k, "scatter_convert", 3, gws, lws, 15, cargs);
+    }
     KVS_TRY(rows_kernel(dev, ws, "scatter_rows", &k));
     kvs_ocl_arg args[] = {ARG_MEM(kvs_ocl_mem(a->src)), ARG_L(a->src->offset / ws), ARG_MEM(kvs_ocl_mem(a->idx)),
                           ARG_L(a->idx->offset / 4), ARG_MEM(kvs_ocl_mem(a->dst)), ARG_L(a->dst->offset / ws),

@@ -2,10 +2,12 @@
  * the kernel variants a test or an expert may force (kvs_device_set_variants, KVS_VARIANT).
  *
  * supports() answers from the device limits alone, without compiling a kernel:
- *   - attention: head_dim <= 512; where attn_main will run, the GQA group within the work-group
- *     limit and its K/V tiles within the local memory (ops_attention.c, attn_choose);
+ *   - attention: K and V each (separately) F32, F16, BF16, Q8_0, Q4_0, Q4_1 or IQ4_NL; head_dim <=
+ *     512; where attn_main will run, the GQA group within the work-group limit and its K/V tiles
+ *     within the local memory (ops_attention.c, attn_choose);
+ *   - gather / scatter / compact: any row bytes; a converting scatter into those K/V types;
  *   - top-k: k's power-of-two candidate buffer within 2^31 entries;
- *   - matmul / embedding: weights F32, F16, BF16 or Q8_0 (the other block types: CPU only).
+ *   - matmul / embedding: every weight type (F32, F16, BF16 and the 12 block types, qmatmul.cl).
  * The ops keep their own checks as a guard (attn_dec can still fall back to attn_main after its
  * kernel compiles with fewer work-items than planned). */
 #include <stdio.h>
@@ -15,42 +17,40 @@
 /* Variants: attention's two kernels (automatic choice: attn_dec on GPUs for decoding-sized query
  * counts, head_dim > 64, causal masks and small grids; attn_main otherwise and on CPU devices).
  * "dec" forces attn_dec wherever its plan fits (else attn_main); "main-split4" forces attn_main with
- * 4 key splits merged by attn_combine (split-K on every case). */
+ * 4 key splits merged by attn_combine (split-K on every case).
+ * matmul's two paths (automatic choice: GEMV up to 4 rows of x, the matrix-matrix path above):
+ * "gemv" forces the GEMV kernels (dense.cl gemv, qmatmul.cl qgemv) for every n, "tiled" forces the
+ * matrix-matrix path (CLBlast SGEMM for float weights, qmatmul.cl qgemm for block types). */
 const kvs_variant kvs_ocl_variants[KVS_OCL_N_VARIANTS] = {
     {KVS_OP_attention, "dec", KVS_OCL_ATTN_DEC, NULL},
     {KVS_OP_attention, "main-split4", KVS_OCL_ATTN_MAIN_SPLIT4, NULL},
+    {KVS_OP_matmul, "gemv", KVS_OCL_MM_GEMV, NULL},
+    {KVS_OP_matmul, "tiled", KVS_OCL_MM_TILED, NULL},
 };
 
-/* The weight types the dense kernels read: F32, F16, BF16, Q8_0 (dense.cl); the other block types
- * (Q4_0, ..., IQ4_XS) have CPU kernels only and are refused here, never run on a hidden fallback. */
+/* The weight types the dense kernels read: F32, F16, BF16 (dense.cl, CLBlast) and every block type
+ * (qmatmul.cl, through qblocks.cl's decoders). */
 static int weight_type_ok(kvs_dtype t, char *why, size_t n) {
-    if (t == KVS_F32 || t == KVS_F16 || t == KVS_BF16 || t == KVS_Q8_0) return 1;
-    snprintf(why, n, "weight type %s is not supported by this backend (f32, f16, bf16, q8_0 are; the CPU "
-             "backend runs every block type)", kvs_dtype_name(t));
+    if (t == KVS_F32 || t == KVS_F16 || t == KVS_BF16 || kvs_ocl_qt(t) >= 0) return 1;
+    snprintf(why, n, "weight type %s is not supported by this backend", kvs_dtype_name(t));
     return 0;
 }
 
-/* K/V types the attention kernels read: F32 and F16. The quantized (and bf16) KV cache is CPU only;
- * kvs_cache_create refuses it here through the scatter query below, before any decoding. */
+/* K/V types the attention kernels read, K and V chosen separately: F32, F16, BF16 and the
+ * quantized cache types Q8_0, Q4_0, Q4_1, IQ4_NL (attention.cl through qblocks.cl). */
 static int kv_type_ok(kvs_dtype t, char *why, size_t n) {
-    if (t == KVS_F32 || t == KVS_F16) return 1;
-    snprintf(why, n, "K/V type %s is not supported by this backend (f32, f16 are; the CPU backend reads bf16, q8_0, "
-             "q4_0, q4_1 and iq4_nl caches)", kvs_dtype_name(t));
+    if (t == KVS_F32 || t == KVS_F16 || t == KVS_BF16 || t == KVS_Q8_0 || t == KVS_Q4_0 || t == KVS_Q4_1 ||
+        t == KVS_IQ4_NL)
+        return 1;
+    snprintf(why, n, "K/V type %s is not supported by this backend (f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl are)",
+             kvs_dtype_name(t));
     return 0;
 }
 
-/* Rows are copied as bytes of 4-byte or 2-byte elements: no conversion (the quantized cache's
- * append), no block rows. */
+/* Rows are copied as bytes (block rows included); a converting scatter (the KV cache's append)
+ * writes f32 rows as F16, BF16 or the cache's block types (rows.cl). */
 static int rows_type_ok(const kvs_rows_args *a, char *why, size_t n) {
-    if (a->convert) {
-        snprintf(why, n, "converting f32 rows to %s (a %s KV cache) is not supported by this backend; the CPU backend "
-                 "does it", kvs_dtype_name(a->dst->dtype), kvs_dtype_name(a->dst->dtype));
-        return 0;
-    }
-    if (kvs_dtype_is_quant(a->dst->dtype)) {
-        snprintf(why, n, "%s rows are not supported by this backend", kvs_dtype_name(a->dst->dtype));
-        return 0;
-    }
+    if (a->convert && !kv_type_ok(a->dst->dtype, why, n)) return 0;
     return 1;
 }
 
@@ -61,11 +61,6 @@ int kvs_ocl_supports(kvs_device *dev, kvs_op_id op, const void *args, char *why,
     case KVS_OP_attention: {
         const kvs_attention_args *a = args;
         if (!kv_type_ok(a->k->dtype, why, n) || !kv_type_ok(a->v->dtype, why, n)) return 0;
-        if (a->v->dtype != a->k->dtype) {
-            snprintf(why, n, "K %s with V %s: this backend reads K and V of one type", kvs_dtype_name(a->k->dtype),
-                     kvs_dtype_name(a->v->dtype));
-            return 0;
-        }
         return kvs_ocl_attention_supported(dev, args, why, n);
     }
     case KVS_OP_gather:

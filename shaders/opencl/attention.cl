@@ -1,16 +1,20 @@
 /* kvsieve OpenCL kernels: grouped-query attention, tiled, online softmax (FlashAttention, Dao et
  * al. 2022, alg. 1), plus the statistics passes (key mass, probe rows).
  *   q   [n_q][n_heads][HEAD_DIM] f32
- *   k,v [n_kv_heads][cap][HEAD_DIM] KV_T (f32, or f16 read with vload_half)
+ *   k,v [n_kv_heads][cap][HEAD_DIM] of types K_T and V_T, chosen separately (qblocks.cl codes):
+ *       f32, f16, bf16 (element rows), or q8_0, q4_0, q4_1, iq4_nl (rows of HEAD_DIM / 32 blocks,
+ *       decoded in 32-value chunks by qblocks.cl's qdec32 as they are loaded: the quantized cache
+ *       is read directly, never copied dequantized); k_off / v_off count elements of the row type
+ *       (f32: floats, f16 / bf16: halves, block types: bytes)
  *   out [n_q][n_heads][HEAD_DIM] f32
  * Query head g reads kv head g / G (G = n_heads / n_kv_heads); K/V are never expanded.
  * Key j is visible to query row i (head g, kv head h) iff j < min(n_kv, kv_len[h], row_len[i]),
  * (causal) kpos(h, j) <= qpos(i), and its logit scale * q.k + mask[i][j] is > -inf.
  * Running maxima start at -FLT_MAX so fully masked tiles stay finite.
  * Over 600 lines by reason: the backend builds one program from this one source per set of -D
- * values (HEAD_DIM, G, KV_T, tile sizes; no #include); attn_main, attn_dec, attn_combine and the two
- * statistics passes share its visibility rules (key_limit, row_limit, query_pos, key_pos) and f16
- * loads, which a split into several sources would have to copy. */
+ * values (HEAD_DIM, G, K_T, V_T, tile sizes; qblocks.cl in front); attn_main, attn_dec, attn_combine
+ * and the two statistics passes share its visibility rules (key_limit, row_limit, query_pos,
+ * key_pos) and K/V loads, which a split into several sources would have to copy. */
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 64
@@ -24,8 +28,11 @@
 #ifndef BK
 #define BK 32             /* keys per tile held in local memory */
 #endif
-#ifndef KV_T
-#define KV_T 0            /* 0: f32 K/V, 1: f16 K/V */
+#ifndef K_T
+#define K_T QT_F32        /* storage of K (qblocks.cl code; -1: read at run time from kt) */
+#endif
+#ifndef V_T
+#define V_T QT_F32        /* storage of V (-1: from vt) */
 #endif
 #ifndef KM_WG
 #define KM_WG 64          /* work-group of the key-mass kernel */
@@ -42,13 +49,127 @@ inline float f16_to_f32(ushort h) {
     return as_float(as_uint(f) | ((uint)(h & 0x8000u) << 16));
 }
 
-#if KV_T == 0
-#define KV_PTR __global const float *
-#define LOAD_KV(p, i) ((p)[i])
+/* Per side (K, V): the pointer type, the row stride RS in its units, and either an element loader
+ * LOAD_X(p, i) (element rows) or X_Q = 1 (block rows, read in 32-value chunks).
+ * KV_RT (K_T == V_T == -1): one program for every pair of types, the kernels' kt / vt arguments
+ * choosing the loads at run time (a uniform branch per tile; the host uses it for every pair but
+ * f32/f16 ones, so that the 49 pairs of a shape share one program instead of compiling 49);
+ * pointers are bytes, offsets in bytes. */
+#if K_T < 0
+#define KV_RT 1
+#define K_PTR qrow_t
+#define V_PTR qrow_t
+#define K_RS qt_row_bytes(kt, HEAD_DIM)
+#define V_RS qt_row_bytes(vt, HEAD_DIM)
+#define LOAD_K(p, i) qelem(kt, (p), (i))
+#define LOAD_V(p, i) qelem(vt, (p), (i))
+#define K_Q 0
+#define V_Q 0
 #else
-#define KV_PTR __global const ushort *
-#define LOAD_KV(p, i) f16_to_f32((p)[i])
+#define KV_RT 0
+#if K_T == QT_F32
+#define K_PTR __global const float *
+#define LOAD_K(p, i) ((p)[i])
+#elif K_T == QT_F16
+#define K_PTR __global const ushort *
+#define LOAD_K(p, i) f16_to_f32((p)[i])
+#elif K_T == QT_BF16
+#define K_PTR __global const ushort *
+#define LOAD_K(p, i) as_float((uint)(p)[i] << 16)
+#else
+#define K_PTR __global const uchar *
+#define K_Q 1
 #endif
+#if V_T == QT_F32
+#define V_PTR __global const float *
+#define LOAD_V(p, i) ((p)[i])
+#elif V_T == QT_F16
+#define V_PTR __global const ushort *
+#define LOAD_V(p, i) f16_to_f32((p)[i])
+#elif V_T == QT_BF16
+#define V_PTR __global const ushort *
+#define LOAD_V(p, i) as_float((uint)(p)[i] << 16)
+#else
+#define V_PTR __global const uchar *
+#define V_Q 1
+#endif
+#ifndef K_Q
+#define K_Q 0
+#define K_RS HEAD_DIM
+#else
+#define K_RS (HEAD_DIM / 32 * qt_bytes(K_T))
+#define LOAD_K(p, i) 0.0f /* never reached: block rows are read by chunks */
+#endif
+#ifndef V_Q
+#define V_Q 0
+#define V_RS HEAD_DIM
+#else
+#define V_RS (HEAD_DIM / 32 * qt_bytes(V_T))
+#define LOAD_V(p, i) 0.0f
+#endif
+#endif
+#define HC (HEAD_DIM / 32) /* 32-value chunks per row of a block-type side */
+
+/* The 32-value chunk decoder of the cache's block types (q8_0, q4_0, q4_1, iq4_nl) for a type
+ * known only at run time (KV_RT): a switch over those four alone, not qdec32's fifteen. */
+inline void kv_dec32(int qt, qrow_t row, int t, float *y) {
+    switch (qt) {
+    case QT_Q8_0: qdec_q8_0(row + t * 34, y); break;
+    case QT_Q4_0: qdec_q4_0(row + t * 18, y); break;
+    case QT_Q4_1: qdec_q4_1(row + t * 20, y); break;
+    default: qdec_iq4_nl(row + t * 18, y); break;
+    }
+}
+
+#if KV_RT
+#define QDEC kv_dec32
+#else
+#define QDEC qdec32
+#endif
+/* Rows j0 .. j0 + BK - 1 of a head (rows >= jend as 0) into a local tile with row stride DS:
+ * element rows one value per item-step, block rows one 32-value chunk per item-step. NTH: the
+ * work-group size; uses lid, j0, jend of the caller. */
+#define TILE_ELEM(dst, DS, src, LOAD, NTH)                                                           \
+    for (int e = lid; e < BK * HEAD_DIM; e += (NTH)) {                                               \
+        int jj = e / HEAD_DIM, c = e - jj * HEAD_DIM;                                                \
+        (dst)[jj * (DS) + c] = j0 + jj < jend ? LOAD(src, (long)(j0 + jj) * HEAD_DIM + c) : 0.0f;    \
+    }
+#define TILE_BLOCKS(dst, DS, src, QTX, RS, NTH)                                                      \
+    for (int e = lid; e < BK * HC; e += (NTH)) {                                                     \
+        int jj = e / HC, t = e - jj * HC;                                                            \
+        float w_[32];                                                                                \
+        if (j0 + jj < jend)                                                                          \
+            QDEC(QTX, (qrow_t)((src) + (long)(j0 + jj) * (RS)), t, w_);                              \
+        else                                                                                         \
+            for (int c = 0; c < 32; c++) w_[c] = 0.0f;                                               \
+        for (int c = 0; c < 32; c++) (dst)[jj * (DS) + 32 * t + c] = w_[c];                          \
+    }
+
+/* dot(qr[0 .. HEAD_DIM), K row j of head pointer kh) for the statistics passes (qr global) */
+inline float k_dot(__global const float *qr, K_PTR kh, int j, int kt) {
+    float d = 0.0f;
+#if KV_RT
+    if (kt >= QT_Q8_0) {
+        qrow_t kr = kh + (long)j * K_RS;
+        for (int t = 0; t < HC; t++) {
+            float w[32];
+            kv_dec32(kt, kr, t, w);
+            for (int c = 0; c < 32; c++) d += qr[32 * t + c] * w[c];
+        }
+        return d;
+    }
+#elif K_Q
+    qrow_t kr = (qrow_t)(kh + (long)j * K_RS);
+    for (int t = 0; t < HC; t++) {
+        float w[32];
+        qdec32(K_T, kr, t, w);
+        for (int c = 0; c < 32; c++) d += qr[32 * t + c] * w[c];
+    }
+    return d;
+#endif
+    for (int c = 0; c < HEAD_DIM; c++) d += qr[c] * LOAD_K(kh, (long)j * HEAD_DIM + c);
+    return d;
+}
 
 /* flags */
 #define F_QPOS 1
@@ -83,14 +204,14 @@ inline int query_pos(int i, __global const int *qpos, long qpos_off, int n_q, in
 
 /* The argument list attn_main and attn_dec share (the host sets both through one launcher). */
 #define ATTN_PARAMS                                                                                  \
-    __global const float *q, long q_off, KV_PTR k, long k_off, KV_PTR v, long v_off,                \
+    __global const float *q, long q_off, K_PTR k, long k_off, V_PTR v, long v_off,                  \
     __global float *out, long out_off,                                                                \
     __global const int *qpos, long qpos_off, __global const int *kpos, long kpos_off,                 \
     __global const int *kvlen, long kvlen_off, __global const int *rowlen, long rowlen_off,           \
     __global const float *mask, long mask_off,                                                        \
     __global float *row_max, long rm_off, __global float *row_sum, long rs_off,                       \
     __global int *argmax, long am_off, __global float *ml, __global float *part, int span,            \
-    int n_q, int n_heads, int cap, int n_kv, float scale, int flags
+    int n_q, int n_heads, int cap, int n_kv, float scale, int flags, int kt, int vt
 
 inline int key_pos(int h, int j, __global const int *kpos, long kpos_off, int cap, int flags) {
     return (flags & F_KPOS) ? kpos[kpos_off + (long)h * cap + j] : j;
@@ -124,8 +245,8 @@ void attn_main(ATTN_PARAMS) {
     float m = -FLT_MAX, l = 0.0f;
     int best = -1;
 
-    KV_PTR kh = k + k_off + (long)h * cap * HEAD_DIM;
-    KV_PTR vh = v + v_off + (long)h * cap * HEAD_DIM;
+    K_PTR kh = k + k_off + (long)h * cap * K_RS;
+    V_PTR vh = v + v_off + (long)h * cap * V_RS;
     /* Split-K (flash-decoding): group 2 index s covers keys [s*span, (s+1)*span); span is a
      * multiple of BK. span == 0: one split over all keys, final outputs written here. */
     int split = get_group_id(2);
@@ -137,12 +258,21 @@ void attn_main(ATTN_PARAMS) {
         jend = min(jend, n_kv - n_q + min((int)get_group_id(0) * BQ + BQ, n_q));
     for (int j0 = jbeg; j0 < jend; j0 += BK) {
         barrier(CLK_LOCAL_MEM_FENCE);
-        for (int e = lid; e < BK * HEAD_DIM; e += NT) {
-            int j = j0 + e / HEAD_DIM;
-            long idx = (long)j * HEAD_DIM + e % HEAD_DIM;
-            Kt[e] = j < jend ? LOAD_KV(kh, idx) : 0.0f;
-            Vt[e] = j < jend ? LOAD_KV(vh, idx) : 0.0f;
-        }
+#if KV_RT
+        if (kt >= QT_Q8_0) TILE_BLOCKS(Kt, HEAD_DIM, kh, kt, K_RS, NT) else TILE_ELEM(Kt, HEAD_DIM, kh, LOAD_K, NT)
+        if (vt >= QT_Q8_0) TILE_BLOCKS(Vt, HEAD_DIM, vh, vt, V_RS, NT) else TILE_ELEM(Vt, HEAD_DIM, vh, LOAD_V, NT)
+#else
+#if K_Q
+        TILE_BLOCKS(Kt, HEAD_DIM, kh, K_T, K_RS, NT);
+#else
+        TILE_ELEM(Kt, HEAD_DIM, kh, LOAD_K, NT);
+#endif
+#if V_Q
+        TILE_BLOCKS(Vt, HEAD_DIM, vh, V_T, V_RS, NT);
+#else
+        TILE_ELEM(Vt, HEAD_DIM, vh, LOAD_V, NT);
+#endif
+#endif
         barrier(CLK_LOCAL_MEM_FENCE);
         if (!active || j0 >= rlen) continue;
         float sv[BK];
@@ -248,27 +378,46 @@ void attn_main(ATTN_PARAMS) {
 #define NSC ((PB + PSTEP_S - 1) / PSTEP_S)
 /* K or V rows j0 .. j0 + BK - 1 of a head into a local tile (rows >= jend as 0), VW components
  * per load */
-#if VW == 4
-#if KV_T == 0
-#define LOAD_KV4(p, i) vload4(0, (p) + (i))
-#else
+#if VW == 4 && !KV_RT
 inline float4 f16x4_to_f32(ushort4 u) {
     return (float4)(f16_to_f32(u.x), f16_to_f32(u.y), f16_to_f32(u.z), f16_to_f32(u.w));
 }
-#define LOAD_KV4(p, i) f16x4_to_f32(vload4(0, (p) + (i)))
-#endif
-#define TILE_LOAD(dst, src)                                                                      \
+inline float4 bf16x4_to_f32(ushort4 u) {
+    return (float4)(as_float((uint)u.x << 16), as_float((uint)u.y << 16), as_float((uint)u.z << 16),
+                    as_float((uint)u.w << 16));
+}
+#define LOAD4_0(p, i) vload4(0, (p) + (i))
+#define LOAD4_1(p, i) f16x4_to_f32(vload4(0, (p) + (i)))
+#define LOAD4_2(p, i) bf16x4_to_f32(vload4(0, (p) + (i)))
+#define LOAD4_(t) LOAD4_##t
+#define LOAD4(t) LOAD4_(t)
+#define TILE_LOAD_E(dst, src, T)                                                                 \
     for (int e = lid; e < BK * LANES; e += DNT) {                                                \
         int jj = e / LANES, c = (e - jj * LANES) * 4;                                            \
-        vstore4(j0 + jj < jend ? LOAD_KV4(src, (long)(j0 + jj) * HEAD_DIM + c) : (float4)0.0f, 0, \
+        vstore4(j0 + jj < jend ? LOAD4(T)(src, (long)(j0 + jj) * HEAD_DIM + c) : (float4)0.0f, 0, \
                 (dst) + jj * KS + c);                                                            \
     }
+#define TILE_LOAD_K(dst) TILE_LOAD_E(dst, kh, K_T)
+#define TILE_LOAD_V(dst) TILE_LOAD_E(dst, vh, V_T)
 #else
-#define TILE_LOAD(dst, src)                                                                      \
-    for (int e = lid; e < BK * HEAD_DIM; e += DNT) {                                             \
-        int jj = e / HEAD_DIM, c = e - jj * HEAD_DIM;                                            \
-        (dst)[jj * KS + c] = j0 + jj < jend ? LOAD_KV(src, (long)j0 * HEAD_DIM + e) : 0.0f;      \
-    }
+#define TILE_LOAD_K(dst) TILE_ELEM(dst, KS, kh, LOAD_K, DNT)
+#define TILE_LOAD_V(dst) TILE_ELEM(dst, KS, vh, LOAD_V, DNT)
+#endif
+#if K_Q
+#undef TILE_LOAD_K
+#define TILE_LOAD_K(dst) TILE_BLOCKS(dst, KS, kh, K_T, K_RS, DNT)
+#endif
+#if V_Q
+#undef TILE_LOAD_V
+#define TILE_LOAD_V(dst) TILE_BLOCKS(dst, KS, vh, V_T, V_RS, DNT)
+#endif
+#if KV_RT
+#undef TILE_LOAD_K
+#undef TILE_LOAD_V
+#define TILE_LOAD_K(dst)                                                                          \
+    if (kt >= QT_Q8_0) TILE_BLOCKS(dst, KS, kh, kt, K_RS, DNT) else TILE_ELEM(dst, KS, kh, LOAD_K, DNT)
+#define TILE_LOAD_V(dst)                                                                          \
+    if (vt >= QT_Q8_0) TILE_BLOCKS(dst, KS, vh, vt, V_RS, DNT) else TILE_ELEM(dst, KS, vh, LOAD_V, DNT)
 #endif
 #if VW == 4
 typedef float4 floatv;
@@ -323,17 +472,17 @@ void attn_dec(ATTN_PARAMS) {
     /* score lanes */
     int js = lid % BK, ps = lid / BK;
 
-    KV_PTR kh = k + k_off + (long)h * cap * HEAD_DIM;
-    KV_PTR vh = v + v_off + (long)h * cap * HEAD_DIM;
+    K_PTR kh = k + k_off + (long)h * cap * K_RS;
+    V_PTR vh = v + v_off + (long)h * cap * V_RS;
     int jbeg = span > 0 ? split * span : 0;
     int jend = span > 0 ? min(klen, jbeg + span) : klen;
     if (causal && !(flags & (F_QPOS | F_KPOS))) /* as in attn_main */
         jend = min(jend, n_kv - n_q + min(i0 + RB, n_q));
     for (int j0 = jbeg; j0 < jend; j0 += BK) {
         barrier(CLK_LOCAL_MEM_FENCE);
-        TILE_LOAD(KVs, kh);
+        TILE_LOAD_K(KVs);
 #if SEPV
-        TILE_LOAD(Vs, vh);
+        TILE_LOAD_V(Vs);
 #endif
         barrier(CLK_LOCAL_MEM_FENCE);
         {
@@ -363,7 +512,7 @@ void attn_dec(ATTN_PARAMS) {
         }
         barrier(CLK_LOCAL_MEM_FENCE);
 #if !SEPV
-        TILE_LOAD(KVs, vh);
+        TILE_LOAD_V(KVs);
 #endif
         if (lid < PB) {
             float tmax = -FLT_MAX;
@@ -525,12 +674,12 @@ __kernel void attn_combine(__global const float *part, int n_split, __global flo
  * j < klen(h); p = exp(logit - m) / l with (m, l) from the main pass (ml [n_q][n_heads][2]).
  * Grid: (ceil(cap / KM_WG) * KM_WG, n_kv_heads). Sums in a fixed order (rows, then heads). */
 __kernel __attribute__((reqd_work_group_size(KM_WG, 1, 1)))
-void attn_keymass(__global const float *q, long q_off, KV_PTR k, long k_off,
+void attn_keymass(__global const float *q, long q_off, K_PTR k, long k_off,
                   __global const int *qpos, long qpos_off, __global const int *kpos, long kpos_off,
                   __global const int *kvlen, long kvlen_off, __global const int *rowlen, long rowlen_off,
                   __global const float *mask, long mask_off, __global const int *stat_rows, long sr_off,
                   int n_sel, __global const float *ml, __global float *km, long km_off,
-                  int n_q, int n_heads, int cap, int n_kv, float scale, int flags) {
+                  int n_q, int n_heads, int cap, int n_kv, float scale, int flags, int kt) {
     __local float Qs[KM_TP * HEAD_DIM];
     __local float Ms[KM_TP], Ls[KM_TP];
     __local int Is[KM_TP];
@@ -541,8 +690,19 @@ void attn_keymass(__global const float *q, long q_off, KV_PTR k, long k_off,
     int valid = j < klen;
     int causal = (flags & F_CAUSAL) != 0;
     float kv[HEAD_DIM];
-    KV_PTR kh = k + k_off + (long)h * cap * HEAD_DIM;
-    for (int c = 0; c < HEAD_DIM; c++) kv[c] = valid ? LOAD_KV(kh, (long)j * HEAD_DIM + c) : 0.0f;
+    K_PTR kh = k + k_off + (long)h * cap * K_RS;
+#if K_Q || KV_RT
+    if (KV_RT == 0 || kt >= QT_Q8_0) {
+        for (int t = 0; t < HC; t++) {
+            if (valid) QDEC(KV_RT ? kt : K_T, (qrow_t)(kh + (long)j * K_RS), t, kv + 32 * t);
+            else
+                for (int c = 0; c < 32; c++) kv[32 * t + c] = 0.0f;
+        }
+    } else
+#endif
+    {
+        for (int c = 0; c < HEAD_DIM; c++) kv[c] = valid ? LOAD_K(kh, (long)j * HEAD_DIM + c) : 0.0f;
+    }
     int kp = valid ? key_pos(h, j, kpos, kpos_off, cap, flags) : 0;
     float sum = 0.0f;
     int P = n_sel * G;
@@ -597,12 +757,12 @@ void attn_keymass(__global const float *q, long q_off, KV_PTR k, long k_off,
 
 /* Probe rows: probs[r][g][j] = p[probe_rows[r]][g][j] for every j < cap (0 when invisible).
  * Grid: (ceil(cap / 64) * 64, n_heads, n_probe). */
-__kernel void attn_probs(__global const float *q, long q_off, KV_PTR k, long k_off,
+__kernel void attn_probs(__global const float *q, long q_off, K_PTR k, long k_off,
                          __global const int *qpos, long qpos_off, __global const int *kpos, long kpos_off,
                          __global const int *kvlen, long kvlen_off, __global const int *rowlen, long rowlen_off,
                          __global const float *mask, long mask_off, __global const int *probe_rows, long pr_off,
                          __global const float *ml, __global float *probs, long probs_off,
-                         int n_q, int n_heads, int cap, int n_kv, float scale, int flags) {
+                         int n_q, int n_heads, int cap, int n_kv, float scale, int flags, int kt) {
     int j = get_global_id(0);
     int g = get_global_id(1);
     int r = get_global_id(2);
@@ -619,10 +779,7 @@ __kernel void attn_probs(__global const float *q, long q_off, KV_PTR k, long k_o
         if (vis && (flags & F_CAUSAL))
             vis = key_pos(h, j, kpos, kpos_off, cap, flags) <= query_pos(i, qpos, qpos_off, n_q, n_kv, flags);
         if (vis) {
-            __global const float *qr = q + q_off + o * HEAD_DIM;
-            KV_PTR kr = k + k_off + ((long)h * cap + j) * HEAD_DIM;
-            float d = 0.0f;
-            for (int c = 0; c < HEAD_DIM; c++) d += qr[c] * LOAD_KV(kr, c);
+            float d = k_dot(q + q_off + o * HEAD_DIM, k + k_off + (long)h * cap * K_RS, j, kt);
             float s = scale * d;
             if (flags & F_MASK) s += mask[mask_off + (long)i * n_kv + j];
             if (s > -INFINITY) val = exp(s - M) / L;

@@ -7,7 +7,7 @@
 #define WG 256            /* work-group size of the row-reduction kernels (power of two) */
 #endif
 /* Storage type of the source / destination of `convert` and of the GEMV weight:
- * 0 = f32, 1 = f16, 2 = bf16, 3 = q8_0. */
+ * 0 = f32, 1 = f16, 2 = bf16 (block-type weights: qmatmul.cl). */
 #ifndef SRC_T
 #define SRC_T 0
 #endif
@@ -37,26 +37,15 @@ inline float f16_to_f32(ushort h) {
     return as_float(as_uint(f) | ((uint)(h & 0x8000u) << 16));
 }
 
-/* Element e of a q8_0 row stream: blocks of {f16 scale, 32 x int8} = 34 bytes. */
-inline float q8_load(__global const uchar *base, long e) {
-    long b = e >> 5;
-    __global const uchar *blk = base + b * 34;
-    float d = vload_half(0, (__global const half *)blk);
-    return d * (float)(((__global const char *)blk)[2 + (e & 31)]);
-}
-
 #if SRC_T == 0
 #define SRC_PTR __global const float *
 #define LOAD_SRC(p, i) ((p)[i])
 #elif SRC_T == 1
 #define SRC_PTR __global const ushort *
 #define LOAD_SRC(p, i) f16_to_f32((p)[i])
-#elif SRC_T == 2
+#else
 #define SRC_PTR __global const ushort *
 #define LOAD_SRC(p, i) bf16_to_f32((p)[i])
-#else
-#define SRC_PTR __global const uchar *
-#define LOAD_SRC(p, i) q8_load((p), (i))
 #endif
 
 #if DST_T == 0
@@ -92,16 +81,11 @@ __kernel void swiglu_f32(__global const float *g, long g_off, __global const flo
     }
 }
 
-/* dst[i] = convert(src[i]) for SRC_T -> DST_T (f32/f16/bf16), round-to-nearest-even. For q8_0
- * sources src_off is a byte offset. */
+/* dst[i] = convert(src[i]) for SRC_T -> DST_T (f32/f16/bf16), round-to-nearest-even. */
 __kernel void convert(SRC_PTR src_base, long src_off, DST_PTR dst, long dst_off, long n) {
     long i = get_global_id(0);
     if (i >= n) return;
-#if SRC_T == 3
-    float v = q8_load((__global const uchar *)src_base + src_off, i);
-#else
     float v = LOAD_SRC(src_base + src_off, i);
-#endif
     STORE_DST(dst + dst_off, i, v);
 }
 
@@ -176,8 +160,7 @@ void softmax_f32(__global const float *x, long x_off, __global float *y, long y_
 
 /* ---- embedding ---- */
 
-/* out[i][c] = table[ids[i]][c] (f32), table of SRC_T; for q8_0, t_off is a byte offset and a row
- * has dim/32 blocks. Ids outside [0, vocab) write a zero row. */
+/* out[i][c] = table[ids[i]][c] (f32), table of SRC_T. Ids outside [0, vocab) write a zero row. */
 __kernel void embedding(SRC_PTR table, long t_off, __global const int *ids, __global float *out, long o_off,
                         int dim, int vocab) {
     int c = get_global_id(0);
@@ -185,13 +168,7 @@ __kernel void embedding(SRC_PTR table, long t_off, __global const int *ids, __gl
     if (c >= dim) return;
     int id = ids[i];
     float v = 0.0f;
-    if (id >= 0 && id < vocab) {
-#if SRC_T == 3
-        v = q8_load((__global const uchar *)table + t_off + (long)id * (dim / 32) * 34, c);
-#else
-        v = LOAD_SRC(table + t_off, (long)id * dim + c);
-#endif
-    }
+    if (id >= 0 && id < vocab) v = LOAD_SRC(table + t_off, (long)id * dim + c);
     out[o_off + (long)i * dim + c] = v;
 }
 
@@ -233,8 +210,8 @@ __kernel void rope(DST_PTR x, long x_off, __global const int *pos, long pos_off,
 
 /* ---- GEMV for small batches with native weight storage ---- */
 
-/* y[i][r] (+)= sum_c W[r][c] x[i][c]; one work-group per (output r, row i). W of SRC_T ([m][k];
- * q8_0: w_off is a byte offset, rows of k/32 blocks). Deterministic tree reduction. */
+/* y[i][r] (+)= sum_c W[r][c] x[i][c]; one work-group per (output r, row i). W of SRC_T ([m][k]).
+ * Deterministic tree reduction. */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void gemv(SRC_PTR W, long w_off, __global const float *x, long x_off, __global float *y, long y_off,
           int m, int k, int accumulate) {
@@ -244,13 +221,8 @@ void gemv(SRC_PTR W, long w_off, __global const float *x, long x_off, __global f
     int lid = get_local_id(0);
     __global const float *xr = x + x_off + (long)i * k;
     float acc = 0.0f;
-#if SRC_T == 3
-    __global const uchar *wr = (__global const uchar *)W + w_off + (long)r * (k / 32) * 34;
-    for (int c = lid; c < k; c += WG) acc += q8_load(wr, c) * xr[c];
-#else
     long base = w_off + (long)r * k;
     for (int c = lid; c < k; c += WG) acc += LOAD_SRC(W, base + c) * xr[c];
-#endif
     float s = wg_sum(sh, acc);
     if (lid == 0) {
         long o = y_off + (long)i * m + r;
