@@ -3,9 +3,10 @@
  *   q   [n_q][n_heads][HEAD_DIM] f32
  *   k,v [n_kv_heads][cap][HEAD_DIM] of types K_T and V_T, chosen separately (qblocks.cl codes):
  *       f32, f16, bf16 (element rows), or q8_0, q4_0, q4_1, iq4_nl (rows of HEAD_DIM / 32 blocks,
- *       decoded in 32-value chunks by qblocks.cl's qdec32 as they are loaded: the quantized cache
- *       is read directly, never copied dequantized); k_off / v_off count elements of the row type
- *       (f32: floats, f16 / bf16: halves, block types: bytes)
+ *       decoded in 32-value chunks by qblocks.cl's decoders as they are loaded: the quantized
+ *       cache is read directly, never copied dequantized); k_off / v_off count elements of the row
+ *       type (f32: floats, f16 / bf16: halves, block types: bytes; bytes for every type when the
+ *       types are read at run time, K_T = V_T = -1, see KV_RT below)
  *   out [n_q][n_heads][HEAD_DIM] f32
  * Query head g reads kv head g / G (G = n_heads / n_kv_heads); K/V are never expanded.
  * Key j is visible to query row i (head g, kv head h) iff j < min(n_kv, kv_len[h], row_len[i]),
