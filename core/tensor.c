@@ -16,7 +16,7 @@ int kvs_dtype_block(kvs_dtype t) {
     return ti ? ti->block : 0;
 }
 
-int kvs_dtype_is_quant(kvs_dtype t) { return kvs_dtype_block(t) > 1; }
+int kvs_dtype_is_quant(kvs_dtype t) { return kvs_dtype_block(t) > 1 && t != KVS_QH8 && t != KVS_QH8_LO; }
 
 size_t kvs_dtype_bytes(kvs_dtype t, int64_t n) {
     const kvs_dtype_info *ti = kvs_dtype_info_get(t);

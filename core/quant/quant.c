@@ -13,6 +13,8 @@ static const kvs_dtype_info dtype_table[KVS_DTYPE_COUNT] = {
     [KVS_Q2_K] = {"q2_k", 256, 84, 10},     [KVS_Q3_K] = {"q3_k", 256, 110, 11},
     [KVS_Q4_K] = {"q4_k", 256, 144, 12},    [KVS_Q5_K] = {"q5_k", 256, 176, 13},
     [KVS_Q6_K] = {"q6_k", 256, 210, 14},    [KVS_IQ4_XS] = {"iq4_xs", 256, 136, 23},
+    /* not GGUF types: the ggml number is one no file uses */
+    [KVS_QH8] = {"qh8", 32, 36, UINT32_MAX}, [KVS_QH8_LO] = {"qh8_lo", 32, 16, UINT32_MAX},
 };
 
 const kvs_dtype_info *kvs_dtype_info_get(kvs_dtype dt) {
