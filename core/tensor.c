@@ -38,6 +38,9 @@ static kvs_status kvs_shape_check(kvs_dtype dtype, int ndim, const int64_t *ne, 
             return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: element count overflows", who);
         n *= ne[i];
     }
+    if (dtype == KVS_QH8)
+        return kvs_error(KVS_ERR_DTYPE, "%s: qh8 is a KV-cache type stored as two tensors (its q4_1 upper plane and a qh8_lo "
+                         "lower plane): create those", who);
     if (ne[0] % kvs_dtype_block(dtype))
         return kvs_error(KVS_ERR_DTYPE, "%s: %s needs ne[0] %% %d == 0 (ne[0] = %lld)", who, kvs_dtype_name(dtype),
                          kvs_dtype_block(dtype), (long long)ne[0]);

@@ -86,6 +86,16 @@ START_TEST(test_format) {
     ck_assert_int_eq(kvs_dtype_bytes(KVS_QH8, 64), 72);
     ck_assert_int_eq(kvs_dtype_bytes(KVS_QH8_LO, 64), 32);
     ck_assert_int_eq(kvs_dtype_is_quant(KVS_QH8), 0);
+    {
+        kvs_device *dev = open_dev();
+        kvs_tensor *t = NULL;
+        ck_assert_int_eq(kvs_tensor_new(&t, dev, KVS_QH8, 64, 2, 0, 0), KVS_ERR_DTYPE); /* a cache type only */
+        ck_assert_msg(strstr(kvs_last_error(), "two tensors"), "%s", kvs_last_error());
+        ck_assert_int_eq(kvs_tensor_new(&t, dev, KVS_QH8_LO, 64, 2, 0, 0), KVS_OK);
+        ck_assert_int_eq(kvs_tensor_nbytes(t), 64);
+        kvs_tensor_destroy(&t);
+        kvs_device_destroy(&dev);
+    }
     ck_assert_str_eq(kvs_dtype_name(KVS_QH8), "qh8");
     kvs_dtype t;
     ck_assert_int_eq(kvs_cache_type_from_name("qh8", &t), KVS_OK);

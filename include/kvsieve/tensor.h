@@ -76,7 +76,7 @@ typedef struct kvs_tensor kvs_tensor;
 /* Creates a dense tensor of ndim (1..4) dimensions ne[0..ndim-1] (each >= 1) on dev. Contents are
  * undefined until written.
  * Errors: KVS_ERR_INVALID_ARGUMENT (NULL, ndim out of 1..4, ne < 1, size overflow),
- * KVS_ERR_DTYPE (unknown dtype, or a block type with ne[0] % block != 0), KVS_ERR_OUT_OF_MEMORY (including a
+ * KVS_ERR_DTYPE (unknown dtype, KVS_QH8 (a cache type only), or a block type with ne[0] % block != 0), KVS_ERR_OUT_OF_MEMORY (including a
  * size above caps.max_buffer_bytes; the message names the limit), KVS_ERR_BACKEND. */
 KVS_API kvs_status kvs_tensor_create(kvs_tensor **out, kvs_device *dev, kvs_dtype dtype, int ndim,
                                      const int64_t *ne);
