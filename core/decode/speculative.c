@@ -73,20 +73,21 @@ typedef struct spec_run {
     kvs_gen_stats st;
 } spec_run;
 
-/* One forward of n tokens at positions pos0.., logits of every row copied to logits [n][V]. */
-static kvs_status spec_forward(spec_run *r, const int32_t *toks, int64_t n, int32_t pos0, int draft, int32_t *rows,
-                               int32_t *posv, float *logits) {
+/* One forward of n tokens at positions pos0.., the logits of its last n_logits rows copied to logits
+ * [n_logits][V] (the prefill asks for its last row only, as plain decoding does: the same products). */
+static kvs_status spec_forward(spec_run *r, const int32_t *toks, int64_t n, int64_t n_logits, int32_t pos0, int draft,
+                               int32_t *rows, int32_t *posv, float *logits) {
     for (int64_t i = 0; i < n; i++) {
-        rows[i] = (int32_t)i;
+        rows[i] = (int32_t)(n - n_logits + i);
         posv[i] = pos0 + (int32_t)i;
     }
-    kvs_step_plan plan = {.tokens = toks, .n_tokens = n, .positions = posv, .logit_rows = rows, .n_logit_rows = n,
+    kvs_step_plan plan = {.tokens = toks, .n_tokens = n, .positions = posv, .logit_rows = rows, .n_logit_rows = n_logits,
                           .kv_draft = draft};
     kvs_step_result res;
     double t0 = kvs_decode_now_s();
     KVS_TRY(kvs_model_forward(r->m, r->c, &plan, &res));
     double t1 = kvs_decode_now_s();
-    memcpy(logits, res.logits, (size_t)(n * r->V) * sizeof *logits);
+    memcpy(logits, res.logits, (size_t)(n_logits * r->V) * sizeof *logits);
     r->st.seconds_forward += t1 - t0 - res.seconds_logits;
     r->st.seconds_logits += res.seconds_logits;
     if (draft) r->st.seconds_draft += t1 - t0;
@@ -122,37 +123,31 @@ kvs_status kvs_generate_ar_spec(kvs_model *m, kvs_kv_cache *cache, const int32_t
         s = kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_generate_ar: out of host memory (speculative buffers)");
     if (s == KVS_OK) s = kvs_cache_reset(cache);
     double t0 = kvs_decode_now_s();
-    /* prefill: the prompt into the 8-bit cache, the last row's logits */
-    float *prefill = NULL;
-    if (s == KVS_OK) {
-        prefill = malloc((size_t)(n_prompt * V) * sizeof *prefill);
-        s = prefill ? spec_forward(&r, prompt, n_prompt, 0, 0, rows, posv, prefill)
-                    : kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_generate_ar: out of host memory");
-        if (s == KVS_OK) r.st.rows_baseline += r.st.rows_computed;
-    }
+    /* prefill: the prompt into the 8-bit cache, the last row's logits (into lp's first row) */
+    if (s == KVS_OK) s = spec_forward(&r, prompt, n_prompt, 1, 0, 0, rows, posv, lp);
+    if (s == KVS_OK) r.st.rows_baseline += r.st.rows_computed;
     int64_t n = 0, L = n_prompt;
     int32_t tok = 0;
     int stop = 0;
     if (s == KVS_OK && p->max_new > 0) {
-        tok = spec_pick(&r, prefill + (n_prompt - 1) * V, pv);
+        tok = spec_pick(&r, lp, pv);
         if ((p->stop_at_bos && tok == hp->bos_id) || (p->stop_at_eos && tok == hp->eos_id)) stop = 1;
         else {
             out[n++] = tok;
             stop = cb && cb(user, tok);
         }
     }
-    free(prefill);
     while (s == KVS_OK && !stop && n < p->max_new) {
         const int64_t N = D < p->max_new - n - 1 ? D : p->max_new - n - 1;
         toks[0] = tok;
         /* draft: N single-row steps over the 4-bit view */
         for (int64_t i = 0; i < N && s == KVS_OK; i++) {
-            s = spec_forward(&r, toks + i, 1, (int32_t)(L + i), 1, rows, posv, lq + i * V);
+            s = spec_forward(&r, toks + i, 1, 1, (int32_t)(L + i), 1, rows, posv, lq + i * V);
             if (s == KVS_OK) toks[i + 1] = spec_pick(&r, lq + i * V, q + i * V);
         }
         if (s == KVS_OK && N > 0) s = kvs_cache_truncate(cache, L);
         /* verify: one forward of N + 1 rows over the 8-bit cache */
-        if (s == KVS_OK) s = spec_forward(&r, toks, N + 1, (int32_t)L, 0, rows, posv, lp);
+        if (s == KVS_OK) s = spec_forward(&r, toks, N + 1, N + 1, (int32_t)L, 0, rows, posv, lp);
         if (s != KVS_OK) break;
         int64_t used = kvs_cache_bytes_used(cache); /* the peak: the verify's rows */
         if (used > r.st.cache_bytes_peak) r.st.cache_bytes_peak = used;
