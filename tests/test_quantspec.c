@@ -86,6 +86,7 @@ START_TEST(test_format) {
     ck_assert_int_eq(kvs_dtype_bytes(KVS_QH8, 64), 72);
     ck_assert_int_eq(kvs_dtype_bytes(KVS_QH8_LO, 64), 32);
     ck_assert_int_eq(kvs_dtype_is_quant(KVS_QH8), 0);
+    ck_assert_int_eq(kvs_dtype_from_ggml(UINT32_MAX), KVS_DTYPE_COUNT); /* no GGUF type maps to the qh8 planes */
     {
         kvs_device *dev = open_dev();
         kvs_tensor *t = NULL;

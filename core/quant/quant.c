@@ -23,7 +23,7 @@ const kvs_dtype_info *kvs_dtype_info_get(kvs_dtype dt) {
 
 kvs_dtype kvs_dtype_from_ggml(uint32_t ggml_type) {
     for (int t = 0; t < KVS_DTYPE_COUNT; t++)
-        if (t != KVS_I32 && dtype_table[t].ggml_type == ggml_type) return (kvs_dtype)t;
+        if (t != KVS_I32 && t != KVS_QH8 && t != KVS_QH8_LO && dtype_table[t].ggml_type == ggml_type) return (kvs_dtype)t;
     return KVS_DTYPE_COUNT;
 }
 
