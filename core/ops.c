@@ -340,6 +340,21 @@ kvs_status kvs_attention(kvs_device *dev, const kvs_tensor *q, const kvs_tensor 
         a.n_probe = kvs_tensor_nelements(p->probe_rows);
         KVS_TRY(want_nel(op, p->probs, "probs", a.n_probe * a.n_heads * a.capacity));
     }
+    const kvs_tensor *los[2] = {p->k_lo, p->v_lo};
+    for (int w = 0; w < 2; w++) {
+        if (!los[w]) continue;
+        const char *nm = w ? "v_lo" : "k_lo";
+        KVS_TRY(same_dev(op, dev, los[w], nm));
+        if (!dev->caps.kv_hierarchical)
+            return kvs_error(KVS_ERR_UNSUPPORTED, "%s: %s (a qh8 cache's lower plane) is not read by the %s backend", op, nm,
+                             dev->ops->name);
+        KVS_TRY(want_dtype(op, los[w], nm, KVS_QH8_LO));
+        if (kv2[w]->dtype != KVS_Q4_1)
+            return kvs_error(KVS_ERR_DTYPE, "%s: %s given, so %s must be the q4_1 upper plane, got %s", op, nm, w ? "v" : "k",
+                             kvs_dtype_name(kv2[w]->dtype));
+        KVS_TRY(want_shape(op, los[w], nm, a.head_dim, a.capacity, a.n_kv_heads));
+        if (overlaps(out, los[w])) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: out aliases %s", op, nm);
+    }
     kvs_tensor *outs[] = {p->key_mass, p->probs, p->argmax, p->row_max, p->row_sum};
     for (size_t i = 0; i < 5; i++) {
         if (!outs[i]) continue;

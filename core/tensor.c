@@ -16,7 +16,7 @@ int kvs_dtype_block(kvs_dtype t) {
     return ti ? ti->block : 0;
 }
 
-int kvs_dtype_is_quant(kvs_dtype t) { return kvs_dtype_block(t) > 1; }
+int kvs_dtype_is_quant(kvs_dtype t) { return kvs_dtype_block(t) > 1 && t != KVS_QH8 && t != KVS_QH8_LO; }
 
 size_t kvs_dtype_bytes(kvs_dtype t, int64_t n) {
     const kvs_dtype_info *ti = kvs_dtype_info_get(t);
@@ -38,6 +38,9 @@ static kvs_status kvs_shape_check(kvs_dtype dtype, int ndim, const int64_t *ne, 
             return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: element count overflows", who);
         n *= ne[i];
     }
+    if (dtype == KVS_QH8)
+        return kvs_error(KVS_ERR_DTYPE, "%s: qh8 is a KV-cache type stored as two tensors (its q4_1 upper plane and a qh8_lo "
+                         "lower plane): create those", who);
     if (ne[0] % kvs_dtype_block(dtype))
         return kvs_error(KVS_ERR_DTYPE, "%s: %s needs ne[0] %% %d == 0 (ne[0] = %lld)", who, kvs_dtype_name(dtype),
                          kvs_dtype_block(dtype), (long long)ne[0]);

@@ -13,11 +13,16 @@ static int64_t att_qpos(const att_ctx *c, int64_t i) {
 }
 
 /* K or V tile rows [j0, j0+n) of kv head h as f32 (a pointer into the tensor, or converted /
- * decoded into conv [n][d]). dt: the tensor's dtype, rb: bytes of one row. */
-static const float *att_tile(const att_ctx *c, const void *base, kvs_dtype dt, int64_t rb, float *conv, int64_t h,
-                             int64_t j0, int64_t n) {
+ * decoded into conv [n][d]). dt: the tensor's dtype, rb: bytes of one row; lo: the lower plane of a
+ * qh8 K/V (base then holds its q4_1 upper plane), decoded to the 8-bit values, or NULL. */
+static const float *att_tile(const att_ctx *c, const void *base, const void *lo, kvs_dtype dt, int64_t rb, float *conv,
+                             int64_t h, int64_t j0, int64_t n) {
     const int64_t d = c->d;
     size_t row = (size_t)(h * c->a->capacity + j0);
+    if (lo) {
+        kvs_qb_qh8_n((const uint8_t *)base + row * (size_t)rb, (const uint8_t *)lo + row * (size_t)(d / 2), n * d / 32, conv);
+        return conv;
+    }
     if (dt == KVS_F32) return (const float *)base + row * (size_t)d;
     if (dt == KVS_BF16) {
         const uint16_t *s = (const uint16_t *)base + row * (size_t)d;
@@ -131,7 +136,7 @@ static int att_logits(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int6
         c->kern->qk(w->Qp, c->KT + h * d * c->ldk + j0 * d, d, (M + 7) & ~(int64_t)7, (n + 31) & ~(int64_t)31,
                     a->p.scale, w->S);
     } else {
-        if (c->dec && kvs_dtype_is_quant(c->k_dt)) {
+        if (c->dec && kvs_dtype_is_quant(c->k_dt) && !c->k_lo) {
             /* block K decoded in registers: the fused QK (four keys at a time) where the type has
              * one, else the block GEMV, each key row against up to 4 packed query rows */
             const uint8_t *K = (const uint8_t *)c->k + (size_t)(h * a->capacity + j0) * (size_t)c->k_rb;
@@ -147,9 +152,9 @@ static int att_logits(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int6
                 }
             }
         } else if (c->dec) {
-            c->kern->qk_dec(w->Qp, att_tile(c, c->k, c->k_dt, c->k_rb, w->Kc, h, j0, n), d, M, n, a->p.scale, w->S);
+            c->kern->qk_dec(w->Qp, att_tile(c, c->k, c->k_lo, c->k_dt, c->k_rb, w->Kc, h, j0, n), d, M, n, a->p.scale, w->S);
         } else {
-            const float *Kt = att_tile(c, c->k, c->k_dt, c->k_rb, w->Kc, h, j0, n);
+            const float *Kt = att_tile(c, c->k, c->k_lo, c->k_dt, c->k_rb, w->Kc, h, j0, n);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)n, (int)d, a->p.scale, w->Qp, (int)d,
                         Kt, (int)d, 0.0f, w->S, ATT_BK);
         }
@@ -241,18 +246,18 @@ void kvs_cpu_att_pass(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int6
         if (c->fast) {
             c->kern->pv(w->S, (M + 7) & ~(int64_t)7, n, c->V32 + (h * c->a->capacity + j0) * d, d, w->O);
         } else {
-            if (c->dec && kvs_dtype_is_quant(c->v_dt) && c->qpv &&
+            if (c->dec && kvs_dtype_is_quant(c->v_dt) && c->qpv && !c->v_lo &&
                 c->qpv(c->v_dt, (const uint8_t *)c->v + (size_t)(h * c->a->capacity + j0) * (size_t)c->v_rb, c->v_rb, w->S,
                        ATT_BK, M, n, d, w->O))
                 continue; /* block V decoded in registers */
             if (c->dec && kvs_dtype_is_quant(c->v_dt)) { /* other block types: sub-tiles decoded into L1 */
                 for (int64_t jj = 0; jj < n; jj += ATT_QSUB) {
                     const int64_t nn = n - jj < ATT_QSUB ? n - jj : ATT_QSUB;
-                    c->kern->pv_dec(w->S + jj, M, nn, att_tile(c, c->v, c->v_dt, c->v_rb, w->Vc, h, j0 + jj, nn), d, w->O);
+                    c->kern->pv_dec(w->S + jj, M, nn, att_tile(c, c->v, c->v_lo, c->v_dt, c->v_rb, w->Vc, h, j0 + jj, nn), d, w->O);
                 }
                 continue;
             }
-            const float *Vt = att_tile(c, c->v, c->v_dt, c->v_rb, w->Vc, h, j0, n);
+            const float *Vt = att_tile(c, c->v, c->v_lo, c->v_dt, c->v_rb, w->Vc, h, j0, n);
             if (c->dec)
                 c->kern->pv_dec(w->S, M, n, Vt, d, w->O);
             else

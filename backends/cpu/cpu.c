@@ -90,6 +90,7 @@ kvs_status kvs_cpu_device_open(kvs_device *dev, const kvs_device_params *p) {
     caps->total_memory_bytes = (pages > 0 && page > 0) ? (int64_t)pages * page : 0;
     caps->compute_units = cores;
     caps->unified_memory = 1;
+    caps->kv_hierarchical = 1; /* attention_tiles.c decodes qh8 tiles (k_lo / v_lo) */
     kvs_cpu_set_threads(dev, p->n_threads > 0 ? p->n_threads : cores);
     return KVS_OK;
 }

@@ -128,6 +128,8 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
     c.v = kvs_tensor_host_ptr(a->v);
     c.k_dt = a->k->dtype;
     c.v_dt = a->v->dtype;
+    c.k_lo = a->p.k_lo ? kvs_tensor_host_ptr(a->p.k_lo) : NULL;
+    c.v_lo = a->p.v_lo ? kvs_tensor_host_ptr(a->p.v_lo) : NULL;
     c.k_rb = (int64_t)kvs_dtype_bytes(c.k_dt, a->head_dim);
     c.v_rb = (int64_t)kvs_dtype_bytes(c.v_dt, a->head_dim);
     kvs_cpu_quant_kernels(dev, KVS_OP_attention, &c.qdot, &c.qdec);

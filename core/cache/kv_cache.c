@@ -7,6 +7,7 @@
 #include "internal.h"
 #include "kvsieve/cache.h"
 #include "quant/quant.h"
+#include "quant/quant_blocks.h"
 
 struct kvs_kv_cache {
     kvs_device *dev;
@@ -28,6 +29,12 @@ struct kvs_kv_cache {
     kvs_tensor *krot;                       /* KVS_CACHE_ROTATE: [rows][n_kv_heads][head_dim] F32 rotated keys */
     float *krot_host;                       /* host scratch of the rotation */
     int64_t krot_rows;                      /* rows krot holds */
+    /* qh8 (hierarchical) K and/or V: k[l] / v[l] hold the upper planes (Q4_1 tensors), these the
+     * lower ones (QH8_LO [n_kv_heads][capacity][head_dim]); NULL arrays for other types */
+    kvs_tensor **k_lo, **v_lo;
+    float *enc_f32;                         /* host [rows][n_kv_heads][head_dim] rows being encoded */
+    uint8_t *enc_hi, *enc_lo;               /* host encoded planes of up to enc_rows rows */
+    int64_t enc_rows;
 };
 
 kvs_cache_params kvs_cache_params_default(void) {
@@ -56,7 +63,11 @@ void kvs_cache_destroy(kvs_kv_cache **cp) {
         if (c->pos) kvs_tensor_destroy(&c->pos[l]);
         if (c->len) kvs_tensor_destroy(&c->len[l]);
         if (c->x) kvs_tensor_destroy(&c->x[l]);
+        if (c->k_lo) kvs_tensor_destroy(&c->k_lo[l]);
+        if (c->v_lo) kvs_tensor_destroy(&c->v_lo[l]);
     }
+    free(c->k_lo); free(c->v_lo);
+    free(c->enc_f32); free(c->enc_hi); free(c->enc_lo);
     free(c->k); free(c->v); free(c->pos); free(c->len); free(c->x);
     free(c->host_pos); free(c->host_rpos); free(c->host_len); free(c->scratch);
     kvs_tensor_destroy(&c->slots);
@@ -72,18 +83,22 @@ void kvs_cache_destroy(kvs_kv_cache **cp) {
 
 static int cache_type_ok(kvs_dtype t) {
     return t == KVS_F32 || t == KVS_F16 || t == KVS_BF16 || t == KVS_Q8_0 || t == KVS_Q4_0 || t == KVS_Q4_1 ||
-           t == KVS_IQ4_NL;
+           t == KVS_IQ4_NL || t == KVS_QH8;
 }
 
+/* The dtype of the tensor that holds a cache type (qh8: its upper plane, a Q4_1 tensor). */
+static kvs_dtype plane_type(kvs_dtype t) { return t == KVS_QH8 ? KVS_Q4_1 : t; }
+
 kvs_status kvs_cache_type_from_name(const char *name, kvs_dtype *out) {
-    static const kvs_dtype all[] = {KVS_F32, KVS_F16, KVS_BF16, KVS_Q8_0, KVS_Q4_0, KVS_Q4_1, KVS_IQ4_NL};
+    static const kvs_dtype all[] = {KVS_F32, KVS_F16, KVS_BF16, KVS_Q8_0, KVS_Q4_0, KVS_Q4_1, KVS_IQ4_NL, KVS_QH8};
     if (!name || !out) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_cache_type_from_name: NULL argument");
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (strcmp(name, kvs_dtype_name(all[i])) == 0) {
             *out = all[i];
             return KVS_OK;
         }
-    return kvs_error(KVS_ERR_INVALID_ARGUMENT, "unknown cache type '%s' (f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl)", name);
+    return kvs_error(KVS_ERR_INVALID_ARGUMENT, "unknown cache type '%s' (f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, qh8)",
+                     name);
 }
 
 /* Asks the backend, before anything is written, whether its scatter can convert f32 rows into a
@@ -124,15 +139,21 @@ kvs_status kvs_cache_create(kvs_kv_cache **out, kvs_device *dev, const kvs_cache
     for (int w = 0; w < 2; w++) {
         const char *kv = w ? "type_v" : "type_k";
         if (!cache_type_ok(types[w]))
-            return kvs_error(KVS_ERR_DTYPE, "kvs_cache_create: %s %s is not a cache type (f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl)",
-                             kv, kvs_dtype_name(types[w]));
-        if (kvs_dtype_is_quant(types[w]) && p->head_dim % 32 != 0)
+            return kvs_error(KVS_ERR_DTYPE,
+                             "kvs_cache_create: %s %s is not a cache type (f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, qh8)", kv,
+                             kvs_dtype_name(types[w]));
+        if ((kvs_dtype_is_quant(types[w]) || types[w] == KVS_QH8) && p->head_dim % 32 != 0)
             return kvs_error(KVS_ERR_DTYPE,
                              "kvs_cache_create: %s %s stores blocks of 32 values along head_dim, and head_dim %d is not a "
                              "multiple of 32 (use f32, f16 or bf16 for this model)",
                              kv, kvs_dtype_name(types[w]), p->head_dim);
         if (types[w] == KVS_F16 && !dev->caps.fp16_storage)
             return kvs_error(KVS_ERR_UNSUPPORTED, "kvs_cache_create: device '%s' has no f16 storage", dev->info.name);
+        if (types[w] == KVS_QH8 && !dev->caps.kv_hierarchical)
+            return kvs_error(KVS_ERR_UNSUPPORTED,
+                             "kvs_cache_create: a qh8 (hierarchical 4/8-bit) KV cache is not supported on %s ('%s'): its "
+                             "attention kernels do not read the lower-nibble plane (kvs_caps.kv_hierarchical = 0)",
+                             dev->ops->name, dev->info.name);
     }
     if (p->mode != KVS_CACHE_POSITIONAL && p->mode != KVS_CACHE_APPEND)
         return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_cache_create: unknown mode %d", (int)p->mode);
@@ -153,6 +174,8 @@ kvs_status kvs_cache_create(kvs_kv_cache **out, kvs_device *dev, const kvs_cache
     c->pos = calloc(L, sizeof *c->pos);
     c->len = calloc(L, sizeof *c->len);
     c->x = calloc(L, sizeof *c->x);
+    if (p->type_k == KVS_QH8) c->k_lo = calloc(L, sizeof *c->k_lo);
+    if (p->type_v == KVS_QH8) c->v_lo = calloc(L, sizeof *c->v_lo);
     c->host_pos = malloc(L * H * cap * sizeof *c->host_pos);
     c->host_rpos = malloc(L * H * cap * sizeof *c->host_rpos);
     c->host_len = calloc(L * H, sizeof *c->host_len);
@@ -160,7 +183,8 @@ kvs_status kvs_cache_create(kvs_kv_cache **out, kvs_device *dev, const kvs_cache
     c->slots_host = malloc(H * cap * sizeof *c->slots_host);
     c->scratch_slots = malloc(H * cap * sizeof *c->scratch_slots);
     kvs_status s = KVS_OK;
-    if (!c->k || !c->v || !c->pos || !c->len || !c->x || !c->host_pos || !c->host_rpos || !c->host_len || !c->scratch || !c->slots_host || !c->scratch_slots) {
+    if (!c->k || !c->v || !c->pos || !c->len || !c->x || (p->type_k == KVS_QH8 && !c->k_lo) ||
+        (p->type_v == KVS_QH8 && !c->v_lo) || !c->host_pos || !c->host_rpos || !c->host_len || !c->scratch || !c->slots_host || !c->scratch_slots) {
         s = kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_cache_create: out of host memory");
         goto fail;
     }
@@ -168,10 +192,13 @@ kvs_status kvs_cache_create(kvs_kv_cache **out, kvs_device *dev, const kvs_cache
         int64_t kv_ne[3] = {p->head_dim, p->capacity, p->n_kv_heads};
         int64_t pos_ne[2] = {p->capacity, p->n_kv_heads};
         int64_t len_ne[1] = {p->n_kv_heads};
-        s = kvs_tensor_create(&c->k[l], dev, p->type_k, 3, kv_ne);
-        if (s == KVS_OK) s = kvs_tensor_create(&c->v[l], dev, p->type_v, 3, kv_ne);
-        if (s == KVS_OK && l == 0) s = cache_write_supported(dev, c->k[l]);
-        if (s == KVS_OK && l == 0) s = cache_write_supported(dev, c->v[l]);
+        s = kvs_tensor_create(&c->k[l], dev, plane_type(p->type_k), 3, kv_ne);
+        if (s == KVS_OK) s = kvs_tensor_create(&c->v[l], dev, plane_type(p->type_v), 3, kv_ne);
+        if (s == KVS_OK && c->k_lo) s = kvs_tensor_create(&c->k_lo[l], dev, KVS_QH8_LO, 3, kv_ne);
+        if (s == KVS_OK && c->v_lo) s = kvs_tensor_create(&c->v_lo[l], dev, KVS_QH8_LO, 3, kv_ne);
+        /* qh8 planes are encoded on the host (write_qh8), not by the backend's scatter */
+        if (s == KVS_OK && l == 0 && !c->k_lo) s = cache_write_supported(dev, c->k[l]);
+        if (s == KVS_OK && l == 0 && !c->v_lo) s = cache_write_supported(dev, c->v[l]);
         if (s == KVS_OK) s = kvs_tensor_create(&c->pos[l], dev, KVS_I32, 2, pos_ne);
         if (s == KVS_OK) s = kvs_tensor_create(&c->len[l], dev, KVS_I32, 1, len_ne);
         if (s == KVS_OK && (p->flags & KVS_CACHE_KEEP_X)) {
@@ -181,6 +208,8 @@ kvs_status kvs_cache_create(kvs_kv_cache **out, kvs_device *dev, const kvs_cache
         if (s == KVS_OK) {
             kvs_tensor_set_name(c->k[l], "cache.k");
             kvs_tensor_set_name(c->v[l], "cache.v");
+            if (c->k_lo) kvs_tensor_set_name(c->k_lo[l], "cache.k_lo");
+            if (c->v_lo) kvs_tensor_set_name(c->v_lo[l], "cache.v_lo");
         }
     }
     if (s == KVS_OK) {
@@ -193,8 +222,9 @@ kvs_status kvs_cache_create(kvs_kv_cache **out, kvs_device *dev, const kvs_cache
          * type: a block with scale 0 decodes to zeros). Byte counts of the 16-bit and block types
          * may not be multiples of 4: the tail is written by an upload. */
         for (size_t l = 0; l < L && s == KVS_OK; l++) {
-            kvs_tensor *kv[2] = {c->k[l], c->v[l]};
-            for (int w = 0; w < 2 && s == KVS_OK; w++) {
+            kvs_tensor *kv[4] = {c->k[l], c->v[l], c->k_lo ? c->k_lo[l] : NULL, c->v_lo ? c->v_lo[l] : NULL};
+            for (int w = 0; w < 4 && s == KVS_OK; w++) {
+                if (!kv[w]) continue;
                 size_t nb = kv[w]->nbytes, n4 = nb / 4;
                 if (n4) s = dev->ops->fill32(dev, kv[w]->buf->handle, kv[w]->offset, 0, n4);
                 if (s == KVS_OK && nb % 4) {
@@ -231,6 +261,8 @@ kvs_tensor *kvs_cache_v(kvs_kv_cache *c, int l) { return LAYER_OK(c, l) ? c->v[l
 kvs_tensor *kvs_cache_pos_tensor(kvs_kv_cache *c, int l) { return LAYER_OK(c, l) ? c->pos[l] : NULL; }
 kvs_tensor *kvs_cache_len_tensor(kvs_kv_cache *c, int l) { return LAYER_OK(c, l) ? c->len[l] : NULL; }
 kvs_tensor *kvs_cache_x(kvs_kv_cache *c, int l) { return LAYER_OK(c, l) ? c->x[l] : NULL; }
+kvs_tensor *kvs_cache_k_lo(kvs_kv_cache *c, int l) { return LAYER_OK(c, l) && c->k_lo ? c->k_lo[l] : NULL; }
+kvs_tensor *kvs_cache_v_lo(kvs_kv_cache *c, int l) { return LAYER_OK(c, l) && c->v_lo ? c->v_lo[l] : NULL; }
 
 int64_t kvs_cache_len(const kvs_kv_cache *c, int l, int h) {
     if (!LAYER_OK(c, l) || h < 0 || h >= c->p.n_kv_heads) return -1;
@@ -303,7 +335,19 @@ kvs_status kvs_cache_read_f32(kvs_kv_cache *c, int layer, int which, float *dst)
     if (!LAYER_OK(c, layer) || (which != 0 && which != 1) || !dst)
         return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_cache_read_f32: NULL argument, bad layer %d or which %d", layer, which);
     const kvs_tensor *t = which ? c->v[layer] : c->k[layer];
+    const kvs_tensor *tlo = which ? kvs_cache_v_lo(c, layer) : kvs_cache_k_lo(c, layer);
     const int64_t n = kvs_tensor_nelements(t), d = c->p.head_dim;
+    if (tlo) { /* qh8: the 8-bit values from both planes */
+        uint8_t *hi = malloc(t->nbytes + tlo->nbytes);
+        if (!hi) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_cache_read_f32: out of host memory");
+        uint8_t *lo = hi + t->nbytes;
+        kvs_status s = kvs_tensor_download(t, hi, 0, t->nbytes);
+        if (s == KVS_OK) s = kvs_tensor_download(tlo, lo, 0, tlo->nbytes);
+        if (s == KVS_OK) kvs_qb_qh8_n(hi, lo, n / 32, dst);
+        free(hi);
+        if (s == KVS_OK && which == 0 && (c->p.flags & KVS_CACHE_ROTATE)) kvs_cache_rotate_rows(dst, n / d, (int)d);
+        return s;
+    }
     if (t->dtype == KVS_F32) {
         KVS_TRY(kvs_tensor_download(t, dst, 0, (size_t)n * 4));
         if (which == 0 && (c->p.flags & KVS_CACHE_ROTATE)) kvs_cache_rotate_rows(dst, n / d, (int)d);
@@ -331,6 +375,35 @@ int64_t kvs_cache_next_pos(const kvs_kv_cache *c) { return c ? c->next_pos : -1;
 static int rows_shape_ok(const kvs_tensor *t, const kvs_cache_params *p, int64_t n) {
     return kvs_tensor_dtype(t) == KVS_F32 && kvs_tensor_ne(t, 0) == p->head_dim && kvs_tensor_ne(t, 1) == p->n_kv_heads &&
            kvs_tensor_ne(t, 2) == n && kvs_tensor_ne(t, 3) == 1;
+}
+
+/* Writes n token-major f32 rows src [n][H][head_dim] into the qh8 planes hi (Q4_1) / lo (QH8_LO) at
+ * rows slots[h * n + i] of each head h: encoded on the host (kvs_qh8_encode_row), uploaded per run of
+ * consecutive rows (one run per head for an append cache). */
+static kvs_status write_qh8(kvs_kv_cache *c, const kvs_tensor *src, const int32_t *slots, int64_t n, kvs_tensor *hi,
+                            kvs_tensor *lo) {
+    const int64_t H = c->p.n_kv_heads, d = c->p.head_dim, cap = c->p.capacity;
+    const size_t rbh = kvs_dtype_bytes(KVS_Q4_1, d), rbl = kvs_dtype_bytes(KVS_QH8_LO, d);
+    if (c->enc_rows < n) {
+        free(c->enc_f32); free(c->enc_hi); free(c->enc_lo);
+        c->enc_f32 = malloc((size_t)(n * H * d) * sizeof(float));
+        c->enc_hi = malloc((size_t)n * rbh);
+        c->enc_lo = malloc((size_t)n * rbl);
+        c->enc_rows = c->enc_f32 && c->enc_hi && c->enc_lo ? n : 0;
+        if (!c->enc_rows) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_cache_write_rows: out of host memory");
+    }
+    KVS_TRY(kvs_tensor_download(src, c->enc_f32, 0, (size_t)(n * H * d) * sizeof(float)));
+    for (int64_t h = 0; h < H; h++) {
+        for (int64_t i = 0; i < n; i++)
+            kvs_qh8_encode_row(c->enc_f32 + (i * H + h) * d, d, c->enc_hi + i * rbh, c->enc_lo + i * rbl);
+        for (int64_t i0 = 0, i1; i0 < n; i0 = i1) {
+            for (i1 = i0 + 1; i1 < n && slots[h * n + i1] == slots[h * n + i1 - 1] + 1;) i1++;
+            const size_t row = (size_t)(h * cap + slots[h * n + i0]), nr = (size_t)(i1 - i0);
+            KVS_TRY(kvs_tensor_upload(hi, c->enc_hi + i0 * rbh, row * rbh, nr * rbh));
+            KVS_TRY(kvs_tensor_upload(lo, c->enc_lo + i0 * rbl, row * rbl, nr * rbl));
+        }
+    }
+    return KVS_OK;
 }
 
 kvs_status kvs_cache_write_rows(kvs_kv_cache *c, int l, const kvs_tensor *k, const kvs_tensor *v, const int32_t *positions,
@@ -404,8 +477,8 @@ kvs_status kvs_cache_write_rows_rope(kvs_kv_cache *c, int l, const kvs_tensor *k
         if (s == KVS_OK) s = kvs_tensor_upload(&kr, c->krot_host, 0, nel * sizeof(float));
         ksrc = &kr;
     }
-    if (s == KVS_OK) s = kvs_scatter(c->dev, ksrc, &idx, c->k[l], 1);
-    if (s == KVS_OK) s = kvs_scatter(c->dev, v, &idx, c->v[l], 1);
+    if (s == KVS_OK) s = c->k_lo ? write_qh8(c, ksrc, slots, n, c->k[l], c->k_lo[l]) : kvs_scatter(c->dev, ksrc, &idx, c->k[l], 1);
+    if (s == KVS_OK) s = c->v_lo ? write_qh8(c, v, slots, n, c->v[l], c->v_lo[l]) : kvs_scatter(c->dev, v, &idx, c->v[l], 1);
     KVS_TRY(s);
     /* host mirrors + device pos/len (uploaded only when something changed) */
     int changed = 0;
@@ -471,6 +544,8 @@ kvs_status kvs_cache_keep(kvs_kv_cache *c, int layer, const int32_t *keep, const
     if (s == KVS_OK) s = kvs_tensor_upload(t, idx, 0, (size_t)H * nmax * 4);
     if (s == KVS_OK) s = kvs_compact(c->dev, c->k[layer], t);
     if (s == KVS_OK) s = kvs_compact(c->dev, c->v[layer], t);
+    if (s == KVS_OK && c->k_lo) s = kvs_compact(c->dev, c->k_lo[layer], t); /* qh8: both planes move */
+    if (s == KVS_OK && c->v_lo) s = kvs_compact(c->dev, c->v_lo[layer], t);
     kvs_tensor_destroy(&t);
     if (s == KVS_OK) {
         for (int h = 0; h < H; h++) {
@@ -539,5 +614,50 @@ kvs_status kvs_cache_rerotate(kvs_kv_cache *c, int layer, const kvs_rope_params 
         for (int64_t r = 0; r < len; r++) rpos[r] = (int32_t)r;
     }
     if (n_shifted) *n_shifted = shifted;
+    return KVS_OK;
+}
+
+/* Zeroes rows [r0, r1) of kv head h of tensor t (upload of zero bytes: never-written rows are zero). */
+static kvs_status zero_rows(kvs_kv_cache *c, kvs_tensor *t, int64_t h, int64_t r0, int64_t r1) {
+    if (!t || r1 <= r0) return KVS_OK;
+    const size_t rb = kvs_dtype_bytes(t->dtype, c->p.head_dim), nb = (size_t)(r1 - r0) * rb;
+    void *z = calloc(1, nb);
+    if (!z) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_cache_truncate: out of host memory");
+    kvs_status s = kvs_tensor_upload(t, z, (size_t)(h * c->p.capacity + r0) * rb, nb);
+    free(z);
+    return s;
+}
+
+kvs_status kvs_cache_truncate(kvs_kv_cache *c, int64_t n_rows) {
+    const char *op = "kvs_cache_truncate";
+    if (!c) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: NULL cache", op);
+    if (c->p.mode != KVS_CACHE_APPEND)
+        return kvs_error(KVS_ERR_STATE, "%s: only append caches are truncated (this cache is positional)", op);
+    if (n_rows < 0) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: n_rows %lld < 0", op, (long long)n_rows);
+    if (c->p.flags & KVS_CACHE_KEEP_X)
+        return kvs_error(KVS_ERR_UNSUPPORTED, "%s: a cache keeping layer inputs (KVS_CACHE_KEEP_X) is not truncated", op);
+    const int H = c->p.n_kv_heads;
+    const int64_t cap = c->p.capacity;
+    int64_t next = 0;
+    for (int l = 0; l < c->p.n_layers; l++) {
+        int any = 0;
+        for (int h = 0; h < H; h++) {
+            int64_t *len = &c->host_len[(size_t)l * H + h];
+            int32_t *pos = c->host_pos + ((size_t)l * H + h) * cap, *rpos = c->host_rpos + ((size_t)l * H + h) * cap;
+            if (*len > n_rows) {
+                KVS_TRY(zero_rows(c, c->k[l], h, n_rows, *len));
+                KVS_TRY(zero_rows(c, c->v[l], h, n_rows, *len));
+                KVS_TRY(zero_rows(c, kvs_cache_k_lo(c, l), h, n_rows, *len));
+                KVS_TRY(zero_rows(c, kvs_cache_v_lo(c, l), h, n_rows, *len));
+                for (int64_t r = n_rows; r < *len; r++) pos[r] = rpos[r] = -1;
+                *len = n_rows;
+                any = 1;
+            }
+            for (int64_t r = 0; r < *len; r++)
+                if (pos[r] + 1 > next) next = pos[r] + 1;
+        }
+        if (any) KVS_TRY(sync_layer(c, l));
+    }
+    c->next_pos = next;
     return KVS_OK;
 }

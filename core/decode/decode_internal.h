@@ -22,4 +22,18 @@ void kvs_decode_confidence(const float *l, int64_t V, int32_t *tok, double *conf
  * cache_bytes_allocated of c. */
 void kvs_decode_stats_finish(kvs_gen_stats *st, double t0, const kvs_kv_cache *c);
 
+/* Uniform float in [0, 1) from the AR sampler's xorshift state (llama2.c run.c). */
+float kvs_decode_rng_f32(uint64_t *state);
+
+/* The distribution the AR sampler draws from for temperature t > 0 and nucleus top_p (softmax of
+ * logits / t; top_p < 1: the smallest set of most likely tokens whose mass exceeds top_p,
+ * renormalised), in float64: prob[0..V). scratch: V * 16 bytes. */
+void kvs_decode_dist(const float *logits, int64_t V, float t, float top_p, double *prob, void *scratch);
+
+/* The speculative AR loop (speculative.c), called by kvs_generate_ar for draft > 0 after its
+ * checks: the same contract. */
+kvs_status kvs_generate_ar_spec(kvs_model *m, kvs_kv_cache *cache, const int32_t *prompt, int64_t n_prompt,
+                                const kvs_ar_params *p, kvs_token_cb cb, void *user, int32_t *out, int64_t *n_out,
+                                kvs_gen_stats *stats);
+
 #endif

@@ -27,6 +27,8 @@ static uint32_t rng_u32(uint64_t *state) {
 
 static float rng_f32(uint64_t *state) { return (float)(rng_u32(state) >> 8) / 16777216.0f; }
 
+float kvs_decode_rng_f32(uint64_t *state) { return rng_f32(state); }
+
 int32_t kvs_decode_argmax(const float *x, int64_t n) {
     int64_t best = 0;
     for (int64_t i = 1; i < n; i++)
@@ -84,6 +86,28 @@ static int32_t sample(float *logits, int64_t n, const kvs_ar_params *p, uint64_t
         if (r < cdf) return scratch[i].i;
     }
     return scratch[last].i;
+}
+
+void kvs_decode_dist(const float *logits, int64_t V, float t, float top_p, double *prob, void *scratch) {
+    double mx = logits[0], sum = 0.0;
+    for (int64_t i = 1; i < V; i++) mx = logits[i] > mx ? logits[i] : mx;
+    for (int64_t i = 0; i < V; i++) sum += prob[i] = exp(((double)logits[i] - mx) / (double)t);
+    for (int64_t i = 0; i < V; i++) prob[i] /= sum;
+    if (top_p <= 0.0f || top_p >= 1.0f) return;
+    prob_idx *sc = scratch;
+    for (int64_t i = 0; i < V; i++) sc[i] = (prob_idx){(float)prob[i], (int32_t)i};
+    qsort(sc, (size_t)V, sizeof *sc, cmp_prob_desc);
+    double cum = 0.0;
+    int64_t last = V - 1;
+    for (int64_t i = 0; i < V; i++) {
+        cum += prob[sc[i].i];
+        if (cum > top_p) {
+            last = i;
+            break;
+        }
+    }
+    for (int64_t i = last + 1; i < V; i++) prob[sc[i].i] = 0.0;
+    for (int64_t i = 0; i < V; i++) prob[i] /= cum;
 }
 
 kvs_ar_params kvs_ar_params_default(void) {
@@ -173,6 +197,16 @@ kvs_status kvs_generate_ar(kvs_model *m, kvs_kv_cache *cache, const int32_t *pro
         return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: max_new >= 0, temperature >= 0, top_p in (0, 1] required", op);
     const kvs_cache_params *cp = kvs_cache_get_params(cache);
     if (cp->mode != KVS_CACHE_APPEND) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: needs an APPEND cache", op);
+    if (p.draft < 0 || p.draft > KVS_SPEC_MAX_DRAFT)
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: draft %d outside 0..%d", op, p.draft, KVS_SPEC_MAX_DRAFT);
+    if (p.draft > 0) {
+        if (cp->type_k != KVS_QH8 && cp->type_v != KVS_QH8)
+            return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: speculative decoding (draft %d) needs a qh8 cache (K %s, V %s): the "
+                             "draft reads its 4-bit view", op, p.draft, kvs_dtype_name(cp->type_k), kvs_dtype_name(cp->type_v));
+        if (p.policy || p.rerotate)
+            return kvs_error(KVS_ERR_UNSUPPORTED, "%s: speculative decoding with %s is not implemented", op,
+                             p.policy ? "an eviction policy" : "rerotate");
+    }
     kvs_evictor *ev = NULL;
     if (p.policy) KVS_TRY(kvs_policy_check_model(p.policy, m)); /* refused before the first token */
     KVS_TRY(ar_evictor(m, n_prompt, &p, &ev));
@@ -205,6 +239,7 @@ kvs_status kvs_generate_ar(kvs_model *m, kvs_kv_cache *cache, const int32_t *pro
             return rs;
         }
     }
+    if (p.draft > 0) return kvs_generate_ar_spec(m, cache, prompt, n_prompt, &p, cb, user, out, n_out, stats);
     kvs_status s = kvs_cache_reset(cache);
     if (s == KVS_OK && ev) s = kvs_evictor_begin(ev, cache);
     if (s != KVS_OK) {

@@ -119,6 +119,14 @@ kvs_status fwd_layer_attention(fwd_ctx *f, int l, const kvs_layer_plan *lp, int6
     if (s == KVS_OK) s = fwd_view3(m, &out, ws->att, 0, hp->head_dim, hp->n_heads, n);
     const kvs_tensor *kk = kvs_cache_k(c, l), *vv = kvs_cache_v(c, l);
     int64_t kcap = cap;
+    const int qh8 = kvs_cache_k_lo(c, l) || kvs_cache_v_lo(c, l);
+    if (s == KVS_OK && sparse && qh8)
+        s = kvs_error(KVS_ERR_UNSUPPORTED, "kvs_model_forward: keep-set (sparse) attention is not implemented for a qh8 "
+                      "(hierarchical) cache; evict with kvs_cache_keep between steps, or use another cache type");
+    if (s == KVS_OK && !f->plan->kv_draft) { /* qh8: the lower planes make the 8-bit values */
+        ap.k_lo = kvs_cache_k_lo(c, l);
+        ap.v_lo = kvs_cache_v_lo(c, l);
+    }
     if (s == KVS_OK && sparse) {
         s = gather_keep(f, l, lp, &akv, &ks, &vs, &kpos, &klen);
         kk = ks;

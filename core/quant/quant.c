@@ -13,6 +13,8 @@ static const kvs_dtype_info dtype_table[KVS_DTYPE_COUNT] = {
     [KVS_Q2_K] = {"q2_k", 256, 84, 10},     [KVS_Q3_K] = {"q3_k", 256, 110, 11},
     [KVS_Q4_K] = {"q4_k", 256, 144, 12},    [KVS_Q5_K] = {"q5_k", 256, 176, 13},
     [KVS_Q6_K] = {"q6_k", 256, 210, 14},    [KVS_IQ4_XS] = {"iq4_xs", 256, 136, 23},
+    /* not GGUF types: the ggml number is one no file uses */
+    [KVS_QH8] = {"qh8", 32, 36, UINT32_MAX}, [KVS_QH8_LO] = {"qh8_lo", 32, 16, UINT32_MAX},
 };
 
 const kvs_dtype_info *kvs_dtype_info_get(kvs_dtype dt) {
@@ -21,7 +23,7 @@ const kvs_dtype_info *kvs_dtype_info_get(kvs_dtype dt) {
 
 kvs_dtype kvs_dtype_from_ggml(uint32_t ggml_type) {
     for (int t = 0; t < KVS_DTYPE_COUNT; t++)
-        if (t != KVS_I32 && dtype_table[t].ggml_type == ggml_type) return (kvs_dtype)t;
+        if (t != KVS_I32 && t != KVS_QH8 && t != KVS_QH8_LO && dtype_table[t].ggml_type == ggml_type) return (kvs_dtype)t;
     return KVS_DTYPE_COUNT;
 }
 

@@ -40,4 +40,10 @@ kvs_status kvs_quant_row(kvs_dtype dt, const float *src, int64_t n, void *dst);
 /* The same without checks (dt encodable, n % 32 == 0): the CPU backend's scatter calls it per row. */
 void kvs_quant_row_unchecked(kvs_dtype dt, const float *src, int64_t n, void *dst);
 
+/* The qh8 encoder (QuantSpec's hierarchical 4/8-bit cache type; format and rule: quant_blocks.h):
+ * src[0 .. n) -> n / 32 upper blocks at hi (q4_1 blocks, 20 bytes each) and n / 32 lower blocks at
+ * lo (16 bytes each). n % 32 == 0 (not checked: the cache's write path, which checked head_dim). A
+ * block of one repeated value codes exactly up to the f16 rounding of m; NaN inputs code as u = 0. */
+void kvs_qh8_encode_row(const float *src, int64_t n, void *hi, void *lo);
+
 #endif

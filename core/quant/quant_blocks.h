@@ -25,6 +25,22 @@
  * The K types split 256 values into sub-blocks j (16 values for q2_K, q3_K, q6_K; 32 for q4_K,
  * q5_K, iq4_xs); the decoders below spell out which bits each value takes.
  *
+ * qh8: QuantSpec's hierarchical 4/8-bit KV-cache type (Tiwari et al. 2025, "QuantSpec: Self-
+ * Speculative Decoding with Hierarchical Quantized KV Cache", sec. 4: an 8-bit code whose upper 4
+ * bits are a 4-bit code of their own; this block format is ours). 32 values, two separately stored
+ * planes, so that a draft pass reads only the upper one, half the bytes, contiguously:
+ *   upper block, 20 bytes = a q4_1 block: d f16 @0, m f16 @2, hi nibbles qs[16] @4 (q4_1's order)
+ *   lower block, 16 bytes (dtype qh8_lo): lo nibbles qs[16] @0, the same nibble order
+ *   8-bit code u(i) = 16 hi(i) + lo(i) in [0, 255]; s = d / 16 (the 8-bit step)
+ *   4-bit view  x4(i) = d * hi(i) + m                         (exactly the q4_1 decode)
+ *   8-bit value x8(i) = m + s * (u(i) - 7.5) = x4(i) + s * (lo(i) - 7.5)
+ * x4 is the centre of the 16 8-bit levels that share the upper nibble, so the 4-bit view is the
+ * 8-bit value rounded to a 16x coarser grid: |x4 - x8| <= 7.5 s. Encoder (quant_encode.c): block min
+ * mn and max mx, s0 = (mx - mn) / 255, stored d = f16(16 s0), m = f16(mn + 7.5 s0), then
+ * u = clamp(round((x - m) / s + 7.5), 0, 255) with the stored d, m: |x - x8| <= s/2 and
+ * |x - x4| <= 8 s (plus the f16 rounding of d and m at the block's ends). In a KV cache each plane
+ * is its own tensor with the same row indexing (the upper one a Q4_1 tensor, a valid 4-bit cache).
+ *
  * Float operations are those of gguf-py's numpy dequantizers, in the same order, each rounded to
  * binary32 (no fused multiply-add: the project is compiled as ISO C11, where GCC does not contract),
  * so the decoders are bit-exact against them (tests/test_quant.c checks it on tests/data vectors). */
@@ -219,6 +235,40 @@ static inline void kvs_qb_iq4_xs(const uint8_t *b, float *y) {
             y[32 * j + i + 16] = dl * (float)kvs_iq4_values[qs[16 * j + i] >> 4];
         }
     }
+}
+
+/* qh8, 8-bit values: hi = the upper (q4_1) block, lo = the lower block (16 bytes). In binary32,
+ * in this order: (d * hi + m) + (d * 0.0625f) * (lo - 7.5f). The 4-bit view is kvs_qb_q4_1(hi). */
+static inline void kvs_qb_qh8(const uint8_t *hi, const uint8_t *lo, float *y) {
+    const float d = kvs_qf16(hi), m = kvs_qf16(hi + 2), s = d * 0.0625f;
+    for (int i = 0; i < 16; i++) {
+        y[i] = (d * (float)(hi[4 + i] & 0x0f) + m) + s * ((float)(lo[i] & 0x0f) - 7.5f);
+        y[i + 16] = (d * (float)(hi[4 + i] >> 4) + m) + s * ((float)(lo[i] >> 4) - 7.5f);
+    }
+}
+
+/* float64 reference decoders of qh8 (the formulas above in exact arithmetic on the stored fields):
+ * the 4-bit view of one upper block, and the 8-bit values of an upper + lower block pair. */
+static inline void kvs_qh8_ref_view4(const uint8_t *hi, double *y) {
+    const double d = kvs_qf16(hi), m = kvs_qf16(hi + 2);
+    for (int i = 0; i < 16; i++) {
+        y[i] = d * (double)(hi[4 + i] & 0x0f) + m;
+        y[i + 16] = d * (double)(hi[4 + i] >> 4) + m;
+    }
+}
+
+static inline void kvs_qh8_ref_value8(const uint8_t *hi, const uint8_t *lo, double *y) {
+    const double d = kvs_qf16(hi), m = kvs_qf16(hi + 2);
+    for (int i = 0; i < 16; i++) {
+        const int u0 = 16 * (hi[4 + i] & 0x0f) + (lo[i] & 0x0f), u1 = 16 * (hi[4 + i] >> 4) + (lo[i] >> 4);
+        y[i] = m + d / 16.0 * ((double)u0 - 7.5);
+        y[i + 16] = m + d / 16.0 * ((double)u1 - 7.5);
+    }
+}
+
+/* n / 32 blocks of qh8 (upper blocks at hi, 20 bytes each; lower at lo, 16 each) -> y[0 .. n). */
+static inline void kvs_qb_qh8_n(const uint8_t *hi, const uint8_t *lo, int64_t nblocks, float *y) {
+    for (int64_t i = 0; i < nblocks; i++) kvs_qb_qh8(hi + 20 * i, lo + 16 * i, y + 32 * i);
 }
 
 /* Decodes nblocks consecutive blocks of dtype dt (a block type) into y[0 .. nblocks * block): one

@@ -116,6 +116,35 @@ static void enc_iq4_nl(const float *x, uint8_t *b) {
     for (int i = 0; i < 16; i++) b[2 + i] = (uint8_t)(iq4_nearest(x[i] * id) | iq4_nearest(x[i + 16] * id) << 4);
 }
 
+/* qh8 (quant_blocks.h): block min/max, d = f16(16 (max - min) / 255), m = f16(min + 7.5 (max - min) / 255),
+ * then each value's 8-bit code against the stored d and m (round half up, clamped to [0, 255]). */
+void kvs_qh8_encode_row(const float *src, int64_t n, void *hi_, void *lo_) {
+    uint8_t *hi = hi_, *lo = lo_;
+    for (int64_t b = 0; b < n / 32; b++) {
+        const float *x = src + 32 * b;
+        uint8_t *H = hi + 20 * b, *L = lo + 16 * b;
+        float mn = FLT_MAX, mx = -FLT_MAX;
+        for (int i = 0; i < 32; i++) {
+            if (x[i] < mn) mn = x[i];
+            if (x[i] > mx) mx = x[i];
+        }
+        if (!(mn <= mx)) mn = mx = 0.0f; /* all NaN */
+        const float s0 = (mx - mn) / 255.0f;
+        put_f16(H, 16.0f * s0);
+        put_f16(H + 2, mn + 7.5f * s0);
+        const float d = kvs_qf16(H), m = kvs_qf16(H + 2), is = d > 0.0f ? 16.0f / d : 0.0f;
+        int u[32];
+        for (int i = 0; i < 32; i++) {
+            const float a = (x[i] - m) * is + 8.0f; /* round half up of (x - m)/s + 7.5 */
+            u[i] = !(a >= 0.0f) ? 0 : a >= 255.0f ? 255 : (int)a;
+        }
+        for (int i = 0; i < 16; i++) {
+            H[4 + i] = (uint8_t)((u[i] >> 4) | (u[i + 16] >> 4) << 4);
+            L[i] = (uint8_t)((u[i] & 15) | (u[i + 16] & 15) << 4);
+        }
+    }
+}
+
 int kvs_quant_can_encode(kvs_dtype dt) {
     return dt == KVS_Q8_0 || dt == KVS_Q4_0 || dt == KVS_Q4_1 || dt == KVS_IQ4_NL;
 }

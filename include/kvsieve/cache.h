@@ -10,6 +10,12 @@
  *               reads the stored rows directly (CPU backend). Source: llama.cpp's --cache-type-k /
  *               --cache-type-v, and per-block quantization of K and V as in KIVI (Liu et al. 2024;
  *               KIVI groups K per channel, here both are grouped along head_dim as llama.cpp does).
+ *               Or KVS_QH8, QuantSpec's hierarchical 4/8-bit type (Tiwari et al. 2025; format:
+ *               core/quant/quant_blocks.h): k[l] (v[l]) is then the upper-nibble plane, a Q4_1
+ *               tensor that is a valid 4-bit cache by itself (what a draft pass reads), and
+ *               k_lo[l] (v_lo[l]) the lower-nibble plane (QH8_LO, same row indexing), which the
+ *               attention op adds for the 8-bit values (kvs_attention_params.k_lo / v_lo). Encoded
+ *               on the host when written; only on devices with kvs_caps.kv_hierarchical (the CPU).
  *   pos[l]:     [n_kv_heads][capacity] I32, the original token position held by each row (kept
  *               through eviction/compaction; -1 for an empty row); mirrored on the host. It is the
  *               position the causal mask and the eviction policies read.
@@ -63,7 +69,8 @@ typedef struct kvs_cache_params {
     int dim;            /* model width; required with KVS_CACHE_KEEP_X */
     int64_t capacity;   /* rows per kv head per layer; required, >= 1 */
     kvs_dtype type_k;   /* K element type: KVS_F32 (default), KVS_F16, KVS_BF16, KVS_Q8_0,
-                         * KVS_Q4_0, KVS_Q4_1 or KVS_IQ4_NL; the block types need head_dim % 32 == 0 */
+                         * KVS_Q4_0, KVS_Q4_1, KVS_IQ4_NL or KVS_QH8; the block types and qh8 need
+                         * head_dim % 32 == 0 */
     kvs_dtype type_v;   /* V element type: the same choices, independent of type_k; default KVS_F32 */
     kvs_cache_mode mode;/* default KVS_CACHE_POSITIONAL */
     unsigned flags;     /* KVS_CACHE_KEEP_X | KVS_CACHE_ROTATE; default 0 */
@@ -76,8 +83,9 @@ typedef struct kvs_kv_cache kvs_kv_cache;
 /* Creates an empty cache (every len 0, every pos -1) on dev.
  * Errors: KVS_ERR_INVALID_ARGUMENT (a required field < 1, unknown mode/flags, KVS_CACHE_ROTATE with
  * an odd head_dim), KVS_ERR_DTYPE
- * (type_k/type_v not one of the seven cache types; a block type with head_dim % 32 != 0, the
+ * (type_k/type_v not one of the eight cache types; a block type or qh8 with head_dim % 32 != 0, the
  * message names the type and head_dim), KVS_ERR_UNSUPPORTED (F16 on a device without fp16 storage;
+ * QH8 on a device without kvs_caps.kv_hierarchical, i.e. OpenCL and Vulkan, the message says why;
  * a type other than F32 on a backend whose scatter cannot convert rows to it, i.e. Vulkan for
  * F16/BF16/block types: the message gives the backend's reason; refused here, never mid-decode),
  * KVS_ERR_OUT_OF_MEMORY (message gives the bytes asked for). */
@@ -97,6 +105,10 @@ KVS_API kvs_tensor *kvs_cache_v(kvs_kv_cache *c, int layer);
 KVS_API kvs_tensor *kvs_cache_pos_tensor(kvs_kv_cache *c, int layer);
 KVS_API kvs_tensor *kvs_cache_len_tensor(kvs_kv_cache *c, int layer);
 KVS_API kvs_tensor *kvs_cache_x(kvs_kv_cache *c, int layer);
+/* The lower-nibble planes (QH8_LO [n_kv_heads][capacity][head_dim]) of a qh8 K / V; NULL when that
+ * type is not qh8 (kvs_cache_k / kvs_cache_v then hold everything). */
+KVS_API kvs_tensor *kvs_cache_k_lo(kvs_kv_cache *c, int layer);
+KVS_API kvs_tensor *kvs_cache_v_lo(kvs_kv_cache *c, int layer);
 
 /* Host mirrors: rows in use of (layer, head); positions [capacity] of (layer, head). -1 / NULL on
  * bad arguments. */
@@ -138,8 +150,8 @@ KVS_API kvs_status kvs_cache_write_rows_rope(kvs_kv_cache *c, int layer, const k
                                              const int32_t *positions, const int32_t *rope_positions, int64_t n);
 
 /* The cache types by name, as the CLI's --cache-type-k/-v take them: "f32", "f16", "bf16", "q8_0",
- * "q4_0", "q4_1", "iq4_nl". Errors: KVS_ERR_INVALID_ARGUMENT (NULL, or another name: the message
- * lists the seven). */
+ * "q4_0", "q4_1", "iq4_nl", "qh8". Errors: KVS_ERR_INVALID_ARGUMENT (NULL, or another name: the
+ * message lists the eight). */
 KVS_API kvs_status kvs_cache_type_from_name(const char *name, kvs_dtype *out);
 
 /* x[i] = R x[i] in place for n vectors of head_dim floats (host memory): R is the orthonormal
@@ -159,10 +171,19 @@ KVS_API kvs_status kvs_cache_read_f32(kvs_kv_cache *c, int layer, int which, flo
 
 /* Bytes of K/V (and x, when kept) for the rows in use, summed over layers and heads: the cache's
  * logical footprint (each row at its stored size: head_dim * 4 for F32, * 2 for F16/BF16,
- * head_dim / 32 blocks of 34 (q8_0), 18 (q4_0, iq4_nl) or 20 (q4_1) bytes); and the bytes
+ * head_dim / 32 blocks of 34 (q8_0), 18 (q4_0, iq4_nl), 20 (q4_1) or 36 (qh8: 20 + 16) bytes); and the bytes
  * allocated (capacity). */
 KVS_API int64_t kvs_cache_bytes_used(const kvs_kv_cache *c);
 KVS_API int64_t kvs_cache_bytes_allocated(const kvs_kv_cache *c);
+
+/* Rollback (speculative decoding: rows of rejected drafts): every kv head of every layer keeps its
+ * first n_rows rows; rows beyond are emptied exactly as if never written (bytes zeroed in every
+ * plane, positions -1, len = min(len, n_rows)), and the next position becomes 1 + the largest
+ * position still held, so the cache is bit-identical to one that never saw the removed rows (when
+ * those were appended after the kept ones). APPEND caches only.
+ * Errors: KVS_ERR_INVALID_ARGUMENT (NULL, n_rows < 0), KVS_ERR_STATE (positional cache),
+ * KVS_ERR_UNSUPPORTED (KVS_CACHE_KEEP_X caches), KVS_ERR_OUT_OF_MEMORY, upload errors. */
+KVS_API kvs_status kvs_cache_truncate(kvs_kv_cache *c, int64_t n_rows);
 
 /* Eviction: keeps, for every kv head h of `layer`, the rows keep[h][0..n_keep[h]) (strictly
  * increasing row indices < len), compacting them to rows 0..n_keep[h]-1 with their positions.

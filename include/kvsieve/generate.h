@@ -49,6 +49,11 @@ typedef struct kvs_gen_stats {
                                 * AR: sampling from the logits */
     double seconds_commit;     /* DLM: the commit rule, the commit, the EOS stop and the emission
                                 * with the token callback; AR: the token callback */
+    /* AR with kvs_ar_params.draft > 0 (speculative decoding): */
+    int64_t spec_verify_steps; /* verify forwards (each N + 1 rows) */
+    int64_t spec_drafted;      /* tokens drafted */
+    int64_t spec_accepted;     /* drafted tokens accepted (acceptance rate = accepted / drafted) */
+    double seconds_draft;      /* wall time of the draft forwards, s (part of seconds_forward) */
 } kvs_gen_stats;
 
 /* Called with each token as it is finalised (AR: every token; DLM: every token of a finished block,
@@ -82,7 +87,28 @@ typedef struct kvs_ar_params {
     int rerotate;
     double think_ratio;   /* ThinK key-channel pruning at each eviction (kvs_evict_params.think_ratio,
                            * window 32), [0, 1); 0 (default): off */
+    /* > 0: QuantSpec self-speculative decoding (Tiwari et al. 2025): the same weights draft `draft`
+     * tokens reading only the 4-bit view of a qh8 cache (kvs_step_plan.kv_draft), then one forward
+     * of draft + 1 rows over the full 8-bit cache verifies them. Greedy (temperature
+     * 0): the longest prefix of drafts equal to the target's argmax is kept, plus the target's next
+     * token; sampling: speculative sampling (Leviathan et al. 2023, alg. 1; kvs_spec_accept), so the
+     * output distribution is the target's. Rows the rejected drafts wrote are rolled back
+     * (kvs_cache_truncate). 1..KVS_SPEC_MAX_DRAFT; needs a qh8 K or V type, no policy, no rerotate.
+     * 0 (default): plain decoding. */
+    int draft;
 } kvs_ar_params;
+
+#define KVS_SPEC_MAX_DRAFT 16
+
+/* Speculative sampling's acceptance of one drafted token (Leviathan et al. 2023, "Fast Inference
+ * from Transformers via Speculative Decoding", alg. 1 / Chen et al. 2023, alg. 2): x was drawn from
+ * the draft distribution q[0..V); p[0..V) is the target's. With u, u2 uniform in [0, 1):
+ * accepted (returns 1, *out = x) when u < p(x) / q(x) (i.e. with probability min(1, p(x)/q(x)));
+ * else returns 0 and *out is drawn by inverse CDF with u2 from norm(max(0, p - q)) (from p when
+ * that residual has no mass). The token then follows p exactly. p and q need not be normalised
+ * beyond float64 rounding; q(x) must be > 0. Returns -1 (and *out = -1) for NULL, V < 1, x
+ * outside [0, V) or q(x) <= 0. */
+KVS_API int kvs_spec_accept(const double *p, const double *q, int64_t V, int32_t x, double u, double u2, int32_t *out);
 
 KVS_API kvs_ar_params kvs_ar_params_default(void);
 
@@ -103,7 +129,7 @@ KVS_API int64_t kvs_ar_capacity(const kvs_model *m, int64_t n_prompt, const kvs_
  * KVS_ERR_OUT_OF_RANGE (capacity; a model with a known context (hparams ctx_len > 0): without
  * rerotate and a policy, a last forwarded position n_prompt + max_new - 2 >= ctx_len; with both,
  * a budget + buffer (kvs_ar_capacity) > ctx_len), KVS_ERR_UNSUPPORTED (rerotate on a cache whose keys
- * are not plain f32/f16; a policy that cannot score this model, kvs_policy_check_model), the forward's errors, and with a policy the evictor's (kvs_evictor_create:
+ * are not plain f32/f16; draft > 0 with a policy or rerotate; a policy that cannot score this model, kvs_policy_check_model), the forward's errors, and with a policy the evictor's (kvs_evictor_create:
  * bad budget or scope; eviction: the top-k and compaction ops' and the policy's own). */
 KVS_API kvs_status kvs_generate_ar(kvs_model *m, kvs_kv_cache *cache, const int32_t *prompt, int64_t n_prompt,
                                    const kvs_ar_params *p, kvs_token_cb cb, void *user, int32_t *out,

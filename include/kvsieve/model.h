@@ -144,6 +144,11 @@ typedef struct kvs_step_plan {
      * RoPE positions equal the token positions (the same result). APPEND caches only.
      * 0 (default): RoPE at the token positions. */
     int rope_in_cache;
+    /* 1: attention reads only the upper 4-bit plane of a qh8 (hierarchical) K/V cache, its q4_1
+     * view: QuantSpec's draft pass (Tiwari et al. 2025), same weights, half the cache bytes. The
+     * step still writes both planes of its new rows. 0 (default): the 8-bit values. No effect on
+     * other cache types. */
+    int kv_draft;
     /* Block-causal attention (block diffusion: Arriola et al. 2025, BD3-LM, eq. 5's mask; Fast-dLLM
      * v2, Wu et al. 2025, sec. 3): [n_tokens] or NULL. Token i's queries see only the keys whose
      * positions are < key_limit[i] (each > the token's own position, so a query sees itself),

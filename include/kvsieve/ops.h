@@ -135,6 +135,11 @@ typedef struct kvs_attention_params {
                                 * NULL: no limit */
     const kvs_tensor *mask;    /* F32 [n_q][n_kv] additive logit bias, shared by all heads
                                 * (-INFINITY hides a key). NULL: none */
+    const kvs_tensor *k_lo;    /* QH8_LO [n_kv_heads][capacity][head_dim]: the lower-nibble plane of a
+                                * hierarchical qh8 K (kvs_cache_k_lo); k is then its upper plane (Q4_1)
+                                * and the keys are the 8-bit values (core/quant/quant_blocks.h).
+                                * NULL (default): k alone (for a qh8 cache: its 4-bit view) */
+    const kvs_tensor *v_lo;    /* the same for V */
 
     /* ---- statistics written by the same pass (each optional; NULL = not computed) ---- */
     const kvs_tensor *stat_rows; /* I32 [n_sel]: query rows feeding key_mass. NULL: all rows */
@@ -168,7 +173,10 @@ KVS_API kvs_attention_params kvs_attention_params_default(void);
  *        rows decoded 32 keys at a time into L1 with core/quant's decoders, never a dequantized copy
  *        of the cache); OpenCL reads every one of these types likewise (tiles decoded 32 values at
  *        a time by shaders/opencl/qblocks.cl); Vulkan reads F32 or F16 with k and v of one type and
- *        refuses the rest with KVS_ERR_UNSUPPORTED
+ *        refuses the rest with KVS_ERR_UNSUPPORTED. With p->k_lo (p->v_lo) k (v) must be Q4_1 and the
+ *        op reads the qh8 8-bit values of the two planes (devices with kvs_caps.kv_hierarchical only;
+ *        KVS_ERR_UNSUPPORTED elsewhere; KVS_ERR_DTYPE / KVS_ERR_SHAPE for a plane of another type
+ *        or shape)
  *   out: [n_q][n_heads][head_dim] F32 (must not alias q, k, v)
  *   query head g reads kv head g / (n_heads / n_kv_heads); n_heads % n_kv_heads must be 0
  *   (KVS_ERR_SHAPE otherwise).

@@ -44,6 +44,15 @@ typedef enum kvs_dtype {
     KVS_Q5_K = 13,   /* 176 bytes */
     KVS_Q6_K = 14,   /* 210 bytes */
     KVS_IQ4_XS = 15, /* 136 bytes */
+    /* QuantSpec's hierarchical 4/8-bit KV-cache type (Tiwari et al. 2025; layout: core/quant/
+     * quant_blocks.h). KVS_QH8 names the cache type only (kvs_cache_params.type_k/type_v; 36 bytes
+     * per 32 values): a qh8 cache stores each K or V as two tensors, the upper-nibble plane as a
+     * KVS_Q4_1 tensor (a valid 4-bit cache on its own) and the lower-nibble plane as a KVS_QH8_LO
+     * tensor. kvs_tensor_create refuses KVS_QH8; KVS_QH8_LO tensors hold bytes that only decode
+     * together with their Q4_1 plane (no op but the attention's k_lo/v_lo and the row moves reads
+     * them). Neither is a GGUF type. */
+    KVS_QH8 = 16,    /* 36 bytes per 32 values (20 upper + 16 lower) */
+    KVS_QH8_LO = 17, /* 16 bytes per 32 values: the lower nibbles */
     KVS_DTYPE_COUNT
 } kvs_dtype;
 
@@ -54,7 +63,8 @@ KVS_API const char *kvs_dtype_name(kvs_dtype t);
 /* Values per block: 1 for F32/F16/BF16/I32, 32 or 256 for the block types; 0 for an unknown dtype. */
 KVS_API int kvs_dtype_block(kvs_dtype t);
 
-/* 1 for the block-quantized dtypes (Q8_0 and the types after it), else 0. */
+/* 1 for the block-quantized dtypes with a decoder of their own (Q8_0 .. IQ4_XS), else 0 (also for
+ * the hierarchical cache planes KVS_QH8 / KVS_QH8_LO, which kvs_dtype_block reports as 32). */
 KVS_API int kvs_dtype_is_quant(kvs_dtype t);
 
 /* Bytes for n elements of dtype t (n must be a multiple of the block size for block types).
@@ -66,7 +76,7 @@ typedef struct kvs_tensor kvs_tensor;
 /* Creates a dense tensor of ndim (1..4) dimensions ne[0..ndim-1] (each >= 1) on dev. Contents are
  * undefined until written.
  * Errors: KVS_ERR_INVALID_ARGUMENT (NULL, ndim out of 1..4, ne < 1, size overflow),
- * KVS_ERR_DTYPE (unknown dtype, or a block type with ne[0] % block != 0), KVS_ERR_OUT_OF_MEMORY (including a
+ * KVS_ERR_DTYPE (unknown dtype, KVS_QH8 (a cache type only), or a block type with ne[0] % block != 0), KVS_ERR_OUT_OF_MEMORY (including a
  * size above caps.max_buffer_bytes; the message names the limit), KVS_ERR_BACKEND. */
 KVS_API kvs_status kvs_tensor_create(kvs_tensor **out, kvs_device *dev, kvs_dtype dtype, int ndim,
                                      const int64_t *ne);

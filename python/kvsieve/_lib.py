@@ -70,7 +70,7 @@ class Caps(Structure):
                 ("shared_mem_bytes", c_int64), ("max_workgroup_size", c_int),
                 ("max_buffer_bytes", c_int64), ("max_binding_bytes", c_int64),
                 ("total_memory_bytes", c_int64), ("compute_units", c_int), ("unified_memory", c_int),
-                ("n_threads", c_int)]
+                ("n_threads", c_int), ("kv_hierarchical", c_int)]
 
 
 class DeviceInfo(Structure):
@@ -83,6 +83,8 @@ F32, F16, BF16, I32, Q8_0 = 0, 1, 2, 3, 4
 # the other block-quantized types (include/kvsieve/tensor.h)
 Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS = range(5, 16)
 QUANT_TYPES = (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS)
+# QuantSpec's hierarchical cache type (a cache type only) and its lower-nibble plane's tensor type
+QH8, QH8_LO = 16, 17
 
 # ---- ops.h ----------------------------------------------------------------------------------------
 ROPE_ADJACENT, ROPE_NEOX = 0, 1
@@ -96,7 +98,7 @@ class RopeParams(Structure):
 class AttentionParams(Structure):
     _fields_ = [("scale", c_float), ("causal", c_int), ("n_kv", c_int64),
                 ("q_pos", c_void_p), ("k_pos", c_void_p), ("kv_len", c_void_p), ("row_len", c_void_p),
-                ("mask", c_void_p), ("stat_rows", c_void_p), ("key_mass", c_void_p),
+                ("mask", c_void_p), ("k_lo", c_void_p), ("v_lo", c_void_p), ("stat_rows", c_void_p), ("key_mass", c_void_p),
                 ("key_mass_accumulate", c_int), ("probe_rows", c_void_p), ("probs", c_void_p),
                 ("argmax", c_void_p), ("row_max", c_void_p), ("row_sum", c_void_p),
                 ("unnormalised", c_int)]
@@ -157,7 +159,8 @@ class LayerPlan(Structure):
 class StepPlan(Structure):
     _fields_ = [("tokens", POINTER(c_int32)), ("n_tokens", c_int64), ("positions", POINTER(c_int32)),
                 ("layers", POINTER(LayerPlan)), ("logit_rows", POINTER(c_int32)),
-                ("n_logit_rows", c_int64), ("rope_in_cache", c_int), ("key_limit", POINTER(c_int32))]
+                ("n_logit_rows", c_int64), ("rope_in_cache", c_int), ("kv_draft", c_int),
+                ("key_limit", POINTER(c_int32))]
 
 
 class StepResult(Structure):
@@ -205,14 +208,16 @@ class GenStats(Structure):
                 ("cache_bytes_peak", c_int64), ("cache_bytes_allocated", c_int64),
                 ("evictions", c_int64), ("rows_evicted", c_int64), ("tokens", c_int64),
                 ("tokens_eos_filled", c_int64), ("seconds_plan", c_double), ("seconds_forward", c_double),
-                ("seconds_logits", c_double), ("seconds_confidence", c_double), ("seconds_commit", c_double)]
+                ("seconds_logits", c_double), ("seconds_confidence", c_double), ("seconds_commit", c_double),
+                ("spec_verify_steps", c_int64), ("spec_drafted", c_int64), ("spec_accepted", c_int64),
+                ("seconds_draft", c_double)]
 
 
 class ArParams(Structure):
     _fields_ = [("max_new", c_int64), ("temperature", c_float), ("top_p", c_float), ("seed", ctypes.c_uint64),
                 ("stop_at_bos", c_int), ("stop_at_eos", c_int), ("policy", c_void_p), ("budget", c_double),
                 ("scope", c_int), ("evict_buffer", c_int64), ("budget_tokens", c_int64), ("rerotate", c_int),
-                ("think_ratio", c_double)]
+                ("think_ratio", c_double), ("draft", c_int)]
 
 
 class DlmParams(Structure):

@@ -157,11 +157,11 @@ class Cache:
     """A KV cache for a model (kvs_cache_create): capacity rows per kv head, mode "positional"
     (diffusion, whole-sequence plans) or "append" (autoregressive), keep_x for schedules that
     recompute from layer inputs; element types of K and V (type_k, type_v; dtype sets both unless
-    they are given): "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl" (the block types need
-    head_dim % 32 == 0, and the CPU backend); rotate: keys (and queries) rotated by the fixed Hadamard
+    they are given): "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "qh8" (QuantSpec's hierarchical 4/8-bit
+    type; the block types and qh8 need head_dim % 32 == 0, and the CPU backend); rotate: keys (and queries) rotated by the fixed Hadamard
     transform (KVS_CACHE_ROTATE)."""
 
-    _TYPES = {"f32": 0, "f16": 1, "bf16": 2, "q8_0": 4, "q4_0": 5, "q4_1": 6, "iq4_nl": 9}
+    _TYPES = {"f32": 0, "f16": 1, "bf16": 2, "q8_0": 4, "q4_0": 5, "q4_1": 6, "iq4_nl": 9, "qh8": 16}
 
     def __init__(self, model, capacity, mode="append", keep_x=False, dtype="f32", type_k=None, type_v=None,
                  rotate=False):
@@ -337,9 +337,11 @@ class Model:
         return self.generate_ar(prompt, max_new=max_new or 256, **kw)
 
     def generate_ar(self, prompt="", max_new=256, temperature=0.0, top_p=1.0, seed=42, policy=None,
-                    budget=1.0, scope="head", buffer=0, cache_dtype="f32"):
+                    budget=1.0, scope="head", buffer=0, cache_dtype="f32", draft=0):
         """Autoregressive decoding (kvs_generate_ar). prompt: text (BOS added) or ids. policy: None,
-        a name or a Policy; budget a fraction (0, 1] or tokens per kv head. Returns
+        a name or a Policy; budget a fraction (0, 1] or tokens per kv head. draft > 0: QuantSpec
+        self-speculative decoding drafting that many tokens per verify step from the 4-bit view of a
+        qh8 cache (cache_dtype "qh8"; kvs_ar_params.draft). Returns
         {"tokens" (int32), "text", "stats" (kvs_gen_stats as a dict)}."""
         ids = self._prompt(prompt)
         p = L.lib.kvs_ar_params_default()
@@ -351,6 +353,7 @@ class Model:
             fail(INVALID_ARGUMENT, "policy must be None, a name or a Policy")
         p.policy = pol._h if pol is not None else None
         p.budget, p.scope, p.evict_buffer = float(budget), L.SCOPES[scope], int(buffer)
+        p.draft = int(draft)
         if max_new < 1:
             fail(INVALID_ARGUMENT, "max_new must be >= 1")
         cap = int(L.lib.kvs_ar_capacity(self._h, ids.size, ctypes.byref(p)))

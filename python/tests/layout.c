@@ -8,7 +8,7 @@
 
 int main(void) {
     ROW("DeviceParams", kvs_device_params, validation);
-    ROW("Caps", kvs_caps, n_threads);
+    ROW("Caps", kvs_caps, kv_hierarchical);
     ROW("DeviceInfo", kvs_device_info, driver);
     ROW("RopeParams", kvs_rope_params, freq_scale);
     ROW("AttentionParams", kvs_attention_params, unnormalised);
@@ -26,8 +26,8 @@ int main(void) {
     ROW("EvictStats", kvs_evict_stats, channels_pruned);
     ROW("ElasticParams", kvs_elastic_params, block_refresh);
     ROW("WavefilterParams", kvs_wavefilter_params, n_recent);
-    ROW("GenStats", kvs_gen_stats, seconds_commit);
-    ROW("ArParams", kvs_ar_params, think_ratio);
+    ROW("GenStats", kvs_gen_stats, seconds_draft);
+    ROW("ArParams", kvs_ar_params, draft);
     ROW("DlmParams", kvs_dlm_params, block_causal);
     return 0;
 }

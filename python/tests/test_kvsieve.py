@@ -337,6 +337,19 @@ class Models(unittest.TestCase):
         full = self.ar.generate_ar("", max_new=128)
         self.assertEqual(r["tokens"][:40].tolist(), full["tokens"][:40].tolist())  # the budget is not hit before
 
+    def test_speculative_greedy_equals_plain(self):
+        # QuantSpec: qh8 cache (head_dim 64 fixture), drafts from its 4-bit view, greedy == plain greedy
+        m = kvsieve.Model(self.dev, "tiny-llama-mixed-q.gguf")
+        plain = m.generate_ar([1, 17, 230], max_new=30, cache_dtype="qh8")
+        spec = m.generate_ar([1, 17, 230], max_new=30, cache_dtype="qh8", draft=3)
+        self.assertEqual(spec["tokens"].tolist(), plain["tokens"].tolist())
+        self.assertGreater(spec["stats"]["spec_verify_steps"], 0)
+        self.assertLessEqual(spec["stats"]["spec_accepted"], spec["stats"]["spec_drafted"])
+        with self.assertRaises(kvsieve.KvsError):  # drafts need a qh8 cache
+            m.generate_ar([1], max_new=4, draft=2)
+        with self.assertRaises(kvsieve.KvsError):  # stories260K: head_dim 8
+            self.ar.generate_ar("", max_new=4, cache_dtype="qh8", draft=2)
+
     def test_learned_policy(self):
         pol = kvsieve.Policy.learned(self.ar, kind="retention", seed=3)
         r = self.ar.generate_ar("", max_new=96, policy=pol, budget=0.25)

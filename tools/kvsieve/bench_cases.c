@@ -35,7 +35,7 @@ static void case_matmul(bench *b, kvs_dtype wt, int64_t m, int64_t k, int64_t n)
 }
 
 typedef struct att_state {
-    kvs_tensor *q, *k, *v, *o;
+    kvs_tensor *q, *k, *v, *o, *k_lo, *v_lo; /* k_lo, v_lo: the lower planes of a qh8 K / V */
     kvs_attention_params p;
 } att_state;
 
@@ -47,16 +47,20 @@ static kvs_status run_att(bench *b, void *p) {
 /* q [n_q][h][d] against k, v [hkv][n_kv][d]. n_q == 1: decode row, reported as GB/s. */
 /* Returns the seconds per call measured (0 when not run, INFINITY when skipped); skip = 1 records
  * the case as skipped. */
+/* A qh8 K or V (QuantSpec's hierarchical cache) is a q4_1 upper plane plus a lower plane; view = 1
+ * times the draft's read of the upper planes alone (the 4-bit view), and counts only their bytes. */
 static double case_attention_kv(bench *b, int64_t n_q, int64_t n_kv, int64_t d, int64_t h, int64_t hkv, int causal,
-                                int skip, kvs_dtype kt, kvs_dtype vt) {
-    char shape[64], types[24] = "";
-    if (kt != KVS_F32 || vt != KVS_F32) snprintf(types, sizeof types, " kv %s/%s", kvs_dtype_name(kt), kvs_dtype_name(vt));
+                                int skip, kvs_dtype kt, kvs_dtype vt, int view) {
+    char shape[64], types[32] = "";
+    if (kt != KVS_F32 || vt != KVS_F32)
+        snprintf(types, sizeof types, " kv %s/%s%s", kvs_dtype_name(kt), kvs_dtype_name(vt), view ? " view" : "");
+    const kvs_dtype kst = kt == KVS_QH8 ? KVS_Q4_1 : kt, vst = vt == KVS_QH8 ? KVS_Q4_1 : vt; /* stored tensors */
     snprintf(shape, sizeof shape, "n_q=%lld n_kv=%lld d=%lld h=%lld/%lld%s%s", (long long)n_q, (long long)n_kv,
              (long long)d, (long long)h, (long long)hkv, causal ? " causal" : "", types);
     int decode = n_q == 1;
     /* decoding: bytes of q, out and the K/V cache as stored (a quantized cache counts its blocks) */
-    double work = decode ? 4.0 * (double)(2 * n_q * h * d) + (double)kvs_dtype_bytes(kt, hkv * n_kv * d) +
-                               (double)kvs_dtype_bytes(vt, hkv * n_kv * d)
+    double work = decode ? 4.0 * (double)(2 * n_q * h * d) + (double)kvs_dtype_bytes(view ? kst : kt, hkv * n_kv * d) +
+                               (double)kvs_dtype_bytes(view ? vst : vt, hkv * n_kv * d)
                          : 4.0 * (double)n_q * (double)n_kv * (double)d * (double)h * (causal ? 0.5 : 1.0);
     row *r = bench_new_row(b, decode ? "attn-dec" : "attention", shape, decode ? UNIT_BYTES : UNIT_FLOPS, work);
     if (!r) return 0;
@@ -70,19 +74,23 @@ static double case_attention_kv(bench *b, int64_t n_q, int64_t n_kv, int64_t d, 
     s.p.causal = causal;
     double sec = 0;
     kvs_status st = bench_new_tensor(b, &s.q, KVS_F32, d, h, n_q, 0);
-    if (st == KVS_OK) st = bench_new_tensor(b, &s.k, kt, d, n_kv, hkv, 0);
-    if (st == KVS_OK) st = bench_new_tensor(b, &s.v, vt, d, n_kv, hkv, 0);
+    if (st == KVS_OK) st = bench_new_tensor(b, &s.k, kst, d, n_kv, hkv, 0);
+    if (st == KVS_OK) st = bench_new_tensor(b, &s.v, vst, d, n_kv, hkv, 0);
     if (st == KVS_OK) st = bench_new_tensor(b, &s.o, KVS_F32, d, h, n_q, 0);
+    if (st == KVS_OK && kt == KVS_QH8 && !view) st = bench_new_tensor(b, &s.k_lo, KVS_QH8_LO, d, n_kv, hkv, 0);
+    if (st == KVS_OK && vt == KVS_QH8 && !view) st = bench_new_tensor(b, &s.v_lo, KVS_QH8_LO, d, n_kv, hkv, 0);
+    s.p.k_lo = s.k_lo;
+    s.p.v_lo = s.v_lo;
     if (st == KVS_OK) st = bench_time_op(b, run_att, &s, &sec);
     bench_finish_row(b, r, st, sec);
-    bench_destroy_all(&s.q, 4);
+    bench_destroy_all(&s.q, 6);
     return st == KVS_OK ? sec : 0;
 }
 
 /* The attention case with the K/V types of --cache-type-k/-v. */
 static double case_attention(bench *b, int64_t n_q, int64_t n_kv, int64_t d, int64_t h, int64_t hkv, int causal,
                              int skip) {
-    return case_attention_kv(b, n_q, n_kv, d, h, hkv, causal, skip, b->kv_types[0], b->kv_types[1]);
+    return case_attention_kv(b, n_q, n_kv, d, h, hkv, causal, skip, b->kv_types[0], b->kv_types[1], 0);
 }
 
 typedef struct dwt_state {
@@ -232,7 +240,10 @@ void bench_run_suite(bench *b) {
     {
         static const kvs_dtype kvt[] = {KVS_F32, KVS_F16, KVS_Q8_0, KVS_Q4_0};
         const int64_t nk = q ? 4096 : 16384;
-        for (size_t i = 0; i < sizeof kvt / sizeof kvt[0]; i++) case_attention_kv(b, 1, nk, 128, 32, 8, 0, 0, kvt[i], kvt[i]);
+        for (size_t i = 0; i < sizeof kvt / sizeof kvt[0]; i++) case_attention_kv(b, 1, nk, 128, 32, 8, 0, 0, kvt[i], kvt[i], 0);
+        /* QuantSpec's qh8 cache: the verify's 8-bit read and the draft's 4-bit view (half the bytes) */
+        case_attention_kv(b, 1, nk, 128, 32, 8, 0, 0, KVS_QH8, KVS_QH8, 0);
+        case_attention_kv(b, 1, nk, 128, 32, 8, 0, 0, KVS_QH8, KVS_QH8, 1);
     }
 
     /* wavelets along the token axis */

@@ -38,6 +38,8 @@ typedef struct gen_opts {
     int64_t ctx;      /* -c/--ctx-size: prompt + generated tokens must fit; 0 = the model's context */
     int rerotate;     /* --rerotate: RoPE positions within the cache, keys re-rotated after eviction */
     double think;     /* --think R: ThinK key-channel pruning ratio at each eviction */
+    int speculative;  /* --speculative: QuantSpec self-speculative decoding on a qh8 cache */
+    int64_t draft;    /* --draft N: tokens drafted per verify step (implies --speculative; default 3) */
 } gen_opts;
 
 typedef struct stream_ctx {
@@ -84,7 +86,8 @@ static json_object *ids_json(const int32_t *ids, int64_t n) {
 int cmd_generate(int argc, char **argv) {
     /* CLI_UNSET: flags that apply to one kind of model only are refused on the other when given */
     gen_opts o = {.prompt = "", .dev = {.backend = "cpu"}, .n = CLI_UNSET_I64, .temp = CLI_UNSET_DBL, .top_p = CLI_UNSET_DBL,
-                  .threshold = 0.0, .seed = CLI_UNSET_I64, .block = CLI_UNSET_I64, .steps = CLI_UNSET_I64};
+                  .threshold = 0.0, .seed = CLI_UNSET_I64, .block = CLI_UNSET_I64, .steps = CLI_UNSET_I64,
+                  .draft = CLI_UNSET_I64};
     policy_opts po = POLICY_OPTS_INIT;
     dlm_cache_opts co = dlm_cache_opts_default();
     cache_type_opts ct = {0};
@@ -117,6 +120,13 @@ int cmd_generate(int argc, char **argv) {
         {"think", 0, CLI_DOUBLE, &o.think, "R", "autoregressive, with --policy: ThinK (arXiv 2407.21018) zeroes the "
                                                 "fraction R in [0, 1) of key channels per kv head with the lowest query-key "
                                                 "score at each eviction (paper: 0.4; default 0 = off; memory does not drop yet)"},
+        {"speculative", 0, CLI_FLAG, &o.speculative, NULL, "autoregressive: QuantSpec self-speculative decoding: the model "
+                                                           "drafts tokens reading the 4-bit view of a qh8 cache and verifies "
+                                                           "them in one step over the 8-bit cache (cache types default to qh8); "
+                                                           "also runs plain decoding (3 interleaved runs each, the fastest "
+                                                           "counts) for the speedup and, greedy, the check that the tokens "
+                                                           "are identical"},
+        {"draft", 0, CLI_INT64, &o.draft, "N", "--speculative: tokens drafted per verify step, 1..16 (default 3)"},
         {"compare", 0, CLI_FLAG, &o.compare, NULL, "diffusion: also decode without cache; report speedup and agreement"},
         {"stop-eos", 0, CLI_FLAG, &o.stop_eos, NULL, "diffusion: stop once every position before the first EOS is decoded; "
                                                      "the rest is EOS, not decoded (LLaDA)"},
@@ -145,7 +155,7 @@ int cmd_generate(int argc, char **argv) {
         .prog = PROG,
         .usage = "-m MODEL [-p PROMPT] [-n N] [-c N] [--backend B] [--temp T] [--top-p P] [--seed S] [--block B] "
                  "[--steps S] [--threshold E] [--json] [--policy NAME --budget F|N [--scope head|layer|global] "
-                 "[--sink N] [--window N] [--rerotate] [--think R]] [--cache none|prefix|dual|delayed|elastic] [--gamma G] "
+                 "[--sink N] [--window N] [--rerotate] [--think R]] [--speculative [--draft N]] [--cache none|prefix|dual|delayed|elastic] [--gamma G] "
                  "[--window W] [--track K] [--reload R] [--wavefilter] [--wf-family F] [--wf-levels J] "
                  "[--wf-budget F] [--compare] [--stop-eos] [--block-causal] [--stats] [--profile]",
         .summary = "Generate text with an autoregressive (llama, qwen2, qwen3) or masked-diffusion (llada, dream) model.",
@@ -167,9 +177,17 @@ int cmd_generate(int argc, char **argv) {
     if (o.threshold < 0 || o.threshold > 1) return cli_fail(CLI_EXIT_USAGE, PROG, "--threshold must be in [0, 1]");
     if ((o.n != CLI_UNSET_I64 && o.n < 1) || o.block < 1 || o.steps < 0) return cli_fail(CLI_EXIT_USAGE, PROG, "need -n >= 1, --block >= 1, --steps >= 0");
 
+    if (o.draft != CLI_UNSET_I64) o.speculative = 1;
+    if (o.draft == CLI_UNSET_I64) o.draft = 3;
+    if (o.speculative && (o.draft < 1 || o.draft > KVS_SPEC_MAX_DRAFT))
+        return cli_fail(CLI_EXIT_USAGE, PROG, "--draft must be in 1..%d", KVS_SPEC_MAX_DRAFT);
+    if (o.speculative && !ct.k && !ct.v) ct.k = ct.v = "qh8"; /* QuantSpec's cache by default */
     kvs_dtype ctypes[2];
     rc = cli_cache_types(PROG, &ct, ctypes);
     if (rc != CLI_EXIT_OK) return rc;
+    if (o.speculative && ctypes[0] != KVS_QH8 && ctypes[1] != KVS_QH8)
+        return cli_fail(CLI_EXIT_USAGE, PROG, "--speculative drafts from the 4-bit view of a qh8 cache: give --cache-type-k "
+                        "and/or --cache-type-v qh8 (or neither)");
     cli_model cm = {0};
     kvs_kv_cache *cache = NULL;
     kvs_policy *pol = NULL;
@@ -178,7 +196,9 @@ int cmd_generate(int argc, char **argv) {
     kvs_gen_stats st_base;
     gen_profile prof = {0}, prof_base = {0};
     double cpu_s = 0, cpu_base_s = 0;
-    int64_t agree = 0;
+    int64_t agree = 0, base_n = 0, first_diff = -1;
+    double spec_best_s = 0; /* --speculative: the fastest speculative run's wall time */
+    int same = 0;
     memset(&st_base, 0, sizeof st_base);
     int exit_code = CLI_EXIT_FAIL;
     rc = cli_model_open(PROG, o.model, &o.dev, &cm);
@@ -208,6 +228,10 @@ int cmd_generate(int argc, char **argv) {
         if (n_gen < 1) n_gen = 1;
         fprintf(stderr, "%s: -n not given: generating %lld tokens (the default %d exceeds the model context %d)\n", PROG,
                 (long long)n_gen, dlm ? 64 : 256, hp->ctx_len);
+    }
+    if (o.speculative && (dlm || po.policy || o.rerotate)) {
+        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "--speculative applies to autoregressive models without --policy/--rerotate");
+        goto done;
     }
     if (dlm && o.rerotate) {
         exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "--rerotate applies to autoregressive models only");
@@ -404,11 +428,51 @@ int cmd_generate(int argc, char **argv) {
         p.temperature = (float)o.temp;
         p.top_p = (float)o.top_p;
         p.seed = (uint64_t)o.seed;
-        if (o.profile) s = kvs_device_profile(dev, 1);
-        cpu_s = cpu_now_s();
-        if (s == KVS_OK) s = kvs_generate_ar(m, cache, prompt, n_prompt, &p, on_token, &sc, out, &n_out, &st);
-        cpu_s = cpu_now_s() - cpu_s;
-        gen_profile_capture(dev, &prof);
+        if (o.speculative) {
+            /* plain and speculative decoding on the same cache type, interleaved, SPEC_REPEATS times
+             * each (the fastest of each counts: the decodes of a small model are milliseconds, and
+             * the first pays the warm-up); the text streams from the last speculative run */
+            enum { SPEC_REPEATS = 3 };
+            kvs_ar_params pb = p;
+            base_out = malloc((size_t)n_gen * sizeof *base_out);
+            if (!base_out) s = KVS_ERR_OUT_OF_MEMORY;
+            p.draft = (int)o.draft;
+            kvs_gen_stats sb;
+            for (int rep = 0; rep < SPEC_REPEATS && s == KVS_OK; rep++) {
+                double c0 = cpu_now_s();
+                s = kvs_generate_ar(m, cache, prompt, n_prompt, &pb, NULL, NULL, base_out, &base_n, &sb);
+                double c1 = cpu_now_s();
+                if (s != KVS_OK) break;
+                if (rep == 0 || sb.seconds < st_base.seconds) st_base = sb;
+                if (rep == 0 || c1 - c0 < cpu_base_s) cpu_base_s = c1 - c0;
+                const int last = rep == SPEC_REPEATS - 1;
+                if (last && o.profile) s = kvs_device_profile(dev, 1);
+                kvs_gen_stats ss;
+                if (s == KVS_OK)
+                    s = kvs_generate_ar(m, cache, prompt, n_prompt, &p, last ? on_token : NULL, last ? &sc : NULL, out, &n_out, &ss);
+                double c2 = cpu_now_s();
+                if (s != KVS_OK) break;
+                if (rep == 0 || c2 - c1 < cpu_s) cpu_s = c2 - c1;
+                if (rep == 0 || ss.seconds < spec_best_s) spec_best_s = ss.seconds;
+                st = ss;
+            }
+            if (s == KVS_OK) gen_profile_capture(dev, &prof);
+        } else {
+            if (o.profile) s = kvs_device_profile(dev, 1);
+            cpu_s = cpu_now_s();
+            if (s == KVS_OK) s = kvs_generate_ar(m, cache, prompt, n_prompt, &p, on_token, &sc, out, &n_out, &st);
+            cpu_s = cpu_now_s() - cpu_s;
+            gen_profile_capture(dev, &prof);
+        }
+        if (s == KVS_OK && o.speculative) {
+            same = base_n == n_out;
+            for (int64_t i = 0; i < n_out && i < base_n; i++)
+                if (out[i] != base_out[i]) {
+                    same = 0;
+                    first_diff = i;
+                    break;
+                }
+        }
     }
     if (s != KVS_OK) {
         if (sc.print) printf("\n");
@@ -463,6 +527,28 @@ int cmd_generate(int argc, char **argv) {
         json_object_object_add(js, "load_seconds", json_object_new_double(cm.load_s));
         json_object_object_add(js, "backend", json_object_new_string(kvs_backend_name(kvs_device_backend(dev))));
         json_object_object_add(js, "breakdown_ms_per_step", gen_breakdown_json(&st));
+        if (o.speculative) {
+            json_object *sp = json_object_new_object();
+            json_object_object_add(sp, "draft", json_object_new_int64(o.draft));
+            json_object_object_add(sp, "verify_steps", json_object_new_int64(st.spec_verify_steps));
+            json_object_object_add(sp, "drafted", json_object_new_int64(st.spec_drafted));
+            json_object_object_add(sp, "accepted", json_object_new_int64(st.spec_accepted));
+            json_object_object_add(sp, "acceptance_rate", json_object_new_double(
+                st.spec_drafted ? (double)st.spec_accepted / (double)st.spec_drafted : 0.0));
+            json_object_object_add(sp, "tokens_per_verify_step", json_object_new_double(
+                st.spec_verify_steps ? (double)(st.spec_accepted + st.spec_verify_steps) / (double)st.spec_verify_steps : 0.0));
+            json_object_object_add(sp, "seconds_draft", json_object_new_double(st.seconds_draft));
+            json_object_object_add(sp, "plain_seconds", json_object_new_double(st_base.seconds));
+            json_object_object_add(sp, "plain_cpu_seconds", json_object_new_double(cpu_base_s));
+            json_object_object_add(sp, "seconds", json_object_new_double(spec_best_s));
+            json_object_object_add(sp, "cpu_seconds", json_object_new_double(cpu_s));
+            json_object_object_add(sp, "repeats", json_object_new_int(3));
+            json_object_object_add(sp, "speedup", json_object_new_double(spec_best_s > 0 ? st_base.seconds / spec_best_s : 0));
+            json_object_object_add(sp, "cpu_speedup", json_object_new_double(cpu_s > 0 ? cpu_base_s / cpu_s : 0));
+            json_object_object_add(sp, "plain_tokens", ids_json(base_out, base_n));
+            json_object_object_add(sp, "identical_to_plain", json_object_new_boolean(same));
+            json_object_object_add(js, "speculative", sp);
+        }
         if (o.profile) json_object_object_add(js, "profile", gen_profile_json(&prof));
         if (sched) {
             kvs_dlm_schedule_stats ss;
@@ -478,7 +564,7 @@ int cmd_generate(int argc, char **argv) {
             if (ss.context_rows > 0)
                 json_object_object_add(js, "wf_kept_fraction", json_object_new_double((double)ss.kept_rows / (double)ss.context_rows));
         }
-        if (base_out) {
+        if (base_out && dlm) {
             json_object_object_add(js, "baseline_seconds", json_object_new_double(st_base.seconds));
             json_object_object_add(js, "baseline_cpu_seconds", json_object_new_double(cpu_base_s));
             json_object_object_add(js, "speedup", json_object_new_double(st.seconds > 0 ? st_base.seconds / st.seconds : 0));
@@ -531,20 +617,36 @@ int cmd_generate(int argc, char **argv) {
                 fprintf(stderr, "; WaveFilter kept %.3f of the context", (double)ss.kept_rows / (double)ss.context_rows);
             fprintf(stderr, "\n");
         }
-        if (base_out)
+        if (base_out && dlm)
             fprintf(stderr, "no cache: %.3f s, %lld rows; speedup %.2fx, compute fraction %.3f, token agreement %lld/%lld\n",
                     st_base.seconds, (long long)st_base.rows_computed, st.seconds > 0 ? st_base.seconds / st.seconds : 0.0,
                     (double)st.rows_computed / (double)(st_base.rows_computed ? st_base.rows_computed : 1),
                     (long long)agree, (long long)n_gen);
+        if (o.speculative) {
+            const int64_t vs = st.spec_verify_steps;
+            fprintf(stderr,
+                    "speculative (QuantSpec, draft %lld from the 4-bit view): %lld verify steps, acceptance %.3f (%lld of %lld "
+                    "drafted), %.2f tokens per verify step, draft forwards %.3f s\n"
+                    "fastest of 3 interleaved runs: plain decoding (same cache) %.4f s (CPU %.4f s), speculative %.4f s "
+                    "(CPU %.4f s): speedup %.2fx wall, %.2fx CPU time; %s\n",
+                    (long long)o.draft, (long long)vs, st.spec_drafted ? (double)st.spec_accepted / (double)st.spec_drafted : 0.0,
+                    (long long)st.spec_accepted, (long long)st.spec_drafted,
+                    vs ? (double)(st.spec_accepted + vs) / (double)vs : 0.0, st.seconds_draft, st_base.seconds, cpu_base_s,
+                    spec_best_s, cpu_s, spec_best_s > 0 ? st_base.seconds / spec_best_s : 0.0, cpu_s > 0 ? cpu_base_s / cpu_s : 0.0,
+                    same ? "tokens identical to plain decoding"
+                         : o.temp > 0 ? "tokens differ from plain decoding (sampling: the same distribution, other draws)"
+                                      : "TOKENS DIFFER from plain greedy decoding");
+            if (!same && o.temp <= 0 && first_diff >= 0) fprintf(stderr, "first difference at generated token %lld\n", (long long)first_diff);
+        }
         char lab[96];
         snprintf(lab, sizeof lab, dlm ? "[cache %s]" : "[%s]", dlm ? kvs_dlm_schedule_name(sched) : "autoregressive");
         if (o.stats) gen_print_breakdown(stderr, lab, &st);
         if (o.stats) fprintf(stderr, "%s CPU time %.3f s (wall %.3f s)\n", lab, cpu_s, st.seconds);
-        if (o.stats && base_out) gen_print_breakdown(stderr, "[no cache]", &st_base);
-        if (o.stats && base_out) fprintf(stderr, "[no cache] CPU time %.3f s (wall %.3f s); CPU-time speedup %.2fx\n", cpu_base_s,
+        if (o.stats && base_out && dlm) gen_print_breakdown(stderr, "[no cache]", &st_base);
+        if (o.stats && base_out && dlm) fprintf(stderr, "[no cache] CPU time %.3f s (wall %.3f s); CPU-time speedup %.2fx\n", cpu_base_s,
                                          st_base.seconds, cpu_s > 0 ? cpu_base_s / cpu_s : 0.0);
         if (o.profile) gen_print_profile(stderr, lab, &prof, st.steps, hp->n_layers);
-        if (o.profile && base_out) gen_print_profile(stderr, "[no cache]", &prof_base, st_base.steps, hp->n_layers);
+        if (o.profile && base_out && dlm) gen_print_profile(stderr, "[no cache]", &prof_base, st_base.steps, hp->n_layers);
     }
     free(all);
     free(text);

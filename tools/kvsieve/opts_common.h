@@ -32,7 +32,8 @@ typedef struct device_opts {
     DEVICE_BACKEND_OPT(d), {"threads", 't', CLI_INT, &(d).threads, "N", "CPU backend threads (default: all cores)"}
 
 /* The KV cache element types (--cache-type-k T --cache-type-v T, llama.cpp's names and choices; NULL
- * = f32): f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl. The block types need head_dim % 32 == 0 and
+ * = f32): f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, qh8 (QuantSpec's hierarchical 4/8-bit type). The
+ * block types and qh8 need head_dim % 32 == 0 and
  * the CPU backend (kvs_cache_create refuses them otherwise, before decoding). */
 typedef struct cache_type_opts {
     const char *k, *v;
@@ -44,10 +45,11 @@ typedef struct cache_type_opts {
      "outlier channels before quantization; default off)"}
 #define CACHE_TYPE_OPTS(c)                                                                                         \
     {"cache-type-k", 0, CLI_STRING, &(c).k, "T",                                                                   \
-     "K cache type: f32 (default), f16, bf16, q8_0, q4_0, q4_1, iq4_nl (blocks of 32 along head_dim)"},            \
+     "K cache type: f32 (default), f16, bf16, q8_0, q4_0, q4_1, iq4_nl, qh8 (blocks of 32 along head_dim; qh8: "   \
+     "hierarchical 4/8-bit, for --speculative)"},                                                                  \
     {"cache-type-v", 0, CLI_STRING, &(c).v, "T", "V cache type, the same choices (default f32)"}
 /* Parses o into types[0] (K) and types[1] (V). CLI_EXIT_OK, or CLI_EXIT_USAGE after
- * "PROG: --cache-type-k: unknown cache type ..." for a name that is not one of the seven. */
+ * "PROG: --cache-type-k: unknown cache type ..." for a name that is not one of the eight. */
 int cli_cache_types(const char *prog, const cache_type_opts *o, kvs_dtype types[2]);
 /* CLI_EXIT_OK when the model's head_dim takes the block types among types (a multiple of 32), else
  * CLI_EXIT_USAGE after "PROG: --cache-type-k q8_0 needs head_dim % 32 == 0; MODEL has head_dim 8 ...". */

@@ -1,0 +1,605 @@
+/* QuantSpec (issue 17, second half): the hierarchical qh8 cache type and self-speculative decoding.
+ *  - format: random blocks (odd ranges, offsets, a constant block, zeros, NaN-free) encode so that
+ *    the upper plane decoded as q4_1 (core's decoder: the 4-bit view) equals the float64 reference
+ *    of the view, the 8-bit kernel decoder equals the float64 reference of the 8-bit value (both to
+ *    binary32 rounding), and the coding error is within the documented bounds (8-bit: s/2; view:
+ *    8 s; plus the f16 rounding of d and m);
+ *  - attention on a qh8 cache written by kvs_cache_write_rows: with k_lo/v_lo against float64
+ *    attention over the reference 8-bit values, without them (the draft) against float64 attention
+ *    over the reference 4-bit view, under every CPU attention variant, causal, GQA, n_kv across a
+ *    tile edge (normalised MSE <= 1e-7, the f32 budget);
+ *  - refusals: qh8 on OpenCL/Vulkan at cache creation (KVS_ERR_UNSUPPORTED, reason named) and the
+ *    attention's k_lo there; head_dim 8 (stories260K) KVS_ERR_DTYPE; a k_lo with a k that is not q4_1;
+ *    draft with a non-qh8 cache, a policy, or out of range;
+ *  - rollback: a cache that took rows and then lost some by kvs_cache_truncate is byte for byte
+ *    (every plane, positions, lengths, next position) the cache that only took the kept rows;
+ *  - speculative sampling's acceptance (kvs_spec_accept) gives exactly the target distribution:
+ *    for a 5-token vocabulary, the output distribution integrated over fine grids of both uniforms
+ *    equals the analytic p to the grid's resolution;
+ *  - greedy speculative decoding of tiny-llama-mixed-q.gguf (head_dim 64) on a qh8 cache gives the
+ *    same tokens as plain greedy decoding on that cache, for drafts of 1, 2, 3, 5 and 8 tokens (8: a
+ *    verify of 9 rows, past the 4-row GEMV: the GEMM path), a draft of 8 under every CPU attention
+ *    variant, 3 and 8 under the portable matmul; a sampling run; the draft pass really reads the
+ *    4-bit view (its logits differ from the 8-bit pass's). */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvsieve/kvsieve.h"
+#include "probe.h"
+#include "quant/quant.h"
+#include "quant/quant_blocks.h"
+
+static kvs_device_params g_params;
+static char g_model[4096];
+
+static uint64_t g_rng = 0x51ed270b27a3c1f5ull;
+static double urand(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (double)(g_rng >> 11) / 9007199254740992.0;
+}
+
+static kvs_device *open_dev(void) {
+    kvs_device *dev = NULL;
+    ck_assert_msg(kvs_device_open(&dev, &g_params) == KVS_OK, "%s", kvs_last_error());
+    return dev;
+}
+
+START_TEST(test_format) {
+    if (g_params.backend != KVS_BACKEND_CPU) return;
+    printf("# qh8 format: seed %llx\n", (unsigned long long)g_rng);
+    for (int it = 0; it < 400; it++) {
+        float x[32];
+        const double scale = pow(10.0, -3.0 + 6.0 * urand()), off = it % 3 == 0 ? 0.0 : (urand() - 0.5) * 4.0 * scale;
+        for (int i = 0; i < 32; i++) x[i] = (float)(off + scale * (urand() - 0.5));
+        if (it == 1) for (int i = 0; i < 32; i++) x[i] = 0.0f;
+        if (it == 2) for (int i = 0; i < 32; i++) x[i] = 0.3125f;
+        if (it == 3) x[7] = 40.0f * (float)scale; /* one outlier */
+        uint8_t hi[20], lo[16];
+        kvs_qh8_encode_row(x, 32, hi, lo);
+        double r4[32], r8[32];
+        float y4[32], y8[32];
+        kvs_qh8_ref_view4(hi, r4);
+        kvs_qh8_ref_value8(hi, lo, r8);
+        ck_assert_int_eq(kvs_dequant_row(KVS_Q4_1, hi, 32, y4), KVS_OK); /* the view as a q4_1 block */
+        kvs_qb_qh8(hi, lo, y8);
+        const double d = kvs_qf16(hi), m = kvs_qf16(hi + 2), s = d / 16.0;
+        for (int i = 0; i < 32; i++) {
+            const double mag = fabs(m) + 16.0 * d;
+            ck_assert_msg(fabs(y4[i] - r4[i]) <= 2.0 * 0x1p-24 * mag, "it %d [%d]: view %g vs ref %g", it, i, (double)y4[i], r4[i]);
+            ck_assert_msg(fabs(y8[i] - r8[i]) <= 3.0 * 0x1p-24 * mag, "it %d [%d]: 8-bit %g vs ref %g", it, i, (double)y8[i], r8[i]);
+            /* x4 is the centre of the 8-bit cell: |x8 - x4| <= 7.5 s exactly */
+            ck_assert_msg(fabs(r8[i] - r4[i]) <= 7.5 * s * (1 + 1e-12), "it %d [%d]: |x8 - x4| > 7.5 s", it, i);
+            const double slack = 0x1p-10 * fabs(m) + 0.13 * s + 1e-6 * fabs((double)x[i]);
+            ck_assert_msg(fabs(r8[i] - x[i]) <= 0.5 * s + slack, "it %d [%d]: 8-bit error %g > s/2 = %g", it, i,
+                          fabs(r8[i] - x[i]), 0.5 * s);
+            ck_assert_msg(fabs(r4[i] - x[i]) <= 8.0 * s + slack, "it %d [%d]: 4-bit error %g > 8 s = %g", it, i,
+                          fabs(r4[i] - x[i]), 8.0 * s);
+        }
+        if (it == 1 || it == 2)
+            for (int i = 0; i < 32; i++) ck_assert_msg(r8[i] == x[i] && r4[i] == x[i], "constant block not exact");
+    }
+    ck_assert_int_eq(kvs_dtype_bytes(KVS_QH8, 64), 72);
+    ck_assert_int_eq(kvs_dtype_bytes(KVS_QH8_LO, 64), 32);
+    ck_assert_int_eq(kvs_dtype_is_quant(KVS_QH8), 0);
+    ck_assert_int_eq(kvs_dtype_from_ggml(UINT32_MAX), KVS_DTYPE_COUNT); /* no GGUF type maps to the qh8 planes */
+    {
+        kvs_device *dev = open_dev();
+        kvs_tensor *t = NULL;
+        ck_assert_int_eq(kvs_tensor_new(&t, dev, KVS_QH8, 64, 2, 0, 0), KVS_ERR_DTYPE); /* a cache type only */
+        ck_assert_msg(strstr(kvs_last_error(), "two tensors"), "%s", kvs_last_error());
+        ck_assert_int_eq(kvs_tensor_new(&t, dev, KVS_QH8_LO, 64, 2, 0, 0), KVS_OK);
+        ck_assert_int_eq(kvs_tensor_nbytes(t), 64);
+        kvs_tensor_destroy(&t);
+        kvs_device_destroy(&dev);
+    }
+    ck_assert_str_eq(kvs_dtype_name(KVS_QH8), "qh8");
+    kvs_dtype t;
+    ck_assert_int_eq(kvs_cache_type_from_name("qh8", &t), KVS_OK);
+    ck_assert_int_eq(t, KVS_QH8);
+}
+END_TEST
+
+/* float64 causal GQA attention; k, v: [H][cap][d] doubles, q [nq][nh][d], qpos(i) = n_kv - nq + i. */
+static void ref_attention(const float *q, const double *k, const double *v, int64_t nq, int64_t nh, int64_t H, int64_t cap,
+                          int64_t n_kv, int64_t d, double *out) {
+    const int64_t G = nh / H;
+    double *w = malloc((size_t)n_kv * sizeof *w);
+    for (int64_t i = 0; i < nq; i++)
+        for (int64_t g = 0; g < nh; g++) {
+            const int64_t h = g / G, qp = n_kv - nq + i;
+            const float *qi = q + (i * nh + g) * d;
+            double mx = -1e300, sum = 0.0;
+            for (int64_t j = 0; j <= qp; j++) {
+                double a = 0.0;
+                for (int64_t t = 0; t < d; t++) a += (double)qi[t] * k[(h * cap + j) * d + t];
+                w[j] = a / sqrt((double)d);
+                if (w[j] > mx) mx = w[j];
+            }
+            for (int64_t j = 0; j <= qp; j++) sum += w[j] = exp(w[j] - mx);
+            double *o = out + (i * nh + g) * d;
+            for (int64_t t = 0; t < d; t++) {
+                double acc = 0.0;
+                for (int64_t j = 0; j <= qp; j++) acc += w[j] * v[(h * cap + j) * d + t];
+                o[t] = acc / sum;
+            }
+        }
+    free(w);
+}
+
+/* decodes a qh8 plane pair [H][cap][d] to doubles (8-bit values, or the view when lo is NULL) */
+static void ref_planes(const uint8_t *hi, const uint8_t *lo, int64_t rows, int64_t d, double *y) {
+    for (int64_t b = 0; b < rows * d / 32; b++) {
+        if (lo)
+            kvs_qh8_ref_value8(hi + 20 * b, lo + 16 * b, y + 32 * b);
+        else
+            kvs_qh8_ref_view4(hi + 20 * b, y + 32 * b);
+    }
+}
+
+START_TEST(test_attention) {
+    kvs_device *dev = open_dev();
+    const int cpu = g_params.backend == KVS_BACKEND_CPU;
+    const struct { int64_t nq, nh, H, d, n_kv; } sh[] = {{1, 4, 2, 64, 300}, {3, 6, 2, 96, 77}, {5, 8, 8, 32, 261}};
+    for (size_t si = 0; si < sizeof sh / sizeof sh[0]; si++) {
+        const int64_t nq = sh[si].nq, nh = sh[si].nh, H = sh[si].H, d = sh[si].d, n_kv = sh[si].n_kv, cap = n_kv + 5;
+        kvs_cache_params cp = kvs_cache_params_default();
+        cp.n_layers = 1;
+        cp.n_kv_heads = (int)H;
+        cp.head_dim = (int)d;
+        cp.capacity = cap;
+        cp.mode = KVS_CACHE_APPEND;
+        cp.type_k = cp.type_v = KVS_QH8;
+        kvs_kv_cache *c = NULL;
+        kvs_status cs = kvs_cache_create(&c, dev, &cp);
+        if (!cpu) {
+            ck_assert_int_eq(cs, KVS_ERR_UNSUPPORTED);
+            ck_assert_msg(strstr(kvs_last_error(), "qh8") && strstr(kvs_last_error(), "not supported on"), "%s",
+                          kvs_last_error());
+            /* the op refuses a lower plane there too */
+            kvs_tensor *q = NULL, *k = NULL, *lo = NULL, *o = NULL;
+            if (kvs_tensor_new(&k, dev, KVS_Q4_1, d, cap, H, 0) == KVS_OK &&
+                kvs_tensor_new(&lo, dev, KVS_QH8_LO, d, cap, H, 0) == KVS_OK) {
+                ck_assert_int_eq(kvs_tensor_new(&q, dev, KVS_F32, d, nh, nq, 0), KVS_OK);
+                ck_assert_int_eq(kvs_tensor_new(&o, dev, KVS_F32, d, nh, nq, 0), KVS_OK);
+                kvs_attention_params ap = kvs_attention_params_default();
+                ap.k_lo = lo;
+                ck_assert_int_eq(kvs_attention(dev, q, k, k, o, &ap), KVS_ERR_UNSUPPORTED);
+                ck_assert_msg(strstr(kvs_last_error(), "k_lo"), "%s", kvs_last_error());
+            }
+            kvs_tensor_destroy(&q); kvs_tensor_destroy(&k); kvs_tensor_destroy(&lo); kvs_tensor_destroy(&o);
+            continue;
+        }
+        ck_assert_msg(cs == KVS_OK, "%s", kvs_last_error());
+        /* rows: keys with an offset per channel, values plain; written in 2 appends */
+        float *kr = malloc((size_t)(n_kv * H * d) * sizeof *kr), *vr = malloc((size_t)(n_kv * H * d) * sizeof *vr);
+        for (int64_t e = 0; e < n_kv * H * d; e++) {
+            kr[e] = (float)(2.0 * (urand() - 0.5) + 0.5 * (double)(e % d % 5));
+            vr[e] = (float)(urand() - 0.5);
+        }
+        int32_t *pos = malloc((size_t)n_kv * sizeof *pos);
+        for (int64_t i = 0; i < n_kv; i++) pos[i] = (int32_t)i;
+        const int64_t n1 = n_kv / 3;
+        for (int part = 0; part < 2; part++) {
+            const int64_t a = part ? n1 : 0, n = part ? n_kv - n1 : n1;
+            kvs_tensor *kt = NULL, *vt = NULL;
+            ck_assert_int_eq(kvs_tensor_new(&kt, dev, KVS_F32, d, H, n, 0), KVS_OK);
+            ck_assert_int_eq(kvs_tensor_new(&vt, dev, KVS_F32, d, H, n, 0), KVS_OK);
+            kvs_tensor_upload(kt, kr + a * H * d, 0, (size_t)(n * H * d) * 4);
+            kvs_tensor_upload(vt, vr + a * H * d, 0, (size_t)(n * H * d) * 4);
+            ck_assert_msg(kvs_cache_write_rows(c, 0, kt, vt, pos + a, n) == KVS_OK, "%s", kvs_last_error());
+            kvs_tensor_destroy(&kt);
+            kvs_tensor_destroy(&vt);
+        }
+        kvs_tensor *K = kvs_cache_k(c, 0), *V = kvs_cache_v(c, 0), *Klo = kvs_cache_k_lo(c, 0), *Vlo = kvs_cache_v_lo(c, 0);
+        ck_assert(Klo && Vlo && kvs_tensor_dtype(K) == KVS_Q4_1 && kvs_tensor_dtype(Klo) == KVS_QH8_LO);
+        const size_t nbh = kvs_dtype_bytes(KVS_Q4_1, cap * H * d), nbl = kvs_dtype_bytes(KVS_QH8_LO, cap * H * d);
+        uint8_t *kh = malloc(nbh), *kl = malloc(nbl), *vh = malloc(nbh), *vl = malloc(nbl);
+        kvs_tensor_download(K, kh, 0, nbh); kvs_tensor_download(Klo, kl, 0, nbl);
+        kvs_tensor_download(V, vh, 0, nbh); kvs_tensor_download(Vlo, vl, 0, nbl);
+        /* the cache's write = the encoder row by row */
+        uint8_t eh[20 * 4], el[16 * 4];
+        kvs_qh8_encode_row(kr + (7 * H + 1 % H) * d, d, eh, el);
+        const size_t r7 = (size_t)((1 % H) * cap + 7);
+        ck_assert(memcmp(eh, kh + r7 * (size_t)(20 * d / 32), (size_t)(20 * d / 32)) == 0);
+        ck_assert(memcmp(el, kl + r7 * (size_t)(16 * d / 32), (size_t)(16 * d / 32)) == 0);
+        double *k8 = malloc((size_t)(cap * H * d) * sizeof *k8), *v8 = malloc((size_t)(cap * H * d) * sizeof *v8);
+        double *k4 = malloc((size_t)(cap * H * d) * sizeof *k4), *v4 = malloc((size_t)(cap * H * d) * sizeof *v4);
+        ref_planes(kh, kl, cap * H, d, k8); ref_planes(vh, vl, cap * H, d, v8);
+        ref_planes(kh, NULL, cap * H, d, k4); ref_planes(vh, NULL, cap * H, d, v4);
+        /* kvs_cache_read_f32 reads the 8-bit values */
+        float *rd = malloc((size_t)(cap * H * d) * sizeof *rd);
+        ck_assert_int_eq(kvs_cache_read_f32(c, 0, 0, rd), KVS_OK);
+        for (int64_t e = 0; e < cap * H * d; e++) ck_assert_msg(fabs(rd[e] - k8[e]) <= 1e-6 * (1 + fabs(k8[e])), "read_f32 [%lld]", (long long)e);
+        float *qh = malloc((size_t)(nq * nh * d) * sizeof *qh), *oh = malloc((size_t)(nq * nh * d) * sizeof *oh);
+        for (int64_t e = 0; e < nq * nh * d; e++) qh[e] = (float)(urand() - 0.5);
+        double *r8 = malloc((size_t)(nq * nh * d) * sizeof *r8), *r4 = malloc((size_t)(nq * nh * d) * sizeof *r4);
+        ref_attention(qh, k8, v8, nq, nh, H, cap, n_kv, d, r8);
+        ref_attention(qh, k4, v4, nq, nh, H, cap, n_kv, d, r4);
+        kvs_tensor *q = NULL, *o = NULL;
+        ck_assert_int_eq(kvs_tensor_new(&q, dev, KVS_F32, d, nh, nq, 0), KVS_OK);
+        ck_assert_int_eq(kvs_tensor_new(&o, dev, KVS_F32, d, nh, nq, 0), KVS_OK);
+        kvs_tensor_upload(q, qh, 0, (size_t)(nq * nh * d) * 4);
+        const int nv = kvs_device_variant_count(dev, "attention");
+        for (int vi = -1; vi < nv; vi++) {
+            char spec[64] = "attention:auto";
+            if (vi >= 0) snprintf(spec, sizeof spec, "attention:%s", kvs_device_variant_name(dev, "attention", vi));
+            if (kvs_device_set_variants(dev, spec) != KVS_OK) continue; /* not runnable on this CPU */
+            for (int full = 0; full < 2; full++) {
+                kvs_attention_params ap = kvs_attention_params_default();
+                ap.causal = 1;
+                ap.n_kv = n_kv;
+                ap.k_pos = kvs_cache_pos_tensor(c, 0);
+                ap.kv_len = kvs_cache_len_tensor(c, 0);
+                if (full) {
+                    ap.k_lo = Klo;
+                    ap.v_lo = Vlo;
+                }
+                kvs_tensor_fill(o, NAN);
+                ck_assert_msg(kvs_attention(dev, q, K, V, o, &ap) == KVS_OK, "%s", kvs_last_error());
+                kvs_tensor_download(o, oh, 0, (size_t)(nq * nh * d) * 4);
+                const double *r = full ? r8 : r4;
+                double num = 0, den = 0;
+                for (int64_t e = 0; e < nq * nh * d; e++) {
+                    num += (oh[e] - r[e]) * (oh[e] - r[e]);
+                    den += r[e] * r[e];
+                }
+                ck_assert_msg(num <= 1e-7 * den, "%s nq %lld nh %lld H %lld d %lld n_kv %lld %s: nmse %g", spec, (long long)nq,
+                              (long long)nh, (long long)H, (long long)d, (long long)n_kv, full ? "8-bit" : "4-bit view",
+                              num / den);
+            }
+        }
+        kvs_device_set_variants(dev, "attention:auto");
+        /* a lower plane needs the q4_1 upper plane as k */
+        kvs_attention_params ap = kvs_attention_params_default();
+        ap.v_lo = Vlo;
+        ck_assert_int_eq(kvs_attention(dev, q, K, Klo, o, &ap), KVS_ERR_DTYPE);
+        free(kr); free(vr); free(pos); free(kh); free(kl); free(vh); free(vl); free(k8); free(v8); free(k4); free(v4);
+        free(rd); free(qh); free(oh); free(r8); free(r4);
+        kvs_tensor_destroy(&q);
+        kvs_tensor_destroy(&o);
+        kvs_cache_destroy(&c);
+    }
+    /* head_dim 8 (stories260K): refused for qh8 on any backend */
+    kvs_cache_params cp = kvs_cache_params_default();
+    cp.n_layers = 1;
+    cp.n_kv_heads = 4;
+    cp.head_dim = 8;
+    cp.capacity = 16;
+    cp.type_v = KVS_QH8;
+    kvs_kv_cache *c = NULL;
+    ck_assert_int_eq(kvs_cache_create(&c, dev, &cp), KVS_ERR_DTYPE);
+    ck_assert_msg(strstr(kvs_last_error(), "qh8") && strstr(kvs_last_error(), "head_dim 8"), "%s", kvs_last_error());
+    kvs_device_destroy(&dev);
+}
+END_TEST
+
+/* every byte of a cache's state: K/V (and lower) planes, device pos/len, host positions, next pos */
+static void cache_bytes(kvs_kv_cache *c, uint8_t **buf, size_t *n) {
+    const kvs_cache_params *p = kvs_cache_get_params(c);
+    size_t cap = 0, at = 0;
+    *buf = NULL;
+    for (int pass = 0; pass < 2; pass++) {
+        at = 0;
+        for (int l = 0; l < p->n_layers; l++) {
+            kvs_tensor *ts[6] = {kvs_cache_k(c, l), kvs_cache_v(c, l), kvs_cache_k_lo(c, l), kvs_cache_v_lo(c, l),
+                                 kvs_cache_pos_tensor(c, l), kvs_cache_len_tensor(c, l)};
+            for (int i = 0; i < 6; i++) {
+                if (!ts[i]) continue;
+                size_t nb = kvs_tensor_nbytes(ts[i]);
+                if (pass) ck_assert_int_eq(kvs_tensor_download(ts[i], *buf + at, 0, nb), KVS_OK);
+                at += nb;
+            }
+            for (int h = 0; h < p->n_kv_heads; h++) {
+                if (pass) {
+                    memcpy(*buf + at, kvs_cache_positions(c, l, h), (size_t)p->capacity * 4);
+                    memcpy(*buf + at + p->capacity * 4, kvs_cache_rope_positions(c, l, h), (size_t)p->capacity * 4);
+                    int64_t len = kvs_cache_len(c, l, h);
+                    memcpy(*buf + at + 8 * p->capacity, &len, 8);
+                }
+                at += (size_t)p->capacity * 8 + 8;
+            }
+        }
+        if (pass) {
+            int64_t np = kvs_cache_next_pos(c), bu = kvs_cache_bytes_used(c);
+            memcpy(*buf + at, &np, 8);
+            memcpy(*buf + at + 8, &bu, 8);
+        }
+        at += 16;
+        if (!pass) {
+            cap = at;
+            *buf = malloc(cap);
+        }
+    }
+    *n = at;
+}
+
+static void append(kvs_device *dev, kvs_kv_cache *c, const float *rows, int64_t r0, int64_t n) {
+    const kvs_cache_params *p = kvs_cache_get_params(c);
+    const int64_t w = (int64_t)p->n_kv_heads * p->head_dim;
+    int32_t pos[64];
+    for (int64_t i = 0; i < n; i++) pos[i] = (int32_t)(r0 + i);
+    kvs_tensor *k = NULL, *v = NULL;
+    ck_assert_int_eq(kvs_tensor_new(&k, dev, KVS_F32, p->head_dim, p->n_kv_heads, n, 0), KVS_OK);
+    ck_assert_int_eq(kvs_tensor_new(&v, dev, KVS_F32, p->head_dim, p->n_kv_heads, n, 0), KVS_OK);
+    kvs_tensor_upload(k, rows + r0 * w, 0, (size_t)(n * w) * 4);
+    kvs_tensor_upload(v, rows + (r0 + 40) * w, 0, (size_t)(n * w) * 4);
+    for (int l = 0; l < p->n_layers; l++) ck_assert_msg(kvs_cache_write_rows(c, l, k, v, pos, n) == KVS_OK, "%s", kvs_last_error());
+    kvs_tensor_destroy(&k);
+    kvs_tensor_destroy(&v);
+}
+
+START_TEST(test_rollback) {
+    kvs_device *dev = open_dev();
+    const int cpu = g_params.backend == KVS_BACKEND_CPU;
+    const kvs_dtype ty[][2] = {{KVS_QH8, KVS_QH8}, {KVS_QH8, KVS_F32}, {KVS_F32, KVS_F32}, {KVS_Q8_0, KVS_Q4_0}};
+    for (int ti = 0; ti < 4; ti++) {
+        if (!cpu && ty[ti][0] != KVS_F32) continue; /* the other backends make f32 caches only */
+        kvs_cache_params p = kvs_cache_params_default();
+        p.n_layers = 2;
+        p.n_kv_heads = 3;
+        p.head_dim = 64;
+        p.capacity = 23;
+        p.mode = KVS_CACHE_APPEND;
+        p.type_k = ty[ti][0];
+        p.type_v = ty[ti][1];
+        const int64_t w = p.n_kv_heads * p.head_dim;
+        float *rows = malloc((size_t)(80 * w) * sizeof *rows);
+        for (int64_t e = 0; e < 80 * w; e++) rows[e] = (float)(urand() - 0.5) * 3.0f;
+        kvs_kv_cache *a = NULL, *b = NULL;
+        ck_assert_msg(kvs_cache_create(&a, dev, &p) == KVS_OK, "%s", kvs_last_error());
+        ck_assert_int_eq(kvs_cache_create(&b, dev, &p), KVS_OK);
+        /* a: 10 rows, 7 (drafts), back to 12 -> rows 10, 11 kept from the second write; then 6 more */
+        append(dev, a, rows, 0, 4);
+        append(dev, a, rows, 4, 6);
+        append(dev, a, rows, 10, 7);
+        ck_assert_int_eq(kvs_cache_truncate(a, 12), KVS_OK);
+        /* b: only the kept rows */
+        append(dev, b, rows, 0, 4);
+        append(dev, b, rows, 4, 6);
+        append(dev, b, rows, 10, 2);
+        uint8_t *ba, *bb;
+        size_t na, nb;
+        cache_bytes(a, &ba, &na);
+        cache_bytes(b, &bb, &nb);
+        ck_assert_int_eq(na, nb);
+        ck_assert_msg(memcmp(ba, bb, na) == 0, "%s/%s: truncated cache differs from one that never saw the rows",
+                      kvs_dtype_name(p.type_k), kvs_dtype_name(p.type_v));
+        free(ba); free(bb);
+        append(dev, a, rows, 12, 6);
+        append(dev, b, rows, 12, 6);
+        ck_assert_int_eq(kvs_cache_truncate(a, 30), KVS_OK); /* beyond every length: nothing changes */
+        cache_bytes(a, &ba, &na);
+        cache_bytes(b, &bb, &nb);
+        ck_assert_msg(na == nb && memcmp(ba, bb, na) == 0, "after the second append");
+        free(ba); free(bb);
+        ck_assert_int_eq(kvs_cache_truncate(a, -1), KVS_ERR_INVALID_ARGUMENT);
+        ck_assert_int_eq(kvs_cache_truncate(NULL, 0), KVS_ERR_INVALID_ARGUMENT);
+        kvs_cache_destroy(&a);
+        kvs_cache_destroy(&b);
+        p.mode = KVS_CACHE_POSITIONAL;
+        ck_assert_int_eq(kvs_cache_create(&a, dev, &p), KVS_OK);
+        ck_assert_int_eq(kvs_cache_truncate(a, 0), KVS_ERR_STATE);
+        kvs_cache_destroy(&a);
+        free(rows);
+    }
+    kvs_device_destroy(&dev);
+}
+END_TEST
+
+START_TEST(test_accept) {
+    const double p[5] = {0.1, 0.35, 0.05, 0.3, 0.2}, q[5] = {0.3, 0.1, 0.25, 0.05, 0.3};
+    const int GRID = 20000;
+    double out[5] = {0};
+    for (int x = 0; x < 5; x++) {
+        int acc = 0;
+        double rdist[5] = {0};
+        for (int g = 0; g < GRID; g++) {
+            int32_t y;
+            const double u = (g + 0.5) / GRID;
+            int r = kvs_spec_accept(p, q, 5, x, u, 0.5, &y);
+            ck_assert(r == 0 || r == 1);
+            if (r == 1) {
+                ck_assert_int_eq(y, x);
+                acc++;
+            }
+            ck_assert_int_eq(kvs_spec_accept(p, q, 5, x, 0.9999999, u, &y), p[x] / q[x] > 0.9999999 ? 1 : 0);
+            if (p[x] / q[x] <= 0.9999999) rdist[y] += 1.0 / GRID; /* the residual draw over u2 */
+        }
+        const double a = (double)acc / GRID;
+        ck_assert_msg(fabs(a - fmin(1.0, p[x] / q[x])) <= 1.0 / GRID, "x %d: acceptance %g", x, a);
+        out[x] += q[x] * a;
+        if (a < 1.0)
+            for (int y = 0; y < 5; y++) out[y] += q[x] * (1.0 - a) * rdist[y];
+    }
+    for (int y = 0; y < 5; y++) ck_assert_msg(fabs(out[y] - p[y]) <= 5e-4, "token %d: %g vs p %g", y, out[y], p[y]);
+    /* the residual is norm(max(0, p - q)): mass 0.25 + 0.25 on tokens 1 and 3 */
+    int32_t y;
+    ck_assert_int_eq(kvs_spec_accept(p, q, 5, 0, 0.99, 0.2, &y), 0);
+    ck_assert_int_eq(y, 1);
+    ck_assert_int_eq(kvs_spec_accept(p, q, 5, 0, 0.99, 0.8, &y), 0);
+    ck_assert_int_eq(y, 3);
+    /* p == q: always accepted; refusals */
+    ck_assert_int_eq(kvs_spec_accept(p, p, 5, 2, 0.999, 0.5, &y), 1);
+    const double q0[5] = {0, 0.5, 0.5, 0, 0};
+    ck_assert_int_eq(kvs_spec_accept(p, q0, 5, 0, 0.5, 0.5, &y), -1);
+    ck_assert_int_eq(y, -1);
+    ck_assert_int_eq(kvs_spec_accept(p, q, 5, 5, 0.5, 0.5, &y), -1);
+    ck_assert_int_eq(kvs_spec_accept(NULL, q, 5, 1, 0.5, 0.5, &y), -1);
+}
+END_TEST
+
+static int64_t gen(kvs_device *dev, kvs_model *m, const int32_t *prompt, int64_t np, int draft, float temp, int32_t *tok,
+                   kvs_gen_stats *st, kvs_status *status) {
+    kvs_ar_params ap = kvs_ar_params_default();
+    ap.max_new = 40;
+    ap.stop_at_bos = ap.stop_at_eos = 0;
+    ap.draft = draft;
+    ap.temperature = temp;
+    kvs_cache_params cp = kvs_model_cache_params(m);
+    cp.mode = KVS_CACHE_APPEND;
+    cp.capacity = kvs_ar_capacity(m, np, &ap);
+    cp.type_k = cp.type_v = KVS_QH8;
+    kvs_kv_cache *c = NULL;
+    ck_assert_msg(kvs_cache_create(&c, dev, &cp) == KVS_OK, "%s", kvs_last_error());
+    int64_t n = 0;
+    *status = kvs_generate_ar(m, c, prompt, np, &ap, NULL, NULL, tok, &n, st);
+    kvs_cache_destroy(&c);
+    return n;
+}
+
+START_TEST(test_greedy_equal) {
+    if (g_params.backend != KVS_BACKEND_CPU) return;
+    kvs_device *dev = open_dev();
+    kvs_model *m = NULL;
+    ck_assert_msg(kvs_model_load(&m, dev, g_model, NULL) == KVS_OK, "%s", kvs_last_error());
+    const int32_t prompt[5] = {1, 17, 230, 5, 88};
+    int32_t ref[40], tok[40];
+    kvs_gen_stats st;
+    kvs_status s;
+    const char *mm[2] = {"matmul:auto", "matmul:portable"};
+    const int nv = kvs_device_variant_count(dev, "attention");
+    int64_t drafted = 0, accepted = 0;
+    for (int mi = 0; mi < 2; mi++)
+        for (int vi = -1; vi < nv; vi++) {
+            char spec[96];
+            snprintf(spec, sizeof spec, "%s,attention:%s", mm[mi], vi < 0 ? "auto" : kvs_device_variant_name(dev, "attention", vi));
+            if (mi == 1 && vi >= 0) continue; /* portable matmul: with the automatic attention only */
+            if (kvs_device_set_variants(dev, spec) != KVS_OK) continue;
+            int64_t nr = gen(dev, m, prompt, 5, 0, 0.0f, ref, &st, &s);
+            ck_assert_msg(s == KVS_OK && nr == 40, "%s", kvs_last_error());
+            const int drafts[5] = {1, 2, 3, 5, 8};
+            for (int di = 0; di < 5; di++) {
+                /* every draft length under the automatic choice; 8 (a GEMM-sized verify) under each
+                 * attention variant, 3 and 8 under the portable matmul */
+                if (vi >= 0 && drafts[di] != 8) continue;
+                if (mi == 1 && drafts[di] != 3 && drafts[di] != 8) continue;
+                int64_t n = gen(dev, m, prompt, 5, drafts[di], 0.0f, tok, &st, &s);
+                ck_assert_msg(s == KVS_OK, "%s", kvs_last_error());
+                ck_assert_int_eq(n, 40);
+                int same = 0;
+                while (same < 40 && tok[same] == ref[same]) same++;
+                ck_assert_msg(same == 40, "%s draft %d: speculative greedy differs from plain greedy at token %d", spec,
+                              drafts[di], same);
+                ck_assert(st.spec_verify_steps > 0 && st.spec_accepted <= st.spec_drafted);
+                ck_assert_int_eq(st.tokens, 40);
+                drafted += st.spec_drafted;
+                accepted += st.spec_accepted;
+            }
+        }
+    printf("# greedy: %lld of %lld drafted tokens accepted\n", (long long)accepted, (long long)drafted);
+    kvs_device_set_variants(dev, "matmul:auto,attention:auto");
+    /* sampling runs (exactness of the rule: test_accept) */
+    int64_t n = gen(dev, m, prompt, 5, 4, 0.8f, tok, &st, &s);
+    ck_assert_msg(s == KVS_OK && n == 40, "%s", kvs_last_error());
+    ck_assert(st.spec_accepted <= st.spec_drafted && st.spec_drafted > 0);
+    for (int i = 0; i < 40; i++) ck_assert(tok[i] >= 0 && tok[i] < kvs_model_get_hparams(m)->vocab);
+    /* the draft reads the 4-bit view: its logits differ from the 8-bit pass's */
+    {
+        kvs_cache_params cp = kvs_model_cache_params(m);
+        cp.mode = KVS_CACHE_APPEND;
+        cp.capacity = 16;
+        cp.type_k = cp.type_v = KVS_QH8;
+        kvs_kv_cache *c = NULL;
+        ck_assert_int_eq(kvs_cache_create(&c, dev, &cp), KVS_OK);
+        const int64_t V = kvs_model_get_hparams(m)->vocab;
+        float *l8 = malloc((size_t)V * 4), *l4 = malloc((size_t)V * 4);
+        int32_t last = 4, zero = 0, p5 = 5, t = 42;
+        kvs_step_plan plan = {.tokens = prompt, .n_tokens = 5, .logit_rows = &last, .n_logit_rows = 1};
+        kvs_step_result r;
+        ck_assert_int_eq(kvs_model_forward(m, c, &plan, &r), KVS_OK);
+        for (int draft = 0; draft < 2; draft++) {
+            kvs_step_plan p1 = {.tokens = &t, .n_tokens = 1, .positions = &p5, .logit_rows = &zero, .n_logit_rows = 1,
+                                .kv_draft = draft};
+            ck_assert_int_eq(kvs_model_forward(m, c, &p1, &r), KVS_OK);
+            memcpy(draft ? l4 : l8, r.logits, (size_t)V * 4);
+            ck_assert_int_eq(kvs_cache_truncate(c, 5), KVS_OK);
+        }
+        double diff = 0;
+        for (int64_t i = 0; i < V; i++) diff += fabs((double)l4[i] - l8[i]);
+        ck_assert_msg(diff > 0, "the draft pass gave the 8-bit logits");
+        free(l8);
+        free(l4);
+        kvs_cache_destroy(&c);
+    }
+    /* why greedy is exact for drafts up to 3: a verify of up to 4 rows (the CPU's GEMV width) computes
+     * each row bit for bit as a one-row decode step does (more rows take the GEMM tiles, which round
+     * differently, ~1e-6 of these logits: equal tokens then hold unless a near-tie flips) */
+    {
+        const int64_t V = kvs_model_get_hparams(m)->vocab;
+        const int32_t nx[4] = {42, 7, 99, 300};
+        float *one = malloc((size_t)(4 * V) * 4), *multi = malloc((size_t)(4 * V) * 4);
+        for (int mode = 0; mode < 2; mode++) {
+            kvs_cache_params cp = kvs_model_cache_params(m);
+            cp.mode = KVS_CACHE_APPEND;
+            cp.capacity = 16;
+            cp.type_k = cp.type_v = KVS_QH8;
+            kvs_kv_cache *c = NULL;
+            ck_assert_int_eq(kvs_cache_create(&c, dev, &cp), KVS_OK);
+            int32_t last = 4, rows[4] = {0, 1, 2, 3}, pos[4] = {5, 6, 7, 8};
+            kvs_step_plan plan = {.tokens = prompt, .n_tokens = 5, .logit_rows = &last, .n_logit_rows = 1};
+            kvs_step_result r;
+            ck_assert_int_eq(kvs_model_forward(m, c, &plan, &r), KVS_OK);
+            for (int i = 0; i < (mode ? 1 : 4); i++) {
+                kvs_step_plan p1 = {.tokens = nx + i, .n_tokens = mode ? 4 : 1, .positions = pos + i, .logit_rows = rows,
+                                    .n_logit_rows = mode ? 4 : 1};
+                ck_assert_int_eq(kvs_model_forward(m, c, &p1, &r), KVS_OK);
+                memcpy(mode ? multi : one + i * V, r.logits, (size_t)((mode ? 4 : 1) * V) * 4);
+            }
+            kvs_cache_destroy(&c);
+        }
+        ck_assert_msg(memcmp(one, multi, (size_t)(4 * V) * 4) == 0, "a 4-row verify is not bit-identical to 4 decode steps");
+        free(one);
+        free(multi);
+    }
+    /* refusals */
+    kvs_ar_params ap = kvs_ar_params_default();
+    ap.max_new = 8;
+    ap.draft = 3;
+    kvs_cache_params cp = kvs_model_cache_params(m);
+    cp.mode = KVS_CACHE_APPEND;
+    cp.capacity = 32;
+    kvs_kv_cache *c = NULL;
+    ck_assert_int_eq(kvs_cache_create(&c, dev, &cp), KVS_OK); /* f32 */
+    int64_t no = 0;
+    ck_assert_int_eq(kvs_generate_ar(m, c, prompt, 5, &ap, NULL, NULL, tok, &no, NULL), KVS_ERR_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(kvs_last_error(), "qh8"), "%s", kvs_last_error());
+    kvs_cache_destroy(&c);
+    cp.type_v = KVS_QH8;
+    ck_assert_int_eq(kvs_cache_create(&c, dev, &cp), KVS_OK);
+    ap.draft = KVS_SPEC_MAX_DRAFT + 1;
+    ck_assert_int_eq(kvs_generate_ar(m, c, prompt, 5, &ap, NULL, NULL, tok, &no, NULL), KVS_ERR_INVALID_ARGUMENT);
+    ap.draft = 2;
+    kvs_policy *pol = NULL;
+    ck_assert_int_eq(kvs_policy_create(&pol, "h2o", NULL), KVS_OK);
+    ap.policy = pol;
+    ap.budget = 0.5;
+    ck_assert_int_eq(kvs_generate_ar(m, c, prompt, 5, &ap, NULL, NULL, tok, &no, NULL), KVS_ERR_UNSUPPORTED);
+    ap.policy = NULL;
+    ck_assert_int_eq(kvs_generate_ar(m, c, prompt, 5, &ap, NULL, NULL, tok, &no, NULL), KVS_OK); /* V qh8 alone works */
+    ck_assert_int_eq(no, 8);
+    kvs_policy_destroy(&pol);
+    kvs_cache_destroy(&c);
+    kvs_model_destroy(&m);
+    kvs_device_destroy(&dev);
+}
+END_TEST
+
+int main(int argc, char **argv) {
+    int setup = kvs_test_setup(argc, argv, "test_quantspec", &g_params, "tiny-llama-mixed-q.gguf", g_model, sizeof g_model);
+    if (setup >= 0) return setup;
+    Suite *s = suite_create("quantspec");
+    TCase *tc = tcase_create("quantspec");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_format);
+    tcase_add_test(tc, test_attention);
+    tcase_add_test(tc, test_rollback);
+    tcase_add_test(tc, test_accept);
+    tcase_add_test(tc, test_greedy_equal);
+    suite_add_tcase(s, tc);
+    return kvs_test_run(s);
+}
