@@ -2,7 +2,8 @@
  * llama.cpp's gguf-py, tools/fixtures/make_quant_model.py; every matrix in one of the 12 block types)
  * runs its forward (12 tokens: the GEMM tiles; 3 tokens: the decoding GEMV) with the weights kept in
  * their block types (the CPU products read the blocks), and its logits are compared with the same file loaded with force_f32 (every weight dequantized to
- * F32 on load, the products then F32 BLAS/GEMM), under every matmul variant of the CPU backend.
+ * F32 on load, the products then F32 BLAS/GEMM), under every matmul variant of the backend under test
+ * (--backend cpu|opencl|vulkan, default cpu; Vulkan: the tiled and GEMV shaders reading the blocks).
  *
  * Tolerance, derived: both runs use bit-identical weight values (the decoders are bit-exact against
  * gguf-py and force_f32 uses the same decoders; test quant-blocks), so they differ only by f32
@@ -12,9 +13,11 @@
  * case. Checked: max |delta| <= 1e-3 * rms(logits) (the worst case with a margin of 4), normalised MSE
  * <= 1e-8 (typical ~1e-12), and the greedy token identical at every position whose top-2 margin
  * exceeds twice the largest difference.
+ * The GPU backends multiply in f32 with f32 accumulation too (their reductions in another fixed
+ * order), so the same bounds hold there.
  * Also: the weights stay quantized on the device (kvs_model_weight_bytes equals the file's matrices'
- * bytes, not 4 bytes a value) and GPU backends refuse the types cleanly (tools/tests, README).
- * Usage: test_quant_model MODEL_GGUF */
+ * bytes, not 4 bytes a value).
+ * Usage: test_quant_model MODEL_GGUF [--backend cpu|opencl|vulkan] (exit 77: backend without a device) */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -24,6 +27,7 @@
 #include "kvsieve/kvsieve.h"
 
 static const char *g_path;
+static kvs_backend g_backend = KVS_BACKEND_CPU;
 
 /* Logits [nt][vocab] of the first nt tokens of a fixed prompt on a fresh cache (nt <= 4: the
  * products take the decoding GEMV path, else the GEMM tiles). */
@@ -69,7 +73,9 @@ START_TEST(test_quant_vs_f32) {
         ck_assert_msg(seen[t], "fixture lacks %s", kvs_dtype_name((kvs_dtype)t));
 
     kvs_device *dev = NULL;
-    ck_assert_int_eq(kvs_device_open(&dev, NULL), KVS_OK);
+    kvs_device_params dp = kvs_device_params_default();
+    dp.backend = g_backend;
+    ck_assert_msg(kvs_device_open(&dev, &dp) == KVS_OK, "%s", kvs_last_error());
     int64_t vocab, wb_f32, wb_q;
     const int n_var = kvs_device_variant_count(dev, "matmul");
     for (int run_i = 0; run_i < 2 * (n_var + 1); run_i++) {
@@ -168,12 +174,26 @@ START_TEST(test_weight_reading_policies) {
 END_TEST
 
 int main(int argc, char **argv) {
-    g_path = argc > 1 ? argv[1] : "models/tiny-llama-mixed-q.gguf";
+    g_path = "models/tiny-llama-mixed-q.gguf";
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc) {
+            const char *b = argv[++i];
+            g_backend = strcmp(b, "opencl") == 0 ? KVS_BACKEND_OPENCL : strcmp(b, "vulkan") == 0 ? KVS_BACKEND_VULKAN : KVS_BACKEND_CPU;
+        } else {
+            g_path = argv[i];
+        }
+    }
+    int count = 0;
+    if (!kvs_backend_built(g_backend) || kvs_device_count(g_backend, &count) != KVS_OK || count == 0) {
+        printf("SKIP: no %s device\n", kvs_backend_name(g_backend));
+        return 77;
+    }
     Suite *s = suite_create("quant-model");
     TCase *tc = tcase_create("quant-model");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_quant_vs_f32);
-    tcase_add_test(tc, test_weight_reading_policies);
+    /* the host-side policies' weight reading: backend-independent, CPU run only */
+    if (g_backend == KVS_BACKEND_CPU) tcase_add_test(tc, test_weight_reading_policies);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -89,12 +89,13 @@ static int rows_ok(kvs_device *dev, const kvs_rows_args *a, char *why, size_t n)
     return fits_binding(kvs_vk_of(dev), t, 3, why, n);
 }
 
-/* Weight types the matmul / embedding shaders read: F32, F16, BF16, Q8_0. The other block types
- * (Q4_0, ..., IQ4_XS) have CPU kernels only and are refused, never run on a hidden fallback. */
+/* Weight types the matmul / embedding shaders read: F32, F16, BF16 and every block type (Q8_0, Q4_0,
+ * Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS: decoded in the shaders by
+ * quant.glsl); I32 is no weight type. */
 static int weight_type_ok(kvs_dtype t, char *why, size_t n) {
-    if (t == KVS_F32 || t == KVS_F16 || t == KVS_BF16 || t == KVS_Q8_0) return 1;
-    snprintf(why, n, "weight type %s is not supported by this backend (f32, f16, bf16, q8_0 are; the CPU "
-             "backend runs every block type)", kvs_dtype_name(t));
+    if (t == KVS_F32 || t == KVS_F16 || t == KVS_BF16 || kvs_dtype_is_quant(t)) return 1;
+    snprintf(why, n, "weight type %s is not supported by this backend (f32, f16, bf16 and the block types are)",
+             kvs_dtype_name(t));
     return 0;
 }
 

@@ -30,6 +30,20 @@
 #define KVS_VK_DT_BF16 2u
 #define KVS_VK_DT_I32 3u
 #define KVS_VK_DT_Q8_0 4u
+/* llama.cpp's other block types (layouts: quant.glsl, core/quant/quant_blocks.h); every code from
+ * KVS_VK_DT_Q8_0 up is a block type */
+#define KVS_VK_DT_Q4_0 5u
+#define KVS_VK_DT_Q4_1 6u
+#define KVS_VK_DT_Q5_0 7u
+#define KVS_VK_DT_Q5_1 8u
+#define KVS_VK_DT_IQ4_NL 9u
+#define KVS_VK_DT_Q2_K 10u
+#define KVS_VK_DT_Q3_K 11u
+#define KVS_VK_DT_Q4_K 12u
+#define KVS_VK_DT_Q5_K 13u
+#define KVS_VK_DT_Q6_K 14u
+#define KVS_VK_DT_IQ4_XS 15u
+#define KVS_VK_IS_QUANT(dt) ((dt) >= KVS_VK_DT_Q8_0)
 
 /* ---- attention flags (attn, attn_stats, attn_combine push constant `flags`) ----------------- */
 #define KVS_VK_ATTN_QPOS 1u     /* q_pos given (else query i sits at n_kv - n_q + i) */
