@@ -15,8 +15,9 @@
  *    bytes (NaN scales) and must not reach any output.
  *  - refusals: a K of a block type the cache does not take (q4_k), a scatter from f16 into q8_0.
  * The suite's ops are attention and scatter, so test_ops sweeps every attention variant (portable,
- * avx2, avx512, with and without split keys). OpenCL and Vulkan refuse converting scatters and
- * non-f32/f16 K/V (the cases are listed as unsupported there).
+ * avx2, avx512, with and without split keys; Vulkan: single pass, 4 key splits). Vulkan runs every
+ * type (scatter_cvt.comp, attn.comp / attn_stats.comp through quant.glsl); GPU backends run the
+ * subset kvq_selected names. A backend without a type refuses it (listed as unsupported).
  */
 #include <float.h>
 #include <stdlib.h>
@@ -114,6 +115,24 @@ static tt *store(kvs_dtype t, const float *x, int64_t Hkv, int64_t cap, int64_t 
              type_budget(t));
     *dec = dv;
     return dst;
+}
+
+/* The cases a backend runs. The CPU: every shape x every pair, in the loop and in the sequence. A
+ * GPU backend (lavapipe and PoCL here run on the CPU, slowly, and every case compiles the pipelines
+ * of its K/V pair): with the automatic variants every pair on prefill13_mha_d32 (odd sizes, causal,
+ * 13 query rows, split keys), one pair (f16/bf16) on bidir17_gqa2_d64 (GQA, bidirectional) and one
+ * pair of block types on each decode shape (ragged kv_len, head_dim 64/96/128, capacities 301-2100:
+ * q8_0/q4_0, q4_0/q4_1, iq4_nl/f32); under a forced variant 4 block-type pairs on prefill13 and the
+ * decode pairs; in the one-device sequence (`seq`) the decode pairs. */
+static int kvq_selected(int ci, int seq) {
+    if (t_params.backend == KVS_BACKEND_CPU) return 1;
+    const int sh = ci / (N_TYPES * N_TYPES), ki = (ci / N_TYPES) % N_TYPES, vi = ci % N_TYPES;
+    const int diag = vi == (ki + 1) % N_TYPES, autov = !t_variant[0] || strcmp(t_variant, "auto") == 0;
+    const int decode = (sh == 0 || sh == 1 || sh == 3) && diag && ki == (sh == 0 ? 3 : sh == 1 ? 4 : 6);
+    if (seq) return decode;
+    if (sh == 2) return autov || (diag && ki >= 3);
+    if (sh == 4) return autov && diag && ki == 1;
+    return decode;
 }
 
 static void kvq_run(int ci) {
@@ -256,10 +275,7 @@ static void kvq_run(int ci) {
 }
 
 START_TEST(test_attention_kvq) {
-    /* OpenCL and Vulkan refuse every converting scatter (no quantized cache there): one pair per
-     * shape (f16/f16) shows the refusal as an unsupported case; the other 48 would only repeat it
-     * at the cost of a device opened per case */
-    if (t_params.backend != KVS_BACKEND_CPU && _i % (N_TYPES * N_TYPES) != N_TYPES + 1) return;
+    if (!kvq_selected(_i, 0)) return;
     char tname[96];
     snprintf(tname, sizeof tname, "attention_kvq_%d", _i);
     t_begin(tname);
@@ -287,7 +303,10 @@ START_TEST(test_attention_kvq_refusals) {
 }
 END_TEST
 
-static const t_seq kvq_seq[] = {{kvq_run, N_KVQ}};
+static void kvq_seq_run(int ci) {
+    if (kvq_selected(ci, 1)) kvq_run(ci);
+}
+static const t_seq kvq_seq[] = {{kvq_seq_run, N_KVQ}};
 T_SEQUENCE_TEST(test_attention_kvq_sequence, kvq_seq)
 
 Suite *suite_attention_kvq(void) {

@@ -118,6 +118,9 @@
     U(G) U(n) U(Ns) U(Nd) U(RU) U(os) U(oi) U(od) U(ow) U(shared_) U(total)
 /* scatter_win: winners [G][Nd] = highest i with idx[g][i] = t. */
 #define KVS_VK_PC_SCATTER_WIN(U, F, FA) U(G) U(n) U(Nd) U(oi) U(ow) U(shared_)
+/* scatter_cvt: G groups, n source rows, Nd destination rows of D values (RB bytes), offsets of
+ * src (f32 units), idx, dst (bytes), winners; shared_ (one index list), total invocations. */
+#define KVS_VK_PC_SCATTER_CVT(U, F, FA) U(G) U(n) U(Nd) U(D) U(RB) U(os) U(oi) U(od) U(ow) U(shared_) U(total)
 /* topk_select: state [rows][4], histograms/counts at oh, row_len at orl when has_rl. */
 #define KVS_VK_PC_TOPK_SELECT(U, F, FA)                                                             \
     U(rows) U(nchunks) U(shift) U(ost) U(oh) U(n) U(k) U(orl) U(has_rl)
@@ -173,6 +176,7 @@ KVS_VK_PC_STRUCT(kvs_vk_pc_attn_stats, KVS_VK_PC_ATTN_STATS);
 KVS_VK_PC_STRUCT(kvs_vk_pc_dwt, KVS_VK_PC_DWT);
 KVS_VK_PC_STRUCT(kvs_vk_pc_rows, KVS_VK_PC_ROWS);
 KVS_VK_PC_STRUCT(kvs_vk_pc_scatter_win, KVS_VK_PC_SCATTER_WIN);
+KVS_VK_PC_STRUCT(kvs_vk_pc_scatter_cvt, KVS_VK_PC_SCATTER_CVT);
 KVS_VK_PC_STRUCT(kvs_vk_pc_topk_select, KVS_VK_PC_TOPK_SELECT);
 KVS_VK_PC_STRUCT(kvs_vk_pc_topk_hist, KVS_VK_PC_TOPK_HIST);
 KVS_VK_PC_STRUCT(kvs_vk_pc_topk_collect, KVS_VK_PC_TOPK_COLLECT);
