@@ -46,9 +46,11 @@ extern "C" {
  * x: [n][k] F32 (any ndim, flattened to n = nelements/k rows); y: [n][m] F32 with the same row count.
  * Accumulation in f32. y must not alias x or W. Backends: CPU via cblas_sgemm (OpenBLAS) or its own
  * AVX-512 GEMM, every dtype; non-F32 weights are converted to f32 per tile (decoding-sized n <= 4: a
- * block at a time, in registers/L1, then f32 FMA: no 8-bit activations). OpenCL via CLBlast and
- * Vulkan's own tiled shader: F32, F16, BF16, Q8_0 read natively; the other block types are refused
- * with KVS_ERR_UNSUPPORTED ("... type q4_k is not supported by this backend"). */
+ * block at a time, in registers/L1, then f32 FMA: no 8-bit activations). Vulkan: its tiled and
+ * GEMV shaders, every dtype, the block types decoded from the stored blocks (shaders/vulkan/quant.glsl;
+ * f32 activations and accumulation). OpenCL via CLBlast: F32, F16, BF16, Q8_0 read natively; the
+ * other block types are refused with KVS_ERR_UNSUPPORTED ("... type q4_k is not supported by this
+ * backend"). */
 KVS_API kvs_status kvs_matmul(kvs_device *dev, const kvs_tensor *W, const kvs_tensor *x,
                               kvs_tensor *y, int accumulate);
 
@@ -76,7 +78,7 @@ KVS_API kvs_status kvs_swiglu(kvs_device *dev, const kvs_tensor *gate, const kvs
 KVS_API kvs_status kvs_softmax(kvs_device *dev, const kvs_tensor *x, kvs_tensor *y, float scale);
 
 /* Embedding lookup: out[i] = table[ids[i]] converted to f32.
- * table: [vocab][dim] F32, F16, BF16 or a block type (CPU; OpenCL/Vulkan: Q8_0 only); ids: host array of n token ids, each in [0, vocab)
+ * table: [vocab][dim] F32, F16, BF16 or a block type (CPU, Vulkan; OpenCL: Q8_0 only); ids: host array of n token ids, each in [0, vocab)
  * (checked: KVS_ERR_OUT_OF_RANGE names the first bad id); out: [n][dim] F32. */
 KVS_API kvs_status kvs_embedding(kvs_device *dev, const kvs_tensor *table, const int32_t *ids,
                                  int64_t n, kvs_tensor *out);
@@ -164,8 +166,9 @@ KVS_API kvs_attention_params kvs_attention_params_default(void);
  *        F16, BF16 or a block type Q8_0, Q4_0, Q4_1, IQ4_NL (head_dim % 32 == 0, a row = head_dim/32
  *        blocks): the CPU backend reads the stored rows directly (f16/bf16 tiles converted, block
  *        rows decoded 32 keys at a time into L1 with core/quant's decoders, never a dequantized copy
- *        of the cache); OpenCL and Vulkan read F32 or F16 with k and v of one type and refuse the
- *        rest with KVS_ERR_UNSUPPORTED
+ *        of the cache); Vulkan reads every one of these types too (decoded while staging each key
+ *        tile, shaders/vulkan/quant.glsl); OpenCL reads F32 or F16 with k and v of one type and
+ *        refuses the rest with KVS_ERR_UNSUPPORTED
  *   out: [n_q][n_heads][head_dim] F32 (must not alias q, k, v)
  *   query head g reads kv head g / (n_heads / n_kv_heads); n_heads % n_kv_heads must be 0
  *   (KVS_ERR_SHAPE otherwise).
@@ -278,7 +281,8 @@ KVS_API kvs_status kvs_gather(kvs_device *dev, const kvs_tensor *src, const kvs_
  * highest i wins. dst must not alias src. src and dst have the same dtype (bit-exact copy), or src
  * is F32 and dst F16/BF16 (round-to-nearest-even) or Q8_0/Q4_0/Q4_1/IQ4_NL (each row quantized per
  * block of 32, core/quant/quant_encode.c: the quantized KV cache's append); other pairs:
- * KVS_ERR_DTYPE. OpenCL and Vulkan copy rows only: a converting scatter is KVS_ERR_UNSUPPORTED. */
+ * KVS_ERR_DTYPE. Vulkan converts as well (shaders/vulkan/scatter_cvt.comp, the same scale rules);
+ * OpenCL copies rows only: a converting scatter is KVS_ERR_UNSUPPORTED there. */
 KVS_API kvs_status kvs_scatter(kvs_device *dev, const kvs_tensor *src, const kvs_tensor *idx,
                                kvs_tensor *dst, int src_token_major);
 
