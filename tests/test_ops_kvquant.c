@@ -16,9 +16,10 @@
  *  - refusals: a K of a block type the cache does not take (q4_k), a scatter from f16 into q8_0.
  * The suite's ops are attention and scatter, so test_ops sweeps every attention variant (CPU:
  * portable, avx2, avx512, with and without split keys; OpenCL: attn_main, attn_dec, attn_main with
- * 4 key splits). OpenCL reads and writes every pair (attention.cl / rows.cl through qblocks.cl;
- * each pair on one of the shapes there, kvq_selected);
- * Vulkan refuses converting scatters and non-f32/f16 K/V (the cases are listed as unsupported there).
+ * 4 key splits; Vulkan: single pass, 4 key splits). OpenCL reads and writes every pair (attention.cl
+ * / rows.cl through qblocks.cl) and so does Vulkan (scatter_cvt.comp, attn.comp / attn_stats.comp
+ * through quant.glsl); GPU backends run the subset kvq_selected names. A backend without a type
+ * refuses it (listed as unsupported).
  */
 #include <float.h>
 #include <stdlib.h>
@@ -118,16 +119,29 @@ static tt *store(kvs_dtype t, const float *x, int64_t Hkv, int64_t cap, int64_t 
     return dst;
 }
 
-/* OpenCL (PoCL: a device opened and kernels run per case, ~1 s of CPU each) takes each of the 49
- * pairs on one shape, pair p on shape p % 5 (so every shape reads K and V of several types, block
- * and element), under every variant: the full pair sweep at a fifth of the cases. */
-static int kvq_selected(int ci) {
-    const int pair = ci % (N_TYPES * N_TYPES), shape = ci / (N_TYPES * N_TYPES);
-    return t_params.backend != KVS_BACKEND_OPENCL || pair % N_SHAPES == shape;
+/* The cases a backend runs. The CPU: every shape x every pair, in the loop and in the sequence.
+ * OpenCL (PoCL: a device opened and kernels run per case, ~1 s of CPU each): each of the 49 pairs on
+ * one shape, pair p on shape p % 5 (so every shape reads K and V of several types, block and
+ * element), under every variant, in the loop and in the sequence: the full pair sweep at a fifth of
+ * the cases. Vulkan (lavapipe, slower; every case compiles the pipelines of its K/V pair): with the
+ * automatic variants every pair on prefill13_mha_d32 (odd sizes, causal, 13 query rows, split
+ * keys), one pair (f16/bf16) on bidir17_gqa2_d64 (GQA, bidirectional) and one pair of block types on
+ * each decode shape (ragged kv_len, head_dim 64/96/128, capacities 301-2100: q8_0/q4_0, q4_0/q4_1,
+ * iq4_nl/f32); under a forced variant 4 block-type pairs on prefill13 and the decode pairs; in the
+ * one-device sequence (`seq`) the decode pairs. */
+static int kvq_selected(int ci, int seq) {
+    if (t_params.backend == KVS_BACKEND_CPU) return 1;
+    if (t_params.backend == KVS_BACKEND_OPENCL) return (ci % (N_TYPES * N_TYPES)) % N_SHAPES == ci / (N_TYPES * N_TYPES);
+    const int sh = ci / (N_TYPES * N_TYPES), ki = (ci / N_TYPES) % N_TYPES, vi = ci % N_TYPES;
+    const int diag = vi == (ki + 1) % N_TYPES, autov = !t_variant[0] || strcmp(t_variant, "auto") == 0;
+    const int decode = (sh == 0 || sh == 1 || sh == 3) && diag && ki == (sh == 0 ? 3 : sh == 1 ? 4 : 6);
+    if (seq) return decode;
+    if (sh == 2) return autov || (diag && ki >= 3);
+    if (sh == 4) return autov && diag && ki == 1;
+    return decode;
 }
 
 static void kvq_run(int ci) {
-    if (!kvq_selected(ci)) return;
     const kvq_case *c = &shapes[ci / (N_TYPES * N_TYPES)];
     const kvs_dtype kt_ = kv_types[(ci / N_TYPES) % N_TYPES], vt_ = kv_types[ci % N_TYPES];
     t_case("attention-kvq %s k=%s v=%s n_q=%d n_heads=%d n_kv_heads=%d head_dim=%d capacity=%d n_kv=%d causal=%d "
@@ -267,12 +281,7 @@ static void kvq_run(int ci) {
 }
 
 START_TEST(test_attention_kvq) {
-    /* Vulkan refuses every converting scatter (no quantized cache there): one pair per shape
-     * (f16/f16) shows the refusal as an unsupported case; the other 48 would only repeat it at the
-     * cost of a device opened per case. CPU runs every pair on every shape, OpenCL every pair on
-     * one shape (kvq_selected). */
-    if (t_params.backend == KVS_BACKEND_VULKAN && _i % (N_TYPES * N_TYPES) != N_TYPES + 1) return;
-    if (!kvq_selected(_i)) return;
+    if (!kvq_selected(_i, 0)) return;
     char tname[96];
     snprintf(tname, sizeof tname, "attention_kvq_%d", _i);
     t_begin(tname);
@@ -300,7 +309,10 @@ START_TEST(test_attention_kvq_refusals) {
 }
 END_TEST
 
-static const t_seq kvq_seq[] = {{kvq_run, N_KVQ}};
+static void kvq_seq_run(int ci) {
+    if (kvq_selected(ci, 1)) kvq_run(ci);
+}
+static const t_seq kvq_seq[] = {{kvq_seq_run, N_KVQ}};
 T_SEQUENCE_TEST(test_attention_kvq_sequence, kvq_seq)
 
 Suite *suite_attention_kvq(void) {

@@ -4,7 +4,8 @@
  * their block types (the products read the blocks), and its logits are compared with the same file
  * loaded with force_f32 (every weight dequantized to F32 on load, the products then F32 BLAS/GEMM),
  * under every matmul variant of the backend under test (--backend: cpu by default; opencl runs its
- * qgemv / qgemm kernels against its own F32 GEMV / CLBlast path).
+ * qgemv / qgemm kernels against its own F32 GEMV / CLBlast path; vulkan its tiled and GEMV shaders
+ * reading the blocks).
  *
  * Tolerance, derived: both runs use bit-identical weight values (the decoders are bit-exact against
  * gguf-py and force_f32 uses the same decoders; test quant-blocks), so they differ only by f32
@@ -14,6 +15,8 @@
  * case. Checked: max |delta| <= 1e-3 * rms(logits) (the worst case with a margin of 4), normalised MSE
  * <= 1e-8 (typical ~1e-12), and the greedy token identical at every position whose top-2 margin
  * exceeds twice the largest difference.
+ * The GPU backends multiply in f32 with f32 accumulation too (their reductions in another fixed
+ * order), so the same bounds hold there.
  * Also: the weights stay quantized on the device (kvs_model_weight_bytes equals the file's matrices'
  * bytes, not 4 bytes a value).
  * Usage: test_quant_model MODEL_GGUF [--backend cpu|opencl|vulkan] (exit 77: no such device). */
@@ -191,6 +194,7 @@ int main(int argc, char **argv) {
     TCase *tc = tcase_create("quant-model");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_quant_vs_f32);
+    /* the host-side policies' weight reading: backend-independent, CPU run only */
     if (g_backend == KVS_BACKEND_CPU) tcase_add_test(tc, test_weight_reading_policies);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -1,6 +1,7 @@
 /* Vulkan attention op: the attn shader (one tiled online-softmax pass, split-K for few query rows
  * with attn_combine merging the splits) and the attn_stats passes (key mass, probe
- * probabilities). Push constants and flags: vk_params.h. Inputs are validated by core/ops.c. */
+ * probabilities). K and V may each be f32, f16, bf16 or a block type (the quantized KV cache,
+ * issue 17): the shaders decode the stored blocks while staging a key tile (quant.glsl). Push constants and flags: vk_params.h. Inputs are validated by core/ops.c. */
 #include <stdio.h>
 #include <string.h>
 
@@ -127,10 +128,11 @@ kvs_status kvs_vk_attention(kvs_device *dev, const kvs_attention_args *a) {
     pc.scale = pp->scale;
     pc.nsplit = (uint32_t)nsplit;
     pc.split_len = (uint32_t)split_len;
-    uint32_t kvdt = a->k->dtype == KVS_F16 ? 1u : 0u;
-    uint32_t spec[5] = {kvs_vk_wg(dev, 128), kvdt, D, R, TK};
+    /* K and V dtypes (vk_params.h codes = kvs_dtype): attn.comp constants 1 and 5 */
+    const uint32_t kdt = (uint32_t)a->k->dtype, vdt = (uint32_t)a->v->dtype;
+    uint32_t spec[6] = {kvs_vk_wg(dev, 128), kdt, D, R, TK, vdt};
     if (nsplit == 1) {
-        KVS_TRY(kvs_vk_dispatch(v, KVS_VK_SH_ATTN, spec, 5, args, 12, &pc, sizeof pc, base, op));
+        KVS_TRY(kvs_vk_dispatch(v, KVS_VK_SH_ATTN, spec, 6, args, 12, &pc, sizeof pc, base, op));
     } else {
         /* partials: O [nsplit][n_q*n_heads][D], m, l, argmax [nsplit][n_q*n_heads] */
         kvs_vk_arg fin[4] = {args[3], args[9], args[10], args[11]};
@@ -149,7 +151,7 @@ kvs_status kvs_vk_attention(kvs_device *dev, const kvs_attention_args *a) {
         args[10] = part[1], pc.orm = poff[1];
         args[11] = part[2], pc.ors = poff[2];
         pc.flags = flags | KVS_VK_ATTN_ARGMAX | KVS_VK_ATTN_UNNORM;
-        KVS_TRY(kvs_vk_dispatch(v, KVS_VK_SH_ATTN, spec, 5, args, 12, &pc, sizeof pc, base * nsplit, op));
+        KVS_TRY(kvs_vk_dispatch(v, KVS_VK_SH_ATTN, spec, 6, args, 12, &pc, sizeof pc, base * nsplit, op));
         kvs_vk_pc_attn_combine cpc = {
             (uint32_t)nrows, D, (uint32_t)nsplit, poff[0], poff[1], poff[2], poff[3], fin_off[0], fin_off[1], fin_off[2],
             fin_off[3], flags};
@@ -181,7 +183,7 @@ kvs_status kvs_vk_attention(kvs_device *dev, const kvs_attention_args *a) {
     sc.scale = pc.scale;
     uint32_t sflags = flags & (KVS_VK_ATTN_QPOS | KVS_VK_ATTN_KPOS | KVS_VK_ATTN_KVLEN | KVS_VK_ATTN_ROWLEN |
                                KVS_VK_ATTN_MASK | KVS_VK_ATTN_CAUSAL);
-    uint32_t sspec[4] = {kvs_vk_wg(dev, 64), kvdt, D, KVS_VK_STATS_KEY_MASS};
+    uint32_t sspec[4] = {kvs_vk_wg(dev, 64), kdt, D, KVS_VK_STATS_KEY_MASS};
     if (pp->key_mass) {
         KVS_TRY(kvs_vk_bind_opt(v, pp->stat_rows, 0, &sa[7], &sc.orows, op));
         KVS_TRY(kvs_vk_bind(v, pp->key_mass, 1, 4, &sa[8], &sc.oout, op));

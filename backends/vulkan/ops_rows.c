@@ -1,5 +1,7 @@
 /* Vulkan row ops: gather, scatter (scatter_win picks each destination row's last writer, then
- * rows_copy) and compact (gather into scratch, copy back). Push constants: vk_params.h. Inputs are
+ * rows_copy, or scatter_cvt for a converting scatter: f32 rows into an f16/bf16/quantized KV
+ * cache) and compact (gather into scratch, copy back). Rows of any dtype, block rows included,
+ * are copied bit-exactly (block rows are a whole number of even-sized blocks: 16-bit units). Push constants: vk_params.h. Inputs are
  * validated by core/ops.c. */
 #include <string.h>
 
@@ -69,7 +71,29 @@ kvs_status kvs_vk_scatter(kvs_device *dev, const kvs_rows_args *a) {
     KVS_TRY(kvs_vk_dispatch(v, KVS_VK_SH_SCATTER_WIN, &wg, 1, args, 2, &pc, sizeof pc,
                             kvs_vk_ceil_div((uint64_t)a->groups * (uint64_t)a->n, wg), op));
     vk_range win = {wa, wo, wbytes};
-    return rows_dispatch(dev, a, KVS_VK_ROWS_SCATTER, range_of(a->src), range_of(a->dst), &win, a->dst_rows, op);
+    if (!a->convert)
+        return rows_dispatch(dev, a, KVS_VK_ROWS_SCATTER, range_of(a->src), range_of(a->dst), &win, a->dst_rows, op);
+    /* converting scatter (f32 -> f16 / bf16 / q8_0 / q4_0 / q4_1 / iq4_nl): scatter_cvt.comp, one
+     * invocation per value (f16/bf16) or block of 32 of the source rows */
+    const uint32_t D = (uint32_t)a->dst->ne[0];
+    const uint64_t units = kvs_dtype_is_quant(a->dst->dtype) ? D / 32 : D;
+    kvs_vk_pc_scatter_cvt cp;
+    memset(&cp, 0, sizeof cp);
+    kvs_vk_arg cargs[4];
+    KVS_TRY(kvs_vk_bind(v, a->src, 0, 4, &cargs[0], &cp.os, op));
+    KVS_TRY(kvs_vk_bind(v, a->idx, 0, 4, &cargs[1], &cp.oi, op));
+    KVS_TRY(kvs_vk_bind(v, a->dst, 1, 1, &cargs[2], &cp.od, op));
+    KVS_TRY(kvs_vk_bind_alloc(v, wa, wo, wbytes, 0, 4, &cargs[3], &cp.ow, op));
+    cp.G = (uint32_t)a->groups;
+    cp.n = (uint32_t)a->n;
+    cp.Nd = (uint32_t)a->dst_rows;
+    cp.D = D;
+    cp.RB = (uint32_t)a->row_bytes;
+    cp.shared_ = (uint32_t)a->idx_shared;
+    cp.total = (uint32_t)((uint64_t)a->groups * (uint64_t)a->n * units);
+    uint32_t spec[3] = {kvs_vk_wg(dev, 64), (uint32_t)a->dst->dtype, (uint32_t)a->src_token_major};
+    return kvs_vk_dispatch(v, KVS_VK_SH_SCATTER_CVT, spec, 3, cargs, 4, &cp, sizeof cp,
+                           kvs_vk_ceil_div(cp.total, spec[0]), op);
 }
 
 kvs_status kvs_vk_compact(kvs_device *dev, const kvs_rows_args *a) {

@@ -17,7 +17,11 @@
 #include "vk_shaders.h"
 
 _Static_assert(KVS_VK_DT_F32 == KVS_F32 && KVS_VK_DT_F16 == KVS_F16 && KVS_VK_DT_BF16 == KVS_BF16 &&
-                   KVS_VK_DT_I32 == KVS_I32 && KVS_VK_DT_Q8_0 == KVS_Q8_0,
+                   KVS_VK_DT_I32 == KVS_I32 && KVS_VK_DT_Q8_0 == KVS_Q8_0 && KVS_VK_DT_Q4_0 == KVS_Q4_0 &&
+                   KVS_VK_DT_Q4_1 == KVS_Q4_1 && KVS_VK_DT_Q5_0 == KVS_Q5_0 && KVS_VK_DT_Q5_1 == KVS_Q5_1 &&
+                   KVS_VK_DT_IQ4_NL == KVS_IQ4_NL && KVS_VK_DT_Q2_K == KVS_Q2_K && KVS_VK_DT_Q3_K == KVS_Q3_K &&
+                   KVS_VK_DT_Q4_K == KVS_Q4_K && KVS_VK_DT_Q5_K == KVS_Q5_K && KVS_VK_DT_Q6_K == KVS_Q6_K &&
+                   KVS_VK_DT_IQ4_XS == KVS_IQ4_XS && KVS_DTYPE_COUNT == 16,
                "vk_params.h dtype codes differ from kvs_dtype");
 
 /* Storage-buffer bindings in the one descriptor set layout every shader uses (set 0, bindings
@@ -255,13 +259,10 @@ kvs_status kvs_vk_bind_alloc(kvs_vk *v, const kvs_vk_alloc *a, VkDeviceSize off,
 /* Workgroup size of the element-wise shaders. */
 #define KVS_VK_WG_ELEM 256u
 
-/* Binding unit of a dtype: the shaders address f16/bf16 in 16-bit halves, q8_0 in bytes. */
+/* Binding unit of a dtype: the shaders address f16/bf16 in 16-bit halves, block types in bytes. */
 static inline uint32_t kvs_vk_unit(kvs_dtype d) {
-    switch (d) {
-    case KVS_F16: case KVS_BF16: return 2;
-    case KVS_Q8_0: return 1;
-    default: return 4;
-    }
+    if (kvs_dtype_is_quant(d)) return 1;
+    return d == KVS_F16 || d == KVS_BF16 ? 2 : 4;
 }
 
 /* Workgroup size for a shader that wants `want` invocations (power of two), capped by the device. */

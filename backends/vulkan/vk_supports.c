@@ -8,7 +8,8 @@
  *   - every tensor an op binds must fit maxStorageBufferRange (kvs_vk_bind);
  *   - attention: the shared-memory tiles of the smallest tiling (1 row, 4 keys) must fit;
  *   - top-k: 256-invocation workgroups, and rows x k and the chunk histograms in 32-bit counts;
- *   - gather/scatter/compact: the copied elements of one dispatch in 32 bits. */
+ *   - gather/scatter/compact: the copied elements of one dispatch in 32 bits; a converting scatter
+ *     from f32 to the KV-cache types only. */
 #include <stdio.h>
 
 #include "vk_internal.h"
@@ -21,7 +22,8 @@ static int tiled_usable(const kvs_device *dev, char *why, size_t n) {
 }
 
 /* Variants. matmul: the tiled shader (automatic for n > 8 rows of x on devices with 256-wide
- * workgroups) or the GEMV shader (automatic otherwise; 8 rows per dispatch). attention: one pass
+ * workgroups) or the GEMV shader (automatic otherwise; 8 rows per dispatch); both read every weight
+ * type, the block types through quant.glsl. attention: one pass
  * (automatic when the grid has >= 64 workgroups) or split-K with attn_combine (automatic for fewer:
  * decode; ops_attention.c); "split4" forces 4 key ranges on every call with more than one key tile. */
 const kvs_variant kvs_vk_variants[KVS_VK_N_VARIANTS] = {
@@ -75,26 +77,32 @@ static int topk_ok(kvs_device *dev, const kvs_topk_args *a, char *why, size_t n)
 }
 
 static int rows_ok(kvs_device *dev, const kvs_rows_args *a, char *why, size_t n) {
-    /* rows are copied as 4- or 2-byte elements: no conversion (the quantized KV cache's append),
-     * no block rows */
-    if (a->convert)
-        return NO("converting f32 rows (a non-f32 KV cache) is not supported by this backend; the CPU backend does it");
-    if (kvs_dtype_is_quant(a->dst->dtype)) return NO("block-quantized rows are not supported by this backend");
+    /* rows are copied as 4- or 2-byte units (block rows: a whole number of even-sized blocks), or
+     * converted from f32 by scatter_cvt (the KV cache's append: f16, bf16, q8_0, q4_0, q4_1, iq4_nl) */
+    const kvs_dtype dt = a->dst->dtype;
+    if (a->convert && !(a->src->dtype == KVS_F32 && (dt == KVS_F16 || dt == KVS_BF16 || dt == KVS_Q8_0 ||
+                                                     dt == KVS_Q4_0 || dt == KVS_Q4_1 || dt == KVS_IQ4_NL)))
+        return NO("converting %s rows to %s is not supported (f32 to f16, bf16, q8_0, q4_0, q4_1, iq4_nl is)",
+                  kvs_dtype_name(a->src->dtype), kvs_dtype_name(dt));
+    if (a->row_bytes % 2) return NO("rows of an odd number of bytes");
     /* invocations of one dispatch: one per 4 bytes of the rows it copies (2-byte rows run in
-     * pairs), over the larger of the index count and the destination rows: an upper bound */
+     * pairs), over the larger of the index count and the destination rows: an upper bound; a
+     * converting scatter runs one per value (f16/bf16) or block of the source rows */
     uint64_t rows = (uint64_t)(a->dst_rows > a->n ? a->dst_rows : a->n);
     uint64_t total = ((uint64_t)a->groups * rows * (uint64_t)a->row_bytes + 3) / 4;
+    if (a->convert) total = (uint64_t)a->groups * (uint64_t)a->n * (uint64_t)a->dst->ne[0];
     if (total > UINT32_MAX) return NO("too many elements for one dispatch");
     const kvs_tensor *t[] = {a->src, a->dst, a->idx};
     return fits_binding(kvs_vk_of(dev), t, 3, why, n);
 }
 
-/* Weight types the matmul / embedding shaders read: F32, F16, BF16, Q8_0. The other block types
- * (Q4_0, ..., IQ4_XS) have CPU kernels only and are refused, never run on a hidden fallback. */
+/* Weight types the matmul / embedding shaders read: F32, F16, BF16 and every block type (Q8_0, Q4_0,
+ * Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS: decoded in the shaders by
+ * quant.glsl); I32 is no weight type. */
 static int weight_type_ok(kvs_dtype t, char *why, size_t n) {
-    if (t == KVS_F32 || t == KVS_F16 || t == KVS_BF16 || t == KVS_Q8_0) return 1;
-    snprintf(why, n, "weight type %s is not supported by this backend (f32, f16, bf16, q8_0 are; the CPU "
-             "backend runs every block type)", kvs_dtype_name(t));
+    if (t == KVS_F32 || t == KVS_F16 || t == KVS_BF16 || kvs_dtype_is_quant(t)) return 1;
+    snprintf(why, n, "weight type %s is not supported by this backend (f32, f16, bf16 and the block types are)",
+             kvs_dtype_name(t));
     return 0;
 }
 
@@ -103,9 +111,10 @@ int kvs_vk_supports(kvs_device *dev, kvs_op_id op, const void *args, char *why, 
     switch (op) {
     case KVS_OP_attention: {
         const kvs_attention_args *a = args;
+        /* K and V: f32, f16, bf16 or a block type each (the types core/ops.c lets through: the
+         * KV-cache types), read by attn.comp / attn_stats.comp through quant.glsl */
         const kvs_dtype kt = a->k->dtype, vt = a->v->dtype;
-        if ((kt != KVS_F32 && kt != KVS_F16) || vt != kt)
-            return NO("K/V types other than f32/f32 or f16/f16 (bf16 and quantized KV caches) are CPU only");
+        if (kt == KVS_I32 || vt == KVS_I32) return NO("i32 K/V tensors are not attention inputs");
         return attention_ok(dev, args, why, n);
     }
     case KVS_OP_topk:

@@ -86,8 +86,9 @@ typedef struct kvs_kv_cache kvs_kv_cache;
  * (type_k/type_v not one of the eight cache types; a block type or qh8 with head_dim % 32 != 0, the
  * message names the type and head_dim), KVS_ERR_UNSUPPORTED (F16 on a device without fp16 storage;
  * QH8 on a device without kvs_caps.kv_hierarchical, i.e. OpenCL and Vulkan, the message says why;
- * a type other than F32 on a backend whose scatter cannot convert rows to it, i.e. Vulkan for
- * F16/BF16/block types: the message gives the backend's reason; refused here, never mid-decode),
+ * a type other than F32 on a backend whose scatter cannot convert rows to it (none of the built-in
+ * ones: CPU, OpenCL and Vulkan all convert; the message would give the backend's reason); refused
+ * here, never mid-decode),
  * KVS_ERR_OUT_OF_MEMORY (message gives the bytes asked for). */
 KVS_API kvs_status kvs_cache_create(kvs_kv_cache **out, kvs_device *dev, const kvs_cache_params *p);
 KVS_API void kvs_cache_destroy(kvs_kv_cache **c);

@@ -45,8 +45,7 @@ typedef struct kvs_model_params {
     kvs_dtype weight_dtype; /* dtype of the float matmul weights on the device: KVS_F32 (default),
                              * KVS_F16, KVS_BF16; norms stay F32. Weights stored in a block type
                              * (Q8_0, Q4_K, ...) stay in it: the products read the blocks (CPU: every
-                             * block type, OpenCL: every block type; Vulkan: Q8_0, others refused
-                             * when the model is created) */
+                             * block type, on CPU, OpenCL and Vulkan) */
 } kvs_model_params;
 
 KVS_API kvs_model_params kvs_model_params_default(void);

@@ -48,9 +48,9 @@ extern "C" {
  * AVX-512 GEMM, every dtype; non-F32 weights are converted to f32 per tile (decoding-sized n <= 4: a
  * block at a time, in registers/L1, then f32 FMA: no 8-bit activations). OpenCL: every dtype, F32
  * via CLBlast (F16/BF16 converted to an f32 copy above 4 rows), the block types read directly by
- * shaders/opencl/qmatmul.cl (GEMV up to 4 rows, 64 x 32 tiles above; f32 activations). Vulkan's own
- * tiled shader: F32, F16, BF16, Q8_0 read natively; the other block types are refused with
- * KVS_ERR_UNSUPPORTED ("... type q4_k is not supported by this backend"). */
+ * shaders/opencl/qmatmul.cl (GEMV up to 4 rows, 64 x 32 tiles above; f32 activations). Vulkan: its
+ * tiled and GEMV shaders, every dtype, the block types decoded from the stored blocks
+ * (shaders/vulkan/quant.glsl; f32 activations and accumulation). */
 KVS_API kvs_status kvs_matmul(kvs_device *dev, const kvs_tensor *W, const kvs_tensor *x,
                               kvs_tensor *y, int accumulate);
 
@@ -78,7 +78,7 @@ KVS_API kvs_status kvs_swiglu(kvs_device *dev, const kvs_tensor *gate, const kvs
 KVS_API kvs_status kvs_softmax(kvs_device *dev, const kvs_tensor *x, kvs_tensor *y, float scale);
 
 /* Embedding lookup: out[i] = table[ids[i]] converted to f32.
- * table: [vocab][dim] F32, F16, BF16 or a block type (CPU, OpenCL; Vulkan: Q8_0 only); ids: host array of n token ids, each in [0, vocab)
+ * table: [vocab][dim] F32, F16, BF16 or a block type (CPU, OpenCL, Vulkan); ids: host array of n token ids, each in [0, vocab)
  * (checked: KVS_ERR_OUT_OF_RANGE names the first bad id); out: [n][dim] F32. */
 KVS_API kvs_status kvs_embedding(kvs_device *dev, const kvs_tensor *table, const int32_t *ids,
                                  int64_t n, kvs_tensor *out);
@@ -172,9 +172,9 @@ KVS_API kvs_attention_params kvs_attention_params_default(void);
  *        blocks): the CPU backend reads the stored rows directly (f16/bf16 tiles converted, block
  *        rows decoded 32 keys at a time into L1 with core/quant's decoders, never a dequantized copy
  *        of the cache); OpenCL reads every one of these types likewise (tiles decoded 32 values at
- *        a time by shaders/opencl/qblocks.cl); Vulkan reads F32 or F16 with k and v of one type and
- *        refuses the rest with KVS_ERR_UNSUPPORTED. With p->k_lo (p->v_lo) k (v) must be Q4_1 and the
- *        op reads the qh8 8-bit values of the two planes (devices with kvs_caps.kv_hierarchical only;
+ *        a time by shaders/opencl/qblocks.cl), and so does Vulkan (decoded while staging each key
+ *        tile, shaders/vulkan/quant.glsl). With p->k_lo (p->v_lo) k (v) must be Q4_1 and the op reads
+ *        the qh8 8-bit values of the two planes (devices with kvs_caps.kv_hierarchical only, the CPU;
  *        KVS_ERR_UNSUPPORTED elsewhere; KVS_ERR_DTYPE / KVS_ERR_SHAPE for a plane of another type
  *        or shape)
  *   out: [n_q][n_heads][head_dim] F32 (must not alias q, k, v)
@@ -289,8 +289,8 @@ KVS_API kvs_status kvs_gather(kvs_device *dev, const kvs_tensor *src, const kvs_
  * highest i wins. dst must not alias src. src and dst have the same dtype (bit-exact copy), or src
  * is F32 and dst F16/BF16 (round-to-nearest-even) or Q8_0/Q4_0/Q4_1/IQ4_NL (each row quantized per
  * block of 32, core/quant/quant_encode.c: the quantized KV cache's append); other pairs:
- * KVS_ERR_DTYPE. OpenCL converts on the device (shaders/opencl/rows.cl, the same encoders); Vulkan
- * copies rows only: a converting scatter is KVS_ERR_UNSUPPORTED there. */
+ * KVS_ERR_DTYPE. OpenCL converts on the device (shaders/opencl/rows.cl, the same encoders), and so
+ * does Vulkan (shaders/vulkan/scatter_cvt.comp, the same scale rules). */
 KVS_API kvs_status kvs_scatter(kvs_device *dev, const kvs_tensor *src, const kvs_tensor *idx,
                                kvs_tensor *dst, int src_token_major);
 

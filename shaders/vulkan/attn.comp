@@ -13,7 +13,8 @@
 // [s*split_len, (s+1)*split_len) and writes its partial (unnormalised O, m, l, argmax) at
 // out/row_* + s * (n_q*n_heads*D or n_q*n_heads); attn_combine.comp merges the splits in order.
 layout(local_size_x_id = 0) in;
-layout(constant_id = 1) const uint KVDT = 0;
+layout(constant_id = 1) const uint KDT = 0;  // K dtype (vk_params.h codes)
+layout(constant_id = 5) const uint VDT = 0;  // V dtype
 layout(constant_id = 2) const uint D = 64;
 layout(constant_id = 3) const uint R = 8;
 layout(constant_id = 4) const uint TK = 16;
@@ -30,6 +31,16 @@ layout(std430, binding = 9) writeonly buffer AM { uint d[]; } amax;
 layout(std430, binding = 10) writeonly buffer RM { uint d[]; } rmax;
 layout(std430, binding = 11) writeonly buffer RS { uint d[]; } rsum;
 KVS_VK_PUSH(KVS_VK_PC_ATTN)
+#define QB k
+#define QFN(x) k_##x
+#include "quant.glsl"
+#undef QB
+#undef QFN
+#define QB v
+#define QFN(x) v_##x
+#include "quant.glsl"
+#undef QB
+#undef QFN
 
 shared float sQ[R * D];
 shared float sO[R * D];
@@ -40,8 +51,17 @@ shared float sM[R], sL[R], sA[R], sBest[R];
 shared int sArg[R], sQpos[R], sRowlen[R];
 shared uint sJlim;
 
-float ldkv_k(uint e) { return KVDT == 0u ? F32(k, p.ok + e) : h2f(H16(k, p.ok + e)); }
-float ldkv_v(uint e) { return KVDT == 0u ? F32(v, p.ov + e) : h2f(H16(v, p.ov + e)); }
+float ldkv_k(uint e) { return LDF(k, p.ok + e, KDT); }
+float ldkv_v(uint e) { return LDF(v, p.ov + e, VDT); }
+// elements e..e+3 (e % 4 == 0, D % 4 == 0): block types decoded from the stored blocks (quant.glsl)
+vec4 ldkv_k4(uint e) {
+    if (KVS_VK_IS_QUANT(KDT)) return k_dq4(KDT, p.ok, e);
+    return vec4(ldkv_k(e), ldkv_k(e + 1u), ldkv_k(e + 2u), ldkv_k(e + 3u));
+}
+vec4 ldkv_v4(uint e) {
+    if (KVS_VK_IS_QUANT(VDT)) return v_dq4(VDT, p.ov, e);
+    return vec4(ldkv_v(e), ldkv_v(e + 1u), ldkv_v(e + 2u), ldkv_v(e + 3u));
+}
 
 void main() {
     uint nrows = p.n_q * p.G;
@@ -94,17 +114,35 @@ void main() {
     jend = min(jend, sJlim);
 
     for (uint j0 = jbeg; j0 < jend; j0 += TK) {
-        for (uint e = TID; e < TK * D; e += WGX) {
-            uint jj = e / D, c = e % D;
-            uint j = j0 + jj;
-            float kv = 0.0, vv = 0.0;
-            if (j < jend) {
-                uint ge = (h * p.cap + j) * D + c;
-                kv = ldkv_k(ge);
-                vv = ldkv_v(ge);
+        if (D % 4u == 0u) {
+            // groups of 4 (always so for the block types: D % 32 == 0)
+            for (uint e = 4u * TID; e < TK * D; e += 4u * WGX) {
+                uint jj = e / D, c = e % D;
+                uint j = j0 + jj;
+                vec4 kv = vec4(0.0), vv = vec4(0.0);
+                if (j < jend) {
+                    uint ge = (h * p.cap + j) * D + c;
+                    kv = ldkv_k4(ge);
+                    vv = ldkv_v4(ge);
+                }
+                for (uint t = 0u; t < 4u; t++) {
+                    sK[e + t] = kv[t];
+                    sV[e + t] = vv[t];
+                }
             }
-            sK[e] = kv;
-            sV[e] = vv;
+        } else {
+            for (uint e = TID; e < TK * D; e += WGX) {
+                uint jj = e / D, c = e % D;
+                uint j = j0 + jj;
+                float kv = 0.0, vv = 0.0;
+                if (j < jend) {
+                    uint ge = (h * p.cap + j) * D + c;
+                    kv = ldkv_k(ge);
+                    vv = ldkv_v(ge);
+                }
+                sK[e] = kv;
+                sV[e] = vv;
+            }
         }
         barrier();
         for (uint e = TID; e < R * TK; e += WGX) {

@@ -11,7 +11,7 @@
 // MODE 1 (probs): one invocation per (r < n_rows, head g, key j < cap):
 //   probs[r][g][j] = p[probe_rows[r]][g][j].
 layout(local_size_x_id = 0) in;
-layout(constant_id = 1) const uint KVDT = 0;
+layout(constant_id = 1) const uint KDT = 0;  // K dtype (vk_params.h codes; block types: quant.glsl)
 layout(constant_id = 2) const uint D = 64;
 layout(constant_id = 3) const uint MODE = 0;
 layout(std430, binding = 0) readonly buffer Q { uint d[]; } q;
@@ -26,6 +26,11 @@ layout(std430, binding = 8) buffer OUT { uint d[]; } outb;
 layout(std430, binding = 9) readonly buffer RM { uint d[]; } rmax;
 layout(std430, binding = 10) readonly buffer RS { uint d[]; } rsum;
 KVS_VK_PUSH(KVS_VK_PC_ATTN_STATS)
+#define QB k
+#define QFN(x) k_##x
+#include "quant.glsl"
+#undef QB
+#undef QFN
 
 uint valid_len(uint h) {
     if ((p.flags & KVS_VK_ATTN_KVLEN) != 0u) return uint(clamp(int(kvlen.d[p.okl + h]), 0, int(p.n_kv)));
@@ -42,9 +47,13 @@ float prob(uint i, uint g, uint h, uint j, int kp) {
     float dot = 0.0;
     uint qb = p.oq + (i * p.n_heads + g) * D;
     uint kb = (h * p.cap + j) * D;
-    for (uint c = 0u; c < D; c++) {
-        float kv = KVDT == 0u ? F32(k, p.ok + kb + c) : h2f(H16(k, p.ok + kb + c));
-        dot += F32(q, qb + c) * kv;
+    if (KVS_VK_IS_QUANT(KDT)) {
+        for (uint c = 0u; c < D; c += 4u) {
+            vec4 kv = k_dq4(KDT, p.ok, kb + c);
+            for (uint t = 0u; t < 4u; t++) dot += F32(q, qb + c + t) * kv[t];
+        }
+    } else {
+        for (uint c = 0u; c < D; c++) dot += F32(q, qb + c) * LDF(k, p.ok + kb + c, KDT);
     }
     float s = p.scale * dot;
     if ((p.flags & KVS_VK_ATTN_MASK) != 0u) s += F32(mask, p.om + i * p.n_kv + j);

@@ -1,5 +1,5 @@
 // Shared helpers for kvsieve Vulkan compute shaders. Every buffer is `uint d[]` (std430); f32/i32
-// are reinterpreted, f16/bf16 are 16-bit halves of words, q8_0 blocks are addressed by bytes, so the
+// are reinterpreted, f16/bf16 are 16-bit halves of words, block types are addressed by bytes (quant.glsl), so the
 // shaders need no 16-bit storage extension (Vulkan 1.1 baseline). Element offsets of tensors within
 // their binding come in push constants. Workgroup size: specialization constant 0 (local_size_x_id).
 // Push-constant blocks, flags, dtype codes and MODE values: vk_params.h (shared with the C host).
@@ -62,10 +62,7 @@ uint f2bf(float f) {
 }
 
 // Load element e of a float tensor of dtype dt (f32/f16/bf16: e in element units incl. the
-// tensor's offset). Q8_0: use LDQ8 with the tensor's byte offset.
+// tensor's offset). Block types: quant.glsl.
 #define LDF(buf, e, dt) ((dt) == KVS_VK_DT_F32 ? F32(buf, e) : ((dt) == KVS_VK_DT_F16 ? h2f(H16(buf, e)) : bf2f(H16(buf, e))))
-// q8_0 element e (0-based within the tensor) of a tensor starting at byte boff
-#define Q8BLK(boff, e) ((boff) + ((e) >> 5u) * 34u)
-#define LDQ8(buf, boff, e) (float(int(BYTE8(buf, Q8BLK(boff, e) + 2u + ((e) & 31u)) << 24u) >> 24) * h2f(H16(buf, Q8BLK(boff, e) >> 1u)))
 
 #endif

@@ -30,6 +30,20 @@
 #define KVS_VK_DT_BF16 2u
 #define KVS_VK_DT_I32 3u
 #define KVS_VK_DT_Q8_0 4u
+/* llama.cpp's other block types (layouts: quant.glsl, core/quant/quant_blocks.h); every code from
+ * KVS_VK_DT_Q8_0 up is a block type */
+#define KVS_VK_DT_Q4_0 5u
+#define KVS_VK_DT_Q4_1 6u
+#define KVS_VK_DT_Q5_0 7u
+#define KVS_VK_DT_Q5_1 8u
+#define KVS_VK_DT_IQ4_NL 9u
+#define KVS_VK_DT_Q2_K 10u
+#define KVS_VK_DT_Q3_K 11u
+#define KVS_VK_DT_Q4_K 12u
+#define KVS_VK_DT_Q5_K 13u
+#define KVS_VK_DT_Q6_K 14u
+#define KVS_VK_DT_IQ4_XS 15u
+#define KVS_VK_IS_QUANT(dt) ((dt) >= KVS_VK_DT_Q8_0)
 
 /* ---- attention flags (attn, attn_stats, attn_combine push constant `flags`) ----------------- */
 #define KVS_VK_ATTN_QPOS 1u     /* q_pos given (else query i sits at n_kv - n_q + i) */
@@ -104,6 +118,9 @@
     U(G) U(n) U(Ns) U(Nd) U(RU) U(os) U(oi) U(od) U(ow) U(shared_) U(total)
 /* scatter_win: winners [G][Nd] = highest i with idx[g][i] = t. */
 #define KVS_VK_PC_SCATTER_WIN(U, F, FA) U(G) U(n) U(Nd) U(oi) U(ow) U(shared_)
+/* scatter_cvt: G groups, n source rows, Nd destination rows of D values (RB bytes), offsets of
+ * src (f32 units), idx, dst (bytes), winners; shared_ (one index list), total invocations. */
+#define KVS_VK_PC_SCATTER_CVT(U, F, FA) U(G) U(n) U(Nd) U(D) U(RB) U(os) U(oi) U(od) U(ow) U(shared_) U(total)
 /* topk_select: state [rows][4], histograms/counts at oh, row_len at orl when has_rl. */
 #define KVS_VK_PC_TOPK_SELECT(U, F, FA)                                                             \
     U(rows) U(nchunks) U(shift) U(ost) U(oh) U(n) U(k) U(orl) U(has_rl)
@@ -159,6 +176,7 @@ KVS_VK_PC_STRUCT(kvs_vk_pc_attn_stats, KVS_VK_PC_ATTN_STATS);
 KVS_VK_PC_STRUCT(kvs_vk_pc_dwt, KVS_VK_PC_DWT);
 KVS_VK_PC_STRUCT(kvs_vk_pc_rows, KVS_VK_PC_ROWS);
 KVS_VK_PC_STRUCT(kvs_vk_pc_scatter_win, KVS_VK_PC_SCATTER_WIN);
+KVS_VK_PC_STRUCT(kvs_vk_pc_scatter_cvt, KVS_VK_PC_SCATTER_CVT);
 KVS_VK_PC_STRUCT(kvs_vk_pc_topk_select, KVS_VK_PC_TOPK_SELECT);
 KVS_VK_PC_STRUCT(kvs_vk_pc_topk_hist, KVS_VK_PC_TOPK_HIST);
 KVS_VK_PC_STRUCT(kvs_vk_pc_topk_collect, KVS_VK_PC_TOPK_COLLECT);
