@@ -21,8 +21,10 @@ _Static_assert(KVS_VK_DT_F32 == KVS_F32 && KVS_VK_DT_F16 == KVS_F16 && KVS_VK_DT
                    KVS_VK_DT_Q4_1 == KVS_Q4_1 && KVS_VK_DT_Q5_0 == KVS_Q5_0 && KVS_VK_DT_Q5_1 == KVS_Q5_1 &&
                    KVS_VK_DT_IQ4_NL == KVS_IQ4_NL && KVS_VK_DT_Q2_K == KVS_Q2_K && KVS_VK_DT_Q3_K == KVS_Q3_K &&
                    KVS_VK_DT_Q4_K == KVS_Q4_K && KVS_VK_DT_Q5_K == KVS_Q5_K && KVS_VK_DT_Q6_K == KVS_Q6_K &&
-                   KVS_VK_DT_IQ4_XS == KVS_IQ4_XS && KVS_DTYPE_COUNT == 16,
+                   KVS_VK_DT_IQ4_XS == KVS_IQ4_XS && KVS_QH8 == 16 && KVS_QH8_LO == 17 && KVS_DTYPE_COUNT == 18,
                "vk_params.h dtype codes differ from kvs_dtype");
+/* KVS_QH8 / KVS_QH8_LO (QuantSpec's two cache planes, CPU only) never reach the shaders:
+ * kvs_dtype_is_quant excludes them, so supports() refuses them and no code is needed here. */
 
 /* Storage-buffer bindings in the one descriptor set layout every shader uses (set 0, bindings
  * 0..KVS_VK_BINDINGS-1, each `buffer { uint d[]; }`). Devices with fewer per-stage storage buffers
