@@ -14,7 +14,7 @@ kvs_model_params kvs_model_params_default(void) {
  * type and shape (and, for the token table, look rows up in it): a device that cannot (the GPU
  * backends and most block types) is refused at model creation with its reason, not at the first op
  * of a decode. W: the weight's (allocated, not yet filled) tensor [rows][k]. */
-static kvs_status weight_supported(kvs_model *m, kvs_tensor *W, const char *name) {
+kvs_status kvs_model_weight_supported(kvs_model *m, kvs_tensor *W, const char *name) {
     kvs_device *dev = m->dev;
     if (!dev->ops->supports) return KVS_OK;
     const int64_t k = W->ne[0], rows = W->ndim > 1 ? W->ne[1] : 1;
@@ -44,7 +44,7 @@ static kvs_status create_weight(kvs_model *m, kvs_dtype dt, int nd, const int64_
                                 kvs_tensor **out) {
     KVS_TRY(kvs_tensor_create(out, m->dev, dt, nd, ne));
     kvs_tensor_set_name(*out, name);
-    return matrix ? weight_supported(m, *out, name) : KVS_OK;
+    return matrix ? kvs_model_weight_supported(m, *out, name) : KVS_OK;
 }
 
 /* Uploads one host weight as dtype `want` (norms and F32-only uses pass KVS_F32). A matrix (`matrix`
@@ -114,18 +114,12 @@ void kvs_model_destroy(kvs_model **mp) {
     *mp = NULL;
 }
 
-kvs_status kvs_model_create(kvs_model **out, kvs_device *dev, const kvs_model_file *mf, const kvs_model_params *p) {
-    if (!out) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_model_create: out is NULL");
+kvs_status kvs_model_alloc(kvs_model **out, kvs_device *dev, const kvs_model_hparams *hp) {
     *out = NULL;
-    if (!dev || !mf) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_model_create: NULL device or model file");
-    kvs_model_params mp = p ? *p : kvs_model_params_default();
-    if (mp.weight_dtype != KVS_F32 && mp.weight_dtype != KVS_F16 && mp.weight_dtype != KVS_BF16)
-        return kvs_error(KVS_ERR_DTYPE, "kvs_model_load: weight dtype %s (want f32, f16 or bf16)", kvs_dtype_name(mp.weight_dtype));
     kvs_model *m = calloc(1, sizeof *m);
     if (!m) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_model_load: out of host memory");
     m->dev = dev;
-    m->hp = *kvs_model_file_hparams(mf);
-    const kvs_model_weights *w = kvs_model_file_weights(mf);
+    m->hp = *hp;
     int L = m->hp.n_layers;
     m->layers = calloc((size_t)L, sizeof *m->layers);
     m->stats = calloc((size_t)L, sizeof *m->stats);
@@ -139,10 +133,27 @@ kvs_status kvs_model_create(kvs_model **out, kvs_device *dev, const kvs_model_fi
     m->x_cap = calloc((size_t)L, sizeof *m->x_cap);
     m->q_host = calloc((size_t)L, sizeof *m->q_host);
     m->q_cap = calloc((size_t)L, sizeof *m->q_cap);
-    kvs_status s = KVS_OK;
     if (!m->x_host || !m->x_cap || !m->q_host || !m->q_cap || !m->layers || !m->stats || !m->key_mass_host || !m->probs_host || !m->argmax_host || !m->key_mass_cap ||
-        !m->probs_cap || !m->argmax_cap)
-        s = kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_model_load: out of host memory");
+        !m->probs_cap || !m->argmax_cap) {
+        kvs_model_destroy(&m);
+        return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_model_load: out of host memory");
+    }
+    *out = m;
+    return KVS_OK;
+}
+
+kvs_status kvs_model_create(kvs_model **out, kvs_device *dev, const kvs_model_file *mf, const kvs_model_params *p) {
+    if (!out) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_model_create: out is NULL");
+    *out = NULL;
+    if (!dev || !mf) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_model_create: NULL device or model file");
+    kvs_model_params mp = p ? *p : kvs_model_params_default();
+    if (mp.weight_dtype != KVS_F32 && mp.weight_dtype != KVS_F16 && mp.weight_dtype != KVS_BF16)
+        return kvs_error(KVS_ERR_DTYPE, "kvs_model_load: weight dtype %s (want f32, f16 or bf16)", kvs_dtype_name(mp.weight_dtype));
+    kvs_model *m = NULL;
+    KVS_TRY(kvs_model_alloc(&m, dev, kvs_model_file_hparams(mf)));
+    const kvs_model_weights *w = kvs_model_file_weights(mf);
+    int L = m->hp.n_layers;
+    kvs_status s = KVS_OK;
     kvs_dtype wd = mp.weight_dtype;
     char name[64];
     if (s == KVS_OK) s = upload_weight(m, &w->token_embd, wd, 1, "token_embd", &m->tok_embd);

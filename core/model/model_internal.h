@@ -88,4 +88,11 @@ void kvs_workspace_free(kvs_workspace *ws);
  * dtype other than f32/f16/bf16), KVS_ERR_OUT_OF_MEMORY, the device's. */
 kvs_status kvs_model_attn_weight_f32(const kvs_model *m, int layer, char which, float *dst);
 
+/* A model with its host arrays allocated for hp (no weights yet): kvs_model_create and
+ * kvs_model_create_random fill the weights. Errors: KVS_ERR_OUT_OF_MEMORY. */
+kvs_status kvs_model_alloc(kvs_model **out, kvs_device *dev, const kvs_model_hparams *hp);
+/* KVS_OK when the device can multiply W (a matrix, allocated, not yet filled; the token table also
+ * looked up), else KVS_ERR_UNSUPPORTED naming the weight and the backend's reason. */
+kvs_status kvs_model_weight_supported(kvs_model *m, kvs_tensor *W, const char *name);
+
 #endif
