@@ -12,6 +12,14 @@
  * case. Checked: max |delta| <= 1e-3 * rms(logits) (the worst case with a margin of 4), normalised MSE
  * <= 1e-8 (typical ~1e-12), and the greedy token identical at every position whose top-2 margin
  * exceeds twice the largest difference.
+ * Under the 8-bit activation variants (portable-q8, avx2-q8, avx512-vnni; the automatic choice on
+ * x86, which may pick them: README "Weight types") every block-type product also rounds x to 8 bits
+ * per block of 32/256 values: per product a relative error of about (amax / rms) / 127 / sqrt(12) ~
+ * 0.008 of its output RMS (amax / rms ~ 3.5 for these activations), compounding over the 16 products
+ * on a logit's path to ~4 x 0.008 ~ 0.03 RMS typical (nmse ~ 16 x 6e-5 ~ 1e-3). Checked there: max
+ * |delta| <= 0.25 RMS (the maximum over all logits, ~4 sigma, with a margin of 2), nmse <= 1e-2, and
+ * the greedy token where the margin exceeds twice the largest difference, as above. Measured: max
+ * 0.046 RMS.
  * Also: the weights stay quantized on the device (kvs_model_weight_bytes equals the file's matrices'
  * bytes, not 4 bytes a value) and GPU backends refuse the types cleanly (tools/tests, README).
  * Usage: test_quant_model MODEL_GGUF */
@@ -113,8 +121,11 @@ START_TEST(test_quant_vs_f32) {
         printf("# %s, %d tokens: weights %lld bytes (f32: %lld); logits rms %.4g, max |quant - f32| %.3g (%.2g rms), nmse "
                "%.3g; greedy agrees at %d/%d positions (%d with a decisive margin)\n",
                spec, NT, (long long)wb_q, (long long)wb_f32, rms, dmax, dmax / rms, nmse, agree, NT, decided);
-        ck_assert_msg(dmax <= 1e-3 * rms, "%s: max |delta logit| %g > 1e-3 * rms %g", spec, dmax, rms);
-        ck_assert_msg(nmse <= 1e-8, "%s: nmse %g", spec, nmse);
+        /* 8-bit activations (portable-q8, avx2-q8, avx512-vnni, and the automatic choice on x86) */
+        const int q8 = strstr(spec, "-q8") || strstr(spec, "vnni") || strcmp(spec, "matmul:auto") == 0;
+        const double tol_max = q8 ? 0.25 : 1e-3, tol_nmse = q8 ? 1e-2 : 1e-8;
+        ck_assert_msg(dmax <= tol_max * rms, "%s: max |delta logit| %g > %g * rms %g", spec, dmax, tol_max, rms);
+        ck_assert_msg(nmse <= tol_nmse, "%s: nmse %g > %g", spec, nmse, tol_nmse);
         free(q);
         free(ref);
     }
