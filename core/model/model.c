@@ -6,7 +6,7 @@
 #include "model_internal.h"
 
 kvs_model_params kvs_model_params_default(void) {
-    kvs_model_params p = {.weight_dtype = KVS_F32};
+    kvs_model_params p = {.weight_dtype = KVS_F32, .map_weights = 0};
     return p;
 }
 
@@ -55,6 +55,14 @@ static kvs_status upload_weight(kvs_model *m, const kvs_weight *w, kvs_dtype wan
     if (matrix && kvs_dtype_is_quant(w->dtype)) want = w->dtype;
     int64_t ne[2] = {w->ne[0], w->ne[1]};
     int nd = w->ne[1] > 1 ? 2 : 1;
+    if (w->dtype == want && m->map_weights) {
+        /* used in place from the file's memory (CPU): no copy */
+        KVS_TRY(kvs_tensor_wrap_host(out, m->dev, want, nd, ne, w->data));
+        kvs_tensor_set_name(*out, name);
+        m->weight_bytes += (int64_t)w->nbytes;
+        m->mapped_bytes += (int64_t)w->nbytes;
+        return matrix ? kvs_model_weight_supported(m, *out, name) : KVS_OK;
+    }
     if (w->dtype == want) {
         KVS_TRY(create_weight(m, want, nd, ne, matrix, name, out));
         m->weight_bytes += (int64_t)w->nbytes;
@@ -110,6 +118,7 @@ void kvs_model_destroy(kvs_model **mp) {
     free(m->stats);
     free(m->logits_host);
     free(m->layers);
+    kvs_model_file_close(&m->own_mf); /* after the tensors that point into it */
     free(m);
     *mp = NULL;
 }
@@ -151,6 +160,7 @@ kvs_status kvs_model_create(kvs_model **out, kvs_device *dev, const kvs_model_fi
         return kvs_error(KVS_ERR_DTYPE, "kvs_model_load: weight dtype %s (want f32, f16 or bf16)", kvs_dtype_name(mp.weight_dtype));
     kvs_model *m = NULL;
     KVS_TRY(kvs_model_alloc(&m, dev, kvs_model_file_hparams(mf)));
+    m->map_weights = mp.map_weights && kvs_device_backend(dev) == KVS_BACKEND_CPU;
     const kvs_model_weights *w = kvs_model_file_weights(mf);
     int L = m->hp.n_layers;
     kvs_status s = KVS_OK;
@@ -200,14 +210,18 @@ kvs_status kvs_model_load(kvs_model **out, kvs_device *dev, const char *path, co
     if (!dev || !path) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_model_load: NULL device or path");
     kvs_model_file *mf = NULL;
     KVS_TRY(kvs_model_file_open(&mf, path, NULL));
-    kvs_status s = kvs_model_create(out, dev, mf, p);
-    kvs_model_file_close(&mf);
+    kvs_model_params mp = p ? *p : kvs_model_params_default();
+    mp.map_weights = kvs_device_backend(dev) == KVS_BACKEND_CPU;
+    kvs_status s = kvs_model_create(out, dev, mf, &mp);
+    if (s == KVS_OK && (*out)->mapped_bytes > 0) (*out)->own_mf = mf; /* the model keeps the mapping */
+    else kvs_model_file_close(&mf);
     return s;
 }
 
 const kvs_model_hparams *kvs_model_get_hparams(const kvs_model *m) { return m ? &m->hp : NULL; }
 kvs_device *kvs_model_device(const kvs_model *m) { return m ? m->dev : NULL; }
 int64_t kvs_model_weight_bytes(const kvs_model *m) { return m ? m->weight_bytes : 0; }
+int64_t kvs_model_mapped_bytes(const kvs_model *m) { return m ? m->mapped_bytes : 0; }
 
 kvs_cache_params kvs_model_cache_params(const kvs_model *m) {
     kvs_cache_params p = kvs_cache_params_default();

@@ -65,6 +65,9 @@ struct kvs_model {
     int output_tied;
     kvs_layer_tensors *layers; /* [n_layers] */
     int64_t weight_bytes;
+    int64_t mapped_bytes;    /* of weight_bytes, used in place from the model file (map_weights) */
+    kvs_model_file *own_mf;  /* the file kvs_model_load opened, kept for the mapped weights */
+    int map_weights;         /* kvs_model_params.map_weights on a CPU device */
     kvs_workspace ws;
     /* host result buffers */
     float *logits_host;

@@ -46,27 +46,40 @@ typedef struct kvs_model_params {
                              * KVS_F16, KVS_BF16; norms stay F32. Weights stored in a block type
                              * (Q8_0, Q4_K, ...) stay in it: the products read the blocks (CPU: every
                              * block type; OpenCL/Vulkan: Q8_0, others refused at the first product) */
+    int map_weights;        /* 1: on a CPU device, every weight whose file dtype is used as it is (block
+                             * types; F32 with weight_dtype F32; F16/BF16 with the same weight_dtype)
+                             * is used in place from the model file's memory (its mmap: no copy, so a
+                             * multi-GB file does not need twice its size in RAM); the caller must keep
+                             * the kvs_model_file open until the model is destroyed. kvs_model_load
+                             * always maps (it keeps the file open itself). 0 (default for
+                             * kvs_model_create): copies. Ignored on other backends. */
 } kvs_model_params;
 
 KVS_API kvs_model_params kvs_model_params_default(void);
 
 /* Loads a checkpoint (GGUF v1-v3, safetensors directory or file with config.json beside it, or a
- * llama2.c .bin with tok512.bin/tokenizer.bin beside it) onto dev.
+ * llama2.c .bin with tok512.bin/tokenizer.bin beside it) onto dev. On a CPU device the weights are
+ * used in place from the file's mapping where their dtype allows (kvs_model_params.map_weights; the
+ * model keeps the file open until it is destroyed).
  * Errors: KVS_ERR_NOT_FOUND / KVS_ERR_IO (file), KVS_ERR_FORMAT (malformed; message names the
  * offset and key/tensor), KVS_ERR_UNSUPPORTED (architecture or tensor type), KVS_ERR_DTYPE,
  * KVS_ERR_OUT_OF_MEMORY, and the device's errors. */
 KVS_API kvs_status kvs_model_load(kvs_model **out, kvs_device *dev, const char *path, const kvs_model_params *p);
 
-/* As kvs_model_load from an already opened model file (which may be closed afterwards: the
- * weights are copied to the device). Errors: as kvs_model_load after the file is read. */
+/* As kvs_model_load from an already opened model file, which may be closed afterwards (the weights
+ * are copied to the device) unless p->map_weights is set on a CPU device (then it must outlive the
+ * model). Errors: as kvs_model_load after the file is read. */
 KVS_API kvs_status kvs_model_create(kvs_model **out, kvs_device *dev, const kvs_model_file *mf,
                                     const kvs_model_params *p);
 KVS_API void kvs_model_destroy(kvs_model **m);
 
 KVS_API const kvs_model_hparams *kvs_model_get_hparams(const kvs_model *m);
 KVS_API kvs_device *kvs_model_device(const kvs_model *m);
-/* Bytes of weights held on the device. */
+/* Bytes of weights held on the device (those used in place from the file included). */
 KVS_API int64_t kvs_model_weight_bytes(const kvs_model *m);
+/* Bytes of those weights used in place from the model file's memory (kvs_model_params.map_weights;
+ * 0 when every weight was copied). */
+KVS_API int64_t kvs_model_mapped_bytes(const kvs_model *m);
 
 /* A model of the shape hp with random weights, built on dev without a model file (kvsieve bench
  * model; no download needed to measure a real shape). Matrices (token_embd, output unless

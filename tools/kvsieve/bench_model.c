@@ -281,7 +281,9 @@ int bench_model(int argc, char **argv) {
         if (strcasecmp(shapes[i].name, shape_arg) == 0) sh = shapes[i];
     if (!sh.name) {
         kvs_model_file *mf = NULL;
-        if (kvs_model_file_open(&mf, shape_arg, NULL) != KVS_OK)
+        static char path[4096];
+        if (kvs_model_locate(shape_arg, path, sizeof path) != KVS_OK) snprintf(path, sizeof path, "%s", shape_arg);
+        if (kvs_model_file_open(&mf, path, NULL) != KVS_OK)
             return cli_fail(CLI_EXIT_USAGE, spec.prog, "--shape '%s' is no known shape and no readable model file: %s",
                             shape_arg, kvs_last_error());
         sh.name = shape_arg, sh.source = "model file";
