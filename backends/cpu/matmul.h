@@ -54,7 +54,8 @@ void kvs_cpu_qdot_rows_neon(const void *wrow, kvs_dtype dt, const float *x, int6
 void kvs_cpu_qdecode_neon(kvs_dtype dt, const void *src, int64_t n, float *dst);
 
 /* ---- 8-bit activations (llama.cpp's CPU scheme; variants portable-q8, avx2-q8, avx512-vnni) ----
- * For decoding-sized products (n <= KVS_GEMV_MAX_N) of a block-type W, x is quantized once per call
+ * For products of a block-type W with up to 64 x rows (16 for the 32-value types; ops_dense.c
+ * KVS_Q8_MAX_N: decoding, short prompts, small diffusion steps), x is quantized once per call
  * to 8-bit blocks and each W block is dotted with them in integers (llama.cpp: ggml's
  * quantize_row_q8_0 / q8_1 / q8_K and vec_dot_*; the scheme read there, this code our own):
  *   32-value W types (q4_0 ... iq4_nl): x blocks of 32, d = amax / 127 (kept rounded to f16, as

@@ -34,11 +34,15 @@ static void row_to_f32(const void *base, kvs_dtype dt, int64_t r, int64_t n, flo
 /* ---- matmul -------------------------------------------------------------------------------- */
 
 /* x rows up to which a block-type W multiplies 8-bit activations when the variant asks for them
- * (matmul_q8); more rows: the f32 GEMM tiles. */
+ * (matmul_q8); more rows: the f32 GEMM tiles. The K types' integer kernels beat the tiles up to 64
+ * rows (q4_K 4096 x 4096: 2.3x at 16 rows, 1.1x at 64, CPU time); the 32-value types' per-block
+ * f32 scaling costs more per row, so they stop at 16 (q5_0 at 32 rows ran at 0.6-0.7x the tiles). */
 #ifndef KVS_Q8_MAX_N
 #define KVS_Q8_MAX_N 64
 #endif
-
+#ifndef KVS_Q8_MAX_N_32
+#define KVS_Q8_MAX_N_32 16
+#endif
 
 /* Few x rows (n <= KVS_GEMV_MAX_N): see matmul.h. */
 
@@ -286,7 +290,7 @@ static kvs_status matmul_own(kvs_device *dev, const kvs_matmul_args *a, int isa)
  * f32 scratch, then multiplied; panels of ~2 MiB keep the conversion amortised over the n rows. */
 kvs_status kvs_cpu_matmul(kvs_device *dev, const kvs_matmul_args *a) {
     const int64_t m = a->m, k = a->k, n = a->n;
-    if (n <= KVS_Q8_MAX_N && kvs_dtype_is_quant(a->W->dtype)) {
+    if (kvs_dtype_is_quant(a->W->dtype) && n <= (kvs_dtype_block(a->W->dtype) == 256 ? KVS_Q8_MAX_N : KVS_Q8_MAX_N_32)) {
         kvs_cpu_q8dot_fn q8 = kvs_cpu_q8_kernel(dev, KVS_OP_matmul, a->W->dtype);
         if (q8 && matmul_q8(dev, a, q8)) return KVS_OK;
     }

@@ -368,6 +368,9 @@ int bench_model(int argc, char **argv) {
         return rc;
     }
     const double wbytes = (double)kvs_model_weight_bytes(m);
+    /* KV cache bytes per token (issue 17's memory per token): K and V rows of every layer and kv head */
+    const int64_t kv_tok = (int64_t)hp->n_layers * hp->n_kv_heads *
+                           (int64_t)(kvs_dtype_bytes(b.kv_types[0], hp->head_dim) + kvs_dtype_bytes(b.kv_types[1], hp->head_dim));
     double n_params = (double)hp->vocab * hp->dim * (hp->tied_output ? 1 : 2);
     n_params += (double)hp->n_layers * ((double)hp->dim * hp->head_dim * (2.0 * hp->n_heads + 2.0 * hp->n_kv_heads) +
                                         3.0 * hp->dim * hp->ffn_dim);
@@ -375,8 +378,9 @@ int bench_model(int argc, char **argv) {
         printf("shape %s (%s): %s, %d layers, dim %d, heads %d/%d x %d, ffn %d, vocab %d, %.3gM parameters\n", sh.name,
                sh.source, kvs_arch_name(hp->arch), hp->n_layers, hp->dim, hp->n_heads, hp->n_kv_heads, hp->head_dim,
                hp->ffn_dim, hp->vocab, n_params * 1e-6);
-        printf("weights %s: %.1f MiB, built in %.2f s; KV cache %s/%s\n", kvs_dtype_name(type), wbytes / 1048576.0, build_s,
-               kvs_dtype_name(b.kv_types[0]), kvs_dtype_name(b.kv_types[1]));
+        printf("weights %s: %.1f MiB, built in %.2f s; KV cache %s/%s: %.1f KiB per token\n", kvs_dtype_name(type),
+               wbytes / 1048576.0, build_s, kvs_dtype_name(b.kv_types[0]), kvs_dtype_name(b.kv_types[1]),
+               (double)kv_tok / 1024.0);
         fflush(stdout);
     }
 
@@ -498,6 +502,7 @@ int bench_model(int argc, char **argv) {
         json_object_object_add(js, "cache_type_k", json_object_new_string(kvs_dtype_name(b.kv_types[0])));
         json_object_object_add(js, "cache_type_v", json_object_new_string(kvs_dtype_name(b.kv_types[1])));
         json_object_object_add(js, "model_bytes", json_object_new_int64((int64_t)wbytes));
+        json_object_object_add(js, "kv_bytes_per_token", json_object_new_int64(kv_tok));
         json_object_object_add(js, "build_seconds", json_object_new_double(build_s));
         json_object *fj = json_object_new_object();
         json_object_object_add(fj, "ok", json_object_new_boolean(ft.st == KVS_OK));

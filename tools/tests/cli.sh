@@ -96,6 +96,7 @@ d = json.load(open(sys.argv[1]))
 s = d["shape"]
 assert s["name"] == "tiny-dlm" and s["arch"] == "llada" and s["n_layers"] == 2, s
 assert d["type"] == "q4_k" and d["cache_type_k"] == "q8_0" and d["errors"] == 0, d
+assert d["kv_bytes_per_token"] == 2 * 2 * (64 // 32 * 34 + 64 * 4), d["kv_bytes_per_token"]  # layers, kv heads
 # q4_K: 144 bytes per 256 values; every matrix of the tiny shape is whole super-blocks (F32 norms on top)
 L, dim, qd, kvd, ffn, voc = 2, 256, 256, 128, 512, 512
 mats = 2 * voc * dim + L * (dim * (qd + 2 * kvd) + qd * dim + 3 * dim * ffn)
