@@ -39,6 +39,7 @@ typedef struct kvs_buffer {
     void *handle;   /* backend handle (CPU: host pointer, OpenCL: cl_mem, Vulkan: its own struct) */
     size_t nbytes;
     int refs;
+    int borrowed;   /* 1: host memory the buffer does not own (kvs_tensor_wrap_host): never freed */
 } kvs_buffer;
 
 struct kvs_tensor {
@@ -57,6 +58,15 @@ struct kvs_tensor {
  * kvs_tensor_destroy. For per-step views in reusable workspaces (the forward, the cache's writes).
  * Errors: KVS_ERR_INVALID_ARGUMENT (NULL), those of kvs_tensor_view (shape, range). */
 kvs_status kvs_tensor_view_into(kvs_tensor *t, const kvs_tensor *parent, int64_t offset_elems, int ndim, const int64_t *ne);
+
+/* A read-only tensor over host memory the caller owns (CPU devices only: a model's weights used
+ * from the model file's mapping, no copy). data must stay valid and unchanged until the tensor and
+ * its views are destroyed, and be aligned for dtype (4 bytes F32/I32, 2 F16/BF16, 1 block types);
+ * nothing may upload into it (the mapping is read-only). Errors: KVS_ERR_INVALID_ARGUMENT (NULL,
+ * misaligned data), KVS_ERR_UNSUPPORTED (a device other than the CPU's), the shape checks of
+ * kvs_tensor_create, KVS_ERR_OUT_OF_MEMORY. */
+kvs_status kvs_tensor_wrap_host(kvs_tensor **out, kvs_device *dev, kvs_dtype dtype, int ndim, const int64_t *ne,
+                                const void *data);
 
 /* Element offset -> pointer for host-visible (CPU) tensors. */
 static inline void *kvs_tensor_host_ptr(const kvs_tensor *t) {

@@ -50,9 +50,46 @@ static kvs_status kvs_shape_check(kvs_dtype dtype, int ndim, const int64_t *ne, 
 
 static void kvs_buffer_release(kvs_buffer *b) {
     if (!b || --b->refs > 0) return;
-    b->dev->ops->buffer_free(b->dev, b->handle);
-    b->dev->bytes_allocated -= (int64_t)b->nbytes;
+    if (!b->borrowed) {
+        b->dev->ops->buffer_free(b->dev, b->handle);
+        b->dev->bytes_allocated -= (int64_t)b->nbytes;
+    }
     free(b);
+}
+
+kvs_status kvs_tensor_wrap_host(kvs_tensor **out, kvs_device *dev, kvs_dtype dtype, int ndim, const int64_t *ne,
+                                const void *data) {
+    if (!out) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_tensor_wrap_host: out is NULL");
+    *out = NULL;
+    if (!dev || !ne || !data) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_tensor_wrap_host: NULL argument");
+    if (dev->ops->id != KVS_BACKEND_CPU)
+        return kvs_error(KVS_ERR_UNSUPPORTED, "kvs_tensor_wrap_host: only CPU devices use host memory in place");
+    const size_t align = dtype == KVS_F32 || dtype == KVS_I32 ? 4 : dtype == KVS_F16 || dtype == KVS_BF16 ? 2 : 1;
+    if ((uintptr_t)data % align)
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_tensor_wrap_host: %s data at %p is not %zu-byte aligned",
+                         kvs_dtype_name(dtype), data, align);
+    size_t nbytes;
+    KVS_TRY(kvs_shape_check(dtype, ndim, ne, &nbytes, "kvs_tensor_wrap_host"));
+    kvs_tensor *t = calloc(1, sizeof *t);
+    kvs_buffer *b = calloc(1, sizeof *b);
+    if (!t || !b) {
+        free(t);
+        free(b);
+        return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_tensor_wrap_host: out of host memory");
+    }
+    b->dev = dev;
+    b->handle = (void *)(uintptr_t)data; /* read-only by contract */
+    b->nbytes = nbytes;
+    b->refs = 1;
+    b->borrowed = 1;
+    t->dev = dev;
+    t->buf = b;
+    t->dtype = dtype;
+    t->ndim = ndim;
+    for (int i = 0; i < KVS_MAX_DIMS; i++) t->ne[i] = i < ndim ? ne[i] : 1;
+    t->nbytes = nbytes;
+    *out = t;
+    return KVS_OK;
 }
 
 kvs_status kvs_tensor_create(kvs_tensor **out, kvs_device *dev, kvs_dtype dtype, int ndim, const int64_t *ne) {

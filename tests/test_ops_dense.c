@@ -5,7 +5,8 @@
  *     ~1e-12, a single wrong column of k gives >= 1/k).
  *   matmul, F16/BF16/Q8_0 weights: 5e-6. The reference uses the exactly decoded weights, so
  *     storage adds nothing; the budget admits a backend that rounds x to f16 before the product
- *     (relative error 2^-11 per term, nmse ~1e-7) and nothing coarser.
+ *     (relative error 2^-11 per term, nmse ~1e-7) and nothing coarser; Q8_0 on the CPU's 8-bit
+ *     activation path (matmul.h; <= 64 x rows): 1e-4 (x rounded to 8 bits per block: ~1.6e-5).
  *   add: 1e-7. rmsnorm, swiglu, softmax: 1e-7; where the reference is exactly 0 (softmax of -inf
  *     entries, all -inf rows) the output must be exactly 0.
  *   copy and embedding: bit-exact. Conversions are exact or correctly rounded (RNE) by contract, and
@@ -93,7 +94,12 @@ static void matmul_run(int _i) {
     ref_matmul(Wd, f64_of(x, n * k), ref, m, k, n, c->accumulate);
     if (t_op(kvs_matmul(t_dev(), Wt, xt->t, yt->t, c->accumulate))) return;
     t_download(yt, y);
-    t_check_nmse("y", y, ref, n * m, c->wdt == KVS_F32 ? 1e-7 : 5e-6);
+    /* Q8_0 on the CPU's 8-bit activation path (<= 64 x rows under a -q8 / -vnni variant or the automatic
+     * choice): x rounded to 8 bits per block of 32, nmse ~ d^2 / 4 / E[x^2] ~ 1.6e-5 (d = amax / 127;
+     * test_ops_quant.c derives it) */
+    const int q8 = c->wdt == KVS_Q8_0 && t_params.backend == KVS_BACKEND_CPU && n <= 64 &&
+                   (t_variant[0] == 0 || strstr(t_variant, "-q8") || strstr(t_variant, "vnni"));
+    t_check_nmse("y", y, ref, n * m, c->wdt == KVS_F32 ? 1e-7 : q8 ? 1e-4 : 5e-6);
     t_assert_unchanged(xt, "x");
     if (Wg) t_assert_unchanged(Wg, "W");
 }

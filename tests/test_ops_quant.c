@@ -1,13 +1,16 @@
 /* Suite "matmul-quant": kvs_matmul and kvs_embedding with block-quantized weights (Q4_0, Q4_1, Q5_0,
  * Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS) against the float64 product of the exactly
  * decoded matrix (ref_quant.h), swept over the matmul variants (CPU: auto, portable, avx2, avx512,
- * avx512-blas; OpenCL: auto, gemv, tiled: qmatmul.cl's qgemv and qgemm on every shape). Weights are random blocks: random bytes with random finite f16 scales (|d| <= 0.02,
+ * avx512-blas, and the 8-bit activation ones portable-q8, avx2-q8, avx512-vnni, checked against
+ * their own derived budget: check_q8; OpenCL: auto, gemv, tiled: qmatmul.cl's qgemv and qgemm on every
+ * shape; Vulkan: auto, tiled, vec). Weights are random blocks: random bytes with random finite f16 scales (|d| <= 0.02,
  * dmin / m in [0, 0.02)), so every bit pattern of the codes and sub-scales occurs.
  * Shapes: m odd; k = 3 and 11 blocks of 32 (11: a 256-value chunk plus a remainder) or 1 and 3
- * super-blocks of 256; n = 1 and 3 (the decoding GEMV, one pass over W) and 13, 37 (the GEMM tiles).
+ * super-blocks of 256; n = 1 and 3 (the decoding GEMV, one pass over W) and 13, 37 (the GEMM tiles
+ * under the f32-activation variants; the 8-bit ones take up to 64 rows in groups of 4).
  * Guarded tensors: writes outside y, or any write to W and x, fail the case.
  *
- * Tolerance (normalised MSE): 1e-7, the F32-weight budget. The CPU kernels decode each weight to f32
+ * Tolerance of the f32-activation variants (normalised MSE): 1e-7, the F32-weight budget. The CPU kernels decode each weight to f32
  * (relative error <= 3 * 2^-24 against the exact value, measured in test_quant) and multiply in f32
  * with f32 accumulation (relative error ~k * 2^-24 per product in the worst case, ~sqrt(k) * 2^-24
  * typically): nmse ~1e-13 at these k. A kernel that quantized x to 8 bits as llama.cpp's CPU path does
@@ -71,6 +74,53 @@ static void check_refusal(kvs_dtype dt) {
                   kvs_dtype_name(dt), kvs_last_error());
 }
 
+/* 1 when the CPU may run this product on 8-bit activations (matmul.h): n <= 64 (KVS_Q8_MAX_N) under
+ * a -q8 / -vnni variant, or under the automatic choice (which picks it on x86 with AVX2). */
+static int q8_may_apply(int64_t n) {
+    if (t_params.backend != KVS_BACKEND_CPU || n > 64) return 0;
+    return t_variant[0] == 0 || strstr(t_variant, "-q8") || strstr(t_variant, "vnni");
+}
+
+/* The 8-bit activation budget (matmul.h): x is quantized in blocks of ba (32, or 256 for the K types
+ * and iq4_xs) with step d_b = amax_b / 127, and |x - x_hat| <= 0.5 d_b + 127 |d_b - f16(d_b)| <=
+ * 0.5625 d_b per value, so per output
+ *   |y - y_exact| <= sum_b 0.57 d_b sum_{j in b} |w_j|   (+ |m_b| 2^-11 32 amax_b for q4_1 / q5_1,
+ *                                                          whose x sum s is an f16)
+ *                   + 2^-16 sum_j |w_j x_j|               (f32 rounding of the block sums)
+ * (a worst case: every error aligned). It alone would pass a kernel that misreads a 16-value group
+ * of a long row, so the normalised MSE is bounded too: with independent rounding errors it is
+ * E[(d/2)^2 / 3] / E[x^2] ~ d^2 / 4 ~ 1.6e-5 for x uniform in [-1, 1]; 1e-4 leaves a 6x margin,
+ * while a misread group gives >= 1e-2. */
+static void check_q8(kvs_dtype dt, const uint8_t *blocks, const double *Wd, const float *x, const float *y,
+                     const double *ref, int64_t m, int64_t k, int64_t n) {
+    const int ba = kvs_dtype_block(dt) == 256 ? 256 : 32;
+    const size_t bb = kvs_dtype_bytes(dt, 32);
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t r = 0; r < m; r++) {
+            double bound = 0, mag = 0;
+            for (int64_t b = 0; b < k / ba; b++) {
+                double amax = 0, wabs = 0;
+                for (int64_t j = b * ba; j < (b + 1) * ba; j++) {
+                    amax = fmax(amax, fabs(x[i * k + j]));
+                    wabs += fabs(Wd[r * k + j]);
+                    mag += fabs(Wd[r * k + j] * x[i * k + j]);
+                }
+                bound += 0.57 * amax / 127.0 * wabs;
+                if (dt == KVS_Q4_1 || dt == KVS_Q5_1) {
+                    const uint8_t *blk = blocks + (size_t)((r * k) / 32 + b) * bb;
+                    uint16_t h;
+                    memcpy(&h, blk + 2, 2);
+                    bound += fabs(kvs_f16_to_f32(h)) * 0x1p-11 * 32.0 * amax;
+                }
+            }
+            bound += 0x1p-16 * mag + 0x1p-20 * fabs(ref[i * m + r]) + 1e-30;
+            const double err = fabs((double)y[i * m + r] - ref[i * m + r]);
+            ck_assert_msg(err <= bound, "%s: y[%lld][%lld] = %.9g, exact %.9g: error %.3g above the 8-bit bound %.3g",
+                          t_case_str(), (long long)i, (long long)r, (double)y[i * m + r], ref[i * m + r], err, bound);
+        }
+    t_check_nmse("y (8-bit activations)", y, ref, n * m, 1e-4);
+}
+
 #define N_SHAPES 4
 static void qmm_run(int _i) {
     const kvs_dtype dt = qtypes[_i / N_SHAPES];
@@ -106,7 +156,8 @@ static void qmm_run(int _i) {
     }
     t_run_end(kvs_matmul(t_dev(), Wt->t, xt->t, yt->t, accumulate));
     t_download(yt, y);
-    t_check_nmse("y", y, ref, n * m, 1e-7);
+    if (q8_may_apply(n)) check_q8(dt, blocks, Wd, x, y, ref, m, k, n);
+    else t_check_nmse("y", y, ref, n * m, 1e-7);
     t_assert_unchanged(Wt, "W");
     t_assert_unchanged(xt, "x");
 }

@@ -15,6 +15,14 @@ static int cpu_has_avx512(const kvs_device *dev, char *why, size_t n) {
     return 0;
 }
 
+static int cpu_has_vnni(const kvs_device *dev, char *why, size_t n) {
+    (void)dev;
+    if (kvs_cpu_avx512_vnni()) return 1;
+    snprintf(why, n, "%s", KVS_CPU_HAVE_AVX512 ? "this CPU lacks AVX512-VNNI, AVX512BW or AVX512VL"
+                                               : "this build has no AVX-512 kernels (not GCC/Clang on x86-64)");
+    return 0;
+}
+
 static int cpu_has_avx2(const kvs_device *dev, char *why, size_t n) {
     (void)dev;
     if (kvs_cpu_avx2()) return 1;
@@ -53,6 +61,9 @@ static const kvs_variant cpu_variants[] = {
     {KVS_OP_matmul, "avx512-blas", KVS_CPU_V_AVX512 | KVS_CPU_V_BLAS, cpu_has_avx512},
     {KVS_OP_matmul, "avx2", KVS_CPU_V_AVX2, cpu_has_avx2},
     {KVS_OP_matmul, "avx2-blas", KVS_CPU_V_AVX2 | KVS_CPU_V_BLAS, cpu_has_avx2},
+    {KVS_OP_matmul, "portable-q8", KVS_CPU_V_PORTABLE | KVS_CPU_V_Q8, NULL},
+    {KVS_OP_matmul, "avx2-q8", KVS_CPU_V_AVX2 | KVS_CPU_V_Q8, cpu_has_avx2},
+    {KVS_OP_matmul, "avx512-vnni", KVS_CPU_V_AVX512 | KVS_CPU_V_Q8, cpu_has_vnni},
     {KVS_OP_matmul, "neon", KVS_CPU_V_NEON, cpu_has_neon},
     {KVS_OP_matmul, "neon-dotprod", KVS_CPU_V_NEON | KVS_CPU_V_DOTPROD, cpu_has_dotprod},
     {KVS_OP_matmul, "neon-fp16", KVS_CPU_V_NEON | KVS_CPU_V_FP16, cpu_has_fp16fml},

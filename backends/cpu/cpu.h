@@ -64,5 +64,9 @@ enum { KVS_CPU_V_PORTABLE = 1, KVS_CPU_V_AVX512 = 2, KVS_CPU_V_BLAS = 4, KVS_CPU
  * elsewhere; with DOTPROD: q8_0 GEMV by SDOT; with FP16: f16 GEMV by FMLAL. Without a forced variant
  * an aarch64 CPU takes NEON plus the extensions it has (getauxval(AT_HWCAP)). */
 enum { KVS_CPU_V_NEON = 1 << 8, KVS_CPU_V_DOTPROD = 1 << 9, KVS_CPU_V_FP16 = 1 << 10 };
+/* matmul's GEMV of block-type weights on 8-bit activations (matmul.h, kvs_cpu_q8_kernel): Q8 with
+ * PORTABLE (portable-q8), AVX2 (avx2-q8: maddubs) or AVX512 (avx512-vnni: AVX512-VNNI dot products);
+ * the larger products (GEMM tiles) of these variants are their ISA's f32 ones. */
+enum { KVS_CPU_V_Q8 = 1 << 11 };
 
 #endif

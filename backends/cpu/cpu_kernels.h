@@ -98,6 +98,29 @@ static inline int kvs_cpu_avx2(void) {
 #endif
 }
 
+/* AVX512-VNNI with the BW and VL extensions (Ice Lake, Sapphire Rapids, AMD Zen 4 and later): the
+ * 8-bit activation GEMV's vpdpbusd / vpdpwssd on 256-bit registers (x86/quant_vnni.c). */
+static inline int kvs_cpu_avx512_vnni(void) {
+#if KVS_CPU_HAVE_AVX512
+    static int cached = -1; /* benign race: every thread computes the same value */
+    if (cached < 0) {
+        __builtin_cpu_init();
+        cached = kvs_cpu_avx512() && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") &&
+                         __builtin_cpu_supports("avx512vl")
+                     ? 1
+                     : 0;
+    }
+    return cached;
+#else
+    return 0;
+#endif
+}
+
+/* 1: matmul's decoding GEMV of block-type weights quantizes x to 8 bits by default on x86 (the
+ * automatic variant choice; matmul.h, kvs_cpu_q8_kernel), as llama.cpp's CPU path does; 0: f32
+ * activations unless a -q8 / -vnni variant is forced. */
+#define KVS_CPU_Q8_DEFAULT 1
+
 #include "arm/neon.h" /* aarch64: KVS_CPU_HAVE_NEON, kvs_cpu_arm_features (0 elsewhere) */
 
 /* The instruction set an op's kernels use on dev: one of these per call, each op keeping one set of

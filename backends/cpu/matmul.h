@@ -53,6 +53,48 @@ void kvs_cpu_qdecode_avx512(kvs_dtype dt, const void *src, int64_t n, float *dst
 void kvs_cpu_qdot_rows_neon(const void *wrow, kvs_dtype dt, const float *x, int64_t k, int64_t n, float *acc);
 void kvs_cpu_qdecode_neon(kvs_dtype dt, const void *src, int64_t n, float *dst);
 
+/* ---- 8-bit activations (llama.cpp's CPU scheme; variants portable-q8, avx2-q8, avx512-vnni) ----
+ * For products of a block-type W with up to 64 x rows (16 for the 32-value types; ops_dense.c
+ * KVS_Q8_MAX_N: decoding, short prompts, small diffusion steps), x is quantized once per call
+ * to 8-bit blocks and each W block is dotted with them in integers (llama.cpp: ggml's
+ * quantize_row_q8_0 / q8_1 / q8_K and vec_dot_*; the scheme read there, this code our own):
+ *   32-value W types (q4_0 ... iq4_nl): x blocks of 32, d = amax / 127 (kept rounded to f16, as
+ *     block_q8_0/q8_1 store it), q = round(x / d) (the unrounded d), s = f16(d * sum q) (q8_1's s,
+ *     for the types with a min: sum_i (d_w q_i + m) x_i ~ d_w d sum q_i y_i + m s);
+ *   256-value W types (q2_K ... iq4_xs): x blocks of 256, d = 1 / (-127 / max) (max: the value of
+ *     largest magnitude, signed; f32 as block_q8_K), q = min(127, rint(-127 / max * x)), and the
+ *     integer sums of every 16 q (bsums) for the mins and offsets.
+ * Error against the f32 product: |x - d q| <= 0.5 d (+ 127 |d - f16(d)| <= 0.062 d for the f16
+ * scale) per value, so |y - y_exact| <= sum_blocks 0.57 d_b sum_{i in b} |w_i| (+ |m| |s| 2^-11 for
+ * the min types) plus f32 rounding: the bound tests/test_ops_quant.c checks. */
+typedef struct kvs_q8_rows {
+    const int8_t *q;   /* [n][k] the quantized x rows */
+    const float *d;    /* [n][k / ba] block scales (ba = 32 or 256, as above) */
+    const float *s;    /* [n][k / 32] f16(d * sum q) of the 32-value blocks; NULL for ba = 256 */
+    const int16_t *bs; /* [n][k / 16] integer sums of every 16 q */
+    int64_t k;         /* values per row */
+} kvs_q8_rows;
+
+/* Scratch bytes kvs_cpu_q8_quantize needs for n rows of k (k % 32 == 0; % 256 for the K types). */
+size_t kvs_cpu_q8_bytes(int64_t k, int64_t n);
+/* Quantizes x [n][k] for products with W of block type dt into scratch (kvs_cpu_q8_bytes), *out
+ * pointing into it. Portable C (the quantizer is O(n k), W's traffic is what costs). */
+void kvs_cpu_q8_quantize(kvs_dtype dt, const float *x, int64_t k, int64_t n, void *scratch, kvs_q8_rows *out);
+/* acc[i] = W_row . x_i for i < n (n <= KVS_GEMV_MAX_N), W row of x->k values of block type dt, in
+ * integers per block as above. _portable: every type, plain C (the reference of the other two);
+ * _avx2: q8_0, q4_0, q4_K, q6_K by AVX2 maddubs; _vnni: the same by AVX512-VNNI (256-bit, VL)
+ * dot products; the other types fall back to the portable kernel in both. */
+typedef void (*kvs_cpu_q8dot_fn)(const void *wrow, kvs_dtype dt, const kvs_q8_rows *x, int64_t n, float *acc);
+void kvs_cpu_q8dot_portable(const void *wrow, kvs_dtype dt, const kvs_q8_rows *x, int64_t n, float *acc);
+void kvs_cpu_q8dot_avx2(const void *wrow, kvs_dtype dt, const kvs_q8_rows *x, int64_t n, float *acc);
+void kvs_cpu_q8dot_vnni(const void *wrow, kvs_dtype dt, const kvs_q8_rows *x, int64_t n, float *acc);
+/* The 8-bit kernel matmul's GEMV uses on dev for weights of type dt (the forced variant's:
+ * portable-q8, avx2-q8, avx512-vnni, for every block type; automatic (KVS_CPU_Q8_DEFAULT): the
+ * VNNI kernels on a CPU with AVX512-VNNI/BW/VL, else the AVX2 ones, for the types quant_q8.h has
+ * SIMD kernels for), or NULL when the f32-activation kernels are chosen (a forced variant without
+ * -q8/-vnni; q2_K, q3_K, iq4_xs under the automatic choice; aarch64's NEON; x86 without AVX2). */
+kvs_cpu_q8dot_fn kvs_cpu_q8_kernel(const kvs_device *dev, kvs_op_id op, kvs_dtype dt);
+
 /* Attention over a quantized KV cache (x86/att_quant_fused.h): O[r][:] += sum_{j<n} P[r*ldp + j] V_j
  * for r < M, V_j row j (d values, d % 32 == 0, row stride rb bytes) of dtype dt, decoded in registers.
  * Returns 0 (nothing done) for a dtype without a fused kernel (q8_0, q4_0, q4_1, iq4_nl have one). */

@@ -33,6 +33,17 @@ static void row_to_f32(const void *base, kvs_dtype dt, int64_t r, int64_t n, flo
 
 /* ---- matmul -------------------------------------------------------------------------------- */
 
+/* x rows up to which a block-type W multiplies 8-bit activations when the variant asks for them
+ * (matmul_q8); more rows: the f32 GEMM tiles. The K types' integer kernels beat the tiles up to 64
+ * rows (q4_K 4096 x 4096: 2.3x at 16 rows, 1.1x at 64, CPU time); the 32-value types' per-block
+ * f32 scaling costs more per row, so they stop at 16 (q5_0 at 32 rows ran at 0.6-0.7x the tiles). */
+#ifndef KVS_Q8_MAX_N
+#define KVS_Q8_MAX_N 64
+#endif
+#ifndef KVS_Q8_MAX_N_32
+#define KVS_Q8_MAX_N_32 16
+#endif
+
 /* Few x rows (n <= KVS_GEMV_MAX_N): see matmul.h. */
 
 /* acc[i] = W_row . x_i for i < n, W row of k values of type T read through TO_F32 (portable
@@ -131,6 +142,40 @@ static void matmul_small_n(kvs_device *dev, const kvs_matmul_args *a) {
         }
         for (int64_t i = 0; i < n; i++) y[i * m + r] = a->accumulate ? y[i * m + r] + acc[i] : acc[i];
     }
+}
+
+/* Block-type W on 8-bit activations (matmul.h; n <= KVS_Q8_MAX_N): x quantized once into scratch,
+ * then each W row (rows split over the threads) dotted with every group of up to 4 x rows, so a W
+ * row is read from memory once and stays in L1 while the quantized x rows stream from the caches.
+ * Returns 0 (nothing done) without scratch memory. */
+static int matmul_q8(kvs_device *dev, const kvs_matmul_args *a, kvs_cpu_q8dot_fn q8dot) {
+    const int64_t m = a->m, k = a->k, n = a->n;
+    const kvs_dtype dt = a->W->dtype;
+    void *scratch = kvs_cpu_scratch(dev, kvs_cpu_q8_bytes(k, n));
+    if (!scratch) return 0;
+    kvs_q8_rows xq;
+    kvs_cpu_q8_quantize(dt, kvs_tensor_host_ptr(a->x), k, n, scratch, &xq);
+    const int64_t ba = kvs_dtype_block(dt) == 256 ? 256 : 32;
+    const uint8_t *W = kvs_tensor_host_ptr(a->W);
+    float *y = kvs_tensor_host_ptr(a->y);
+    const size_t wrow = kvs_dtype_bytes(dt, k);
+    int nt = kvs_cpu_nt(dev, (double)m * (double)k * (double)n);
+    (void)nt; /* unused without OpenMP */
+    KVS_OMP(parallel for num_threads(nt) schedule(static))
+    for (int64_t r = 0; r < m; r++) {
+        for (int64_t i0 = 0; i0 < n; i0 += KVS_GEMV_MAX_N) {
+            const int64_t nn = n - i0 < KVS_GEMV_MAX_N ? n - i0 : KVS_GEMV_MAX_N;
+            const kvs_q8_rows xr = {.q = xq.q + i0 * k, .d = xq.d + i0 * (k / ba), .s = xq.s ? xq.s + i0 * (k / 32) : NULL,
+                                    .bs = xq.bs + i0 * (k / 16), .k = k};
+            float acc[KVS_GEMV_MAX_N];
+            q8dot(W + (size_t)r * wrow, dt, &xr, nn, acc);
+            for (int64_t i = 0; i < nn; i++) {
+                float *yi = y + (i0 + i) * m + r;
+                *yi = a->accumulate ? *yi + acc[i] : acc[i];
+            }
+        }
+    }
+    return 1;
 }
 
 /* ---- own GEMM (AVX-512 or AVX2 tiles; used when the BLAS has no AVX-512 kernels for this CPU) -- */
@@ -245,6 +290,10 @@ static kvs_status matmul_own(kvs_device *dev, const kvs_matmul_args *a, int isa)
  * f32 scratch, then multiplied; panels of ~2 MiB keep the conversion amortised over the n rows. */
 kvs_status kvs_cpu_matmul(kvs_device *dev, const kvs_matmul_args *a) {
     const int64_t m = a->m, k = a->k, n = a->n;
+    if (kvs_dtype_is_quant(a->W->dtype) && n <= (kvs_dtype_block(a->W->dtype) == 256 ? KVS_Q8_MAX_N : KVS_Q8_MAX_N_32)) {
+        kvs_cpu_q8dot_fn q8 = kvs_cpu_q8_kernel(dev, KVS_OP_matmul, a->W->dtype);
+        if (q8 && matmul_q8(dev, a, q8)) return KVS_OK;
+    }
     if (n <= KVS_GEMV_MAX_N) {
         matmul_small_n(dev, a);
         return KVS_OK;
@@ -252,7 +301,8 @@ kvs_status kvs_cpu_matmul(kvs_device *dev, const kvs_matmul_args *a) {
     /* the own GEMM: variants avx512 and avx2, or automatically (AVX-512 tiles) when the BLAS lacks
      * AVX-512 kernels for this AVX-512 CPU */
     const int variant = kvs_device_variant(dev, KVS_OP_matmul);
-    if (variant ? variant == KVS_CPU_V_AVX512 || variant == KVS_CPU_V_AVX2 : kvs_cpu_own_gemm())
+    const int vf = variant & ~KVS_CPU_V_Q8; /* avx512-vnni, avx2-q8: their ISA's own GEMM */
+    if (variant ? vf == KVS_CPU_V_AVX512 || vf == KVS_CPU_V_AVX2 : kvs_cpu_own_gemm())
         return matmul_own(dev, a, kvs_cpu_isa(dev, KVS_OP_matmul));
     const float *x = kvs_tensor_host_ptr(a->x);
     float *y = kvs_tensor_host_ptr(a->y);

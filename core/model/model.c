@@ -6,7 +6,7 @@
 #include "model_internal.h"
 
 kvs_model_params kvs_model_params_default(void) {
-    kvs_model_params p = {.weight_dtype = KVS_F32};
+    kvs_model_params p = {.weight_dtype = KVS_F32, .map_weights = 0};
     return p;
 }
 
@@ -14,7 +14,7 @@ kvs_model_params kvs_model_params_default(void) {
  * type and shape (and, for the token table, look rows up in it): a device that cannot (the GPU
  * backends and most block types) is refused at model creation with its reason, not at the first op
  * of a decode. W: the weight's (allocated, not yet filled) tensor [rows][k]. */
-static kvs_status weight_supported(kvs_model *m, kvs_tensor *W, const char *name) {
+kvs_status kvs_model_weight_supported(kvs_model *m, kvs_tensor *W, const char *name) {
     kvs_device *dev = m->dev;
     if (!dev->ops->supports) return KVS_OK;
     const int64_t k = W->ne[0], rows = W->ndim > 1 ? W->ne[1] : 1;
@@ -44,7 +44,7 @@ static kvs_status create_weight(kvs_model *m, kvs_dtype dt, int nd, const int64_
                                 kvs_tensor **out) {
     KVS_TRY(kvs_tensor_create(out, m->dev, dt, nd, ne));
     kvs_tensor_set_name(*out, name);
-    return matrix ? weight_supported(m, *out, name) : KVS_OK;
+    return matrix ? kvs_model_weight_supported(m, *out, name) : KVS_OK;
 }
 
 /* Uploads one host weight as dtype `want` (norms and F32-only uses pass KVS_F32). A matrix (`matrix`
@@ -55,6 +55,14 @@ static kvs_status upload_weight(kvs_model *m, const kvs_weight *w, kvs_dtype wan
     if (matrix && kvs_dtype_is_quant(w->dtype)) want = w->dtype;
     int64_t ne[2] = {w->ne[0], w->ne[1]};
     int nd = w->ne[1] > 1 ? 2 : 1;
+    if (w->dtype == want && m->map_weights) {
+        /* used in place from the file's memory (CPU): no copy */
+        KVS_TRY(kvs_tensor_wrap_host(out, m->dev, want, nd, ne, w->data));
+        kvs_tensor_set_name(*out, name);
+        m->weight_bytes += (int64_t)w->nbytes;
+        m->mapped_bytes += (int64_t)w->nbytes;
+        return matrix ? kvs_model_weight_supported(m, *out, name) : KVS_OK;
+    }
     if (w->dtype == want) {
         KVS_TRY(create_weight(m, want, nd, ne, matrix, name, out));
         m->weight_bytes += (int64_t)w->nbytes;
@@ -110,22 +118,17 @@ void kvs_model_destroy(kvs_model **mp) {
     free(m->stats);
     free(m->logits_host);
     free(m->layers);
+    kvs_model_file_close(&m->own_mf); /* after the tensors that point into it */
     free(m);
     *mp = NULL;
 }
 
-kvs_status kvs_model_create(kvs_model **out, kvs_device *dev, const kvs_model_file *mf, const kvs_model_params *p) {
-    if (!out) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_model_create: out is NULL");
+kvs_status kvs_model_alloc(kvs_model **out, kvs_device *dev, const kvs_model_hparams *hp) {
     *out = NULL;
-    if (!dev || !mf) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_model_create: NULL device or model file");
-    kvs_model_params mp = p ? *p : kvs_model_params_default();
-    if (mp.weight_dtype != KVS_F32 && mp.weight_dtype != KVS_F16 && mp.weight_dtype != KVS_BF16)
-        return kvs_error(KVS_ERR_DTYPE, "kvs_model_load: weight dtype %s (want f32, f16 or bf16)", kvs_dtype_name(mp.weight_dtype));
     kvs_model *m = calloc(1, sizeof *m);
     if (!m) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_model_load: out of host memory");
     m->dev = dev;
-    m->hp = *kvs_model_file_hparams(mf);
-    const kvs_model_weights *w = kvs_model_file_weights(mf);
+    m->hp = *hp;
     int L = m->hp.n_layers;
     m->layers = calloc((size_t)L, sizeof *m->layers);
     m->stats = calloc((size_t)L, sizeof *m->stats);
@@ -139,10 +142,28 @@ kvs_status kvs_model_create(kvs_model **out, kvs_device *dev, const kvs_model_fi
     m->x_cap = calloc((size_t)L, sizeof *m->x_cap);
     m->q_host = calloc((size_t)L, sizeof *m->q_host);
     m->q_cap = calloc((size_t)L, sizeof *m->q_cap);
-    kvs_status s = KVS_OK;
     if (!m->x_host || !m->x_cap || !m->q_host || !m->q_cap || !m->layers || !m->stats || !m->key_mass_host || !m->probs_host || !m->argmax_host || !m->key_mass_cap ||
-        !m->probs_cap || !m->argmax_cap)
-        s = kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_model_load: out of host memory");
+        !m->probs_cap || !m->argmax_cap) {
+        kvs_model_destroy(&m);
+        return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_model_load: out of host memory");
+    }
+    *out = m;
+    return KVS_OK;
+}
+
+kvs_status kvs_model_create(kvs_model **out, kvs_device *dev, const kvs_model_file *mf, const kvs_model_params *p) {
+    if (!out) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_model_create: out is NULL");
+    *out = NULL;
+    if (!dev || !mf) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_model_create: NULL device or model file");
+    kvs_model_params mp = p ? *p : kvs_model_params_default();
+    if (mp.weight_dtype != KVS_F32 && mp.weight_dtype != KVS_F16 && mp.weight_dtype != KVS_BF16)
+        return kvs_error(KVS_ERR_DTYPE, "kvs_model_load: weight dtype %s (want f32, f16 or bf16)", kvs_dtype_name(mp.weight_dtype));
+    kvs_model *m = NULL;
+    KVS_TRY(kvs_model_alloc(&m, dev, kvs_model_file_hparams(mf)));
+    m->map_weights = mp.map_weights && kvs_device_backend(dev) == KVS_BACKEND_CPU;
+    const kvs_model_weights *w = kvs_model_file_weights(mf);
+    int L = m->hp.n_layers;
+    kvs_status s = KVS_OK;
     kvs_dtype wd = mp.weight_dtype;
     char name[64];
     if (s == KVS_OK) s = upload_weight(m, &w->token_embd, wd, 1, "token_embd", &m->tok_embd);
@@ -189,14 +210,18 @@ kvs_status kvs_model_load(kvs_model **out, kvs_device *dev, const char *path, co
     if (!dev || !path) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_model_load: NULL device or path");
     kvs_model_file *mf = NULL;
     KVS_TRY(kvs_model_file_open(&mf, path, NULL));
-    kvs_status s = kvs_model_create(out, dev, mf, p);
-    kvs_model_file_close(&mf);
+    kvs_model_params mp = p ? *p : kvs_model_params_default();
+    mp.map_weights = kvs_device_backend(dev) == KVS_BACKEND_CPU;
+    kvs_status s = kvs_model_create(out, dev, mf, &mp);
+    if (s == KVS_OK && (*out)->mapped_bytes > 0) (*out)->own_mf = mf; /* the model keeps the mapping */
+    else kvs_model_file_close(&mf);
     return s;
 }
 
 const kvs_model_hparams *kvs_model_get_hparams(const kvs_model *m) { return m ? &m->hp : NULL; }
 kvs_device *kvs_model_device(const kvs_model *m) { return m ? m->dev : NULL; }
 int64_t kvs_model_weight_bytes(const kvs_model *m) { return m ? m->weight_bytes : 0; }
+int64_t kvs_model_mapped_bytes(const kvs_model *m) { return m ? m->mapped_bytes : 0; }
 
 kvs_cache_params kvs_model_cache_params(const kvs_model *m) {
     kvs_cache_params p = kvs_cache_params_default();

@@ -66,6 +66,9 @@ struct kvs_model {
     int output_tied;
     kvs_layer_tensors *layers; /* [n_layers] */
     int64_t weight_bytes;
+    int64_t mapped_bytes;    /* of weight_bytes, used in place from the model file (map_weights) */
+    kvs_model_file *own_mf;  /* the file kvs_model_load opened, kept for the mapped weights */
+    int map_weights;         /* kvs_model_params.map_weights on a CPU device */
     kvs_workspace ws;
     /* host result buffers */
     float *logits_host;
@@ -88,5 +91,12 @@ void kvs_workspace_free(kvs_workspace *ws);
  * expected). Errors: KVS_ERR_INVALID_ARGUMENT (NULL, bad layer or which), KVS_ERR_DTYPE (a weight
  * dtype other than f32/f16/bf16), KVS_ERR_OUT_OF_MEMORY, the device's. */
 kvs_status kvs_model_attn_weight_f32(const kvs_model *m, int layer, char which, float *dst);
+
+/* A model with its host arrays allocated for hp (no weights yet): kvs_model_create and
+ * kvs_model_create_random fill the weights. Errors: KVS_ERR_OUT_OF_MEMORY. */
+kvs_status kvs_model_alloc(kvs_model **out, kvs_device *dev, const kvs_model_hparams *hp);
+/* KVS_OK when the device can multiply W (a matrix, allocated, not yet filled; the token table also
+ * looked up), else KVS_ERR_UNSUPPORTED naming the weight and the backend's reason. */
+kvs_status kvs_model_weight_supported(kvs_model *m, kvs_tensor *W, const char *name);
 
 #endif

@@ -46,27 +46,70 @@ typedef struct kvs_model_params {
                              * KVS_F16, KVS_BF16; norms stay F32. Weights stored in a block type
                              * (Q8_0, Q4_K, ...) stay in it: the products read the blocks (CPU: every
                              * block type, on CPU, OpenCL and Vulkan) */
+    int map_weights;        /* 1: on a CPU device, every weight whose file dtype is used as it is (block
+                             * types; F32 with weight_dtype F32; F16/BF16 with the same weight_dtype)
+                             * is used in place from the model file's memory (its mmap: no copy, so a
+                             * multi-GB file does not need twice its size in RAM); the caller must keep
+                             * the kvs_model_file open until the model is destroyed. kvs_model_load
+                             * always maps (it keeps the file open itself). 0 (default for
+                             * kvs_model_create): copies. Ignored on other backends. */
 } kvs_model_params;
 
 KVS_API kvs_model_params kvs_model_params_default(void);
 
 /* Loads a checkpoint (GGUF v1-v3, safetensors directory or file with config.json beside it, or a
- * llama2.c .bin with tok512.bin/tokenizer.bin beside it) onto dev.
+ * llama2.c .bin with tok512.bin/tokenizer.bin beside it) onto dev. On a CPU device the weights are
+ * used in place from the file's mapping where their dtype allows (kvs_model_params.map_weights; the
+ * model keeps the file open until it is destroyed).
  * Errors: KVS_ERR_NOT_FOUND / KVS_ERR_IO (file), KVS_ERR_FORMAT (malformed; message names the
  * offset and key/tensor), KVS_ERR_UNSUPPORTED (architecture or tensor type), KVS_ERR_DTYPE,
  * KVS_ERR_OUT_OF_MEMORY, and the device's errors. */
 KVS_API kvs_status kvs_model_load(kvs_model **out, kvs_device *dev, const char *path, const kvs_model_params *p);
 
-/* As kvs_model_load from an already opened model file (which may be closed afterwards: the
- * weights are copied to the device). Errors: as kvs_model_load after the file is read. */
+/* As kvs_model_load from an already opened model file, which may be closed afterwards (the weights
+ * are copied to the device) unless p->map_weights is set on a CPU device (then it must outlive the
+ * model). Errors: as kvs_model_load after the file is read. */
 KVS_API kvs_status kvs_model_create(kvs_model **out, kvs_device *dev, const kvs_model_file *mf,
                                     const kvs_model_params *p);
 KVS_API void kvs_model_destroy(kvs_model **m);
 
 KVS_API const kvs_model_hparams *kvs_model_get_hparams(const kvs_model *m);
 KVS_API kvs_device *kvs_model_device(const kvs_model *m);
-/* Bytes of weights held on the device. */
+/* Bytes of weights held on the device (those used in place from the file included). */
 KVS_API int64_t kvs_model_weight_bytes(const kvs_model *m);
+/* Bytes of those weights used in place from the model file's memory (kvs_model_params.map_weights;
+ * 0 when every weight was copied). */
+KVS_API int64_t kvs_model_mapped_bytes(const kvs_model *m);
+
+/* A model of the shape hp with random weights, built on dev without a model file (kvsieve bench
+ * model; no download needed to measure a real shape). Matrices (token_embd, output unless
+ * hp->tied_output, the per-layer projections) are of `type` (F32, F16, BF16 or a block type), except
+ * a matrix whose row length k is not a whole number of type's blocks, which takes
+ * kvs_quant_fallback(type, k) as llama-quantize does; norms are 1, biases (hp->qkv_bias) 0, q/k norms
+ * (hp->qk_norm) 1, all F32. Block types are filled with random code bytes and f16 scales chosen so
+ * each matrix's values have an RMS of about 1/sqrt(k) (embeddings 1): valid blocks made directly,
+ * not by quantizing floats. The weights are uploaded in chunks of about 4 MiB: the host never holds
+ * a second copy. Deterministic for a seed (0: a fixed default). hp->ctx_len sets the default cache
+ * capacity (kvs_model_cache_params); a diffusion architecture needs hp->mask_id.
+ * Errors: KVS_ERR_INVALID_ARGUMENT (NULL, a size < 1, n_heads % n_kv_heads != 0, rope_dim odd or
+ * > head_dim, rope_base <= 1, rms_eps <= 0, unknown arch, a diffusion model without a mask id in the
+ * vocabulary), KVS_ERR_DTYPE (type not a weight type), KVS_ERR_UNSUPPORTED (the device cannot use a
+ * matrix of that type: message names it), KVS_ERR_OUT_OF_MEMORY and the device's errors. */
+KVS_API kvs_status kvs_model_create_random(kvs_model **out, kvs_device *dev, const kvs_model_hparams *hp,
+                                           kvs_dtype type, uint64_t seed);
+
+/* The weight type llama.cpp's llama-quantize stores a matrix of row length k in when asked for t
+ * (tensor_type_fallback): t itself when k is a whole number of t's blocks (and for F32/F16/BF16);
+ * else q4_K -> q5_0, q5_K -> q5_1, q6_K -> q8_0, q2_K / q3_K / iq4_xs -> iq4_nl, and F16 when k is
+ * not even a multiple of 32. (Qwen2.5-0.5B's rows of 896 are such a case.) */
+KVS_API kvs_dtype kvs_quant_fallback(kvs_dtype t, int64_t k);
+
+/* A weight of the model by its GGUF name ("token_embd", "output", "output_norm",
+ * "blk.N.attn_q", "blk.N.attn_k", "blk.N.attn_v", "blk.N.attn_output", "blk.N.ffn_gate",
+ * "blk.N.ffn_up", "blk.N.ffn_down", "blk.N.attn_norm", "blk.N.ffn_norm", "blk.N.attn_q.bias", ...,
+ * "blk.N.attn_q_norm", "blk.N.attn_k_norm"); borrowed, valid while the model lives. NULL for an
+ * unknown name, a layer out of range or a tensor the architecture lacks. */
+KVS_API const kvs_tensor *kvs_model_tensor(const kvs_model *m, const char *name);
 
 /* A cache parameter block that fits this model (n_layers, n_kv_heads, head_dim, dim filled; the
  * caller sets capacity, mode, dtype and flags). */

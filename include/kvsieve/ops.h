@@ -46,10 +46,13 @@ extern "C" {
  * x: [n][k] F32 (any ndim, flattened to n = nelements/k rows); y: [n][m] F32 with the same row count.
  * Accumulation in f32. y must not alias x or W. Backends: CPU via cblas_sgemm (OpenBLAS) or its own
  * AVX-512 GEMM, every dtype; non-F32 weights are converted to f32 per tile (decoding-sized n <= 4: a
- * block at a time, in registers/L1, then f32 FMA: no 8-bit activations). OpenCL: every dtype, F32
- * via CLBlast (F16/BF16 converted to an f32 copy above 4 rows), the block types read directly by
- * shaders/opencl/qmatmul.cl (GEMV up to 4 rows, 64 x 32 tiles above; f32 activations). Vulkan: its
- * tiled and GEMV shaders, every dtype, the block types decoded from the stored blocks
+ * block at a time, in registers/L1, then f32 FMA), except that on x86 with AVX2 a block-type W with up
+ * to 64 x rows (16 for the 32-value types) multiplies x quantized to 8 bits per block, in integers,
+ * as llama.cpp's CPU path does (error <= 0.57 d per x value, d = the block's amax / 127; README
+ * "Weight types"; the matmul variants avx512, avx2, portable keep f32 activations). OpenCL: every
+ * dtype, F32 via CLBlast (F16/BF16 converted to an f32 copy above 4 rows), the block types read
+ * directly by shaders/opencl/qmatmul.cl (GEMV up to 4 rows, 64 x 32 tiles above; f32 activations).
+ * Vulkan: its tiled and GEMV shaders, every dtype, the block types decoded from the stored blocks
  * (shaders/vulkan/quant.glsl; f32 activations and accumulation). */
 KVS_API kvs_status kvs_matmul(kvs_device *dev, const kvs_tensor *W, const kvs_tensor *x,
                               kvs_tensor *y, int accumulate);

@@ -126,7 +126,7 @@ class ModelFileParams(Structure):
 
 
 class ModelParams(Structure):
-    _fields_ = [("weight_dtype", c_int)]
+    _fields_ = [("weight_dtype", c_int), ("map_weights", c_int)]
 
 
 CACHE_POSITIONAL, CACHE_APPEND = 0, 1

@@ -4,6 +4,7 @@
  *   bench_peaks.c   the peaks every ratio is measured against (GEMM, bandwidth)
  *   bench_cases.c   the op cases and the suite (which shapes, what each counts as work)
  *   bench_report.c  the table rows and the JSON report
+ *   bench_model.c   kvsieve bench model (a random-weight model of a real shape)
  * Units, timing and budgets: cmd_bench.c's header. */
 #ifndef KVS_CLI_BENCH_H
 #define KVS_CLI_BENCH_H
@@ -93,6 +94,11 @@ void bench_run_suite(bench *b);
 void bench_peak_gemm(bench *b, int64_t n);
 /* b->bw: memcpy of `bytes` on the CPU (1 and all threads), a device copy on GPUs. */
 void bench_peak_bandwidth(bench *b, size_t bytes);
+
+/* ---- bench_model.c ---- */
+
+/* kvsieve bench model (argv[0] = "model"): exit code as the other subcommands. */
+int bench_model(int argc, char **argv);
 
 /* ---- bench_report.c ---- */
 

@@ -109,16 +109,18 @@ static int bench_ops(int argc, char **argv) {
 }
 
 int cmd_bench(int argc, char **argv) {
-    static const char *const usage = "usage: kvsieve bench ops [options]   (kvsieve bench ops --help)\n";
+    static const char *const usage = "usage: kvsieve bench ops|model [options]   (kvsieve bench ops --help)\n";
     if (argc < 2) {
         fputs(usage, stderr);
         return CLI_EXIT_USAGE;
     }
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         fputs(usage, stdout);
-        printf("\nsuites:\n  ops   time the kvsieve ops against this device's measured peaks\n");
+        printf("\nsuites:\n  ops     time the kvsieve ops against this device's measured peaks\n"
+               "  model   a random-weight model of a real shape: prefill, decode, diffusion step, GEMV/GEMM\n");
         return CLI_EXIT_OK;
     }
     if (strcmp(argv[1], "ops") == 0) return bench_ops(argc - 1, argv + 1);
-    return cli_fail(CLI_EXIT_USAGE, "kvsieve bench", "unknown suite '%s' (expected: ops)", argv[1]);
+    if (strcmp(argv[1], "model") == 0) return bench_model(argc - 1, argv + 1);
+    return cli_fail(CLI_EXIT_USAGE, "kvsieve bench", "unknown suite '%s' (expected: ops, model)", argv[1]);
 }

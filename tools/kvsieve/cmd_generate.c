@@ -524,6 +524,7 @@ int cmd_generate(int argc, char **argv) {
             json_object_object_add(js, "rows_evicted", json_object_new_int64(st.rows_evicted));
         }
         json_object_object_add(js, "model_bytes", json_object_new_int64(kvs_model_weight_bytes(m)));
+        json_object_object_add(js, "model_mapped_bytes", json_object_new_int64(kvs_model_mapped_bytes(m)));
         json_object_object_add(js, "load_seconds", json_object_new_double(cm.load_s));
         json_object_object_add(js, "backend", json_object_new_string(kvs_backend_name(kvs_device_backend(dev))));
         json_object_object_add(js, "breakdown_ms_per_step", gen_breakdown_json(&st));
@@ -584,11 +585,11 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr,
                 "[%s on %s] %lld tokens in %.3f s (%.1f tokens/s), %lld %s\n"
                 "rows computed %lld of %lld without cache (compute fraction %.3f)\n"
-                "model %.2f MiB (loaded in %.3f s), cache peak %.2f MiB (allocated %.2f MiB; K %s, V %s)\n",
+                "model %.2f MiB (%.2f MiB used in place from the file; loaded in %.3f s), cache peak %.2f MiB (allocated %.2f MiB; K %s, V %s)\n",
                 dlm ? "diffusion" : "autoregressive", kvs_device_get_info(dev)->name, (long long)n_out, st.seconds,
                 st.tokens_per_s, (long long)st.steps, dlm ? "denoising steps" : "forward steps",
                 (long long)st.rows_computed, (long long)rows_baseline, st.compute_fraction,
-                (double)kvs_model_weight_bytes(m) / 1048576.0, cm.load_s, (double)st.cache_bytes_peak / 1048576.0,
+                (double)kvs_model_weight_bytes(m) / 1048576.0, (double)kvs_model_mapped_bytes(m) / 1048576.0, cm.load_s, (double)st.cache_bytes_peak / 1048576.0,
                 (double)st.cache_bytes_allocated / 1048576.0, kvs_dtype_name(ctypes[0]), kvs_dtype_name(ctypes[1]));
         if (dlm && st.tokens_eos_filled > 0)
             fprintf(stderr, "stop at EOS: %lld tokens decoded, %lld set to EOS without decoding\n", (long long)st.tokens,

@@ -16,7 +16,11 @@ int cli_model_open_file(const char *prog, const char *name, cli_model *cm) {
 int cli_model_create(const char *prog, const device_opts *d, cli_model *cm) {
     int rc = cli_open_device(prog, d->backend, d->threads, &cm->dev);
     if (rc != CLI_EXIT_OK) return rc;
-    kvs_status s = kvs_model_create(&cm->m, cm->dev, cm->mf, NULL);
+    /* weights used in place from the file's mapping on the CPU (cli_model_close destroys the model
+     * before it closes the file) */
+    kvs_model_params mp = kvs_model_params_default();
+    mp.map_weights = 1;
+    kvs_status s = kvs_model_create(&cm->m, cm->dev, cm->mf, &mp);
     if (s != KVS_OK) {
         int file = s == KVS_ERR_FORMAT || s == KVS_ERR_UNSUPPORTED || s == KVS_ERR_DTYPE || s == KVS_ERR_IO ||
                    s == KVS_ERR_NOT_FOUND;

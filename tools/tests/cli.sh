@@ -81,6 +81,48 @@ expect 2 bench ops --json=1 && one_line_error
 expect 2 bench ops --backend nope && one_line_error
 expect 2 bench ops --backend cpu:7 && one_line_error
 expect 0 bench ops --quick --reps 1 --filter gather --json && valid_json && contains '"gather"'
+# bench model: refusals, then a smoke run on the made-up shapes (structure and sanity, never timing)
+expect 2 bench model && one_line_error
+expect 2 bench model --shape no-such-shape && one_line_error
+expect 2 bench model --shape tiny --type q9_z && one_line_error
+expect 2 bench model --shape tiny --steps 0 && one_line_error
+expect 2 bench model --shape tiny --variants no-such-variant && one_line_error
+expect 2 bench model --shape tiny --cache-type-k q4_0 --prompt 0 && one_line_error
+expect 0 bench model --shape tiny-dlm --json --reps 1 --prompt 8 --decode 2 --gen 8 --steps 2 -t 1 \
+  --cache-type-k q8_0 --variants auto,portable && valid_json
+python3 - "$tmp/out" <<'PY' || fails=$((fails + 1))
+import json, sys
+d = json.load(open(sys.argv[1]))
+s = d["shape"]
+assert s["name"] == "tiny-dlm" and s["arch"] == "llada" and s["n_layers"] == 2, s
+assert d["type"] == "q4_k" and d["cache_type_k"] == "q8_0" and d["errors"] == 0, d
+assert d["kv_bytes_per_token"] == 2 * 2 * (64 // 32 * 34 + 64 * 4), d["kv_bytes_per_token"]  # layers, kv heads
+# q4_K: 144 bytes per 256 values; every matrix of the tiny shape is whole super-blocks (F32 norms on top)
+L, dim, qd, kvd, ffn, voc = 2, 256, 256, 128, 512, 512
+mats = 2 * voc * dim + L * (dim * (qd + 2 * kvd) + qd * dim + 3 * dim * ffn)
+assert d["model_bytes"] == mats // 256 * 144 + 4 * (dim + L * 2 * dim), d["model_bytes"]
+f = d["forward"]
+assert f["ok"] and f["prompt_tokens"] == 8 and f["decode_tokens"] == 2, f
+assert f["prefill_tokens_per_s"] > 0 and f["decode_tokens_per_s"] > 0, f
+g = d["dlm_step"]
+assert g["ok"] and g["rows"] == 16 and g["none_steps"] == 2 and g["elastic_steps"] == 2, g
+assert 0 < g["elastic_compute_fraction"] <= 1 and g["none_step_seconds"] > 0, g
+rows = d["matmul"]
+assert len(rows) == 8 * 2 * 2, len(rows)  # 8 matrices x gemv/gemm x 2 variants
+for r in rows:
+    assert r["ok"] and r["type"] == "q4_k" and r["seconds"] > 0 and r["of_peak"] > 0, r
+    assert r["n"] == (1 if r["kind"] == "gemv" else 8) and r["layers"] == (1 if r["kind"] == "gemm" or r["matrix"] == "output" else 2), r
+assert {r["variant"] for r in rows} == {"auto", "portable"}
+PY
+# a model file's shape: stories260K (dim 64, ffn 172) takes llama-quantize's fallback types
+expect 0 bench model --shape stories260K-f32.v3.gguf --json --reps 1 --prompt 4 --decode 2 -t 1 && valid_json
+python3 - "$tmp/out" <<'PY' || fails=$((fails + 1))
+import json, sys
+d = json.load(open(sys.argv[1]))
+t = {r["matrix"]: r["type"] for r in d["matmul"]}
+assert t["attn_q"] == "q5_0" and t["ffn_gate"] == "q5_0" and t["ffn_down"] == "f16", t
+assert d["forward"]["ok"] and "dlm_step" not in d, d
+PY
 
 # Every subcommand listed by --help (including ones added later): --help works, a bad flag is a
 # one-line error with exit status 2.

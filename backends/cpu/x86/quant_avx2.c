@@ -83,4 +83,13 @@ void kvs_cpu_qdot_rows_avx2(const void *wrow, kvs_dtype dt, const float *x, int6
     if (f) f(wrow, x, k, acc);
     else kvs_cpu_qdot_rows_portable(wrow, dt, x, k, n, acc); /* not reached: every block type has one */
 }
+
+/* The 8-bit activation GEMV (../matmul.h): quant_q8.h with vpmaddubsw + vpmaddwd. */
+#define Q8_DPBUSD(acc, u, s) _mm256_add_epi32((acc), _mm256_madd_epi16(_mm256_maddubs_epi16((u), (s)), _mm256_set1_epi16(1)))
+#define Q8_DPWSSD(acc, a, b) _mm256_add_epi32((acc), _mm256_madd_epi16((a), (b)))
+#include "quant_q8.h"
+
+void kvs_cpu_q8dot_avx2(const void *wrow, kvs_dtype dt, const kvs_q8_rows *x, int64_t n, float *acc) {
+    q8_dot(wrow, dt, x, n, acc);
+}
 #endif
