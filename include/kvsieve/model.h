@@ -44,7 +44,7 @@ typedef struct kvs_model kvs_model;
 typedef struct kvs_model_params {
     kvs_dtype weight_dtype; /* dtype of the float matmul weights on the device: KVS_F32 (default),
                              * KVS_F16, KVS_BF16; norms stay F32. Weights stored in a block type
-                             * (Q8_0, Q4_K, ...) stay in it: the products read the blocks (CPU: every
+                             * (Q8_0, Q4_K, ...) stay in it: the products read the blocks (every
                              * block type, on CPU, OpenCL and Vulkan) */
     int map_weights;        /* 1: on a CPU device, every weight whose file dtype is used as it is (block
                              * types; F32 with weight_dtype F32; F16/BF16 with the same weight_dtype)

@@ -15,7 +15,7 @@ int main(void) {
     ROW("TopkParams", kvs_topk_params, row_len);
     ROW("ModelHparams", kvs_model_hparams, logit_shift);
     ROW("ModelFileParams", kvs_model_file_params, tokenizer_path);
-    ROW("ModelParams", kvs_model_params, weight_dtype);
+    ROW("ModelParams", kvs_model_params, map_weights);
     ROW("CacheParams", kvs_cache_params, flags);
     ROW("LayerStats", kvs_layer_stats, q);
     ROW("LayerPlan", kvs_layer_plan, want_q);
