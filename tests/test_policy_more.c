@@ -315,6 +315,59 @@ START_TEST(test_prefixkv_keep) {
 }
 END_TEST
 
+/* ---- mass mode (PSA-style top-p, kvs_topp on the device) ----------------------------------------- */
+
+/* h2o (window 1: row 4 kept as +inf), 2 kv heads, budget 4, buffer 1, one step of 5 rows; the
+ * key mass of test_prefixkv_keep gives h2o scores head 0 .09 .005 .003 .002 (T .1) and head 1
+ * .35 .3 .2 .15 (T 1). keep_mass .6: head 0 reaches .06 with row 0 alone -> keeps 0 4; head 1
+ * needs .35 + .3 = .65 >= .6 -> keeps 0 1 4. Without the mass mode the budget keeps 4 rows per head
+ * (0 1 2 4). The layer scope (one pool of 8) gives the same sets: the counts cap the heads. */
+START_TEST(test_mass_keep) {
+    static const float km[10] = {.45f, .02f, .009f, .004f, 0, 1.75f, 1.2f, .6f, .3f, 0};
+    static float kz[10];
+    kvs_policy_params pp = kvs_policy_params_default();
+    pp.window = 1;
+    pp.keep_mass = 0.6f;
+    const int32_t w0[2] = {0, 4}, w1[3] = {0, 1, 4}, all[4] = {0, 1, 2, 4};
+    g_key_mass = km;
+    for (int mode = 0; mode < 4; mode++) { /* params, by name, layer scope, off */
+        kvs_policy_params q = pp;
+        if (mode == 1 || mode == 3) q.keep_mass = 0.0f;
+        harness h;
+        g_scope = mode == 2 ? KVS_SCOPE_LAYER : KVS_SCOPE_HEAD;
+        h_init(&h, 2, 1, mode == 1 ? "h2o@mass0.6" : "h2o", &q, 4, 1);
+        g_scope = KVS_SCOPE_HEAD;
+        h_step(&h, 5, kz, kz);
+        if (mode == 3) {
+            expect_pos(&h, 0, all, 4);
+            expect_pos(&h, 1, all, 4);
+        } else {
+            expect_pos(&h, 0, w0, 2);
+            expect_pos(&h, 1, w1, 3);
+        }
+        h_free(&h);
+    }
+    g_key_mass = NULL;
+    /* names and refusals: only scorers whose scores are attention masses */
+    kvs_policy *p = NULL;
+    const char *good[] = {"snapkv@mass1", "tova@mass0.5", "critical:h2o@mass0.9", "adakv@mass0.9", "expected@mass0.3"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        ck_assert_msg(kvs_policy_create(&p, good[i], NULL) == KVS_OK, "%s: %s", good[i], kvs_last_error());
+        ck_assert_str_eq(kvs_policy_name(p), good[i]);
+        kvs_policy_destroy(&p);
+    }
+    const char *bad[] = {"snapkv@mass0", "snapkv@mass1.5", "snapkv@mass", "snapkv@mass0.5x", "knorm@mass0.5",
+                         "keydiff@mass0.5", "streaming@mass0.5", "critical:knorm@mass0.5", "prefixkv@mass0.5"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_msg(kvs_policy_create(&p, bad[i], NULL) == KVS_ERR_INVALID_ARGUMENT, "%s accepted", bad[i]);
+        ck_assert(p == NULL && kvs_last_error()[0]);
+    }
+    kvs_policy_params bp = kvs_policy_params_default();
+    bp.keep_mass = 1.5f;
+    ck_assert(kvs_policy_create(&p, "snapkv", &bp) == KVS_ERR_INVALID_ARGUMENT);
+}
+END_TEST
+
 /* ---- the weight readers (stories260K) ------------------------------------------------------------ */
 
 static kvs_model *load_model(kvs_device **dev) {
@@ -569,6 +622,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tk, test_threshold_keep);
     tcase_add_test(tk, test_threshold_layer_scope);
     tcase_add_test(tk, test_prefixkv_keep);
+    tcase_add_test(tk, test_mass_keep);
     suite_add_tcase(s, tk);
     return kvs_test_run(s);
 }

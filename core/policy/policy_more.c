@@ -532,7 +532,8 @@ kvs_status kvs_policy_more_create(kvs_policy **out, const char *name, const kvs_
                              op, more_ops[kind].name, kind == MK_PREFIX ? ", critical[:base]" : "", base);
         }
         kvs_policy_params bp = *pp;
-        bp.threshold = 0.0f; /* the threshold mode applies to the wrapper's scores */
+        bp.threshold = 0.0f; /* the threshold and mass modes apply to the wrapper's scores */
+        bp.keep_mass = 0.0f;
         if (bp.base && strcmp(bp.base, base) == 0) bp.base = "snapkv"; /* prefixkv over critical: critical's own base */
         kvs_status s = kvs_policy_create(&m->base, base, &bp);
         if (s != KVS_OK) {

@@ -193,6 +193,16 @@ typedef struct kvs_policy_params {
                          * (0 = 64) */
     int cascades;       /* cascade: sub-caches C, each of (budget - n_sink) / C tokens, in [0, 16];
                          * 0 = 4 */
+    float keep_mass;    /* mass mode (PSA-style top-p, Zhou et al. 2025, arXiv 2503.00392), in
+                         * [0, 1], 0 = off (default): whenever eviction runs, each kv head keeps
+                         * only the fewest rows whose scores sum to keep_mass of its total score
+                         * (kvs_topp on the cache's device; rows scoring +inf are kept besides,
+                         * at least one row is kept), the budget still caps the rest (pooled
+                         * scopes: the count caps the head within the pool). Only for scorers whose
+                         * scores are attention masses: h2o, snapkv, tova, expected, critical over
+                         * one of them, and pyramidkv / adakv over one of them. By name:
+                         * "<policy>@mass<p>", e.g. "snapkv@mass0.9". Like the threshold mode it
+                         * lowers the mean occupancy, not the peak. */
 } kvs_policy_params;
 
 KVS_API kvs_policy_params kvs_policy_params_default(void);
@@ -209,11 +219,13 @@ KVS_API kvs_policy_params kvs_policy_params_default(void);
 KVS_API const char *const *kvs_policy_names(void);
 
 /* Creates a built-in policy by name (p NULL = defaults). "<name>@t" (e.g. "snapkv@0.3") is <name>
- * in the threshold mode with threshold t in (0, 1), overriding p->threshold.
+ * in the threshold mode with threshold t in (0, 1), overriding p->threshold; "<name>@mass<p>" (e.g.
+ * "snapkv@mass0.9") is <name> in the mass mode with keep_mass p in (0, 1].
  * Errors: KVS_ERR_NOT_FOUND (unknown name; the message lists the names), KVS_ERR_INVALID_ARGUMENT
  * (n_sink < 0, window < 0, kernel even or < 1, beta < 1, alpha outside [0, 1], a base that is
  * not a scorer (pyramidkv, adakv, prefixkv; critical except under prefixkv), threshold outside
- * [0, 1), lag 1 or < 0, first_stage outside [0, 1], n_future < 0, cascades outside [0, 16]),
+ * [0, 1), lag 1 or < 0, first_stage outside [0, 1], n_future < 0, cascades outside [0, 16],
+ * keep_mass outside [0, 1] or set for a scorer whose scores are not attention masses),
  * KVS_ERR_OUT_OF_MEMORY. */
 KVS_API kvs_status kvs_policy_create(kvs_policy **out, const char *name, const kvs_policy_params *p);
 
