@@ -396,7 +396,94 @@ START_TEST(test_wavefilter_keep) {
 }
 END_TEST
 
-int main(void) {
+/* PSA-style keep-sets (keep_mass), on the device of --backend (g_mass_dev; default: the schedule's own
+ * CPU device). N 40, block [24, 40), 2 sinks, 2 recent: always kept {0 1 22 23 24..39} (20 rows).
+ * Signal: row 19 = 6, rows 8..15 = 1, row 5 = .5, row 30 (block) = 100, the rest 0; the mass outside
+ * the always-kept rows T = 14.5.
+ *   keep_mass .4: 6 >= 5.8 -> + {19} (21 rows);
+ *   keep_mass .9: 6 + 7 = 13 < 13.05, 6 + 8 = 14 -> + {19, 8..15} (29 rows);
+ *   keep_mass 1: every row with mass -> + {5} too (30 rows; budget .8 caps at 32);
+ *   keep_mass .9, budget .6 (24 rows: room for 4): + {19, 8, 9, 10} (ties by index). */
+static kvs_device_params g_mass_params;
+static int g_mass_backend; /* 1: --backend given: run the op on that device */
+
+START_TEST(test_wavefilter_mass_keep) {
+    static const struct {
+        float keep_mass, budget;
+        int n_extra;
+        int extra[10];
+    } cases[] = {{0.4f, 0.8f, 1, {19}},
+                 {0.9f, 0.8f, 9, {8, 9, 10, 11, 12, 13, 14, 15, 19}},
+                 {1.0f, 0.8f, 10, {5, 8, 9, 10, 11, 12, 13, 14, 15, 19}},
+                 {0.9f, 0.6f, 4, {8, 9, 10, 19}}};
+    kvs_device *dev = NULL;
+    if (g_mass_backend) ck_assert_msg(kvs_device_open(&dev, &g_mass_params) == KVS_OK, "%s", kvs_last_error());
+    static fake_result f;
+    memset(&f, 0, sizeof f);
+    for (int l = 0; l < L; l++) {
+        for (int j = 8; j < 16; j++) f.mass[l][j] = 1.0f;
+        f.mass[l][19] = 6.0f;
+        f.mass[l][5] = 0.5f;
+        f.mass[l][30] = 100.0f;
+        f.ls[l] = (kvs_layer_stats){.n_kv = N, .key_mass = f.mass[l]};
+    }
+    f.r.layers = f.ls;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        kvs_dlm_schedule *base = NULL, *sc = NULL;
+        ck_assert(kvs_dlm_schedule_none(&base) == KVS_OK);
+        kvs_wavefilter_params wp = kvs_wavefilter_params_default();
+        ck_assert(wp.keep_mass == 0.0f && wp.dev == NULL);
+        wp.budget = cases[c].budget;
+        wp.n_sink = 2;
+        wp.n_recent = 2;
+        wp.keep_mass = cases[c].keep_mass;
+        wp.dev = dev;
+        ck_assert(kvs_dlm_schedule_wavefilter(&sc, base, &wp) == KVS_OK);
+        ck_assert(sc->ops->begin(sc->self, N, L) == KVS_OK);
+        state s;
+        state_init(&s, 0, 0, 1); /* block [24, 40) */
+        kvs_dlm_step st;
+        ck_assert(sc->ops->plan(sc->self, &s.v, &st) == KVS_OK);
+        ck_assert_msg(sc->ops->feedback(sc->self, &s.v, &f.r) == KVS_OK, "%s", kvs_last_error());
+        s.v.step = 1;
+        s.v.step_in_block = 1;
+        ck_assert(sc->ops->plan(sc->self, &s.v, &st) == KVS_OK);
+        uint8_t want[N] = {0};
+        want[0] = want[1] = want[22] = want[23] = 1;
+        for (int j = 24; j < 40; j++) want[j] = 1;
+        for (int i = 0; i < cases[c].n_extra; i++) want[cases[c].extra[i]] = 1;
+        for (int l = 0; l < L; l++) {
+            const kvs_layer_plan *lp = &st.plan.layers[l];
+            ck_assert_ptr_nonnull(lp->keep);
+            ck_assert_msg(lp->n_keep[0] == 20 + cases[c].n_extra, "case %zu layer %d: %lld rows, want %d", c, l,
+                          (long long)lp->n_keep[0], 20 + cases[c].n_extra);
+            for (int64_t i = 0; i < lp->n_keep[0]; i++)
+                ck_assert_msg(want[lp->keep[i]], "case %zu layer %d: row %d kept", c, l, lp->keep[i]);
+        }
+        kvs_dlm_schedule_destroy(&sc);
+    }
+    /* refusal */
+    kvs_dlm_schedule *base = NULL, *sc = NULL;
+    ck_assert(kvs_dlm_schedule_none(&base) == KVS_OK);
+    kvs_wavefilter_params wp = kvs_wavefilter_params_default();
+    wp.keep_mass = 1.5f;
+    ck_assert_int_eq(kvs_dlm_schedule_wavefilter(&sc, base, &wp), KVS_ERR_INVALID_ARGUMENT);
+    kvs_device_destroy(&dev);
+}
+END_TEST
+
+int main(int argc, char **argv) {
+    if (argc > 1) { /* --backend B: the device-op keep-sets alone, on B */
+        int setup = kvs_test_setup(argc, argv, "test_schedule", &g_mass_params, NULL, NULL, 0);
+        if (setup >= 0) return setup;
+        g_mass_backend = 1;
+        Suite *s = suite_create("schedule-mass");
+        TCase *tc = tcase_create("mass");
+        tcase_set_timeout(tc, 300);
+        tcase_add_test(tc, test_wavefilter_mass_keep);
+        suite_add_tcase(s, tc);
+        return kvs_test_run(s);
+    }
     Suite *s = suite_create("schedule");
     TCase *tc = tcase_create("host");
     tcase_set_timeout(tc, 60);
@@ -406,6 +493,7 @@ int main(void) {
     tcase_add_test(tc, test_elastic);
     tcase_add_test(tc, test_elastic_block_refresh);
     tcase_add_test(tc, test_wavefilter_keep);
+    tcase_add_test(tc, test_wavefilter_mass_keep);
     suite_add_tcase(s, tc);
     return kvs_test_run(s);
 }

@@ -199,6 +199,14 @@ typedef struct kvs_wavefilter_params {
                          * 1: every row is kept (reproduces the base schedule) */
     int n_sink;         /* first rows always kept; default 4 */
     int n_recent;       /* rows just before the block always kept; default 16 */
+    float keep_mass;    /* PSA-style progressive selection (Zhou et al. 2025, arXiv 2503.00392), in
+                         * [0, 1], 0 = off (default): instead of skim, focus and fill, each (layer,
+                         * kv head) keeps the always-kept rows (sinks, block, recent) plus the fewest
+                         * other rows, by signal height, whose attention mass reaches keep_mass of the
+                         * other rows' mass (kvs_topp), at most ceil(budget * n_kv) rows in all
+                         * (budget 1: no cap) unless the always-kept rows alone pass that */
+    kvs_device *dev;    /* keep_mass: the device kvs_topp runs on (borrowed, outlives the schedule);
+                         * NULL (default): the schedule opens a CPU device of its own */
 } kvs_wavefilter_params;
 
 KVS_API kvs_wavefilter_params kvs_wavefilter_params_default(void);
@@ -212,8 +220,10 @@ KVS_API kvs_wavefilter_params kvs_wavefilter_params_default(void);
  * regions take up to rho of the free budget; focus: the inverse transform of the m = max(1, left/2)
  * largest detail coefficients alone marks sharp local peaks (where it is positive), taken by
  * signal height; then the highest s fill the budget (ceil(budget * n_kv) rows). The other steps of the block attend only the kept rows (sparse
- * gather, kvs_layer_plan.keep).
- * Errors: KVS_ERR_INVALID_ARGUMENT (NULL, parameters out of range), KVS_ERR_OUT_OF_MEMORY. */
+ * gather, kvs_layer_plan.keep). With keep_mass the rows beyond the always-kept ones are the top-p
+ * set of s (kvs_topp), no wavelet involved.
+ * Errors: KVS_ERR_INVALID_ARGUMENT (NULL, parameters out of range), KVS_ERR_OUT_OF_MEMORY; with
+ * keep_mass, at the block's first feedback, kvs_device_open's and kvs_topp's. */
 KVS_API kvs_status kvs_dlm_schedule_wavefilter(kvs_dlm_schedule **out, kvs_dlm_schedule *base,
                                                const kvs_wavefilter_params *p);
 
