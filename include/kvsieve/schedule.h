@@ -227,8 +227,43 @@ KVS_API kvs_wavefilter_params kvs_wavefilter_params_default(void);
 KVS_API kvs_status kvs_dlm_schedule_wavefilter(kvs_dlm_schedule **out, kvs_dlm_schedule *base,
                                                const kvs_wavefilter_params *p);
 
-/* By name: "none", "prefix", "dual", "delayed", "elastic" with the given parameters (NULL:
- * defaults); reload for delayed. Errors: KVS_ERR_INVALID_ARGUMENT (unknown name). */
+/* ---- d2Cache: dual adaptive caching (core/schedule/d2cache.c) --------------------------------- */
+
+typedef struct kvs_d2cache_params {
+    float rollout_p;    /* nucleus share of attention-rollout importance for the other rows, [0, 1];
+                         * default 0.1 (reference rollout_p) */
+    int current_k;      /* masked positions refreshed per step, >= 0; default 32 (reference
+                         * current_k); 0 = every masked position */
+    float sigma;        /* certainty-density Gaussian width, > 0; default 10 (reference sigma) */
+    int inflate_w;      /* gaps of at most this many rows between selected rows are filled, >= 0;
+                         * default 0 (the reference's config; its constructor says 4) */
+} kvs_d2cache_params;
+
+KVS_API kvs_d2cache_params kvs_d2cache_params_default(void);
+
+/* d2Cache (Jiang et al. 2025, "d²Cache: Accelerating Diffusion-Based LLMs via Dual Adaptive
+ * caching", arXiv 2509.23094; reference code Kamichanw/d2Cache, src/cache/d2cache.py). The decode's
+ * first step runs every row and keeps every row's K/V. Each later step computes, at every layer, only
+ * (1) the current_k masked positions with the highest certainty prior, conf x density, searched from
+ * the block start up to the block boundary holding current_k masked positions, the block's own
+ * first (conf: the last max-probability the position got; density: a Gaussian (sigma) average of the
+ * decoded marks around it, the canvas's left counted decoded, its right decoded iff the last
+ * position is); (2) the tokens decoded by the previous step; (3) among the other rows, the nucleus
+ * (top-p, rollout_p, at least one) of their attention-rollout importance: the column sums of
+ * prod_l normalise(mean_heads(A_l) + I) over the previous step's computed rows (Abnar & Zuidema
+ * 2020), identity rows for the rows not computed; (4) with inflate_w, the gaps between them. Their
+ * K/V overwrite the cache; every other row's K/V is reused. Logits: the selected masked positions;
+ * unmasking candidates: those inside the block. Ours: the reference's single window becomes our
+ * block loop (positions outside the block are never committed); the bias that puts the block first
+ * uses the maximum of conf x density over the generation region, as the reference does.
+ * Anchor: rollout_p 1 with current_k 0 selects every row at every step and is planned as the
+ * no-cache decode (bit-identical tokens). Models with shifted logits (Dream) are refused at the first
+ * plan (KVS_ERR_UNSUPPORTED). Errors: KVS_ERR_INVALID_ARGUMENT (out NULL, a parameter out of range),
+ * KVS_ERR_OUT_OF_MEMORY. */
+KVS_API kvs_status kvs_dlm_schedule_d2cache(kvs_dlm_schedule **out, const kvs_d2cache_params *p);
+
+/* By name: "none", "prefix", "dual", "delayed", "elastic", "d2cache" with the given parameters (NULL:
+ * defaults; d2cache: its defaults); reload for delayed. Errors: KVS_ERR_INVALID_ARGUMENT (unknown name). */
 KVS_API kvs_status kvs_dlm_schedule_from_name(kvs_dlm_schedule **out, const char *name, int reload,
                                               const kvs_elastic_params *ep);
 

@@ -31,7 +31,7 @@ int dlm_cache_check_flags(const char *prog, const dlm_cache_opts *o, char *const
 
 void dlm_cache_cli_opts(dlm_cache_opts *o, cli_opt *opts) {
     const cli_opt t[DLM_CACHE_N_OPTS] = {
-        {"cache", 0, CLI_STRING, &o->cache, "C", "diffusion cache: none | prefix | dual | delayed | elastic (default none)"},
+        {"cache", 0, CLI_STRING, &o->cache, "C", "diffusion cache: none | prefix | dual | delayed | elastic | d2cache (default none)"},
         {"gamma", 0, CLI_DOUBLE, &o->gamma, "G", "elastic: attention-drift threshold in [0, 1] (default 0.9)"},
         {"window", 0, CLI_INT, &o->window, "W", "elastic: masked positions queried per step (default 16)"},
         {"track", 0, CLI_INT, &o->track, "K", "elastic: most-attended tokens tracked per layer (default 1)"},
