@@ -19,7 +19,8 @@ kvs_policy_params kvs_policy_params_default(void) {
 }
 
 static const char *const g_names[] = {"streaming", "h2o",     "snapkv", "tova",     "knorm",    "pyramidkv",
-                                      "adakv",     "keydiff", "lagkv",  "critical", "expected", "prefixkv", "cascade", NULL};
+                                      "adakv",     "keydiff", "lagkv",  "critical", "expected", "prefixkv", "cascade",
+                                      "clusterkv", NULL};
 
 const char *const *kvs_policy_names(void) { return g_names; }
 
@@ -254,7 +255,7 @@ kvs_status kvs_policy_create(kvs_policy **out, const char *name, const kvs_polic
     } else if (!scorer_from_name(name, &kind) && !kvs_policy_more_is(name) && strcmp(name, "cascade") != 0) {
         return kvs_error(KVS_ERR_NOT_FOUND,
                          "%s: unknown policy '%s' (known: streaming, h2o, snapkv, tova, knorm, pyramidkv, adakv, keydiff, "
-                         "lagkv, critical[:base], expected, prefixkv, cascade; learned, from a policy file: retention, indexer, rl)", op, name);
+                         "lagkv, critical[:base], expected, prefixkv, cascade, clusterkv; learned, from a policy file: retention, indexer, rl)", op, name);
     }
     kvs_status s;
     if (strcmp(scorer, "cascade") == 0) {

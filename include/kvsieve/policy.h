@@ -65,6 +65,16 @@
  *                             ranking that reaches one common coverage threshold (the paper's
  *                             binary search over that threshold). Ours: per kv head, where the
  *                             paper sizes whole layers.
+ *                  clusterkv  ClusterKV (Liu et al. 2024, arXiv 2412.03213), as an eviction policy
+ *                             (ours; the paper recalls clusters from an offloaded full cache): per kv
+ *                             head k-means of the non-sink keys into ceil(n / 16) clusters
+ *                             (farthest-point start, at most 8 Lloyd iterations, the assignment
+ *                             step on the model's device: kvs_matmul of [c, -|c|^2/2] x [k, 1],
+ *                             then kvs_topk k = 1 per row); a row scores qbar . c of its cluster's
+ *                             centroid c, qbar the group's window queries (Wq x, `window` 64)
+ *                             averaged and rotated as expected's mu: whole clusters are kept in
+ *                             order of query-centroid similarity; the first n_sink +inf. Needs the
+ *                             model (kvs_policy_set_model).
  *                Threshold mode (DMS-style, Lancucki et al. 2025, arXiv 2506.05345; kvpress
  *                DMSPress): params threshold t in (0, 1) evicts, whenever eviction runs, every row
  *                whose score min-max normalised over its head's finite scores is below t; the
@@ -208,7 +218,7 @@ typedef struct kvs_policy_params {
 KVS_API kvs_policy_params kvs_policy_params_default(void);
 
 /* Names of the built-in policies, NULL-terminated: streaming, h2o, snapkv, tova, knorm, pyramidkv,
- * adakv, keydiff, lagkv, critical, expected, prefixkv, cascade ("critical:<base>" is accepted by
+ * adakv, keydiff, lagkv, critical, expected, prefixkv, cascade, clusterkv ("critical:<base>" is accepted by
  * kvs_policy_create too).
  * cascade: the cascading KV cache (Willette et al. 2024, arXiv 2406.17808, sec. 3; reference code
  * jeffwillette/cascading_cache_2): n_sink sinks plus `cascades` sub-caches; cascade i takes every
