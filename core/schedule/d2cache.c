@@ -222,7 +222,7 @@ static kvs_status d2_feedback(void *self, const kvs_dlm_view *v, const kvs_step_
     if (nr == n) s->st.full_steps++;
     if (s->all) return KVS_OK;
     /* confidences of the logit rows: max softmax probability, in float64 */
-    if (!r->logits || r->n_logit_rows != s->logits.n)
+    if (s->logits.n > 0 && (!r->logits || r->n_logit_rows != s->logits.n))
         return kvs_error(KVS_ERR_STATE, "schedule d2cache: the step result has no logits for the planned rows");
     for (int64_t i = 0; i < s->logits.n; i++) {
         const float *lg = r->logits + i * r->vocab;
