@@ -57,7 +57,8 @@ grep -q "plot written" "$tmp/table.txt"
 # --needle: three depths per cell; budget 1.0 gives the full cache's log-probabilities exactly, a small
 # streaming budget forgets the early passkey (its 10% figure moves), the main table is unchanged
 "$kvsieve" eval -m stories260K-f32.v3.gguf --text "$text" --windows 1 --ctx 96 --threads 1 --policies streaming \
-  --budgets 0.1,1.0 --needle --json >"$tmp/needle.json"
+  --budgets 0.1,1.0 --needle --json --plot "$tmp/needle.svg" >"$tmp/needle.json"
+[[ $(grep -c "<polyline" "$tmp/needle.svg") == 3 ]] || { echo "--needle plot: want 3 panels of one line"; exit 1; }
 "$kvsieve" eval -m stories260K-f32.v3.gguf --text "$text" --windows 1 --ctx 96 --threads 1 --policies streaming \
   --budgets 0.1,1.0 --json >"$tmp/plain.json"
 python3 - "$tmp/needle.json" "$tmp/plain.json" <<'PY'

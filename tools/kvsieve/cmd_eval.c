@@ -462,33 +462,38 @@ int cmd_eval(int argc, char **argv) {
     }
     if (plot) {
         double *x = malloc((size_t)nb * sizeof *x), *ya = malloc((size_t)np * nb * sizeof *ya),
-               *yk = malloc((size_t)np * nb * sizeof *yk);
+               *yk = malloc((size_t)np * nb * sizeof *yk), *yn = malloc((size_t)np * nb * sizeof *yn);
         for (int j = 0; j < nb && x; j++) x[j] = fabs(bud[j]) <= 1.0 && bud[j] > 0 ? bud[j] : fabs(bud[j]) / (double)ctx;
         for (int i = 0; i < np && ya && yk; i++)
             for (int j = 0; j < nb; j++) {
                 cell *c = &cells[1 + i * nb + j];
                 ya[i * nb + j] = 100.0 * (double)c->agree / (double)c->n;
                 yk[i * nb + j] = c->kl_sum / (double)c->n;
+                double lp = 0.0; /* --needle: the passkey's log-probability, mean over the depths */
+                for (int d = 0; d < EVAL_NEEDLE_DEPTHS; d++) lp += c->needle_lp[d] / (double)c->needle_n[d];
+                if (yn) yn[i * nb + j] = lp / EVAL_NEEDLE_DEPTHS;
             }
         char title[4400];
         const char *slash = strrchr(path, '/');
         snprintf(title, sizeof title, "KV eviction fidelity vs budget: %s, ctx %lld, %lld windows, scope %s",
                  slash ? slash + 1 : path, (long long)ctx, (long long)windows, kvs_budget_scope_name(scope));
-        svg_panel panels[2] = {
+        svg_panel panels[3] = {
             {.title = "top-1 agreement with the full cache", .xlabel = "budget (fraction of ctx)", .ylabel = "top-1 agreement (%)",
              .n_series = np, .n_points = nb, .x = x, .y = ya, .y_from_zero = 0},
             {.title = "mean KL(full || evicted)", .xlabel = "budget (fraction of ctx)", .ylabel = "KL (nats, log scale)",
              .n_series = np, .n_points = nb, .x = x, .y = yk, .y_log = 1},
+            {.title = "passkey log-probability (mean of 10/50/90% depth)", .xlabel = "budget (fraction of ctx)",
+             .ylabel = "log-probability per answer token (nats)", .n_series = np, .n_points = nb, .x = x, .y = yn},
         };
-        FILE *pf = x && ya && yk ? fopen(plot, "w") : NULL;
-        if (!pf || svg_write_plot(pf, title, pnames, panels, 2) != 0) {
+        FILE *pf = x && ya && yk && yn ? fopen(plot, "w") : NULL;
+        if (!pf || svg_write_plot(pf, title, pnames, panels, needle ? 3 : 2) != 0) {
             if (pf) fclose(pf);
-            free(x), free(ya), free(yk);
+            free(x), free(ya), free(yk), free(yn);
             rc = cli_fail(CLI_EXIT_FAIL, prog, "cannot write plot %s", plot);
             goto done;
         }
         fclose(pf);
-        free(x), free(ya), free(yk);
+        free(x), free(ya), free(yk), free(yn);
         if (!json) printf("plot written to %s\n", plot);
     }
     rc = CLI_EXIT_OK;
