@@ -105,7 +105,7 @@ int cmd_eval(int argc, char **argv) {
     const cli_opt opts[] = {
         {"model", 'm', CLI_STRING, &model, "MODEL", "model file (path or name under KVSIEVE_MODELS); required"},
         {"text", 0, CLI_STRING, &text, "FILE", "text to evaluate on; required"},
-        {"policies", 0, CLI_STRING, &policies, "a,b,c", "policies to compare, <policy>@t for threshold eviction (default: the seven classic ones)"},
+        {"policies", 0, CLI_STRING, &policies, "a,b,c", "policies to compare, <policy>@t for threshold eviction, <policy>@mass<p> for the mass mode (PSA top-p) (default: the seven classic ones)"},
         {"budgets", 0, CLI_STRING, &budgets, "F,F,..", "budgets: fractions of ctx, token counts, or Nt = N tokens (1t: one token) (default 0.1,0.25,0.5)"},
         {"ctx", 0, CLI_INT64, &ctx, "N", "window length in tokens, BOS included (default 256, or the model's context when smaller)"},
         {"ctx-size", 'c', CLI_INT64, &ctx, "N", "llama.cpp's name of --ctx (same default)"},
