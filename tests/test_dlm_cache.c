@@ -148,8 +148,8 @@ START_TEST(test_delayed_reload1_and_elastic_gamma1) {
 END_TEST
 
 /* WaveFilter at budget 1 over each base reproduces the base (the sparse path gathers every row);
- * so does its PSA-style mode at keep_mass 1 over none (over dual it kept fewer rows than the context
- * in one case, which rows have no mass there was not investigated). */
+ * so does its PSA-style mode at keep_mass 1 (which at budget 1 keeps every row, also those whose key
+ * mass a backend rounds to 0) over none. */
 START_TEST(test_wavefilter_budget1) {
     env e = {0};
     env_open(&e);

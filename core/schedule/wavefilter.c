@@ -248,7 +248,9 @@ static kvs_status wf_build(sched_wf *s, const float *sig, int64_t n) {
     int64_t B = (int64_t)ceil((double)s->p.budget * (double)n - 1e-3); /* f32 budgets: 0.8f * 40 = 32 */
     if (B < 1) B = 1;
     if (B > n) B = n;
-    if (s->p.keep_mass > 0.0f) return wf_build_mass(s, sig, n, B);
+    /* budget 1 keeps every row; so does keep_mass 1 under budget 1 (the anchor: rows that got no key
+     * mass at all, which some backends' statistics round to 0, stay as well) */
+    if (s->p.keep_mass > 0.0f && !(s->p.keep_mass >= 1.0f && s->p.budget >= 1.0f)) return wf_build_mass(s, sig, n, B);
     if (s->p.budget >= 1.0f) {
         for (int64_t r = 0; r < R; r++) {
             for (int64_t j = 0; j < n; j++) s->keep[r * n + j] = (int32_t)j;

@@ -204,7 +204,8 @@ typedef struct kvs_wavefilter_params {
                          * kv head) keeps the always-kept rows (sinks, block, recent) plus the fewest
                          * other rows, by signal height, whose attention mass reaches keep_mass of the
                          * other rows' mass (kvs_topp), at most ceil(budget * n_kv) rows in all
-                         * (budget 1: no cap) unless the always-kept rows alone pass that */
+                         * (budget 1: no cap) unless the always-kept rows alone pass that; keep_mass 1
+                         * with budget 1 keeps every row, as budget 1 alone does (the anchor) */
     kvs_device *dev;    /* keep_mass: the device kvs_topp runs on (borrowed, outlives the schedule);
                          * NULL (default): the schedule opens a CPU device of its own */
 } kvs_wavefilter_params;
