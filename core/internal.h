@@ -112,6 +112,12 @@ typedef struct kvs_topk_args {
     kvs_topk_params p;
 } kvs_topk_args;
 
+typedef struct kvs_topp_args {
+    const kvs_tensor *x; kvs_tensor *count, *thr; /* thr may be NULL */
+    int64_t rows, n;
+    kvs_topp_params p;
+} kvs_topp_args;
+
 typedef struct kvs_rows_args {
     const kvs_tensor *src; kvs_tensor *dst;  /* compact: src == dst */
     const kvs_tensor *idx;
@@ -170,6 +176,7 @@ typedef struct kvs_embedding_args {
     X(ctx, idwt, kvs_dwt_args)                                                                     \
     X(ctx, topk, kvs_topk_args)                                                                    \
     X(ctx, topk_global, kvs_topk_args)                                                             \
+    X(ctx, topp, kvs_topp_args)                                                                    \
     X(ctx, gather, kvs_rows_args)                                                                  \
     X(ctx, scatter, kvs_rows_args)                                                                 \
     X(ctx, compact, kvs_rows_args)

@@ -517,6 +517,39 @@ kvs_status kvs_topk_global(kvs_device *dev, const kvs_tensor *x, kvs_tensor *idx
     return dispatch_topk_global(dev, &a);
 }
 
+/* ---- top-p over mass ---------------------------------------------------------------------- */
+
+kvs_topp_params kvs_topp_params_default(void) {
+    kvs_topp_params p = {.p = 0.9, .row_len = NULL};
+    return p;
+}
+
+kvs_status kvs_topp(kvs_device *dev, const kvs_tensor *x, kvs_tensor *count, kvs_tensor *thr, const kvs_topp_params *p) {
+    const char *op = "kvs_topp";
+    CHECK_NONNULL(op, x); CHECK_NONNULL(op, count); CHECK_NONNULL(op, p);
+    TRY_DEV(x); TRY_DEV(count);
+    KVS_TRY(want_dtype(op, x, "x", KVS_F32));
+    kvs_topp_args a = {.x = x, .count = count, .thr = thr, .rows = kvs_tensor_rows(x), .n = x->ne[0], .p = *p};
+    if (!(p->p > 0.0 && p->p <= 1.0))
+        return kvs_error(KVS_ERR_OUT_OF_RANGE, "%s: p=%g outside (0, 1]", op, p->p);
+    if (a.n > INT32_MAX) return kvs_error(KVS_ERR_OUT_OF_RANGE, "%s: rows longer than 2^31-1", op);
+    KVS_TRY(want_dtype(op, count, "count", KVS_I32));
+    KVS_TRY(want_nel(op, count, "count", a.rows));
+    if (thr) {
+        TRY_DEV(thr);
+        KVS_TRY(want_dtype(op, thr, "thr", KVS_F32));
+        KVS_TRY(want_nel(op, thr, "thr", a.rows));
+    }
+    if (p->row_len) {
+        KVS_TRY(same_dev(op, dev, p->row_len, "row_len"));
+        KVS_TRY(want_dtype(op, p->row_len, "row_len", KVS_I32));
+        KVS_TRY(want_nel(op, p->row_len, "row_len", a.rows));
+    }
+    if (overlaps(count, x) || overlaps(thr, x) || overlaps(thr, count))
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: outputs alias x or each other", op);
+    return dispatch_topp(dev, &a);
+}
+
 /* ---- gather / scatter / compact ----------------------------------------------------------- */
 
 static kvs_status rows_common(const char *op, kvs_device *dev, const kvs_tensor *grouped, const kvs_tensor *idx,

@@ -14,6 +14,7 @@ Suite *suite_attention(void);
 Suite *suite_attention_kvq(void);
 Suite *suite_dwt(void);
 Suite *suite_topk(void);
+Suite *suite_topp(void);
 Suite *suite_rows(void);
 
 #endif

@@ -9,13 +9,14 @@
 #include "probe.h"
 
 START_TEST(test_op_names) {
-    ck_assert_int_eq(KVS_OP_COUNT, 16);
+    ck_assert_int_eq(KVS_OP_COUNT, 17);
     for (int i = 0; i < KVS_OP_COUNT; i++) {
         const char *n = kvs_op_name((kvs_op_id)i);
         ck_assert_ptr_nonnull(n);
         ck_assert_int_eq(kvs_op_from_name(n, strlen(n)), i);
     }
     ck_assert_str_eq(kvs_op_name(KVS_OP_topk_global), "topk_global");
+    ck_assert_str_eq(kvs_op_name(KVS_OP_topp), "topp");
     ck_assert_int_eq(kvs_op_from_name("topk", 4), KVS_OP_topk);
     ck_assert_int_eq(kvs_op_from_name("topk_glob", 9), -1);
     ck_assert_ptr_null(kvs_op_name(KVS_OP_COUNT));

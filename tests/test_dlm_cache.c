@@ -147,7 +147,9 @@ START_TEST(test_delayed_reload1_and_elastic_gamma1) {
 }
 END_TEST
 
-/* WaveFilter at budget 1 over each base reproduces the base (the sparse path gathers every row). */
+/* WaveFilter at budget 1 over each base reproduces the base (the sparse path gathers every row);
+ * so does its PSA-style mode at keep_mass 1 (which at budget 1 keeps every row, also those whose key
+ * mass a backend rounds to 0) over none. */
 START_TEST(test_wavefilter_budget1) {
     env e = {0};
     env_open(&e);
@@ -174,8 +176,64 @@ START_TEST(test_wavefilter_budget1) {
                           kvs_dlm_schedule_name(sc));
             assert_same(got, want, p.gen_len, kvs_dlm_schedule_name(sc), ci);
             kvs_dlm_schedule_destroy(&sc);
+            if (b > 0) continue;
+            /* PSA-style keep_mass 1 at budget 1 (kvs_topp on this device): softmax gives every row
+             * positive mass, so every row is kept and the base is reproduced */
+            ck_assert(kvs_dlm_schedule_from_name(&base, bases[b], 4, NULL) == KVS_OK);
+            wp.keep_mass = 1.0f;
+            wp.dev = e.dev;
+            ck_assert(kvs_dlm_schedule_wavefilter(&sc, base, &wp) == KVS_OK);
+            decode(&e, rc->prompt, rc->np, p, sc, got, &st);
+            ck_assert(kvs_dlm_schedule_get_stats(sc, &ss) == KVS_OK);
+            ck_assert_msg(ss.context_rows > 0 && ss.kept_rows == ss.context_rows, "%s keep_mass 1: all kept",
+                          kvs_dlm_schedule_name(sc));
+            assert_same(got, want, p.gen_len, "wavefilter keep_mass 1", ci);
+            kvs_dlm_schedule_destroy(&sc);
         }
     }
+    env_close(&e);
+}
+END_TEST
+
+/* d2Cache: rollout_p 1 with current_k 0 (every row every step) reproduces the no-cache tokens; the
+ * defaults run (one full step, then partial steps: compute < 1) and commit only block positions. */
+START_TEST(test_d2cache) {
+    env e = {0};
+    env_open(&e);
+    for (int ci = 0; ci < g_ncases && ci < 1; ci++) { /* one case: the rollout's probes are slow on lavapipe */
+        refcase *rc = &g_cases[ci];
+        int32_t got[1024];
+        kvs_gen_stats st;
+        kvs_dlm_schedule *sc = NULL;
+        kvs_d2cache_params dp = kvs_d2cache_params_default();
+        ck_assert(dp.rollout_p == 0.1f && dp.current_k == 32 && dp.sigma == 10.0f && dp.inflate_w == 0);
+        dp.rollout_p = 1.0f;
+        dp.current_k = 0;
+        ck_assert(kvs_dlm_schedule_d2cache(&sc, &dp) == KVS_OK);
+        decode(&e, rc->prompt, rc->np, rc->p, sc, got, &st);
+        assert_same(got, rc->tokens, rc->p.gen_len, "d2cache refresh-all", ci);
+        ck_assert(st.compute_fraction == 1.0);
+        kvs_dlm_schedule_destroy(&sc);
+        ck_assert(kvs_dlm_schedule_from_name(&sc, "d2cache", 4, NULL) == KVS_OK);
+        decode(&e, rc->prompt, rc->np, rc->p, sc, got, &st);
+        kvs_dlm_schedule_stats ss;
+        ck_assert(kvs_dlm_schedule_get_stats(sc, &ss) == KVS_OK);
+        ck_assert_msg(ss.full_steps == 1 && st.compute_fraction < 1.0, "d2cache: %lld full steps, compute %.3f",
+                      (long long)ss.full_steps, st.compute_fraction);
+        ck_assert_msg(st.tokens == rc->p.gen_len, "d2cache decoded %lld of %lld positions", (long long)st.tokens,
+                      (long long)rc->p.gen_len);
+        kvs_dlm_schedule_destroy(&sc);
+    }
+    kvs_d2cache_params bad = kvs_d2cache_params_default();
+    kvs_dlm_schedule *sc = NULL;
+    bad.sigma = 0.0f;
+    ck_assert(kvs_dlm_schedule_d2cache(&sc, &bad) == KVS_ERR_INVALID_ARGUMENT && sc == NULL);
+    bad = kvs_d2cache_params_default();
+    bad.rollout_p = 1.5f;
+    ck_assert(kvs_dlm_schedule_d2cache(&sc, &bad) == KVS_ERR_INVALID_ARGUMENT);
+    bad = kvs_d2cache_params_default();
+    bad.current_k = -1;
+    ck_assert(kvs_dlm_schedule_d2cache(&sc, &bad) == KVS_ERR_INVALID_ARGUMENT);
     env_close(&e);
 }
 END_TEST
@@ -291,6 +349,7 @@ int main(int argc, char **argv) {
     ADD(test_wavefilter_budget1);
     ADD(test_sparse_keep_forward);
     ADD(test_defaults_save_compute);
+    ADD(test_d2cache);
 #undef ADD
     suite_add_tcase(s, tc);
     return kvs_test_run(s);

@@ -54,8 +54,32 @@ grep -q "KL(full||ev)" "$tmp/table.txt"
 grep -q "^full " "$tmp/table.txt"
 grep -q "^h2o  *0\.5 " "$tmp/table.txt"   # budgets printed with the digits they have (0.5, 0.001)
 grep -q "plot written" "$tmp/table.txt"
+# --needle: three depths per cell; budget 1.0 gives the full cache's log-probabilities exactly, a small
+# streaming budget forgets the early passkey (its 10% figure moves), the main table is unchanged
+"$kvsieve" eval -m stories260K-f32.v3.gguf --text "$text" --windows 1 --ctx 96 --threads 1 --policies streaming \
+  --budgets 0.1,1.0 --needle --json --plot "$tmp/needle.svg" >"$tmp/needle.json"
+[[ $(grep -c "<polyline" "$tmp/needle.svg") == 3 ]] || { echo "--needle plot: want 3 panels of one line"; exit 1; }
+"$kvsieve" eval -m stories260K-f32.v3.gguf --text "$text" --windows 1 --ctx 96 --threads 1 --policies streaming \
+  --budgets 0.1,1.0 --json >"$tmp/plain.json"
+python3 - "$tmp/needle.json" "$tmp/plain.json" <<'PY'
+import json, math, sys
+n, p = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+full, small, one = n["cells"]
+assert len(full["needle_logprob"]) == 3 and all(math.isfinite(x) and x < 0 for x in full["needle_logprob"]), full
+assert one["needle_logprob"] == full["needle_logprob"], (one, full)
+assert small["needle_logprob"][0] != full["needle_logprob"][0], small
+for a, b in zip(n["cells"], p["cells"]):
+    for k in ("kl", "top1_agreement", "perplexity", "evictions", "cache_bytes_peak"):
+        assert a[k] == b[k], (k, a, b)
+    assert "needle_logprob" not in b
+print("eval needle ok")
+PY
+"$kvsieve" eval -m stories260K-f32.v3.gguf --text "$text" --windows 1 --ctx 96 --threads 1 --policies h2o \
+  --budgets 0.5 --needle >"$tmp/needle.txt" 2>/dev/null
+grep -q "^policy  *budget  *lp@10%  *lp@50%  *lp@90%" "$tmp/needle.txt"
 # bad arguments are usage errors (exit 2)
 set +e
+"$kvsieve" eval -m stories260K-f32.v3.gguf --text "$text" --ctx 24 --needle >/dev/null 2>&1; [[ $? == 2 ]] || { echo "--needle in a too short window not rejected"; exit 1; }
 "$kvsieve" eval -m stories260K-f32.v3.gguf --text "$text" --policies lru >/dev/null 2>&1; [[ $? == 2 ]] || { echo "unknown policy not rejected"; exit 1; }
 "$kvsieve" eval -m stories260K-f32.v3.gguf --text "$text" --budgets 2.5 >/dev/null 2>&1; [[ $? == 2 ]] || { echo "fractional count not rejected"; exit 1; }
 "$kvsieve" generate -m stories260K-f32.v3.gguf --budget 0.5 >/dev/null 2>&1; [[ $? == 2 ]] || { echo "--budget without --policy not rejected"; exit 1; }

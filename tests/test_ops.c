@@ -39,10 +39,11 @@ static const struct {
     {"attention-kvq", suite_attention_kvq, "attention,scatter"},
     {"dwt", suite_dwt, "dwt,idwt"},
     {"topk", suite_topk, "topk,topk_global"},
+    {"topp", suite_topp, "topp"},
     {"rows", suite_rows, "gather,scatter,compact"},
 };
 static const char *const all_ops[] = {"matmul", "add", "copy", "rmsnorm", "swiglu", "softmax", "embedding", "rope",
-                                      "attention", "dwt", "idwt", "topk", "topk_global", "gather", "scatter",
+                                      "attention", "dwt", "idwt", "topk", "topk_global", "topp", "gather", "scatter",
                                       "compact"};
 #define N_SUITES (sizeof all_suites / sizeof all_suites[0])
 

@@ -145,7 +145,7 @@ START_TEST(test_policy_names_and_errors) {
         kvs_policy_destroy(&p);
         ck_assert_ptr_null(p);
     }
-    ck_assert_int_eq(count, 13);
+    ck_assert_int_eq(count, 14);
     kvs_policy *p = NULL;
     ck_assert_int_eq(kvs_policy_create(&p, "lru", NULL), KVS_ERR_NOT_FOUND);
     kvs_policy_params pp = kvs_policy_params_default();

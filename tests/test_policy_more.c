@@ -315,6 +315,59 @@ START_TEST(test_prefixkv_keep) {
 }
 END_TEST
 
+/* ---- mass mode (PSA-style top-p, kvs_topp on the device) ----------------------------------------- */
+
+/* h2o (window 1: row 4 kept as +inf), 2 kv heads, budget 4, buffer 1, one step of 5 rows; the
+ * key mass of test_prefixkv_keep gives h2o scores head 0 .09 .005 .003 .002 (T .1) and head 1
+ * .35 .3 .2 .15 (T 1). keep_mass .6: head 0 reaches .06 with row 0 alone -> keeps 0 4; head 1
+ * needs .35 + .3 = .65 >= .6 -> keeps 0 1 4. Without the mass mode the budget keeps 4 rows per head
+ * (0 1 2 4). The layer scope (one pool of 8) gives the same sets: the counts cap the heads. */
+START_TEST(test_mass_keep) {
+    static const float km[10] = {.45f, .02f, .009f, .004f, 0, 1.75f, 1.2f, .6f, .3f, 0};
+    static float kz[10];
+    kvs_policy_params pp = kvs_policy_params_default();
+    pp.window = 1;
+    pp.keep_mass = 0.6f;
+    const int32_t w0[2] = {0, 4}, w1[3] = {0, 1, 4}, all[4] = {0, 1, 2, 4};
+    g_key_mass = km;
+    for (int mode = 0; mode < 4; mode++) { /* params, by name, layer scope, off */
+        kvs_policy_params q = pp;
+        if (mode == 1 || mode == 3) q.keep_mass = 0.0f;
+        harness h;
+        g_scope = mode == 2 ? KVS_SCOPE_LAYER : KVS_SCOPE_HEAD;
+        h_init(&h, 2, 1, mode == 1 ? "h2o@mass0.6" : "h2o", &q, 4, 1);
+        g_scope = KVS_SCOPE_HEAD;
+        h_step(&h, 5, kz, kz);
+        if (mode == 3) {
+            expect_pos(&h, 0, all, 4);
+            expect_pos(&h, 1, all, 4);
+        } else {
+            expect_pos(&h, 0, w0, 2);
+            expect_pos(&h, 1, w1, 3);
+        }
+        h_free(&h);
+    }
+    g_key_mass = NULL;
+    /* names and refusals: only scorers whose scores are attention masses */
+    kvs_policy *p = NULL;
+    const char *good[] = {"snapkv@mass1", "tova@mass0.5", "critical:h2o@mass0.9", "adakv@mass0.9", "expected@mass0.3"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        ck_assert_msg(kvs_policy_create(&p, good[i], NULL) == KVS_OK, "%s: %s", good[i], kvs_last_error());
+        ck_assert_str_eq(kvs_policy_name(p), good[i]);
+        kvs_policy_destroy(&p);
+    }
+    const char *bad[] = {"snapkv@mass0", "snapkv@mass1.5", "snapkv@mass", "snapkv@mass0.5x", "knorm@mass0.5",
+                         "keydiff@mass0.5", "streaming@mass0.5", "critical:knorm@mass0.5", "prefixkv@mass0.5"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_msg(kvs_policy_create(&p, bad[i], NULL) == KVS_ERR_INVALID_ARGUMENT, "%s accepted", bad[i]);
+        ck_assert(p == NULL && kvs_last_error()[0]);
+    }
+    kvs_policy_params bp = kvs_policy_params_default();
+    bp.keep_mass = 1.5f;
+    ck_assert(kvs_policy_create(&p, "snapkv", &bp) == KVS_ERR_INVALID_ARGUMENT);
+}
+END_TEST
+
 /* ---- the weight readers (stories260K) ------------------------------------------------------------ */
 
 static kvs_model *load_model(kvs_device **dev) {
@@ -544,6 +597,77 @@ static void expected_exact(int n_obs) {
     kvs_device_destroy(&dev);
 }
 
+/* clusterkv on stories260K's shape (5 layers, 4 kv heads, head_dim 8, 8 query heads): one step of 36
+ * rows with keys, in every layer and head, rows 0..3 (sinks) 0, then rows 4..35 alternating A = 5 e_0
+ * (even rows) and B = -5 e_0 (odd rows). k-means (C = ceil(32 / 16) = 2, farthest-point start: row 4
+ * and row 5) separates A and B exactly; the window queries q = Wq x (x = 1 for every observed row)
+ * give A and B the scores s and -s, s = qbar . 5 e_0, whatever Wq is (s != 0). Budget 20 (buffer 1):
+ * each head keeps the 4 sinks and exactly one whole cluster — all even rows 4..34 or all odd rows
+ * 5..35 — where a recency or position rule would keep rows 20..35. */
+START_TEST(test_clusterkv_keep) {
+    kvs_device *dev = NULL;
+    kvs_model *m = load_model(&dev);
+    if (!m) return;
+    const kvs_model_hparams *hp = kvs_model_get_hparams(m);
+    int L = hp->n_layers, H = hp->n_kv_heads, d = hp->head_dim, D = hp->dim;
+    kvs_policy *p = NULL;
+    ck_assert(kvs_policy_create(&p, "clusterkv", NULL) == KVS_OK);
+    kvs_policy_set_model(p, m);
+    kvs_evict_params ep = kvs_evict_params_default();
+    ep.policy = p;
+    ep.budget_tokens = 20;
+    ep.buffer = 1;
+    kvs_evictor *ev = NULL;
+    ck_assert(kvs_evictor_create(&ev, &ep, hp, 100) == KVS_OK);
+    kvs_cache_params cp = kvs_model_cache_params(m);
+    cp.mode = KVS_CACHE_APPEND;
+    cp.capacity = kvs_evictor_capacity(ev, 36);
+    kvs_kv_cache *cache = NULL;
+    ck_assert(kvs_cache_create(&cache, dev, &cp) == KVS_OK);
+    ck_assert_msg(kvs_evictor_begin(ev, cache) == KVS_OK, "%s", kvs_last_error());
+    enum { NR = 36 };
+    kvs_layer_plan lp[16];
+    int any = 0;
+    ck_assert_msg(kvs_evictor_plan(ev, NR, lp, &any) == KVS_OK, "%s", kvs_last_error());
+    float *k = calloc((size_t)NR * H * d, sizeof *k), *x = malloc((size_t)NR * D * sizeof *x);
+    for (int r = 4; r < NR; r++)
+        for (int h = 0; h < H; h++) k[((size_t)r * H + h) * d] = r % 2 ? -5.0f : 5.0f;
+    for (int i = 0; i < NR * D; i++) x[i] = 1.0f;
+    int32_t pos[NR];
+    for (int r = 0; r < NR; r++) pos[r] = r;
+    kvs_tensor *kt = NULL;
+    ck_assert(kvs_tensor_new(&kt, dev, KVS_F32, d, H, NR, 0) == KVS_OK);
+    ck_assert(kvs_tensor_upload(kt, k, 0, (size_t)NR * H * d * 4) == KVS_OK);
+    static kvs_layer_stats st[16];
+    float *km = calloc((size_t)H * NR, sizeof *km); /* key mass (the observe mode asks for it): unused here */
+    for (int l = 0; l < L; l++) {
+        ck_assert_msg(kvs_cache_write_rows(cache, l, kt, kt, pos, NR) == KVS_OK, "%s", kvs_last_error());
+        st[l] = (kvs_layer_stats){.n_kv = NR, .key_mass = km, .x = x, .n_x_rows = NR};
+    }
+    kvs_step_result res = {.logits = NULL, .layers = st};
+    ck_assert_msg(kvs_evictor_update(ev, cache, &res) == KVS_OK, "update: %s", kvs_last_error());
+    for (int l = 0; l < L; l++)
+        for (int h = 0; h < H; h++) {
+            int64_t len = kvs_cache_len(cache, l, h);
+            const int32_t *kp = kvs_cache_positions(cache, l, h);
+            ck_assert_msg(len == 20, "layer %d head %d keeps %lld rows", l, h, (long long)len);
+            for (int r = 0; r < 4; r++) ck_assert_int_eq(kp[r], r);
+            int parity = kp[4] % 2;
+            for (int r = 4; r < 20; r++)
+                ck_assert_msg(kp[r] == 4 + parity + 2 * (r - 4), "layer %d head %d: row %d holds position %d", l, h, r, kp[r]);
+        }
+    kvs_tensor_destroy(&kt);
+    free(k);
+    free(x);
+    free(km);
+    kvs_evictor_destroy(&ev);
+    kvs_cache_destroy(&cache);
+    kvs_policy_destroy(&p);
+    kvs_model_destroy(&m);
+    kvs_device_destroy(&dev);
+}
+END_TEST
+
 START_TEST(test_expected_one_position) {
     expected_exact(1);
     expected_exact(2);
@@ -569,6 +693,8 @@ int main(int argc, char **argv) {
     tcase_add_test(tk, test_threshold_keep);
     tcase_add_test(tk, test_threshold_layer_scope);
     tcase_add_test(tk, test_prefixkv_keep);
+    tcase_add_test(tk, test_mass_keep);
+    tcase_add_test(tk, test_clusterkv_keep);
     suite_add_tcase(s, tk);
     return kvs_test_run(s);
 }

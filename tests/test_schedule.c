@@ -396,7 +396,175 @@ START_TEST(test_wavefilter_keep) {
 }
 END_TEST
 
-int main(void) {
+/* d2Cache, by hand (current_k 2, rollout_p 0.1, sigma 10). Step 0: every row, logits of the 32 masked
+ * positions, candidates the block's 16. Its feedback: confidence .98 at position 20 (logit 5 vs
+ * three 0s), .95 at 12 (logit 4), .25 elsewhere; every row of every layer and head puts .9 of its
+ * attention on row 3 and .0025 on each of the 40 rows. Step 1 (position 20 decoded):
+ *  masked by prior: the search ends at the block boundary holding 2 masked (position 23); the block
+ *  bias is common to the block, so conf x density ranks: 12 (.95 x .355) then 8 (.25 x .499, the
+ *  densest: the canvas's left counts as decoded) above any other .25 position;
+ *  decoded: 20; rollout: row 3 holds about half the importance (> .1): the nucleus is row 3 alone.
+ *  Rows {3 8 12 20}; logits and candidates {8 12}. With inflate_w 4 the gap 8..12 fills: {3 8 9 10 11
+ *  12 20}, logits {8 9 10 11 12}. rollout_p 1 with current_k 0: the no-cache plan. */
+START_TEST(test_d2cache_plan) {
+    for (int inflate = 0; inflate < 3; inflate++) {
+        kvs_dlm_schedule *sc = NULL;
+        kvs_d2cache_params dp = kvs_d2cache_params_default();
+        dp.current_k = 2;
+        if (inflate == 1) dp.inflate_w = 4;
+        if (inflate == 2) {
+            dp.rollout_p = 1.0f;
+            dp.current_k = 0;
+        }
+        ck_assert(kvs_dlm_schedule_d2cache(&sc, &dp) == KVS_OK);
+        ck_assert_str_eq(kvs_dlm_schedule_name(sc), "d2cache");
+        ck_assert(sc->ops->begin(sc->self, N, L) == KVS_OK);
+        state s;
+        state_init(&s, 0, 0, 0);
+        kvs_dlm_step st;
+        ck_assert_msg(sc->ops->plan(sc->self, &s.v, &st) == KVS_OK, "%s", kvs_last_error());
+        if (inflate == 2) { /* the anchor: no layers, the block's masked logits, no candidates list */
+            ck_assert_ptr_null(st.plan.layers);
+            ck_assert_int_eq(st.plan.n_logit_rows, 16);
+            ck_assert_ptr_null(st.candidates);
+            kvs_dlm_schedule_destroy(&sc);
+            continue;
+        }
+        ck_assert_ptr_nonnull(st.plan.layers);
+        ck_assert_int_eq(st.plan.layers[0].n_rows, N);
+        ck_assert_int_eq(st.plan.n_logit_rows, 32);
+        ck_assert_int_eq(st.n_candidates, 16);
+        ck_assert_int_eq(st.plan.layers[2].n_probe, N);
+        static float logits[32 * 4], probs[L][N * NH * N];
+        static kvs_layer_stats ls[L];
+        memset(logits, 0, sizeof logits);
+        logits[(20 - 8) * 4] = 5.0f;
+        logits[(12 - 8) * 4] = 4.0f;
+        for (int l = 0; l < L; l++) {
+            for (int i = 0; i < N * NH; i++)
+                for (int j = 0; j < N; j++) probs[l][i * N + j] = 0.0025f + (j == 3 ? 0.9f : 0.0f);
+            ls[l] = (kvs_layer_stats){.n_kv = N, .probs = probs[l]};
+        }
+        kvs_step_result r = {.logits = logits, .n_logit_rows = 32, .vocab = 4, .layers = ls};
+        ck_assert_msg(sc->ops->feedback(sc->self, &s.v, &r) == KVS_OK, "%s", kvs_last_error());
+        state_init(&s, 1, 1, 0);
+        unmask(&s, 20);
+        s.dec[0] = 20;
+        s.v.n_decoded_prev = 1;
+        ck_assert_msg(sc->ops->plan(sc->self, &s.v, &st) == KVS_OK, "%s", kvs_last_error());
+        const int32_t want0[4] = {3, 8, 12, 20}, want1[7] = {3, 8, 9, 10, 11, 12, 20};
+        const int32_t *want = inflate ? want1 : want0;
+        int64_t nw = inflate ? 7 : 4, nl = inflate ? 5 : 2;
+        const kvs_layer_plan *lp = &st.plan.layers[0];
+        char got[256] = "";
+        for (int64_t i = 0; i < lp->n_rows; i++) snprintf(got + strlen(got), sizeof got - strlen(got), "%d ", lp->rows[i]);
+        ck_assert_msg(lp->n_rows == nw && memcmp(lp->rows, want, (size_t)nw * 4) == 0, "inflate %d: rows [%s]", inflate, got);
+        ck_assert_int_eq(st.plan.n_logit_rows, nl);
+        ck_assert_int_eq(st.n_candidates, nl);
+        ck_assert_int_eq(st.plan.logit_rows[0], 8);
+        ck_assert_int_eq(st.plan.logit_rows[nl - 1], 12);
+        ck_assert_ptr_null(st.plan.layers[1].rows); /* the same rows at every layer */
+        ck_assert_int_eq(st.plan.layers[1].n_probe, nw);
+        /* this step's feedback: nw computed rows */
+        r.n_logit_rows = nl;
+        ck_assert_msg(sc->ops->feedback(sc->self, &s.v, &r) == KVS_OK, "%s", kvs_last_error());
+        kvs_dlm_schedule_stats ss;
+        ck_assert(kvs_dlm_schedule_get_stats(sc, &ss) == KVS_OK);
+        ck_assert_int_eq(ss.full_steps, 1);
+        ck_assert_int_eq(ss.rows[0], N + nw);
+        kvs_dlm_schedule_destroy(&sc);
+    }
+}
+END_TEST
+
+/* PSA-style keep-sets (keep_mass), on the device of --backend (g_mass_dev; default: the schedule's own
+ * CPU device). N 40, block [24, 40), 2 sinks, 2 recent: always kept {0 1 22 23 24..39} (20 rows).
+ * Signal: row 19 = 6, rows 8..15 = 1, row 5 = .5, row 30 (block) = 100, the rest 0; the mass outside
+ * the always-kept rows T = 14.5.
+ *   keep_mass .4: 6 >= 5.8 -> + {19} (21 rows);
+ *   keep_mass .9: 6 + 7 = 13 < 13.05, 6 + 8 = 14 -> + {19, 8..15} (29 rows);
+ *   keep_mass 1: every row with mass -> + {5} too (30 rows; budget .8 caps at 32);
+ *   keep_mass .9, budget .6 (24 rows: room for 4): + {19, 8, 9, 10} (ties by index). */
+static kvs_device_params g_mass_params;
+static int g_mass_backend; /* 1: --backend given: run the op on that device */
+
+START_TEST(test_wavefilter_mass_keep) {
+    static const struct {
+        float keep_mass, budget;
+        int n_extra;
+        int extra[10];
+    } cases[] = {{0.4f, 0.8f, 1, {19}},
+                 {0.9f, 0.8f, 9, {8, 9, 10, 11, 12, 13, 14, 15, 19}},
+                 {1.0f, 0.8f, 10, {5, 8, 9, 10, 11, 12, 13, 14, 15, 19}},
+                 {0.9f, 0.6f, 4, {8, 9, 10, 19}}};
+    kvs_device *dev = NULL;
+    if (g_mass_backend) ck_assert_msg(kvs_device_open(&dev, &g_mass_params) == KVS_OK, "%s", kvs_last_error());
+    static fake_result f;
+    memset(&f, 0, sizeof f);
+    for (int l = 0; l < L; l++) {
+        for (int j = 8; j < 16; j++) f.mass[l][j] = 1.0f;
+        f.mass[l][19] = 6.0f;
+        f.mass[l][5] = 0.5f;
+        f.mass[l][30] = 100.0f;
+        f.ls[l] = (kvs_layer_stats){.n_kv = N, .key_mass = f.mass[l]};
+    }
+    f.r.layers = f.ls;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        kvs_dlm_schedule *base = NULL, *sc = NULL;
+        ck_assert(kvs_dlm_schedule_none(&base) == KVS_OK);
+        kvs_wavefilter_params wp = kvs_wavefilter_params_default();
+        ck_assert(wp.keep_mass == 0.0f && wp.dev == NULL);
+        wp.budget = cases[c].budget;
+        wp.n_sink = 2;
+        wp.n_recent = 2;
+        wp.keep_mass = cases[c].keep_mass;
+        wp.dev = dev;
+        ck_assert(kvs_dlm_schedule_wavefilter(&sc, base, &wp) == KVS_OK);
+        ck_assert(sc->ops->begin(sc->self, N, L) == KVS_OK);
+        state s;
+        state_init(&s, 0, 0, 1); /* block [24, 40) */
+        kvs_dlm_step st;
+        ck_assert(sc->ops->plan(sc->self, &s.v, &st) == KVS_OK);
+        ck_assert_msg(sc->ops->feedback(sc->self, &s.v, &f.r) == KVS_OK, "%s", kvs_last_error());
+        s.v.step = 1;
+        s.v.step_in_block = 1;
+        ck_assert(sc->ops->plan(sc->self, &s.v, &st) == KVS_OK);
+        uint8_t want[N] = {0};
+        want[0] = want[1] = want[22] = want[23] = 1;
+        for (int j = 24; j < 40; j++) want[j] = 1;
+        for (int i = 0; i < cases[c].n_extra; i++) want[cases[c].extra[i]] = 1;
+        for (int l = 0; l < L; l++) {
+            const kvs_layer_plan *lp = &st.plan.layers[l];
+            ck_assert_ptr_nonnull(lp->keep);
+            ck_assert_msg(lp->n_keep[0] == 20 + cases[c].n_extra, "case %zu layer %d: %lld rows, want %d", c, l,
+                          (long long)lp->n_keep[0], 20 + cases[c].n_extra);
+            for (int64_t i = 0; i < lp->n_keep[0]; i++)
+                ck_assert_msg(want[lp->keep[i]], "case %zu layer %d: row %d kept", c, l, lp->keep[i]);
+        }
+        kvs_dlm_schedule_destroy(&sc);
+    }
+    /* refusal */
+    kvs_dlm_schedule *base = NULL, *sc = NULL;
+    ck_assert(kvs_dlm_schedule_none(&base) == KVS_OK);
+    kvs_wavefilter_params wp = kvs_wavefilter_params_default();
+    wp.keep_mass = 1.5f;
+    ck_assert_int_eq(kvs_dlm_schedule_wavefilter(&sc, base, &wp), KVS_ERR_INVALID_ARGUMENT);
+    kvs_device_destroy(&dev);
+}
+END_TEST
+
+int main(int argc, char **argv) {
+    if (argc > 1) { /* --backend B: the device-op keep-sets alone, on B */
+        int setup = kvs_test_setup(argc, argv, "test_schedule", &g_mass_params, NULL, NULL, 0);
+        if (setup >= 0) return setup;
+        g_mass_backend = 1;
+        Suite *s = suite_create("schedule-mass");
+        TCase *tc = tcase_create("mass");
+        tcase_set_timeout(tc, 300);
+        tcase_add_test(tc, test_wavefilter_mass_keep);
+        suite_add_tcase(s, tc);
+        return kvs_test_run(s);
+    }
     Suite *s = suite_create("schedule");
     TCase *tc = tcase_create("host");
     tcase_set_timeout(tc, 60);
@@ -406,6 +574,8 @@ int main(void) {
     tcase_add_test(tc, test_elastic);
     tcase_add_test(tc, test_elastic_block_refresh);
     tcase_add_test(tc, test_wavefilter_keep);
+    tcase_add_test(tc, test_wavefilter_mass_keep);
+    tcase_add_test(tc, test_d2cache_plan);
     suite_add_tcase(s, tc);
     return kvs_test_run(s);
 }

@@ -119,6 +119,13 @@ int kvs_vk_supports(kvs_device *dev, kvs_op_id op, const void *args, char *why, 
     }
     case KVS_OP_topk:
     case KVS_OP_topk_global: return topk_ok(dev, args, why, n);
+    case KVS_OP_topp: {
+        const kvs_topp_args *a = args;
+        const kvs_tensor *t[] = {a->x, a->count, a->thr, a->p.row_len};
+        if (dev->caps.max_workgroup_size < 256) return NO("needs 256-invocation workgroups");
+        if ((uint64_t)a->rows * (uint64_t)a->n > UINT32_MAX) return NO("more than 2^32-1 elements");
+        return fits_binding(v, t, 4, why, n);
+    }
     case KVS_OP_gather:
     case KVS_OP_scatter:
     case KVS_OP_compact: return rows_ok(dev, args, why, n);

@@ -29,7 +29,7 @@ void kvs_evictor_destroy(kvs_evictor **ep) {
     free(e->ls);
     free(e->probe_rows);
     free(e->scores); free(e->win); free(e->keys); free(e->vals);
-    free(e->keep); free(e->n_keep); free(e->idx); free(e->cnt); free(e->fixed);
+    free(e->keep); free(e->n_keep); free(e->idx); free(e->cnt); free(e->mcap); free(e->fixed);
     free(e);
     *ep = NULL;
 }
@@ -164,6 +164,7 @@ kvs_status kvs_evictor_begin(kvs_evictor *e, kvs_kv_cache *c) {
     KVS_TRY(xalloc((void **)&e->idx, LHC * sizeof(int32_t)));
     KVS_TRY(xalloc((void **)&e->n_keep, (size_t)e->L * e->H * sizeof(int64_t)));
     KVS_TRY(xalloc((void **)&e->cnt, (size_t)e->L * e->H * sizeof(int64_t)));
+    KVS_TRY(xalloc((void **)&e->mcap, (size_t)e->L * e->H * sizeof(int64_t)));
     KVS_TRY(xalloc((void **)&e->fixed, (size_t)e->L * e->H));
     if (e->pol->ops->begin) {
         kvs_policy_shape sh = {e->L, e->H, e->NH, e->hd, e->cap};

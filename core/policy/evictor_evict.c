@@ -107,6 +107,36 @@ static kvs_status device_topk_global(kvs_evictor *e, const float *scores, int64_
     return s;
 }
 
+/* Mass mode (kvs_policy.keep_mass): for each of the G rows of scores [G][cap] (row g valid up to
+ * len[g]), caps[g] = max(1, #(+inf scores) + kvs_topp count of the scores at share keep_mass), run
+ * on the cache's device. */
+static kvs_status device_mass_caps(kvs_evictor *e, const float *scores, const int32_t *len, int64_t G, int64_t *caps) {
+    kvs_device *dev = kvs_tensor_device(kvs_cache_k(e->c, 0));
+    kvs_tensor *x = NULL, *rl = NULL, *ct = NULL;
+    int32_t *cnt = malloc((size_t)G * sizeof *cnt);
+    kvs_status s = cnt ? KVS_OK : kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_evictor: out of host memory");
+    if (s == KVS_OK) s = kvs_tensor_new(&x, dev, KVS_F32, e->cap, G, 0, 0);
+    if (s == KVS_OK) s = kvs_tensor_new(&rl, dev, KVS_I32, G, 0, 0, 0);
+    if (s == KVS_OK) s = kvs_tensor_new(&ct, dev, KVS_I32, G, 0, 0, 0);
+    if (s == KVS_OK) s = kvs_tensor_upload(x, scores, 0, (size_t)G * e->cap * 4);
+    if (s == KVS_OK) s = kvs_tensor_upload(rl, len, 0, (size_t)G * 4);
+    kvs_topp_params tp = kvs_topp_params_default();
+    tp.p = e->pol->keep_mass;
+    tp.row_len = rl;
+    if (s == KVS_OK) s = kvs_topp(dev, x, ct, NULL, &tp);
+    if (s == KVS_OK) s = kvs_tensor_download(ct, cnt, 0, (size_t)G * 4);
+    for (int64_t g = 0; s == KVS_OK && g < G; g++) {
+        int64_t n_inf = 0;
+        for (int64_t r = 0; r < len[g]; r++) n_inf += isinf(scores[g * e->cap + r]) && scores[g * e->cap + r] > 0;
+        caps[g] = n_inf + cnt[g] > 1 ? n_inf + cnt[g] : 1;
+    }
+    free(cnt);
+    kvs_tensor_destroy(&x);
+    kvs_tensor_destroy(&rl);
+    kvs_tensor_destroy(&ct);
+    return s;
+}
+
 /* Applies keep-sets of layers l0..l1-1 (e->keep / e->n_keep indexed by absolute layer) to the cache
  * and to the host state. */
 static kvs_status apply_keep(kvs_evictor *e, int l0, int l1) {
@@ -148,14 +178,20 @@ kvs_status kvs_evictor_evict_pool(kvs_evictor *e, int l0, int l1, int32_t cur_po
         int l = l0;
         int64_t k = e->ls[l].budget;
         for (int h = 0; h < e->H; h++) lens[h] = (int32_t)kvs_cache_len(e->c, l, h);
-        KVS_TRY(device_topk_rows(e, sc, lens, k, 1, e->idx));
+        const int mass = e->pol->keep_mass > 0.0f;
+        int64_t *caps = e->cnt; /* [H] mass mode: rows each head keeps at most */
+        if (mass) KVS_TRY(device_mass_caps(e, sc, lens, e->H, caps));
+        /* the mass mode takes the best caps[h] by score, so it asks for score order */
+        KVS_TRY(device_topk_rows(e, sc, lens, k, !mass, e->idx));
         float thr = e->pol->threshold; /* threshold mode: rows below it go even within the budget */
         for (int h = 0; h < e->H; h++) {
             int64_t n = 0;
-            for (int64_t i = 0; i < k; i++) {
+            int32_t *kp = e->keep + (size_t)l * HC + h * e->cap;
+            for (int64_t i = 0; i < k && (!mass || n < caps[h]); i++) {
                 int32_t r = e->idx[h * k + i];
-                if (r >= 0 && !(sc[h * e->cap + r] < thr)) e->keep[(size_t)l * HC + h * e->cap + n++] = r;
+                if (r >= 0 && !(sc[h * e->cap + r] < thr)) kp[n++] = r;
             }
+            if (mass) qsort(kp, (size_t)n, sizeof *kp, cmp_i32);
             e->n_keep[(size_t)l * e->H + h] = n;
         }
         return apply_keep(e, l0, l1);
@@ -200,6 +236,17 @@ kvs_status kvs_evictor_evict_pool(kvs_evictor *e, int l0, int l1, int32_t cur_po
     }
     int64_t *n_above = e->n_keep + (size_t)l0 * e->H; /* borrowed until the keep counts are written */
     memcpy(n_above, above, (size_t)P * e->H * sizeof *n_above);
+    /* mass mode: each head's kvs_topp count caps it within the pool (e->mcap, [P*H]) */
+    if (e->pol->keep_mass > 0.0f) {
+        int32_t *gl = malloc((size_t)P * e->H * sizeof *gl);
+        if (!gl) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_evictor: out of host memory");
+        for (int g = 0; g < P * e->H; g++) gl[g] = (int32_t)kvs_cache_len(e->c, l0 + g / e->H, g % e->H);
+        kvs_status ms = device_mass_caps(e, sc, gl, (int64_t)P * e->H, e->mcap);
+        free(gl);
+        KVS_TRY(ms);
+    }
+#define CAP_H(g) (e->pol->keep_mass > 0.0f && e->mcap[g] < e->ls[l0 + (g) / e->H].head_cap ? e->mcap[g] \
+                                                                                            : e->ls[l0 + (g) / e->H].head_cap)
     memset(e->fixed, 0, (size_t)e->L * e->H);
     memset(e->cnt, 0, (size_t)e->L * e->H * sizeof *e->cnt);
     for (int round = 0; round <= P * e->H; round++) {
@@ -214,7 +261,7 @@ kvs_status kvs_evictor_evict_pool(kvs_evictor *e, int l0, int l1, int32_t cur_po
             int64_t f = e->idx[i];
             int g = (int)(f / e->cap);
             if (e->fixed[g]) continue;
-            int64_t cap_h = e->ls[l0 + g / e->H].head_cap;
+            int64_t cap_h = CAP_H(g);
             if (e->cnt[g] < cap_h) {
                 e->keep[(size_t)l0 * HC + (size_t)g * e->cap + e->cnt[g]++] = (int32_t)(f % e->cap);
             } else if (e->cnt[g] == cap_h) {
@@ -226,12 +273,13 @@ kvs_status kvs_evictor_evict_pool(kvs_evictor *e, int l0, int l1, int32_t cur_po
         for (int g = 0; g < P * e->H; g++)
             if (e->fixed[g] == 2) {
                 e->fixed[g] = 1;
-                int64_t cap_h = e->ls[l0 + g / e->H].head_cap;
+                int64_t cap_h = CAP_H(g);
                 K -= cap_h;
                 valid -= n_above[g];
                 for (int64_t r = 0; r < e->cap; r++) sc[(size_t)g * e->cap + r] = -INFINITY;
             }
     }
+#undef CAP_H
     for (int g = 0; g < P * e->H; g++) {
         int32_t *kp = e->keep + (size_t)l0 * HC + (size_t)g * e->cap;
         qsort(kp, (size_t)e->cnt[g], sizeof *kp, cmp_i32);

@@ -46,6 +46,7 @@ struct kvs_evictor {
     int64_t *n_keep;       /* [L][H] */
     int32_t *idx;          /* [L*H*cap] */
     int64_t *cnt;          /* [L*H] */
+    int64_t *mcap;         /* [L*H] mass mode: per-head caps from kvs_topp */
     uint8_t *fixed;        /* [L*H] */
     kvs_evict_stats st;
 };

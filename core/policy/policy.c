@@ -13,12 +13,14 @@
 
 kvs_policy_params kvs_policy_params_default(void) {
     kvs_policy_params p = {.n_sink = 4, .window = 0, .kernel = 5, .beta = 20, .alpha = 0.2f, .base = "snapkv",
-                           .threshold = 0.0f, .lag = 0, .first_stage = 0.0f, .n_future = 0, .cascades = 0};
+                           .threshold = 0.0f, .lag = 0, .first_stage = 0.0f, .n_future = 0, .cascades = 0,
+                           .keep_mass = 0.0f};
     return p;
 }
 
 static const char *const g_names[] = {"streaming", "h2o",     "snapkv", "tova",     "knorm",    "pyramidkv",
-                                      "adakv",     "keydiff", "lagkv",  "critical", "expected", "prefixkv", "cascade", NULL};
+                                      "adakv",     "keydiff", "lagkv",  "critical", "expected", "prefixkv", "cascade",
+                                      "clusterkv", NULL};
 
 const char *const *kvs_policy_names(void) { return g_names; }
 
@@ -181,6 +183,17 @@ static int scorer_from_name(const char *name, scorer_kind *k) {
     return 0;
 }
 
+/* 1 when a policy's scores are attention masses (>= 0, summing to the attention the rows received):
+ * the mass mode's requirement. */
+static int mass_scorer(const char *name, const char *base) {
+    static const char *const ok[] = {"h2o", "snapkv", "tova", "expected"};
+    if (strncmp(name, "critical:", 9) == 0) base = name + 9;
+    else if (strcmp(name, "critical") != 0 && strcmp(name, "pyramidkv") != 0 && strcmp(name, "adakv") != 0) base = name;
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+        if (strcmp(base, ok[i]) == 0) return 1;
+    return 0;
+}
+
 kvs_status kvs_policy_create(kvs_policy **out, const char *name, const kvs_policy_params *pp) {
     const char *op = "kvs_policy_create";
     if (!out || !name) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: NULL argument", op);
@@ -188,6 +201,18 @@ kvs_status kvs_policy_create(kvs_policy **out, const char *name, const kvs_polic
     kvs_policy_params p = pp ? *pp : kvs_policy_params_default();
     if (!p.base) p.base = "snapkv";
     const char *at = strchr(name, '@');
+    if (at && strncmp(at + 1, "mass", 4) == 0) { /* "<name>@mass<p>": the mass mode (snapkv@mass0.9) */
+        char base[48], *end = NULL;
+        double m = strtod(at + 5, &end);
+        if ((size_t)(at - name) >= sizeof base || at == name || end == at + 5 || *end || !(m > 0.0 && m <= 1.0))
+            return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: '%s': want <policy>@mass<p> with p in (0, 1]", op, name);
+        memcpy(base, name, (size_t)(at - name));
+        base[at - name] = '\0';
+        p.keep_mass = (float)m;
+        KVS_TRY(kvs_policy_create(out, base, &p));
+        snprintf((*out)->name, sizeof (*out)->name, "%s", name);
+        return KVS_OK;
+    }
     if (at) { /* "<name>@t": the threshold mode with threshold t (kvsieve eval --policies snapkv@0.3) */
         char base[48], *end = NULL;
         double t = strtod(at + 1, &end);
@@ -202,12 +227,18 @@ kvs_status kvs_policy_create(kvs_policy **out, const char *name, const kvs_polic
     }
     if (p.n_sink < 0 || p.window < 0 || p.kernel < 1 || p.kernel % 2 == 0 || p.beta < 1 || !(p.alpha >= 0.0f && p.alpha <= 1.0f) ||
         !(p.threshold >= 0.0f && p.threshold < 1.0f) || p.lag == 1 || p.lag < 0 || !(p.first_stage >= 0.0f && p.first_stage <= 1.0f) ||
-        p.n_future < 0)
+        p.n_future < 0 || !(p.keep_mass >= 0.0f && p.keep_mass <= 1.0f))
         return kvs_error(KVS_ERR_INVALID_ARGUMENT,
                          "%s: n_sink %d >= 0, window %lld >= 0, kernel %d odd >= 1, beta %d >= 1, alpha %g in [0, 1], "
-                         "threshold %g in [0, 1), lag %lld 0 or >= 2, first_stage %g in [0, 1], n_future %lld >= 0 required",
+                         "threshold %g in [0, 1), lag %lld 0 or >= 2, first_stage %g in [0, 1], n_future %lld >= 0, "
+                         "keep_mass %g in [0, 1] required",
                          op, p.n_sink, (long long)p.window, p.kernel, p.beta, (double)p.alpha, (double)p.threshold,
-                         (long long)p.lag, (double)p.first_stage, (long long)p.n_future);
+                         (long long)p.lag, (double)p.first_stage, (long long)p.n_future, (double)p.keep_mass);
+    if (p.keep_mass > 0.0f && !mass_scorer(name, p.base))
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT,
+                         "%s: the mass mode (keep_mass %g, '@mass') needs scores that are attention masses: h2o, snapkv, "
+                         "tova, expected, or critical / pyramidkv / adakv over one of them; '%s' (base '%s') scores otherwise",
+                         op, (double)p.keep_mass, name, p.base);
     scorer_kind kind = SC_STREAMING;
     float alpha = 0.0f;
     int beta = 0;
@@ -224,7 +255,7 @@ kvs_status kvs_policy_create(kvs_policy **out, const char *name, const kvs_polic
     } else if (!scorer_from_name(name, &kind) && !kvs_policy_more_is(name) && strcmp(name, "cascade") != 0) {
         return kvs_error(KVS_ERR_NOT_FOUND,
                          "%s: unknown policy '%s' (known: streaming, h2o, snapkv, tova, knorm, pyramidkv, adakv, keydiff, "
-                         "lagkv, critical[:base], expected, prefixkv, cascade; learned, from a policy file: retention, indexer, rl)", op, name);
+                         "lagkv, critical[:base], expected, prefixkv, cascade, clusterkv; learned, from a policy file: retention, indexer, rl)", op, name);
     }
     kvs_status s;
     if (strcmp(scorer, "cascade") == 0) {
@@ -246,6 +277,7 @@ kvs_status kvs_policy_create(kvs_policy **out, const char *name, const kvs_polic
     }
     snprintf((*out)->name, sizeof (*out)->name, "%s", name);
     (*out)->builtin = 1;
+    (*out)->keep_mass = p.keep_mass;
     if (p.threshold > 0.0f) { /* DMS-style threshold mode: kvs_policy_score marks, the evictor evicts */
         (*out)->norm_threshold = p.threshold;
         (*out)->threshold = KVS_POLICY_MARK_EVICT / 2;

@@ -22,6 +22,8 @@ struct kvs_policy {
                                 * rows whose per-head min-max normalised score is below it are
                                 * marked KVS_POLICY_MARK_EVICT and `threshold` is set to catch them;
                                 * 0 = off */
+    float keep_mass;           /* mass mode (params keep_mass): per head, the kvs_topp count of
+                                * the scores caps the kept rows; 0 = off */
 };
 
 /* Score a threshold-mode row gets so that the evictor's threshold (KVS_POLICY_MARK_EVICT / 2)

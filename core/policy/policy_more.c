@@ -12,7 +12,7 @@
 #include "model/model_internal.h"
 #include "policy_internal.h"
 
-typedef enum more_kind { MK_KEYDIFF, MK_LAGKV, MK_CRITICAL, MK_EXPECTED, MK_PREFIX } more_kind;
+typedef enum more_kind { MK_KEYDIFF, MK_LAGKV, MK_CRITICAL, MK_EXPECTED, MK_PREFIX, MK_CLUSTER, MK_COUNT } more_kind;
 
 typedef struct more {
     more_kind kind;
@@ -65,6 +65,8 @@ static kvs_policy_needs more_needs(const void *self, int layer, int64_t budget) 
     case MK_EXPECTED:
         n.flags = KVS_POLICY_NEED_OBSERVE | KVS_POLICY_NEED_X | KVS_POLICY_NEED_KEYS | KVS_POLICY_NEED_VALUES;
         break;
+    case MK_CLUSTER: n.flags = KVS_POLICY_NEED_OBSERVE | KVS_POLICY_NEED_X | KVS_POLICY_NEED_KEYS; break;
+    case MK_COUNT: break;
     case MK_PREFIX: n = kvs_policy_get_needs(m->base, layer, budget); break;
     }
     return n;
@@ -306,6 +308,25 @@ static kvs_status expected_observe(void *self, int layer, const kvs_layer_stats 
     return KVS_OK;
 }
 
+/* R [d][d]: the RoPE rotation averaged over positions cur_pos+1 .. cur_pos+F (kvpress apply_avg_rope). */
+static void avg_rope(const kvs_model_hparams *hp, int d, int64_t cur_pos, int64_t F, double *R) {
+    int nrot = hp->rope_dim > 0 && hp->rope_dim <= d ? hp->rope_dim : d, half = nrot / 2;
+    memset(R, 0, (size_t)d * d * sizeof *R);
+    for (int i = 0; i < d; i++) R[i * d + i] = 1.0;
+    for (int i = 0; i < half; i++) {
+        double th = pow((double)hp->rope_base, -2.0 * i / (double)nrot), c = 0.0, s = 0.0;
+        for (int64_t t = 1; t <= F; t++) {
+            double a = (double)(cur_pos + t) * th;
+            c += cos(a);
+            s += sin(a);
+        }
+        c /= (double)F;
+        s /= (double)F;
+        int a = hp->rope_mode == KVS_ROPE_NEOX ? i : 2 * i, b = hp->rope_mode == KVS_ROPE_NEOX ? i + half : 2 * i + 1;
+        R[a * d + a] = c, R[a * d + b] = -s, R[b * d + a] = s, R[b * d + b] = c;
+    }
+}
+
 static kvs_status score_expected(more *m, const kvs_policy_input *in, float *scores) {
     const kvs_model *model = in->model;
     if (!model)
@@ -322,23 +343,7 @@ static kvs_status score_expected(more *m, const kvs_policy_input *in, float *sco
     KVS_TRY(grow(m, 4 * (int64_t)d * d + 2 * d + 2 * maxlen));
     double *R = m->tmp, *C = R + d * d, *RC = C + d * d, *C2 = RC + d * d, *mu = C2 + d * d, *mu2 = mu + d,
            *z = mu2 + d, *acc = z + maxlen;
-    /* R: the RoPE rotation averaged over positions cur_pos+1 .. cur_pos+F (kvpress apply_avg_rope) */
-    int64_t F = m->p.n_future > 0 ? m->p.n_future : 512;
-    int nrot = hp->rope_dim > 0 && hp->rope_dim <= d ? hp->rope_dim : d, half = nrot / 2;
-    memset(R, 0, (size_t)d * d * sizeof *R);
-    for (int i = 0; i < d; i++) R[i * d + i] = 1.0;
-    for (int i = 0; i < half; i++) {
-        double th = pow((double)hp->rope_base, -2.0 * i / (double)nrot), c = 0.0, s = 0.0;
-        for (int64_t t = 1; t <= F; t++) {
-            double a = (double)(in->cur_pos + t) * th;
-            c += cos(a);
-            s += sin(a);
-        }
-        c /= (double)F;
-        s /= (double)F;
-        int a = hp->rope_mode == KVS_ROPE_NEOX ? i : 2 * i, b = hp->rope_mode == KVS_ROPE_NEOX ? i + half : 2 * i + 1;
-        R[a * d + a] = c, R[a * d + b] = -s, R[b * d + a] = s, R[b * d + b] = c;
-    }
+    avg_rope(hp, d, in->cur_pos, m->p.n_future > 0 ? m->p.n_future : 512, R);
     for (int h = 0; h < in->n_kv_heads; h++) {
         int64_t n = in->len[h];
         const int32_t *pos = in->pos + h * st;
@@ -406,6 +411,146 @@ static kvs_status score_expected(more *m, const kvs_policy_input *in, float *sco
     return KVS_OK;
 }
 
+/* ---- ClusterKV --------------------------------------------------------------------------------- */
+
+#define CLUSTER_SIZE 16 /* rows per cluster on average (ours; the paper clusters ~32k keys into hundreds) */
+#define CLUSTER_ITERS 8 /* k-means (Lloyd) iterations at most */
+
+/* The k-means assignment step on the device: for keys k [n][d] and centroids c [C][d], the nearest
+ * centroid of every key, argmax_c (c.k - |c|^2 / 2), as one kvs_matmul of the augmented rows
+ * [c, -|c|^2/2] x [k, 1] -> [n][C] and one per-row kvs_topk (k = 1; ties: the lower centroid). */
+static kvs_status cluster_assign(kvs_device *dev, const double *cent, int64_t C, const float *keys, const int64_t *rows,
+                                 int64_t n, int d, float *scratch, int32_t *asg) {
+    kvs_tensor *W = NULL, *x = NULL, *y = NULL, *ix = NULL;
+    int64_t D = d + 1;
+    kvs_status s = kvs_tensor_new(&W, dev, KVS_F32, D, C, 0, 0);
+    if (s == KVS_OK) s = kvs_tensor_new(&x, dev, KVS_F32, D, n, 0, 0);
+    if (s == KVS_OK) s = kvs_tensor_new(&y, dev, KVS_F32, C, n, 0, 0);
+    if (s == KVS_OK) s = kvs_tensor_new(&ix, dev, KVS_I32, 1, n, 0, 0);
+    for (int64_t c = 0; s == KVS_OK && c < C; c++) {
+        double nn = 0.0;
+        for (int a = 0; a < d; a++) {
+            scratch[c * D + a] = (float)cent[c * d + a];
+            nn += cent[c * d + a] * cent[c * d + a];
+        }
+        scratch[c * D + d] = (float)(-0.5 * nn);
+    }
+    if (s == KVS_OK) s = kvs_tensor_upload(W, scratch, 0, (size_t)(C * D) * sizeof *scratch);
+    for (int64_t i = 0; s == KVS_OK && i < n; i++) {
+        memcpy(scratch + i * D, keys + rows[i] * d, (size_t)d * sizeof *scratch);
+        scratch[i * D + d] = 1.0f;
+    }
+    if (s == KVS_OK) s = kvs_tensor_upload(x, scratch, 0, (size_t)(n * D) * sizeof *scratch);
+    if (s == KVS_OK) s = kvs_matmul(dev, W, x, y, 0);
+    kvs_topk_params tp = kvs_topk_params_default();
+    tp.k = 1;
+    if (s == KVS_OK) s = kvs_topk(dev, y, ix, NULL, &tp);
+    if (s == KVS_OK) s = kvs_tensor_download(ix, asg, 0, (size_t)n * sizeof *asg);
+    kvs_tensor_destroy(&W);
+    kvs_tensor_destroy(&x);
+    kvs_tensor_destroy(&y);
+    kvs_tensor_destroy(&ix);
+    return s;
+}
+
+/* Per kv head: k-means of the non-sink keys into C = ceil(n / 16) clusters (initial centroids:
+ * farthest-point, deterministic; at most 8 Lloyd iterations, assignment on the model's device), then every
+ * row scores q . c of its cluster's centroid c, q the group's mean window query rotated by the
+ * averaged future RoPE (as ExpectedAttention's mu), summed over the group: the top-k keeps whole
+ * clusters in order of query-centroid similarity. Sinks +inf. */
+static kvs_status score_cluster(more *m, const kvs_policy_input *in, float *scores) {
+    const kvs_model *model = in->model;
+    if (!model)
+        return kvs_error(KVS_ERR_STATE, "policy 'clusterkv' reads the model's Wq: bind it with kvs_policy_set_model");
+    if (!m->qring) return kvs_error(KVS_ERR_STATE, "policy 'clusterkv': no decode begun (kvs_evictor_begin)");
+    const kvs_model_hparams *hp = kvs_model_get_hparams(model);
+    int d = in->head_dim, G = in->n_heads / in->n_kv_heads, l = in->layer;
+    if (in->n_heads * d != m->qdim || l < 0 || l >= hp->n_layers)
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "policy 'clusterkv': the input does not fit the decode's shape");
+    int64_t st = in->stride, nq = m->qcount[l] < m->W ? m->qcount[l] : m->W, maxlen = 0;
+    for (int h = 0; h < in->n_kv_heads; h++) maxlen = in->len[h] > maxlen ? in->len[h] : maxlen;
+    int64_t Cmax = (maxlen + CLUSTER_SIZE - 1) / CLUSTER_SIZE + 1;
+    /* scratch: R [d][d], mu, mu2, qbar [d], centroids + sums [Cmax][d] x 2, cs [Cmax], counts [Cmax] */
+    KVS_TRY(grow(m, (int64_t)d * d + 3 * d + 2 * Cmax * d + 2 * Cmax));
+    double *R = m->tmp, *mu = R + d * d, *mu2 = mu + d, *qbar = mu2 + d, *cent = qbar + d, *sum = cent + Cmax * d,
+           *cs = sum + Cmax * d, *cnt = cs + Cmax;
+    int64_t *rows = malloc((size_t)(maxlen > 0 ? maxlen : 1) * sizeof *rows);
+    int32_t *asg = malloc((size_t)(maxlen > 0 ? maxlen : 1) * 2 * sizeof *asg);
+    float *fs = malloc((size_t)((maxlen > Cmax ? maxlen : Cmax) + 1) * (size_t)(d + 1) * sizeof *fs);
+    kvs_status s = rows && asg && fs ? KVS_OK : kvs_error(KVS_ERR_OUT_OF_MEMORY, "policy 'clusterkv': out of host memory");
+    avg_rope(hp, d, in->cur_pos, m->p.n_future > 0 ? m->p.n_future : 512, R);
+    kvs_device *dev = kvs_model_device(model);
+    for (int h = 0; s == KVS_OK && h < in->n_kv_heads; h++) {
+        const int32_t *pos = in->pos + h * st;
+        int64_t n = 0;
+        for (int64_t r = 0; r < in->len[h]; r++) {
+            if (pos[r] < m->p.n_sink) scores[h * st + r] = INFINITY;
+            else rows[n++] = r;
+        }
+        if (n == 0) continue;
+        /* the group's rotated mean query */
+        memset(qbar, 0, (size_t)d * sizeof *qbar);
+        for (int g = 0; g < G && nq > 0; g++) {
+            int j = h * G + g;
+            memset(mu, 0, (size_t)d * sizeof *mu);
+            for (int64_t t = 0; t < nq; t++) {
+                const float *q = m->qring + ((size_t)l * m->W + (size_t)t) * m->qdim + (size_t)j * d;
+                for (int a = 0; a < d; a++) mu[a] += q[a] / (double)nq;
+            }
+            for (int a = 0; a < d; a++)
+                for (int b = 0; b < d; b++) qbar[a] += R[a * d + b] * mu[b];
+        }
+        const float *keys = in->keys + h * st * d;
+        int64_t C = (n + CLUSTER_SIZE - 1) / CLUSTER_SIZE;
+        /* deterministic farthest-point initialisation (k-means++ without the sampling): the first
+         * row, then each time the row farthest from the chosen centroids (ties: the lower row) */
+        for (int a = 0; a < d; a++) cent[a] = keys[rows[0] * d + a];
+        for (int64_t c = 1; c < C; c++) {
+            int64_t best = 0;
+            double bd = -1.0;
+            for (int64_t i = 0; i < n; i++) {
+                double md = INFINITY;
+                for (int64_t e = 0; e < c; e++) {
+                    double dd = 0.0;
+                    for (int a = 0; a < d; a++) {
+                        double t = keys[rows[i] * d + a] - cent[e * d + a];
+                        dd += t * t;
+                    }
+                    if (dd < md) md = dd;
+                }
+                if (md > bd) bd = md, best = i;
+            }
+            for (int a = 0; a < d; a++) cent[c * d + a] = keys[rows[best] * d + a];
+        }
+        int32_t *cur = asg, *prev = asg + maxlen;
+        for (int it = 0; s == KVS_OK && it < CLUSTER_ITERS; it++) {
+            s = cluster_assign(dev, cent, C, keys, rows, n, d, fs, cur);
+            if (s != KVS_OK) break;
+            if (it > 0 && memcmp(cur, prev, (size_t)n * sizeof *cur) == 0) break;
+            memset(sum, 0, (size_t)(C * d) * sizeof *sum);
+            memset(cnt, 0, (size_t)C * sizeof *cnt);
+            for (int64_t i = 0; i < n; i++) {
+                cnt[cur[i]] += 1.0;
+                for (int a = 0; a < d; a++) sum[cur[i] * d + a] += keys[rows[i] * d + a];
+            }
+            for (int64_t c = 0; c < C; c++)
+                if (cnt[c] > 0)
+                    for (int a = 0; a < d; a++) cent[c * d + a] = sum[c * d + a] / cnt[c];
+            memcpy(prev, cur, (size_t)n * sizeof *cur);
+        }
+        if (s != KVS_OK) break;
+        for (int64_t c = 0; c < C; c++) {
+            cs[c] = 0.0;
+            for (int a = 0; a < d; a++) cs[c] += qbar[a] * cent[c * d + a];
+        }
+        for (int64_t i = 0; i < n; i++) scores[h * st + rows[i]] = (float)cs[cur[i]];
+    }
+    free(rows);
+    free(asg);
+    free(fs);
+    return s;
+}
+
 /* ---- PrefixKV --------------------------------------------------------------------------------- */
 
 /* Each (layer, kv head)'s base scores become an importance distribution (mass = score, shifted by
@@ -454,6 +599,8 @@ static kvs_status more_score(void *self, const kvs_policy_input *in, float *scor
     case MK_CRITICAL: return score_critical(m, in, scores);
     case MK_EXPECTED: return score_expected(m, in, scores);
     case MK_PREFIX: return score_prefix(m, in, scores);
+    case MK_CLUSTER: return score_cluster(m, in, scores);
+    case MK_COUNT: break;
     }
     return KVS_OK;
 }
@@ -495,6 +642,8 @@ static const kvs_policy_ops more_ops[] = {
                      .observe = expected_observe, .destroy = more_destroy},
     [MK_PREFIX] = {.name = "prefixkv", .needs = more_needs, .score = more_score, .begin = critical_begin,
                    .observe = critical_observe, .compact = critical_compact, .destroy = more_destroy},
+    [MK_CLUSTER] = {.name = "clusterkv", .needs = more_needs, .score = more_score, .begin = expected_begin,
+                    .observe = expected_observe, .destroy = more_destroy},
 };
 
 kvs_status kvs_policy_more_check(const kvs_policy *p, const kvs_model *model) {
@@ -509,7 +658,7 @@ kvs_status kvs_policy_more_check(const kvs_policy *p, const kvs_model *model) {
 }
 
 int kvs_policy_more_is(const char *name) {
-    for (int i = 0; i <= MK_PREFIX; i++)
+    for (int i = 0; i < MK_COUNT; i++)
         if (strcmp(name, more_ops[i].name) == 0) return 1;
     return strncmp(name, "critical:", 9) == 0;
 }
@@ -524,8 +673,8 @@ kvs_status kvs_policy_more_create(kvs_policy **out, const char *name, const kvs_
         base = name + 9;
     } else {
         int i = 0;
-        while (i <= MK_PREFIX && strcmp(name, more_ops[i].name)) i++;
-        if (i > MK_PREFIX) return kvs_error(KVS_ERR_NOT_FOUND, "%s: unknown policy '%s'", op, name);
+        while (i < MK_COUNT && strcmp(name, more_ops[i].name)) i++;
+        if (i >= MK_COUNT) return kvs_error(KVS_ERR_NOT_FOUND, "%s: unknown policy '%s'", op, name);
         kind = (more_kind)i;
         if (kind == MK_CRITICAL || kind == MK_PREFIX) base = pp->base ? pp->base : "snapkv";
     }
@@ -543,7 +692,8 @@ kvs_status kvs_policy_more_create(kvs_policy **out, const char *name, const kvs_
                              op, more_ops[kind].name, kind == MK_PREFIX ? ", critical[:base]" : "", base);
         }
         kvs_policy_params bp = *pp;
-        bp.threshold = 0.0f; /* the threshold mode applies to the wrapper's scores */
+        bp.threshold = 0.0f; /* the threshold and mass modes apply to the wrapper's scores */
+        bp.keep_mass = 0.0f;
         if (bp.base && strcmp(bp.base, base) == 0) bp.base = "snapkv"; /* prefixkv over critical: critical's own base */
         kvs_status s = kvs_policy_create(&m->base, base, &bp);
         if (s != KVS_OK) {

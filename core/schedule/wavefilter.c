@@ -10,7 +10,7 @@
 
 kvs_wavefilter_params kvs_wavefilter_params_default(void) {
     kvs_wavefilter_params p = {.family = KVS_WAVELET_HAAR, .levels = 3, .rho = 0.5f, .budget = 0.5f, .n_sink = 4,
-                               .n_recent = 16};
+                               .n_recent = 16, .keep_mass = 0.0f, .dev = NULL};
     return p;
 }
 
@@ -31,6 +31,7 @@ typedef struct sched_wf {
     kvs_dlm_schedule_ops ops;   /* wf_ops with the base's name and cache flags */
     char name[64];
     kvs_dlm_schedule_stats st;
+    kvs_device *own_dev;        /* keep_mass without p.dev: a CPU device of our own */
 } sched_wf;
 
 static void wf_free_buffers(sched_wf *s) {
@@ -174,6 +175,70 @@ static int cmp_scored(const void *a, const void *b) {
  *     alone (approximation zeroed); rows where that reconstruction is positive are the sharp local
  *     peaks, taken by signal height;
  *  4. fill: the highest remaining signal up to B = ceil(budget * n) rows. */
+/* The PSA-style keep-set (keep_mass > 0; Zhou et al. 2025, arXiv 2503.00392): per (layer, kv head)
+ * row r of sig [R][n], the always-kept rows (sinks, block, recent) plus the fewest other rows, by
+ * signal height, whose mass reaches keep_mass of the other rows' mass (kvs_topp over sig with the
+ * always-kept rows zeroed, on p.dev or a CPU device of our own), at most ceil(budget * n) rows in
+ * all unless the always-kept rows alone pass that. Skim and focus are not used. */
+static kvs_status wf_build_mass(sched_wf *s, const float *sig, int64_t n, int64_t B) {
+    const int64_t R = (int64_t)s->L * s->nkvh;
+    kvs_device *dev = s->p.dev;
+    if (!dev) {
+        if (!s->own_dev) {
+            kvs_device_params dp = kvs_device_params_default();
+            dp.backend = KVS_BACKEND_CPU;
+            KVS_TRY(kvs_device_open(&s->own_dev, &dp));
+        }
+        dev = s->own_dev;
+    }
+    float *opt = malloc((size_t)(R * n) * sizeof *opt);
+    int32_t *cnt = malloc((size_t)R * sizeof *cnt);
+    scored *sc = malloc((size_t)n * sizeof *sc);
+    uint8_t *must = malloc((size_t)n), *mask = malloc((size_t)n);
+    kvs_tensor *x = NULL, *ct = NULL;
+    kvs_status st = (opt && cnt && sc && must && mask) ? KVS_OK : kvs_error(KVS_ERR_OUT_OF_MEMORY, "schedule wavefilter: out of host memory");
+    int64_t n_must = 0;
+    if (st == KVS_OK) {
+        memset(must, 0, (size_t)n);
+        for (int64_t j = 0; j < s->p.n_sink && j < n; j++) must[j] = 1;
+        for (int64_t j = s->block_start; j < s->block_end && j < n; j++) must[j] = 1;
+        for (int64_t j = s->block_start - s->p.n_recent; j < s->block_start; j++)
+            if (j >= 0 && j < n) must[j] = 1;
+        for (int64_t j = 0; j < n; j++) n_must += must[j];
+        for (int64_t r = 0; r < R; r++)
+            for (int64_t j = 0; j < n; j++) opt[r * n + j] = must[j] ? 0.0f : sig[r * n + j];
+    }
+    if (st == KVS_OK) st = kvs_tensor_new(&x, dev, KVS_F32, n, R, 0, 0);
+    if (st == KVS_OK) st = kvs_tensor_new(&ct, dev, KVS_I32, R, 0, 0, 0);
+    if (st == KVS_OK) st = kvs_tensor_upload(x, opt, 0, (size_t)(R * n) * sizeof *opt);
+    kvs_topp_params tp = kvs_topp_params_default();
+    tp.p = s->p.keep_mass;
+    if (st == KVS_OK) st = kvs_topp(dev, x, ct, NULL, &tp);
+    if (st == KVS_OK) st = kvs_tensor_download(ct, cnt, 0, (size_t)R * sizeof *cnt);
+    for (int64_t r = 0; st == KVS_OK && r < R; r++) {
+        int64_t extra = cnt[r], room = B - n_must > 0 ? B - n_must : 0;
+        if (extra > room) extra = room;
+        int64_t m = 0;
+        for (int64_t j = 0; j < n; j++)
+            if (!must[j] && opt[r * n + j] > 0.0f && isfinite(opt[r * n + j])) sc[m++] = (scored){opt[r * n + j], (int32_t)j};
+        qsort(sc, (size_t)m, sizeof *sc, cmp_scored); /* the order kvs_topp ranks by */
+        memcpy(mask, must, (size_t)n);
+        for (int64_t i = 0; i < extra && i < m; i++) mask[sc[i].i] = 1;
+        int32_t *keep = s->keep + r * n;
+        s->n_keep[r] = 0;
+        for (int64_t j = 0; j < n; j++)
+            if (mask[j]) keep[s->n_keep[r]++] = (int32_t)j;
+    }
+    free(opt);
+    free(cnt);
+    free(sc);
+    free(must);
+    free(mask);
+    kvs_tensor_destroy(&x);
+    kvs_tensor_destroy(&ct);
+    return st;
+}
+
 static kvs_status wf_build(sched_wf *s, const float *sig, int64_t n) {
     int64_t R = (int64_t)s->L * s->nkvh;
     int J = s->p.levels;
@@ -183,6 +248,9 @@ static kvs_status wf_build(sched_wf *s, const float *sig, int64_t n) {
     int64_t B = (int64_t)ceil((double)s->p.budget * (double)n - 1e-3); /* f32 budgets: 0.8f * 40 = 32 */
     if (B < 1) B = 1;
     if (B > n) B = n;
+    /* budget 1 keeps every row; so does keep_mass 1 under budget 1 (the anchor: rows that got no key
+     * mass at all, which some backends' statistics round to 0, stay as well) */
+    if (s->p.keep_mass > 0.0f && !(s->p.keep_mass >= 1.0f && s->p.budget >= 1.0f)) return wf_build_mass(s, sig, n, B);
     if (s->p.budget >= 1.0f) {
         for (int64_t r = 0; r < R; r++) {
             for (int64_t j = 0; j < n; j++) s->keep[r * n + j] = (int32_t)j;
@@ -317,6 +385,7 @@ static void wf_destroy(void *self) {
     if (!s) return;
     wf_free_buffers(s);
     kvs_dlm_schedule_destroy(&s->base);
+    kvs_device_destroy(&s->own_dev);
     free(s);
 }
 
@@ -333,12 +402,14 @@ kvs_status kvs_dlm_schedule_wavefilter(kvs_dlm_schedule **out, kvs_dlm_schedule 
     kvs_wavefilter_params p = pp ? *pp : kvs_wavefilter_params_default();
     double lo[8];
     if (kvs_wavelet_filter(p.family, lo) == 0 || p.levels < 1 || p.levels > 8 || !(p.rho >= 0.0f && p.rho <= 1.0f) ||
-        !(p.budget > 0.0f && p.budget <= 1.0f) || p.n_sink < 0 || p.n_recent < 0) {
+        !(p.budget > 0.0f && p.budget <= 1.0f) || p.n_sink < 0 || p.n_recent < 0 ||
+        !(p.keep_mass >= 0.0f && p.keep_mass <= 1.0f)) {
         kvs_dlm_schedule_destroy(&base);
         return kvs_error(KVS_ERR_INVALID_ARGUMENT,
                          "kvs_dlm_schedule_wavefilter: family %d, levels %d (1..8), rho %g ([0, 1]), budget %g ((0, 1]), "
-                         "n_sink %d, n_recent %d (>= 0)",
-                         (int)p.family, p.levels, (double)p.rho, (double)p.budget, p.n_sink, p.n_recent);
+                         "n_sink %d, n_recent %d (>= 0), keep_mass %g ([0, 1])",
+                         (int)p.family, p.levels, (double)p.rho, (double)p.budget, p.n_sink, p.n_recent,
+                         (double)p.keep_mass);
     }
     sched_wf *s = calloc(1, sizeof *s);
     if (!s) {

@@ -273,6 +273,44 @@ KVS_API kvs_status kvs_topk_global(kvs_device *dev, const kvs_tensor *x, kvs_ten
                                    kvs_tensor *val, const kvs_topk_params *p);
 
 /* ---------------------------------------------------------------------------------------------- */
+/* Top-p over attention mass: the sorted prefix-sum threshold                                     */
+
+typedef struct kvs_topp_params {
+    double p;                  /* share of the row's mass to cover, (0, 1] (KVS_ERR_OUT_OF_RANGE
+                                * otherwise); default 0.9 */
+    const kvs_tensor *row_len; /* I32 [rows] valid entries per row (entries at j >= row_len[r] have
+                                * no mass); NULL: n. As kvs_topk_params.row_len */
+} kvs_topp_params;
+
+KVS_API kvs_topp_params kvs_topp_params_default(void);
+
+/* Per-row top-p over mass (the progressive, mass-covering selection of PSA-style sparse attention
+ * and of nucleus sampling, Holtzman et al. 2020 sec. 3.1, applied to attention mass): for each row
+ * r of x ([rows][n] F32), the mass of entry j is m_j = x_j when x_j is finite and > 0, else 0
+ * (negative, zero, NaN and infinite scores carry no mass; j >= row_len[r] neither); T = sum_j m_j.
+ * Ranked as kvs_topk ranks (larger first, equal values lower index first), count[r] is the
+ * smallest k such that the k highest masses sum to at least p * T: the fewest entries whose mass
+ * reaches the share p. thr[r] is the value of the count[r]-th ranked entry, so the keep-set is
+ * every entry with x > thr plus the lowest-index (count - #{x > thr}) entries equal to thr, which is
+ * also kvs_topk with k = count. A row without mass (T = 0, row_len 0) gives count 0, thr +INFINITY.
+ * p = 1 gives the number of entries with positive mass (exactly). count: [rows] I32; thr: [rows]
+ * F32 or NULL.
+ * Precision: the CPU backend sums in float64 over the sorted masses; OpenCL and Vulkan sum in f32
+ * in a fixed order, so where the float64 prefix sum lies within about 1e-5 * T of p * T a count
+ * may differ by one from the CPU's; thr is always the value of the count-th ranked entry.
+ * Errors: KVS_ERR_DTYPE (x not F32, count or row_len not I32, thr not F32), KVS_ERR_SHAPE
+ * (count, thr or row_len not [rows]), KVS_ERR_OUT_OF_RANGE (p outside (0, 1], n > 2^31-1),
+ * KVS_ERR_INVALID_ARGUMENT (NULL x/count/p, tensors of another device, outputs aliasing x or each
+ * other). Method: CPU sorts the positive masses and scans the prefix sums; OpenCL and Vulkan run one
+ * work-group per row: a bisection over the bits of the threshold value (31 masked sums M(t) =
+ * sum of m_j with m_j >= t, keeping the largest t with M(t) >= p T), then the ties at t.
+ * Source: PSA, Progressive Sparse Attention (Zhou et al. 2025, arXiv 2503.00392): KV blocks are
+ * selected in order of their attention weight until the accumulated weight reaches a threshold,
+ * instead of a fixed top-k budget (no public code: this op is the selection rule alone). */
+KVS_API kvs_status kvs_topp(kvs_device *dev, const kvs_tensor *x, kvs_tensor *count, kvs_tensor *thr,
+                            const kvs_topp_params *p);
+
+/* ---------------------------------------------------------------------------------------------- */
 /* Gather / scatter / compact of cache rows                                                       */
 
 /* In these three ops a tensor is seen as G groups of rows: t: [G][N][row] (ne = {row, N, G}, or

@@ -65,6 +65,16 @@
  *                             ranking that reaches one common coverage threshold (the paper's
  *                             binary search over that threshold). Ours: per kv head, where the
  *                             paper sizes whole layers.
+ *                  clusterkv  ClusterKV (Liu et al. 2024, arXiv 2412.03213), as an eviction policy
+ *                             (ours; the paper recalls clusters from an offloaded full cache): per kv
+ *                             head k-means of the non-sink keys into ceil(n / 16) clusters
+ *                             (farthest-point start, at most 8 Lloyd iterations, the assignment
+ *                             step on the model's device: kvs_matmul of [c, -|c|^2/2] x [k, 1],
+ *                             then kvs_topk k = 1 per row); a row scores qbar . c of its cluster's
+ *                             centroid c, qbar the group's window queries (Wq x, `window` 64)
+ *                             averaged and rotated as expected's mu: whole clusters are kept in
+ *                             order of query-centroid similarity; the first n_sink +inf. Needs the
+ *                             model (kvs_policy_set_model).
  *                Threshold mode (DMS-style, Lancucki et al. 2025, arXiv 2506.05345; kvpress
  *                DMSPress): params threshold t in (0, 1) evicts, whenever eviction runs, every row
  *                whose score min-max normalised over its head's finite scores is below t; the
@@ -193,12 +203,22 @@ typedef struct kvs_policy_params {
                          * (0 = 64) */
     int cascades;       /* cascade: sub-caches C, each of (budget - n_sink) / C tokens, in [0, 16];
                          * 0 = 4 */
+    float keep_mass;    /* mass mode (PSA-style top-p, Zhou et al. 2025, arXiv 2503.00392), in
+                         * [0, 1], 0 = off (default): whenever eviction runs, each kv head keeps
+                         * only the fewest rows whose scores sum to keep_mass of its total score
+                         * (kvs_topp on the cache's device; rows scoring +inf are kept besides,
+                         * at least one row is kept), the budget still caps the rest (pooled
+                         * scopes: the count caps the head within the pool). Only for scorers whose
+                         * scores are attention masses: h2o, snapkv, tova, expected, critical over
+                         * one of them, and pyramidkv / adakv over one of them. By name:
+                         * "<policy>@mass<p>", e.g. "snapkv@mass0.9". Like the threshold mode it
+                         * lowers the mean occupancy, not the peak. */
 } kvs_policy_params;
 
 KVS_API kvs_policy_params kvs_policy_params_default(void);
 
 /* Names of the built-in policies, NULL-terminated: streaming, h2o, snapkv, tova, knorm, pyramidkv,
- * adakv, keydiff, lagkv, critical, expected, prefixkv, cascade ("critical:<base>" is accepted by
+ * adakv, keydiff, lagkv, critical, expected, prefixkv, cascade, clusterkv ("critical:<base>" is accepted by
  * kvs_policy_create too).
  * cascade: the cascading KV cache (Willette et al. 2024, arXiv 2406.17808, sec. 3; reference code
  * jeffwillette/cascading_cache_2): n_sink sinks plus `cascades` sub-caches; cascade i takes every
@@ -209,11 +229,13 @@ KVS_API kvs_policy_params kvs_policy_params_default(void);
 KVS_API const char *const *kvs_policy_names(void);
 
 /* Creates a built-in policy by name (p NULL = defaults). "<name>@t" (e.g. "snapkv@0.3") is <name>
- * in the threshold mode with threshold t in (0, 1), overriding p->threshold.
+ * in the threshold mode with threshold t in (0, 1), overriding p->threshold; "<name>@mass<p>" (e.g.
+ * "snapkv@mass0.9") is <name> in the mass mode with keep_mass p in (0, 1].
  * Errors: KVS_ERR_NOT_FOUND (unknown name; the message lists the names), KVS_ERR_INVALID_ARGUMENT
  * (n_sink < 0, window < 0, kernel even or < 1, beta < 1, alpha outside [0, 1], a base that is
  * not a scorer (pyramidkv, adakv, prefixkv; critical except under prefixkv), threshold outside
- * [0, 1), lag 1 or < 0, first_stage outside [0, 1], n_future < 0, cascades outside [0, 16]),
+ * [0, 1), lag 1 or < 0, first_stage outside [0, 1], n_future < 0, cascades outside [0, 16],
+ * keep_mass outside [0, 1] or set for a scorer whose scores are not attention masses),
  * KVS_ERR_OUT_OF_MEMORY. */
 KVS_API kvs_status kvs_policy_create(kvs_policy **out, const char *name, const kvs_policy_params *p);
 

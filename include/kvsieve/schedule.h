@@ -202,6 +202,15 @@ typedef struct kvs_wavefilter_params {
                          * 1: every row is kept (reproduces the base schedule) */
     int n_sink;         /* first rows always kept; default 4 */
     int n_recent;       /* rows just before the block always kept; default 16 */
+    float keep_mass;    /* PSA-style progressive selection (Zhou et al. 2025, arXiv 2503.00392), in
+                         * [0, 1], 0 = off (default): instead of skim, focus and fill, each (layer,
+                         * kv head) keeps the always-kept rows (sinks, block, recent) plus the fewest
+                         * other rows, by signal height, whose attention mass reaches keep_mass of the
+                         * other rows' mass (kvs_topp), at most ceil(budget * n_kv) rows in all
+                         * (budget 1: no cap) unless the always-kept rows alone pass that; keep_mass 1
+                         * with budget 1 keeps every row, as budget 1 alone does (the anchor) */
+    kvs_device *dev;    /* keep_mass: the device kvs_topp runs on (borrowed, outlives the schedule);
+                         * NULL (default): the schedule opens a CPU device of its own */
 } kvs_wavefilter_params;
 
 KVS_API kvs_wavefilter_params kvs_wavefilter_params_default(void);
@@ -215,13 +224,50 @@ KVS_API kvs_wavefilter_params kvs_wavefilter_params_default(void);
  * regions take up to rho of the free budget; focus: the inverse transform of the m = max(1, left/2)
  * largest detail coefficients alone marks sharp local peaks (where it is positive), taken by
  * signal height; then the highest s fill the budget (ceil(budget * n_kv) rows). The other steps of the block attend only the kept rows (sparse
- * gather, kvs_layer_plan.keep).
- * Errors: KVS_ERR_INVALID_ARGUMENT (NULL, parameters out of range), KVS_ERR_OUT_OF_MEMORY. */
+ * gather, kvs_layer_plan.keep). With keep_mass the rows beyond the always-kept ones are the top-p
+ * set of s (kvs_topp), no wavelet involved.
+ * Errors: KVS_ERR_INVALID_ARGUMENT (NULL, parameters out of range), KVS_ERR_OUT_OF_MEMORY; with
+ * keep_mass, at the block's first feedback, kvs_device_open's and kvs_topp's. */
 KVS_API kvs_status kvs_dlm_schedule_wavefilter(kvs_dlm_schedule **out, kvs_dlm_schedule *base,
                                                const kvs_wavefilter_params *p);
 
-/* By name: "none", "prefix", "dual", "delayed", "elastic" with the given parameters (NULL:
- * defaults); reload for delayed. Errors: KVS_ERR_INVALID_ARGUMENT (unknown name). */
+/* ---- d2Cache: dual adaptive caching (core/schedule/d2cache.c) --------------------------------- */
+
+typedef struct kvs_d2cache_params {
+    float rollout_p;    /* nucleus share of attention-rollout importance for the other rows, [0, 1];
+                         * default 0.1 (reference rollout_p) */
+    int current_k;      /* masked positions refreshed per step, >= 0; default 32 (reference
+                         * current_k); 0 = every masked position */
+    float sigma;        /* certainty-density Gaussian width, > 0; default 10 (reference sigma) */
+    int inflate_w;      /* gaps of at most this many rows between selected rows are filled, >= 0;
+                         * default 0 (the reference's config; its constructor says 4) */
+} kvs_d2cache_params;
+
+KVS_API kvs_d2cache_params kvs_d2cache_params_default(void);
+
+/* d2Cache (Jiang et al. 2025, "d²Cache: Accelerating Diffusion-Based LLMs via Dual Adaptive
+ * caching", arXiv 2509.23094; reference code Kamichanw/d2Cache, src/cache/d2cache.py). The decode's
+ * first step runs every row and keeps every row's K/V. Each later step computes, at every layer, only
+ * (1) the current_k masked positions with the highest certainty prior, conf x density, searched from
+ * the block start up to the block boundary holding current_k masked positions, the block's own
+ * first (conf: the last max-probability the position got; density: a Gaussian (sigma) average of the
+ * decoded marks around it, the canvas's left counted decoded, its right decoded iff the last
+ * position is); (2) the tokens decoded by the previous step; (3) among the other rows, the nucleus
+ * (top-p, rollout_p, at least one) of their attention-rollout importance: the column sums of
+ * prod_l normalise(mean_heads(A_l) + I) over the previous step's computed rows (Abnar & Zuidema
+ * 2020), identity rows for the rows not computed; (4) with inflate_w, the gaps between them. Their
+ * K/V overwrite the cache; every other row's K/V is reused. Logits: the selected masked positions;
+ * unmasking candidates: those inside the block. Ours: the reference's single window becomes our
+ * block loop (positions outside the block are never committed); the bias that puts the block first
+ * uses the maximum of conf x density over the generation region, as the reference does.
+ * Anchor: rollout_p 1 with current_k 0 selects every row at every step and is planned as the
+ * no-cache decode (bit-identical tokens). Models with shifted logits (Dream) are refused at the first
+ * plan (KVS_ERR_UNSUPPORTED). Errors: KVS_ERR_INVALID_ARGUMENT (out NULL, a parameter out of range),
+ * KVS_ERR_OUT_OF_MEMORY. */
+KVS_API kvs_status kvs_dlm_schedule_d2cache(kvs_dlm_schedule **out, const kvs_d2cache_params *p);
+
+/* By name: "none", "prefix", "dual", "delayed", "elastic", "d2cache" with the given parameters (NULL:
+ * defaults; d2cache: its defaults); reload for delayed. Errors: KVS_ERR_INVALID_ARGUMENT (unknown name). */
 KVS_API kvs_status kvs_dlm_schedule_from_name(kvs_dlm_schedule **out, const char *name, int reload,
                                               const kvs_elastic_params *ep);
 

@@ -175,7 +175,7 @@ SCOPES = {"head": 0, "layer": 1, "global": 2}
 class PolicyParams(Structure):
     _fields_ = [("n_sink", c_int), ("window", c_int64), ("kernel", c_int), ("beta", c_int),
                 ("alpha", c_float), ("base", c_char_p), ("threshold", c_float), ("lag", c_int64),
-                ("first_stage", c_float), ("n_future", c_int64), ("cascades", c_int)]
+                ("first_stage", c_float), ("n_future", c_int64), ("cascades", c_int), ("keep_mass", c_float)]
 
 
 class EvictParams(Structure):
@@ -199,7 +199,7 @@ class ElasticParams(Structure):
 
 class WavefilterParams(Structure):
     _fields_ = [("family", c_int), ("levels", c_int), ("rho", c_float), ("budget", c_float),
-                ("n_sink", c_int), ("n_recent", c_int)]
+                ("n_sink", c_int), ("n_recent", c_int), ("keep_mass", c_float), ("dev", c_void_p)]
 
 
 class GenStats(Structure):

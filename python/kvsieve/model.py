@@ -97,9 +97,9 @@ class Policy:
 
 class Schedule:
     """A diffusion cache schedule: Schedule("elastic", gamma=0.9, window=16), "none", "prefix",
-    "dual", "delayed" (reload=4); wavefilter=dict(budget=0.5, levels=3, family="haar") (or True: the
-    defaults) wraps it in
-    WaveFilter sparse KV."""
+    "dual", "delayed" (reload=4), "d2cache" (its defaults); wavefilter=dict(budget=0.5, levels=3,
+    family="haar", keep_mass=0.9) (or True: the defaults) wraps it in
+    WaveFilter sparse KV (keep_mass: the PSA-style top-p keep-sets, kvs_topp on a CPU device)."""
 
     def __init__(self, name="none", *, reload=4, wavefilter=None, **elastic):
         self._h = None  # set before any check can raise: __del__ runs on a half-built Schedule too

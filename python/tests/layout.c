@@ -21,11 +21,11 @@ int main(void) {
     ROW("LayerPlan", kvs_layer_plan, want_q);
     ROW("StepPlan", kvs_step_plan, key_limit);
     ROW("StepResult", kvs_step_result, seconds_logits);
-    ROW("PolicyParams", kvs_policy_params, cascades);
+    ROW("PolicyParams", kvs_policy_params, keep_mass);
     ROW("EvictParams", kvs_evict_params, think_window);
     ROW("EvictStats", kvs_evict_stats, channels_pruned);
     ROW("ElasticParams", kvs_elastic_params, block_refresh);
-    ROW("WavefilterParams", kvs_wavefilter_params, n_recent);
+    ROW("WavefilterParams", kvs_wavefilter_params, dev);
     ROW("GenStats", kvs_gen_stats, seconds_draft);
     ROW("ArParams", kvs_ar_params, draft);
     ROW("DlmParams", kvs_dlm_params, block_causal);

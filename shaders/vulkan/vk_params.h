@@ -134,6 +134,8 @@
 #define KVS_VK_PC_TOPK_SORT(U, F, FA) U(rows) U(P_) U(B) U(s) U(j) U(osk) U(osi) U(by_index)
 /* topk_write: idx (and val when has_val) [rows][k] from the sorted indices. */
 #define KVS_VK_PC_TOPK_WRITE(U, F, FA) U(rows) U(n) U(k) U(P_) U(ox) U(osi) U(oi) U(ov) U(has_val)
+/* topp: x at ox, row_len at orl when has_rl, count at oc, thr at ot when has_thr; p_one: p == 1. */
+#define KVS_VK_PC_TOPP(U, F, FA) U(rows) U(n) U(ox) U(orl) U(has_rl) U(oc) U(ot) U(has_thr) U(p_one) F(p)
 
 #if KVS_VK_GLSL
 #define KVS_VK_GLSL_U(x) uint x;
@@ -182,6 +184,7 @@ KVS_VK_PC_STRUCT(kvs_vk_pc_topk_hist, KVS_VK_PC_TOPK_HIST);
 KVS_VK_PC_STRUCT(kvs_vk_pc_topk_collect, KVS_VK_PC_TOPK_COLLECT);
 KVS_VK_PC_STRUCT(kvs_vk_pc_topk_sort, KVS_VK_PC_TOPK_SORT);
 KVS_VK_PC_STRUCT(kvs_vk_pc_topk_write, KVS_VK_PC_TOPK_WRITE);
+KVS_VK_PC_STRUCT(kvs_vk_pc_topp, KVS_VK_PC_TOPP);
 
 /* Spot checks of offsets the shaders' std430 blocks give (worked out by hand). */
 _Static_assert(offsetof(kvs_vk_pc_attn, scale) == 76, "attn: scale not at byte 76");

@@ -15,6 +15,11 @@
  * Output: an aligned table (stdout), optionally JSON (--json, json-c) and an SVG plot (--plot) of
  * top-1 agreement and KL against the budget, one line per policy.
  * Budget 1.0 never evicts, and its numbers equal the full cache's exactly (KL 0).
+ * --needle (ours, after the passkey-retrieval tests of Mohtashami & Jaggi 2023, arXiv 2305.16300): three
+ * more windows, each the filler text of the first window with NEEDLE_TEXT inserted at 10%, 50% or 90%
+ * of its depth and ending in NEEDLE_Q NEEDLE_A; per cell the mean log-probability of NEEDLE_A's tokens
+ * (teacher-forced) at each depth, printed as its own table (JSON: needle_logprob). A model that cannot
+ * retrieve the passkey still scores how much of the full cache's log-probability an eviction keeps.
  * One window's measurement: eval_window.c. */
 #include <json-c/json.h>
 #include <math.h>
@@ -52,6 +57,34 @@ static int split_list(char *s, const char **out, int max) {
 
 /* A budget as given: a fraction with the digits it needs (0.001 stays 0.001, not 0.00), a token
  * count, or "Nt" for --budgets Nt (stored as -N). */
+#define NEEDLE_TEXT "The pass key is 71432. Remember it. 71432 is the pass key."
+#define NEEDLE_Q "What is the pass key? The pass key is"
+#define NEEDLE_A "71432"
+static const double needle_depth[EVAL_NEEDLE_DEPTHS] = {0.1, 0.5, 0.9};
+
+/* Builds needle window d into win[0..ctx) from BOS, the filler ids[0..), the needle, the question and
+ * the answer; mark[t] = 1 for the answer's tokens. Returns 0, or -1 when the pieces do not fit. */
+static int needle_window(const kvs_tokenizer *tk, int32_t bos, const int32_t *ids, int64_t n_ids, int64_t ctx, int d,
+                         int32_t *win, uint8_t *mark) {
+    int32_t nd[64], q[64], a[16];
+    int64_t nn = 0, nq = 0, na = 0;
+    if (kvs_tokenizer_encode(tk, NEEDLE_TEXT, strlen(NEEDLE_TEXT), 0, nd, 64, &nn) != KVS_OK ||
+        kvs_tokenizer_encode(tk, NEEDLE_Q, strlen(NEEDLE_Q), 0, q, 64, &nq) != KVS_OK ||
+        kvs_tokenizer_encode(tk, NEEDLE_A, strlen(NEEDLE_A), 0, a, 16, &na) != KVS_OK)
+        return -1;
+    int64_t F = ctx - 1 - nn - nq - na;
+    if (F < 1 || F > n_ids) return -1;
+    int64_t at = (int64_t)llround(needle_depth[d] * (double)F), t = 0;
+    memset(mark, 0, (size_t)ctx);
+    win[t++] = bos;
+    for (int64_t i = 0; i < at; i++) win[t++] = ids[i];
+    for (int64_t i = 0; i < nn; i++) win[t++] = nd[i];
+    for (int64_t i = at; i < F; i++) win[t++] = ids[i];
+    for (int64_t i = 0; i < nq; i++) win[t++] = q[i];
+    for (int64_t i = 0; i < na; i++) mark[t] = 1, win[t++] = a[i];
+    return t == ctx ? 0 : -1;
+}
+
 static void fmt_budget(char *buf, size_t n, double b) {
     if (b < 0) snprintf(buf, n, "%lldt", (long long)-b);
     else if (b <= 1.0) snprintf(buf, n, "%.4g", b);
@@ -63,7 +96,7 @@ int cmd_eval(int argc, char **argv) {
     const char *model = NULL, *text = NULL, *policies = "streaming,h2o,snapkv,tova,knorm,pyramidkv,adakv";
     const char *budgets = "0.1,0.25,0.5", *plot = NULL, *split = "all";
     int64_t ctx = CLI_UNSET_I64, windows = 8;
-    int json = 0;
+    int json = 0, needle = 0;
     device_opts dv = {0};
     policy_opts po = POLICY_OPTS_INIT;
     eval_ctx e;
@@ -72,7 +105,7 @@ int cmd_eval(int argc, char **argv) {
     const cli_opt opts[] = {
         {"model", 'm', CLI_STRING, &model, "MODEL", "model file (path or name under KVSIEVE_MODELS); required"},
         {"text", 0, CLI_STRING, &text, "FILE", "text to evaluate on; required"},
-        {"policies", 0, CLI_STRING, &policies, "a,b,c", "policies to compare, <policy>@t for threshold eviction (default: the seven classic ones)"},
+        {"policies", 0, CLI_STRING, &policies, "a,b,c", "policies to compare, <policy>@t for threshold eviction, <policy>@mass<p> for the mass mode (PSA top-p) (default: the seven classic ones)"},
         {"budgets", 0, CLI_STRING, &budgets, "F,F,..", "budgets: fractions of ctx, token counts, or Nt = N tokens (1t: one token) (default 0.1,0.25,0.5)"},
         {"ctx", 0, CLI_INT64, &ctx, "N", "window length in tokens, BOS included (default 256, or the model's context when smaller)"},
         {"ctx-size", 'c', CLI_INT64, &ctx, "N", "llama.cpp's name of --ctx (same default)"},
@@ -91,6 +124,8 @@ int cmd_eval(int argc, char **argv) {
         {"think", 0, CLI_DOUBLE, &e.think, "R", "ThinK (arXiv 2407.21018): every policy cell also zeroes the fraction R in "
                                                 "[0, 1) of key channels per kv head with the lowest query-key score at each "
                                                 "eviction (paper: 0.4; default 0 = off)"},
+        {"needle", 0, CLI_FLAG, &needle, NULL, "also a passkey placed at 10/50/90% depth of the first window: the mean "
+                                               "log-probability of its tokens after the question, per policy and budget"},
         {"json", 0, CLI_FLAG, &json, NULL, "print one JSON object instead of the table"},
         {"plot", 0, CLI_STRING, &plot, "FILE.svg", "write an SVG plot: top-1 agreement and KL vs budget per policy"},
         CACHE_TYPE_OPTS(ct),
@@ -99,7 +134,7 @@ int cmd_eval(int argc, char **argv) {
     };
     const cli_spec spec = {
         .prog = prog,
-        .usage = "-m MODEL --text FILE [--policies a,b,c] [--budgets 0.1,0.25,0.5] [--ctx N] [--rerotate] [--think R] [--cache-type-k T] [--cache-type-v T] [--json] [--plot FILE.svg]",
+        .usage = "-m MODEL --text FILE [--policies a,b,c] [--budgets 0.1,0.25,0.5] [--ctx N] [--rerotate] [--think R] [--cache-type-k T] [--cache-type-v T] [--needle] [--json] [--plot FILE.svg]",
         .summary = "Teacher-forced fidelity of KV eviction: each window of the text is decoded token by token\n"
                    "with the full cache and with every policy and budget; per cell the mean next-token\n"
                    "KL(full || evicted), top-1 agreement, perplexity and its change, peak cache bytes and the\n"
@@ -238,6 +273,12 @@ int cmd_eval(int argc, char **argv) {
         rc = cli_fail(CLI_EXIT_FAIL, prog, "out of memory");
         goto done;
     }
+    if (needle && needle_window(cm.tok, 1, ids, n_ids, ctx, 0, win, e.probe) != 0) {
+        free(win);
+        rc = cli_fail(CLI_EXIT_USAGE, prog, "--needle: the passkey, question and answer do not fit a window of %lld tokens",
+                      (long long)ctx);
+        goto done;
+    }
     kvs_cache_params cp = kvs_model_cache_params(e.m);
     cp.mode = KVS_CACHE_APPEND;
     cp.capacity = ctx;
@@ -301,6 +342,20 @@ int cmd_eval(int argc, char **argv) {
         if (!json && tty) fprintf(stderr, "\r%s: window %lld/%lld", prog, (long long)(w + 1), (long long)windows);
     }
     if (!json && tty) fprintf(stderr, "\n");
+    uint8_t *mark = needle ? calloc((size_t)ctx, 1) : NULL;
+    if (needle && !mark) s = KVS_ERR_OUT_OF_MEMORY;
+    for (int d = 0; needle && d < EVAL_NEEDLE_DEPTHS && s == KVS_OK; d++) {
+        if (needle_window(cm.tok, e.hp->bos_id >= 0 ? e.hp->bos_id : 1, ids, n_ids, ctx, d, win, mark) != 0) {
+            s = KVS_ERR_INVALID_ARGUMENT; /* checked before the windows ran: not reached */
+            break;
+        }
+        e.needle = mark;
+        e.needle_depth = d;
+        s = eval_run_window(&e, full_cache, NULL, win, &cells[0], 1);
+        for (int k = 1; k < ncell && s == KVS_OK; k++) s = eval_run_window(&e, caches[k], evs[k], win, &cells[k], 0);
+        e.needle = NULL;
+    }
+    free(mark);
     for (int k = 0; k < ncell; k++) {
         if (evs) kvs_evictor_destroy(&evs[k]);
         if (caches) kvs_cache_destroy(&caches[k]);
@@ -351,6 +406,12 @@ int cmd_eval(int argc, char **argv) {
             json_object_object_add(o, "recall_probes", json_object_new_int64(c->recall_probes));
             json_object_object_add(o, "evictions", json_object_new_int64(c->evictions));
             json_object_object_add(o, "seconds", json_object_new_double(c->seconds));
+            if (needle) {
+                json_object *nl = json_object_new_array();
+                for (int d = 0; d < EVAL_NEEDLE_DEPTHS; d++)
+                    json_object_array_add(nl, json_object_new_double(c->needle_lp[d] / (double)c->needle_n[d]));
+                json_object_object_add(o, "needle_logprob", nl);
+            }
             json_object_array_add(jc, o);
         }
         json_object_object_add(root, "cells", jc);
@@ -387,36 +448,54 @@ int cmd_eval(int argc, char **argv) {
                    (long long)c->kept, c->kl_sum / (double)c->n, 100.0 * (double)c->agree / (double)c->n, ppl, ppl - ppl_full,
                    (double)c->bytes_peak / 1024.0, rec, (long long)c->evictions);
         }
+        if (needle) {
+            printf("needle: \"%s\" at 10/50/90%% depth of the first window's text, then \"%s\": mean log-probability "
+                   "of the answer's tokens (\"%s\")\n", NEEDLE_TEXT, NEEDLE_Q, NEEDLE_A);
+            printf("%-10s %6s %9s %9s %9s\n", "policy", "budget", "lp@10%", "lp@50%", "lp@90%");
+            for (int k = 0; k < ncell; k++) {
+                cell *c = &cells[k];
+                char b[32];
+                fmt_budget(b, sizeof b, c->budget);
+                printf("%-10s %6s", c->policy ? c->policy : "full", b);
+                for (int d = 0; d < EVAL_NEEDLE_DEPTHS; d++) printf(" %9.3f", c->needle_lp[d] / (double)c->needle_n[d]);
+                printf("\n");
+            }
+        }
     }
     if (plot) {
         double *x = malloc((size_t)nb * sizeof *x), *ya = malloc((size_t)np * nb * sizeof *ya),
-               *yk = malloc((size_t)np * nb * sizeof *yk);
+               *yk = malloc((size_t)np * nb * sizeof *yk), *yn = malloc((size_t)np * nb * sizeof *yn);
         for (int j = 0; j < nb && x; j++) x[j] = fabs(bud[j]) <= 1.0 && bud[j] > 0 ? bud[j] : fabs(bud[j]) / (double)ctx;
         for (int i = 0; i < np && ya && yk; i++)
             for (int j = 0; j < nb; j++) {
                 cell *c = &cells[1 + i * nb + j];
                 ya[i * nb + j] = 100.0 * (double)c->agree / (double)c->n;
                 yk[i * nb + j] = c->kl_sum / (double)c->n;
+                double lp = 0.0; /* --needle: the passkey's log-probability, mean over the depths */
+                for (int d = 0; d < EVAL_NEEDLE_DEPTHS; d++) lp += c->needle_lp[d] / (double)c->needle_n[d];
+                if (yn) yn[i * nb + j] = lp / EVAL_NEEDLE_DEPTHS;
             }
         char title[4400];
         const char *slash = strrchr(path, '/');
         snprintf(title, sizeof title, "KV eviction fidelity vs budget: %s, ctx %lld, %lld windows, scope %s",
                  slash ? slash + 1 : path, (long long)ctx, (long long)windows, kvs_budget_scope_name(scope));
-        svg_panel panels[2] = {
+        svg_panel panels[3] = {
             {.title = "top-1 agreement with the full cache", .xlabel = "budget (fraction of ctx)", .ylabel = "top-1 agreement (%)",
              .n_series = np, .n_points = nb, .x = x, .y = ya, .y_from_zero = 0},
             {.title = "mean KL(full || evicted)", .xlabel = "budget (fraction of ctx)", .ylabel = "KL (nats, log scale)",
              .n_series = np, .n_points = nb, .x = x, .y = yk, .y_log = 1},
+            {.title = "passkey log-probability (mean of 10/50/90% depth)", .xlabel = "budget (fraction of ctx)",
+             .ylabel = "log-probability per answer token (nats)", .n_series = np, .n_points = nb, .x = x, .y = yn},
         };
-        FILE *pf = x && ya && yk ? fopen(plot, "w") : NULL;
-        if (!pf || svg_write_plot(pf, title, pnames, panels, 2) != 0) {
+        FILE *pf = x && ya && yk && yn ? fopen(plot, "w") : NULL;
+        if (!pf || svg_write_plot(pf, title, pnames, panels, needle ? 3 : 2) != 0) {
             if (pf) fclose(pf);
-            free(x), free(ya), free(yk);
+            free(x), free(ya), free(yk), free(yn);
             rc = cli_fail(CLI_EXIT_FAIL, prog, "cannot write plot %s", plot);
             goto done;
         }
         fclose(pf);
-        free(x), free(ya), free(yk);
+        free(x), free(ya), free(yk), free(yn);
         if (!json) printf("plot written to %s\n", plot);
     }
     rc = CLI_EXIT_OK;

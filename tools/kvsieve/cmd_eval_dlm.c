@@ -116,7 +116,8 @@ static int run_table(ctx *c, const dlm_cache_opts *co, char **caches, int nc, co
         for (int bi = -1; bi < nb; bi++) {
             agg *g = &a[(*na)++];
             memset(g, 0, sizeof *g);
-            snprintf(g->name, sizeof g->name, "%s%s", caches[ci], bi >= 0 ? "+wavefilter" : "");
+            snprintf(g->name, sizeof g->name, "%s%s", caches[ci],
+                     bi < 0 ? "" : co->wf_keep_mass > 0 ? "+wavefilter-mass" : "+wavefilter");
             g->gen = gen;
             g->budget = bi >= 0 ? budgets[bi] : 0;
         }

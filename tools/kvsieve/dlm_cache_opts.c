@@ -9,7 +9,8 @@ dlm_cache_opts dlm_cache_opts_default(void) {
      * flag for a schedule that is not run can be refused */
     dlm_cache_opts o = {.cache = "none", .gamma = CLI_UNSET_DBL, .window = CLI_UNSET_INT, .track = CLI_UNSET_INT,
                         .reload = CLI_UNSET_INT, .sim = NULL, .block_refresh = CLI_UNSET_INT, .wavefilter = 0,
-                        .wf_family = "haar", .wf_levels = 3, .wf_budget = 0.5, .wf_rho = 0.5};
+                        .wf_family = "haar", .wf_levels = 3, .wf_budget = 0.5, .wf_rho = 0.5,
+                        .wf_keep_mass = 0.0};
     return o;
 }
 
@@ -30,7 +31,7 @@ int dlm_cache_check_flags(const char *prog, const dlm_cache_opts *o, char *const
 
 void dlm_cache_cli_opts(dlm_cache_opts *o, cli_opt *opts) {
     const cli_opt t[DLM_CACHE_N_OPTS] = {
-        {"cache", 0, CLI_STRING, &o->cache, "C", "diffusion cache: none | prefix | dual | delayed | elastic (default none)"},
+        {"cache", 0, CLI_STRING, &o->cache, "C", "diffusion cache: none | prefix | dual | delayed | elastic | d2cache (default none)"},
         {"gamma", 0, CLI_DOUBLE, &o->gamma, "G", "elastic: attention-drift threshold in [0, 1] (default 0.9)"},
         {"window", 0, CLI_INT, &o->window, "W", "elastic: masked positions queried per step (default 16)"},
         {"track", 0, CLI_INT, &o->track, "K", "elastic: most-attended tokens tracked per layer (default 1)"},
@@ -44,6 +45,8 @@ void dlm_cache_cli_opts(dlm_cache_opts *o, cli_opt *opts) {
         {"wf-levels", 0, CLI_INT, &o->wf_levels, "J", "WaveFilter DWT levels 1..8 (default 3)"},
         {"wf-budget", 0, CLI_DOUBLE, &o->wf_budget, "F", "WaveFilter kept fraction of the context in (0, 1] (default 0.5)"},
         {"wf-rho", 0, CLI_DOUBLE, &o->wf_rho, "S", "WaveFilter skim share of the free budget in [0, 1] (default 0.5)"},
+        {"wf-keep-mass", 0, CLI_DOUBLE, &o->wf_keep_mass, "P", "WaveFilter PSA-style keep-sets: the fewest rows covering P "
+                                                              "of the attention mass, --wf-budget as the cap (default 0: off)"},
     };
     memcpy(opts, t, sizeof t);
 }
@@ -72,6 +75,7 @@ int dlm_cache_build(const char *prog, const dlm_cache_opts *o, const char *cache
         wp.levels = o->wf_levels;
         wp.budget = (float)(budget > 0 ? budget : o->wf_budget);
         wp.rho = (float)o->wf_rho;
+        wp.keep_mass = (float)o->wf_keep_mass;
         kvs_dlm_schedule *w = NULL;
         if (kvs_dlm_schedule_wavefilter(&w, s, &wp) != KVS_OK) /* takes s, also on error */
             return cli_fail(CLI_EXIT_USAGE, prog, "--wavefilter: %s", kvs_last_error());

@@ -1,7 +1,7 @@
 /* kvsieve CLI — DLM cache schedule options shared by `generate` and `eval --dlm`:
  * --cache none|prefix|dual|delayed|elastic, --gamma, --window, --track, --elastic-sim,
  * --elastic-block-refresh, --reload, --wavefilter,
- * --wf-family, --wf-levels, --wf-budget, --wf-rho (see include/kvsieve/schedule.h). */
+ * --wf-family, --wf-levels, --wf-budget, --wf-rho, --wf-keep-mass (see include/kvsieve/schedule.h). */
 #ifndef KVS_TOOLS_DLM_CACHE_OPTS_H
 #define KVS_TOOLS_DLM_CACHE_OPTS_H
 
@@ -20,13 +20,14 @@ typedef struct dlm_cache_opts {
     int wf_levels;          /* default 3 */
     double wf_budget;       /* kept fraction, default 0.5 */
     double wf_rho;          /* skim share, default 0.5 */
+    double wf_keep_mass;    /* PSA-style top-p keep-sets (kvs_wavefilter_params.keep_mass); 0 = off */
 } dlm_cache_opts;
 
 /* Defaults as documented on each field. */
 dlm_cache_opts dlm_cache_opts_default(void);
 
 /* The option table entries (DLM_CACHE_N_OPTS of them) bound to o, written into opts[0..DLM_CACHE_N_OPTS). */
-#define DLM_CACHE_N_OPTS 12
+#define DLM_CACHE_N_OPTS 13
 void dlm_cache_cli_opts(dlm_cache_opts *o, cli_opt *opts);
 
 /* Builds the schedule (NULL for "none" without WaveFilter). 0 on success; on failure prints one line

@@ -15,6 +15,9 @@
 
 #define RECALL_TOPK 5 /* a name token counts as predicted when it is among the model's top 5 */
 
+/* --needle: the passkey sits at these depths of the window (10%, 50%, 90% of the filler text). */
+#define EVAL_NEEDLE_DEPTHS 3
+
 typedef struct cell {
     const char *policy;     /* NULL: full cache */
     double budget;
@@ -24,6 +27,8 @@ typedef struct cell {
     int64_t recall_probes, recall_hits;
     int64_t bytes_peak, bytes_alloc, evictions;
     double seconds;
+    double needle_lp[EVAL_NEEDLE_DEPTHS]; /* --needle: summed log-probabilities of the passkey's tokens */
+    int64_t needle_n[EVAL_NEEDLE_DEPTHS]; /*           and their count, per depth */
 } cell;
 
 typedef struct eval_ctx {
@@ -39,6 +44,10 @@ typedef struct eval_ctx {
     uint8_t *probe;         /* [ctx] 1: token t is a recall probe (predicted at t-1) */
     int rerotate;           /* --rerotate: evicted runs assign RoPE positions within the cache */
     double think;           /* --think R: ThinK key-channel pruning at each eviction */
+    const uint8_t *needle;  /* [ctx] NULL: a normal window; else a needle window: 1 marks the passkey's
+                             * answer tokens, whose log-probabilities go to cell needle_lp[needle_depth]
+                             * (nothing else is counted) */
+    int needle_depth;
 } eval_ctx;
 
 

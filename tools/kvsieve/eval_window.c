@@ -57,6 +57,13 @@ kvs_status eval_run_window(eval_ctx *e, kvs_kv_cache *cache, kvs_evictor *ev, co
         double *lp = full ? e->full_lp + t * V : e->lp_buf;
         int32_t top = log_softmax(r.logits, V, lp);
         int32_t next = tok[t + 1];
+        if (e->needle) { /* a needle window: only the passkey's log-probability counts */
+            if (e->needle[t + 1]) {
+                c->needle_lp[e->needle_depth] += lp[next];
+                c->needle_n[e->needle_depth]++;
+            }
+            continue;
+        }
         if (full) e->full_top[t] = top;
         const double *fl = e->full_lp + t * V;
         double kl = 0.0;
@@ -71,6 +78,7 @@ kvs_status eval_run_window(eval_ctx *e, kvs_kv_cache *cache, kvs_evictor *ev, co
             c->recall_hits += in_topk(lp, V, next, RECALL_TOPK);
         }
     }
+    if (e->needle) return KVS_OK;
     c->seconds += cli_now() - t0;
     if (peak > c->bytes_peak) c->bytes_peak = peak;
     int64_t alloc = kvs_cache_bytes_allocated(cache);

@@ -42,7 +42,8 @@ typedef struct policy_opts {
 #define POLICY_OPTS(po)                                                                                            \
     {"policy", 0, CLI_STRING, &(po).policy, "NAME",                                                                \
      "KV eviction policy: streaming, h2o, snapkv, tova, knorm, pyramidkv, adakv, keydiff, lagkv, critical[:base], " \
-     "expected, prefixkv, cascade, or a learned one: retention, indexer, rl (with --policy-file; default: none)"},                                                           \
+     "expected, prefixkv, cascade, clusterkv, or a learned one: retention, indexer, rl (with --policy-file); "   \
+     "<name>@t: threshold mode, <name>@mass<p>: mass mode (default: none)"},                                                           \
     {"policy-file", 0, CLI_STRING, &(po).policy_file, "F.gguf[,..]",                                               \
      "learned policies: weights written by `kvsieve train` (comma-separated, matched by kind)"},                  \
     {"budget", 0, CLI_STRING, &(po).budget, "F|N",                                                                 \
