@@ -651,7 +651,7 @@ kvs_status kvs_policy_more_check(const kvs_policy *p, const kvs_model *model) {
     const more *m = p->self;
     const kvs_model_hparams *hp = kvs_model_get_hparams(model);
     /* the future queries are predicted as Wq x (then RoPE): a q bias or q norm is not modelled */
-    if (p->ops == &more_ops[MK_EXPECTED] && (hp->qkv_bias || hp->qk_norm))
+    if ((p->ops == &more_ops[MK_EXPECTED] || p->ops == &more_ops[MK_CLUSTER]) && (hp->qkv_bias || hp->qk_norm))
         return kvs_error(KVS_ERR_UNSUPPORTED, "policy '%s' predicts queries as Wq x; the %s model's q %s is not modelled",
                          kvs_policy_name(p), kvs_arch_name(hp->arch), hp->qk_norm ? "norm" : "bias");
     return m->base ? kvs_policy_more_check(m->base, model) : KVS_OK;

@@ -94,11 +94,14 @@ typedef struct kvs_ar_params {
      * token; sampling: speculative sampling (Leviathan et al. 2023, alg. 1; kvs_spec_accept), so the
      * output distribution is the target's. Rows the rejected drafts wrote are rolled back
      * (kvs_cache_truncate). 1..KVS_SPEC_MAX_DRAFT; needs a qh8 K or V type, no policy, no rerotate.
+     * The cap keeps a verify step (draft + 1 <= 16 rows) on the products a one-row decode step uses
+     * on x86, 8-bit activations for the block types up to 16 rows (ops.h kvs_matmul): 17 rows would
+     * switch to f32 activations and give other logits than plain decoding, not only at near-ties.
      * 0 (default): plain decoding. */
     int draft;
 } kvs_ar_params;
 
-#define KVS_SPEC_MAX_DRAFT 16
+#define KVS_SPEC_MAX_DRAFT 15
 
 /* Speculative sampling's acceptance of one drafted token (Leviathan et al. 2023, "Fast Inference
  * from Transformers via Speculative Decoding", alg. 1 / Chen et al. 2023, alg. 2): x was drawn from

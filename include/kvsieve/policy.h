@@ -380,8 +380,8 @@ KVS_API void kvs_policy_set_latent(kvs_policy *p, kvs_latent *lm);
 KVS_API void kvs_policy_set_model(kvs_policy *p, const kvs_model *m);
 /* Whether the policy can score the caches of model m, asked before a decode so that a policy that
  * cannot is refused up front, not at its first eviction: KVS_OK, or KVS_ERR_UNSUPPORTED with the
- * reason (expected, alone or as the base of critical/prefixkv, on a model with a q bias or q norm:
- * qwen2, qwen3, dream, whose future queries it does not model). kvs_generate_ar checks it.
+ * reason (expected or clusterkv, alone or as the base of critical/prefixkv, on a model with a q bias
+ * or q norm: qwen2, qwen3, dream, whose future queries they predict as W_q x without them). kvs_generate_ar checks it.
  * Errors: KVS_ERR_INVALID_ARGUMENT (NULL), KVS_ERR_UNSUPPORTED. */
 KVS_API kvs_status kvs_policy_check_model(const kvs_policy *p, const kvs_model *m);
 /* The budget scope an evictor uses with this policy when `requested` is asked for: requested, or

@@ -81,7 +81,13 @@ GEN=$(( (GEN + 31) / 32 * 32 )); UB=$((32 + GEN))
 median() { sort -g | awk '{a[NR]=$1} END {m=(NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2; printf "%.3f %.3f %.3f\n", m, a[1], a[NR]}'; }
 llama_step() {
     # ms per forward: its "total time" over the steps it ran (one progress line each; a block whose
-    # tokens are all decoded early ends early, so total / --diffusion-steps would undercount)
+    # tokens are all decoded early ends early, so total / --diffusion-steps would undercount). Its log
+    # through a pipe came back cut short now and then (seen 2026-12-02): up to 3 tries.
+    local r
+    for _ in 1 2 3; do r=$(llama_step_once 2>/dev/null) && { echo "$r"; return; }; done
+    llama_step_once
+}
+llama_step_once() {
     "$LB/bin/llama-diffusion-cli" -m "$DLM" -p "$PROMPT" -ub "$UB" -c "$UB" -b "$UB" --diffusion-steps "$UB" \
         --diffusion-block-length 32 --temp 0 -t "$T" -tb "$T" 2>&1 |
         python3 -c 'import re,sys; t=sys.stdin.read(); n=len(re.findall(r"diffusion step: \d+/", t))

@@ -108,8 +108,8 @@ int cmd_generate(int argc, char **argv) {
         {"steps", 0, CLI_INT64, &o.steps, "S", "diffusion denoising steps over all blocks (default: = N)"},
         {"diffusion-steps", 0, CLI_INT64, &o.steps, "S", "llama-diffusion-cli's name of --steps (default: = N)"},
         {"diffusion-block-length", 0, CLI_INT64, &o.block, "B", "llama-diffusion-cli's name of --block (default 32)"},
-        {"threshold", 0, CLI_DOUBLE, &o.threshold, "E", "diffusion: Fast-dLLM parallel decoding threshold in (0, 1] "
-                                                        "(default 0 = fixed steps)"},
+        {"threshold", 0, CLI_DOUBLE, &o.threshold, "E", "diffusion: Fast-dLLM parallel decoding threshold in [0, 1] "
+                                                        "(default 0 = off: fixed steps)"},
         {"json", 0, CLI_FLAG, &o.json, NULL, "print one JSON object on stdout instead of streaming text"},
         {"no-stream", 0, CLI_FLAG, &o.no_stream, NULL, "print the text once at the end"},
         POLICY_OPTS(po),
@@ -126,7 +126,7 @@ int cmd_generate(int argc, char **argv) {
                                                            "also runs plain decoding (3 interleaved runs each, the fastest "
                                                            "counts) for the speedup and, greedy, the check that the tokens "
                                                            "are identical"},
-        {"draft", 0, CLI_INT64, &o.draft, "N", "--speculative: tokens drafted per verify step, 1..16 (default 3)"},
+        {"draft", 0, CLI_INT64, &o.draft, "N", "--speculative: tokens drafted per verify step, 1..15 (default 3)"},
         {"compare", 0, CLI_FLAG, &o.compare, NULL, "diffusion: also decode without cache; report speedup and agreement"},
         {"stop-eos", 0, CLI_FLAG, &o.stop_eos, NULL, "diffusion: stop once every position before the first EOS is decoded; "
                                                      "the rest is EOS, not decoded (LLaDA)"},
@@ -210,12 +210,17 @@ int cmd_generate(int argc, char **argv) {
     kvs_device *dev = cm.dev;
     const kvs_tokenizer *tok = cm.tok;
     const kvs_model_hparams *hp = cm.hp;
+    int dlm = kvs_arch_is_diffusion(hp->arch);
+    if (dlm && o.speculative) {
+        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "--speculative/--draft are for autoregressive models; '%s' is a "
+                                                   "masked-diffusion model", kvs_arch_name(hp->arch));
+        goto done;
+    }
     rc = cli_cache_types_fit(PROG, ctypes, hp);
     if (rc != CLI_EXIT_OK) {
         exit_code = rc;
         goto done;
     }
-    int dlm = kvs_arch_is_diffusion(hp->arch);
     int64_t n_gen = o.n > 0 ? o.n : (dlm ? 64 : 256);
     if (dlm ? ar_flags : dlm_flags) {
         exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "%s apply to %s models; '%s' is %s",
