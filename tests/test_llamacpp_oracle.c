@@ -153,18 +153,10 @@ END_TEST
  * backend without a device; the load test runs with the CPU run only) */
 int main(int argc, char **argv) {
     const char *ref = argc > 1 ? argv[1] : "tests/data/llamacpp/greedy.json";
-    for (int i = 2; i + 1 < argc; i++)
-        if (strcmp(argv[i], "--backend") == 0) {
-            const char *b = argv[++i];
-            g_backend = !strcmp(b, "opencl") ? KVS_BACKEND_OPENCL : !strcmp(b, "vulkan") ? KVS_BACKEND_VULKAN : KVS_BACKEND_CPU;
-        }
-    kvs_device_params probe = kvs_device_params_default();
-    probe.backend = g_backend;
-    fflush(stdout);
-    if (!kvs_test_backend_present(&probe)) { /* in a throw-away child: the parent never touches the driver */
-        printf("SKIP: no %s device\n", kvs_backend_name(g_backend));
-        return 77;
-    }
+    kvs_device_params dp; /* --backend B, and the skip (77) when it has no device: probe.h */
+    int setup = kvs_test_setup(argc, argv, "test_llamacpp_oracle", &dp, NULL, NULL, 0);
+    if (setup >= 0) return setup;
+    g_backend = dp.backend;
     g_ref = json_object_from_file(ref);
     if (!g_ref) {
         fprintf(stderr, "cannot read %s\n", ref);

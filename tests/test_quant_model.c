@@ -251,18 +251,10 @@ END_TEST
 
 int main(int argc, char **argv) {
     g_path = argc > 1 ? argv[1] : "models/tiny-llama-mixed-q.gguf";
-    for (int i = 2; i + 1 < argc; i++)
-        if (strcmp(argv[i], "--backend") == 0) {
-            const char *b = argv[++i];
-            g_backend = !strcmp(b, "opencl") ? KVS_BACKEND_OPENCL : !strcmp(b, "vulkan") ? KVS_BACKEND_VULKAN : KVS_BACKEND_CPU;
-        }
-    kvs_device_params probe = kvs_device_params_default();
-    probe.backend = g_backend;
-    fflush(stdout);
-    if (!kvs_test_backend_present(&probe)) { /* in a throw-away child: the parent never touches the driver */
-        printf("SKIP: no %s device\n", kvs_backend_name(g_backend));
-        return 77;
-    }
+    kvs_device_params dp; /* --backend B, and the skip (77) when it has no device: probe.h */
+    int setup = kvs_test_setup(argc, argv, "test_quant_model", &dp, NULL, NULL, 0);
+    if (setup >= 0) return setup;
+    g_backend = dp.backend;
     Suite *s = suite_create("quant-model");
     TCase *tc = tcase_create("quant-model");
     tcase_set_timeout(tc, 300);
