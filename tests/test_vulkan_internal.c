@@ -334,6 +334,12 @@ static const uint32_t off_topk_sort[] = PC_OFFSETS(KVS_VK_PC_TOPK_SORT);
 #define PC_T kvs_vk_pc_topk_write
 static const uint32_t off_topk_write[] = PC_OFFSETS(KVS_VK_PC_TOPK_WRITE);
 #undef PC_T
+#define PC_T kvs_vk_pc_topp
+static const uint32_t off_topp[] = PC_OFFSETS(KVS_VK_PC_TOPP);
+#undef PC_T
+#define PC_T kvs_vk_pc_scatter_cvt
+static const uint32_t off_scatter_cvt[] = PC_OFFSETS(KVS_VK_PC_SCATTER_CVT);
+#undef PC_T
 
 /* The C struct the host fills for each shader's push constants (ops_*.c). */
 static c_layout c_layout_of(kvs_vk_shader_id id) {
@@ -357,6 +363,8 @@ static c_layout c_layout_of(kvs_vk_shader_id id) {
     case KVS_VK_SH_TOPK_WRITE: return (c_layout)C_LAYOUT(off_topk_write, kvs_vk_pc_topk_write);
     case KVS_VK_SH_ROWS_COPY: return (c_layout)C_LAYOUT(off_rows, kvs_vk_pc_rows);
     case KVS_VK_SH_SCATTER_WIN: return (c_layout)C_LAYOUT(off_scatter_win, kvs_vk_pc_scatter_win);
+    case KVS_VK_SH_SCATTER_CVT: return (c_layout)C_LAYOUT(off_scatter_cvt, kvs_vk_pc_scatter_cvt);
+    case KVS_VK_SH_TOPP: return (c_layout)C_LAYOUT(off_topp, kvs_vk_pc_topp);
     default: return none;
     }
 }
