@@ -234,7 +234,7 @@ int bench_model(int argc, char **argv) {
     int reps = 3;
     int64_t n_prompt = CLI_UNSET_I64, n_decode = CLI_UNSET_I64, gen = CLI_UNSET_I64, steps = CLI_UNSET_I64;
     int64_t seed = 1;
-    int no_dlm = 0, no_ops = 0;
+    int no_dlm = 0, no_ops = 0, n_layers = 0;
     cache_type_opts ct = {0};
     const cli_opt opts[] = {
         {"shape", 's', CLI_STRING, &shape_arg, "NAME|FILE",
@@ -247,6 +247,9 @@ int bench_model(int argc, char **argv) {
         {"decode", 'n', CLI_INT64, &n_decode, "N", "decode steps timed after the prefill (default 16; tiny 8)"},
         {"gen", 0, CLI_INT64, &gen, "N", "diffusion shapes: masked positions, one block (default 32)"},
         {"steps", 0, CLI_INT64, &steps, "N", "diffusion shapes: denoising steps over them (default 8)"},
+        {"layers", 0, CLI_INT, &n_layers, "N",
+         "build only the first N layers of the shape (1..its layers; default 0: all): per-layer rates and a step's ratios at a\n"
+         "real width without the whole model's memory"},
         {"no-dlm", 0, CLI_FLAG, &no_dlm, NULL, "skip the diffusion step rows"},
         {"no-ops", 0, CLI_FLAG, &no_ops, NULL, "skip the GEMV/GEMM rows"},
         {"variants", 0, CLI_STRING, &variants_arg, "LIST",
@@ -289,6 +292,11 @@ int bench_model(int argc, char **argv) {
         sh.name = shape_arg, sh.source = "model file";
         sh.hp = *kvs_model_file_hparams(mf);
         kvs_model_file_close(&mf);
+    }
+    if (n_layers) {
+        if (n_layers < 1 || n_layers > sh.hp.n_layers)
+            return cli_fail(CLI_EXIT_USAGE, spec.prog, "--layers must be in 1..%d (the shape's layers)", sh.hp.n_layers);
+        sh.hp.n_layers = n_layers;
     }
     const int tiny = strncmp(sh.name, "tiny", 4) == 0;
     if (n_prompt == CLI_UNSET_I64) n_prompt = tiny ? 16 : 64;

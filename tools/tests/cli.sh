@@ -88,6 +88,10 @@ expect 2 bench model --shape tiny --type q9_z && one_line_error
 expect 2 bench model --shape tiny --steps 0 && one_line_error
 expect 2 bench model --shape tiny --variants no-such-variant && one_line_error
 expect 2 bench model --shape tiny --cache-type-k q4_0 --prompt 0 && one_line_error
+expect 2 bench model --shape tiny --layers 3 && one_line_error
+expect 0 bench model --shape tiny --layers 1 --json --reps 1 --prompt 4 --decode 2 -t 1 --no-ops && valid_json
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["shape"]["n_layers"] == 1, d["shape"]' "$tmp/out" \
+  || fails=$((fails + 1))
 expect 0 bench model --shape tiny-dlm --json --reps 1 --prompt 8 --decode 2 --gen 8 --steps 2 -t 1 \
   --cache-type-k q8_0 --variants auto,portable && valid_json
 python3 - "$tmp/out" <<'PY' || fails=$((fails + 1))
