@@ -643,7 +643,7 @@ static void flip_model(const char *rel, const char *file_in_dir, size_t region, 
     }
     snprintf(path, sizeof path, "%s/%s", dir, name);
     rng_state = seed;
-    int counts[KVS_ERR_INTERNAL + 1] = {0};
+    int counts[KVS_ERR_NUMERIC + 1] = {0};
     for (int it = 0; it < iters; it++) {
         memcpy(copy, data, n);
         int flips = 1 + (int)(rng() % 3);

@@ -2,7 +2,7 @@
 # Issue 20's CLI defects, each as a new user met them: a directory given as a text file, defaults
 # longer than a small model's context (the tiny seed model has context 32), -n off by one, a budget
 # printed as 0.00, flags that do not apply to the model, a one-token budget (--budget-tokens,
-# --budgets Nt). Usage: test_reliability_cli.sh KVSIEVE TEXT CORPUS_GGUF_DIR. TEXT falls back to
+# --budgets Nt), NaN weights. Usage: test_reliability_cli.sh KVSIEVE TEXT CORPUS_GGUF_DIR. TEXT falls back to
 # $KVSIEVE_MODELS/../text/, then to the repository's models/ref_greedy_256.txt (a clone without
 # ../shared); skips with 77 only when no text is found.
 set -u
@@ -50,6 +50,7 @@ run 0 "using the model's context 32" eval -m "$tiny" --text "$text" --policies h
 # -n = context with a one-token prompt (BOS): the last token needs no cache slot
 run 0 "autoregressive" generate -m "$tiny" -n 32 --no-stream
 run 2 "exceeds the model context 32" generate -m "$tiny" -n 33
+run 0 "the context stays 32" generate -m "$tiny" -c 4096 -n 8 --no-stream
 run 2 "exceeds the model context" generate -m "$tiny" -p "Once upon a time there" -n 30
 # budgets keep their digits; a one-token budget as Nt
 run 0 "^h2o  *0.001 " eval -m "$tiny" --text "$text" --policies h2o --budgets 0.001,1t --windows 1
@@ -73,5 +74,56 @@ run 0 "budget 4 tokens" generate -m "$tiny" -p Once -n 20 --policy h2o --budget-
 run 2 "not both" generate -m "$tiny" -n 8 --policy h2o --budget 0.5 --budget-tokens 1
 run 2 "need --policy" generate -m "$tiny" -n 8 --budget-tokens 1
 run 2 "budget-tokens must be >= 1" generate -m "$tiny" -n 8 --policy h2o --budget-tokens 0
+# NaN in a weight (a damaged file): a clear error naming non-finite logits, never text decoded from
+# NaN (the CPU attention used to turn a NaN softmax sum into zeros). nan_copy SRC DST TENSOR copies a
+# GGUF with the first value of an F32 tensor set to NaN.
+nan_copy() {
+  python3 - "$@" <<'PY'
+import struct, sys
+# nanpatch.py IN OUT TENSOR: copies a GGUF (v2/v3) with the first value of F32 tensor TENSOR set to NaN
+b = bytearray(open(sys.argv[1], 'rb').read())
+o = 4
+ver, = struct.unpack_from('<I', b, o); o += 4
+nt, nkv = struct.unpack_from('<QQ', b, o); o += 16
+def s(o):
+    n, = struct.unpack_from('<Q', b, o); return b[o + 8:o + 8 + n].decode(), o + 8 + n
+SZ = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+def val(t, o):
+    if t == 8: return s(o)
+    if t == 9:
+        et, n = struct.unpack_from('<IQ', b, o); o += 12
+        v = None
+        for _ in range(n): v, o = val(et, o)
+        return None, o
+    return (struct.unpack_from({4: '<I', 5: '<i', 6: '<f', 10: '<Q', 11: '<q'}.get(t, '<B'), b, o)[0] if t in (4, 5, 6, 10, 11) else None), o + SZ[t]
+align = 32
+for _ in range(nkv):
+    k, o = s(o)
+    t, = struct.unpack_from('<I', b, o); o += 4
+    v, o = val(t, o)
+    if k == 'general.alignment': align = v
+infos = []
+for _ in range(nt):
+    name, o = s(o)
+    nd, = struct.unpack_from('<I', b, o); o += 4
+    o += 8 * nd
+    typ, off = struct.unpack_from('<IQ', b, o); o += 12
+    infos.append((name, typ, off))
+base = (o + align - 1) // align * align
+for name, typ, off in infos:
+    if name == sys.argv[3]:
+        assert typ == 0, 'not F32'
+        struct.pack_into('<f', b, base + off, float('nan'))
+        open(sys.argv[2], 'wb').write(b)
+        sys.exit(0)
+sys.exit('no tensor ' + sys.argv[3])
+PY
+}
+for t in blk.0.attn_norm.weight blk.1.ffn_down.weight output_norm.weight; do
+  nan_copy "$tiny" "$dir/nan.gguf" "$t" || fails=$((fails + 1))
+  run 1 "non-finite values" generate -m "$dir/nan.gguf" -p Once -n 8 --no-stream
+  nan_copy "$llada" "$dir/nanl.gguf" "$t" || fails=$((fails + 1))
+  run 1 "non-finite values" generate -m "$dir/nanl.gguf" -n 16 --block 16 --no-stream
+done
 echo "$fails failures"
 [ $fails -eq 0 ]

@@ -276,7 +276,7 @@ void kvs_cpu_att_write(const att_ctx *c, const att_work *w, int64_t h, int64_t i
         float *o = c->out + (i * a->n_heads + g) * d;
         const float *src = w->O + r * d;
         float l = w->l[r];
-        if (l > 0.0f) {
+        if (l != 0.0f) { /* a NaN sum (NaN scores or values) gives NaN rows, never zeros */
             float f = a->p.unnormalised ? 1.0f : 1.0f / l;
             for (int64_t t = 0; t < d; t++) o[t] = src[t] * f;
         } else {

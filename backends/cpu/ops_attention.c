@@ -82,7 +82,7 @@ static void att_merge(const att_ctx *c, att_work *w, int64_t h, int64_t qt) {
         float l = 0.0f, *o = w->O + r * d;
         for (int64_t sp = 0; sp < c->splits; sp++) {
             const att_part pt = att_part_at(c, h, qt, sp, M);
-            if (!(pt.l[r] > 0.0f)) continue; /* a split with no visible key adds nothing */
+            if (pt.l[r] == 0.0f) continue; /* a split with no visible key adds nothing (a NaN one propagates) */
             const float f = kvs_expf(pt.m[r] - m);
             l += pt.l[r] * f;
             const float *os = pt.O + r * d;

@@ -5,6 +5,7 @@
 #include <cblas.h>
 
 #include "cpu_kernels.h"
+#include "kvsieve/generate.h"
 #include "matmul.h"
 #include "arm/neon.h"
 
@@ -43,6 +44,10 @@ static void row_to_f32(const void *base, kvs_dtype dt, int64_t r, int64_t n, flo
 #ifndef KVS_Q8_MAX_N_32
 #define KVS_Q8_MAX_N_32 16
 #endif
+/* QuantSpec's verify step (draft + 1 rows) must stay on the products a one-row step uses, or its
+ * tokens part from plain decoding's (generate.h, kvs_ar_params.draft) */
+_Static_assert(KVS_SPEC_MAX_DRAFT + 1 <= KVS_Q8_MAX_N_32 && KVS_Q8_MAX_N_32 <= KVS_Q8_MAX_N,
+               "KVS_SPEC_MAX_DRAFT + 1 exceeds the 8-bit activation row limit");
 
 /* Few x rows (n <= KVS_GEMV_MAX_N): see matmul.h. */
 

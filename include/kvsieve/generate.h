@@ -101,7 +101,7 @@ typedef struct kvs_ar_params {
     int draft;
 } kvs_ar_params;
 
-#define KVS_SPEC_MAX_DRAFT 15
+#define KVS_SPEC_MAX_DRAFT 15 /* backends/cpu/ops_dense.c asserts it against its 8-bit row limit */
 
 /* Speculative sampling's acceptance of one drafted token (Leviathan et al. 2023, "Fast Inference
  * from Transformers via Speculative Decoding", alg. 1 / Chen et al. 2023, alg. 2): x was drawn from

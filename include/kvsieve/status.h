@@ -32,7 +32,8 @@ extern "C" {
     X(KVS_ERR_COMPILE, 13, "kernel compilation failed")                                            \
     X(KVS_ERR_BUDGET, 14, "impossible budget")                                                     \
     X(KVS_ERR_STATE, 15, "object in the wrong state for this call")                                \
-    X(KVS_ERR_INTERNAL, 16, "internal error")
+    X(KVS_ERR_INTERNAL, 16, "internal error")                                                      \
+    X(KVS_ERR_NUMERIC, 17, "non-finite values (NaN or infinity)")
 
 typedef enum kvs_status {
 #define KVS_X_ENUM(name, value, desc) name = value,

@@ -359,7 +359,7 @@ for _name, (_res, _args) in _PROTOS.items():
     _fn.restype = _res
     _fn.argtypes = _args
 
-for _code in range(0, 17):
+for _code in range(0, 18):
     STATUS_NAMES[_code] = lib.kvs_status_name(_code).decode()
 
 # unused here but part of the layout check

@@ -323,7 +323,7 @@ void attn_main(ATTN_PARAMS) {
         return;
     }
     __global float *orow = out + out_off + o * HEAD_DIM;
-    if (l > 0.0f) {
+    if (l != 0.0f) { /* NaN sums give NaN rows, never zeros */
         if (flags & F_UNNORM)
             for (int c = 0; c < HEAD_DIM; c++) orow[c] = acc[c];
         else
@@ -592,7 +592,7 @@ void attn_dec(ATTN_PARAMS) {
             }
             continue;
         }
-        floatv r = l > 0.0f ? ((flags & F_UNNORM) ? a : a / l) : (floatv)0.0f;
+        floatv r = l != 0.0f ? ((flags & F_UNNORM) ? a : a / l) : (floatv)0.0f;
 #if VW == 4
         vstore4(r, 0, out + out_off + o * HEAD_DIM + lane * 4);
 #else
@@ -660,7 +660,7 @@ __kernel void attn_combine(__global const float *part, int n_split, __global flo
             acc += av[u] * w;
         }
     }
-    out[out_off + o * HEAD_DIM + c] = l > 0.0f ? ((flags & F_UNNORM) ? acc : acc / l) : 0.0f;
+    out[out_off + o * HEAD_DIM + c] = l != 0.0f ? ((flags & F_UNNORM) ? acc : acc / l) : 0.0f;
     if (c != 0) return;
     if (flags & F_ROWMAX) row_max[rm_off + o] = M;
     if (flags & F_ROWSUM) row_sum[rs_off + o] = l;

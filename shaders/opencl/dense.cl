@@ -154,7 +154,7 @@ void softmax_f32(__global const float *x, long x_off, __global float *y, long y_
     float acc = 0.0f;
     for (int c = lid; c < n; c += WG) acc += exp(scale * xr[c] - m);
     float l = wg_sum(sh, acc);
-    float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    float inv = l != 0.0f ? 1.0f / l : 0.0f; /* NaN propagates */
     for (int c = lid; c < n; c += WG) yr[c] = exp(scale * xr[c] - m) * inv;
 }
 

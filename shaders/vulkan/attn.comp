@@ -202,7 +202,7 @@ void main() {
         if (r >= nrows) continue;
         uint i = r / p.G, g = h * p.G + r % p.G;
         float l = sL[rr];
-        float val = (p.flags & KVS_VK_ATTN_UNNORM) != 0u ? sO[e] : (l > 0.0 ? sO[e] / l : 0.0);
+        float val = (p.flags & KVS_VK_ATTN_UNNORM) != 0u ? sO[e] : (l != 0.0 ? sO[e] / l : 0.0);
         o.d[p.oo + ooff + (i * p.n_heads + g) * D + c] = floatBitsToUint(val);
     }
     for (uint rr = TID; rr < R; rr += WGX) {

@@ -33,7 +33,7 @@ void main() {
         int as_ = int(ap.d[p.oap + s * p.rows + ig]);
         if (arg < 0 && as_ >= 0 && ms == M) arg = as_;
     }
-    float val = (p.flags & KVS_VK_ATTN_UNNORM) != 0u ? acc : (l > 0.0 ? acc / l : 0.0);
+    float val = (p.flags & KVS_VK_ATTN_UNNORM) != 0u ? acc : (l != 0.0 ? acc / l : 0.0);
     o.d[p.oo + ig * p.D + c] = floatBitsToUint(val);
     if (c == 0u) {
         rmax.d[p.orm + ig] = floatBitsToUint(M);

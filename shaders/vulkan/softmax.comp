@@ -31,7 +31,7 @@ void main() {
         barrier();
     }
     float l = red[0];
-    float inv = l > 0.0 ? 1.0 / l : 0.0;
+    float inv = l != 0.0 ? 1.0 / l : 0.0; /* NaN propagates */
     for (uint j = TID; j < p.n; j += WGX)
         y.d[p.oy + base + j] = floatBitsToUint(exp(p.scale * F32(x, p.ox + base + j) - m) * inv);
 }

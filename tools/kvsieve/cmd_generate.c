@@ -221,6 +221,10 @@ int cmd_generate(int argc, char **argv) {
         exit_code = rc;
         goto done;
     }
+    if (o.ctx > hp->ctx_len)
+        fprintf(stderr, "%s: note: -c %lld is above the model's trained context %d; the context stays %d (kvsieve "
+                        "does not extend it; --rerotate with a policy streams past it)\n",
+                PROG, (long long)o.ctx, hp->ctx_len, hp->ctx_len);
     int64_t n_gen = o.n > 0 ? o.n : (dlm ? 64 : 256);
     if (dlm ? ar_flags : dlm_flags) {
         exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "%s apply to %s models; '%s' is %s",

@@ -166,7 +166,7 @@ static float att_row_max_avx2(const float *s, int64_t n) {
 ATT_INLINE __m256 att_exp8(__m256 x) {
     const __m256 lo = _mm256_set1_ps(-87.0f), hi = _mm256_set1_ps(88.0f);
     const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-    const __m256 xc = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+    const __m256 xc = _mm256_min_ps(hi, _mm256_max_ps(lo, x)); /* NaN x stays NaN (max/min return the 2nd operand) */
     const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), xc);

@@ -193,7 +193,7 @@ __attribute__((target("avx512f")))
 static inline __m512 att_exp16(__m512 x) {
     const __m512 lo = _mm512_set1_ps(-87.0f), hi = _mm512_set1_ps(88.0f);
     __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-    __m512 xc = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
+    __m512 xc = _mm512_min_ps(hi, _mm512_max_ps(lo, x)); /* NaN x stays NaN (max/min return the 2nd operand) */
     __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), xc);
