@@ -170,6 +170,8 @@ const kvs_device_info *kvs_device_get_info(const kvs_device *dev) { return dev ?
 kvs_backend kvs_device_backend(const kvs_device *dev) { return dev ? dev->info.backend : KVS_BACKEND_COUNT; }
 int64_t kvs_device_bytes_allocated(const kvs_device *dev) { return dev ? dev->bytes_allocated : 0; }
 
+double kvs_device_build_seconds(const kvs_device *dev) { return dev ? dev->build_seconds : 0.0; }
+
 kvs_status kvs_device_set_threads(kvs_device *dev, int n_threads) {
     if (!dev) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_device_set_threads: dev is NULL");
     if (n_threads < 1 || n_threads > KVS_MAX_THREADS)

@@ -263,6 +263,8 @@ struct kvs_device {
     int query;                  /* kvs_device_set_query: ops validate and ask supports(), run nothing */
     const kvs_variant *forced[KVS_OP_COUNT]; /* variant forced per op; NULL = automatic */
     struct kvs_profiler *prof;  /* kvs_device_profile: per-op timing table; NULL = off */
+    double build_seconds;       /* kernel builds on first use (OpenCL programs, Vulkan pipelines), s:
+                                 * the backends add to it, kvs_device_build_seconds reads it */
 };
 
 /* ---- profiling (core/profile.c; kvs_device_profile in device.h) ----------------------------- */

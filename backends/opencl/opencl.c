@@ -374,7 +374,9 @@ static kvs_status ocl_build(kvs_device *dev, const char *file, const char *defin
     cl_program prog = clCreateProgramWithSource(o->ctx, 3, srcs, lens, &err);
     KVS_OCL_TRY(err, "clCreateProgramWithSource");
     /* No fast-math: the ops' NaN/inf semantics and the tests' tolerances depend on IEEE behaviour. */
+    const double tb = kvs_now_s();
     err = clBuildProgram(prog, 1, &o->device, "", NULL, NULL);
+    dev->build_seconds += kvs_now_s() - tb;
     if (err != CL_SUCCESS) {
         char log[800];
         log[0] = '\0';

@@ -178,6 +178,7 @@ static kvs_status vk_open_queue(kvs_vk *v) {
 
 kvs_status kvs_vk_create_device(kvs_device *dev, kvs_vk *v) {
     kvs_vk_fill_info(v->phys, &dev->info);
+    v->build_seconds = &dev->build_seconds;
     vkGetPhysicalDeviceProperties(v->phys, &v->props);
     vkGetPhysicalDeviceMemoryProperties(v->phys, &v->memprops);
     v->api_version = v->props.apiVersion;

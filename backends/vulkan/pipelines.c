@@ -59,6 +59,7 @@ kvs_status kvs_vk_get_pipeline(kvs_vk *v, kvs_vk_shader_id shader, const uint32_
             return KVS_OK;
         }
     }
+    const double tb = kvs_now_s();
     if (!v->modules[si]) {
         VkShaderModuleCreateInfo mi = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
                                        .codeSize = kvs_vk_shader_table[si].size,
@@ -80,6 +81,7 @@ kvs_status kvs_vk_get_pipeline(kvs_vk *v, kvs_vk_shader_id shader, const uint32_
         .layout = v->playout};
     VkPipeline pipe;
     VkResult r = vkCreateComputePipelines(v->device, v->pcache, 1, &ci, NULL, &pipe);
+    if (v->build_seconds) *v->build_seconds += kvs_now_s() - tb;
     if (r != VK_SUCCESS) return kvs_error(KVS_ERR_COMPILE, "vulkan: pipeline for shader '%s' failed (VkResult %d)", name, (int)r);
     if (v->n_pipes == v->cap_pipes) {
         int cap = v->cap_pipes ? v->cap_pipes * 2 : 32;

@@ -82,6 +82,7 @@ typedef struct kvs_vk_access {
 } kvs_vk_access;
 
 typedef struct kvs_vk {
+    double *build_seconds; /* the device's kernel build time (kvs_device.build_seconds) */
     VkInstance instance;
     VkDebugUtilsMessengerEXT messenger;
     VkPhysicalDevice phys;

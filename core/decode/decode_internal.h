@@ -20,7 +20,9 @@ void kvs_decode_confidence(const float *l, int64_t V, int32_t *tok, double *conf
 /* Fills the derived fields of st at the end of a decode that began at t0 (kvs_decode_now_s):
  * seconds, tokens_per_s = st->tokens / seconds (st->tokens set by the loop), compute_fraction,
  * cache_bytes_allocated of c. */
-void kvs_decode_stats_finish(kvs_gen_stats *st, double t0, const kvs_kv_cache *c);
+/* Fills seconds (since t0), seconds_build (the device's kernel builds since b0), tokens_per_s (without
+ * the builds), compute_fraction and cache_bytes_allocated. */
+void kvs_decode_stats_finish(kvs_gen_stats *st, double t0, double b0, const kvs_model *m, const kvs_kv_cache *c);
 
 /* Uniform float in [0, 1) from the AR sampler's xorshift state (llama2.c run.c). */
 float kvs_decode_rng_f32(uint64_t *state);

@@ -320,7 +320,7 @@ kvs_status kvs_generate_dlm(kvs_model *m, kvs_kv_cache *cache, const int32_t *pr
     KVS_TRY(kvs_cache_reset(cache));
     dlm d;
     kvs_status s = dlm_begin(&d, op, m, cache, prompt, n_prompt, &p, spb);
-    double t0 = kvs_decode_now_s();
+    double t0 = kvs_decode_now_s(), b0 = kvs_device_build_seconds(kvs_model_device(m));
     int64_t emitted = 0;
     int stop = 0;
     for (int64_t b = 0; b < p.gen_len / p.block_len && s == KVS_OK && !stop; b++) {
@@ -342,7 +342,7 @@ kvs_status kvs_generate_dlm(kvs_model *m, kvs_kv_cache *cache, const int32_t *pr
     if (s == KVS_OK)
         for (int64_t i = emitted; i < p.gen_len; i++) out[i] = d.tokens[n_prompt + i];
     d.st.steps = d.step;
-    kvs_decode_stats_finish(&d.st, t0, cache);
+    kvs_decode_stats_finish(&d.st, t0, b0, m, cache);
     if (stats) *stats = d.st;
     dlm_free(&d);
     return s;

@@ -117,9 +117,11 @@ kvs_ar_params kvs_ar_params_default(void) {
     return p;
 }
 
-void kvs_decode_stats_finish(kvs_gen_stats *st, double t0, const kvs_kv_cache *c) {
+void kvs_decode_stats_finish(kvs_gen_stats *st, double t0, double b0, const kvs_model *m, const kvs_kv_cache *c) {
     st->seconds = kvs_decode_now_s() - t0;
-    st->tokens_per_s = st->seconds > 0 ? (double)st->tokens / st->seconds : 0.0;
+    st->seconds_build = kvs_device_build_seconds(kvs_model_device(m)) - b0;
+    const double run = st->seconds - st->seconds_build;
+    st->tokens_per_s = run > 0 ? (double)st->tokens / run : 0.0;
     st->compute_fraction = st->rows_baseline > 0 ? (double)st->rows_computed / (double)st->rows_baseline : 1.0;
     st->cache_bytes_allocated = kvs_cache_bytes_allocated(c);
 }
@@ -260,7 +262,7 @@ kvs_status kvs_generate_ar(kvs_model *m, kvs_kv_cache *cache, const int32_t *pro
         return kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
     }
     uint64_t rng = p.seed ? p.seed : 0x9E3779B97F4A7C15ull;
-    double t0 = kvs_decode_now_s();
+    double t0 = kvs_decode_now_s(), b0 = kvs_device_build_seconds(kvs_model_device(m));
     int32_t tok = 0;
     int64_t pos = 0;
     /* prefill: all prompt tokens at once; logits of the last */
@@ -313,7 +315,7 @@ kvs_status kvs_generate_ar(kvs_model *m, kvs_kv_cache *cache, const int32_t *pro
     }
     *n_out = n;
     st.tokens = n;
-    kvs_decode_stats_finish(&st, t0, cache);
+    kvs_decode_stats_finish(&st, t0, b0, m, cache);
     if (stats) *stats = st;
     free(logits);
     free(scratch);

@@ -122,7 +122,7 @@ kvs_status kvs_generate_ar_spec(kvs_model *m, kvs_kv_cache *cache, const int32_t
     if (!lq || !lp || !q || !pv || !toks || !rows || !posv || !r.scratch)
         s = kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_generate_ar: out of host memory (speculative buffers)");
     if (s == KVS_OK) s = kvs_cache_reset(cache);
-    double t0 = kvs_decode_now_s();
+    double t0 = kvs_decode_now_s(), b0 = kvs_device_build_seconds(kvs_model_device(m));
     /* prefill: the prompt into the 8-bit cache, the last row's logits (into lp's first row) */
     if (s == KVS_OK) s = spec_forward(&r, prompt, n_prompt, 1, 0, 0, rows, posv, lp);
     if (s == KVS_OK) r.st.rows_baseline += r.st.rows_computed;
@@ -192,7 +192,7 @@ kvs_status kvs_generate_ar_spec(kvs_model *m, kvs_kv_cache *cache, const int32_t
     for (int64_t i = 1; i < n; i++) r.st.rows_baseline += (n_prompt + i) * hp->n_layers;
     *n_out = n;
     r.st.tokens = n;
-    kvs_decode_stats_finish(&r.st, t0, cache);
+    kvs_decode_stats_finish(&r.st, t0, b0, m, cache);
     if (stats) *stats = r.st;
     free(lq); free(lp); free(q); free(pv); free(toks); free(rows); free(posv); free(r.scratch);
     return s;

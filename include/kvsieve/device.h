@@ -132,6 +132,12 @@ KVS_API kvs_status kvs_device_sync(kvs_device *dev);
 /* Bytes of device memory currently held by tensors of this device (live allocations). */
 KVS_API int64_t kvs_device_bytes_allocated(const kvs_device *dev);
 
+/* Wall time spent building kernels since the device was opened, s: OpenCL programs (clBuildProgram,
+ * per source and set of compile-time constants) and Vulkan pipelines (per shader and specialization),
+ * each built on its first use; the CPU backend builds nothing (0). The decode loops report the share
+ * of a generation in kvs_gen_stats.seconds_build. 0 for NULL. */
+KVS_API double kvs_device_build_seconds(const kvs_device *dev);
+
 /* ---- profiling ---------------------------------------------------------------------------- */
 
 /* Layers the profile tells apart; work tagged with a higher layer counts as layer

@@ -24,7 +24,7 @@ extern "C" {
 /* Statistics every generation reports. */
 typedef struct kvs_gen_stats {
     double seconds;            /* wall time of the generation (prompt + decode), s */
-    double tokens_per_s;       /* tokens / seconds */
+    double tokens_per_s;       /* tokens / (seconds - seconds_build) */
     int64_t steps;             /* forward steps (AR: tokens; DLM: denoising steps) */
     int64_t rows_computed;     /* sum over steps and layers of rows run through a layer */
     int64_t rows_baseline;     /* the same for the no-cache baseline (DLM: n_tokens * n_layers
@@ -54,6 +54,9 @@ typedef struct kvs_gen_stats {
     int64_t spec_drafted;      /* tokens drafted */
     int64_t spec_accepted;     /* drafted tokens accepted (acceptance rate = accepted / drafted) */
     double seconds_draft;      /* wall time of the draft forwards, s (part of seconds_forward) */
+    double seconds_build;      /* kernels built on their first use during the generation (OpenCL
+                                * programs, Vulkan pipelines; kvs_device_build_seconds), s: part of
+                                * seconds and of the phase that met them, not of tokens_per_s */
 } kvs_gen_stats;
 
 /* Called with each token as it is finalised (AR: every token; DLM: every token of a finished block,

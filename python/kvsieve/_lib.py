@@ -210,7 +210,7 @@ class GenStats(Structure):
                 ("tokens_eos_filled", c_int64), ("seconds_plan", c_double), ("seconds_forward", c_double),
                 ("seconds_logits", c_double), ("seconds_confidence", c_double), ("seconds_commit", c_double),
                 ("spec_verify_steps", c_int64), ("spec_drafted", c_int64), ("spec_accepted", c_int64),
-                ("seconds_draft", c_double)]
+                ("seconds_draft", c_double), ("seconds_build", c_double)]
 
 
 class ArParams(Structure):

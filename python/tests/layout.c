@@ -26,7 +26,7 @@ int main(void) {
     ROW("EvictStats", kvs_evict_stats, channels_pruned);
     ROW("ElasticParams", kvs_elastic_params, block_refresh);
     ROW("WavefilterParams", kvs_wavefilter_params, dev);
-    ROW("GenStats", kvs_gen_stats, seconds_draft);
+    ROW("GenStats", kvs_gen_stats, seconds_build);
     ROW("ArParams", kvs_ar_params, draft);
     ROW("DlmParams", kvs_dlm_params, block_causal);
     return 0;

@@ -510,6 +510,7 @@ int cmd_generate(int argc, char **argv) {
         json_object *js = json_object_new_object();
         json_object_object_add(js, "tokens_per_s", json_object_new_double(st.tokens_per_s));
         json_object_object_add(js, "seconds", json_object_new_double(st.seconds));
+        json_object_object_add(js, "seconds_build", json_object_new_double(st.seconds_build));
         json_object_object_add(js, "cpu_seconds", json_object_new_double(cpu_s));
         json_object_object_add(js, "steps", json_object_new_int64(st.steps));
         json_object_object_add(js, "tokens_decoded", json_object_new_int64(st.tokens));
@@ -600,6 +601,9 @@ int cmd_generate(int argc, char **argv) {
                 (long long)st.rows_computed, (long long)rows_baseline, st.compute_fraction,
                 (double)kvs_model_weight_bytes(m) / 1048576.0, (double)kvs_model_mapped_bytes(m) / 1048576.0, cm.load_s, (double)st.cache_bytes_peak / 1048576.0,
                 (double)st.cache_bytes_allocated / 1048576.0, kvs_dtype_name(ctypes[0]), kvs_dtype_name(ctypes[1]));
+        if (st.seconds_build > 0.0005)
+            fprintf(stderr, "kernel builds on first use: %.3f s of the %.3f s (not counted in tokens/s; the next run of "
+                            "these shapes in this process reuses them)\n", st.seconds_build, st.seconds);
         if (dlm && st.tokens_eos_filled > 0)
             fprintf(stderr, "stop at EOS: %lld tokens decoded, %lld set to EOS without decoding\n", (long long)st.tokens,
                     (long long)st.tokens_eos_filled);
