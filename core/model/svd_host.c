@@ -27,6 +27,11 @@ kvs_status kvs_svd_jacobi_f64(double *a, int64_t m, int64_t n, double *s, double
     memset(vv, 0, (size_t)(n * n) * sizeof *vv);
     for (int64_t j = 0; j < n; j++) vv[j * n + j] = 1.0;
     const double eps = 1e-15;
+    /* columns whose squared norm falls below 1e-30 of A's (rank-deficient A, n > m) count as zero:
+     * rounding would otherwise keep rotating them forever */
+    double frob2 = 0.0;
+    for (int64_t i = 0; i < m * n; i++) frob2 += a[i] * a[i];
+    const double tiny = frob2 * 1e-30;
     int converged = 0;
     for (int sweep = 0; sweep < 60 && !converged; sweep++) {
         converged = 1;
@@ -34,7 +39,7 @@ kvs_status kvs_svd_jacobi_f64(double *a, int64_t m, int64_t n, double *s, double
             for (int64_t q = p + 1; q < n; q++) {
                 double *ap = a + p * m, *aq = a + q * m;
                 double alpha = dot(ap, ap, m), beta = dot(aq, aq, m), gamma = dot(ap, aq, m);
-                if (alpha == 0.0 || beta == 0.0 || fabs(gamma) <= eps * sqrt(alpha * beta)) continue;
+                if (alpha <= tiny || beta <= tiny || fabs(gamma) <= eps * sqrt(alpha * beta)) continue;
                 converged = 0;
                 /* the rotation that zeroes the (p, q) entry of A^T A */
                 double zeta = (beta - alpha) / (2.0 * gamma);
