@@ -221,7 +221,8 @@ static kvs_status spa_plan(void *self, const kvs_dlm_view *v, kvs_dlm_step *out)
     if (v->step == 0 || reset || s->all || v->step % s->p.refresh == 0) s->mode = 1;
     else if (v->step % s->p.refresh_gen == 0) s->mode = 2;
     else s->mode = 0;
-    int64_t from = s->mode == 1 || P >= n ? 0 : P;
+    /* candidates: the generation rows (shifted logits: from the row that predicts the first one) */
+    int64_t from = s->mode == 1 || P >= n ? 0 : (v->logit_shift && P > 0 ? P - 1 : P);
     KVS_TRY(kvs_ibuf_reserve(&s->cand, n));
     s->cand.n = 0;
     for (int64_t t = from; t < n; t++) s->cand.p[s->cand.n++] = (int32_t)t;

@@ -306,7 +306,8 @@ KVS_API kvs_status kvs_spa_layer_ratios(const kvs_spa_params *p, int n_layers, d
  * Models", arXiv 2602.02544; reference code wenhao728/spa-cache: spac/cache.py SpaCache.check_update,
  * get_update_ratio; spac/llada/hooks.py; spac/sequence.py; spac/utils/proxy.py). Steps: step 0 and
  * every `refresh` steps run every row at every layer; every `refresh_gen` steps the generation rows
- * [prompt_len, n) at every layer. Other steps: layer 0 computes every generation row; before each
+ * [prompt_len, n) at every layer (shifted logits, Dream: from prompt_len - 1, the row that predicts
+ * the first generated position; likewise below). Other steps: layer 0 computes every generation row; before each
  * layer l >= 1 the forward projects the generation rows' normalised inputs onto the layer's singular
  * proxy (kvs_model_spa_proxy: rank r, on the device, kvs_layer_plan.select) and the layer computes
  * the floor(G * ratio_l) rows (G generation rows, ratios kvs_spa_layer_ratios) whose proxy has the
