@@ -51,6 +51,11 @@ kvs_status kvs_spa_layer_ratios(const kvs_spa_params *p, int n_layers, double *r
     return KVS_OK;
 }
 
+typedef struct spa_key {
+    double cos;
+    int32_t t;
+} spa_key;
+
 typedef struct sched_spa {
     kvs_spa_params p;
     int L;
@@ -61,8 +66,7 @@ typedef struct sched_spa {
     float *ref;              /* [L][n][rank] each row's proxy when the layer last computed it */
     uint8_t *has;            /* [L][n] 1: ref holds a proxy */
     uint8_t *force;          /* [n] scratch marks */
-    double *cos;             /* [n] scratch */
-    int32_t *ord;            /* [n] scratch */
+    spa_key *ord;            /* [n] scratch: candidates by cosine */
     int mode;                /* this step: 0 partial, 1 full (every row), 2 generation rows refresh */
     int last_forced;         /* the logit rows' rows forced at the last layer */
     const kvs_dlm_view *v;   /* the step's view (valid during the forward) */
@@ -77,7 +81,6 @@ static void spa_free_buffers(sched_spa *s) {
     free(s->ref);
     free(s->has);
     free(s->force);
-    free(s->cos);
     free(s->ord);
     if (s->sel)
         for (int l = 0; l < s->L; l++) kvs_ibuf_free(&s->sel[l]);
@@ -86,7 +89,6 @@ static void spa_free_buffers(sched_spa *s) {
     s->ratio = NULL;
     s->ref = NULL;
     s->has = s->force = NULL;
-    s->cos = NULL;
     s->ord = NULL;
     s->sel = NULL;
     s->layers = NULL;
@@ -104,11 +106,10 @@ static kvs_status spa_begin(void *self, int64_t n_tokens, int n_layers) {
     s->ratio = calloc(L, sizeof *s->ratio);
     s->has = calloc(L * n, 1);
     s->force = calloc(n, 1);
-    s->cos = calloc(n, sizeof *s->cos);
     s->ord = calloc(n, sizeof *s->ord);
     s->sel = calloc(L, sizeof *s->sel);
     s->layers = calloc(L, sizeof *s->layers);
-    if (!s->ratio || !s->has || !s->force || !s->cos || !s->ord || !s->sel || !s->layers)
+    if (!s->ratio || !s->has || !s->force || !s->ord || !s->sel || !s->layers)
         return kvs_error(KVS_ERR_OUT_OF_MEMORY, "schedule spa: out of host memory");
     KVS_TRY(kvs_spa_layer_ratios(&s->p, n_layers, s->ratio));
     s->all = 1;
@@ -129,11 +130,11 @@ static double cos_sim(const float *a, const float *b, int r) {
     return ab / sqrt(aa * bb);
 }
 
-static const double *g_cos; /* qsort context (the schedule is single-threaded per decode) */
+/* lowest cosine first, ties: lower position first */
 static int by_cos(const void *a, const void *b) {
-    int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
-    if (g_cos[i] != g_cos[j]) return g_cos[i] < g_cos[j] ? -1 : 1;
-    return (i > j) - (i < j);
+    const spa_key *x = a, *y = b;
+    if (x->cos != y->cos) return x->cos < y->cos ? -1 : 1;
+    return (x->t > y->t) - (x->t < y->t);
 }
 
 /* The forward's row-selection callback (kvs_layer_select). */
@@ -176,12 +177,10 @@ static kvs_status spa_select(void *user, int layer, const int32_t *cand, int64_t
             int32_t t = cand[i];
             if (!has[t]) s->force[t] = 1;
             if (s->force[t]) continue;
-            s->cos[t] = cos_sim(proxy + i * rank, ref + (size_t)t * rank, rank);
-            s->ord[m++] = t;
+            s->ord[m++] = (spa_key){.cos = cos_sim(proxy + i * rank, ref + (size_t)t * rank, rank), .t = t};
         }
-        g_cos = s->cos;
         qsort(s->ord, (size_t)m, sizeof *s->ord, by_cos);
-        for (int64_t i = 0; i < m && i < k; i++) s->force[s->ord[i]] = 2;
+        for (int64_t i = 0; i < m && i < k; i++) s->force[s->ord[i].t] = 2;
         for (int64_t i = 0; i < nc; i++) {
             int32_t t = cand[i];
             if (!s->force[t]) continue;
