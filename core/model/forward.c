@@ -262,6 +262,72 @@ static kvs_status check_finite(const float *lg, int64_t nl, int64_t V, const int
                      rows[i / V], isnan(lg[i]) ? "NaN" : "infinity", (long long)(i % V));
 }
 
+/* Loads rows cur[0..nc) of the cache's kept layer inputs x[l] into ws.x (KVS_CACHE_KEEP_X). */
+static kvs_status load_x(fwd_ctx *f, int l, const int32_t *cur, int64_t nc) {
+    kvs_model *m = f->m;
+    kvs_tensor *xc = kvs_cache_x(f->c, l);
+    int64_t dim = m->hp.dim;
+    kvs_tensor *idx = NULL, *dst = NULL, *src3 = NULL;
+    kvs_status s = fwd_view3(m, &idx, m->ws.rowsel, 0, nc, 1, 1);
+    for (int64_t i = 0; i < nc && s == KVS_OK; i++) f->tmp[i] = f->pos_host[cur[i]];
+    if (s == KVS_OK) s = kvs_tensor_upload(idx, f->tmp, 0, (size_t)nc * 4);
+    if (s == KVS_OK) s = fwd_view3(m, &dst, m->ws.x, 0, dim, nc, 1);
+    int64_t xne[3] = {dim, kvs_tensor_ne(xc, 1), 1};
+    if (s == KVS_OK) s = fwd_view_nd(m, &src3, xc, 0, 3, xne);
+    if (s == KVS_OK) s = kvs_gather(m->dev, src3, idx, dst);
+    fwd_view_done(&idx);
+    fwd_view_done(&dst);
+    fwd_view_done(&src3);
+    return s;
+}
+
+/* SPA-Cache row selection (kvs_layer_plan.select): the candidate rows *rows[0..*n) sit in ws.x and in
+ * the cache's kept inputs x[l]; their proxy scores xn Wp^T go to the callback, and the rows it
+ * chooses are loaded into ws.x (nothing moves when it keeps the candidates). */
+static kvs_status select_rows(fwd_ctx *f, int l, const kvs_layer_plan *lp, const int32_t **rows, int64_t *n) {
+    const char *op = "kvs_model_forward";
+    kvs_model *m = f->m;
+    const kvs_model_hparams *hp = &m->hp;
+    if (!kvs_cache_x(f->c, l))
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: layer %d selects its rows (select) but the cache keeps no layer inputs "
+                         "(KVS_CACHE_KEEP_X)", op, l);
+    int rank = lp->proxy_rank < 0 ? kvs_model_spa_rank_auto(m) : lp->proxy_rank;
+    const kvs_spa_proxy *px = NULL;
+    KVS_TRY(kvs_model_proxy_get(m, l, rank, lp->proxy_key, &px));
+    int64_t nc = *n;
+    kvs_tensor *x = NULL, *xn = NULL, *pr = NULL;
+    kvs_status s = fwd_view3(m, &x, m->ws.x, 0, hp->dim, nc, 1);
+    if (s == KVS_OK) s = fwd_view3(m, &xn, m->ws.xn, 0, hp->dim, nc, 1);
+    /* the scores in ws.att (rank <= n_kv_heads*head_dim <= its row width) */
+    if (s == KVS_OK) s = fwd_view3(m, &pr, m->ws.att, 0, rank, nc, 1);
+    if (s == KVS_OK) s = kvs_rmsnorm(m->dev, x, m->layers[l].attn_norm, xn, hp->rms_eps);
+    if (s == KVS_OK) s = kvs_matmul(m->dev, px->w, xn, pr, 0);
+    if (s == KVS_OK) s = fwd_host_grow((void **)&m->proxy_host, &m->proxy_host_cap, nc * rank, sizeof(float));
+    if (s == KVS_OK) s = kvs_tensor_download(pr, m->proxy_host, 0, (size_t)(nc * rank) * sizeof(float));
+    fwd_view_done(&x);
+    fwd_view_done(&xn);
+    fwd_view_done(&pr);
+    if (s != KVS_OK) return s;
+    const int32_t *sel = NULL;
+    int64_t ns = 0;
+    KVS_TRY(lp->select(lp->select_user, l, *rows, nc, m->proxy_host, rank, &sel, &ns));
+    if (!sel || ns < 1 || !fwd_rows_valid(sel, ns, f->n_tok))
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: layer %d: the selected rows must be >= 1 strictly increasing token "
+                         "indices in [0, %lld)", op, l, (long long)f->n_tok);
+    for (int64_t i = 0; i < lp->n_stat_rows; i++)
+        if (lp->stat_rows[i] >= ns)
+            return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: layer %d stat row %d outside its %lld selected rows", op, l,
+                             lp->stat_rows[i], (long long)ns);
+    for (int64_t i = 0; i < lp->n_probe; i++)
+        if (lp->probe_rows[i] >= ns)
+            return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: layer %d probe row %d outside its %lld selected rows", op, l,
+                             lp->probe_rows[i], (long long)ns);
+    if (!rows_equal(sel, ns, *rows, nc)) KVS_TRY(load_x(f, l, sel, ns));
+    *rows = sel;
+    *n = ns;
+    return KVS_OK;
+}
+
 static kvs_status final_logits(fwd_ctx *f, const int32_t *rows, int64_t n, kvs_step_result *res) {
     kvs_model *m = f->m;
     const kvs_model_hparams *hp = &m->hp;
@@ -432,6 +498,7 @@ kvs_status kvs_model_forward(kvs_model *m, kvs_kv_cache *c, const kvs_step_plan 
         } else if (cp->flags & KVS_CACHE_KEEP_X) {
             s = exchange_x(&f, l, prev, n_prev, rows, n, changed);
         }
+        if (s == KVS_OK && lp && lp->select) s = select_rows(&f, l, lp, &rows, &n);
         if (s == KVS_OK) s = run_layer(&f, l, rows, n, &m->stats[l]);
         res->rows_computed += n;
         if (s == KVS_OK && lp && lp->hook) {

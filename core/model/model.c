@@ -93,6 +93,7 @@ void kvs_model_destroy(kvs_model **mp) {
     if (!mp || !*mp) return;
     kvs_model *m = *mp;
     kvs_workspace_free(&m->ws);
+    kvs_model_proxy_free(m);
     if (m->layers) {
         for (int l = 0; l < m->hp.n_layers; l++) {
             kvs_layer_tensors *w = &m->layers[l];
@@ -142,7 +143,8 @@ kvs_status kvs_model_alloc(kvs_model **out, kvs_device *dev, const kvs_model_hpa
     m->x_cap = calloc((size_t)L, sizeof *m->x_cap);
     m->q_host = calloc((size_t)L, sizeof *m->q_host);
     m->q_cap = calloc((size_t)L, sizeof *m->q_cap);
-    if (!m->x_host || !m->x_cap || !m->q_host || !m->q_cap || !m->layers || !m->stats || !m->key_mass_host || !m->probs_host || !m->argmax_host || !m->key_mass_cap ||
+    m->spa = calloc((size_t)L, sizeof *m->spa);
+    if (!m->spa || !m->x_host || !m->x_cap || !m->q_host || !m->q_cap || !m->layers || !m->stats || !m->key_mass_host || !m->probs_host || !m->argmax_host || !m->key_mass_cap ||
         !m->probs_cap || !m->argmax_cap) {
         kvs_model_destroy(&m);
         return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_model_load: out of host memory");

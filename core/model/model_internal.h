@@ -18,6 +18,20 @@ typedef struct kvs_layer_tensors {
     kvs_tensor *q_norm, *k_norm; /* [head_dim] F32 (qk_norm) or NULL */
 } kvs_layer_tensors;
 
+/* One layer's SPA-Cache singular proxy (proxy.c; kvs_model_spa_proxy): the top `rank` right singular
+ * directions of the value (key = 0) or key (key = 1) projection, scaled by their singular values. */
+typedef struct kvs_spa_proxy {
+    int rank, key;           /* 0 rank: not made yet */
+    kvs_tensor *w;           /* [rank][dim] f32 on the model's device (matmul weight layout) */
+    float *w_host;           /* [rank][dim] the same on the host */
+    double *sv;              /* [min(dim, kv_dim)] every singular value, descending */
+} kvs_spa_proxy;
+
+/* The proxy of layer l (made on first use, remade when rank or key change). Errors: as
+ * kvs_model_spa_proxy. */
+kvs_status kvs_model_proxy_get(kvs_model *m, int layer, int rank, int key, const kvs_spa_proxy **out);
+void kvs_model_proxy_free(kvs_model *m);
+
 #define KVS_WS_VIEWS 64 /* views one layer of the forward may hold at once */
 
 /* What one step of the forward works in, grown on demand and reused (rows = max tokens seen): no
@@ -81,13 +95,16 @@ struct kvs_model {
     int64_t *x_cap;
     float **q_host;          /* [n_layers] want_q copies of the rotated queries */
     int64_t *q_cap;
+    kvs_spa_proxy *spa;      /* [n_layers] SPA-Cache singular proxies (proxy.c), made on first use */
+    float *proxy_host;       /* [rows][rank] the forward's proxy scores (kvs_layer_plan.select) */
+    int64_t proxy_host_cap;
 };
 
 void kvs_workspace_free(kvs_workspace *ws);
 
 /* model_weights.c: an attention weight of `layer` read to the host as f32, row-major as stored:
- * which 'q' -> Wq [n_heads*head_dim][dim], 'o' -> Wo [dim][n_heads*head_dim]. dst holds
- * n_heads*head_dim*dim floats. Used by the eviction policies that read weights (critical,
+ * which 'q' -> Wq [n_heads*head_dim][dim], 'o' -> Wo [dim][n_heads*head_dim], 'k' / 'v' -> Wk / Wv
+ * [n_kv_heads*head_dim][dim]. dst holds as many floats as the weight has. Used by the eviction policies that read weights (critical,
  * expected). Errors: KVS_ERR_INVALID_ARGUMENT (NULL, bad layer or which), KVS_ERR_DTYPE (a weight
  * dtype other than f32/f16/bf16), KVS_ERR_OUT_OF_MEMORY, the device's. */
 kvs_status kvs_model_attn_weight_f32(const kvs_model *m, int layer, char which, float *dst);

@@ -1,15 +1,17 @@
 /* Host copies of a model's attention weights for the eviction policies that read them (CriticalKV's
  * Wo, ExpectedAttention's Wq; see policy.h). Declared in model_internal.h. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "model/model_internal.h"
 #include "quant/quant.h"
 
 kvs_status kvs_model_attn_weight_f32(const kvs_model *m, int layer, char which, float *dst) {
     const char *op = "kvs_model_attn_weight_f32";
-    if (!m || !dst || layer < 0 || layer >= m->hp.n_layers || (which != 'q' && which != 'o'))
+    if (!m || !dst || layer < 0 || layer >= m->hp.n_layers || !strchr("qokv", which) || !which)
         return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: NULL argument, layer %d or weight '%c'", op, layer, which);
-    const kvs_tensor *t = which == 'q' ? m->layers[layer].wq : m->layers[layer].wo;
+    const kvs_layer_tensors *w = &m->layers[layer];
+    const kvs_tensor *t = which == 'q' ? w->wq : which == 'o' ? w->wo : which == 'k' ? w->wk : w->wv;
     int64_t n = kvs_tensor_nelements(t);
     kvs_dtype dt = kvs_tensor_dtype(t);
     if (dt == KVS_F32) return kvs_tensor_download(t, dst, 0, (size_t)n * 4);

@@ -487,5 +487,6 @@ kvs_status kvs_dlm_schedule_from_name(kvs_dlm_schedule **out, const char *name, 
     if (!strcmp(name, "delayed")) return kvs_dlm_schedule_delayed(out, reload);
     if (!strcmp(name, "elastic")) return kvs_dlm_schedule_elastic(out, ep);
     if (!strcmp(name, "d2cache")) return kvs_dlm_schedule_d2cache(out, NULL);
-    return kvs_error(KVS_ERR_INVALID_ARGUMENT, "unknown cache schedule '%s' (none, prefix, dual, delayed, elastic, d2cache)", name);
+    if (!strcmp(name, "spa")) return kvs_dlm_schedule_spa(out, NULL);
+    return kvs_error(KVS_ERR_INVALID_ARGUMENT, "unknown cache schedule '%s' (none, prefix, dual, delayed, elastic, d2cache, spa)", name);
 }

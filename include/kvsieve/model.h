@@ -128,6 +128,17 @@ struct kvs_layer_stats;
  * layer's need KVS_CACHE_KEEP_X, as for any plan. */
 typedef const struct kvs_layer_plan *(*kvs_layer_hook)(void *user, int layer, const struct kvs_layer_stats *stats);
 
+/* Row selection (SPA-Cache, kvs_dlm_schedule_spa): called by kvs_model_forward before layer `layer`
+ * runs, with the layer's candidate rows cand[0..n_cand) (token indices, increasing: the layer plan's
+ * rows, or the previous layer's) and their proxy scores proxy[n_cand][rank] = xn Wp^T, xn the rows'
+ * normalised layer input (rmsnorm(x) * attn_norm, as the attention projections read it), Wp the
+ * layer's singular proxy (kvs_model_spa_proxy). Sets *rows / *n_rows to the rows the layer computes
+ * (token indices, strictly increasing, >= 1 of them; any rows, not only candidates; the array owned
+ * by the callback's owner, valid until the forward returns). Returns KVS_OK or an error, which ends
+ * the forward with it. */
+typedef kvs_status (*kvs_layer_select)(void *user, int layer, const int32_t *cand, int64_t n_cand, const float *proxy,
+                                       int rank, const int32_t **rows, int64_t *n_rows);
+
 typedef struct kvs_layer_plan {
     /* Rows computed at this layer: indices into the plan's tokens, strictly increasing.
      * NULL with n_rows 0: the same rows as the previous layer (layer 0: all tokens). */
@@ -161,6 +172,16 @@ typedef struct kvs_layer_plan {
     /* 1: return this layer's queries after RoPE, as the attention reads them, in result q
      * (ThinK's channel scores, kvs_evict_params.think_ratio). */
     int want_q;
+    /* SPA-Cache row selection (kvs_layer_select; NULL = none): the candidate rows (rows above) are
+     * loaded, projected onto the layer's singular proxy of rank proxy_rank (> 0; -1: the automatic
+     * rank kvs_model_spa_rank_auto) of the value (proxy_key 0) or key (1) projection on the device,
+     * and `select` chooses the rows the layer computes, which are then read from the cache's kept
+     * layer inputs (needs KVS_CACHE_KEEP_X). A selection equal to the candidates computes exactly
+     * what the plan without select computes (bit-identical). */
+    kvs_layer_select select;
+    void *select_user;
+    int proxy_rank;
+    int proxy_key;
 } kvs_layer_plan;
 
 typedef struct kvs_step_plan {
@@ -221,11 +242,35 @@ typedef struct kvs_step_result {
                                  * projection of the logit rows, download), s */
 } kvs_step_result;
 
+/* SPA-Cache singular proxy of `layer` (Sun et al. 2026, arXiv 2602.02544, sec. 3 "singular proxy";
+ * reference wenhao728/spa-cache spac/utils/proxy.py, save_projection_svd_from_model and
+ * load_proxy_projection_from_dir). W = the layer's value projection Wv [n_kv_heads*head_dim][dim]
+ * (key = 1: Wk), decomposed once on the host in float64 (one-sided Jacobi, no LAPACK) as
+ * W^T = U S V^T; the proxy is Wp = (U_r S_r)^T [rank][dim] (the reference's nn.Linear weight
+ * (V[:, :r] * S[:r]).T, its "V" being our U), so that xn Wp^T = (xn W^T) V_r: a row's value vector
+ * in the coordinates of its top-rank singular directions (bias not included). Kept on the model's
+ * device after the first call for the forward's row selection (kvs_layer_plan.select); a call with
+ * another rank or key rebuilds it. weights: NULL or rank*dim floats (row-major [rank][dim]);
+ * sv: NULL or rank doubles, the singular values S_0 >= S_1 >= ...
+ * Cost O(sweeps * kv_dim^2 * dim) float64 per layer: under a millisecond for the bundled models, many
+ * minutes for a 4096-wide layer (a randomised SVD would be the tool there).
+ * Errors: KVS_ERR_INVALID_ARGUMENT (NULL model, layer out of range, key not 0/1, rank < 1 or
+ * > min(dim, n_kv_heads*head_dim)), KVS_ERR_DTYPE (a weight type the host cannot read),
+ * KVS_ERR_OUT_OF_MEMORY, KVS_ERR_STATE (no SVD convergence), the device's. */
+KVS_API kvs_status kvs_model_spa_proxy(kvs_model *m, int layer, int rank, int key, float *weights, double *sv);
+
+/* The automatic proxy rank: n_kv_heads*head_dim / 32 (LLaDA-8B: 4096 / 32 = 128, the reference's
+ * proxy_rank for LLaDA in scripts/llada/eval_*.sh), at least 8, at most min(dim, kv dim) (the
+ * bundled stories260K-llada: 8 of 32). 0 for NULL. */
+KVS_API int kvs_model_spa_rank_auto(const kvs_model *m);
+
 /* Runs one step plan against the cache and returns logits and statistics.
  * Errors: KVS_ERR_INVALID_ARGUMENT (ids outside the vocabulary, rope_in_cache on a positional cache, a
  * key_limit not above its token's position, rows not increasing or out of
  * range, logit rows not computed at the last layer, statistics rows out of range, a layer whose
- * rows differ from the previous layer's without KVS_CACHE_KEEP_X), KVS_ERR_OUT_OF_RANGE (a
+ * rows differ from the previous layer's without KVS_CACHE_KEEP_X, a select without KVS_CACHE_KEEP_X, a
+ * selection not strictly increasing or out of range, a proxy rank out of range), the select
+ * callback's error, KVS_ERR_OUT_OF_RANGE (a
  * position beyond the cache capacity, an append cache that is full), KVS_ERR_SHAPE (cache built
  * for another model), and the ops' errors. */
 KVS_API kvs_status kvs_model_forward(kvs_model *m, kvs_kv_cache *c, const kvs_step_plan *plan,

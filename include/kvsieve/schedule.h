@@ -266,8 +266,75 @@ KVS_API kvs_d2cache_params kvs_d2cache_params_default(void);
  * KVS_ERR_OUT_OF_MEMORY. */
 KVS_API kvs_status kvs_dlm_schedule_d2cache(kvs_dlm_schedule **out, const kvs_d2cache_params *p);
 
-/* By name: "none", "prefix", "dual", "delayed", "elastic", "d2cache" with the given parameters (NULL:
- * defaults; d2cache: its defaults); reload for delayed. Errors: KVS_ERR_INVALID_ARGUMENT (unknown name). */
+/* ---- SPA-Cache: singular proxies for adaptive caching (core/schedule/spa_cache.c) ------------- */
+
+typedef struct kvs_spa_params {
+    int rank;           /* proxy rank r, >= 0; 0 (default): automatic, kvs_model_spa_rank_auto (kv dim /
+                         * 32, at least 8: the reference's 128 for LLaDA-8B's 4096-wide value
+                         * projection, scripts/llada/eval_*.sh proxy_rank=128; 8 on stories260K-llada).
+                         * A rank above min(dim, kv dim) is refused by the first step's forward */
+    int key;            /* 0 (default): the value projection's proxy (the reference); 1: the key's */
+    float budget;       /* the profile's peak share of the candidate rows a layer recomputes per step,
+                         * (0, 1]; default 0.25 (reference max_update_ratio=0.25, every eval script) */
+    int uniform;        /* 1: every layer >= 1 gets `budget` (update_ratio_dist 'uniform'); 0 (default):
+                         * the reference's split Gaussian over depth ('gaussian', cache.py
+                         * _split_gaussian_frequency). Anchor: uniform 1 with budget 1 = no cache */
+    float min_ratio;    /* floor of the Gaussian's rising side, [0, budget]; default 1/16 (reference
+                         * scripts/llada/eval.py min_update_ratio = 2**-4) */
+    float peak_pos;     /* depth l / n_layers of the peak, (0, 1); default 0.75 */
+    float start, end;   /* the Gaussian at depth 0 and 1 as fractions of the peak, (0, 1); defaults 0.12
+                         * and 0.52 (cache.py get_update_ratio for LLaDA-8B-Instruct: peak_pos 0.75,
+                         * freq_start 0.03, freq_end 0.13 over freq_peak 0.25) */
+    int refresh;        /* every `refresh` steps (and at step 0) all rows at all layers, >= 1; default 50
+                         * (refresh_steps=50, scripts/llada/eval_gsm8k.sh) */
+    int refresh_gen;    /* every `refresh_gen` steps the generation rows at all layers, the prompt's K/V
+                         * reused, >= 1; default 7 (refresh_gen_steps=7, eval_gsm8k.sh) */
+} kvs_spa_params;
+
+KVS_API kvs_spa_params kvs_spa_params_default(void);
+
+/* The per-layer ratios of p for a model of n_layers layers into ratio[n_layers]: ratio[0] = 1 (the
+ * first layer always updates, reference SpaCache.check_update); layer l >= 1 at depth t = l /
+ * n_layers: uniform: budget; else budget * exp(-(t - peak_pos)^2 / (2 s^2)), s chosen so that the
+ * curve reaches start * budget at t = 0 (left of the peak, then clipped from below at min_ratio) and
+ * end * budget at t = 1 (right); every ratio capped at 1. (Reference cache.py _split_gaussian_frequency
+ * with scale = max_update_ratio / freq_peak.) Stories260K-llada (5 layers), defaults: 1, 0.080, 0.158,
+ * 0.230, 0.243. Errors: KVS_ERR_INVALID_ARGUMENT (NULL, n_layers < 1). */
+KVS_API kvs_status kvs_spa_layer_ratios(const kvs_spa_params *p, int n_layers, double *ratio);
+
+/* SPA-Cache (Sun et al. 2026, "SPA-Cache: Singular Proxies for Adaptive Caching in Diffusion Language
+ * Models", arXiv 2602.02544; reference code wenhao728/spa-cache: spac/cache.py SpaCache.check_update,
+ * get_update_ratio; spac/llada/hooks.py; spac/sequence.py; spac/utils/proxy.py). Steps: step 0 and
+ * every `refresh` steps run every row at every layer; every `refresh_gen` steps the generation rows
+ * [prompt_len, n) at every layer (shifted logits, Dream: from prompt_len - 1, the row that predicts
+ * the first generated position; likewise below). Other steps: layer 0 computes every generation row; before each
+ * layer l >= 1 the forward projects the generation rows' normalised inputs onto the layer's singular
+ * proxy (kvs_model_spa_proxy: rank r, on the device, kvs_layer_plan.select) and the layer computes
+ * the floor(G * ratio_l) rows (G generation rows, ratios kvs_spa_layer_ratios) whose proxy has the
+ * lowest cosine similarity (float64) to the proxy stored for the row at that layer (ties: lower
+ * position first), plus rows the layer never computed, plus at the last layer the block's masked
+ * rows whose logits the loop reads (shifted logits: also the row before each). Logits: the block's
+ * masked positions; candidates: those (the loop's rule).
+ * Ours (documented deviations): (1) the reference propagates every generation row through every
+ * layer, recomputes every row's K/V and caches only the selected-out rows' attention + FFN residual
+ * (x_{l+1} = x_l + cached delta); our forward has no such residual cache: a row a layer skips keeps
+ * that layer's K/V and output from when it was last computed (as d2cache and elastic do), so (2) the
+ * stored proxy a row is compared with is the one from its last computation at that layer (the state
+ * its cache entry was made from), where the reference keeps the previous step's. (3) The block's
+ * masked rows are forced at the last layer (the reference reads every row's logits from the
+ * propagated states). (4) The proxy scores cost G x dim x r multiply-adds per layer and step, not
+ * counted in the compute fraction (rows x layers).
+ * Anchor: uniform 1 with budget 1 gives every layer ratio 1: every step runs every row (through the
+ * select path, which then moves nothing) = the no-cache decode, bit-identical.
+ * Needs a cache with KVS_CACHE_KEEP_X (kvs_dlm_schedule_cache_flags). Errors: KVS_ERR_INVALID_ARGUMENT
+ * (out NULL, rank < 0, key not 0/1, budget outside (0, 1], uniform not 0/1, min_ratio outside
+ * [0, budget], peak_pos, start or end outside (0, 1), refresh or refresh_gen < 1),
+ * KVS_ERR_OUT_OF_MEMORY; at the first step, the forward's (a rank above min(dim, kv dim)). */
+KVS_API kvs_status kvs_dlm_schedule_spa(kvs_dlm_schedule **out, const kvs_spa_params *p);
+
+/* By name: "none", "prefix", "dual", "delayed", "elastic", "d2cache", "spa" with the given parameters
+ * (NULL: defaults; d2cache, spa: their defaults); reload for delayed. Errors: KVS_ERR_INVALID_ARGUMENT
+ * (unknown name). */
 KVS_API kvs_status kvs_dlm_schedule_from_name(kvs_dlm_schedule **out, const char *name, int reload,
                                               const kvs_elastic_params *ep);
 

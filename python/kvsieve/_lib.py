@@ -153,7 +153,8 @@ class LayerPlan(Structure):
                 ("probe_rows", POINTER(c_int32)), ("n_probe", c_int64), ("want_argmax", c_int),
                 ("keep", POINTER(c_int32)), ("n_keep", POINTER(c_int64)), ("keep_stride", c_int64),
                 ("want_x", c_int), ("latent", c_void_p), ("hook", c_void_p), ("hook_user", c_void_p),
-                ("want_q", c_int)]
+                ("want_q", c_int), ("select", c_void_p), ("select_user", c_void_p), ("proxy_rank", c_int),
+                ("proxy_key", c_int)]
 
 
 class StepPlan(Structure):

@@ -180,7 +180,7 @@ int cmd_eval_dlm(int argc, char **argv) {
     double threshold = 0.9;
     dlm_cache_opts co = dlm_cache_opts_default();
     cache_type_opts ct = {0};
-    cli_opt opts[40] = {
+    cli_opt opts[48] = {
         {"dlm", 0, CLI_FLAG, &dlm_flag, NULL, "evaluate the diffusion-LM cache schedules (this command)"},
         {"model", 'm', CLI_STRING, &model, "MODEL", "masked-diffusion model (default stories260K-llada-f32.gguf)"},
         {"prompts", 0, CLI_STRING, &prompts_path, "FILE", "prompts, one per line (required)"},

@@ -94,7 +94,7 @@ int cmd_eval_dlm_tasks(int argc, char **argv) {
     int64_t limit = 0;
     double threshold = 0.9;
     dlm_cache_opts co = dlm_cache_opts_default();
-    cli_opt opts[32] = {
+    cli_opt opts[40] = {
         {"dlm", 0, CLI_FLAG, &dlm_flag, NULL, "evaluate the diffusion-LM cache schedules (required)"},
         {"tasks", 0, CLI_STRING, &tasks_path, "FILE", "task file: JSON lines {task, prompt, answer, gen, block} (required)"},
         {"model", 'm', CLI_STRING, &model, "MODEL", "masked-diffusion model (default stories260K-llada-f32.gguf)"},

@@ -155,7 +155,7 @@ int cmd_generate(int argc, char **argv) {
         .prog = PROG,
         .usage = "-m MODEL [-p PROMPT] [-n N] [-c N] [--backend B] [--temp T] [--top-p P] [--seed S] [--block B] "
                  "[--steps S] [--threshold E] [--json] [--policy NAME --budget F|N [--scope head|layer|global] "
-                 "[--sink N] [--window N] [--rerotate] [--think R]] [--speculative [--draft N]] [--cache none|prefix|dual|delayed|elastic|d2cache] [--gamma G] "
+                 "[--sink N] [--window N] [--rerotate] [--think R]] [--speculative [--draft N]] [--cache none|prefix|dual|delayed|elastic|d2cache|spa] [--gamma G] "
                  "[--window W] [--track K] [--reload R] [--wavefilter] [--wf-family F] [--wf-levels J] "
                  "[--wf-budget F] [--wf-keep-mass P] [--compare] [--stop-eos] [--block-causal] [--stats] [--profile]",
         .summary = "Generate text with an autoregressive (llama, qwen2, qwen3) or masked-diffusion (llada, dream) model.",

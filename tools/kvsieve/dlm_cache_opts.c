@@ -10,16 +10,22 @@ dlm_cache_opts dlm_cache_opts_default(void) {
     dlm_cache_opts o = {.cache = "none", .gamma = CLI_UNSET_DBL, .window = CLI_UNSET_INT, .track = CLI_UNSET_INT,
                         .reload = CLI_UNSET_INT, .sim = NULL, .block_refresh = CLI_UNSET_INT, .wavefilter = 0,
                         .wf_family = "haar", .wf_levels = 3, .wf_budget = 0.5, .wf_rho = 0.5,
-                        .wf_keep_mass = 0.0};
+                        .wf_keep_mass = 0.0, .spa_rank = CLI_UNSET_INT, .spa_budget = CLI_UNSET_DBL,
+                        .spa_uniform = 0, .spa_refresh = CLI_UNSET_INT, .spa_refresh_gen = CLI_UNSET_INT};
     return o;
 }
 
 int dlm_cache_check_flags(const char *prog, const dlm_cache_opts *o, char *const *caches, int n) {
-    int elastic = 0, delayed = 0;
+    int elastic = 0, delayed = 0, spa = 0;
     for (int i = 0; i < n; i++) {
         elastic |= !strcmp(caches[i], "elastic");
         delayed |= !strcmp(caches[i], "delayed");
+        spa |= !strcmp(caches[i], "spa");
     }
+    if (!spa && (o->spa_rank != CLI_UNSET_INT || !isnan(o->spa_budget) || o->spa_uniform || o->spa_refresh != CLI_UNSET_INT ||
+                 o->spa_refresh_gen != CLI_UNSET_INT))
+        return cli_fail(CLI_EXIT_USAGE, prog, "--spa-rank, --spa-budget, --spa-uniform, --spa-refresh and --spa-refresh-gen "
+                        "are for the spa cache, which is not run");
     if (!elastic && (!isnan(o->gamma) || o->window != CLI_UNSET_INT || o->track != CLI_UNSET_INT || o->sim ||
                      o->block_refresh != CLI_UNSET_INT))
         return cli_fail(CLI_EXIT_USAGE, prog, "--gamma, --window, --track, --elastic-sim and --elastic-block-refresh "
@@ -31,7 +37,8 @@ int dlm_cache_check_flags(const char *prog, const dlm_cache_opts *o, char *const
 
 void dlm_cache_cli_opts(dlm_cache_opts *o, cli_opt *opts) {
     const cli_opt t[DLM_CACHE_N_OPTS] = {
-        {"cache", 0, CLI_STRING, &o->cache, "C", "diffusion cache: none | prefix | dual | delayed | elastic | d2cache (default none)"},
+        {"cache", 0, CLI_STRING, &o->cache, "C", "diffusion cache: none | prefix | dual | delayed | elastic | d2cache | spa "
+                                                 "(default none)"},
         {"gamma", 0, CLI_DOUBLE, &o->gamma, "G", "elastic: attention-drift threshold in [0, 1] (default 0.9)"},
         {"window", 0, CLI_INT, &o->window, "W", "elastic: masked positions queried per step (default 16)"},
         {"track", 0, CLI_INT, &o->track, "K", "elastic: most-attended tokens tracked per layer (default 1)"},
@@ -47,6 +54,14 @@ void dlm_cache_cli_opts(dlm_cache_opts *o, cli_opt *opts) {
         {"wf-rho", 0, CLI_DOUBLE, &o->wf_rho, "S", "WaveFilter skim share of the free budget in [0, 1] (default 0.5)"},
         {"wf-keep-mass", 0, CLI_DOUBLE, &o->wf_keep_mass, "P", "WaveFilter PSA-style keep-sets: the fewest rows covering P "
                                                               "of the attention mass, --wf-budget as the cap (default 0: off)"},
+        {"spa-rank", 0, CLI_INT, &o->spa_rank, "R", "spa: singular-proxy rank (default 0: kv dim / 32, at least 8)"},
+        {"spa-budget", 0, CLI_DOUBLE, &o->spa_budget, "F", "spa: peak share of the generation rows a layer recomputes per "
+                                                            "step, in (0, 1] (default 0.25)"},
+        {"spa-uniform", 0, CLI_FLAG, &o->spa_uniform, NULL, "spa: every layer gets --spa-budget (default: the reference's "
+                                                            "Gaussian over depth); with --spa-budget 1 = no cache"},
+        {"spa-refresh", 0, CLI_INT, &o->spa_refresh, "N", "spa: every row at every layer every N steps (default 50)"},
+        {"spa-refresh-gen", 0, CLI_INT, &o->spa_refresh_gen, "N", "spa: every generation row at every layer every N steps "
+                                                                  "(default 7)"},
     };
     memcpy(opts, t, sizeof t);
 }
@@ -64,7 +79,15 @@ int dlm_cache_build(const char *prog, const dlm_cache_opts *o, const char *cache
     if (o->sim && !strcmp(o->sim, "heads")) ep.sim = KVS_ELASTIC_SIM_HEADS;
     else if (o->sim && strcmp(o->sim, "rows")) return cli_fail(CLI_EXIT_USAGE, prog, "--elastic-sim %s: want rows or heads", o->sim);
     kvs_dlm_schedule *s = NULL;
-    if (kvs_dlm_schedule_from_name(&s, name, o->reload != CLI_UNSET_INT ? o->reload : KVS_DLM_DELAYED_RELOAD_DEFAULT, &ep) != KVS_OK)
+    if (!strcmp(name, "spa")) {
+        kvs_spa_params sp = kvs_spa_params_default();
+        if (o->spa_rank != CLI_UNSET_INT) sp.rank = o->spa_rank;
+        if (!isnan(o->spa_budget)) sp.budget = (float)o->spa_budget;
+        sp.uniform = o->spa_uniform;
+        if (o->spa_refresh != CLI_UNSET_INT) sp.refresh = o->spa_refresh;
+        if (o->spa_refresh_gen != CLI_UNSET_INT) sp.refresh_gen = o->spa_refresh_gen;
+        if (kvs_dlm_schedule_spa(&s, &sp) != KVS_OK) return cli_fail(CLI_EXIT_USAGE, prog, "--cache spa: %s", kvs_last_error());
+    } else if (kvs_dlm_schedule_from_name(&s, name, o->reload != CLI_UNSET_INT ? o->reload : KVS_DLM_DELAYED_RELOAD_DEFAULT, &ep) != KVS_OK)
         return cli_fail(CLI_EXIT_USAGE, prog, "--cache %s: %s", name, kvs_last_error());
     if (wf) {
         kvs_wavefilter_params wp = kvs_wavefilter_params_default();

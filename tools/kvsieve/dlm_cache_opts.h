@@ -1,7 +1,8 @@
 /* kvsieve CLI — DLM cache schedule options shared by `generate` and `eval --dlm`:
  * --cache none|prefix|dual|delayed|elastic, --gamma, --window, --track, --elastic-sim,
  * --elastic-block-refresh, --reload, --wavefilter,
- * --wf-family, --wf-levels, --wf-budget, --wf-rho, --wf-keep-mass (see include/kvsieve/schedule.h). */
+ * --wf-family, --wf-levels, --wf-budget, --wf-rho, --wf-keep-mass, --spa-rank, --spa-budget, --spa-uniform,
+ * --spa-refresh, --spa-refresh-gen (see include/kvsieve/schedule.h). */
 #ifndef KVS_TOOLS_DLM_CACHE_OPTS_H
 #define KVS_TOOLS_DLM_CACHE_OPTS_H
 
@@ -21,13 +22,17 @@ typedef struct dlm_cache_opts {
     double wf_budget;       /* kept fraction, default 0.5 */
     double wf_rho;          /* skim share, default 0.5 */
     double wf_keep_mass;    /* PSA-style top-p keep-sets (kvs_wavefilter_params.keep_mass); 0 = off */
+    int spa_rank;           /* SPA-Cache (kvs_spa_params): proxy rank, 0 = automatic */
+    double spa_budget;      /* peak per-layer recompute share, default 0.25 */
+    int spa_uniform;        /* 1: every layer gets the budget */
+    int spa_refresh, spa_refresh_gen; /* full / generation-row refresh intervals, default 50 / 7 */
 } dlm_cache_opts;
 
 /* Defaults as documented on each field. */
 dlm_cache_opts dlm_cache_opts_default(void);
 
 /* The option table entries (DLM_CACHE_N_OPTS of them) bound to o, written into opts[0..DLM_CACHE_N_OPTS). */
-#define DLM_CACHE_N_OPTS 13
+#define DLM_CACHE_N_OPTS 18
 void dlm_cache_cli_opts(dlm_cache_opts *o, cli_opt *opts);
 
 /* Builds the schedule (NULL for "none" without WaveFilter). 0 on success; on failure prints one line
@@ -37,7 +42,7 @@ int dlm_cache_build(const char *prog, const dlm_cache_opts *o, const char *cache
 
 /* Refuses (CLI_EXIT_USAGE, one line) schedule-specific flags when no listed cache takes them:
  * --gamma/--window/--track/--elastic-sim/--elastic-block-refresh without elastic, --reload without
- * delayed. 0 when fine. */
+ * delayed, --spa-* without spa. 0 when fine. */
 int dlm_cache_check_flags(const char *prog, const dlm_cache_opts *o, char *const *caches, int n);
 
 #endif
