@@ -48,6 +48,7 @@
 #define KVS_BACKENDS_CPU_ATTENTION_H
 
 #include "cpu_kernels.h"
+#include "attention_q8.h"
 #include "matmul.h"
 
 #define ATT_BK 256       /* keys per tile */
@@ -85,6 +86,11 @@ typedef struct att_ctx {
                float *S, int64_t lds); /* the fused Q . block K^T of the op's ISA (NULL: portable) */
     int (*qpv)(kvs_dtype dt, const void *V, int64_t rb, const float *P, int64_t ldp, int64_t M, int64_t n, int64_t d,
                float *O);        /* the fused P . block V of the op's ISA (NULL: portable) */
+    /* variants -vnni / -q8 (attention_q8.h): Q . block K^T on 8-bit query codes for the types it
+     * has (q8_0, q4_0; q8off >= 0), else NULL (the f32 qqk above) */
+    int (*qqk8)(kvs_dtype dt, const void *K, int64_t rb, const kvs_att_q8 *Q, int64_t M, int64_t n, float scale,
+                float *S, int64_t lds);
+    int32_t q8off;
     float *out;
     const int32_t *q_pos, *k_pos, *kv_len, *row_len;
     const float *mask;
@@ -122,6 +128,11 @@ typedef struct att_work {
      * that tile's logits. NULL: recompute every tile. */
     float *E, *mu;
     int64_t ldl;
+    /* c->qqk8: the task's query rows quantized by kvs_cpu_att_rows (attention_q8.h), [M][d] codes,
+     * [M][d/32] scales, [M][d/4] offsets */
+    int8_t *q8;
+    float *q8d;
+    int32_t *q8c;
     uint8_t *tile_ok;
     int64_t n_tiles;
 } att_work;

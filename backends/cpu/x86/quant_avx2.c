@@ -10,6 +10,7 @@
 #if KVS_CPU_HAVE_AVX2 && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 
+#include "../attention_q8.h"
 #include "../matmul.h"
 #include "quant/quant_blocks.h"
 
@@ -91,5 +92,15 @@ void kvs_cpu_qdot_rows_avx2(const void *wrow, kvs_dtype dt, const float *x, int6
 
 void kvs_cpu_q8dot_avx2(const void *wrow, kvs_dtype dt, const kvs_q8_rows *x, int64_t n, float *acc) {
     q8_dot(wrow, dt, x, n, acc);
+}
+
+/* Decode attention's Q.K^T on 8-bit query codes (../attention_q8.h): att_q8.h with vpmaddubsw. */
+#define AQ8_VNNI 0
+#define AQ8_ROWS 2
+#include "att_q8.h"
+
+int kvs_cpu_att_qk_q8_avx2(kvs_dtype dt, const void *K, int64_t rb, const kvs_att_q8 *Q, int64_t M, int64_t n,
+                           float scale, float *S, int64_t lds) {
+    return aq8_qk(dt, K, rb, Q, M, n, scale, S, lds);
 }
 #endif

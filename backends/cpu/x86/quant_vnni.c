@@ -12,6 +12,7 @@
 #endif
 #include <immintrin.h>
 
+#include "../attention_q8.h"
 #include "../matmul.h"
 #include "quant/quant_blocks.h"
 
@@ -21,6 +22,16 @@
 
 void kvs_cpu_q8dot_vnni(const void *wrow, kvs_dtype dt, const kvs_q8_rows *x, int64_t n, float *acc) {
     q8_dot(wrow, dt, x, n, acc);
+}
+
+/* Decode attention's Q.K^T on 8-bit query codes (../attention_q8.h): att_q8.h with vpdpbusd. */
+#define AQ8_VNNI 1
+#define AQ8_ROWS 4
+#include "att_q8.h"
+
+int kvs_cpu_att_qk_q8_vnni(kvs_dtype dt, const void *K, int64_t rb, const kvs_att_q8 *Q, int64_t M, int64_t n,
+                           float scale, float *S, int64_t lds) {
+    return aq8_qk(dt, K, rb, Q, M, n, scale, S, lds);
 }
 
 #if defined(__clang__)

@@ -1,0 +1,119 @@
+/* CPU backend, x86: decode attention's S = Q.K^T over a q8_0 / q4_0 K on 8-bit query codes
+ * (contract, scheme and error bound: ../attention_q8.h), written once on 256-bit registers and
+ * included by quant_vnni.c (AVX512-VNNI + VL: vpdpbusd, AQ8_VNNI 1, 4 query rows in registers) and
+ * quant_avx2.c (vpmaddubsw + vpmaddwd, AQ8_VNNI 0, 2 rows: 16 registers), after quant_q8.h, whose
+ * Q8_DPBUSD(acc, u8, s8) they define. Not a public header; no include guard on purpose.
+ *
+ * Four keys at a time against AQ8_ROWS query rows: each K block's 32 codes are unpacked once into a
+ * register as unsigned bytes (q4_0: the nibbles 0..15, values 0..15 then 16..31; q8_0 on VNNI: code
+ * + 128 by an XOR; on AVX2: |code|, the query taking the code's sign), dotted with each row's 32
+ * codes starting from the row's corr (the offset's share, -off * the sum of each 4 query codes), and
+ * the 8 integer lanes converted and multiplied by d_k dq into one f32 accumulator per (row, key);
+ * the four horizontal sums of a row are done together at the end of the keys' blocks. */
+
+#define AQ8_INLINE static inline __attribute__((always_inline))
+
+/* out[0..3] = the lane sums of a, b, c, d */
+AQ8_INLINE void aq8_hsum4(__m256 a, __m256 b, __m256 c, __m256 d, float *out) {
+    const __m256 abcd = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1)));
+}
+
+AQ8_INLINE float aq8_hsum(__m256 s) {
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+}
+
+/* Rows [r0, r0 + R) against keys [j, j + NK) (R <= AQ8_ROWS, NK 4 or 1: constants after inlining);
+ * q4: K is q4_0 (else q8_0). */
+AQ8_INLINE void aq8_tile(const int q4, const int R, const int NK, const uint8_t *K, int64_t rb, const kvs_att_q8 *Q,
+                         int64_t r0, int64_t j, float scale, float *S, int64_t lds) {
+    const int64_t d = Q->d, nb = d / 32, bb = q4 ? 18 : 34;
+    __m256 acc[AQ8_ROWS][4];
+    for (int r = 0; r < R; r++)
+        for (int u = 0; u < NK; u++) acc[r][u] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i cu[4], cs[4];
+        float dk[4];
+        for (int u = 0; u < NK; u++) {
+            const uint8_t *blk = K + (j + u) * rb + b * bb;
+            dk[u] = _cvtsh_ss((unsigned short)(blk[0] | blk[1] << 8));
+            if (q4) {
+                const __m128i v = _mm_loadu_si128((const __m128i *)(blk + 2));
+                cu[u] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(15));
+                cs[u] = cu[u];
+            } else {
+                cs[u] = _mm256_loadu_si256((const __m256i *)(blk + 2));
+                cu[u] = AQ8_VNNI ? _mm256_xor_si256(cs[u], _mm256_set1_epi8((char)0x80)) : _mm256_sign_epi8(cs[u], cs[u]);
+            }
+        }
+        for (int r = 0; r < R; r++) {
+            const int64_t row = r0 + r;
+            const __m256i qv = _mm256_loadu_si256((const __m256i *)(Q->q + row * d + b * 32));
+            const __m256i cv = _mm256_loadu_si256((const __m256i *)(Q->corr + row * (d / 4) + b * 8));
+            const float dq = Q->dq[row * nb + b];
+            for (int u = 0; u < NK; u++) {
+                const __m256i y = (!q4 && !AQ8_VNNI) ? _mm256_sign_epi8(qv, cs[u]) : qv;
+                const __m256i p = Q8_DPBUSD(cv, cu[u], y);
+                acc[r][u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dk[u] * dq), acc[r][u]);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        float *s = S + (r0 + r) * lds + j;
+        if (NK == 4) {
+            float o[4];
+            aq8_hsum4(acc[r][0], acc[r][1], acc[r][2], acc[r][3], o);
+            for (int u = 0; u < 4; u++) s[u] = scale * o[u];
+        } else {
+            s[0] = scale * aq8_hsum(acc[r][0]);
+        }
+    }
+}
+
+#define AQ8_KEYS(Q4, R)                                                                                \
+    do {                                                                                               \
+        int64_t j = 0;                                                                                 \
+        for (; j + 4 <= n; j += 4) aq8_tile((Q4), (R), 4, K, rb, Q, r0, j, scale, S, lds);             \
+        for (; j < n; j++) aq8_tile((Q4), (R), 1, K, rb, Q, r0, j, scale, S, lds);                     \
+    } while (0)
+
+static void aq8_rows(const int q4, const uint8_t *K, int64_t rb, const kvs_att_q8 *Q, int64_t M, int64_t n, float scale,
+                     float *S, int64_t lds) {
+    for (int64_t r0 = 0; r0 < M; r0 += AQ8_ROWS) {
+        const int64_t R = M - r0 < AQ8_ROWS ? M - r0 : AQ8_ROWS;
+        if (q4) {
+            switch (R) {
+            case 1: AQ8_KEYS(1, 1); break;
+#if AQ8_ROWS > 2
+            case 2: AQ8_KEYS(1, 2); break;
+            case 3: AQ8_KEYS(1, 3); break;
+            default: AQ8_KEYS(1, 4); break;
+#else
+            default: AQ8_KEYS(1, 2); break;
+#endif
+            }
+        } else {
+            switch (R) {
+            case 1: AQ8_KEYS(0, 1); break;
+#if AQ8_ROWS > 2
+            case 2: AQ8_KEYS(0, 2); break;
+            case 3: AQ8_KEYS(0, 3); break;
+            default: AQ8_KEYS(0, 4); break;
+#else
+            default: AQ8_KEYS(0, 2); break;
+#endif
+            }
+        }
+    }
+}
+
+/* 1 when dt (Q4_0, Q8_0) has the 8-bit kernel and it ran, else 0. */
+static int aq8_qk(kvs_dtype dt, const void *K, int64_t rb, const kvs_att_q8 *Q, int64_t M, int64_t n, float scale,
+                  float *S, int64_t lds) {
+    if (dt != KVS_Q4_0 && dt != KVS_Q8_0) return 0;
+    aq8_rows(dt == KVS_Q4_0, (const uint8_t *)K, rb, Q, M, n, scale, S, lds);
+    return 1;
+}
