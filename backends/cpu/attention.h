@@ -91,6 +91,8 @@ typedef struct att_ctx {
     int (*qqk8)(kvs_dtype dt, const void *K, int64_t rb, const kvs_att_q8 *Q, int64_t M, int64_t n, float scale,
                 float *S, int64_t lds);
     int32_t q8off;
+    int (*qpv8)(kvs_dtype dt, const void *V, int64_t rb, const float *P, int64_t ldp, int64_t M, int64_t n, int64_t d,
+                float *O); /* -vnni: P . block V with the scales folded into P (attention_q8.h), or NULL */
     float *out;
     const int32_t *q_pos, *k_pos, *kv_len, *row_len;
     const float *mask;
@@ -129,7 +131,7 @@ typedef struct att_work {
     float *E, *mu;
     int64_t ldl;
     /* c->qqk8: the task's query rows quantized by kvs_cpu_att_rows (attention_q8.h), [M][d] codes,
-     * [M][d/32] scales, [M][d/4] offsets */
+     * [M][d/32] scales, [M][d/4] offsets then [M][d/32] their block sums */
     int8_t *q8;
     float *q8d;
     int32_t *q8c;

@@ -36,13 +36,18 @@ typedef struct kvs_att_q8 {
     const int8_t *q;
     const float *dq;
     const int32_t *corr;
+    const int32_t *corrb; /* [M][d/32]: the sum of each block's 8 corr values */
     int64_t d;
+    const uint8_t *pf;    /* rows to prefetch while the keys are read (the tile's V, row stride pf_rb,
+                           * the same count as the keys), or NULL */
+    int64_t pf_rb;
 } kvs_att_q8;
 
 /* Quantizes Qp [M][d] (d % 32 == 0) as above into q, dq, corr (sizes above); off: the K type's
- * code offset for the kernel (kvs_cpu_att_q8_offset). Portable C (O(M d) per task, against the
+ * code offset for the kernel (kvs_cpu_att_q8_offset); corrb [M][d/32] the block sums of corr. Portable C (O(M d) per task, against the
  * n_kv d bytes of K the kernels read). */
-void kvs_cpu_att_q8_quantize(const float *Qp, int64_t M, int64_t d, int32_t off, int8_t *q, float *dq, int32_t *corr);
+void kvs_cpu_att_q8_quantize(const float *Qp, int64_t M, int64_t d, int32_t off, int8_t *q, float *dq, int32_t *corr,
+                             int32_t *corrb);
 
 /* S[r*lds + j] = scale * sum_b d_k(j, b) dq(r, b) sum_{i in b} c_ji qq_ri for r < M, j < n: K rows
  * of dtype dt (Q8_0 or Q4_0; row stride rb bytes, d = Q->d values, whole blocks). Returns 0
@@ -53,6 +58,16 @@ int kvs_cpu_att_qk_q8_vnni(kvs_dtype dt, const void *K, int64_t rb, const kvs_at
                            float scale, float *S, int64_t lds);
 int kvs_cpu_att_qk_q8_avx2(kvs_dtype dt, const void *K, int64_t rb, const kvs_att_q8 *Q, int64_t M, int64_t n,
                            float scale, float *S, int64_t lds);
+
+/* O[r][:] += sum_{j < n} P[r*ldp + j] V_j for r < M over a q8_0 / q4_0 V (d % 32 == 0, d <= 256,
+ * n <= 256; row stride rb bytes), the block scales folded into the weights (W = P d_v, f32) and the
+ * codes converted exactly: the same f32 products as the f32 path up to rounding (P d_v c instead of
+ * P (d_v c); q4_0 on AVX2: P d_v (c + 8) - 8 sum_j P d_v). _vnni: AVX-512 (-vnni variant), _avx2:
+ * AVX2 (-q8). 0 (nothing done) for other dtypes and sizes. */
+int kvs_cpu_att_pv_q8_vnni(kvs_dtype dt, const void *V, int64_t rb, const float *P, int64_t ldp, int64_t M, int64_t n,
+                           int64_t d, float *O);
+int kvs_cpu_att_pv_q8_avx2(kvs_dtype dt, const void *V, int64_t rb, const float *P, int64_t ldp, int64_t M, int64_t n,
+                           int64_t d, float *O);
 
 /* The code offset the kernel of `vnni` (1) or AVX2 (0) expects in corr for K of dtype dt: 8 for
  * Q4_0, 128 for Q8_0 on VNNI, 0 for Q8_0 on AVX2; -1 when dt has no 8-bit kernel. */

@@ -73,9 +73,90 @@ AQ8_INLINE void aq8_tile(const int q4, const int R, const int NK, const uint8_t 
     }
 }
 
+/* t[g] lane l = dword g of x[l] (an 8 x 8 transpose of 32-bit words) */
+AQ8_INLINE void aq8_transpose8(const __m256i *x, __m256i *t) {
+    __m256i a[8], u[8];
+    for (int k = 0; k < 4; k++) {
+        a[2 * k] = _mm256_unpacklo_epi32(x[2 * k], x[2 * k + 1]);
+        a[2 * k + 1] = _mm256_unpackhi_epi32(x[2 * k], x[2 * k + 1]);
+    }
+    for (int k = 0; k < 2; k++) { /* keys 4k .. 4k+3 */
+        u[4 * k + 0] = _mm256_unpacklo_epi64(a[4 * k], a[4 * k + 2]);     /* dwords 0, 4 */
+        u[4 * k + 1] = _mm256_unpackhi_epi64(a[4 * k], a[4 * k + 2]);     /* 1, 5 */
+        u[4 * k + 2] = _mm256_unpacklo_epi64(a[4 * k + 1], a[4 * k + 3]); /* 2, 6 */
+        u[4 * k + 3] = _mm256_unpackhi_epi64(a[4 * k + 1], a[4 * k + 3]); /* 3, 7 */
+    }
+    for (int g = 0; g < 4; g++) {
+        t[g] = _mm256_permute2x128_si256(u[g], u[4 + g], 0x20);
+        t[g + 4] = _mm256_permute2x128_si256(u[g], u[4 + g], 0x31);
+    }
+}
+
+/* Rows [r0, r0 + R) against the 8 keys [j, j + 8), K transposed per block so that lane l of every
+ * vector is key j + l: each row's block is 8 dot products of 4 codes (the query's dword g broadcast)
+ * accumulated in the key's lane, no horizontal sums; then one conversion and one FMA by the 8 keys'
+ * d_k times dq per (row, block). q4_0: the 16 code bytes of 8 keys are transposed as 4 dwords (two
+ * keys a register), then split into low nibbles (values 4g..4g+3) and high ones (16 + 4g ..). */
+AQ8_INLINE void aq8_tile8(const int q4, const int R, const uint8_t *K, int64_t rb, const kvs_att_q8 *Q, int64_t r0,
+                          int64_t j, float scale, float *S, int64_t lds) {
+    const int64_t d = Q->d, nb = d / 32, bb = q4 ? 18 : 34;
+    __m256 acc[AQ8_ROWS];
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+    if (Q->pf && r0 == 0) /* once per key (the first row group) */
+        for (int64_t o = 0; o < 8 * Q->pf_rb; o += 64) _mm_prefetch((const char *)(Q->pf + j * Q->pf_rb + o), _MM_HINT_T0);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *k0 = K + j * rb + b * bb;
+        __m256i cu[8], cs[8]; /* cu[g]: unsigned codes of word g (values 4g .. 4g+3), cs: signed (AVX2 q8_0) */
+        const __m128i h16 = _mm_setr_epi16((short)(k0[0] | k0[1] << 8), (short)(k0[rb] | k0[rb + 1] << 8),
+                                           (short)(k0[2 * rb] | k0[2 * rb + 1] << 8), (short)(k0[3 * rb] | k0[3 * rb + 1] << 8),
+                                           (short)(k0[4 * rb] | k0[4 * rb + 1] << 8), (short)(k0[5 * rb] | k0[5 * rb + 1] << 8),
+                                           (short)(k0[6 * rb] | k0[6 * rb + 1] << 8), (short)(k0[7 * rb] | k0[7 * rb + 1] << 8));
+        const __m256 dk = _mm256_cvtph_ps(h16);
+        if (q4) {
+            __m256i x[4], a[4];
+            for (int m = 0; m < 4; m++)
+                x[m] = _mm256_set_m128i(_mm_loadu_si128((const __m128i *)(k0 + (m + 4) * rb + 2)),
+                                        _mm_loadu_si128((const __m128i *)(k0 + m * rb + 2)));
+            a[0] = _mm256_unpacklo_epi32(x[0], x[1]), a[1] = _mm256_unpackhi_epi32(x[0], x[1]);
+            a[2] = _mm256_unpacklo_epi32(x[2], x[3]), a[3] = _mm256_unpackhi_epi32(x[2], x[3]);
+            const __m256i t[4] = {_mm256_unpacklo_epi64(a[0], a[2]), _mm256_unpackhi_epi64(a[0], a[2]),
+                                  _mm256_unpacklo_epi64(a[1], a[3]), _mm256_unpackhi_epi64(a[1], a[3])};
+            const __m256i m4 = _mm256_set1_epi8(15);
+            for (int g = 0; g < 4; g++) {
+                cu[g] = _mm256_and_si256(t[g], m4);
+                cu[g + 4] = _mm256_and_si256(_mm256_srli_epi16(t[g], 4), m4);
+            }
+        } else {
+            __m256i x[8];
+            for (int l = 0; l < 8; l++) x[l] = _mm256_loadu_si256((const __m256i *)(k0 + l * rb + 2));
+            aq8_transpose8(x, cs);
+            for (int g = 0; g < 8; g++)
+                cu[g] = AQ8_VNNI ? _mm256_xor_si256(cs[g], _mm256_set1_epi8((char)0x80)) : _mm256_sign_epi8(cs[g], cs[g]);
+        }
+        for (int r = 0; r < R; r++) {
+            const int64_t row = r0 + r;
+            const int32_t *qw = (const int32_t *)(const void *)(Q->q + row * d + b * 32);
+            __m256i p = _mm256_set1_epi32(Q->corrb[row * nb + b]);
+            for (int g = 0; g < 8; g++) {
+                /* q4_0: word g < 4 holds values 4g..4g+3 (low nibbles), g >= 4 values 16 + 4(g-4) .. */
+                int32_t w;
+                memcpy(&w, q4 ? (const void *)((const int8_t *)qw + (g < 4 ? 4 * g : 16 + 4 * (g - 4))) : (const void *)(qw + g), 4);
+                __m256i y = _mm256_set1_epi32(w);
+                if (!q4 && !AQ8_VNNI) y = _mm256_sign_epi8(y, cs[g]);
+                p = Q8_DPBUSD(p, cu[g], y);
+            }
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dk, _mm256_set1_ps(Q->dq[row * nb + b])), acc[r]);
+        }
+    }
+    const __m256 vs = _mm256_set1_ps(scale);
+    for (int r = 0; r < R; r++) _mm256_storeu_ps(S + (r0 + r) * lds + j, _mm256_mul_ps(acc[r], vs));
+}
+
 #define AQ8_KEYS(Q4, R)                                                                                \
     do {                                                                                               \
         int64_t j = 0;                                                                                 \
+        if ((Q4) || AQ8_VNNI) /* AVX2's q8_0 (the sign trick per row and word) keeps 4 keys a step */   \
+            for (; j + 8 <= n; j += 8) aq8_tile8((Q4), (R), K, rb, Q, r0, j, scale, S, lds);           \
         for (; j + 4 <= n; j += 4) aq8_tile((Q4), (R), 4, K, rb, Q, r0, j, scale, S, lds);             \
         for (; j < n; j++) aq8_tile((Q4), (R), 1, K, rb, Q, r0, j, scale, S, lds);                     \
     } while (0)
