@@ -2,6 +2,7 @@
  * suite that runs them; each case times one op with bench_time_op and records a row. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "bench.h"
@@ -93,10 +94,11 @@ static double case_attention_kv(bench *b, int64_t n_q, int64_t n_kv, int64_t d, 
  * thread count: rounds of (inner attention calls, one copy), the best of each, and the row's ratio is
  * attention GB/s / that memcpy's GB/s (so load from other jobs hits both alike); elsewhere the usual
  * timing against the bandwidth peak. */
-static void case_attn_kvq(bench *b, bench_copy *cp, int64_t n_kv, int64_t d, int64_t h, int64_t hkv, kvs_dtype t) {
+static void case_attn_kvq(bench *b, bench_copy *cp, int64_t n_kv, int64_t d, int64_t h, int64_t hkv, kvs_dtype t,
+                          const char *variant) {
     char shape[64];
-    snprintf(shape, sizeof shape, "n_kv=%lld d=%lld h=%lld/%lld kv %s", (long long)n_kv, (long long)d, (long long)h,
-             (long long)hkv, kvs_dtype_name(t));
+    snprintf(shape, sizeof shape, "n_kv=%lld d=%lld h=%lld/%lld kv %s%s%s", (long long)n_kv, (long long)d, (long long)h,
+             (long long)hkv, kvs_dtype_name(t), variant ? " " : "", variant ? variant : "");
     const double work = 8.0 * (double)(h * d) + 2.0 * (double)kvs_dtype_bytes(t, hkv * n_kv * d);
     row *r = bench_new_row(b, "attn-kvq", shape, UNIT_BYTES, work);
     if (!r) return;
@@ -306,10 +308,31 @@ void bench_run_suite(bench *b) {
             cp = bench_copy_new((size_t)64 << 20, kvs_device_caps(b->dev)->n_threads); /* 2 x 64 MiB: past L3 */
         static const kvs_dtype t3[] = {KVS_F16, KVS_Q8_0, KVS_Q4_0};
         static const int64_t nks[] = {4096, 16384, 32768};
+        /* the opt-in 8-bit query variant of this CPU (attention_q8.h) for the block types, as extra rows:
+         * avx512-vnni, else avx2-q8 (also when KVS_VARIANT forces an avx2 attention), else none */
+        const char *env = getenv("KVS_VARIANT"), *v8 = NULL;
+        if (kvs_device_backend(b->dev) == KVS_BACKEND_CPU) {
+            if (!(env && strstr(env, "attention:avx2")) && kvs_device_set_variants(b->dev, "attention:avx512-vnni") == KVS_OK)
+                v8 = "avx512-vnni";
+            else if (kvs_device_set_variants(b->dev, "attention:avx2-q8") == KVS_OK)
+                v8 = "avx2-q8";
+            kvs_clear_error();
+        }
         for (int di = 0; di < 2; di++)
             for (int ni = 0; ni < (q ? 1 : 3); ni++)
                 for (int ti = 0; ti < 3; ti++)
-                    case_attn_kvq(b, cp, nks[ni], di ? 64 : 128, di ? 16 : 32, di ? 4 : 8, t3[ti]);
+                    for (int vi = 0; vi < (ti && v8 ? 2 : 1); vi++) {
+                        char spec[48];
+                        snprintf(spec, sizeof spec, "attention:%s", vi ? v8 : "auto");
+                        if (v8 && kvs_device_set_variants(b->dev, spec) == KVS_OK && !vi && env)
+                            (void)kvs_device_set_variants(b->dev, env); /* the user's choice for the plain rows */
+                        case_attn_kvq(b, cp, nks[ni], di ? 64 : 128, di ? 16 : 32, di ? 4 : 8, t3[ti], vi ? v8 : NULL);
+                    }
+        if (v8) {
+            (void)kvs_device_set_variants(b->dev, "attention:auto");
+            if (env) (void)kvs_device_set_variants(b->dev, env);
+            kvs_clear_error();
+        }
         bench_copy_free(cp);
     }
     /* the f32 cache and QuantSpec's qh8 at n_kv 16k (quick: 4k), GQA 32/8 heads of 128 */
