@@ -4,12 +4,14 @@
  * quant_avx2.c (vpmaddubsw + vpmaddwd, AQ8_VNNI 0, 2 rows: 16 registers), after quant_q8.h, whose
  * Q8_DPBUSD(acc, u8, s8) they define. Not a public header; no include guard on purpose.
  *
- * Four keys at a time against AQ8_ROWS query rows: each K block's 32 codes are unpacked once into a
- * register as unsigned bytes (q4_0: the nibbles 0..15, values 0..15 then 16..31; q8_0 on VNNI: code
- * + 128 by an XOR; on AVX2: |code|, the query taking the code's sign), dotted with each row's 32
- * codes starting from the row's corr (the offset's share, -off * the sum of each 4 query codes), and
- * the 8 integer lanes converted and multiplied by d_k dq into one f32 accumulator per (row, key);
- * the four horizontal sums of a row are done together at the end of the keys' blocks. */
+ * K codes as unsigned bytes (q4_0: the nibbles 0..15; q8_0 on VNNI: code + 128 by an XOR; on AVX2:
+ * |code|, the query taking the code's sign), the offset's share (-off * the query codes' sums) as the
+ * integer start value. Main path (aq8_tile8, VNNI and AVX2's q4_0): 8 keys a step, each block of the 8
+ * keys transposed in registers so that lane l is key l: 8 dot products of 4 codes against the query
+ * word broadcast, then one conversion and one FMA by the 8 keys' d_k times dq per (row, block); no
+ * horizontal sums. Tails (fewer than 8 keys) and AVX2's q8_0 (aq8_tile: 4 keys a step, a block per
+ * register per key, the 8 integer lanes converted and FMA'd by d_k dq into one accumulator per (row,
+ * key), the four horizontal sums of a row together at the end). */
 
 #define AQ8_INLINE static inline __attribute__((always_inline))
 
