@@ -149,7 +149,8 @@ static int kvq_selected(int ci, int seq) {
  * E = max_j E_rj of the row: weights within e^(+-2E), so out within (e^(2E) - 1) sum_j p_j |v_j|,
  * key_mass and probs within (e^(2E) - 1) p, row_max within E, the argmax's logit within 2E of the
  * maximum, the rescaled row_sum within e^(+-E)) plus the f32 tolerances, and that the error is
- * really that small: nmse of out below 1e-3 (measured 2e-5 .. 7e-5 on these shapes). */
+ * really that small: nmse of out below 1e-3 (measured 2e-5 .. 7e-5 on these shapes), yet above 1e-9
+ * (the 8-bit path ran: not silently the f32 one). */
 static int q8_applies(kvs_dtype kt) {
     if (t_params.backend != KVS_BACKEND_CPU || (kt != KVS_Q8_0 && kt != KVS_Q4_0)) return 0;
     return strstr(t_variant, "attention:avx512-vnni") != NULL || strstr(t_variant, "attention:avx2-q8") != NULL;
@@ -223,6 +224,9 @@ static void q8_check(const ref_attn *r, const float *q, const double *kd, const 
         }
     }
     t_check_nmse("out (8-bit q)", out, r->out, nq * H * d, 1e-3);
+    double se = 0.0, sr = 0.0; /* the 8-bit path really ran: an f32 query gives nmse ~1e-13 here */
+    for (int64_t x = 0; x < nq * H * d; x++) se += (out[x] - r->out[x]) * (out[x] - r->out[x]), sr += r->out[x] * r->out[x];
+    T_ASSERT(se > 1e-9 * sr, "out nmse %.3g: the 8-bit query codes were not used", sr > 0 ? se / sr : 0.0);
     const double fm = exp(2.0 * Emax) - 1.0;
     float *pb = t_alloc(4 * (size_t)(r->n_probe * H * cap));
     t_download(pbt, pb);
