@@ -15,7 +15,8 @@
  *    bytes (NaN scales) and must not reach any output.
  *  - refusals: a K of a block type the cache does not take (q4_k), a scatter from f16 into q8_0.
  * The suite's ops are attention and scatter, so test_ops sweeps every attention variant (CPU:
- * portable, avx2, avx512, with and without split keys; OpenCL: attn_main, attn_dec, attn_main with
+ * portable, avx2, avx512, with and without split keys, and avx512-vnni / avx2-q8, whose 8-bit query
+ * codes for a q8_0 / q4_0 K are checked against their derived bound instead: q8_check; OpenCL: attn_main, attn_dec, attn_main with
  * 4 key splits; Vulkan: single pass, 4 key splits). OpenCL reads and writes every pair (attention.cl
  * / rows.cl through qblocks.cl) and so does Vulkan (scatter_cvt.comp, attn.comp / attn_stats.comp
  * through quant.glsl); GPU backends run the subset kvq_selected names. A backend without a type
@@ -141,6 +142,114 @@ static int kvq_selected(int ci, int seq) {
     return decode;
 }
 
+/* The CPU variants avx512-vnni / avx2-q8 (and -split) take 8-bit query codes for a q8_0 / q4_0 K
+ * (backends/cpu/attention_q8.h): their only approximation is the quantization of q, bounded per
+ * logit by E_rj = scale sum_b dq_b (1/2 + 2^-15) sum_{i in b} |k_ji| (dq_b = amax_b / 127 of the
+ * query's 32-value block b). q8_check asserts every output inside what that bound implies (with
+ * E = max_j E_rj of the row: weights within e^(+-2E), so out within (e^(2E) - 1) sum_j p_j |v_j|,
+ * key_mass and probs within (e^(2E) - 1) p, row_max within E, the argmax's logit within 2E of the
+ * maximum, the rescaled row_sum within e^(+-E)) plus the f32 tolerances, and that the error is
+ * really that small: nmse of out below 1e-3 (measured 2e-5 .. 7e-5 on these shapes), yet above 1e-9
+ * (the 8-bit path ran: not silently the f32 one). */
+static int q8_applies(kvs_dtype kt) {
+    if (t_params.backend != KVS_BACKEND_CPU || (kt != KVS_Q8_0 && kt != KVS_Q4_0)) return 0;
+    return strstr(t_variant, "attention:avx512-vnni") != NULL || strstr(t_variant, "attention:avx2-q8") != NULL;
+}
+
+static void q8_check(const ref_attn *r, const float *q, const double *kd, const double *vd, tt *ot, tt *rmt, tt *rst,
+                     tt *amt, tt *pbt, tt *kmt, const unsigned char *km_before) {
+    const int64_t nq = r->n_q, H = r->n_heads, Hkv = r->n_kv_heads, d = r->head_dim, cap = r->capacity, nkv = r->n_kv;
+    const int64_t G = H / Hkv, nb = d / 32;
+    double *E = t_alloc(sizeof(double) * (size_t)(nq * H)), Emax = 0.0;
+    for (int64_t i = 0; i < nq * H; i++) {
+        const int64_t h = (i % H) / G;
+        double dq[8] = {0}; /* head_dim <= 256 here */
+        for (int64_t b = 0; b < nb; b++) {
+            double amax = 0.0;
+            for (int64_t t = 0; t < 32; t++) amax = fmax(amax, fabs((double)q[i * d + b * 32 + t]));
+            dq[b] = amax / 127.0 * (0.5 + 0x1p-15);
+        }
+        double e = 0.0;
+        for (int64_t j = 0; j < nkv; j++) {
+            double ej = 0.0;
+            for (int64_t b = 0; b < nb; b++) {
+                double sk = 0.0;
+                for (int64_t t = 0; t < 32; t++) sk += fabs(kd[(h * cap + j) * d + b * 32 + t]);
+                ej += dq[b] * sk;
+            }
+            e = fmax(e, ej);
+        }
+        E[i] = r->scale * e;
+        Emax = fmax(Emax, E[i]);
+    }
+    T_ASSERT(Emax < 0.25, "logit bound %g: too loose to test anything", Emax);
+    const double mtol = 1e-5, ftol = 1e-5;
+    float *out = t_alloc(4 * (size_t)(nq * H * d)), *rm = t_alloc(4 * (size_t)(nq * H)), *rs = t_alloc(4 * (size_t)(nq * H));
+    int32_t *am = t_alloc(4 * (size_t)(nq * H));
+    t_download(ot, out);
+    t_download(rmt, rm);
+    t_download(rst, rs);
+    t_download(amt, am);
+    double *A = t_alloc(sizeof(double) * (size_t)d);
+    for (int64_t i = 0; i < nq * H; i++) {
+        const int64_t h = (i % H) / G;
+        if (r->argmax[i] < 0) {
+            T_ASSERT(am[i] == -1 && rs[i] == 0.0f, "row %lld: no visible key but argmax %d row_sum %g", (long long)i,
+                     am[i], (double)rs[i]);
+            continue;
+        }
+        const double f = exp(2.0 * E[i]) - 1.0;
+        T_ASSERT(fabs((double)rm[i] - r->row_max[i]) <= E[i] + mtol * r->bound[i],
+                 "row_max[%lld] = %.9g, want %.9g within the q8 bound %.3g", (long long)i, (double)rm[i], r->row_max[i], E[i]);
+        const double rsr = rs[i] * exp((double)rm[i] - r->row_max[i]);
+        T_ASSERT(fabs(rsr - r->row_sum[i]) <= (exp(E[i]) - 1.0 + ftol) * r->row_sum[i],
+                 "row_sum[%lld] (rescaled) = %.9g, want %.9g within e^(+-%.3g)", (long long)i, rsr, r->row_sum[i], E[i]);
+        T_ASSERT(am[i] >= 0 && am[i] < nkv && r->logits[i * nkv + am[i]] >= r->row_max[i] - 2.0 * E[i] - mtol * r->bound[i],
+                 "argmax[%lld] = %d: logit below the maximum %.9g by more than 2 x %.3g", (long long)i, am[i], r->row_max[i],
+                 E[i]);
+        /* A_t = sum_j p_j |v_jt| */
+        memset(A, 0, sizeof(double) * (size_t)d);
+        double amax = 0.0;
+        for (int64_t j = 0; j < nkv; j++) {
+            const double lg = r->logits[i * nkv + j];
+            if (lg == -INFINITY) continue;
+            const double pj = exp(lg - r->row_max[i]) / r->row_sum[i];
+            for (int64_t t = 0; t < d; t++) A[t] += pj * fabs(vd[(h * cap + j) * d + t]);
+        }
+        for (int64_t t = 0; t < d; t++) amax = fmax(amax, A[t]);
+        for (int64_t t = 0; t < d; t++) {
+            const double err = fabs((double)out[i * d + t] - r->out[i * d + t]);
+            T_ASSERT(err <= f * A[t] + ftol * amax, "out[%lld][%lld] = %.9g, want %.9g within %.3g (q8 bound)", (long long)i,
+                     (long long)t, (double)out[i * d + t], r->out[i * d + t], f * A[t] + ftol * amax);
+        }
+    }
+    t_check_nmse("out (8-bit q)", out, r->out, nq * H * d, 1e-3);
+    double se = 0.0, sr = 0.0; /* the 8-bit path really ran: an f32 query gives nmse ~1e-13 here */
+    for (int64_t x = 0; x < nq * H * d; x++) se += (out[x] - r->out[x]) * (out[x] - r->out[x]), sr += r->out[x] * r->out[x];
+    T_ASSERT(se > 1e-9 * sr, "out nmse %.3g: the 8-bit query codes were not used", sr > 0 ? se / sr : 0.0);
+    const double fm = exp(2.0 * Emax) - 1.0;
+    float *pb = t_alloc(4 * (size_t)(r->n_probe * H * cap));
+    t_download(pbt, pb);
+    for (int64_t x = 0; x < r->n_probe * H * cap; x++)
+        T_ASSERT(fabs((double)pb[x] - r->probs[x]) <= fm * r->probs[x] + 1e-6, "probs[%lld] = %g, want %g within the q8 bound",
+                 (long long)x, (double)pb[x], r->probs[x]);
+    unsigned char *kmb = t_alloc(kmt->nbytes);
+    t_download(kmt, kmb);
+    const float *km = (const float *)kmb;
+    for (int64_t h = 0; h < Hkv; h++) {
+        const int64_t valid = ref_attn_valid(r, h);
+        for (int64_t j = 0; j < cap; j++) {
+            if (j < valid)
+                T_ASSERT(fabs((double)km[h * cap + j] - r->key_mass[h * cap + j]) <= fm * r->key_mass[h * cap + j] + 1e-6,
+                         "key_mass[%lld][%lld] = %g, want %g within the q8 bound", (long long)h, (long long)j,
+                         (double)km[h * cap + j], r->key_mass[h * cap + j]);
+            else
+                T_ASSERT(memcmp(kmb + 4 * (h * cap + j), km_before + 4 * (h * cap + j), 4) == 0,
+                         "key_mass[%lld][%lld] beyond the valid length was written", (long long)h, (long long)j);
+        }
+    }
+}
+
 static void kvq_run(int ci) {
     const kvq_case *c = &shapes[ci / (N_TYPES * N_TYPES)];
     const kvs_dtype kt_ = kv_types[(ci / N_TYPES) % N_TYPES], vt_ = kv_types[ci % N_TYPES];
@@ -217,6 +326,13 @@ static void kvq_run(int ci) {
     ref_attention(&r);
 
     if (t_op(kvs_attention(t_dev(), qt->t, kt->t, vt->t, ot->t, &p))) return;
+    if (q8_applies(kt_)) {
+        q8_check(&r, q, kd, vd, ot, rmt, rst, amt, pbt, kmt, km_before);
+        t_assert_unchanged(kt, "k");
+        t_assert_unchanged(vt, "v");
+        t_assert_unchanged(qt, "q");
+        return;
+    }
     const double tol = 1e-6, mtol = 1e-5;
     float *out = t_alloc(4 * (size_t)(nq * H * d)), *rm = t_alloc(4 * (size_t)(nq * H)), *rs = t_alloc(4 * (size_t)(nq * H));
     t_download(ot, out);
@@ -280,8 +396,16 @@ static void kvq_run(int ci) {
     t_assert_unchanged(qt, "q");
 }
 
+/* Under the 8-bit query variants only the pairs with a q8_0 / q4_0 K or V run (the other pairs take
+ * the avx512 / avx2 kernels, swept under those variants). */
+static int kvq_q8_pair(int ci) {
+    if (!strstr(t_variant, "attention:avx512-vnni") && !strstr(t_variant, "attention:avx2-q8")) return 1;
+    const kvs_dtype k = kv_types[(ci / N_TYPES) % N_TYPES], v = kv_types[ci % N_TYPES];
+    return k == KVS_Q8_0 || k == KVS_Q4_0 || v == KVS_Q8_0 || v == KVS_Q4_0;
+}
+
 START_TEST(test_attention_kvq) {
-    if (!kvq_selected(_i, 0)) return;
+    if (!kvq_selected(_i, 0) || !kvq_q8_pair(_i)) return;
     char tname[96];
     snprintf(tname, sizeof tname, "attention_kvq_%d", _i);
     t_begin(tname);
@@ -310,7 +434,7 @@ START_TEST(test_attention_kvq_refusals) {
 END_TEST
 
 static void kvq_seq_run(int ci) {
-    if (kvq_selected(ci, 1)) kvq_run(ci);
+    if (kvq_selected(ci, 1) && kvq_q8_pair(ci)) kvq_run(ci);
 }
 static const t_seq kvq_seq[] = {{kvq_seq_run, N_KVQ}};
 T_SEQUENCE_TEST(test_attention_kvq_sequence, kvq_seq)

@@ -37,7 +37,9 @@
  * Kc/Vc tile buffers for cblas. With AVX-512/AVX2 the blocks are decoded in registers
  * (x86/att_quant_fused.h): S = Q.K^T four keys at a time against 4 (AVX2: 2) packed query rows with
  * the horizontal sums batched, O += P.V with each V vector decoded once and multiplied into 4 rows
- * of O held in registers; only the blocks are read from memory. The f32 panel path
+ * of O held in registers; only the blocks are read from memory (the opt-in variants avx512-vnni /
+ * avx2-q8 take 8-bit query codes for a q8_0 / q4_0 K and fold V's block scales into P:
+ * attention_q8.h). The f32 panel path
  * (many query rows) is used for F32/F16 caches only; BF16 tiles are converted as F16 ones.
  * Tasks are spread over OpenMP threads (dynamic schedule: causal tiles differ in cost). With fewer
  * tasks than threads (decoding with few kv heads) the keys are split as in flash-decoding (Dao et al.
@@ -48,6 +50,7 @@
 #define KVS_BACKENDS_CPU_ATTENTION_H
 
 #include "cpu_kernels.h"
+#include "attention_q8.h"
 #include "matmul.h"
 
 #define ATT_BK 256       /* keys per tile */
@@ -85,6 +88,13 @@ typedef struct att_ctx {
                float *S, int64_t lds); /* the fused Q . block K^T of the op's ISA (NULL: portable) */
     int (*qpv)(kvs_dtype dt, const void *V, int64_t rb, const float *P, int64_t ldp, int64_t M, int64_t n, int64_t d,
                float *O);        /* the fused P . block V of the op's ISA (NULL: portable) */
+    /* variants -vnni / -q8 (attention_q8.h): Q . block K^T on 8-bit query codes for the types it
+     * has (q8_0, q4_0; q8off >= 0), else NULL (the f32 qqk above) */
+    int (*qqk8)(kvs_dtype dt, const void *K, int64_t rb, const kvs_att_q8 *Q, int64_t M, int64_t n, float scale,
+                float *S, int64_t lds);
+    int32_t q8off;
+    int (*qpv8)(kvs_dtype dt, const void *V, int64_t rb, const float *P, int64_t ldp, int64_t M, int64_t n, int64_t d,
+                float *O); /* -vnni: P . block V with the scales folded into P (attention_q8.h), or NULL */
     float *out;
     const int32_t *q_pos, *k_pos, *kv_len, *row_len;
     const float *mask;
@@ -122,6 +132,11 @@ typedef struct att_work {
      * that tile's logits. NULL: recompute every tile. */
     float *E, *mu;
     int64_t ldl;
+    /* c->qqk8: the task's query rows quantized by kvs_cpu_att_rows (attention_q8.h), [M][d] codes,
+     * [M][d/32] scales, [M][d/4] offsets then [M][d/32] their block sums */
+    int8_t *q8;
+    float *q8d;
+    int32_t *q8c;
     uint8_t *tile_ok;
     int64_t n_tiles;
 } att_work;

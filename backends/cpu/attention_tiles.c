@@ -132,7 +132,13 @@ static int att_logits(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int6
         }
         if (kmin > max_qpos) return 0;
     }
-    if (c->fast) {
+    if (c->qqk8 && !c->k_lo) { /* variants -vnni / -q8: 8-bit query codes (attention_q8.h) */
+        /* V's rows of the tile are prefetched as the keys are read (P.V then finds them in cache) */
+        const kvs_att_q8 Q = {w->q8, w->q8d, w->q8c, w->q8c + M * d / 4, d,
+                              c->v_lo ? NULL : (const uint8_t *)c->v + (size_t)(h * a->capacity + j0) * (size_t)c->v_rb, c->v_rb};
+        const uint8_t *K = (const uint8_t *)c->k + (size_t)(h * a->capacity + j0) * (size_t)c->k_rb;
+        c->qqk8(c->k_dt, K, c->k_rb, &Q, M, n, a->p.scale, w->S, ATT_BK);
+    } else if (c->fast) {
         c->kern->qk(w->Qp, c->KT + h * d * c->ldk + j0 * d, d, (M + 7) & ~(int64_t)7, (n + 31) & ~(int64_t)31,
                     a->p.scale, w->S);
     } else {
@@ -182,6 +188,30 @@ static int att_logits(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int6
     return 1;
 }
 
+void kvs_cpu_att_q8_quantize(const float *Qp, int64_t M, int64_t d, int32_t off, int8_t *q, float *dq, int32_t *corr,
+                             int32_t *corrb) {
+    const int64_t nb = d / 32;
+    for (int64_t r = 0; r < M; r++)
+        for (int64_t b = 0; b < nb; b++) {
+            const float *x = Qp + r * d + b * 32;
+            int8_t *qq = q + r * d + b * 32;
+            float amax = 0.0f;
+            for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[i]));
+            const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+            for (int i = 0; i < 32; i++) {
+                const long v = lrintf(x[i] * id);
+                qq[i] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+            }
+            dq[r * nb + b] = amax / 127.0f;
+            int32_t sum = 0;
+            for (int g = 0; g < 8; g++) {
+                corr[r * (d / 4) + b * 8 + g] = -off * (qq[4 * g] + qq[4 * g + 1] + qq[4 * g + 2] + qq[4 * g + 3]);
+                sum += corr[r * (d / 4) + b * 8 + g];
+            }
+            corrb[r * nb + b] = sum;
+        }
+}
+
 /* Packs the query rows of tile qt for kv head h into w (Qp, positions, limits, fresh softmax state)
  * and returns their count M; *jend: keys any row can see, *max_qpos: the largest query position. */
 int64_t kvs_cpu_att_rows(const att_ctx *c, att_work *w, int64_t h, int64_t qt, int64_t *jend_out,
@@ -205,6 +235,7 @@ int64_t kvs_cpu_att_rows(const att_ctx *c, att_work *w, int64_t h, int64_t qt, i
     }
     const int64_t Mp = (M + 7) & ~(int64_t)7; /* rows padded for the 8-row kernels */
     memset(w->Qp + M * d, 0, (size_t)((Mp - M) * d) * sizeof(float));
+    if (c->qqk8) kvs_cpu_att_q8_quantize(w->Qp, M, d, c->q8off, w->q8, w->q8d, w->q8c, w->q8c + M * d / 4);
     memset(w->O, 0, (size_t)(Mp * d) * sizeof(float));
     *jend_out = jend;
     *max_qpos_out = max_qpos;
@@ -246,6 +277,10 @@ void kvs_cpu_att_pass(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int6
         if (c->fast) {
             c->kern->pv(w->S, (M + 7) & ~(int64_t)7, n, c->V32 + (h * c->a->capacity + j0) * d, d, w->O);
         } else {
+            if (c->qpv8 && !c->v_lo &&
+                c->qpv8(c->v_dt, (const uint8_t *)c->v + (size_t)(h * c->a->capacity + j0) * (size_t)c->v_rb, c->v_rb, w->S,
+                        ATT_BK, M, n, d, w->O))
+                continue; /* -vnni: block V with the scales folded into P */
             if (c->dec && kvs_dtype_is_quant(c->v_dt) && c->qpv && !c->v_lo &&
                 c->qpv(c->v_dt, (const uint8_t *)c->v + (size_t)(h * c->a->capacity + j0) * (size_t)c->v_rb, c->v_rb, w->S,
                        ATT_BK, M, n, d, w->O))

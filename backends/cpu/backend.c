@@ -73,6 +73,11 @@ static const kvs_variant cpu_variants[] = {
     {KVS_OP_attention, "avx512-split", KVS_CPU_V_AVX512 | KVS_CPU_V_SPLIT, cpu_has_avx512},
     {KVS_OP_attention, "avx2", KVS_CPU_V_AVX2, cpu_has_avx2},
     {KVS_OP_attention, "avx2-split", KVS_CPU_V_AVX2 | KVS_CPU_V_SPLIT, cpu_has_avx2},
+    /* Q.K^T over q8_0 / q4_0 K on 8-bit query codes (attention_q8.h): opt-in, not bit-compatible */
+    {KVS_OP_attention, "avx512-vnni", KVS_CPU_V_AVX512 | KVS_CPU_V_Q8, cpu_has_vnni},
+    {KVS_OP_attention, "avx512-vnni-split", KVS_CPU_V_AVX512 | KVS_CPU_V_Q8 | KVS_CPU_V_SPLIT, cpu_has_vnni},
+    {KVS_OP_attention, "avx2-q8", KVS_CPU_V_AVX2 | KVS_CPU_V_Q8, cpu_has_avx2},
+    {KVS_OP_attention, "avx2-q8-split", KVS_CPU_V_AVX2 | KVS_CPU_V_Q8 | KVS_CPU_V_SPLIT, cpu_has_avx2},
     {KVS_OP_attention, "neon", KVS_CPU_V_NEON, cpu_has_neon},
     {KVS_OP_attention, "neon-split", KVS_CPU_V_NEON | KVS_CPU_V_SPLIT, cpu_has_neon},
     {KVS_OP_topk, "portable", KVS_CPU_V_PORTABLE, NULL},

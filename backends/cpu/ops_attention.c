@@ -185,6 +185,10 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
     const size_t off_km = (size_t)(2 * M * d + M * ATT_BK + 2 * ATT_BK * d + 6 * M + 16);
     size_t per = off_km;
     if (want_km) per += (size_t)(a->n_kv_heads * cap);
+    /* the 8-bit query codes of the -vnni / -q8 variants: [M][d] i8, [M][d/32] f32, [M][d/4] +
+     * [M][d/32] i32 */
+    const size_t off_q8 = per;
+    if ((variant & KVS_CPU_V_Q8) && kvs_dtype_is_quant(c.k_dt)) per += (size_t)(M * d / 4 + M * d / 32 + M * d / 4 + M * d / 32 + 16);
     /* the exponentials kept for the statistics pass (att_work.E): [M][ldl] + the tiles' maxima
      * + tile flags, without split keys and up to ATT_KEEP_WORDS a thread; beyond that the
      * statistics pass recomputes them */
@@ -232,6 +236,14 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
     if (c.kern) {
         c.qpv = isa == KVS_ISA_AVX512 ? kvs_cpu_att_pv_q_avx512 : kvs_cpu_att_pv_q_avx2;
         c.qqk = isa == KVS_ISA_AVX512 ? kvs_cpu_att_qk_q_avx512 : kvs_cpu_att_qk_q_avx2;
+        /* variants avx512-vnni / avx2-q8: Q.K^T on 8-bit query codes for q8_0 / q4_0 K
+         * (attention_q8.h; the other K types keep the f32 query) */
+        const int vnni = isa == KVS_ISA_AVX512;
+        c.q8off = kvs_cpu_att_q8_offset(c.k_dt, vnni);
+        if ((variant & KVS_CPU_V_Q8) && c.q8off >= 0 && !c.k_lo)
+            c.qqk8 = vnni ? kvs_cpu_att_qk_q8_vnni : kvs_cpu_att_qk_q8_avx2;
+        if ((variant & KVS_CPU_V_Q8) && (c.v_dt == KVS_Q8_0 || c.v_dt == KVS_Q4_0) && !c.v_lo)
+            c.qpv8 = vnni ? kvs_cpu_att_pv_q8_vnni : kvs_cpu_att_pv_q8_avx2;
     }
 #endif
 #if KVS_CPU_HAVE_NEON
@@ -305,6 +317,9 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
         w.qpos = w.best + M;
         w.lim = w.qpos + M;
         w.km = want_km ? base + off_km : NULL;
+        w.q8 = c.qqk8 ? (int8_t *)(base + off_q8) : NULL;
+        w.q8d = c.qqk8 ? base + off_q8 + M * d / 4 : NULL;
+        w.q8c = c.qqk8 ? (int32_t *)(base + off_q8 + M * d / 4 + M * d / 32) : NULL;
         /* every path: both passes call the same exp_row (c.kern's, or the portable one) */
         w.E = keep_exp ? base + off_e : NULL;
         w.ldl = ldl;

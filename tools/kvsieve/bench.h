@@ -30,6 +30,8 @@ typedef struct row {
     int samples;     /* timed samples behind sec; 0: only the warm-up call (includes first use) */
     row_status status;
     char msg[200];
+    double side_bw;  /* > 0: GB/s of a memcpy timed side by side with the op (interleaved, best
+                      * of the same rounds); the row's ratio is against it instead of the peak */
 } row;
 
 typedef struct peak {
@@ -94,6 +96,15 @@ void bench_run_suite(bench *b);
 void bench_peak_gemm(bench *b, int64_t n);
 /* b->bw: memcpy of `bytes` on the CPU (1 and all threads), a device copy on GPUs. */
 void bench_peak_bandwidth(bench *b, size_t bytes);
+
+/* Side-by-side bandwidth (the quantized-KV attention rows, issue 17): a memcpy of `bytes` with
+ * `threads` threads (CPU; buffers allocated like the backend's, pages faulted in); NULL when out of
+ * memory. bench_copy_run: seconds of one copy. */
+typedef struct bench_copy bench_copy;
+bench_copy *bench_copy_new(size_t bytes, int threads);
+double bench_copy_run(bench *b, bench_copy *c);
+size_t bench_copy_bytes(const bench_copy *c);
+void bench_copy_free(bench_copy *c);
 
 /* ---- bench_model.c ---- */
 

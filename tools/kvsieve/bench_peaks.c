@@ -117,6 +117,42 @@ static kvs_status run_memcpy(bench *b, void *p) {
     return KVS_OK;
 }
 
+struct bench_copy {
+    copy_state s;
+};
+
+bench_copy *bench_copy_new(size_t bytes, int threads) {
+    bench_copy *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->s.src = aligned_alloc((size_t)2 << 20, bytes), c->s.dst = aligned_alloc((size_t)2 << 20, bytes);
+    c->s.bytes = bytes;
+    c->s.threads = threads < 1 ? 1 : threads;
+    if (!c->s.src || !c->s.dst) {
+        bench_copy_free(c);
+        return NULL;
+    }
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    (void)madvise(c->s.src, bytes, MADV_HUGEPAGE);
+    (void)madvise(c->s.dst, bytes, MADV_HUGEPAGE);
+#endif
+    memset(c->s.src, 1, bytes), memset(c->s.dst, 2, bytes); /* fault the pages in */
+    return c;
+}
+
+double bench_copy_run(bench *b, bench_copy *c) {
+    const double t0 = cli_now();
+    run_memcpy(b, &c->s);
+    return cli_now() - t0;
+}
+
+size_t bench_copy_bytes(const bench_copy *c) { return c->s.bytes; }
+
+void bench_copy_free(bench_copy *c) {
+    if (!c) return;
+    free(c->s.src), free(c->s.dst);
+    free(c);
+}
+
 static kvs_status run_devcopy(bench *b, void *p) {
     copy_state *s = p;
     return s->idx ? kvs_gather(b->dev, s->a, s->idx, s->c) : kvs_copy(b->dev, s->a, s->c);

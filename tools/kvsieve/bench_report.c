@@ -13,9 +13,14 @@ void bench_print_row(const bench *b, const row *r) {
     if (r->status == ROW_OK) {
         double rate = bench_row_rate(r);
         const peak *pk = bench_row_peak(b, r);
-        char ratio[16] = "-";
-        if (pk->valid) snprintf(ratio, sizeof ratio, "%.2f", rate / pk->rate);
-        printf("%10.3f %9.1f %-7s %6s%s\n", r->sec * 1e3, rate, bench_unit_name(r->unit), ratio,
+        char ratio[16] = "-", side[64] = "";
+        if (r->side_bw > 0) {
+            snprintf(ratio, sizeof ratio, "%.2f", rate / r->side_bw);
+            snprintf(side, sizeof side, "  (/ memcpy %.1f GB/s side by side, best of %d)", r->side_bw, r->samples);
+        } else if (pk->valid) {
+            snprintf(ratio, sizeof ratio, "%.2f", rate / pk->rate);
+        }
+        printf("%10.3f %9.1f %-7s %6s%s%s\n", r->sec * 1e3, rate, bench_unit_name(r->unit), ratio, side,
                r->samples ? "" : "  (one call, incl. first use)");
     } else if (r->status == ROW_ERROR) {
         printf("error: %s\n", r->msg);
@@ -65,7 +70,12 @@ void bench_print_json(const bench *b, const char *date, double load) {
             json_object_object_add(o, "best_ms", json_object_new_double(r->best * 1e3));
             json_object_object_add(o, "samples", json_object_new_int(r->samples));
             json_object_object_add(o, "rate", json_object_new_double(bench_row_rate(r)));
-            json_object_object_add(o, "ratio", pk->valid ? json_object_new_double(bench_row_rate(r) / pk->rate) : NULL);
+            if (r->side_bw > 0) {
+                json_object_object_add(o, "memcpy_side_by_side_gbs", json_object_new_double(r->side_bw));
+                json_object_object_add(o, "ratio", json_object_new_double(bench_row_rate(r) / r->side_bw));
+            } else {
+                json_object_object_add(o, "ratio", pk->valid ? json_object_new_double(bench_row_rate(r) / pk->rate) : NULL);
+            }
         } else {
             json_object_object_add(o, "message", json_object_new_string(r->msg));
         }

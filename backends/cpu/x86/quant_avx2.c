@@ -10,6 +10,7 @@
 #if KVS_CPU_HAVE_AVX2 && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 
+#include "../attention_q8.h"
 #include "../matmul.h"
 #include "quant/quant_blocks.h"
 
@@ -91,5 +92,112 @@ void kvs_cpu_qdot_rows_avx2(const void *wrow, kvs_dtype dt, const float *x, int6
 
 void kvs_cpu_q8dot_avx2(const void *wrow, kvs_dtype dt, const kvs_q8_rows *x, int64_t n, float *acc) {
     q8_dot(wrow, dt, x, n, acc);
+}
+
+/* Decode attention's Q.K^T on 8-bit query codes (../attention_q8.h): att_q8.h with vpmaddubsw. */
+#define AQ8_VNNI 0
+#define AQ8_ROWS 2
+#include "att_q8.h"
+
+/* Decode attention's O += P.V over a q8_0 / q4_0 V on AVX2 (the -q8 variant; contract:
+ * ../attention_q8.h): the block scales folded into the weights, W[b][r][j] = P[r][j] d_v(j, b), each
+ * V vector only its codes converted (q4_0's offset 8 taken out once per tile: - 8 sum_j W), 2 rows x
+ * 32 columns (one block) of O in registers over the tile's keys (16 registers). */
+#define AQ8_PV_MAXD 256
+#define AQ8_PV_MAXN 256
+
+static inline __attribute__((always_inline)) void aq8_pv_block2(const int q4, const int R, const uint8_t *V, int64_t rb,
+                                                                const float *W, int64_t n, int64_t d, int64_t b,
+                                                                float *O) {
+    const int64_t bb = q4 ? 18 : 34;
+    __m256 acc[2][4];
+    for (int r = 0; r < R; r++)
+        for (int u = 0; u < 4; u++) acc[r][u] = _mm256_loadu_ps(O + r * d + b * 32 + 8 * u);
+    const float *wb = W + b * 4 * AQ8_PV_MAXN;
+    const uint8_t *blk = V + b * bb + 2;
+    for (int64_t j = 0; j < n; j++, blk += rb) {
+        __m256 v[4];
+        if (q4) {
+            const __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)blk));
+            const __m256i hi = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 8)));
+            const __m256i m4 = _mm256_set1_epi32(15);
+            v[0] = _mm256_cvtepi32_ps(_mm256_and_si256(lo, m4));
+            v[1] = _mm256_cvtepi32_ps(_mm256_and_si256(hi, m4));
+            v[2] = _mm256_cvtepi32_ps(_mm256_srli_epi32(lo, 4));
+            v[3] = _mm256_cvtepi32_ps(_mm256_srli_epi32(hi, 4));
+        } else {
+            for (int u = 0; u < 4; u++) v[u] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 8 * u))));
+        }
+        for (int r = 0; r < R; r++) {
+            const __m256 w = _mm256_broadcast_ss(wb + r * AQ8_PV_MAXN + j);
+            for (int u = 0; u < 4; u++) acc[r][u] = _mm256_fmadd_ps(v[u], w, acc[r][u]);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int u = 0; u < 4; u++) _mm256_storeu_ps(O + r * d + b * 32 + 8 * u, acc[r][u]);
+}
+
+int kvs_cpu_att_pv_q8_avx2(kvs_dtype dt, const void *V_, int64_t rb, const float *P, int64_t ldp, int64_t M, int64_t n,
+                           int64_t d, float *O) {
+    if ((dt != KVS_Q4_0 && dt != KVS_Q8_0) || d > AQ8_PV_MAXD || n > AQ8_PV_MAXN || d % 32) return 0;
+    const uint8_t *V = V_;
+    const int q4 = dt == KVS_Q4_0;
+    const int64_t nb = d / 32, bb = q4 ? 18 : 34, ldw = (n + 7) & ~(int64_t)7;
+    uint16_t dv16[AQ8_PV_MAXD / 32][AQ8_PV_MAXN];
+    float dv[AQ8_PV_MAXD / 32][AQ8_PV_MAXN];
+    float W[(AQ8_PV_MAXD / 32) * 4 * AQ8_PV_MAXN];
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t b = 0; b < nb; b++) memcpy(&dv16[b][j], V + j * rb + b * bb, 2);
+    for (int64_t b = 0; b < nb; b++) {
+        for (int64_t j = n; j < ldw; j++) dv16[b][j] = 0;
+        for (int64_t j = 0; j < ldw; j += 8)
+            _mm256_storeu_ps(&dv[b][j], _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)&dv16[b][j])));
+    }
+    for (int64_t r0 = 0; r0 < M; r0 += 4) {
+        const int R4 = M - r0 < 4 ? (int)(M - r0) : 4;
+        for (int r = 0; r < R4; r++) {
+            const float *p = P + (r0 + r) * ldp;
+            for (int64_t b = 0; b < nb; b++) {
+                float *w = W + (b * 4 + r) * AQ8_PV_MAXN;
+                __m256 sum = _mm256_setzero_ps();
+                int64_t j = 0;
+                for (; j + 8 <= n; j += 8) {
+                    const __m256 x = _mm256_mul_ps(_mm256_loadu_ps(p + j), _mm256_loadu_ps(&dv[b][j]));
+                    _mm256_storeu_ps(w + j, x);
+                    sum = _mm256_add_ps(sum, x);
+                }
+                float tail = 0.0f;
+                for (; j < n; j++) tail += w[j] = p[j] * dv[b][j];
+                if (q4) { /* the codes are 0..15: O -= 8 sum_j W over the block's columns */
+                    __m128 h = _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps(sum, 1));
+                    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+                    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+                    const __m256 off = _mm256_set1_ps(-8.0f * (_mm_cvtss_f32(h) + tail));
+                    float *o = O + (r0 + r) * d + b * 32;
+                    for (int u = 0; u < 4; u++) _mm256_storeu_ps(o + 8 * u, _mm256_add_ps(_mm256_loadu_ps(o + 8 * u), off));
+                }
+            }
+        }
+        for (int r2 = 0; r2 < R4; r2 += 2) {
+            const int R = R4 - r2 < 2 ? 1 : 2;
+            float *o = O + (r0 + r2) * d;
+            const float *w = W + r2 * AQ8_PV_MAXN;
+            for (int64_t b = 0; b < nb; b++) {
+                if (q4) {
+                    if (R == 2) aq8_pv_block2(1, 2, V, rb, w, n, d, b, o);
+                    else aq8_pv_block2(1, 1, V, rb, w, n, d, b, o);
+                } else {
+                    if (R == 2) aq8_pv_block2(0, 2, V, rb, w, n, d, b, o);
+                    else aq8_pv_block2(0, 1, V, rb, w, n, d, b, o);
+                }
+            }
+        }
+    }
+    return 1;
+}
+
+int kvs_cpu_att_qk_q8_avx2(kvs_dtype dt, const void *K, int64_t rb, const kvs_att_q8 *Q, int64_t M, int64_t n,
+                           float scale, float *S, int64_t lds) {
+    return aq8_qk(dt, K, rb, Q, M, n, scale, S, lds);
 }
 #endif

@@ -1,0 +1,80 @@
+/* CPU backend attention: the 8-bit query path of decode attention over a block-quantized K
+ * (variants attention:avx512-vnni and attention:avx2-q8; issue 17).
+ *
+ * Scheme (llama.cpp's CPU attention quantizes Q to K's vec_dot_type, q8_0 for q8_0 / q4_0 caches,
+ * and dots it with the K blocks in integers: ggml's quantize_row_q8_0 and vec_dot_q4_0_q8_0 /
+ * vec_dot_q8_0_q8_0; the scheme read there, this code our own): each packed query row (the G query
+ * heads of a kv head, attention.h) is cut into blocks of 32 values along head_dim, as K is; block b
+ * of row r gets dq = amax_b / 127 (f32, not rounded to f16) and codes qq_i = rint(q_i * 127 / amax_b)
+ * in [-127, 127]. A key block (d_k, codes c) then contributes d_k * dq * sum_i c_i qq_i, the sum
+ * exact in 32-bit integers (vpdpbusd on AVX512-VNNI, vpmaddubsw + vpmaddwd on AVX2), the product
+ * and the sum over blocks in f32.
+ *
+ * Error bound (the only approximation; what tests/test_ops_kvquant.c checks for these variants):
+ * |q_i - dq qq_i| <= dq (1/2 + 2^-15) (rint of the f32 product q_i * fl(127 / amax), then dq =
+ * fl(amax / 127)), so every logit moves by at most
+ *     E_rj = scale * sum_b dq_b (1/2 + 2^-15) sum_{i in b} |k_ji|   (k the dequantized key)
+ * plus f32 rounding. With E_r = max_j E_rj the softmax weights move by a factor within
+ * [e^(-2 E_r), e^(2 E_r)], hence |out - out_exact|_t <= (e^(2 E_r) - 1) sum_j p_j |v_jt|, key_mass
+ * and probe probabilities by (e^(2 E_r) - 1) p, row_max by E_r, the argmax's logit is within 2 E_r
+ * of the maximum. For unit-normal q and keys of head_dim 128 the bound E_r is about 0.1 (dq ~ 0.018,
+ * sum |k| ~ 26 per block, 4 blocks, scale 0.088); the measured error is far smaller (random
+ * rounding: output nmse 2e-5 .. 7e-5 in tests/test_ops_kvquant.c). Not bit-compatible with the f32 path (which takes q in f32): the variants are
+ * chosen explicitly (KVS_VARIANT=attention:avx512-vnni etc.), never automatically. */
+#ifndef KVS_BACKENDS_CPU_ATTENTION_Q8_H
+#define KVS_BACKENDS_CPU_ATTENTION_Q8_H
+
+#include <stdint.h>
+
+#include "internal.h"
+
+/* M packed query rows quantized for one task: q [M][d] codes, dq [M][d/32] block scales, corr
+ * [M][d/4] the integer start value of every 4-code group's dot product (-off * the sum of the 4
+ * codes: the offset of unsigned K codes, 8 for q4_0's 0..15, 128 for q8_0 + 128 on VNNI; 0 on
+ * AVX2's q8_0, which dots signed codes by the sign trick). */
+typedef struct kvs_att_q8 {
+    const int8_t *q;
+    const float *dq;
+    const int32_t *corr;
+    const int32_t *corrb; /* [M][d/32]: the sum of each block's 8 corr values */
+    int64_t d;
+    const uint8_t *pf;    /* rows to prefetch while the keys are read (the tile's V, row stride pf_rb,
+                           * the same count as the keys), or NULL */
+    int64_t pf_rb;
+} kvs_att_q8;
+
+/* Quantizes Qp [M][d] (d % 32 == 0) as above into q, dq, corr (sizes above); off: the K type's
+ * code offset for the kernel (kvs_cpu_att_q8_offset); corrb [M][d/32] the block sums of corr. Portable C (O(M d) per task, against the
+ * n_kv d bytes of K the kernels read). */
+void kvs_cpu_att_q8_quantize(const float *Qp, int64_t M, int64_t d, int32_t off, int8_t *q, float *dq, int32_t *corr,
+                             int32_t *corrb);
+
+/* S[r*lds + j] = scale * sum_b d_k(j, b) dq(r, b) sum_{i in b} c_ji qq_ri for r < M, j < n: K rows
+ * of dtype dt (Q8_0 or Q4_0; row stride rb bytes, d = Q->d values, whole blocks). Returns 0
+ * (nothing done) for other dtypes. _vnni: AVX512-VNNI + VL (256-bit vpdpbusd; CPUs with
+ * kvs_cpu_avx512_vnni), _avx2: AVX2 (vpmaddubsw: |codes| <= 15 for q4_0; q8_0 by the sign trick,
+ * pairs at most 2 * 128 * 127 < 2^15, so never saturating). */
+int kvs_cpu_att_qk_q8_vnni(kvs_dtype dt, const void *K, int64_t rb, const kvs_att_q8 *Q, int64_t M, int64_t n,
+                           float scale, float *S, int64_t lds);
+int kvs_cpu_att_qk_q8_avx2(kvs_dtype dt, const void *K, int64_t rb, const kvs_att_q8 *Q, int64_t M, int64_t n,
+                           float scale, float *S, int64_t lds);
+
+/* O[r][:] += sum_{j < n} P[r*ldp + j] V_j for r < M over a q8_0 / q4_0 V (d % 32 == 0, d <= 256,
+ * n <= 256; row stride rb bytes), the block scales folded into the weights (W = P d_v, f32) and the
+ * codes converted exactly: the same f32 products as the f32 path up to rounding (P d_v c instead of
+ * P (d_v c); q4_0 on AVX2: P d_v (c + 8) - 8 sum_j P d_v). _vnni: AVX-512 (-vnni variant), _avx2:
+ * AVX2 (-q8). 0 (nothing done) for other dtypes and sizes. */
+int kvs_cpu_att_pv_q8_vnni(kvs_dtype dt, const void *V, int64_t rb, const float *P, int64_t ldp, int64_t M, int64_t n,
+                           int64_t d, float *O);
+int kvs_cpu_att_pv_q8_avx2(kvs_dtype dt, const void *V, int64_t rb, const float *P, int64_t ldp, int64_t M, int64_t n,
+                           int64_t d, float *O);
+
+/* The code offset the kernel of `vnni` (1) or AVX2 (0) expects in corr for K of dtype dt: 8 for
+ * Q4_0, 128 for Q8_0 on VNNI, 0 for Q8_0 on AVX2; -1 when dt has no 8-bit kernel. */
+static inline int32_t kvs_cpu_att_q8_offset(kvs_dtype dt, int vnni) {
+    if (dt == KVS_Q4_0) return 8;
+    if (dt == KVS_Q8_0) return vnni ? 128 : 0;
+    return -1;
+}
+
+#endif
