@@ -111,6 +111,10 @@ START_TEST(test_gguf_special_ids) {
     v = 16; /* == vocab */
     memcpy(b + at, &v, 4);
     expect_open(put("mask.gguf", b, n), KVS_ERR_FORMAT, "mask.gguf", "tokenizer.ggml.mask_token_id", "16 tokens", NULL);
+    /* a diffusion model without a mask id (the key renamed, same length) is refused at open */
+    at = after_key(b, n, "tokenizer.ggml.mask_token_id");
+    b[at - 1] = 'X';
+    expect_open(put("nomask.gguf", b, n), KVS_ERR_FORMAT, "nomask.gguf", "'llada'", "tokenizer.ggml.mask_token_id", NULL);
     free(b);
 }
 END_TEST

@@ -578,6 +578,7 @@ typedef struct spec {
     int causal;                   /* -1: absent */
     unsigned bias;                /* bits: 1 q, 2 k, 4 v, 8 attn_output (not read by kvsieve) */
     int qk_norm;                  /* 1: attn_q_norm/attn_k_norm of length head_dim; 2: q_norm of a wrong length */
+    int no_mask;                  /* dream: 1 = no tokenizer.ggml.mask_token_id (else 15) */
 } spec;
 
 /* dim 8, 1 layer, 2 heads, 1 kv head, ffn 16, vocab 16, f32 weights 0.01 */
@@ -604,6 +605,8 @@ static void write_spec(const char *path, const spec *sp) {
     if (sp->scaling_type) ck_assert(kvs_gguf_writer_set_str(w, KEY("rope.scaling.type"), sp->scaling_type) == KVS_OK);
     if (sp->scaling_factor != 0.0f) ck_assert(kvs_gguf_writer_set_f32(w, KEY("rope.scaling.factor"), sp->scaling_factor) == KVS_OK);
     if (sp->causal >= 0) ck_assert(kvs_gguf_writer_set_bool(w, KEY("attention.causal"), sp->causal) == KVS_OK);
+    if (strcmp(a, "dream") == 0 && !sp->no_mask)
+        ck_assert(kvs_gguf_writer_set_u32(w, "tokenizer.ggml.mask_token_id", 15) == KVS_OK);
 #undef KEY
     static float buf[16 * 64];
     for (int i = 0; i < 16 * 64; i++) buf[i] = 0.01f;
@@ -691,6 +694,8 @@ START_TEST(test_refusals) {
     expect(&dr, KVS_ERR_UNSUPPORTED, "is bidirectional");
     dr.causal = 0;
     expect(&dr, KVS_OK, NULL);
+    dr.no_mask = 1; /* a diffusion model without a mask token cannot decode: refused at open */
+    expect(&dr, KVS_ERR_FORMAT, "tokenizer.ggml.mask_token_id");
     spec other = {.arch = "gemma3", .causal = -1};
     expect(&other, KVS_ERR_UNSUPPORTED, "llama, llada, qwen2, qwen3, dream");
 }

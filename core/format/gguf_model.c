@@ -173,6 +173,11 @@ kvs_status kvs_mf_load_gguf(kvs_model_file *m) {
     KVS_TRY(get_id(m, "tokenizer.ggml.bos_token_id", &h->bos_id));
     KVS_TRY(get_id(m, "tokenizer.ggml.eos_token_id", &h->eos_id));
     KVS_TRY(get_id(m, "tokenizer.ggml.mask_token_id", &h->mask_id));
+    /* a masked-diffusion model decodes by filling its mask token (LLaDA, Dream; llama-diffusion-cli
+     * refuses a file without one too): refused here with the key's name rather than at the first decode */
+    if (kvs_arch_is_diffusion(h->arch) && h->mask_id < 0)
+        return kvs_error(KVS_ERR_FORMAT, "%s: architecture '%s' is a masked-diffusion model, but the file has no "
+                         "tokenizer.ggml.mask_token_id", m->path, kvs_arch_name(h->arch));
 
     /* block_count must describe the layers present: a blk.N tensor with N >= block_count means the
      * key shrank (running fewer layers than the file holds) */

@@ -253,7 +253,7 @@ int bench_model(int argc, char **argv) {
         {"no-dlm", 0, CLI_FLAG, &no_dlm, NULL, "skip the diffusion step rows"},
         {"no-ops", 0, CLI_FLAG, &no_ops, NULL, "skip the GEMV/GEMM rows"},
         {"variants", 0, CLI_STRING, &variants_arg, "LIST",
-         "matmul variants the GEMV/GEMM rows run under, side by side (e.g. auto,avx512,avx512-q8; default auto)"},
+         "matmul variants the GEMV/GEMM rows run under, side by side (e.g. auto,avx512,avx512-vnni; default auto)"},
         {"reps", 'r', CLI_INT, &reps, "N", "timed samples per GEMV/GEMM row, median reported (default 3)"},
         {"seed", 0, CLI_INT64, &seed, "N", "weight seed (default 1)"},
         CACHE_TYPE_OPTS(ct),

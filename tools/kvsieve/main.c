@@ -22,7 +22,8 @@ static int cmd_eval_any(int argc, char **argv) {
 static const command commands[] = {
     {"generate", cmd_generate, "generate text (autoregressive or masked diffusion) with a model"},
     {"devices", cmd_devices, "list backends and devices with their capabilities"},
-    {"bench", cmd_bench, "time the ops against this machine's measured peaks (bench ops)"},
+    {"bench", cmd_bench, "time the ops (bench ops) or a random-weight model of a real shape (bench model) "
+                         "against this machine's measured peaks"},
     {"eval", cmd_eval_any, "evaluate caches: eviction policies on a text (KL, top-1, perplexity, recall); "
                            "--dlm: diffusion cache schedules vs no cache (speedup, agreement)"},
     {"train", cmd_train, "train a learned KV eviction policy (retention, indexer, rl) into a GGUF side file"},

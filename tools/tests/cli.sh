@@ -118,6 +118,15 @@ for r in rows:
     assert r["n"] == (1 if r["kind"] == "gemv" else 8) and r["layers"] == (1 if r["kind"] == "gemm" or r["matrix"] == "output" else 2), r
 assert {r["variant"] for r in rows} == {"auto", "portable"}
 PY
+# the --variants example in bench model --help names variants the CPU backend has (the full list is
+# in the refusal of an unknown one)
+expect 0 bench model --help
+mapfile -t ex < <(sed -n 's/.*--variants LIST.*(e\.g\. \([^;]*\);.*/\1/p' "$tmp/out" | tr ',' '\n')
+expect 2 bench model --shape tiny --variants no-such-variant
+for v in "${ex[@]}"; do
+  grep -q -- "[(, ]${v}[,)]" "$tmp/err" || { echo "FAIL: bench model --help's example variant '$v' does not exist"; fails=$((fails + 1)); }
+done
+((${#ex[@]} >= 2)) || { echo "FAIL: no --variants example in bench model --help"; fails=$((fails + 1)); }
 # a model file's shape: stories260K (dim 64, ffn 172) takes llama-quantize's fallback types
 expect 0 bench model --shape stories260K-f32.v3.gguf --json --reps 1 --prompt 4 --decode 2 -t 1 && valid_json
 python3 - "$tmp/out" <<'PY' || fails=$((fails + 1))
@@ -161,6 +170,18 @@ if "$KVSIEVE" generate -m stories260K-f32.v3.gguf -n 1 --json >/dev/null 2>&1; t
   expect 0 generate -m stories260K-f32.v3.gguf -n 8 -c 9 -t 1 --json
   expect 2 generate -m stories260K-f32.v3.gguf -n 9 --ctx-size 8 && one_line_error && contains_err 'ctx-size'
   expect 2 generate -m stories260K-f32.v3.gguf -n 8 -c -1 && one_line_error
+  # diffusion schedules a model cannot run are usage errors before anything reaches stdout
+  # (--block-causal: none/prefix only; Dream's shifted logits: no d2cache)
+  for c in dual delayed elastic d2cache; do
+    expect 2 generate -m stories260K-llada-f32.gguf -p "Once" -n 16 --block 16 --block-causal --cache "$c" &&
+      one_line_error && contains_err 'block-causal'
+    [[ ! -s "$tmp/out" ]] || { echo "FAIL: --block-causal --cache $c printed to stdout"; fails=$((fails + 1)); }
+  done
+  expect 2 generate -m tiny-dream.gguf -p "Once" -n 16 --block 16 --cache d2cache && one_line_error &&
+    contains_err 'shifted logits'
+  [[ ! -s "$tmp/out" ]] || { echo "FAIL: d2cache on dream printed to stdout"; fails=$((fails + 1)); }
+  expect 2 generate -m tiny-dream.gguf -p "Once" -n 16 --block 16 --cache d2cache --wavefilter && one_line_error
+  expect 0 generate -m tiny-dream.gguf -p "Once" -n 16 --block 16 --block-causal --cache prefix -t 1 --json
   dlm=(generate -m stories260K-llada-f32.gguf -p "Once upon a time" -n 64 -t 1 --json)
   expect 0 "${dlm[@]}" --diffusion-block-length 32 --diffusion-steps 64 && cp "$tmp/out" "$tmp/alias.json"
   expect 0 "${dlm[@]}" --block 32 --steps 64
