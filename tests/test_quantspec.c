@@ -824,6 +824,92 @@ START_TEST(test_greedy_equal) {
 }
 END_TEST
 
+/* The forward's keep-set (sparse) attention on a qh8 cache gathers both planes: a keep-set of every
+ * row gives the dense logits bit for bit (8-bit read and draft), a keep-set dropping rows gives the
+ * logits of a dense step on a copy of the cache compacted to those rows by kvs_cache_keep. */
+START_TEST(test_sparse_keep) {
+    kvs_device *dev = open_dev();
+    kvs_model *m = NULL;
+    ck_assert_msg(kvs_model_load(&m, dev, g_model, NULL) == KVS_OK, "%s", kvs_last_error());
+    const kvs_model_hparams *hp = kvs_model_get_hparams(m);
+    const int64_t V = hp->vocab, H = hp->n_kv_heads;
+    ck_assert_int_le(H, 8);
+    ck_assert_int_le(hp->n_layers, 16);
+    const int32_t prompt[7] = {1, 17, 230, 5, 88, 301, 9};
+    float *dense = malloc((size_t)V * 4), *got = malloc((size_t)V * 4);
+    kvs_kv_cache *c[2] = {NULL, NULL};
+    for (int i = 0; i < 2; i++) {
+        kvs_cache_params cp = kvs_model_cache_params(m);
+        cp.mode = KVS_CACHE_APPEND;
+        cp.capacity = 16;
+        cp.type_k = cp.type_v = KVS_QH8;
+        ck_assert_int_eq(kvs_cache_create(&c[i], dev, &cp), KVS_OK);
+        int32_t last = 6;
+        kvs_step_plan plan = {.tokens = prompt, .n_tokens = 7, .logit_rows = &last, .n_logit_rows = 1};
+        kvs_step_result r;
+        ck_assert_int_eq(kvs_model_forward(m, c[i], &plan, &r), KVS_OK);
+    }
+    int32_t keep[8 * 8], zero = 0, p7 = 7, t = 42;
+    int64_t nk[8];
+    kvs_layer_plan lp[16];
+    memset(lp, 0, sizeof lp);
+    for (int l = 0; l < hp->n_layers; l++) {
+        lp[l].keep = keep;
+        lp[l].n_keep = nk;
+        lp[l].keep_stride = 8;
+    }
+    kvs_step_result r;
+    for (int draft = 0; draft < 2; draft++) {
+        /* every row (the 7 cached and the step's own) vs dense */
+        kvs_step_plan p1 = {.tokens = &t, .n_tokens = 1, .positions = &p7, .logit_rows = &zero, .n_logit_rows = 1,
+                            .kv_draft = draft};
+        ck_assert_int_eq(kvs_model_forward(m, c[0], &p1, &r), KVS_OK);
+        memcpy(dense, r.logits, (size_t)V * 4);
+        ck_assert_int_eq(kvs_cache_truncate(c[0], 7), KVS_OK);
+        for (int64_t h = 0; h < H; h++) {
+            for (int j = 0; j < 8; j++) keep[h * 8 + j] = j;
+            nk[h] = 8;
+        }
+        p1.layers = lp;
+        ck_assert_msg(kvs_model_forward(m, c[0], &p1, &r) == KVS_OK, "%s", kvs_last_error());
+        for (int64_t i = 0; i < V; i++)
+            ck_assert_msg(r.logits[i] == dense[i], "draft %d: logit %lld %g vs dense %g", draft, (long long)i, r.logits[i], dense[i]);
+        ck_assert_int_eq(kvs_cache_truncate(c[0], 7), KVS_OK);
+    }
+    /* a head-dependent keep-set of the cached rows (plus the step's own row 7) vs the dense step on
+     * the cache compacted to the same rows (same keys, same positions) */
+    int32_t ck[8 * 7];
+    int64_t cnk[8];
+    for (int64_t h = 0; h < H; h++) {
+        int n = 0;
+        for (int j = 0; j < 7; j++)
+            if (j != 2 + h % 3 && j != 5) ck[h * 7 + n] = keep[h * 8 + n] = j, n++;
+        keep[h * 8 + n] = 7;
+        nk[h] = n + 1;
+        cnk[h] = n;
+    }
+    kvs_step_plan p1 = {.tokens = &t, .n_tokens = 1, .positions = &p7, .logit_rows = &zero, .n_logit_rows = 1, .layers = lp};
+    ck_assert_msg(kvs_model_forward(m, c[0], &p1, &r) == KVS_OK, "%s", kvs_last_error());
+    memcpy(got, r.logits, (size_t)V * 4);
+    for (int l = 0; l < hp->n_layers; l++) ck_assert_int_eq(kvs_cache_keep(c[1], l, ck, cnk, 7), KVS_OK);
+    p1.layers = NULL;
+    ck_assert_msg(kvs_model_forward(m, c[1], &p1, &r) == KVS_OK, "%s", kvs_last_error());
+    double num = 0, den = 0, diff = 0;
+    for (int64_t i = 0; i < V; i++) {
+        num += ((double)got[i] - r.logits[i]) * ((double)got[i] - r.logits[i]);
+        den += (double)r.logits[i] * r.logits[i];
+        diff += fabs((double)got[i] - dense[i]);
+    }
+    ck_assert_msg(num <= 1e-10 * den, "sparse keep-set vs compacted cache: nmse %g", num / den);
+    ck_assert_msg(diff > 0, "dropping rows did not change the logits");
+    free(dense); free(got);
+    kvs_cache_destroy(&c[0]);
+    kvs_cache_destroy(&c[1]);
+    kvs_model_destroy(&m);
+    kvs_device_destroy(&dev);
+}
+END_TEST
+
 int main(int argc, char **argv) {
     int setup = kvs_test_setup(argc, argv, "test_quantspec", &g_params, "tiny-llama-mixed-q.gguf", g_model, sizeof g_model);
     if (setup >= 0) return setup;
@@ -841,5 +927,9 @@ int main(int argc, char **argv) {
     tcase_set_timeout(tg, 600);
     tcase_add_test(tg, test_greedy_equal);
     suite_add_tcase(s, tg);
+    TCase *tk = tcase_create("sparse");
+    tcase_set_timeout(tk, 600);
+    tcase_add_test(tk, test_sparse_keep);
+    suite_add_tcase(s, tk);
     return kvs_test_run(s);
 }
