@@ -127,6 +127,10 @@ typedef struct kvs_rows_args {
     int src_token_major;                     /* scatter: src is [n][G][row] */
     int convert;                             /* scatter: src F32 rows converted to dst's dtype (F16, BF16,
                                               * or quantized per block: Q8_0, Q4_0, Q4_1, IQ4_NL) */
+    kvs_tensor *dst_lo;                      /* scatter (convert) only, else NULL: a qh8 cache's append
+                                              * (kvs_scatter_qh8): dst is the Q4_1 upper plane, dst_lo the
+                                              * QH8_LO lower plane (same row indexing, row_bytes / 20 * 16
+                                              * bytes per row), both written by kvs_qh8_encode_row's rule */
 } kvs_rows_args;
 
 typedef struct kvs_binary_args {        /* add: y = a + b; swiglu: y = silu(a) * b */
@@ -291,6 +295,21 @@ static inline int kvs_device_variant(const kvs_device *dev, kvs_op_id op) {
 
 /* The backends compiled into this build (backends/registry.c); NULL when not built. */
 const kvs_backend_ops *kvs_backend_lookup(kvs_backend b);
+
+/* QuantSpec's hierarchical cache append (core/ops.c; used by kvs_cache_write_rows): f32 rows src
+ * converted to qh8 and written into both planes, hi (Q4_1 [G][Nd][row], the upper plane: a valid
+ * q4_1 cache) and lo (QH8_LO, the same shape: the lower nibbles), at the rows idx names, exactly as
+ * kvs_scatter writes one tensor (src [G][n][row] or, src_token_major, [n][G][row]; idx [n] or
+ * [G][n]; duplicates: the highest i wins). Each row is coded by kvs_qh8_encode_row's rule
+ * (core/quant/quant_encode.c, format core/quant/quant_blocks.h): the CPU calls it, OpenCL
+ * (shaders/opencl/rows.cl) and Vulkan (shaders/vulkan/scatter_cvt.comp) transcribe it operation by
+ * operation on the device (bit-identical where single-precision division is correctly rounded).
+ * Errors: those of kvs_scatter; KVS_ERR_DTYPE (src not F32, hi not Q4_1, lo not QH8_LO),
+ * KVS_ERR_SHAPE (lo's shape differs from hi's), KVS_ERR_INVALID_ARGUMENT (lo NULL, of another
+ * device, or overlapping src, idx or hi), KVS_ERR_UNSUPPORTED (a device without
+ * kvs_caps.kv_hierarchical). */
+kvs_status kvs_scatter_qh8(kvs_device *dev, const kvs_tensor *src, const kvs_tensor *idx, kvs_tensor *hi, kvs_tensor *lo,
+                           int src_token_major);
 
 /* Shared host helpers (core/tensor.c). */
 int64_t kvs_tensor_rows(const kvs_tensor *t); /* nelements / ne[0] */

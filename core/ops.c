@@ -593,8 +593,8 @@ kvs_status kvs_gather(kvs_device *dev, const kvs_tensor *src, const kvs_tensor *
     return dispatch_gather(dev, &a);
 }
 
-kvs_status kvs_scatter(kvs_device *dev, const kvs_tensor *src, const kvs_tensor *idx, kvs_tensor *dst, int src_token_major) {
-    const char *op = "kvs_scatter";
+static kvs_status scatter_args(const char *op, kvs_device *dev, const kvs_tensor *src, const kvs_tensor *idx, kvs_tensor *dst,
+                                int src_token_major, kvs_rows_args *ap) {
     CHECK_NONNULL(op, src); CHECK_NONNULL(op, dst);
     TRY_DEV(src); TRY_DEV(dst);
     kvs_rows_args a;
@@ -621,6 +621,33 @@ kvs_status kvs_scatter(kvs_device *dev, const kvs_tensor *src, const kvs_tensor 
     a.src_rows = a.n;
     a.dst_rows = dst->ne[1];
     if (overlaps(src, dst) || overlaps(idx, dst)) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: dst aliases src or idx", op);
+    *ap = a;
+    return KVS_OK;
+}
+
+kvs_status kvs_scatter(kvs_device *dev, const kvs_tensor *src, const kvs_tensor *idx, kvs_tensor *dst, int src_token_major) {
+    kvs_rows_args a;
+    KVS_TRY(scatter_args("kvs_scatter", dev, src, idx, dst, src_token_major, &a));
+    return dispatch_scatter(dev, &a);
+}
+
+kvs_status kvs_scatter_qh8(kvs_device *dev, const kvs_tensor *src, const kvs_tensor *idx, kvs_tensor *hi, kvs_tensor *lo,
+                           int src_token_major) {
+    const char *op = "kvs_scatter_qh8";
+    CHECK_NONNULL(op, lo);
+    kvs_rows_args a;
+    KVS_TRY(scatter_args(op, dev, src, idx, hi, src_token_major, &a));
+    TRY_DEV(lo);
+    KVS_TRY(want_dtype(op, src, "src", KVS_F32));
+    KVS_TRY(want_dtype(op, hi, "hi", KVS_Q4_1));
+    KVS_TRY(want_dtype(op, lo, "lo", KVS_QH8_LO));
+    KVS_TRY(want_shape(op, lo, "lo", hi->ne[0], hi->ne[1], hi->ne[2]));
+    if (overlaps(src, lo) || overlaps(idx, lo) || overlaps(hi, lo))
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: lo aliases src, idx or hi", op);
+    if (!dev->caps.kv_hierarchical)
+        return kvs_error(KVS_ERR_UNSUPPORTED, "%s: the %s backend does not write qh8 planes (kvs_caps.kv_hierarchical = 0)",
+                         op, dev->ops->name);
+    a.dst_lo = lo;
     return dispatch_scatter(dev, &a);
 }
 

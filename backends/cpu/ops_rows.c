@@ -1,6 +1,7 @@
 /* CPU backend: gather / scatter / compact of grouped rows (contract: include/kvsieve/ops.h).
  * Rows are copied as bytes (bit-exact for any dtype, block rows included); a converting scatter
- * (f32 -> f16/bf16/q8_0/q4_0/q4_1/iq4_nl: the quantized KV cache's append) converts each row. Every index is range-checked before anything
+ * (f32 -> f16/bf16/q8_0/q4_0/q4_1/iq4_nl: the quantized KV cache's append; f32 -> both qh8 planes:
+ * kvs_scatter_qh8) converts each row. Every index is range-checked before anything
  * is written: an index outside its valid range returns KVS_ERR_OUT_OF_RANGE and leaves the output
  * untouched (the CPU backend's documented extra). */
 #include <stdlib.h>
@@ -20,8 +21,15 @@ static inline void row_copy(char *KVS_RESTRICT d, const char *KVS_RESTRICT s, in
 }
 
 /* One scatter row: a byte copy, or (a->convert) f32 values converted to the dst dtype: F16/BF16
- * rounded to nearest even, the block types quantized per block (core/quant/quant_encode.c). */
-static inline void row_put(const kvs_rows_args *a, char *KVS_RESTRICT d, const char *KVS_RESTRICT s, int64_t rb) {
+ * rounded to nearest even, the block types quantized per block (core/quant/quant_encode.c), or
+ * with a->dst_lo (kvs_scatter_qh8) the qh8 planes, row r of both (kvs_qh8_encode_row). d is dst
+ * row r. */
+static inline void row_put(const kvs_rows_args *a, int64_t r, char *KVS_RESTRICT d, const char *KVS_RESTRICT s, int64_t rb) {
+    if (a->dst_lo) {
+        const int64_t n = a->dst->ne[0];
+        kvs_qh8_encode_row((const float *)s, n, d, (char *)kvs_tensor_host_ptr(a->dst_lo) + r * (n / 2));
+        return;
+    }
     if (!a->convert) {
         row_copy(d, s, rb);
         return;
@@ -90,7 +98,7 @@ kvs_status kvs_cpu_scatter(kvs_device *dev, const kvs_rows_args *a) {
             for (int64_t i = 0; i < n; i++)
                 for (int64_t g = g0; g < g1; g++) {
                     int64_t j = a->idx_shared ? idx[i] : idx[g * n + i];
-                    row_put(a, dst + (g * a->dst_rows + j) * rb, src + (i * G + g) * sb, rb);
+                    row_put(a, g * a->dst_rows + j, dst + (g * a->dst_rows + j) * rb, src + (i * G + g) * sb, rb);
                 }
         }
         return KVS_OK;
@@ -98,7 +106,8 @@ kvs_status kvs_cpu_scatter(kvs_device *dev, const kvs_rows_args *a) {
     KVS_OMP(parallel for num_threads(nt) schedule(static))
     for (int64_t g = 0; g < G; g++) {
         const int32_t *gi = a->idx_shared ? idx : idx + g * n;
-        for (int64_t i = 0; i < n; i++) row_put(a, dst + (g * a->dst_rows + gi[i]) * rb, src + (g * n + i) * sb, rb);
+        for (int64_t i = 0; i < n; i++)
+            row_put(a, g * a->dst_rows + gi[i], dst + (g * a->dst_rows + gi[i]) * rb, src + (g * n + i) * sb, rb);
     }
     return KVS_OK;
 }

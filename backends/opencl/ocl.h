@@ -115,6 +115,9 @@ static inline size_t kvs_ocl_round_up(size_t v, size_t m) { return (v + m - 1) /
  * QT_Q4_1 5, QT_Q5_0 6, QT_Q5_1 7, QT_IQ4_NL 8, QT_Q2_K 9 .. QT_Q6_K 13, QT_IQ4_XS 14) of a dtype; -1
  * for the others (I32). */
 int kvs_ocl_qt(kvs_dtype t);
+/* qblocks.cl's QT_QH8: a qh8 cache plane pair (a Q4_1 upper plane read with its QH8_LO lower
+ * plane: attention with k_lo / v_lo, the converting scatter with dst_lo); no kvs_dtype maps to it. */
+#define KVS_OCL_QT_QH8 15
 
 /* A default 1-D work-group size: min(256, max_wg), power of two. */
 size_t kvs_ocl_wg(kvs_device *dev, size_t want);

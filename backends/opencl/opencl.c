@@ -218,6 +218,7 @@ static kvs_status ocl_device_open(kvs_device *dev, const kvs_device_params *p) {
     c->total_memory_bytes = (int64_t)global;
     c->compute_units = (int)cus;
     c->unified_memory = unified || o->is_cpu;
+    c->kv_hierarchical = 1;       /* attention.cl reads qh8's lower planes (QT_QH8), rows.cl writes them */
     return KVS_OK;
 fail:
     ocl_device_close(dev);

@@ -173,7 +173,11 @@ kvs_status kvs_ocl_attention(kvs_device *dev, const kvs_attention_args *a) {
     /* K and V types (qblocks.cl codes). f32 / f16 pairs compile their types in (K_T, V_T; offsets
      * in elements); every other pair shares one program per shape that reads kt / vt at run time
      * (K_T = V_T = -1; offsets in bytes), so the 49 pairs of the cache types do not compile 49. */
-    const int kt = kvs_ocl_qt(a->k->dtype), vt = kvs_ocl_qt(a->v->dtype);
+    /* a qh8 side (k_lo / v_lo given: QuantSpec's 8-bit read) is QT_QH8, read at run time with its
+     * lower plane; without k_lo / v_lo its upper plane reads as the q4_1 cache it is */
+    const int kt = p->k_lo ? KVS_OCL_QT_QH8 : kvs_ocl_qt(a->k->dtype), vt = p->v_lo ? KVS_OCL_QT_QH8 : kvs_ocl_qt(a->v->dtype);
+    const cl_mem klo = p->k_lo ? kvs_ocl_mem(p->k_lo) : o->zero, vlo = p->v_lo ? kvs_ocl_mem(p->v_lo) : o->zero;
+    const int64_t klo_off = p->k_lo ? (int64_t)p->k_lo->offset : 0, vlo_off = p->v_lo ? (int64_t)p->v_lo->offset : 0;
     const int rt = kt > 1 || vt > 1;
     const int dkt = rt ? -1 : kt, dvt = rt ? -1 : vt;
     const int64_t k_off = (int64_t)(a->k->offset / (rt ? 1 : kvs_dtype_bytes(a->k->dtype, 1)));
@@ -266,7 +270,7 @@ kvs_status kvs_ocl_attention(kvs_device *dev, const kvs_attention_args *a) {
             ARG_L(off_or(p->row_sum)), ARG_MEM(mem_or(dev, p->argmax)), ARG_L(off_or(p->argmax)), ARG_MEM(ml),
             ARG_MEM(part), ARG_I(span),
             ARG_I(a->n_q), ARG_I(a->n_heads), ARG_I(a->capacity), ARG_I(a->n_kv), ARG_F(p->scale), ARG_I(flags),
-            ARG_I(kt), ARG_I(vt)};
+            ARG_I(kt), ARG_I(vt), ARG_MEM(klo), ARG_L(klo_off), ARG_MEM(vlo), ARG_L(vlo_off)};
         size_t wg = use_dec ? (size_t)pl.nt : (size_t)(bq * G);
         size_t lws[3] = {wg, 1, 1};
         size_t gws[3] = {ntiles * wg, (size_t)a->n_kv_heads, (size_t)n_split};
@@ -309,7 +313,7 @@ kvs_status kvs_ocl_attention(kvs_device *dev, const kvs_attention_args *a) {
             ARG_MEM(mem_or(dev, p->stat_rows)), ARG_L(off_or(p->stat_rows)), ARG_I(a->n_stat_rows), ARG_MEM(ml),
             ARG_MEM(kvs_ocl_mem(p->key_mass)), ARG_L(off_or(p->key_mass)),
             ARG_I(a->n_q), ARG_I(a->n_heads), ARG_I(a->capacity), ARG_I(a->n_kv), ARG_F(p->scale), ARG_I(flags),
-            ARG_I(kt)};
+            ARG_I(kt), ARG_MEM(klo), ARG_L(klo_off)};
         size_t lws[2] = {64, 1};
         size_t gws[2] = {(size_t)a->capacity, (size_t)a->n_kv_heads};
         KVS_TRY(kvs_ocl_launch(dev, k, "attn_keymass", 2, gws, lws, (int)(sizeof args / sizeof args[0]), args));
@@ -324,7 +328,7 @@ kvs_status kvs_ocl_attention(kvs_device *dev, const kvs_attention_args *a) {
             ARG_MEM(kvs_ocl_mem(p->probe_rows)), ARG_L(off_or(p->probe_rows)), ARG_MEM(ml),
             ARG_MEM(kvs_ocl_mem(p->probs)), ARG_L(off_or(p->probs)),
             ARG_I(a->n_q), ARG_I(a->n_heads), ARG_I(a->capacity), ARG_I(a->n_kv), ARG_F(p->scale), ARG_I(flags),
-            ARG_I(kt)};
+            ARG_I(kt), ARG_MEM(klo), ARG_L(klo_off)};
         size_t lws[3] = {64, 1, 1};
         size_t gws[3] = {(size_t)a->capacity, (size_t)a->n_heads, (size_t)a->n_probe};
         KVS_TRY(kvs_ocl_launch(dev, k, "attn_probs", 3, gws, lws, (int)(sizeof args / sizeof args[0]), args));

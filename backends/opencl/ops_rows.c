@@ -3,8 +3,9 @@
  * when 4-byte aligned, else as 16-bit words.
  * Scatter resolves duplicate indices deterministically (highest i wins) with an integer
  * atomic_max pass into a scratch "winner" table; compact gathers into scratch then copies back.
- * A converting scatter (the KV cache's append: f32 rows -> f16, bf16, q8_0, q4_0, q4_1, iq4_nl)
- * encodes each row on the device (rows.cl scatter_convert, one item per value or per block). */
+ * A converting scatter (the KV cache's append: f32 rows -> f16, bf16, q8_0, q4_0, q4_1, iq4_nl, and
+ * both planes of QuantSpec's qh8 through kvs_scatter_qh8) encodes each row on the device (rows.cl
+ * scatter_convert, one item per value or per block). */
 #include <stdio.h>
 
 #include "ocl.h"
@@ -67,7 +68,8 @@ kvs_status kvs_ocl_scatter(kvs_device *dev, const kvs_rows_args *a) {
     }
     cl_kernel k;
     if (a->convert) {
-        const int dt = kvs_ocl_qt(a->dst->dtype);
+        /* a qh8 cache's append (kvs_scatter_qh8): dst the upper plane, dst_lo the lower */
+        const int dt = a->dst_lo ? KVS_OCL_QT_QH8 : kvs_ocl_qt(a->dst->dtype);
         const int64_t nv = a->dst->ne[0];
         char defs[64];
         snprintf(defs, sizeof defs, "#define WORD_T uint\n#define DT %d\n", dt);
@@ -75,11 +77,13 @@ kvs_status kvs_ocl_scatter(kvs_device *dev, const kvs_rows_args *a) {
         kvs_ocl_arg cargs[] = {ARG_MEM(kvs_ocl_mem(a->src)), ARG_L(a->src->offset / 4), ARG_MEM(kvs_ocl_mem(a->idx)),
                                ARG_L(a->idx->offset / 4), ARG_MEM(kvs_ocl_mem(a->dst)), ARG_L(a->dst->offset),
                                ARG_MEM(win), ARG_I(use_winner), ARG_I(nv), ARG_I(a->row_bytes), ARG_I(a->n),
-                               ARG_I(a->groups), ARG_I(a->dst_rows), ARG_I(a->idx_shared), ARG_I(a->src_token_major)};
+                               ARG_I(a->groups), ARG_I(a->dst_rows), ARG_I(a->idx_shared), ARG_I(a->src_token_major),
+                               ARG_MEM(a->dst_lo ? kvs_ocl_mem(a->dst_lo) : o->zero),
+                               ARG_L(a->dst_lo ? (int64_t)a->dst_lo->offset : 0)};
         size_t units = (size_t)(kvs_dtype_is_quant(a->dst->dtype) ? nv / 32 : nv);
         size_t lws[3] = {kvs_ocl_pow2_floor(units < 64 ? units : 64), 1, 1};
         size_t gws[3] = {units, (size_t)a->n, (size_t)a->groups};
-        return kvs_ocl_launch(dev, k, "scatter_convert", 3, gws, lws, 15, cargs);
+        return kvs_ocl_launch(dev, k, "scatter_convert", 3, gws, lws, 17, cargs);
     }
     KVS_TRY(rows_kernel(dev, ws, "scatter_rows", &k));
     kvs_ocl_arg args[] = {ARG_MEM(kvs_ocl_mem(a->src)), ARG_L(a->src->offset / ws), ARG_MEM(kvs_ocl_mem(a->idx)),

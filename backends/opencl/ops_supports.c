@@ -5,7 +5,9 @@
  *   - attention: K and V each (separately) F32, F16, BF16, Q8_0, Q4_0, Q4_1 or IQ4_NL; head_dim <=
  *     512; where attn_main will run, the GQA group within the work-group limit and its K/V tiles
  *     within the local memory (ops_attention.c, attn_choose);
- *   - gather / scatter / compact: any row bytes; a converting scatter into those K/V types;
+ *   - gather / scatter / compact: any row bytes (qh8_lo planes included); a converting scatter into
+ *     those K/V types and into both planes of a qh8 cache (kvs_scatter_qh8);
+ *   - attention with k_lo / v_lo (a qh8 cache's 8-bit read): K / V then Q4_1 (core/ops.c checks);
  *   - top-k: k's power-of-two candidate buffer within 2^31 entries;
  *   - matmul / embedding: every weight type (F32, F16, BF16 and the 12 block types, qmatmul.cl).
  * The ops keep their own checks as a guard (attn_dec can still fall back to attn_main after its

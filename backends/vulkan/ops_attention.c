@@ -94,7 +94,7 @@ kvs_status kvs_vk_attention(kvs_device *dev, const kvs_attention_args *a) {
                      (pp->unnormalised ? KVS_VK_ATTN_UNNORM : 0) | (pp->causal ? KVS_VK_ATTN_CAUSAL : 0);
     kvs_vk_pc_attn pc;
     memset(&pc, 0, sizeof pc);
-    kvs_vk_arg args[12];
+    kvs_vk_arg args[14];
     KVS_VK_BIND(a->q, 0, 0, pc.oq);
     KVS_VK_BIND(a->k, 0, 1, pc.ok);
     KVS_VK_BIND(a->v, 0, 2, pc.ov);
@@ -128,11 +128,18 @@ kvs_status kvs_vk_attention(kvs_device *dev, const kvs_attention_args *a) {
     pc.scale = pp->scale;
     pc.nsplit = (uint32_t)nsplit;
     pc.split_len = (uint32_t)split_len;
-    /* K and V dtypes (vk_params.h codes = kvs_dtype): attn.comp constants 1 and 5 */
+    /* a qh8 K / V (k_lo / v_lo: QuantSpec's 8-bit read): its lower plane as bytes, bindings 12, 13 */
+    const kvs_tensor *los[2] = {pp->k_lo, pp->v_lo};
+    uint32_t *lo_off[2] = {&pc.oklo, &pc.ovlo};
+    for (int i = 0; i < 2; i++) {
+        if (los[i]) KVS_TRY(kvs_vk_bind(v, los[i], 0, 1, &args[12 + i], lo_off[i], op));
+        else args[12 + i] = kvs_vk_dummy_arg(v);
+    }
+    /* K and V dtypes (vk_params.h codes = kvs_dtype): attn.comp constants 1 and 5; 6 and 7: qh8 */
     const uint32_t kdt = (uint32_t)a->k->dtype, vdt = (uint32_t)a->v->dtype;
-    uint32_t spec[6] = {kvs_vk_wg(dev, 128), kdt, D, R, TK, vdt};
+    uint32_t spec[8] = {kvs_vk_wg(dev, 128), kdt, D, R, TK, vdt, pp->k_lo != NULL, pp->v_lo != NULL};
     if (nsplit == 1) {
-        KVS_TRY(kvs_vk_dispatch(v, KVS_VK_SH_ATTN, spec, 6, args, 12, &pc, sizeof pc, base, op));
+        KVS_TRY(kvs_vk_dispatch(v, KVS_VK_SH_ATTN, spec, 8, args, 14, &pc, sizeof pc, base, op));
     } else {
         /* partials: O [nsplit][n_q*n_heads][D], m, l, argmax [nsplit][n_q*n_heads] */
         kvs_vk_arg fin[4] = {args[3], args[9], args[10], args[11]};
@@ -151,7 +158,7 @@ kvs_status kvs_vk_attention(kvs_device *dev, const kvs_attention_args *a) {
         args[10] = part[1], pc.orm = poff[1];
         args[11] = part[2], pc.ors = poff[2];
         pc.flags = flags | KVS_VK_ATTN_ARGMAX | KVS_VK_ATTN_UNNORM;
-        KVS_TRY(kvs_vk_dispatch(v, KVS_VK_SH_ATTN, spec, 6, args, 12, &pc, sizeof pc, base * nsplit, op));
+        KVS_TRY(kvs_vk_dispatch(v, KVS_VK_SH_ATTN, spec, 8, args, 14, &pc, sizeof pc, base * nsplit, op));
         kvs_vk_pc_attn_combine cpc = {
             (uint32_t)nrows, D, (uint32_t)nsplit, poff[0], poff[1], poff[2], poff[3], fin_off[0], fin_off[1], fin_off[2],
             fin_off[3], flags};
@@ -168,7 +175,7 @@ kvs_status kvs_vk_attention(kvs_device *dev, const kvs_attention_args *a) {
 
     kvs_vk_pc_attn_stats sc;
     memset(&sc, 0, sizeof sc);
-    kvs_vk_arg sa[11];
+    kvs_vk_arg sa[12];
     sa[0] = args[0], sc.oq = pc.oq;
     sa[1] = args[1], sc.ok = pc.ok;
     sa[2] = args[4], sc.oqp = pc.oqp;
@@ -179,18 +186,19 @@ kvs_status kvs_vk_attention(kvs_device *dev, const kvs_attention_args *a) {
     sa[9] = args[10], sc.orm = pc.orm;
     sa[10] = args[11], sc.ors = pc.ors;
     sa[9].write = sa[10].write = 0;
+    sa[11] = args[12], sc.oklo = pc.oklo; /* a qh8 K's lower plane (or the dummy) */
     sc.n_q = pc.n_q, sc.n_heads = pc.n_heads, sc.G = G, sc.cap = pc.cap, sc.n_kv = pc.n_kv, sc.n_kvh = pc.n_kvh;
     sc.scale = pc.scale;
     uint32_t sflags = flags & (KVS_VK_ATTN_QPOS | KVS_VK_ATTN_KPOS | KVS_VK_ATTN_KVLEN | KVS_VK_ATTN_ROWLEN |
                                KVS_VK_ATTN_MASK | KVS_VK_ATTN_CAUSAL);
-    uint32_t sspec[4] = {kvs_vk_wg(dev, 64), kdt, D, KVS_VK_STATS_KEY_MASS};
+    uint32_t sspec[5] = {kvs_vk_wg(dev, 64), kdt, D, KVS_VK_STATS_KEY_MASS, pp->k_lo != NULL};
     if (pp->key_mass) {
         KVS_TRY(kvs_vk_bind_opt(v, pp->stat_rows, 0, &sa[7], &sc.orows, op));
         KVS_TRY(kvs_vk_bind(v, pp->key_mass, 1, 4, &sa[8], &sc.oout, op));
         sc.flags = sflags | (pp->stat_rows ? KVS_VK_ATTN_ROWS : 0) | (pp->key_mass_accumulate ? KVS_VK_ATTN_ACCUM : 0);
         sc.n_rows = (uint32_t)a->n_stat_rows;
         sspec[3] = KVS_VK_STATS_KEY_MASS;
-        KVS_TRY(kvs_vk_dispatch(v, KVS_VK_SH_ATTN_STATS, sspec, 4, sa, 11, &sc, sizeof sc,
+        KVS_TRY(kvs_vk_dispatch(v, KVS_VK_SH_ATTN_STATS, sspec, 5, sa, 12, &sc, sizeof sc,
                                 kvs_vk_ceil_div((uint64_t)a->n_kv_heads * (uint64_t)a->n_kv, sspec[0]), op));
     }
     if (pp->probs) {
@@ -200,7 +208,7 @@ kvs_status kvs_vk_attention(kvs_device *dev, const kvs_attention_args *a) {
         sc.n_rows = (uint32_t)a->n_probe;
         sspec[3] = KVS_VK_STATS_PROBS;
         const uint64_t items = (uint64_t)a->n_probe * (uint64_t)a->n_heads * (uint64_t)a->capacity;
-        KVS_TRY(kvs_vk_dispatch(v, KVS_VK_SH_ATTN_STATS, sspec, 4, sa, 11, &sc, sizeof sc,
+        KVS_TRY(kvs_vk_dispatch(v, KVS_VK_SH_ATTN_STATS, sspec, 5, sa, 12, &sc, sizeof sc,
                                 kvs_vk_ceil_div(items, sspec[0]), op));
     }
     return KVS_OK;

@@ -73,17 +73,19 @@ kvs_status kvs_vk_scatter(kvs_device *dev, const kvs_rows_args *a) {
     vk_range win = {wa, wo, wbytes};
     if (!a->convert)
         return rows_dispatch(dev, a, KVS_VK_ROWS_SCATTER, range_of(a->src), range_of(a->dst), &win, a->dst_rows, op);
-    /* converting scatter (f32 -> f16 / bf16 / q8_0 / q4_0 / q4_1 / iq4_nl): scatter_cvt.comp, one
-     * invocation per value (f16/bf16) or block of 32 of the source rows */
+    /* converting scatter (f32 -> f16 / bf16 / q8_0 / q4_0 / q4_1 / iq4_nl, or both planes of a qh8
+     * cache: dst_lo, kvs_scatter_qh8): scatter_cvt.comp, one invocation per value (f16/bf16) or
+     * block of 32 of the source rows */
     const uint32_t D = (uint32_t)a->dst->ne[0];
     const uint64_t units = kvs_dtype_is_quant(a->dst->dtype) ? D / 32 : D;
     kvs_vk_pc_scatter_cvt cp;
     memset(&cp, 0, sizeof cp);
-    kvs_vk_arg cargs[4];
+    kvs_vk_arg cargs[5];
     KVS_TRY(kvs_vk_bind(v, a->src, 0, 4, &cargs[0], &cp.os, op));
     KVS_TRY(kvs_vk_bind(v, a->idx, 0, 4, &cargs[1], &cp.oi, op));
     KVS_TRY(kvs_vk_bind(v, a->dst, 1, 1, &cargs[2], &cp.od, op));
     KVS_TRY(kvs_vk_bind_alloc(v, wa, wo, wbytes, 0, 4, &cargs[3], &cp.ow, op));
+    if (a->dst_lo) KVS_TRY(kvs_vk_bind(v, a->dst_lo, 1, 1, &cargs[4], &cp.odl, op));
     cp.G = (uint32_t)a->groups;
     cp.n = (uint32_t)a->n;
     cp.Nd = (uint32_t)a->dst_rows;
@@ -91,8 +93,8 @@ kvs_status kvs_vk_scatter(kvs_device *dev, const kvs_rows_args *a) {
     cp.RB = (uint32_t)a->row_bytes;
     cp.shared_ = (uint32_t)a->idx_shared;
     cp.total = (uint32_t)((uint64_t)a->groups * (uint64_t)a->n * units);
-    uint32_t spec[3] = {kvs_vk_wg(dev, 64), (uint32_t)a->dst->dtype, (uint32_t)a->src_token_major};
-    return kvs_vk_dispatch(v, KVS_VK_SH_SCATTER_CVT, spec, 3, cargs, 4, &cp, sizeof cp,
+    uint32_t spec[3] = {kvs_vk_wg(dev, 64), a->dst_lo ? KVS_VK_DT_QH8 : (uint32_t)a->dst->dtype, (uint32_t)a->src_token_major};
+    return kvs_vk_dispatch(v, KVS_VK_SH_SCATTER_CVT, spec, 3, cargs, a->dst_lo ? 5 : 4, &cp, sizeof cp,
                            kvs_vk_ceil_div(cp.total, spec[0]), op);
 }
 

@@ -21,15 +21,16 @@ _Static_assert(KVS_VK_DT_F32 == KVS_F32 && KVS_VK_DT_F16 == KVS_F16 && KVS_VK_DT
                    KVS_VK_DT_Q4_1 == KVS_Q4_1 && KVS_VK_DT_Q5_0 == KVS_Q5_0 && KVS_VK_DT_Q5_1 == KVS_Q5_1 &&
                    KVS_VK_DT_IQ4_NL == KVS_IQ4_NL && KVS_VK_DT_Q2_K == KVS_Q2_K && KVS_VK_DT_Q3_K == KVS_Q3_K &&
                    KVS_VK_DT_Q4_K == KVS_Q4_K && KVS_VK_DT_Q5_K == KVS_Q5_K && KVS_VK_DT_Q6_K == KVS_Q6_K &&
-                   KVS_VK_DT_IQ4_XS == KVS_IQ4_XS && KVS_QH8 == 16 && KVS_QH8_LO == 17 && KVS_DTYPE_COUNT == 18,
+                   KVS_VK_DT_IQ4_XS == KVS_IQ4_XS && KVS_QH8 == 16 && KVS_VK_DT_QH8 == KVS_QH8 && KVS_QH8_LO == 17 && KVS_DTYPE_COUNT == 18,
                "vk_params.h dtype codes differ from kvs_dtype");
-/* KVS_QH8 / KVS_QH8_LO (QuantSpec's two cache planes, CPU only) never reach the shaders:
- * kvs_dtype_is_quant excludes them, so supports() refuses them and no code is needed here. */
+/* KVS_QH8 / KVS_QH8_LO (QuantSpec's cache planes): a qh8 K or V reaches the shaders as its Q4_1
+ * upper plane plus a QH8_LO lower plane bound as bytes (attn.comp / attn_stats.comp KLO, VLO;
+ * scatter_cvt.comp DD = KVS_VK_DT_QH8); rows ops copy QH8_LO rows as bytes. */
 
 /* Storage-buffer bindings in the one descriptor set layout every shader uses (set 0, bindings
  * 0..KVS_VK_BINDINGS-1, each `buffer { uint d[]; }`). Devices with fewer per-stage storage buffers
  * are refused at open. */
-#define KVS_VK_BINDINGS 12
+#define KVS_VK_BINDINGS 14 /* attn: 12, + a qh8 K's and V's lower planes */
 /* Push-constant bytes every pipeline layout declares (the Vulkan minimum guaranteed size). */
 #define KVS_VK_PUSH_BYTES KVS_VK_PC_MAX_BYTES
 #define KVS_VK_MAX_SPEC 12

@@ -9,7 +9,8 @@
  *   - attention: the shared-memory tiles of the smallest tiling (1 row, 4 keys) must fit;
  *   - top-k: 256-invocation workgroups, and rows x k and the chunk histograms in 32-bit counts;
  *   - gather/scatter/compact: the copied elements of one dispatch in 32 bits; a converting scatter
- *     from f32 to the KV-cache types only. */
+ *     from f32 to the KV-cache types only (qh8: both planes, kvs_scatter_qh8);
+ *   - attention with k_lo / v_lo (a qh8 cache's 8-bit read): the lower planes bound too. */
 #include <stdio.h>
 
 #include "vk_internal.h"
@@ -55,7 +56,8 @@ static int attention_ok(kvs_device *dev, const kvs_attention_args *a, char *why,
     if (!kvs_vk_attention_plan(dev, a, &pl, why, n)) return 0;
     const kvs_attention_params *p = &a->p;
     const kvs_tensor *t[] = {a->q, a->k, a->v, a->out, p->q_pos, p->k_pos, p->kv_len, p->row_len, p->mask,
-                             p->stat_rows, p->key_mass, p->probe_rows, p->probs, p->argmax, p->row_max, p->row_sum};
+                             p->stat_rows, p->key_mass, p->probe_rows, p->probs, p->argmax, p->row_max, p->row_sum,
+                             p->k_lo, p->v_lo};
     return fits_binding(kvs_vk_of(dev), t, (int)(sizeof t / sizeof t[0]), why, n);
 }
 
@@ -92,8 +94,8 @@ static int rows_ok(kvs_device *dev, const kvs_rows_args *a, char *why, size_t n)
     uint64_t total = ((uint64_t)a->groups * rows * (uint64_t)a->row_bytes + 3) / 4;
     if (a->convert) total = (uint64_t)a->groups * (uint64_t)a->n * (uint64_t)a->dst->ne[0];
     if (total > UINT32_MAX) return NO("too many elements for one dispatch");
-    const kvs_tensor *t[] = {a->src, a->dst, a->idx};
-    return fits_binding(kvs_vk_of(dev), t, 3, why, n);
+    const kvs_tensor *t[] = {a->src, a->dst, a->idx, a->dst_lo};
+    return fits_binding(kvs_vk_of(dev), t, 4, why, n);
 }
 
 /* Weight types the matmul / embedding shaders read: F32, F16, BF16 and every block type (Q8_0, Q4_0,

@@ -32,9 +32,6 @@ struct kvs_kv_cache {
     /* qh8 (hierarchical) K and/or V: k[l] / v[l] hold the upper planes (Q4_1 tensors), these the
      * lower ones (QH8_LO [n_kv_heads][capacity][head_dim]); NULL arrays for other types */
     kvs_tensor **k_lo, **v_lo;
-    float *enc_f32;                         /* host [rows][n_kv_heads][head_dim] rows being encoded */
-    uint8_t *enc_hi, *enc_lo;               /* host encoded planes of up to enc_rows rows */
-    int64_t enc_rows;
 };
 
 kvs_cache_params kvs_cache_params_default(void) {
@@ -67,7 +64,6 @@ void kvs_cache_destroy(kvs_kv_cache **cp) {
         if (c->v_lo) kvs_tensor_destroy(&c->v_lo[l]);
     }
     free(c->k_lo); free(c->v_lo);
-    free(c->enc_f32); free(c->enc_hi); free(c->enc_lo);
     free(c->k); free(c->v); free(c->pos); free(c->len); free(c->x);
     free(c->host_pos); free(c->host_rpos); free(c->host_len); free(c->scratch);
     kvs_tensor_destroy(&c->slots);
@@ -104,7 +100,7 @@ kvs_status kvs_cache_type_from_name(const char *name, kvs_dtype *out) {
 /* Asks the backend, before anything is written, whether its scatter can convert f32 rows into a
  * cache tensor t of another type (the write path of every step): a backend that cannot is refused
  * at creation with its reason, not mid-decode. */
-static kvs_status cache_write_supported(kvs_device *dev, kvs_tensor *t) {
+static kvs_status cache_write_supported(kvs_device *dev, kvs_tensor *t, kvs_tensor *lo) {
     if (t->dtype == KVS_F32 || !dev->ops->supports) return KVS_OK;
     kvs_tensor src = *t;
     src.dtype = KVS_F32;
@@ -120,10 +116,11 @@ static kvs_status cache_write_supported(kvs_device *dev, kvs_tensor *t) {
     a.dst_rows = t->ne[1];
     a.src_token_major = 1;
     a.convert = 1;
+    a.dst_lo = lo; /* qh8: both planes (kvs_scatter_qh8) */
     char why[256] = "";
     if (dev->ops->supports(dev, KVS_OP_scatter, &a, why, sizeof why)) return KVS_OK;
     return kvs_error(KVS_ERR_UNSUPPORTED, "kvs_cache_create: a %s KV cache is not supported on %s ('%s'): %s",
-                     kvs_dtype_name(t->dtype), dev->ops->name, dev->info.name, why);
+                     lo ? "qh8" : kvs_dtype_name(t->dtype), dev->ops->name, dev->info.name, why);
 }
 
 kvs_status kvs_cache_create(kvs_kv_cache **out, kvs_device *dev, const kvs_cache_params *p) {
@@ -196,9 +193,8 @@ kvs_status kvs_cache_create(kvs_kv_cache **out, kvs_device *dev, const kvs_cache
         if (s == KVS_OK) s = kvs_tensor_create(&c->v[l], dev, plane_type(p->type_v), 3, kv_ne);
         if (s == KVS_OK && c->k_lo) s = kvs_tensor_create(&c->k_lo[l], dev, KVS_QH8_LO, 3, kv_ne);
         if (s == KVS_OK && c->v_lo) s = kvs_tensor_create(&c->v_lo[l], dev, KVS_QH8_LO, 3, kv_ne);
-        /* qh8 planes are encoded on the host (write_qh8), not by the backend's scatter */
-        if (s == KVS_OK && l == 0 && !c->k_lo) s = cache_write_supported(dev, c->k[l]);
-        if (s == KVS_OK && l == 0 && !c->v_lo) s = cache_write_supported(dev, c->v[l]);
+        if (s == KVS_OK && l == 0) s = cache_write_supported(dev, c->k[l], c->k_lo ? c->k_lo[l] : NULL);
+        if (s == KVS_OK && l == 0) s = cache_write_supported(dev, c->v[l], c->v_lo ? c->v_lo[l] : NULL);
         if (s == KVS_OK) s = kvs_tensor_create(&c->pos[l], dev, KVS_I32, 2, pos_ne);
         if (s == KVS_OK) s = kvs_tensor_create(&c->len[l], dev, KVS_I32, 1, len_ne);
         if (s == KVS_OK && (p->flags & KVS_CACHE_KEEP_X)) {
@@ -377,35 +373,6 @@ static int rows_shape_ok(const kvs_tensor *t, const kvs_cache_params *p, int64_t
            kvs_tensor_ne(t, 2) == n && kvs_tensor_ne(t, 3) == 1;
 }
 
-/* Writes n token-major f32 rows src [n][H][head_dim] into the qh8 planes hi (Q4_1) / lo (QH8_LO) at
- * rows slots[h * n + i] of each head h: encoded on the host (kvs_qh8_encode_row), uploaded per run of
- * consecutive rows (one run per head for an append cache). */
-static kvs_status write_qh8(kvs_kv_cache *c, const kvs_tensor *src, const int32_t *slots, int64_t n, kvs_tensor *hi,
-                            kvs_tensor *lo) {
-    const int64_t H = c->p.n_kv_heads, d = c->p.head_dim, cap = c->p.capacity;
-    const size_t rbh = kvs_dtype_bytes(KVS_Q4_1, d), rbl = kvs_dtype_bytes(KVS_QH8_LO, d);
-    if (c->enc_rows < n) {
-        free(c->enc_f32); free(c->enc_hi); free(c->enc_lo);
-        c->enc_f32 = malloc((size_t)(n * H * d) * sizeof(float));
-        c->enc_hi = malloc((size_t)n * rbh);
-        c->enc_lo = malloc((size_t)n * rbl);
-        c->enc_rows = c->enc_f32 && c->enc_hi && c->enc_lo ? n : 0;
-        if (!c->enc_rows) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_cache_write_rows: out of host memory");
-    }
-    KVS_TRY(kvs_tensor_download(src, c->enc_f32, 0, (size_t)(n * H * d) * sizeof(float)));
-    for (int64_t h = 0; h < H; h++) {
-        for (int64_t i = 0; i < n; i++)
-            kvs_qh8_encode_row(c->enc_f32 + (i * H + h) * d, d, c->enc_hi + i * rbh, c->enc_lo + i * rbl);
-        for (int64_t i0 = 0, i1; i0 < n; i0 = i1) {
-            for (i1 = i0 + 1; i1 < n && slots[h * n + i1] == slots[h * n + i1 - 1] + 1;) i1++;
-            const size_t row = (size_t)(h * cap + slots[h * n + i0]), nr = (size_t)(i1 - i0);
-            KVS_TRY(kvs_tensor_upload(hi, c->enc_hi + i0 * rbh, row * rbh, nr * rbh));
-            KVS_TRY(kvs_tensor_upload(lo, c->enc_lo + i0 * rbl, row * rbl, nr * rbl));
-        }
-    }
-    return KVS_OK;
-}
-
 kvs_status kvs_cache_write_rows(kvs_kv_cache *c, int l, const kvs_tensor *k, const kvs_tensor *v, const int32_t *positions,
                                 int64_t n) {
     return kvs_cache_write_rows_rope(c, l, k, v, positions, NULL, n);
@@ -477,8 +444,11 @@ kvs_status kvs_cache_write_rows_rope(kvs_kv_cache *c, int l, const kvs_tensor *k
         if (s == KVS_OK) s = kvs_tensor_upload(&kr, c->krot_host, 0, nel * sizeof(float));
         ksrc = &kr;
     }
-    if (s == KVS_OK) s = c->k_lo ? write_qh8(c, ksrc, slots, n, c->k[l], c->k_lo[l]) : kvs_scatter(c->dev, ksrc, &idx, c->k[l], 1);
-    if (s == KVS_OK) s = c->v_lo ? write_qh8(c, v, slots, n, c->v[l], c->v_lo[l]) : kvs_scatter(c->dev, v, &idx, c->v[l], 1);
+    /* qh8: both planes coded by the backend (kvs_qh8_encode_row's rule; on the device for GPUs) */
+    if (s == KVS_OK)
+        s = c->k_lo ? kvs_scatter_qh8(c->dev, ksrc, &idx, c->k[l], c->k_lo[l], 1) : kvs_scatter(c->dev, ksrc, &idx, c->k[l], 1);
+    if (s == KVS_OK)
+        s = c->v_lo ? kvs_scatter_qh8(c->dev, v, &idx, c->v[l], c->v_lo[l], 1) : kvs_scatter(c->dev, v, &idx, c->v[l], 1);
     KVS_TRY(s);
     /* host mirrors + device pos/len (uploaded only when something changed) */
     int changed = 0;

@@ -14,6 +14,8 @@ static kvs_status ws_kv(kvs_model *m, int64_t kv_cap, int64_t n_probe) {
         KVS_TRY(fwd_grow_tensor(&ws->key_mass, d, KVS_F32, kv_cap, hp->n_kv_heads, 0, "ws.key_mass"));
         kvs_tensor_destroy(&ws->ks);
         kvs_tensor_destroy(&ws->vs);
+        kvs_tensor_destroy(&ws->ks_lo);
+        kvs_tensor_destroy(&ws->vs_lo);
         kvs_tensor_destroy(&ws->ks_pos);
         kvs_tensor_destroy(&ws->keep_idx);
         kvs_tensor_destroy(&ws->probs);
@@ -31,10 +33,10 @@ static kvs_status ws_kv(kvs_model *m, int64_t kv_cap, int64_t n_probe) {
 
 /* Sparse keep-set attention (kvs_layer_plan.keep): gathers, for every kv head h, the cache rows
  * keep[h][0..n_keep[h]) into the workspace K/V (padded to the longest set with the head's last kept
- * row, hidden from the queries by the per-head kv_len) and uploads their positions and lengths.
- * On success *kmax is the longest set. */
+ * row, hidden from the queries by the per-head kv_len) and uploads their positions and lengths; a
+ * qh8 side's lower plane too (*kslo / *vslo, else NULL). On success *kmax is the longest set. */
 static kvs_status gather_keep(fwd_ctx *f, int l, const kvs_layer_plan *lp, int64_t *kmax, kvs_tensor **ks,
-                              kvs_tensor **vs, kvs_tensor **kpos, kvs_tensor **klen) {
+                              kvs_tensor **vs, kvs_tensor **kslo, kvs_tensor **vslo, kvs_tensor **kpos, kvs_tensor **klen) {
     kvs_model *m = f->m;
     kvs_kv_cache *c = f->c;
     kvs_workspace *ws = &m->ws;
@@ -70,14 +72,18 @@ static kvs_status gather_keep(fwd_ctx *f, int l, const kvs_layer_plan *lp, int64
         lenp[h] = (int32_t)nk;
     }
     kvs_status s = KVS_OK;
-    /* the gathered rows keep the cache's types (block rows move with their scales) */
-    kvs_dtype kt = cp->type_k, vt = cp->type_v;
+    /* the gathered rows keep the cache's types (block rows move with their scales; a qh8 side as its
+     * q4_1 upper plane plus its lower plane) */
+    kvs_dtype kt = kvs_tensor_dtype(kvs_cache_k(c, l)), vt = kvs_tensor_dtype(kvs_cache_v(c, l));
+    kvs_tensor *klo = kvs_cache_k_lo(c, l), *vlo = kvs_cache_v_lo(c, l);
     if (!ws->ks || kvs_tensor_dtype(ws->ks) != kt || kvs_tensor_dtype(ws->vs) != vt || kvs_tensor_ne(ws->ks, 1) < ws->kv_cap) {
         s = fwd_grow_tensor(&ws->ks, m->dev, kt, cp->head_dim, ws->kv_cap, H, "ws.ks");
         if (s == KVS_OK) s = fwd_grow_tensor(&ws->vs, m->dev, vt, cp->head_dim, ws->kv_cap, H, "ws.vs");
         if (s == KVS_OK) s = fwd_grow_tensor(&ws->ks_pos, m->dev, KVS_I32, ws->kv_cap, H, 0, "ws.ks_pos");
         if (s == KVS_OK) s = fwd_grow_tensor(&ws->keep_idx, m->dev, KVS_I32, ws->kv_cap, H, 0, "ws.keep_idx");
     }
+    if (s == KVS_OK && klo && !ws->ks_lo) s = fwd_grow_tensor(&ws->ks_lo, m->dev, KVS_QH8_LO, cp->head_dim, ws->kv_cap, H, "ws.ks_lo");
+    if (s == KVS_OK && vlo && !ws->vs_lo) s = fwd_grow_tensor(&ws->vs_lo, m->dev, KVS_QH8_LO, cp->head_dim, ws->kv_cap, H, "ws.vs_lo");
     if (s == KVS_OK && !ws->ks_len) s = fwd_grow_tensor(&ws->ks_len, m->dev, KVS_I32, H, 0, 0, "ws.ks_len");
     kvs_tensor *iv = NULL;
     if (s == KVS_OK) s = fwd_view3(m, &iv, ws->keep_idx, 0, km, H, 1);
@@ -86,6 +92,10 @@ static kvs_status gather_keep(fwd_ctx *f, int l, const kvs_layer_plan *lp, int64
     if (s == KVS_OK) s = fwd_view3(m, vs, ws->vs, 0, cp->head_dim, km, H);
     if (s == KVS_OK) s = kvs_gather(m->dev, kvs_cache_k(c, l), iv, *ks);
     if (s == KVS_OK) s = kvs_gather(m->dev, kvs_cache_v(c, l), iv, *vs);
+    if (s == KVS_OK && klo) s = fwd_view3(m, kslo, ws->ks_lo, 0, cp->head_dim, km, H);
+    if (s == KVS_OK && klo) s = kvs_gather(m->dev, klo, iv, *kslo);
+    if (s == KVS_OK && vlo) s = fwd_view3(m, vslo, ws->vs_lo, 0, cp->head_dim, km, H);
+    if (s == KVS_OK && vlo) s = kvs_gather(m->dev, vlo, iv, *vslo);
     if (s == KVS_OK) s = fwd_view3(m, kpos, ws->ks_pos, 0, km, H, 1);
     if (s == KVS_OK) s = kvs_tensor_upload(*kpos, pos, 0, (size_t)H * km * 4);
     if (s == KVS_OK) s = fwd_view3(m, klen, ws->ks_len, 0, H, 1, 1);
@@ -110,7 +120,7 @@ kvs_status fwd_layer_attention(fwd_ctx *f, int l, const kvs_layer_plan *lp, int6
     kvs_attention_params ap = kvs_attention_params_default();
     ap.causal = !kvs_arch_is_diffusion(hp->arch);
     kvs_tensor *qpos = NULL, *q = NULL, *out = NULL, *srows = NULL, *prow = NULL, *amax = NULL;
-    kvs_tensor *ks = NULL, *vs = NULL, *kpos = NULL, *klen = NULL, *kmv = NULL, *pv = NULL;
+    kvs_tensor *ks = NULL, *vs = NULL, *kpos = NULL, *klen = NULL, *kmv = NULL, *pv = NULL, *kslo = NULL, *vslo = NULL;
     /* keys the attention sees: the cache rows [0, n_kv) (dense) or the gathered keep-set (sparse,
      * akv = the longest set); statistics come back in that key space and are mapped to cache rows */
     int64_t akv = n_kv;
@@ -119,18 +129,19 @@ kvs_status fwd_layer_attention(fwd_ctx *f, int l, const kvs_layer_plan *lp, int6
     if (s == KVS_OK) s = fwd_view3(m, &out, ws->att, 0, hp->head_dim, hp->n_heads, n);
     const kvs_tensor *kk = kvs_cache_k(c, l), *vv = kvs_cache_v(c, l);
     int64_t kcap = cap;
-    const int qh8 = kvs_cache_k_lo(c, l) || kvs_cache_v_lo(c, l);
-    if (s == KVS_OK && sparse && qh8)
-        s = kvs_error(KVS_ERR_UNSUPPORTED, "kvs_model_forward: keep-set (sparse) attention is not implemented for a qh8 "
-                      "(hierarchical) cache; evict with kvs_cache_keep between steps, or use another cache type");
-    if (s == KVS_OK && !f->plan->kv_draft) { /* qh8: the lower planes make the 8-bit values */
+    const int draft = f->plan->kv_draft;
+    if (s == KVS_OK && !draft) { /* qh8: the lower planes make the 8-bit values */
         ap.k_lo = kvs_cache_k_lo(c, l);
         ap.v_lo = kvs_cache_v_lo(c, l);
     }
     if (s == KVS_OK && sparse) {
-        s = gather_keep(f, l, lp, &akv, &ks, &vs, &kpos, &klen);
+        s = gather_keep(f, l, lp, &akv, &ks, &vs, &kslo, &vslo, &kpos, &klen);
         kk = ks;
         vv = vs;
+        if (!draft) { /* the gathered lower planes (the draft reads the gathered upper ones alone) */
+            ap.k_lo = kslo;
+            ap.v_lo = vslo;
+        }
         kcap = akv;
         ap.k_pos = kpos;
         ap.kv_len = klen;
@@ -264,7 +275,7 @@ kvs_status fwd_layer_attention(fwd_ctx *f, int l, const kvs_layer_plan *lp, int6
         }
         if (s == KVS_OK) st->argmax = m->argmax_host[l];
     }
-    kvs_tensor *all[] = {qpos, mpos, q, out, srows, prow, amax, ks, vs, kpos, klen, kmv, pv};
+    kvs_tensor *all[] = {qpos, mpos, q, out, srows, prow, amax, ks, vs, kpos, klen, kmv, pv, kslo, vslo};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) fwd_view_done(&all[i]);
     return s;
 }

@@ -61,6 +61,7 @@ typedef struct kvs_workspace {
     kvs_tensor *probs;       /* [probe_cap][n_heads][kv_cap] F32 */
     kvs_tensor *probe_rows;  /* [probe_cap] I32 */
     kvs_tensor *ks, *vs, *ks_pos, *ks_len; /* sparse attention: gathered K/V [n_kv_heads][kv_cap][hd] */
+    kvs_tensor *ks_lo, *vs_lo; /* the same for a qh8 cache's lower planes (QH8_LO; NULL otherwise) */
     kvs_tensor *keep_idx;    /* [n_kv_heads][kv_cap] I32 */
     int64_t lat_rows;        /* rows the latent-memory buffers hold (0: not made yet) */
     kvs_tensor *lat_max, *lat_sum; /* [lat_rows][n_heads] F32 row max / sum of the unnormalised attention */

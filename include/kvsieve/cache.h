@@ -14,8 +14,10 @@
  *               core/quant/quant_blocks.h): k[l] (v[l]) is then the upper-nibble plane, a Q4_1
  *               tensor that is a valid 4-bit cache by itself (what a draft pass reads), and
  *               k_lo[l] (v_lo[l]) the lower-nibble plane (QH8_LO, same row indexing), which the
- *               attention op adds for the 8-bit values (kvs_attention_params.k_lo / v_lo). Encoded
- *               on the host when written; only on devices with kvs_caps.kv_hierarchical (the CPU).
+ *               attention op adds for the 8-bit values (kvs_attention_params.k_lo / v_lo). Both
+ *               planes are coded when written by the backend's converting scatter (on the device
+ *               for OpenCL and Vulkan, bit-identical to kvs_qh8_encode_row); on every built-in
+ *               backend (kvs_caps.kv_hierarchical: CPU, OpenCL, Vulkan).
  *   pos[l]:     [n_kv_heads][capacity] I32, the original token position held by each row (kept
  *               through eviction/compaction; -1 for an empty row); mirrored on the host. It is the
  *               position the causal mask and the eviction policies read.
@@ -85,7 +87,7 @@ typedef struct kvs_kv_cache kvs_kv_cache;
  * an odd head_dim), KVS_ERR_DTYPE
  * (type_k/type_v not one of the eight cache types; a block type or qh8 with head_dim % 32 != 0, the
  * message names the type and head_dim), KVS_ERR_UNSUPPORTED (F16 on a device without fp16 storage;
- * QH8 on a device without kvs_caps.kv_hierarchical, i.e. OpenCL and Vulkan, the message says why;
+ * QH8 on a device without kvs_caps.kv_hierarchical (none of the built-in backends), the message says why;
  * a type other than F32 on a backend whose scatter cannot convert rows to it (none of the built-in
  * ones: CPU, OpenCL and Vulkan all convert; the message would give the backend's reason); refused
  * here, never mid-decode),

@@ -57,8 +57,9 @@ typedef struct kvs_caps {
     int unified_memory;        /* 1: device memory is host memory */
     int n_threads;             /* CPU backend: worker threads in use; else 0 */
     int kv_hierarchical;       /* 1: the attention op reads a hierarchical qh8 cache's lower plane
-                                * (kvs_attention_params.k_lo / v_lo), so kvs_cache_create makes qh8
-                                * caches; 0: refused (KVS_ERR_UNSUPPORTED) */
+                                * (kvs_attention_params.k_lo / v_lo) and its scatter writes both
+                                * planes, so kvs_cache_create makes qh8 caches (CPU, OpenCL and
+                                * Vulkan: 1); 0: refused (KVS_ERR_UNSUPPORTED) */
 } kvs_caps;
 
 typedef enum kvs_device_type {

@@ -177,9 +177,11 @@ KVS_API kvs_attention_params kvs_attention_params_default(void);
  *        of the cache); OpenCL reads every one of these types likewise (tiles decoded 32 values at
  *        a time by shaders/opencl/qblocks.cl), and so does Vulkan (decoded while staging each key
  *        tile, shaders/vulkan/quant.glsl). With p->k_lo (p->v_lo) k (v) must be Q4_1 and the op reads
- *        the qh8 8-bit values of the two planes (devices with kvs_caps.kv_hierarchical only, the CPU;
- *        KVS_ERR_UNSUPPORTED elsewhere; KVS_ERR_DTYPE / KVS_ERR_SHAPE for a plane of another type
- *        or shape)
+ *        the qh8 8-bit values of the two planes, x8 = x4 + (d / 16) (lo - 7.5) (quant_blocks.h), in
+ *        every kernel and statistic (devices with kvs_caps.kv_hierarchical: the CPU, OpenCL
+ *        (shaders/opencl/attention.cl, QT_QH8) and Vulkan (attn.comp / attn_stats.comp, KLO / VLO);
+ *        KVS_ERR_UNSUPPORTED on a device without it; KVS_ERR_DTYPE / KVS_ERR_SHAPE for a plane of
+ *        another type or shape)
  *   out: [n_q][n_heads][head_dim] F32 (must not alias q, k, v)
  *   query head g reads kv head g / (n_heads / n_kv_heads); n_heads % n_kv_heads must be 0
  *   (KVS_ERR_SHAPE otherwise).

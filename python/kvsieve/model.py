@@ -158,7 +158,7 @@ class Cache:
     (diffusion, whole-sequence plans) or "append" (autoregressive), keep_x for schedules that
     recompute from layer inputs; element types of K and V (type_k, type_v; dtype sets both unless
     they are given): "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "qh8" (QuantSpec's hierarchical 4/8-bit
-    type; the block types and qh8 need head_dim % 32 == 0, and the CPU backend); rotate: keys (and queries) rotated by the fixed Hadamard
+    type; the block types and qh8 need head_dim % 32 == 0); rotate: keys (and queries) rotated by the fixed Hadamard
     transform (KVS_CACHE_ROTATE)."""
 
     _TYPES = {"f32": 0, "f16": 1, "bf16": 2, "q8_0": 4, "q4_0": 5, "q4_1": 6, "iq4_nl": 9, "qh8": 16}

@@ -6,7 +6,10 @@
  *       decoded in 32-value chunks by qblocks.cl's decoders as they are loaded: the quantized
  *       cache is read directly, never copied dequantized); k_off / v_off count elements of the row
  *       type (f32: floats, f16 / bf16: halves, block types: bytes; bytes for every type when the
- *       types are read at run time, K_T = V_T = -1, see KV_RT below)
+ *       types are read at run time, K_T = V_T = -1, see KV_RT below); or qh8 (QuantSpec's
+ *       hierarchical cache, kt / vt = QT_QH8 at run time): k / v the q4_1 upper planes, klo / vlo
+ *       the lower planes [n_kv_heads][cap][HEAD_DIM / 2] bytes (klo_off / vlo_off in bytes),
+ *       decoded to the 8-bit values (qdec_qh8); without a lower plane the upper one reads as q4_1
  *   out [n_q][n_heads][HEAD_DIM] f32
  * Query head g reads kv head g / G (G = n_heads / n_kv_heads); K/V are never expanded.
  * Key j is visible to query row i (head g, kv head h) iff j < min(n_kv, kv_len[h], row_len[i]),
@@ -111,10 +114,12 @@ inline float f16_to_f32(ushort h) {
 #endif
 #define HC (HEAD_DIM / 32) /* 32-value chunks per row of a block-type side */
 
-/* The 32-value chunk decoder of the cache's block types (q8_0, q4_0, q4_1, iq4_nl) for a type
- * known only at run time (KV_RT): a switch over those four alone, not qdec32's fifteen. */
-inline void kv_dec32(int qt, qrow_t row, int t, float *y) {
+/* The 32-value chunk decoder of the cache's block types (q8_0, q4_0, q4_1, iq4_nl, and qh8 whose
+ * lower-plane row is lo) for a type known only at run time (KV_RT): a switch over those five
+ * alone, not qdec32's fifteen. */
+inline void kv_dec32(int qt, qrow_t row, qrow_t lo, int t, float *y) {
     switch (qt) {
+    case QT_QH8: qdec_qh8(row + t * 20, lo + t * 16, y); break;
     case QT_Q8_0: qdec_q8_0(row + t * 34, y); break;
     case QT_Q4_0: qdec_q4_0(row + t * 18, y); break;
     case QT_Q4_1: qdec_q4_1(row + t * 20, y); break;
@@ -125,36 +130,40 @@ inline void kv_dec32(int qt, qrow_t row, int t, float *y) {
 #if KV_RT
 #define QDEC kv_dec32
 #else
-#define QDEC qdec32
+#define QDEC(qt, row, lo, t, y) qdec32(qt, row, t, y)
 #endif
+/* bytes of a lower-plane (qh8_lo) row */
+#define LO_RS (HEAD_DIM / 2)
 /* Rows j0 .. j0 + BK - 1 of a head (rows >= jend as 0) into a local tile with row stride DS:
- * element rows one value per item-step, block rows one 32-value chunk per item-step. NTH: the
- * work-group size; uses lid, j0, jend of the caller. */
+ * element rows one value per item-step, block rows one 32-value chunk per item-step (LO: the
+ * head's lower plane, read for qh8 only). NTH: the work-group size; uses lid, j0, jend of the
+ * caller. */
 #define TILE_ELEM(dst, DS, src, LOAD, NTH)                                                           \
     for (int e = lid; e < BK * HEAD_DIM; e += (NTH)) {                                               \
         int jj = e / HEAD_DIM, c = e - jj * HEAD_DIM;                                                \
         (dst)[jj * (DS) + c] = j0 + jj < jend ? LOAD(src, (long)(j0 + jj) * HEAD_DIM + c) : 0.0f;    \
     }
-#define TILE_BLOCKS(dst, DS, src, QTX, RS, NTH)                                                      \
+#define TILE_BLOCKS(dst, DS, src, LO, QTX, RS, NTH)                                                  \
     for (int e = lid; e < BK * HC; e += (NTH)) {                                                     \
         int jj = e / HC, t = e - jj * HC;                                                            \
         float w_[32];                                                                                \
         if (j0 + jj < jend)                                                                          \
-            QDEC(QTX, (qrow_t)((src) + (long)(j0 + jj) * (RS)), t, w_);                              \
+            QDEC(QTX, (qrow_t)((src) + (long)(j0 + jj) * (RS)), (LO) + (long)(j0 + jj) * LO_RS, t, w_); \
         else                                                                                         \
             for (int c = 0; c < 32; c++) w_[c] = 0.0f;                                               \
         for (int c = 0; c < 32; c++) (dst)[jj * (DS) + 32 * t + c] = w_[c];                          \
     }
 
-/* dot(qr[0 .. HEAD_DIM), K row j of head pointer kh) for the statistics passes (qr global) */
-inline float k_dot(__global const float *qr, K_PTR kh, int j, int kt) {
+/* dot(qr[0 .. HEAD_DIM), K row j of head pointer kh (lower plane klh for qh8)) for the statistics
+ * passes (qr global) */
+inline float k_dot(__global const float *qr, K_PTR kh, qrow_t klh, int j, int kt) {
     float d = 0.0f;
 #if KV_RT
     if (kt >= QT_Q8_0) {
         qrow_t kr = kh + (long)j * K_RS;
         for (int t = 0; t < HC; t++) {
             float w[32];
-            kv_dec32(kt, kr, t, w);
+            kv_dec32(kt, kr, klh + (long)j * LO_RS, t, w);
             for (int c = 0; c < 32; c++) d += qr[32 * t + c] * w[c];
         }
         return d;
@@ -212,7 +221,8 @@ inline int query_pos(int i, __global const int *qpos, long qpos_off, int n_q, in
     __global const float *mask, long mask_off,                                                        \
     __global float *row_max, long rm_off, __global float *row_sum, long rs_off,                       \
     __global int *argmax, long am_off, __global float *ml, __global float *part, int span,            \
-    int n_q, int n_heads, int cap, int n_kv, float scale, int flags, int kt, int vt
+    int n_q, int n_heads, int cap, int n_kv, float scale, int flags, int kt, int vt,                 \
+    qrow_t klo, long klo_off, qrow_t vlo, long vlo_off
 
 inline int key_pos(int h, int j, __global const int *kpos, long kpos_off, int cap, int flags) {
     return (flags & F_KPOS) ? kpos[kpos_off + (long)h * cap + j] : j;
@@ -248,6 +258,7 @@ void attn_main(ATTN_PARAMS) {
 
     K_PTR kh = k + k_off + (long)h * cap * K_RS;
     V_PTR vh = v + v_off + (long)h * cap * V_RS;
+    qrow_t klh = klo + klo_off + (long)h * cap * LO_RS, vlh = vlo + vlo_off + (long)h * cap * LO_RS;
     /* Split-K (flash-decoding): group 2 index s covers keys [s*span, (s+1)*span); span is a
      * multiple of BK. span == 0: one split over all keys, final outputs written here. */
     int split = get_group_id(2);
@@ -260,16 +271,16 @@ void attn_main(ATTN_PARAMS) {
     for (int j0 = jbeg; j0 < jend; j0 += BK) {
         barrier(CLK_LOCAL_MEM_FENCE);
 #if KV_RT
-        if (kt >= QT_Q8_0) TILE_BLOCKS(Kt, HEAD_DIM, kh, kt, K_RS, NT) else TILE_ELEM(Kt, HEAD_DIM, kh, LOAD_K, NT)
-        if (vt >= QT_Q8_0) TILE_BLOCKS(Vt, HEAD_DIM, vh, vt, V_RS, NT) else TILE_ELEM(Vt, HEAD_DIM, vh, LOAD_V, NT)
+        if (kt >= QT_Q8_0) TILE_BLOCKS(Kt, HEAD_DIM, kh, klh, kt, K_RS, NT) else TILE_ELEM(Kt, HEAD_DIM, kh, LOAD_K, NT)
+        if (vt >= QT_Q8_0) TILE_BLOCKS(Vt, HEAD_DIM, vh, vlh, vt, V_RS, NT) else TILE_ELEM(Vt, HEAD_DIM, vh, LOAD_V, NT)
 #else
 #if K_Q
-        TILE_BLOCKS(Kt, HEAD_DIM, kh, K_T, K_RS, NT);
+        TILE_BLOCKS(Kt, HEAD_DIM, kh, klh, K_T, K_RS, NT);
 #else
         TILE_ELEM(Kt, HEAD_DIM, kh, LOAD_K, NT);
 #endif
 #if V_Q
-        TILE_BLOCKS(Vt, HEAD_DIM, vh, V_T, V_RS, NT);
+        TILE_BLOCKS(Vt, HEAD_DIM, vh, vlh, V_T, V_RS, NT);
 #else
         TILE_ELEM(Vt, HEAD_DIM, vh, LOAD_V, NT);
 #endif
@@ -406,19 +417,19 @@ inline float4 bf16x4_to_f32(ushort4 u) {
 #endif
 #if K_Q
 #undef TILE_LOAD_K
-#define TILE_LOAD_K(dst) TILE_BLOCKS(dst, KS, kh, K_T, K_RS, DNT)
+#define TILE_LOAD_K(dst) TILE_BLOCKS(dst, KS, kh, klh, K_T, K_RS, DNT)
 #endif
 #if V_Q
 #undef TILE_LOAD_V
-#define TILE_LOAD_V(dst) TILE_BLOCKS(dst, KS, vh, V_T, V_RS, DNT)
+#define TILE_LOAD_V(dst) TILE_BLOCKS(dst, KS, vh, vlh, V_T, V_RS, DNT)
 #endif
 #if KV_RT
 #undef TILE_LOAD_K
 #undef TILE_LOAD_V
 #define TILE_LOAD_K(dst)                                                                          \
-    if (kt >= QT_Q8_0) TILE_BLOCKS(dst, KS, kh, kt, K_RS, DNT) else TILE_ELEM(dst, KS, kh, LOAD_K, DNT)
+    if (kt >= QT_Q8_0) TILE_BLOCKS(dst, KS, kh, klh, kt, K_RS, DNT) else TILE_ELEM(dst, KS, kh, LOAD_K, DNT)
 #define TILE_LOAD_V(dst)                                                                          \
-    if (vt >= QT_Q8_0) TILE_BLOCKS(dst, KS, vh, vt, V_RS, DNT) else TILE_ELEM(dst, KS, vh, LOAD_V, DNT)
+    if (vt >= QT_Q8_0) TILE_BLOCKS(dst, KS, vh, vlh, vt, V_RS, DNT) else TILE_ELEM(dst, KS, vh, LOAD_V, DNT)
 #endif
 #if VW == 4
 typedef float4 floatv;
@@ -475,6 +486,7 @@ void attn_dec(ATTN_PARAMS) {
 
     K_PTR kh = k + k_off + (long)h * cap * K_RS;
     V_PTR vh = v + v_off + (long)h * cap * V_RS;
+    qrow_t klh = klo + klo_off + (long)h * cap * LO_RS, vlh = vlo + vlo_off + (long)h * cap * LO_RS;
     int jbeg = span > 0 ? split * span : 0;
     int jend = span > 0 ? min(klen, jbeg + span) : klen;
     if (causal && !(flags & (F_QPOS | F_KPOS))) /* as in attn_main */
@@ -680,7 +692,7 @@ void attn_keymass(__global const float *q, long q_off, K_PTR k, long k_off,
                   __global const int *kvlen, long kvlen_off, __global const int *rowlen, long rowlen_off,
                   __global const float *mask, long mask_off, __global const int *stat_rows, long sr_off,
                   int n_sel, __global const float *ml, __global float *km, long km_off,
-                  int n_q, int n_heads, int cap, int n_kv, float scale, int flags, int kt) {
+                  int n_q, int n_heads, int cap, int n_kv, float scale, int flags, int kt, qrow_t klo, long klo_off) {
     __local float Qs[KM_TP * HEAD_DIM];
     __local float Ms[KM_TP], Ls[KM_TP];
     __local int Is[KM_TP];
@@ -692,10 +704,11 @@ void attn_keymass(__global const float *q, long q_off, K_PTR k, long k_off,
     int causal = (flags & F_CAUSAL) != 0;
     float kv[HEAD_DIM];
     K_PTR kh = k + k_off + (long)h * cap * K_RS;
+    qrow_t klh = klo + klo_off + (long)h * cap * LO_RS;
 #if K_Q || KV_RT
     if (KV_RT == 0 || kt >= QT_Q8_0) {
         for (int t = 0; t < HC; t++) {
-            if (valid) QDEC(KV_RT ? kt : K_T, (qrow_t)(kh + (long)j * K_RS), t, kv + 32 * t);
+            if (valid) QDEC(KV_RT ? kt : K_T, (qrow_t)(kh + (long)j * K_RS), klh + (long)j * LO_RS, t, kv + 32 * t);
             else
                 for (int c = 0; c < 32; c++) kv[32 * t + c] = 0.0f;
         }
@@ -763,7 +776,7 @@ __kernel void attn_probs(__global const float *q, long q_off, K_PTR k, long k_of
                          __global const int *kvlen, long kvlen_off, __global const int *rowlen, long rowlen_off,
                          __global const float *mask, long mask_off, __global const int *probe_rows, long pr_off,
                          __global const float *ml, __global float *probs, long probs_off,
-                         int n_q, int n_heads, int cap, int n_kv, float scale, int flags, int kt) {
+                         int n_q, int n_heads, int cap, int n_kv, float scale, int flags, int kt, qrow_t klo, long klo_off) {
     int j = get_global_id(0);
     int g = get_global_id(1);
     int r = get_global_id(2);
@@ -780,7 +793,7 @@ __kernel void attn_probs(__global const float *q, long q_off, K_PTR k, long k_of
         if (vis && (flags & F_CAUSAL))
             vis = key_pos(h, j, kpos, kpos_off, cap, flags) <= query_pos(i, qpos, qpos_off, n_q, n_kv, flags);
         if (vis) {
-            float d = k_dot(q + q_off + o * HEAD_DIM, k + k_off + (long)h * cap * K_RS, j, kt);
+            float d = k_dot(q + q_off + o * HEAD_DIM, k + k_off + (long)h * cap * K_RS, klo + klo_off + (long)h * cap * LO_RS, j, kt);
             float s = scale * d;
             if (flags & F_MASK) s += mask[mask_off + (long)i * n_kv + j];
             if (s > -INFINITY) val = exp(s - M) / L;

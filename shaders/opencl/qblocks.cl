@@ -30,18 +30,22 @@
 #define QT_Q5_K 12
 #define QT_Q6_K 13
 #define QT_IQ4_XS 14
+/* QuantSpec's hierarchical qh8 KV-cache type (quant_blocks.h): rows of 20-byte q4_1 upper blocks,
+ * read together with a second row of 16-byte lower blocks (the qh8_lo plane); a cache type only
+ * (attention.cl's run-time K/V type, rows.cl's converting scatter), never a weight type */
+#define QT_QH8 15
 
 typedef __global const uchar *qrow_t;
 
 /* values per block and bytes per block of a type code (elements: 1 value, 4 or 2 bytes) */
-inline int qt_block(int qt) { return qt >= QT_Q2_K ? 256 : qt >= QT_Q8_0 ? 32 : 1; }
+inline int qt_block(int qt) { return qt == QT_QH8 ? 32 : qt >= QT_Q2_K ? 256 : qt >= QT_Q8_0 ? 32 : 1; }
 inline int qt_bytes(int qt) {
     switch (qt) {
     case QT_F32: return 4;
     case QT_F16: case QT_BF16: return 2;
     case QT_Q8_0: return 34;
     case QT_Q4_0: case QT_IQ4_NL: return 18;
-    case QT_Q4_1: return 20;
+    case QT_Q4_1: case QT_QH8: return 20; /* qh8: its upper block (the lower one: 16 bytes) */
     case QT_Q5_0: return 22;
     case QT_Q5_1: return 24;
     case QT_Q2_K: return 84;
@@ -86,6 +90,15 @@ inline void qdec_q4_1(qrow_t b, float *y) {
     for (int i = 0; i < 16; i++) {
         y[i] = d * (float)(b[4 + i] & 0x0f) + m;
         y[i + 16] = d * (float)(b[4 + i] >> 4) + m;
+    }
+}
+/* qh8's 8-bit values (kvs_qb_qh8): b the upper (q4_1) block, lo the lower block (16 bytes); in
+ * this order (d * hi + m) + (d * 0.0625f) * (lo - 7.5f) */
+inline void qdec_qh8(qrow_t b, qrow_t lo, float *y) {
+    const float d = qf16(b), m = qf16(b + 2), s = d * 0.0625f;
+    for (int i = 0; i < 16; i++) {
+        y[i] = (d * (float)(b[4 + i] & 0x0f) + m) + s * ((float)(lo[i] & 0x0f) - 7.5f);
+        y[i + 16] = (d * (float)(b[4 + i] >> 4) + m) + s * ((float)(lo[i] >> 4) - 7.5f);
     }
 }
 inline void qdec_q5_0(qrow_t b, float *y) {

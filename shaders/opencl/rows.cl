@@ -63,7 +63,8 @@ __kernel void compact_back(__global const WORD_T *tmp, __global const int *idx, 
  * reference quantizers): f16 / bf16 round to nearest even; q8_0 d = amax / 127; q4_0 d = m / -8
  * (m the value of largest magnitude); q4_1 d = (max - min) / 15 with the stored min; iq4_nl the
  * weighted least-squares search over 15 candidate scales (in double where the device has fp64,
- * as on the host; else in float). The coding scale is the f32 one, the stored one its binary16
+ * as on the host; else in float); qh8 (QuantSpec's hierarchical type, both planes) d = f16(16 (max -
+ * min) / 255), m = f16(min + 7.5 (max - min) / 255), codes round half up against the stored d, m. The coding scale is the f32 one, the stored one its binary16
  * rounding. Divisions follow the device's single-precision rules (correctly rounded on CPU
  * runtimes such as PoCL; OpenCL allows 2.5 ulp elsewhere, which can move a code by one step). */
 #ifndef DT
@@ -189,13 +190,43 @@ inline void enc_block(const float *x, __global uchar *b) {
 #endif
 }
 
+/* qh8 (kvs_qh8_encode_row, operation by operation): one block of 32 values x into the upper block
+ * H (a q4_1 block: d, m, upper nibbles) and the lower block L (16 bytes of lower nibbles) */
+inline void enc_qh8(const float *x, __global uchar *H, __global uchar *L) {
+    float mn = FLT_MAX, mx = -FLT_MAX;
+    for (int i = 0; i < 32; i++) {
+        if (x[i] < mn) mn = x[i];
+        if (x[i] > mx) mx = x[i];
+    }
+    if (!(mn <= mx)) mn = mx = 0.0f; /* all NaN */
+    const float s0 = (mx - mn) / 255.0f;
+    const ushort hd = f32_to_f16_bits(16.0f * s0), hm = f32_to_f16_bits(mn + 7.5f * s0);
+    H[0] = (uchar)(hd & 0xffu);
+    H[1] = (uchar)(hd >> 8);
+    H[2] = (uchar)(hm & 0xffu);
+    H[3] = (uchar)(hm >> 8);
+    const float d = qh2f(hd), m = qh2f(hm), is = d > 0.0f ? 16.0f / d : 0.0f;
+    int u[32];
+    for (int i = 0; i < 32; i++) {
+        const float a = (x[i] - m) * is + 8.0f; /* round half up of (x - m)/s + 7.5 */
+        u[i] = !(a >= 0.0f) ? 0 : a >= 255.0f ? 255 : (int)a;
+    }
+    for (int i = 0; i < 16; i++) {
+        H[4 + i] = (uchar)((u[i] >> 4) | (u[i + 16] >> 4) << 4);
+        L[i] = (uchar)((u[i] & 15) | (u[i + 16] & 15) << 4);
+    }
+}
+
 /* Scatter with conversion: dst row idx[g][i] (or idx[i]) = src row i of group g converted to DT,
  * src f32 [G][n][nv] or token-major [n][G][nv] (src_off in floats), dst [G][dst_rows] rows of
- * row_bytes (dst_off in bytes). Duplicates: the winner pass above (highest i). One item per value
- * (f16, bf16) or per 32-value block (block types). Grid (units per row, n, G). */
+ * row_bytes (dst_off in bytes); DT == QT_QH8: dst the upper plane (row_bytes = nv / 32 * 20), dlo
+ * the lower plane (rows of nv / 2 bytes, dlo_off in bytes; unused for the other types).
+ * Duplicates: the winner pass above (highest i). One item per value (f16, bf16) or per 32-value
+ * block (block types). Grid (units per row, n, G). */
 __kernel void scatter_convert(__global const float *src, long src_off, __global const int *idx, long idx_off,
                               __global uchar *dst, long dst_off, __global const int *winner, int use_winner, int nv,
-                              int row_bytes, int n, int n_groups, int dst_rows, int idx_shared, int token_major) {
+                              int row_bytes, int n, int n_groups, int dst_rows, int idx_shared, int token_major,
+                              __global uchar *dlo, long dlo_off) {
     int w = get_global_id(0), i = get_global_id(1), g = get_global_id(2);
     if (i >= n || w >= (DT <= QT_BF16 ? nv : nv / 32)) return;
     int d = idx_at(idx, idx_off, idx_shared, n, g, i);
@@ -210,6 +241,10 @@ __kernel void scatter_convert(__global const float *src, long src_off, __global 
 #else
     float v[32];
     for (int c = 0; c < 32; c++) v[c] = x[32 * w + c];
+#if DT == QT_QH8
+    enc_qh8(v, drow + (long)w * 20, dlo + dlo_off + ((long)g * dst_rows + d) * (nv / 2) + (long)w * 16);
+#else
     enc_block(v, drow + (long)w * qt_bytes(DT));
+#endif
 #endif
 }

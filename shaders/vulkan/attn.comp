@@ -18,6 +18,8 @@ layout(constant_id = 5) const uint VDT = 0;  // V dtype
 layout(constant_id = 2) const uint D = 64;
 layout(constant_id = 3) const uint R = 8;
 layout(constant_id = 4) const uint TK = 16;
+layout(constant_id = 6) const uint KLO = 0;  // 1: K is qh8 (k its q4_1 upper plane, kl its lower plane)
+layout(constant_id = 7) const uint VLO = 0;  // 1: V is qh8 (v, vl)
 layout(std430, binding = 0) readonly buffer Q { uint d[]; } q;
 layout(std430, binding = 1) readonly buffer K { uint d[]; } k;
 layout(std430, binding = 2) readonly buffer V { uint d[]; } v;
@@ -30,6 +32,8 @@ layout(std430, binding = 8) readonly buffer M { uint d[]; } mask;
 layout(std430, binding = 9) writeonly buffer AM { uint d[]; } amax;
 layout(std430, binding = 10) writeonly buffer RM { uint d[]; } rmax;
 layout(std430, binding = 11) writeonly buffer RS { uint d[]; } rsum;
+layout(std430, binding = 12) readonly buffer KLP { uint d[]; } kl;
+layout(std430, binding = 13) readonly buffer VLP { uint d[]; } vl;
 KVS_VK_PUSH(KVS_VK_PC_ATTN)
 #define QB k
 #define QFN(x) k_##x
@@ -54,11 +58,26 @@ shared uint sJlim;
 float ldkv_k(uint e) { return LDF(k, p.ok + e, KDT); }
 float ldkv_v(uint e) { return LDF(v, p.ov + e, VDT); }
 // elements e..e+3 (e % 4 == 0, D % 4 == 0): block types decoded from the stored blocks (quant.glsl)
+// the word of a lower plane at byte b (any alignment)
+uint kl_w(uint b) {
+    uint s = (b & 3u) * 8u, w0 = kl.d[b >> 2u];
+    return s == 0u ? w0 : (w0 >> s) | (kl.d[(b >> 2u) + 1u] << (32u - s));
+}
+uint vl_w(uint b) {
+    uint s = (b & 3u) * 8u, w0 = vl.d[b >> 2u];
+    return s == 0u ? w0 : (w0 >> s) | (vl.d[(b >> 2u) + 1u] << (32u - s));
+}
 vec4 ldkv_k4(uint e) {
+    if (KLO != 0u)
+        return qh8_add_lo(k_dq4(KVS_VK_DT_Q4_1, p.ok, e), h2f(k_u16(p.ok + (e >> 5u) * 20u)),
+                          kl_w(p.oklo + (e >> 5u) * 16u + (e & 15u)), e);
     if (KVS_VK_IS_QUANT(KDT)) return k_dq4(KDT, p.ok, e);
     return vec4(ldkv_k(e), ldkv_k(e + 1u), ldkv_k(e + 2u), ldkv_k(e + 3u));
 }
 vec4 ldkv_v4(uint e) {
+    if (VLO != 0u)
+        return qh8_add_lo(v_dq4(KVS_VK_DT_Q4_1, p.ov, e), h2f(v_u16(p.ov + (e >> 5u) * 20u)),
+                          vl_w(p.ovlo + (e >> 5u) * 16u + (e & 15u)), e);
     if (KVS_VK_IS_QUANT(VDT)) return v_dq4(VDT, p.ov, e);
     return vec4(ldkv_v(e), ldkv_v(e + 1u), ldkv_v(e + 2u), ldkv_v(e + 3u));
 }

@@ -14,6 +14,7 @@ layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint KDT = 0;  // K dtype (vk_params.h codes; block types: quant.glsl)
 layout(constant_id = 2) const uint D = 64;
 layout(constant_id = 3) const uint MODE = 0;
+layout(constant_id = 4) const uint KLO = 0;  // 1: K is qh8 (k its q4_1 upper plane, kl its lower plane)
 layout(std430, binding = 0) readonly buffer Q { uint d[]; } q;
 layout(std430, binding = 1) readonly buffer K { uint d[]; } k;
 layout(std430, binding = 2) readonly buffer QP { uint d[]; } qpos;
@@ -25,6 +26,7 @@ layout(std430, binding = 7) readonly buffer RW { uint d[]; } rows;
 layout(std430, binding = 8) buffer OUT { uint d[]; } outb;
 layout(std430, binding = 9) readonly buffer RM { uint d[]; } rmax;
 layout(std430, binding = 10) readonly buffer RS { uint d[]; } rsum;
+layout(std430, binding = 11) readonly buffer KLP { uint d[]; } kl;
 KVS_VK_PUSH(KVS_VK_PC_ATTN_STATS)
 #define QB k
 #define QFN(x) k_##x
@@ -49,7 +51,13 @@ float prob(uint i, uint g, uint h, uint j, int kp) {
     uint kb = (h * p.cap + j) * D;
     if (KVS_VK_IS_QUANT(KDT)) {
         for (uint c = 0u; c < D; c += 4u) {
-            vec4 kv = k_dq4(KDT, p.ok, kb + c);
+            uint e = kb + c;
+            vec4 kv = k_dq4(KDT, p.ok, e);
+            if (KLO != 0u) {
+                uint b = p.oklo + (e >> 5u) * 16u + (e & 15u), s8 = (b & 3u) * 8u, w0 = kl.d[b >> 2u];
+                uint lw = s8 == 0u ? w0 : (w0 >> s8) | (kl.d[(b >> 2u) + 1u] << (32u - s8));
+                kv = qh8_add_lo(kv, h2f(k_u16(p.ok + (e >> 5u) * 20u)), lw, e);
+            }
             for (uint t = 0u; t < 4u; t++) dot += F32(q, qb + c + t) * kv[t];
         }
     } else {

@@ -6,7 +6,11 @@
 // kvs_f32_to_f16 / kvs_f32_to_bf16) or a block of 32 values of Q8_0, Q4_0, Q4_1, IQ4_NL, coded by the
 // scale rules of core/quant/quant_encode.c (llama.cpp's reference quantizers; this is a transcription
 // of that file: same scale, same rounding; iq4_nl's least-squares sums in f32 instead of f64, so on a
-// near tie it may pick another of its 15 candidate scales than the CPU does).
+// near tie it may pick another of its 15 candidate scales than the CPU does); or, DD = KVS_VK_DT_QH8
+// (QuantSpec's hierarchical cache, kvs_scatter_qh8), both planes of qh8: a q4_1-layout upper block
+// (binding 2, rows of RB bytes) and a 16-byte lower block (binding 4, rows of D / 2 bytes at byte
+// offset odl) per 32 values, by kvs_qh8_encode_row's operations (`precise`: no fused multiply-add,
+// so the planes equal the CPU's bit for bit where division is correctly rounded).
 // dst[g][t] = convert(src row win[g][t]) (win: scatter_win.comp, the highest i with idx[g][i] = t);
 // src is [G][n][D] or, with TOKMAJ (spec constant 2), [n][G][D], F32; dst rows of RB bytes.
 // One invocation per (g, i, unit) of the source rows, unit = one value (F16/BF16) or one block of 32;
@@ -21,11 +25,13 @@ layout(std430, binding = 0) readonly buffer S { uint d[]; } src;
 layout(std430, binding = 1) readonly buffer I { uint d[]; } idx;
 layout(std430, binding = 2) buffer Dd { uint d[]; } dst;
 layout(std430, binding = 3) readonly buffer W { uint d[]; } win;
+layout(std430, binding = 4) buffer DL { uint d[]; } dlo; // qh8 only: the lower plane
 KVS_VK_PUSH(KVS_VK_PC_SCATTER_CVT)
 
 const int IQ4[16] = int[16](-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
 
 uint bw[9];  // the unit's bytes, packed little-endian (at most 34)
+uint lw[4];  // qh8: the lower block's 16 bytes
 float x[32]; // the unit's source values
 
 void put8(uint k, uint val) { bw[k >> 2u] |= (val & 0xffu) << (8u * (k & 3u)); }
@@ -128,6 +134,54 @@ void enc_iq4_nl() {
     for (uint i = 0u; i < 16u; i++) put8(2u + i, iq4_nearest(x[i] * id) | (iq4_nearest(x[i + 16u] * id) << 4u));
 }
 
+// qh8 (quant_blocks.h; kvs_qh8_encode_row): d = f16(16 (max - min) / 255), m = f16(min + 7.5 (max -
+// min) / 255), then u = clamp(floor((x - m) * 16 / d + 8), 0, 255) against the stored d and m (round
+// half up of (x - m) / s + 7.5); upper nibbles into bw (a q4_1 block), lower nibbles into lw
+void enc_qh8() {
+    float mn = FLT_MAX_, mx = -FLT_MAX_;
+    for (uint i = 0u; i < 32u; i++) {
+        if (x[i] < mn) mn = x[i];
+        if (x[i] > mx) mx = x[i];
+    }
+    if (!(mn <= mx)) mn = mx = 0.0; // all NaN
+    precise float s0 = (mx - mn) / 255.0;
+    precise float dd = 16.0 * s0, mm = mn + 7.5 * s0;
+    uint hd = f2h(dd), hm = f2h(mm);
+    put16(0u, hd);
+    put16(2u, hm);
+    float d = h2f(hd), m = h2f(hm);
+    precise float is = d > 0.0 ? 16.0 / d : 0.0;
+    uint u[32];
+    for (uint i = 0u; i < 32u; i++) {
+        precise float a = (x[i] - m) * is + 8.0;
+        u[i] = !(a >= 0.0) ? 0u : a >= 255.0 ? 255u : uint(a);
+    }
+    for (uint k = 0u; k < 4u; k++) lw[k] = 0u;
+    for (uint i = 0u; i < 16u; i++) {
+        put8(4u + i, (u[i] >> 4u) | ((u[i + 16u] >> 4u) << 4u));
+        lw[i >> 2u] |= ((u[i] & 15u) | ((u[i + 16u] & 15u) << 4u)) << (8u * (i & 3u));
+    }
+}
+
+// writes the qh8 lower block (lw, 16 bytes) at byte address B of dlo
+void store_lo(uint B) {
+    for (uint wd = B >> 2u; wd <= (B + 15u) >> 2u; wd++) {
+        uint mask = 0u, val = 0u;
+        for (uint t = 0u; t < 4u; t++) {
+            int pos = int(4u * wd + t) - int(B);
+            if (pos < 0 || pos >= 16) continue;
+            mask |= 0xffu << (8u * t);
+            val |= ((lw[uint(pos) >> 2u] >> (8u * (uint(pos) & 3u))) & 0xffu) << (8u * t);
+        }
+        if (mask == 0xffffffffu) {
+            dlo.d[wd] = val;
+        } else {
+            atomicAnd(dlo.d[wd], ~mask);
+            atomicOr(dlo.d[wd], val);
+        }
+    }
+}
+
 // writes the unit's nb bytes at byte address B of dst
 void store_bytes(uint B, uint nb) {
     for (uint wd = B >> 2u; wd <= (B + nb - 1u) >> 2u; wd++) {
@@ -168,6 +222,12 @@ void main() {
     }
     for (uint k = 0u; k < 32u; k++) x[k] = F32(src, p.os + sr * p.D + 32u * u + k);
     uint nb = 18u;
+    if (DD == KVS_VK_DT_QH8) {
+        enc_qh8();
+        store_bytes(B + 20u * u, 20u);
+        store_lo(p.odl + (g * p.Nd + uint(tt)) * (p.D / 2u) + 16u * u);
+        return;
+    }
     if (DD == KVS_VK_DT_Q8_0) {
         enc_q8_0();
         nb = 34u;

@@ -44,6 +44,10 @@
 #define KVS_VK_DT_Q6_K 14u
 #define KVS_VK_DT_IQ4_XS 15u
 #define KVS_VK_IS_QUANT(dt) ((dt) >= KVS_VK_DT_Q8_0)
+/* scatter_cvt's DD for QuantSpec's hierarchical qh8 cache (kvs_dtype KVS_QH8): f32 rows coded into a
+ * q4_1-layout upper plane (binding 2) and a lower plane (binding 4); attention reads a qh8 side as
+ * its Q4_1 upper plane plus the lower one (spec constants KLO / VLO), never through this code */
+#define KVS_VK_DT_QH8 16u
 
 /* ---- attention flags (attn, attn_stats, attn_combine push constant `flags`) ----------------- */
 #define KVS_VK_ATTN_QPOS 1u     /* q_pos given (else query i sits at n_kv - n_q + i) */
@@ -95,18 +99,21 @@
 #define KVS_VK_PC_ROPE(U, F, FA)                                                                    \
     U(total) U(head_dim) U(n_rot) U(pos_div) U(stride) U(n_rows) U(ox) U(op) U(of) U(os) U(nx)
 /* attn: offsets of q, k, v, out, q_pos, k_pos, kv_len, row_len, mask, argmax, row_max, row_sum
- * (bindings 0..11), then sizes, KVS_VK_ATTN_* flags, scale and the key split. */
+ * (bindings 0..11), then sizes, KVS_VK_ATTN_* flags, scale and the key split, then the byte
+ * offsets of a qh8 K's / V's lower planes (bindings 12, 13; read when spec constants KLO / VLO). */
 #define KVS_VK_PC_ATTN(U, F, FA)                                                                    \
     U(oq) U(ok) U(ov) U(oo) U(oqp) U(okp) U(okl) U(orl) U(om) U(oam) U(orm) U(ors)                 \
-    U(n_q) U(n_heads) U(G) U(cap) U(n_kv) U(flags) U(n_kvh) F(scale) U(nsplit) U(split_len)
+    U(n_q) U(n_heads) U(G) U(cap) U(n_kv) U(flags) U(n_kvh) F(scale) U(nsplit) U(split_len)       \
+    U(oklo) U(ovlo)
 /* attn_combine: rows = n_q * n_heads, partial O/m/l/argmax offsets, final out/argmax/max/sum. */
 #define KVS_VK_PC_ATTN_COMBINE(U, F, FA)                                                            \
     U(rows) U(D) U(nsplit) U(oop) U(omp) U(olp) U(oap) U(oo) U(oam) U(orm) U(ors) U(flags)
 /* attn_stats: offsets of q, k, q_pos, k_pos, kv_len, row_len, mask, row list, output, row_max,
- * row_sum (bindings 0..10), then sizes, flags, n_rows (length of the row list) and scale. */
+ * row_sum (bindings 0..10), then sizes, flags, n_rows (length of the row list) and scale, then the
+ * byte offset of a qh8 K's lower plane (binding 11, read when spec constant KLO). */
 #define KVS_VK_PC_ATTN_STATS(U, F, FA)                                                              \
     U(oq) U(ok) U(oqp) U(okp) U(okl) U(orl) U(om) U(orows) U(oout) U(orm) U(ors)                   \
-    U(n_q) U(n_heads) U(G) U(cap) U(n_kv) U(flags) U(n_kvh) U(n_rows) F(scale)
+    U(n_q) U(n_heads) U(G) U(cap) U(n_kv) U(flags) U(n_kvh) U(n_rows) F(scale) U(oklo)
 /* dwt / idwt, one level over all rows: len L -> half. Bindings 0, 1, 2 at offsets o0/o1/o2 with
  * row strides s0/s1/s2: dwt reads c (0), writes approximation (1) and detail (2); idwt reads
  * approximation (0) and detail (1), writes c (2). T filter taps lo[]/hi[]. */
@@ -119,8 +126,9 @@
 /* scatter_win: winners [G][Nd] = highest i with idx[g][i] = t. */
 #define KVS_VK_PC_SCATTER_WIN(U, F, FA) U(G) U(n) U(Nd) U(oi) U(ow) U(shared_)
 /* scatter_cvt: G groups, n source rows, Nd destination rows of D values (RB bytes), offsets of
- * src (f32 units), idx, dst (bytes), winners; shared_ (one index list), total invocations. */
-#define KVS_VK_PC_SCATTER_CVT(U, F, FA) U(G) U(n) U(Nd) U(D) U(RB) U(os) U(oi) U(od) U(ow) U(shared_) U(total)
+ * src (f32 units), idx, dst (bytes), winners; shared_ (one index list), total invocations; odl:
+ * byte offset of a qh8 destination's lower plane (binding 4, rows of D / 2 bytes). */
+#define KVS_VK_PC_SCATTER_CVT(U, F, FA) U(G) U(n) U(Nd) U(D) U(RB) U(os) U(oi) U(od) U(ow) U(shared_) U(total) U(odl)
 /* topk_select: state [rows][4], histograms/counts at oh, row_len at orl when has_rl. */
 #define KVS_VK_PC_TOPK_SELECT(U, F, FA)                                                             \
     U(rows) U(nchunks) U(shift) U(ost) U(oh) U(n) U(k) U(orl) U(has_rl)
