@@ -182,6 +182,18 @@ typedef struct kvs_layer_plan {
     void *select_user;
     int proxy_rank;
     int proxy_key;
+    /* 1: SPA-Cache's residual mode (Sun et al. 2026; reference wenhao728/spa-cache spac/llada/hooks.py
+     * SpaCachedForwardHooks.block_forward, spac/cache.py get_kv_heads / get_ff_output). Needs
+     * KVS_CACHE_KEEP_DELTA. Every row of the layer (its candidates) passes through it: all get
+     * rmsnorm and K/V projections (+ RoPE) from their fresh input, written to the cache; the rows
+     * `select` chooses (with no select: all) run Q, attention over the whole cache, the output
+     * projection and the FFN, x_out = (x_in + attn) + ffn as the plain layer computes it, and their
+     * delta x_out - x_in (= attn + ffn) is stored in the cache (kvs_cache_layer_delta, row = position);
+     * every other row gets x_out = x_in + its stored delta. The layer's rows (and the next layer's,
+     * by default) stay the candidates; select may then return 0 rows, and only candidates.
+     * A selection of every candidate computes what the plan without spa_delta computes
+     * (bit-identical on the backends tested, tests/test_spa.c). 0 (default): off. */
+    int spa_delta;
 } kvs_layer_plan;
 
 typedef struct kvs_step_plan {
