@@ -133,7 +133,8 @@ typedef const struct kvs_layer_plan *(*kvs_layer_hook)(void *user, int layer, co
  * rows, or the previous layer's) and their proxy scores proxy[n_cand][rank] = xn Wp^T, xn the rows'
  * normalised layer input (rmsnorm(x) * attn_norm, as the attention projections read it), Wp the
  * layer's singular proxy (kvs_model_spa_proxy). Sets *rows / *n_rows to the rows the layer computes
- * (token indices, strictly increasing, >= 1 of them; any rows, not only candidates; the array owned
+ * (token indices, strictly increasing, >= 1 of them; any rows, not only candidates; with spa_delta:
+ * a subset of the candidates, 0 of them allowed; the array owned
  * by the callback's owner, valid until the forward returns). Returns KVS_OK or an error, which ends
  * the forward with it. */
 typedef kvs_status (*kvs_layer_select)(void *user, int layer, const int32_t *cand, int64_t n_cand, const float *proxy,
