@@ -183,6 +183,77 @@ START_TEST(test_svd_random) {
 }
 END_TEST
 
+/* The randomized top-r SVD (kvs_svd_top_f64, Halko et al. 2011) against the exact one-sided Jacobi
+ * on a 301 x 263 matrix U diag(S) V^T with random orthonormal U, V and S_i = 10 * 0.7^i: the top 9
+ * singular values to 1e-9 relative, each U_j to a residual outside the exact top-9 left singular
+ * subspace below 1e-7 (sine of the principal angle); with power 0 and no oversampling the error is
+ * visibly larger (the tolerances are not vacuous); refusals. */
+static void rand_orthonormal(double *q, int m, int k) { /* k columns of length m, column-major */
+    for (int i = 0; i < m * k; i++) q[i] = urand();
+    for (int c = 0; c < k; c++)
+        for (int pass = 0; pass < 2; pass++) {
+            for (int p = 0; p < c; p++) {
+                double t = 0;
+                for (int i = 0; i < m; i++) t += q[p * m + i] * q[c * m + i];
+                for (int i = 0; i < m; i++) q[c * m + i] -= t * q[p * m + i];
+            }
+            double nn = 0;
+            for (int i = 0; i < m; i++) nn += q[c * m + i] * q[c * m + i];
+            for (int i = 0; i < m; i++) q[c * m + i] /= sqrt(nn);
+        }
+}
+
+START_TEST(test_svd_randomized) {
+    enum { M = 301, N = 263, R = 9 };
+    g_rng = 0x7a11c0ffeeULL;
+    double *U = malloc(sizeof(double) * M * N), *V = malloc(sizeof(double) * N * N), *a = malloc(sizeof(double) * M * N);
+    double *ex = malloc(sizeof(double) * M * N), *se = malloc(sizeof(double) * N), *us = malloc(sizeof(double) * M * R), sr[R];
+    rand_orthonormal(U, M, N);
+    rand_orthonormal(V, N, N);
+    for (int j = 0; j < N; j++) /* column j of A = sum_c U_c S_c V[j][c] */
+        for (int i = 0; i < M; i++) {
+            double acc = 0;
+            for (int c = 0; c < N; c++) acc += U[c * M + i] * 10.0 * pow(0.7, c) * V[c * N + j];
+            a[j * M + i] = acc;
+        }
+    memcpy(ex, a, sizeof(double) * M * N);
+    ck_assert_int_eq(kvs_svd_jacobi_f64(ex, M, N, se, NULL), KVS_OK);
+    double err_s[2] = {0, 0}, err_u[2] = {0, 0};
+    for (int variant = 0; variant < 2; variant++) {
+        ck_assert_msg(kvs_svd_top_f64(a, M, N, R, variant ? 0 : 10, variant ? 0 : 2, 0, us, sr) == KVS_OK, "%s", kvs_last_error());
+        for (int j = 0; j < R; j++) {
+            double e = fabs(sr[j] - se[j]) / se[j];
+            if (e > err_s[variant]) err_s[variant] = e;
+            /* u = U_j (normalised); residual of u outside the exact top-R left subspace */
+            double u[M], res[M];
+            for (int i = 0; i < M; i++) res[i] = u[i] = us[j * M + i] / sr[j];
+            for (int c = 0; c < R; c++) {
+                double t = 0;
+                for (int i = 0; i < M; i++) t += ex[c * M + i] / se[c] * u[i];
+                for (int i = 0; i < M; i++) res[i] -= t * ex[c * M + i] / se[c];
+            }
+            double rn = 0;
+            for (int i = 0; i < M; i++) rn += res[i] * res[i];
+            if (sqrt(rn) > err_u[variant]) err_u[variant] = sqrt(rn);
+        }
+    }
+    printf("svd randomized 301x263 top 9 (10 oversampling, 2 power rounds): max rel. S error %.2e, max sin angle %.2e; "
+           "without power/oversampling %.2e, %.2e\n", err_s[0], err_u[0], err_s[1], err_u[1]);
+    ck_assert_msg(err_s[0] < 1e-9 && err_u[0] < 1e-7, "S error %g, angle %g", err_s[0], err_u[0]);
+    ck_assert(err_s[1] > 10 * err_s[0] && err_u[1] > 10 * err_u[0]);
+    /* exact S of the construction too */
+    for (int j = 0; j < R; j++) ck_assert(fabs(se[j] - 10.0 * pow(0.7, j)) < 1e-12 * 10.0);
+    ck_assert_int_eq(kvs_svd_top_f64(a, M, N, 0, 10, 2, 0, us, sr), KVS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(kvs_svd_top_f64(a, M, N, N + 1, 10, 2, 0, us, sr), KVS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(kvs_svd_top_f64(a, M, N, R, -1, 2, 0, us, sr), KVS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(kvs_svd_top_f64(NULL, M, N, R, 10, 2, 0, us, sr), KVS_ERR_INVALID_ARGUMENT);
+    a[5] = NAN;
+    ck_assert_int_eq(kvs_svd_top_f64(a, M, N, R, 10, 2, 0, us, sr), KVS_ERR_STATE);
+    free(U), free(V), free(a), free(ex), free(se), free(us);
+}
+END_TEST
+
+
 /* The budget profile: defaults over 5 layers by hand (t = l / 5, mu 0.75; left width from start
  * 0.12: s_L^2 = 0.5625 / (2 ln(1 / 0.12)); right from end 0.52: s_R^2 = 0.0625 / (2 ln(1 / 0.52))). */
 START_TEST(test_ratios) {
@@ -222,7 +293,7 @@ START_TEST(test_select_constructed) {
     kvs_dlm_schedule *sc = NULL;
     ck_assert_int_eq(kvs_dlm_schedule_spa(&sc, &p), KVS_OK);
     ck_assert_str_eq(kvs_dlm_schedule_name(sc), "spa");
-    ck_assert(kvs_dlm_schedule_cache_flags(sc) & KVS_CACHE_KEEP_X);
+    ck_assert(kvs_dlm_schedule_cache_flags(sc) == (KVS_CACHE_KEEP_DELTA | KVS_CACHE_KEEP_X));
     enum { N = 12, PR = 4, L = 3, R = 2 };
     int32_t tok[N];
     uint8_t masked[N];
@@ -246,47 +317,49 @@ START_TEST(test_select_constructed) {
     }
     P1[11][0] *= 2.0f; /* a longer vector in the same direction: cosine 1, not selected */
     P1[11][1] *= 2.0f;
+    /* step 2 against step 1 (the reference compares with the previous step's proxies of every
+     * row): 4 turned 45 degrees (cos 0.707), 8 turned 20 (0.940); 10 unchanged since step 1 (it
+     * would be 0.866 against the proxy of its last computation, step 0) */
     memcpy(P2, P1, sizeof P1);
     P2[4][0] = (float)cos(0.4 + M_PI / 4);
     P2[4][1] = (float)sin(0.4 + M_PI / 4);
+    P2[8][0] = (float)cos(0.8 + 20.0 * M_PI / 180.0);
+    P2[8][1] = (float)sin(0.8 + 20.0 * M_PI / 180.0);
     kvs_dlm_step st;
     const int32_t *rows;
     int64_t nr;
     /* step 0: a full step, every row at every layer, each select returns its candidates */
     v.step = 0;
     ck_assert_int_eq(sc->ops->plan(sc->self, &v, &st), KVS_OK);
-    ck_assert(st.plan.layers && st.plan.layers[0].select == NULL && st.plan.layers[0].n_rows == N);
+    ck_assert(st.plan.layers && st.plan.layers[0].select == NULL && st.plan.layers[0].n_rows == N &&
+              !st.plan.layers[0].spa_delta);
     ck_assert(st.plan.n_logit_rows == 2 && st.plan.logit_rows[0] == 6 && st.plan.logit_rows[1] == 7);
     for (int l = 1; l < L; l++) {
         const kvs_layer_plan *lp = &st.plan.layers[l];
-        ck_assert(lp->select && lp->proxy_rank == -1 && lp->proxy_key == 0 && lp->n_rows == N);
+        ck_assert(lp->select && lp->spa_delta && lp->proxy_rank == -1 && lp->proxy_key == 0 && lp->n_rows == N);
         ck_assert_int_eq(lp->select(lp->select_user, l, lp->rows, lp->n_rows, &P0[0][0], R, &rows, &nr), KVS_OK);
         ck_assert_int_eq(nr, N);
     }
-    /* step 1: layer 0 the 8 generation rows; layers 1, 2 the 2 most turned (9: cos 0, 5: cos 0.5);
-     * the last layer also the block's masked rows 6, 7 */
+    /* step 1: layer 0 every row (the prompt's too); layers 1, 2 the 8 generation rows as candidates
+     * and the 2 most turned selected (9: cos 0, 5: cos 0.5), nothing forced at the last layer (every
+     * row's state is propagated) */
     v.step = 1;
     ck_assert_int_eq(sc->ops->plan(sc->self, &v, &st), KVS_OK);
-    ck_assert(st.plan.layers[0].n_rows == 8 && st.plan.layers[0].rows[0] == 4);
-    const int32_t want1[L][4] = {{0}, {5, 9}, {5, 6, 7, 9}};
-    const int64_t n1[L] = {0, 2, 4};
+    ck_assert(st.plan.layers[0].n_rows == N && st.plan.layers[0].rows[0] == 0 && st.plan.layers[1].rows[0] == 4);
     for (int l = 1; l < L; l++) {
         const kvs_layer_plan *lp = &st.plan.layers[l];
         ck_assert(lp->n_rows == 8);
         ck_assert_int_eq(lp->select(lp->select_user, l, lp->rows, lp->n_rows, &P1[PR][0], R, &rows, &nr), KVS_OK);
-        ck_assert_int_eq(nr, n1[l]);
-        for (int64_t i = 0; i < nr; i++) ck_assert_msg(rows[i] == want1[l][i], "step 1 layer %d row %lld: %d", l, (long long)i, rows[i]);
+        ck_assert_int_eq(nr, 2);
+        ck_assert_msg(rows[0] == 5 && rows[1] == 9, "step 1 layer %d: %d %d", l, rows[0], rows[1]);
     }
-    /* step 2: 5 and 9 were stored at step 1 (cos 1 now); 4 turned 45 degrees (0.707) and 10 still
-     * at 30 (0.866) are the two lowest; the last layer adds 6 (stored at step 1) and 7 */
     v.step = 2;
     ck_assert_int_eq(sc->ops->plan(sc->self, &v, &st), KVS_OK);
-    const int32_t want2[L][4] = {{0}, {4, 10}, {4, 6, 7, 10}};
     for (int l = 1; l < L; l++) {
         const kvs_layer_plan *lp = &st.plan.layers[l];
         ck_assert_int_eq(lp->select(lp->select_user, l, lp->rows, lp->n_rows, &P2[PR][0], R, &rows, &nr), KVS_OK);
-        ck_assert_int_eq(nr, n1[l]);
-        for (int64_t i = 0; i < nr; i++) ck_assert_msg(rows[i] == want2[l][i], "step 2 layer %d row %lld: %d", l, (long long)i, rows[i]);
+        ck_assert_int_eq(nr, 2);
+        ck_assert_msg(rows[0] == 4 && rows[1] == 8, "step 2 layer %d: %d %d", l, rows[0], rows[1]);
     }
     /* step 3 = refresh_gen: the 8 generation rows at every layer, all returned */
     v.step = 3;
@@ -299,7 +372,20 @@ START_TEST(test_select_constructed) {
     kvs_dlm_schedule_stats ss;
     ck_assert_int_eq(kvs_dlm_schedule_get_stats(sc, &ss), KVS_OK);
     ck_assert(ss.steps == 4 && ss.full_steps == 1 && ss.n_layers == L);
-    ck_assert(ss.rows[0] == 12 + 8 * 3 && ss.rows[1] == 12 + 2 + 2 + 8 && ss.rows[2] == 12 + 4 + 4 + 8);
+    ck_assert(ss.rows[0] == 12 * 4 && ss.rows[1] == 12 + 2 + 2 + 8 && ss.rows[2] == 12 + 2 + 2 + 8);
+    kvs_dlm_schedule_destroy(&sc);
+    /* a budget below one row per layer selects none (torch.topk with k = 0): 8 rows * 0.1 */
+    p.budget = 0.1f;
+    p.min_ratio = 0.05f;
+    ck_assert_int_eq(kvs_dlm_schedule_spa(&sc, &p), KVS_OK);
+    for (int step = 0; step < 2; step++) {
+        v.step = step;
+        ck_assert_int_eq(sc->ops->plan(sc->self, &v, &st), KVS_OK);
+        const kvs_layer_plan *lp = &st.plan.layers[1];
+        ck_assert_int_eq(lp->select(lp->select_user, 1, lp->rows, lp->n_rows, step ? &P1[PR][0] : &P0[0][0], R, &rows, &nr),
+                         KVS_OK);
+        ck_assert_int_eq(nr, step ? 0 : N);
+    }
     kvs_dlm_schedule_destroy(&sc);
 }
 END_TEST
@@ -555,6 +641,125 @@ START_TEST(test_select_forward) {
 }
 END_TEST
 
+/* The residual mode (kvs_layer_plan.spa_delta) through the model: (a) every layer >= 1 in the mode,
+ * selecting every row (and with no select), gives the plain forward's logits bit for bit and
+ * stores delta = layer output - layer input; (b) after that step, one token changed and layer L-2
+ * selecting a subset: every row's K/V there equal the plain forward's of the new tokens (all rows
+ * get fresh K/V), the selected rows' outputs equal the plain forward's (to rounding), and a skipped row's output
+ * is its fresh input + the stored delta (float64 reference), the store keeping its old delta;
+ * refusals. Layer inputs/outputs are read from a KVS_CACHE_KEEP_X store. */
+START_TEST(test_delta_forward) {
+    env e = {0};
+    env_open(&e);
+    const kvs_model_hparams *hp = kvs_model_get_hparams(e.m);
+    const int dim = hp->dim, V = hp->vocab, L = hp->n_layers, kd = hp->n_kv_heads * hp->head_dim;
+    enum { T = 13, CAP = 16 };
+    ck_assert_int_ge(L, 3);
+    int32_t toks[T] = {1, 45, 67, 89, 101, 0, 0, 0, 0, 0, 0, 0, 0}, toks2[T], lr[3] = {5, 6, 12};
+    memcpy(toks2, toks, sizeof toks);
+    toks2[5] = 77;
+    kvs_cache_params cp = kvs_model_cache_params(e.m);
+    cp.capacity = CAP;
+    cp.flags = KVS_CACHE_KEEP_X | KVS_CACHE_KEEP_DELTA;
+    kvs_kv_cache *c = NULL, *c2 = NULL;
+    ck_assert(kvs_cache_create(&c, e.dev, &cp) == KVS_OK);
+    ck_assert(kvs_cache_create(&c2, e.dev, &cp) == KVS_OK);
+    size_t xs = (size_t)CAP * dim, ks = (size_t)hp->n_kv_heads * CAP * hp->head_dim;
+    float *want = malloc(sizeof(float) * (size_t)(3 * V)), *xin = malloc(sizeof(float) * xs), *xout = malloc(sizeof(float) * xs);
+    float *d0 = malloc(sizeof(float) * xs), *d1 = malloc(sizeof(float) * xs), *pout = malloc(sizeof(float) * xs);
+    float *k1 = malloc(sizeof(float) * ks), *k2 = malloc(sizeof(float) * ks);
+    kvs_step_plan plan = {.tokens = toks, .n_tokens = T, .logit_rows = lr, .n_logit_rows = 3};
+    kvs_step_result res;
+    ck_assert_msg(kvs_model_forward(e.m, c2, &plan, &res) == KVS_OK, "%s", kvs_last_error());
+    memcpy(want, res.logits, sizeof(float) * (size_t)(3 * V));
+    kvs_layer_plan lp[16];
+    ck_assert_int_le(L, 16);
+    rec rc = {0};
+    for (int way = 0; way < 2; way++) { /* (a) with select returning all, and without select */
+        memset(lp, 0, sizeof lp);
+        for (int l = 1; l < L; l++)
+            lp[l] = (kvs_layer_plan){.spa_delta = 1, .select = way ? NULL : rec_select, .select_user = &rc, .proxy_rank = 3};
+        plan.layers = lp;
+        kvs_cache_reset(c);
+        ck_assert_msg(kvs_model_forward(e.m, c, &plan, &res) == KVS_OK, "%s", kvs_last_error());
+        ck_assert_int_eq(res.rows_computed, (int64_t)T * L);
+        for (int i = 0; i < 3 * V; i++)
+            ck_assert_msg(res.logits[i] == want[i], "select all [%s] way %d: logit %d %.9g vs %.9g",
+                          kvs_backend_name(g_params.backend), way, i, res.logits[i], want[i]);
+    }
+    const int lt = L - 2; /* the layer tested */
+    ck_assert_int_eq(kvs_tensor_download(kvs_cache_x(c, lt), xin, 0, xs * 4), KVS_OK);
+    ck_assert_int_eq(kvs_tensor_download(kvs_cache_x(c, lt + 1), xout, 0, xs * 4), KVS_OK);
+    ck_assert_int_eq(kvs_tensor_download(kvs_cache_layer_delta(c, lt), d0, 0, xs * 4), KVS_OK);
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < dim; j++) {
+            double dd = (double)xout[t * dim + j] - xin[t * dim + j];
+            ck_assert_msg(fabs(d0[t * dim + j] - dd) <= 1e-6 * (fabs(xout[t * dim + j]) + fabs(xin[t * dim + j])) + 1e-7,
+                          "stored delta row %d col %d: %g, out - in %g", t, j, d0[t * dim + j], dd);
+        }
+    /* (b) the plain forward of toks2 on c2, then toks2 on c with layer lt selecting sub */
+    static const int32_t sub[5] = {1, 5, 6, 9, 12};
+    plan.layers = NULL;
+    plan.tokens = toks2;
+    kvs_cache_reset(c2);
+    ck_assert_msg(kvs_model_forward(e.m, c2, &plan, &res) == KVS_OK, "%s", kvs_last_error());
+    ck_assert_int_eq(kvs_tensor_download(kvs_cache_x(c2, lt + 1), pout, 0, xs * 4), KVS_OK);
+    ck_assert_int_eq(kvs_cache_read_f32(c2, lt, 0, k2), KVS_OK);
+    memset(lp, 0, sizeof lp);
+    memset(&rc, 0, sizeof rc);
+    rc.sub = sub;
+    rc.n_sub = 5;
+    lp[lt] = (kvs_layer_plan){.spa_delta = 1, .select = rec_select, .select_user = &rc, .proxy_rank = 3};
+    plan.layers = lp;
+    ck_assert_msg(kvs_model_forward(e.m, c, &plan, &res) == KVS_OK, "%s", kvs_last_error());
+    ck_assert_int_eq(res.rows_computed, (int64_t)T * (L - 1) + 5);
+    ck_assert_int_eq(kvs_tensor_download(kvs_cache_x(c, lt), xin, 0, xs * 4), KVS_OK);
+    ck_assert_int_eq(kvs_tensor_download(kvs_cache_x(c, lt + 1), xout, 0, xs * 4), KVS_OK);
+    ck_assert_int_eq(kvs_tensor_download(kvs_cache_layer_delta(c, lt), d1, 0, xs * 4), KVS_OK);
+    ck_assert_int_eq(kvs_cache_read_f32(c, lt, 0, k1), KVS_OK);
+    for (size_t i = 0; i < (size_t)hp->n_kv_heads * CAP * hp->head_dim; i++)
+        if ((int64_t)(i / hp->head_dim % CAP) < T) ck_assert_msg(k1[i] == k2[i], "K at %zu: %g vs %g", i, k1[i], k2[i]);
+    int changed = 0;
+    for (int t = 0, si = 0; t < T; t++) {
+        int is_sel = si < 5 && sub[si] == t;
+        si += is_sel;
+        for (int j = 0; j < dim; j++) {
+            size_t at = (size_t)t * dim + j;
+            if (is_sel) {
+                /* 5 rows through the products instead of 13: equal to rounding */
+                ck_assert_msg(fabs(xout[at] - pout[at]) <= 2e-5 * fabs(pout[at]) + 2e-6, "selected row %d col %d: %.9g, plain %.9g",
+                              t, j, xout[at], pout[at]);
+            } else {
+                double ref = (double)xin[at] + d0[at];
+                ck_assert_msg(fabs(xout[at] - ref) <= 1e-6 * fabs(ref) + 1e-7, "skipped row %d col %d: %.9g, in + delta %.9g", t,
+                              j, xout[at], ref);
+                ck_assert(d1[at] == d0[at]);
+                changed += fabs(xout[at] - pout[at]) > 1e-6;
+            }
+        }
+    }
+    ck_assert_int_gt(changed, 0); /* the stale deltas do differ from the fresh computation */
+    (void)kd;
+    /* refusals: a row outside the candidates, no KVS_CACHE_KEEP_DELTA */
+    static const int32_t bad[2] = {2, 20};
+    rc.sub = bad;
+    rc.n_sub = 2;
+    ck_assert_int_eq(kvs_model_forward(e.m, c, &plan, &res), KVS_ERR_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(kvs_last_error(), "candidate rows") != NULL, "%s", kvs_last_error());
+    kvs_cache_destroy(&c2);
+    cp.flags = KVS_CACHE_KEEP_X;
+    ck_assert(kvs_cache_create(&c2, e.dev, &cp) == KVS_OK);
+    rc.sub = sub;
+    rc.n_sub = 5;
+    ck_assert_int_eq(kvs_model_forward(e.m, c2, &plan, &res), KVS_ERR_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(kvs_last_error(), "KEEP_DELTA") != NULL, "%s", kvs_last_error());
+    kvs_cache_destroy(&c);
+    kvs_cache_destroy(&c2);
+    free(want), free(xin), free(xout), free(d0), free(d1), free(pout), free(k1), free(k2);
+    env_close(&e);
+}
+END_TEST
+
 static kvs_status decode(env *e, const int32_t *prompt, int64_t np, kvs_dlm_params p, kvs_dlm_schedule *sc, int32_t *out,
                          kvs_gen_stats *st) {
     kvs_cache_params cp = kvs_model_cache_params(e->m);
@@ -638,12 +843,14 @@ int main(int argc, char **argv) {
     if (g_params.backend == KVS_BACKEND_CPU) { /* host logic: once */
         ADD(test_svd_known);
         ADD(test_svd_random);
+        ADD(test_svd_randomized);
         ADD(test_ratios);
         ADD(test_select_constructed);
         ADD(test_param_refusals);
     }
     ADD(test_proxy_model);
     ADD(test_select_forward);
+    ADD(test_delta_forward);
     ADD(test_anchor_decode);
 #undef ADD
     suite_add_tcase(s, tc);

@@ -13,6 +13,7 @@ struct kvs_kv_cache {
     kvs_device *dev;
     kvs_cache_params p;
     kvs_tensor **k, **v, **pos, **len, **x; /* [n_layers] each */
+    kvs_tensor **rdelta;                    /* [n_layers] [capacity][dim] F32 (KVS_CACHE_KEEP_DELTA) or NULL */
     int32_t *host_pos;                      /* [n_layers][n_kv_heads][capacity] */
     int32_t *host_rpos;                     /* [n_layers][n_kv_heads][capacity] RoPE position of each
                                              * row's key (-1 empty) */
@@ -60,11 +61,12 @@ void kvs_cache_destroy(kvs_kv_cache **cp) {
         if (c->pos) kvs_tensor_destroy(&c->pos[l]);
         if (c->len) kvs_tensor_destroy(&c->len[l]);
         if (c->x) kvs_tensor_destroy(&c->x[l]);
+        if (c->rdelta) kvs_tensor_destroy(&c->rdelta[l]);
         if (c->k_lo) kvs_tensor_destroy(&c->k_lo[l]);
         if (c->v_lo) kvs_tensor_destroy(&c->v_lo[l]);
     }
     free(c->k_lo); free(c->v_lo);
-    free(c->k); free(c->v); free(c->pos); free(c->len); free(c->x);
+    free(c->k); free(c->v); free(c->pos); free(c->len); free(c->x); free(c->rdelta);
     free(c->host_pos); free(c->host_rpos); free(c->host_len); free(c->scratch);
     kvs_tensor_destroy(&c->slots);
     kvs_tensor_destroy(&c->delta);
@@ -154,13 +156,15 @@ kvs_status kvs_cache_create(kvs_kv_cache **out, kvs_device *dev, const kvs_cache
     }
     if (p->mode != KVS_CACHE_POSITIONAL && p->mode != KVS_CACHE_APPEND)
         return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_cache_create: unknown mode %d", (int)p->mode);
-    if (p->flags & ~(KVS_CACHE_KEEP_X | KVS_CACHE_ROTATE))
+    if (p->flags & ~(KVS_CACHE_KEEP_X | KVS_CACHE_ROTATE | KVS_CACHE_KEEP_DELTA))
         return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_cache_create: unknown flags 0x%x", p->flags);
     if ((p->flags & KVS_CACHE_ROTATE) && p->head_dim % 2 != 0)
         return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_cache_create: KVS_CACHE_ROTATE needs an even head_dim (got %d)",
                          p->head_dim);
     if ((p->flags & KVS_CACHE_KEEP_X) && p->dim < 1)
         return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_cache_create: KVS_CACHE_KEEP_X needs dim >= 1");
+    if ((p->flags & KVS_CACHE_KEEP_DELTA) && p->dim < 1)
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_cache_create: KVS_CACHE_KEEP_DELTA needs dim >= 1");
     kvs_kv_cache *c = calloc(1, sizeof *c);
     if (!c) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_cache_create: out of host memory");
     c->dev = dev;
@@ -171,6 +175,7 @@ kvs_status kvs_cache_create(kvs_kv_cache **out, kvs_device *dev, const kvs_cache
     c->pos = calloc(L, sizeof *c->pos);
     c->len = calloc(L, sizeof *c->len);
     c->x = calloc(L, sizeof *c->x);
+    c->rdelta = calloc(L, sizeof *c->rdelta);
     if (p->type_k == KVS_QH8) c->k_lo = calloc(L, sizeof *c->k_lo);
     if (p->type_v == KVS_QH8) c->v_lo = calloc(L, sizeof *c->v_lo);
     c->host_pos = malloc(L * H * cap * sizeof *c->host_pos);
@@ -180,7 +185,7 @@ kvs_status kvs_cache_create(kvs_kv_cache **out, kvs_device *dev, const kvs_cache
     c->slots_host = malloc(H * cap * sizeof *c->slots_host);
     c->scratch_slots = malloc(H * cap * sizeof *c->scratch_slots);
     kvs_status s = KVS_OK;
-    if (!c->k || !c->v || !c->pos || !c->len || !c->x || (p->type_k == KVS_QH8 && !c->k_lo) ||
+    if (!c->k || !c->v || !c->pos || !c->len || !c->x || !c->rdelta || (p->type_k == KVS_QH8 && !c->k_lo) ||
         (p->type_v == KVS_QH8 && !c->v_lo) || !c->host_pos || !c->host_rpos || !c->host_len || !c->scratch || !c->slots_host || !c->scratch_slots) {
         s = kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_cache_create: out of host memory");
         goto fail;
@@ -200,6 +205,11 @@ kvs_status kvs_cache_create(kvs_kv_cache **out, kvs_device *dev, const kvs_cache
         if (s == KVS_OK && (p->flags & KVS_CACHE_KEEP_X)) {
             int64_t x_ne[2] = {p->dim, p->capacity};
             s = kvs_tensor_create(&c->x[l], dev, KVS_F32, 2, x_ne);
+        }
+        if (s == KVS_OK && (p->flags & KVS_CACHE_KEEP_DELTA)) {
+            int64_t d_ne[2] = {p->dim, p->capacity};
+            s = kvs_tensor_create(&c->rdelta[l], dev, KVS_F32, 2, d_ne);
+            if (s == KVS_OK) kvs_tensor_set_name(c->rdelta[l], "cache.delta");
         }
         if (s == KVS_OK) {
             kvs_tensor_set_name(c->k[l], "cache.k");
@@ -257,6 +267,7 @@ kvs_tensor *kvs_cache_v(kvs_kv_cache *c, int l) { return LAYER_OK(c, l) ? c->v[l
 kvs_tensor *kvs_cache_pos_tensor(kvs_kv_cache *c, int l) { return LAYER_OK(c, l) ? c->pos[l] : NULL; }
 kvs_tensor *kvs_cache_len_tensor(kvs_kv_cache *c, int l) { return LAYER_OK(c, l) ? c->len[l] : NULL; }
 kvs_tensor *kvs_cache_x(kvs_kv_cache *c, int l) { return LAYER_OK(c, l) ? c->x[l] : NULL; }
+kvs_tensor *kvs_cache_layer_delta(kvs_kv_cache *c, int l) { return LAYER_OK(c, l) ? c->rdelta[l] : NULL; }
 kvs_tensor *kvs_cache_k_lo(kvs_kv_cache *c, int l) { return LAYER_OK(c, l) && c->k_lo ? c->k_lo[l] : NULL; }
 kvs_tensor *kvs_cache_v_lo(kvs_kv_cache *c, int l) { return LAYER_OK(c, l) && c->v_lo ? c->v_lo[l] : NULL; }
 
@@ -291,6 +302,7 @@ int64_t kvs_cache_bytes_used(const kvs_kv_cache *c) {
     for (int l = 0; l < c->p.n_layers; l++) {
         for (int h = 0; h < c->p.n_kv_heads; h++) rows += c->host_len[(size_t)l * c->p.n_kv_heads + h];
         if (c->x[l]) xrows += kvs_cache_max_len(c, l);
+        if (c->rdelta[l]) xrows += kvs_cache_max_len(c, l);
     }
     return rows * (int64_t)(kvs_dtype_bytes(c->p.type_k, c->p.head_dim) + kvs_dtype_bytes(c->p.type_v, c->p.head_dim)) +
            xrows * (int64_t)c->p.dim * 4;
@@ -301,6 +313,7 @@ int64_t kvs_cache_bytes_allocated(const kvs_kv_cache *c) {
     int64_t per_layer = (int64_t)(kvs_dtype_bytes(c->p.type_k, c->p.head_dim) + kvs_dtype_bytes(c->p.type_v, c->p.head_dim)) *
                         c->p.capacity * c->p.n_kv_heads;
     if (c->p.flags & KVS_CACHE_KEEP_X) per_layer += (int64_t)c->p.dim * 4 * c->p.capacity;
+    if (c->p.flags & KVS_CACHE_KEEP_DELTA) per_layer += (int64_t)c->p.dim * 4 * c->p.capacity;
     return per_layer * c->p.n_layers;
 }
 
@@ -604,8 +617,9 @@ kvs_status kvs_cache_truncate(kvs_kv_cache *c, int64_t n_rows) {
     if (c->p.mode != KVS_CACHE_APPEND)
         return kvs_error(KVS_ERR_STATE, "%s: only append caches are truncated (this cache is positional)", op);
     if (n_rows < 0) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: n_rows %lld < 0", op, (long long)n_rows);
-    if (c->p.flags & KVS_CACHE_KEEP_X)
-        return kvs_error(KVS_ERR_UNSUPPORTED, "%s: a cache keeping layer inputs (KVS_CACHE_KEEP_X) is not truncated", op);
+    if (c->p.flags & (KVS_CACHE_KEEP_X | KVS_CACHE_KEEP_DELTA))
+        return kvs_error(KVS_ERR_UNSUPPORTED, "%s: a cache keeping layer inputs or residual deltas (KVS_CACHE_KEEP_X, "
+                         "KVS_CACHE_KEEP_DELTA) is not truncated", op);
     const int H = c->p.n_kv_heads;
     const int64_t cap = c->p.capacity;
     int64_t next = 0;

@@ -43,10 +43,10 @@ void kvs_workspace_free(kvs_workspace *ws) {
     kvs_tensor **all[] = {&ws->x, &ws->xn, &ws->q, &ws->att, &ws->k, &ws->v, &ws->gate, &ws->up, &ws->pos, &ws->rpos, &ws->mpos,
                           &ws->rowsel, &ws->zeros, &ws->stat_rows, &ws->lat_max, &ws->lat_sum, &ws->argmax, &ws->logits,
                           &ws->key_mass, &ws->probs, &ws->probe_rows, &ws->ks, &ws->vs, &ws->ks_pos, &ws->ks_len,
-                          &ws->keep_idx, &ws->qr, &ws->ks_lo, &ws->vs_lo};
+                          &ws->keep_idx, &ws->qr, &ws->ks_lo, &ws->vs_lo, &ws->spa_a, &ws->spa_b, &ws->spa_idx};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) kvs_tensor_destroy(all[i]);
     free(ws->h_q);
-    free(ws->h_pos), free(ws->h_rows), free(ws->h_pos_rows), free(ws->h_tmp), free(ws->h_keep);
+    free(ws->h_pos), free(ws->h_rows), free(ws->h_pos_rows), free(ws->h_tmp), free(ws->h_keep), free(ws->h_spa);
     memset(ws, 0, sizeof *ws);
 }
 
@@ -328,6 +328,199 @@ static kvs_status select_rows(fwd_ctx *f, int l, const kvs_layer_plan *lp, const
     return KVS_OK;
 }
 
+/* ---- SPA-Cache residual mode (kvs_layer_plan.spa_delta) --------------------------------------- */
+
+/* Uploads host ints v[0..n) into a view of the device index buffer t; *out: that view. */
+static kvs_status spa_upload_idx(fwd_ctx *f, kvs_tensor *t, const int32_t *v, int64_t n, kvs_tensor **out) {
+    kvs_status s = fwd_view3(f->m, out, t, 0, n, 1, 1);
+    if (s == KVS_OK) s = kvs_tensor_upload(*out, v, 0, (size_t)n * 4);
+    return s;
+}
+
+/* The selection of a spa_delta layer: the candidates rows[0..n) sit in ws.x; their proxy scores
+ * (rmsnorm(x) * attn_norm) Wp^T (reference spac/llada/hooks.py block_forward: check_update on
+ * x_normed, s_proj = the proxy) go to lp->select, whose rows must be a subset of the candidates
+ * (0 rows allowed). *sel / *ns: the chosen rows (token indices); sp[0..ns): their indices among the
+ * candidates. Without select: every candidate. */
+static kvs_status spa_delta_select(fwd_ctx *f, int l, const kvs_layer_plan *lp, const int32_t *rows, int64_t n,
+                                   const int32_t **sel, int64_t *ns, int32_t *sp) {
+    const char *op = "kvs_model_forward";
+    kvs_model *m = f->m;
+    const kvs_model_hparams *hp = &m->hp;
+    *sel = rows;
+    *ns = n;
+    if (!lp->select) {
+        for (int64_t i = 0; i < n; i++) sp[i] = (int32_t)i;
+        return KVS_OK;
+    }
+    int rank = lp->proxy_rank < 0 ? kvs_model_spa_rank_auto(m) : lp->proxy_rank;
+    const kvs_spa_proxy *px = NULL;
+    KVS_TRY(kvs_model_proxy_get(m, l, rank, lp->proxy_key, &px));
+    kvs_tensor *x = NULL, *xn = NULL, *pr = NULL;
+    kvs_status s = fwd_view3(m, &x, m->ws.x, 0, hp->dim, n, 1);
+    if (s == KVS_OK) s = fwd_view3(m, &xn, m->ws.xn, 0, hp->dim, n, 1);
+    if (s == KVS_OK) s = fwd_view3(m, &pr, m->ws.att, 0, rank, n, 1);
+    if (s == KVS_OK) s = kvs_rmsnorm(m->dev, x, m->layers[l].attn_norm, xn, hp->rms_eps);
+    if (s == KVS_OK) s = kvs_matmul(m->dev, px->w, xn, pr, 0);
+    if (s == KVS_OK) s = fwd_host_grow((void **)&m->proxy_host, &m->proxy_host_cap, n * rank, sizeof(float));
+    if (s == KVS_OK) s = kvs_tensor_download(pr, m->proxy_host, 0, (size_t)(n * rank) * sizeof(float));
+    fwd_view_done(&x);
+    fwd_view_done(&xn);
+    fwd_view_done(&pr);
+    if (s != KVS_OK) return s;
+    const int32_t *r = NULL;
+    int64_t nr = 0;
+    KVS_TRY(lp->select(lp->select_user, l, rows, n, m->proxy_host, rank, &r, &nr));
+    if (nr < 0 || nr > n || (nr > 0 && !r))
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: layer %d (spa_delta): the selection must be 0..%lld of the candidate rows",
+                         op, l, (long long)n);
+    int64_t j = 0;
+    for (int64_t i = 0; i < nr; i++) {
+        while (j < n && rows[j] < r[i]) j++;
+        if (j == n || rows[j] != r[i] || (i > 0 && r[i] <= r[i - 1]))
+            return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: layer %d (spa_delta): the selected rows must be strictly "
+                             "increasing candidate rows (row %d is not)", op, l, r[i]);
+        sp[i] = (int32_t)j++;
+    }
+    if (lp->n_stat_rows > 0 || lp->n_probe > 0 || lp->stat_all_rows || lp->want_argmax || lp->keep || lp->want_x ||
+        lp->want_q || lp->latent)
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: layer %d: spa_delta takes no statistics, keep-sets, latent memory, "
+                         "want_x or want_q", op, l);
+    *sel = r;
+    *ns = nr;
+    return KVS_OK;
+}
+
+/* Layer l in SPA-Cache's residual mode on the candidates rows[0..n) of ws.x (see kvs_layer_plan.
+ * spa_delta; reference spac/llada/hooks.py block_forward + spac/cache.py get_kv_heads,
+ * get_ff_output). The selected rows' x_out = (x_in + attn) + ffn (the plain layer's arithmetic;
+ * the reference adds attn + ffn, then x_in); their delta attn + ffn goes to the store; every other
+ * candidate gets x_in + its stored delta. *n_sel: the rows that ran attention and FFN. */
+static kvs_status run_layer_delta(fwd_ctx *f, int l, const kvs_layer_plan *lp, const int32_t *rows, int64_t n,
+                                  int64_t *n_sel, kvs_layer_stats *st) {
+    kvs_model *m = f->m;
+    const kvs_model_hparams *hp = &m->hp;
+    const kvs_layer_tensors *w = &m->layers[l];
+    kvs_workspace *ws = &m->ws;
+    kvs_device *d = m->dev;
+    const int64_t dim = hp->dim, qd = (int64_t)hp->n_heads * hp->head_dim, kd = (int64_t)hp->n_kv_heads * hp->head_dim;
+    kvs_tensor *store = kvs_cache_layer_delta(f->c, l);
+    *n_sel = 0;
+    if (!store)
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_model_forward: layer %d runs in SPA residual mode (spa_delta) but the "
+                         "cache keeps no residual deltas (KVS_CACHE_KEEP_DELTA)", l);
+    if (f->plan->rope_in_cache)
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_model_forward: spa_delta with rope_in_cache is not supported");
+    if (ws->spa_rows < ws->rows) {
+        KVS_TRY(fwd_grow_tensor(&ws->spa_a, d, KVS_F32, dim, ws->rows, 0, "ws.spa_a"));
+        KVS_TRY(fwd_grow_tensor(&ws->spa_b, d, KVS_F32, dim, ws->rows, 0, "ws.spa_b"));
+        KVS_TRY(fwd_grow_tensor(&ws->spa_idx, d, KVS_I32, ws->rows, 0, 0, "ws.spa_idx"));
+        ws->spa_rows = ws->rows;
+    }
+    /* sp: the selected rows' indices among the candidates, after f->tmp's 2n entries */
+    KVS_TRY(fwd_host_grow((void **)&ws->h_spa, &ws->h_spa_cap, n, sizeof *ws->h_spa));
+    int32_t *sp = ws->h_spa;
+    const int32_t *sel = NULL;
+    int64_t ns = 0;
+    KVS_TRY(spa_delta_select(f, l, lp, rows, n, &sel, &ns, sp));
+    const int all = ns == n;
+    kvs_tensor *x = NULL, *xn = NULL, *k = NULL, *v = NULL, *k3 = NULL, *pos = NULL;
+    kvs_status s = fwd_view3(m, &x, ws->x, 0, dim, n, 1);
+    if (s == KVS_OK) s = fwd_view3(m, &xn, ws->xn, 0, dim, n, 1);
+    if (s == KVS_OK) s = fwd_view3(m, &k, ws->k, 0, kd, n, 1);
+    if (s == KVS_OK) s = fwd_view3(m, &v, ws->v, 0, kd, n, 1);
+    if (s == KVS_OK) s = fwd_view3(m, &k3, ws->k, 0, hp->head_dim, hp->n_kv_heads, n);
+    if (s == KVS_OK) s = fwd_view3(m, &pos, ws->pos, 0, n, 1, 1);
+    if (s == KVS_OK && !(f->pos_n > 0 && rows_equal(rows, n, f->pos_rows, f->pos_n))) {
+        for (int64_t i = 0; i < n; i++) f->tmp[i] = f->pos_host[rows[i]];
+        s = kvs_tensor_upload(pos, f->tmp, 0, (size_t)n * 4);
+        memcpy(f->pos_rows, rows, (size_t)n * sizeof *rows);
+        f->pos_n = s == KVS_OK ? n : 0;
+    }
+    kvs_rope_params rp = kvs_rope_params_default();
+    rp.mode = hp->rope_mode;
+    rp.theta_base = hp->rope_base;
+    rp.n_rot = hp->rope_dim;
+    /* every candidate: K/V from its fresh input (get_kv_heads writes the whole generation's K/V) */
+    if (s == KVS_OK) s = kvs_rmsnorm(d, x, w->attn_norm, xn, hp->rms_eps);
+    if (s == KVS_OK) s = linear(m, w->wk, w->bk, xn, k, n);
+    if (s == KVS_OK) s = linear(m, w->wv, w->bv, xn, v, n);
+    if (s == KVS_OK && w->k_norm) s = kvs_rmsnorm(d, k3, w->k_norm, k3, hp->rms_eps);
+    if (s == KVS_OK) s = kvs_rope(d, k3, pos, &rp);
+    if (s == KVS_OK) s = write_cache(f, l, rows, n, NULL);
+    st->x = NULL;
+    st->q = NULL;
+    st->n_x_rows = 0;
+    kvs_tensor *idx = NULL, *xs = NULL, *xns = NULL, *q = NULL, *q3 = NULL, *att = NULL, *a = NULL, *g = NULL, *u = NULL,
+               *ff = NULL, *dst = NULL, *pidx = NULL, *spos = NULL;
+    if (s == KVS_OK && ns > 0) {
+        /* the selected rows: their input (xs) and normalised input (xns), gathered unless all */
+        if (all) {
+            xs = x;
+            xns = xn;
+        } else {
+            s = spa_upload_idx(f, ws->rowsel, sp, ns, &idx);
+            if (s == KVS_OK) s = fwd_view3(m, &xs, ws->spa_b, 0, dim, ns, 1);
+            if (s == KVS_OK) s = fwd_view3(m, &xns, ws->spa_a, 0, dim, ns, 1);
+            if (s == KVS_OK) s = kvs_gather(d, x, idx, xs);
+            if (s == KVS_OK) s = kvs_gather(d, xn, idx, xns);
+        }
+        if (s == KVS_OK) s = fwd_view3(m, &q, ws->q, 0, qd, ns, 1);
+        if (s == KVS_OK) s = fwd_view3(m, &q3, ws->q, 0, hp->head_dim, hp->n_heads, ns);
+        if (s == KVS_OK) s = linear(m, w->wq, w->bq, xns, q, ns);
+        if (s == KVS_OK && w->q_norm) s = kvs_rmsnorm(d, q3, w->q_norm, q3, hp->rms_eps);
+        if (s == KVS_OK && !all) { /* ws.pos: the selected rows' positions, for the queries */
+            for (int64_t i = 0; i < ns; i++) f->tmp[i] = f->pos_host[sel[i]];
+            s = spa_upload_idx(f, ws->pos, f->tmp, ns, &spos);
+            memcpy(f->pos_rows, sel, (size_t)ns * sizeof *sel);
+            f->pos_n = s == KVS_OK ? ns : 0;
+        }
+        if (s == KVS_OK) s = kvs_rope(d, q3, all ? pos : spos, &rp);
+        f->rows = sel;
+        if (s == KVS_OK) s = fwd_layer_attention(f, l, lp, ns, st);
+        /* attn delta a, x1 = xs + a, ffn delta ff, x2 = x1 + ff, stored delta a + ff */
+        if (s == KVS_OK) s = fwd_view3(m, &att, ws->att, 0, qd, ns, 1);
+        if (s == KVS_OK) s = fwd_view3(m, &a, ws->spa_a, 0, dim, ns, 1);
+        if (s == KVS_OK) s = kvs_matmul(d, w->wo, att, a, 0);
+        if (s == KVS_OK) s = kvs_add(d, xs, a, xs);
+        if (s == KVS_OK) s = fwd_view3(m, &ff, ws->xn, 0, dim, ns, 1);
+        if (s == KVS_OK) s = kvs_rmsnorm(d, xs, w->ffn_norm, ff, hp->rms_eps);
+        if (s == KVS_OK) s = fwd_view3(m, &g, ws->gate, 0, hp->ffn_dim, ns, 1);
+        if (s == KVS_OK) s = fwd_view3(m, &u, ws->up, 0, hp->ffn_dim, ns, 1);
+        if (s == KVS_OK) s = kvs_matmul(d, w->w_gate, ff, g, 0);
+        if (s == KVS_OK) s = kvs_matmul(d, w->w_up, ff, u, 0);
+        if (s == KVS_OK) s = kvs_swiglu(d, g, u, g);
+        if (s == KVS_OK) s = kvs_matmul(d, w->w_down, g, ff, 0);
+        if (s == KVS_OK) s = kvs_add(d, xs, ff, xs);
+        if (s == KVS_OK) s = kvs_add(d, a, ff, a);
+        /* the store: rows at the selected positions */
+        for (int64_t i = 0; i < ns; i++) f->tmp[i] = f->pos_host[sel[i]];
+        int64_t sne[3] = {dim, kvs_tensor_ne(store, 1), 1};
+        if (s == KVS_OK) s = spa_upload_idx(f, ws->spa_idx, f->tmp, ns, &pidx);
+        if (s == KVS_OK) s = fwd_view_nd(m, &dst, store, 0, 3, sne);
+        if (s == KVS_OK) s = kvs_scatter(d, a, pidx, dst, 0);
+        fwd_view_done(&pidx);
+    }
+    if (s == KVS_OK && !all) {
+        /* every candidate: x += its stored delta (get_ff_output: cached ff_output + attn_input);
+         * then the selected rows take their own x2 */
+        kvs_tensor *dl = NULL;
+        int64_t sne[3] = {dim, kvs_tensor_ne(store, 1), 1};
+        for (int64_t i = 0; i < n; i++) f->tmp[i] = f->pos_host[rows[i]];
+        s = spa_upload_idx(f, ws->spa_idx, f->tmp, n, &pidx);
+        if (s == KVS_OK && !dst) s = fwd_view_nd(m, &dst, store, 0, 3, sne);
+        if (s == KVS_OK) s = fwd_view3(m, &dl, ws->spa_a, 0, dim, n, 1);
+        if (s == KVS_OK) s = kvs_gather(d, dst, pidx, dl);
+        if (s == KVS_OK) s = kvs_add(d, x, dl, x);
+        if (s == KVS_OK && ns > 0) s = kvs_scatter(d, xs, idx, x, 0);
+        fwd_view_done(&dl);
+    }
+    *n_sel = ns;
+    kvs_tensor *vw[] = {x, xn, k, v, k3, pos, idx, q, q3, att, a, g, u, ff, dst, pidx, spos};
+    for (size_t i = 0; i < sizeof vw / sizeof vw[0]; i++) fwd_view_done(&vw[i]);
+    return s;
+}
+
 static kvs_status final_logits(fwd_ctx *f, const int32_t *rows, int64_t n, kvs_step_result *res) {
     kvs_model *m = f->m;
     const kvs_model_hparams *hp = &m->hp;
@@ -498,9 +691,15 @@ kvs_status kvs_model_forward(kvs_model *m, kvs_kv_cache *c, const kvs_step_plan 
         } else if (cp->flags & KVS_CACHE_KEEP_X) {
             s = exchange_x(&f, l, prev, n_prev, rows, n, changed);
         }
-        if (s == KVS_OK && lp && lp->select) s = select_rows(&f, l, lp, &rows, &n);
-        if (s == KVS_OK) s = run_layer(&f, l, rows, n, &m->stats[l]);
-        res->rows_computed += n;
+        if (lp && lp->spa_delta) { /* SPA-Cache residual mode: the rows stay the candidates */
+            int64_t ns = 0;
+            if (s == KVS_OK) s = run_layer_delta(&f, l, lp, rows, n, &ns, &m->stats[l]);
+            res->rows_computed += ns;
+        } else {
+            if (s == KVS_OK && lp && lp->select) s = select_rows(&f, l, lp, &rows, &n);
+            if (s == KVS_OK) s = run_layer(&f, l, rows, n, &m->stats[l]);
+            res->rows_computed += n;
+        }
         if (s == KVS_OK && lp && lp->hook) {
             const kvs_layer_plan *rest = lp->hook(lp->hook_user, l, &m->stats[l]);
             if (rest && l + 1 < hp->n_layers) {

@@ -65,11 +65,16 @@ typedef struct kvs_workspace {
     kvs_tensor *keep_idx;    /* [n_kv_heads][kv_cap] I32 */
     int64_t lat_rows;        /* rows the latent-memory buffers hold (0: not made yet) */
     kvs_tensor *lat_max, *lat_sum; /* [lat_rows][n_heads] F32 row max / sum of the unnormalised attention */
+    int64_t spa_rows;        /* rows the SPA residual buffers hold (0: not made yet) */
+    kvs_tensor *spa_a, *spa_b; /* [spa_rows][dim] F32 (kvs_layer_plan.spa_delta: selected rows' input, deltas) */
+    kvs_tensor *spa_idx;     /* [spa_rows] I32 cache rows (positions) of the residual store */
     kvs_tensor views[KVS_WS_VIEWS]; /* view arena (kvs_tensor_view_into: no references, never destroyed) */
     int n_views;
     int32_t *h_pos, *h_rows, *h_pos_rows, *h_tmp, *h_keep; /* host: positions, identity rows, rows of ws.pos,
                                                             * scratch, keep-set indices/positions/lengths */
     int64_t h_pos_cap, h_rows_cap, h_pos_rows_cap, h_tmp_cap, h_keep_cap;
+    int32_t *h_spa;          /* host: the SPA residual mode's selected rows among the candidates */
+    int64_t h_spa_cap;
 } kvs_workspace;
 
 struct kvs_model {

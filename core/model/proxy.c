@@ -9,6 +9,9 @@
 #include "model/model_internal.h"
 #include "model/svd_host.h"
 
+/* Above this min(dim, kv dim) the proxy's SVD is the randomized one (svd_host.h kvs_svd_top_f64). */
+#define KVS_SPA_SVD_EXACT_MAX 256
+
 void kvs_model_proxy_free(kvs_model *m) {
     if (!m->spa) return;
     for (int l = 0; l < m->hp.n_layers; l++) {
@@ -52,18 +55,30 @@ kvs_status kvs_model_proxy_get(kvs_model *m, int layer, int rank, int key, const
     /* W [kd][dim] row-major: its rows are the columns of W^T [dim][kd], the matrix the reference
      * decomposes; one-sided Jacobi leaves column j = U_j S_j, the proxy's row j */
     if (st == KVS_OK) st = kvs_model_attn_weight_f32(m, layer, key ? 'k' : 'v', wf);
+    /* a large layer (min(dim, kv dim) > KVS_SPA_SVD_EXACT_MAX, e.g. LLaDA-8B's 4096 x 4096): the top
+     * rank triplets by randomized subspace iteration (oversampling 10, 2 power rounds), as the full
+     * Jacobi costs O(sweeps kd^2 dim); the bundled models: the exact SVD */
+    double *us = NULL;
     if (st == KVS_OK) {
         for (int64_t i = 0; i < kd * dim; i++) a[i] = (double)wf[i];
-        st = kvs_svd_jacobi_f64(a, dim, kd, s, NULL);
+        if (kmax > KVS_SPA_SVD_EXACT_MAX) {
+            us = malloc((size_t)(rank * dim) * sizeof *us);
+            st = us ? kvs_svd_top_f64(a, dim, kd, rank, 10, 2, 0x5EED + (uint64_t)layer, us, s)
+                    : kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
+        } else {
+            st = kvs_svd_jacobi_f64(a, dim, kd, s, NULL);
+            us = a;
+        }
     }
     if (st == KVS_OK) {
         for (int64_t j = 0; j < rank; j++)
-            for (int64_t i = 0; i < dim; i++) p->w_host[j * dim + i] = (float)a[j * dim + i];
-        memcpy(p->sv, s, (size_t)kmax * sizeof *s);
+            for (int64_t i = 0; i < dim; i++) p->w_host[j * dim + i] = (float)us[j * dim + i];
+        memcpy(p->sv, s, (size_t)rank * sizeof *s);
         int64_t ne[2] = {dim, rank};
         st = kvs_tensor_create(&p->w, m->dev, KVS_F32, 2, ne);
         if (st == KVS_OK) st = kvs_tensor_upload(p->w, p->w_host, 0, (size_t)(rank * dim) * sizeof(float));
     }
+    if (us != a) free(us);
     free(wf);
     free(a);
     free(s);

@@ -63,14 +63,12 @@ typedef struct sched_spa {
     int rank;                /* of the stored proxies (0: none yet) */
     int all;                 /* every layer's ratio is 1: every step runs every row (the anchor) */
     double *ratio;           /* [L] */
-    float *ref;              /* [L][n][rank] each row's proxy when the layer last computed it */
-    uint8_t *has;            /* [L][n] 1: ref holds a proxy */
+    float *ref;              /* [L][n][rank] each candidate's proxy at the previous step */
+    uint8_t *has;            /* [L][n] 1: the layer stored the row's residual delta */
     uint8_t *force;          /* [n] scratch marks */
     spa_key *ord;            /* [n] scratch: candidates by cosine */
     int mode;                /* this step: 0 partial, 1 full (every row), 2 generation rows refresh */
-    int last_forced;         /* the logit rows' rows forced at the last layer */
-    const kvs_dlm_view *v;   /* the step's view (valid during the forward) */
-    kvs_ibuf cand, logits;
+    kvs_ibuf cand, every, logits; /* every: all n rows (layer 0) */
     kvs_ibuf *sel;           /* [L] the rows each layer computes this step */
     kvs_layer_plan *layers;  /* [L] */
     kvs_sched_counts st;
@@ -137,7 +135,7 @@ static int by_cos(const void *a, const void *b) {
     return (x->t > y->t) - (x->t < y->t);
 }
 
-/* The forward's row-selection callback (kvs_layer_select). */
+/* The forward's row-selection callback (kvs_layer_select) of a spa_delta layer. */
 static kvs_status spa_select(void *user, int layer, const int32_t *cand, int64_t nc, const float *proxy, int rank,
                              const int32_t **rows, int64_t *n_rows) {
     sched_spa *s = user;
@@ -154,51 +152,31 @@ static kvs_status spa_select(void *user, int layer, const int32_t *cand, int64_t
     kvs_ibuf *out = &s->sel[layer];
     out->n = 0;
     KVS_TRY(kvs_ibuf_reserve(out, nc));
-    if (s->mode != 0) { /* a refresh: every candidate, every proxy recorded */
-        for (int64_t i = 0; i < nc; i++) {
-            memcpy(ref + (size_t)cand[i] * rank, proxy + i * rank, (size_t)rank * sizeof *ref);
-            has[cand[i]] = 1;
-            out->p[out->n++] = cand[i];
-        }
+    if (s->mode != 0) { /* a refresh: every candidate computed (check_update returns None) */
+        for (int64_t i = 0; i < nc; i++) out->p[out->n++] = cand[i];
     } else {
-        /* check_update: the int(L * ratio) candidates whose proxy moved most (lowest cosine
-         * similarity to the proxy the cached state was computed from); forced: rows this layer never
-         * computed, and at the last layer the rows whose logits the loop reads */
-        const kvs_dlm_view *v = s->v;
+        /* check_update: the int(G * ratio) candidates whose proxy moved most since the previous
+         * step (lowest cosine similarity, torch.topk(largest=False)); ours also: a row whose delta
+         * this layer never stored (none after the first, full step) */
         int64_t k = (int64_t)((double)nc * s->ratio[layer]), m = 0;
         memset(s->force, 0, (size_t)n);
-        if (layer == s->L - 1)
-            for (int64_t p = v->block_start; p < v->block_end; p++)
-                if (v->masked[p]) {
-                    s->force[p] = 1;
-                    if (v->logit_shift && p > 0) s->force[p - 1] = 1;
-                }
         for (int64_t i = 0; i < nc; i++) {
             int32_t t = cand[i];
-            if (!has[t]) s->force[t] = 1;
-            if (s->force[t]) continue;
+            if (!has[t]) {
+                s->force[t] = 1;
+                continue;
+            }
             s->ord[m++] = (spa_key){.cos = cos_sim(proxy + i * rank, ref + (size_t)t * rank, rank), .t = t};
         }
         qsort(s->ord, (size_t)m, sizeof *s->ord, by_cos);
-        for (int64_t i = 0; i < m && i < k; i++) s->force[s->ord[i].t] = 2;
-        for (int64_t i = 0; i < nc; i++) {
-            int32_t t = cand[i];
-            if (!s->force[t]) continue;
-            memcpy(ref + (size_t)t * rank, proxy + i * rank, (size_t)rank * sizeof *ref);
-            has[t] = 1;
-            out->p[out->n++] = t;
-        }
-        /* rows outside the candidates the loop needs (shifted logits before the generation) */
-        if (layer == s->L - 1)
-            for (int64_t t = 0; t < n; t++)
-                if (s->force[t] == 1 && (out->n == 0 || kvs_ibuf_find(cand, nc, (int32_t)t) < 0)) {
-                    /* keep the list increasing: such a row lies before every candidate */
-                    memmove(out->p + 1, out->p, (size_t)out->n * sizeof *out->p);
-                    out->p[0] = (int32_t)t;
-                    out->n++;
-                }
-        if (out->n == 0) out->p[out->n++] = cand[0]; /* the forward computes at least one row */
+        for (int64_t i = 0; i < m && i < k; i++) s->force[s->ord[i].t] = 1;
+        for (int64_t i = 0; i < nc; i++)
+            if (s->force[cand[i]]) out->p[out->n++] = cand[i];
     }
+    /* every candidate's indicator becomes this step's (cache "update_indicator" = new_indicator);
+     * every computed row now has a stored delta */
+    for (int64_t i = 0; i < nc; i++) memcpy(ref + (size_t)cand[i] * rank, proxy + i * rank, (size_t)rank * sizeof *ref);
+    for (int64_t i = 0; i < out->n; i++) has[out->p[i]] = 1;
     s->st.rows[layer] += out->n;
     if (out->n == n) s->st.refreshes[layer]++;
     *rows = out->p;
@@ -213,7 +191,6 @@ static kvs_status spa_plan(void *self, const kvs_dlm_view *v, kvs_dlm_step *out)
     memset(out, 0, sizeof *out);
     const int64_t n = v->n_tokens, P = v->prompt_len;
     s->st.steps++;
-    s->v = v;
     /* refresh (refresh_steps): every row incl. the prompt; refresh_gen (refresh_gen_steps): the
      * generation rows (SequenceMgmt.refresh / refresh_gen; step 0 is both). A new canvas length
      * (block-causal decoding grows it) starts over with a full step. */
@@ -226,12 +203,23 @@ static kvs_status spa_plan(void *self, const kvs_dlm_view *v, kvs_dlm_step *out)
     s->cand.n = 0;
     for (int64_t t = from; t < n; t++) s->cand.p[s->cand.n++] = (int32_t)t;
     if (s->mode == 1) s->st.full_steps++;
-    s->st.rows[0] += s->cand.n; /* layer 0 computes every candidate ("always update at the first layer") */
-    if (s->cand.n == n) s->st.refreshes[0]++;
+    /* layer 0 computes every row, the prompt's too ("always update at the first layer": the
+     * reference feeds the whole sequence to block 0 at every step and keeps its generation rows,
+     * hooks.py get_ff_output layer 0); layers >= 1 the candidates, loaded from the cache's kept
+     * layer inputs (KVS_CACHE_KEEP_X) when they differ */
+    KVS_TRY(kvs_ibuf_reserve(&s->every, n));
+    s->every.n = 0;
+    for (int64_t t = 0; t < n; t++) s->every.p[s->every.n++] = (int32_t)t;
+    s->st.rows[0] += n;
+    s->st.refreshes[0]++;
     int rank = s->p.rank > 0 ? s->p.rank : -1;
+    /* layer 0 plain (always updates every candidate); layers >= 1 in the residual mode: every
+     * candidate's K/V, the selected rows' attention + FFN, the others' stored delta */
     for (int l = 0; l < s->L; l++)
-        s->layers[l] = (kvs_layer_plan){.rows = s->cand.p, .n_rows = s->cand.n, .select = l > 0 ? spa_select : NULL,
-                                        .select_user = s, .proxy_rank = rank, .proxy_key = s->p.key};
+        s->layers[l] = (kvs_layer_plan){.rows = l ? s->cand.p : s->every.p, .n_rows = l ? s->cand.n : n,
+                                        .select = l > 0 ? spa_select : NULL,
+                                        .select_user = s, .proxy_rank = rank, .proxy_key = s->p.key,
+                                        .spa_delta = l > 0};
     KVS_TRY(kvs_sched_block_masked(v, &s->logits));
     out->plan.layers = s->layers;
     out->plan.logit_rows = s->logits.p;
@@ -246,13 +234,14 @@ static void spa_destroy(void *self) {
     if (!s) return;
     spa_free_buffers(s);
     kvs_ibuf_free(&s->cand);
+    kvs_ibuf_free(&s->every);
     kvs_ibuf_free(&s->logits);
     kvs_sched_counts_free(&s->st);
     free(s);
 }
 
 static const kvs_dlm_schedule_ops spa_ops = {.name = "spa",
-                                             .cache_flags = KVS_CACHE_KEEP_X,
+                                             .cache_flags = KVS_CACHE_KEEP_DELTA | KVS_CACHE_KEEP_X,
                                              .plan = spa_plan,
                                              .begin = spa_begin,
                                              .destroy = spa_destroy,

@@ -27,6 +27,8 @@
  *   len[l]:     [n_kv_heads] I32, rows in use per kv head (ragged after head-wise eviction)
  *   x[l]:       optional [capacity][dim] F32, the layer's input hidden state per row
  *               (KVS_CACHE_KEEP_X; Elastic-Cache recomputes deeper layers from it)
+ *   delta[l]:   optional [capacity][dim] F32, the residual delta (attention + FFN output) the layer
+ *               last added to each row (KVS_CACHE_KEEP_DELTA; SPA-Cache's skipped rows reuse it)
  * Two slot disciplines (kvs_cache_mode):
  *   KVS_CACHE_POSITIONAL: row r holds token position r for every head (diffusion LMs: the whole
  *     sequence is cached and rows are refreshed in place; eviction is not used);
@@ -63,19 +65,25 @@ typedef enum kvs_cache_mode {
  * (QuaRot, Ashkboos et al. 2024; QuantSpec / KVQuant use such rotations for K). kvs_cache_read_f32
  * returns the keys un-rotated. Needs an even head_dim. Default off. */
 #define KVS_CACHE_ROTATE 2u
+/* Also keep, per layer and row, the residual delta the layer last added to the row's hidden state
+ * (attention output + FFN output, x_out - x_in; [capacity][dim] F32 per layer, kvs_cache_layer_delta):
+ * SPA-Cache's residual cache (Sun et al. 2026, reference wenhao728/spa-cache spac/cache.py
+ * SpaCache.get_ff_output, cache "ff_output"): a row a layer does not select gets x_in + its stored
+ * delta (kvs_layer_plan.spa_delta). Needs dim. */
+#define KVS_CACHE_KEEP_DELTA 4u
 
 typedef struct kvs_cache_params {
     int n_layers;       /* required, >= 1 */
     int n_kv_heads;     /* required, >= 1 */
     int head_dim;       /* required, >= 1 */
-    int dim;            /* model width; required with KVS_CACHE_KEEP_X */
+    int dim;            /* model width; required with KVS_CACHE_KEEP_X or KVS_CACHE_KEEP_DELTA */
     int64_t capacity;   /* rows per kv head per layer; required, >= 1 */
     kvs_dtype type_k;   /* K element type: KVS_F32 (default), KVS_F16, KVS_BF16, KVS_Q8_0,
                          * KVS_Q4_0, KVS_Q4_1, KVS_IQ4_NL or KVS_QH8; the block types and qh8 need
                          * head_dim % 32 == 0 */
     kvs_dtype type_v;   /* V element type: the same choices, independent of type_k; default KVS_F32 */
     kvs_cache_mode mode;/* default KVS_CACHE_POSITIONAL */
-    unsigned flags;     /* KVS_CACHE_KEEP_X | KVS_CACHE_ROTATE; default 0 */
+    unsigned flags;     /* KVS_CACHE_KEEP_X | KVS_CACHE_ROTATE | KVS_CACHE_KEEP_DELTA; default 0 */
 } kvs_cache_params;
 
 KVS_API kvs_cache_params kvs_cache_params_default(void);
@@ -108,6 +116,8 @@ KVS_API kvs_tensor *kvs_cache_v(kvs_kv_cache *c, int layer);
 KVS_API kvs_tensor *kvs_cache_pos_tensor(kvs_kv_cache *c, int layer);
 KVS_API kvs_tensor *kvs_cache_len_tensor(kvs_kv_cache *c, int layer);
 KVS_API kvs_tensor *kvs_cache_x(kvs_kv_cache *c, int layer);
+/* [capacity][dim] F32: the residual delta per row (KVS_CACHE_KEEP_DELTA; row = token position) */
+KVS_API kvs_tensor *kvs_cache_layer_delta(kvs_kv_cache *c, int layer);
 /* The lower-nibble planes (QH8_LO [n_kv_heads][capacity][head_dim]) of a qh8 K / V; NULL when that
  * type is not qh8 (kvs_cache_k / kvs_cache_v then hold everything). */
 KVS_API kvs_tensor *kvs_cache_k_lo(kvs_kv_cache *c, int layer);

@@ -133,7 +133,8 @@ typedef const struct kvs_layer_plan *(*kvs_layer_hook)(void *user, int layer, co
  * rows, or the previous layer's) and their proxy scores proxy[n_cand][rank] = xn Wp^T, xn the rows'
  * normalised layer input (rmsnorm(x) * attn_norm, as the attention projections read it), Wp the
  * layer's singular proxy (kvs_model_spa_proxy). Sets *rows / *n_rows to the rows the layer computes
- * (token indices, strictly increasing, >= 1 of them; any rows, not only candidates; the array owned
+ * (token indices, strictly increasing, >= 1 of them; any rows, not only candidates; with spa_delta:
+ * a subset of the candidates, 0 of them allowed; the array owned
  * by the callback's owner, valid until the forward returns). Returns KVS_OK or an error, which ends
  * the forward with it. */
 typedef kvs_status (*kvs_layer_select)(void *user, int layer, const int32_t *cand, int64_t n_cand, const float *proxy,
@@ -182,6 +183,18 @@ typedef struct kvs_layer_plan {
     void *select_user;
     int proxy_rank;
     int proxy_key;
+    /* 1: SPA-Cache's residual mode (Sun et al. 2026; reference wenhao728/spa-cache spac/llada/hooks.py
+     * SpaCachedForwardHooks.block_forward, spac/cache.py get_kv_heads / get_ff_output). Needs
+     * KVS_CACHE_KEEP_DELTA. Every row of the layer (its candidates) passes through it: all get
+     * rmsnorm and K/V projections (+ RoPE) from their fresh input, written to the cache; the rows
+     * `select` chooses (with no select: all) run Q, attention over the whole cache, the output
+     * projection and the FFN, x_out = (x_in + attn) + ffn as the plain layer computes it, and their
+     * delta x_out - x_in (= attn + ffn) is stored in the cache (kvs_cache_layer_delta, row = position);
+     * every other row gets x_out = x_in + its stored delta. The layer's rows (and the next layer's,
+     * by default) stay the candidates; select may then return 0 rows, and only candidates.
+     * A selection of every candidate computes what the plan without spa_delta computes
+     * (bit-identical on the backends tested, tests/test_spa.c). 0 (default): off. */
+    int spa_delta;
 } kvs_layer_plan;
 
 typedef struct kvs_step_plan {
@@ -245,15 +258,20 @@ typedef struct kvs_step_result {
 /* SPA-Cache singular proxy of `layer` (Sun et al. 2026, arXiv 2602.02544, sec. 3 "singular proxy";
  * reference wenhao728/spa-cache spac/utils/proxy.py, save_projection_svd_from_model and
  * load_proxy_projection_from_dir). W = the layer's value projection Wv [n_kv_heads*head_dim][dim]
- * (key = 1: Wk), decomposed once on the host in float64 (one-sided Jacobi, no LAPACK) as
- * W^T = U S V^T; the proxy is Wp = (U_r S_r)^T [rank][dim] (the reference's nn.Linear weight
+ * (key = 1: Wk), decomposed once on the host in float64 (no LAPACK) as W^T = U S V^T: one-sided
+ * Jacobi when min(dim, kv dim) <= 256, else the top `rank` triplets by randomized subspace iteration
+ * (Halko et al. 2011; oversampling 10, 2 power rounds, a fixed seed per layer, the small SVD by
+ * Jacobi; core/model/svd_host.h kvs_svd_top_f64); the proxy is Wp = (U_r S_r)^T [rank][dim] (the reference's nn.Linear weight
  * (V[:, :r] * S[:r]).T, its "V" being our U), so that xn Wp^T = (xn W^T) V_r: a row's value vector
  * in the coordinates of its top-rank singular directions (bias not included). Kept on the model's
  * device after the first call for the forward's row selection (kvs_layer_plan.select); a call with
  * another rank or key rebuilds it. weights: NULL or rank*dim floats (row-major [rank][dim]);
  * sv: NULL or rank doubles, the singular values S_0 >= S_1 >= ...
- * Cost O(sweeps * kv_dim^2 * dim) float64 per layer: under a millisecond for the bundled models, many
- * minutes for a 4096-wide layer (a randomised SVD would be the tool there).
+ * Cost: Jacobi O(sweeps * kv_dim^2 * dim) float64, under a millisecond for the bundled models; the
+ * randomized path 6 products of dim x kv_dim x (rank + 10): a 4096 x 4096 layer at rank 128 in 5.4 s
+ * of CPU (one Zen 4 core; the full Jacobi of a 1024 x 1024 matrix already takes 29 s, a 4096-wide
+ * one hours). The randomized singular values and directions carry its approximation error (relative
+ * ~ (S_{rank+10} / S_j)^5; exact when the spectrum has decayed by then).
  * Errors: KVS_ERR_INVALID_ARGUMENT (NULL model, layer out of range, key not 0/1, rank < 1 or
  * > min(dim, n_kv_heads*head_dim)), KVS_ERR_DTYPE (a weight type the host cannot read),
  * KVS_ERR_OUT_OF_MEMORY, KVS_ERR_STATE (no SVD convergence), the device's. */
@@ -269,7 +287,9 @@ KVS_API int kvs_model_spa_rank_auto(const kvs_model *m);
  * key_limit not above its token's position, rows not increasing or out of
  * range, logit rows not computed at the last layer, statistics rows out of range, a layer whose
  * rows differ from the previous layer's without KVS_CACHE_KEEP_X, a select without KVS_CACHE_KEEP_X, a
- * selection not strictly increasing or out of range, a proxy rank out of range), the select
+ * selection not strictly increasing or out of range, a proxy rank out of range, a spa_delta layer
+ * without KVS_CACHE_KEEP_DELTA, with rope_in_cache, statistics, keep-sets, latent memory, want_x or
+ * want_q, or whose selection is not a strictly increasing subset of its candidates), the select
  * callback's error, KVS_ERR_OUT_OF_RANGE (a
  * position beyond the cache capacity, an append cache that is full), KVS_ERR_SHAPE (cache built
  * for another model), and the ops' errors. */

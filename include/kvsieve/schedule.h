@@ -307,26 +307,28 @@ KVS_API kvs_status kvs_spa_layer_ratios(const kvs_spa_params *p, int n_layers, d
  * get_update_ratio; spac/llada/hooks.py; spac/sequence.py; spac/utils/proxy.py). Steps: step 0 and
  * every `refresh` steps run every row at every layer; every `refresh_gen` steps the generation rows
  * [prompt_len, n) at every layer (shifted logits, Dream: from prompt_len - 1, the row that predicts
- * the first generated position; likewise below). Other steps: layer 0 computes every generation row; before each
- * layer l >= 1 the forward projects the generation rows' normalised inputs onto the layer's singular
- * proxy (kvs_model_spa_proxy: rank r, on the device, kvs_layer_plan.select) and the layer computes
- * the floor(G * ratio_l) rows (G generation rows, ratios kvs_spa_layer_ratios) whose proxy has the
- * lowest cosine similarity (float64) to the proxy stored for the row at that layer (ties: lower
- * position first), plus rows the layer never computed, plus at the last layer the block's masked
- * rows whose logits the loop reads (shifted logits: also the row before each). Logits: the block's
- * masked positions; candidates: those (the loop's rule).
- * Ours (documented deviations): (1) the reference propagates every generation row through every
- * layer, recomputes every row's K/V and caches only the selected-out rows' attention + FFN residual
- * (x_{l+1} = x_l + cached delta); our forward has no such residual cache: a row a layer skips keeps
- * that layer's K/V and output from when it was last computed (as d2cache and elastic do), so (2) the
- * stored proxy a row is compared with is the one from its last computation at that layer (the state
- * its cache entry was made from), where the reference keeps the previous step's. (3) The block's
- * masked rows are forced at the last layer (the reference reads every row's logits from the
- * propagated states). (4) The proxy scores cost G x dim x r multiply-adds per layer and step, not
- * counted in the compute fraction (rows x layers).
- * Anchor: uniform 1 with budget 1 gives every layer ratio 1: every step runs every row (through the
- * select path, which then moves nothing) = the no-cache decode, bit-identical.
- * Needs a cache with KVS_CACHE_KEEP_X (kvs_dlm_schedule_cache_flags). Errors: KVS_ERR_INVALID_ARGUMENT
+ * the first generated position; likewise below) (SequenceMgmt.refresh / refresh_gen). Other steps
+ * (check_update / get_ff_output, spac/llada/hooks.py block_forward): every generation row passes
+ * through every layer; layer 0 computes all of them ("always update at the first layer"); at each
+ * layer l >= 1 (kvs_layer_plan.spa_delta) every generation row gets rmsnorm and fresh K/V from its
+ * current input; its singular proxy (the normalised layer input x_normed projected on the layer's
+ * value-projection proxy, kvs_model_spa_proxy: rank r, on the device) is compared with the row's
+ * proxy from the previous step (cosine similarity, float64); the floor(G * ratio_l) rows with the
+ * lowest similarity (G generation rows, ratios kvs_spa_layer_ratios; ties: lower position first;
+ * 0 rows when G * ratio_l < 1, as torch.topk with k = 0) run Q, attention over the whole cache,
+ * the output projection and the FFN, and store their residual delta (attention + FFN output,
+ * KVS_CACHE_KEEP_DELTA); every other row leaves the layer as x_in + its stored delta. Every row's
+ * proxy is then stored for the next step. Logits: the block's masked positions, read from the
+ * propagated states; candidates: those (the loop's rule).
+ * Ours (documented deviations): (1) a selected row's output is (x_in + attn) + ffn (the plain
+ * layer's order; the reference adds x_in + (attn + ffn)): equal to rounding, and a selection of
+ * every row is then the plain forward bit for bit. (2) A row whose delta a layer never stored is
+ * selected (none after the first, full step). (3) The proxy scores (G x dim x r multiply-adds) and
+ * the skipped rows' K/V projections (G x 2 x dim x kv dim) per layer and step are not counted in
+ * the compute fraction, which counts the rows that run attention and FFN (rows x layers).
+ * Anchor: uniform 1 with budget 1 gives every layer ratio 1: every step runs every row (a full step,
+ * through the residual mode selecting all) = the no-cache decode, bit-identical.
+ * Needs a cache with KVS_CACHE_KEEP_DELTA (kvs_dlm_schedule_cache_flags). Errors: KVS_ERR_INVALID_ARGUMENT
  * (out NULL, rank < 0, key not 0/1, budget outside (0, 1], uniform not 0/1, min_ratio outside
  * [0, budget], peak_pos, start or end outside (0, 1), refresh or refresh_gen < 1),
  * KVS_ERR_OUT_OF_MEMORY; at the first step, the forward's (a rank above min(dim, kv dim)). */

@@ -131,6 +131,8 @@ class ModelParams(Structure):
 
 CACHE_POSITIONAL, CACHE_APPEND = 0, 1
 CACHE_KEEP_X = 1
+CACHE_ROTATE = 2
+CACHE_KEEP_DELTA = 4
 
 
 class CacheParams(Structure):
@@ -154,7 +156,7 @@ class LayerPlan(Structure):
                 ("keep", POINTER(c_int32)), ("n_keep", POINTER(c_int64)), ("keep_stride", c_int64),
                 ("want_x", c_int), ("latent", c_void_p), ("hook", c_void_p), ("hook_user", c_void_p),
                 ("want_q", c_int), ("select", c_void_p), ("select_user", c_void_p), ("proxy_rank", c_int),
-                ("proxy_key", c_int)]
+                ("proxy_key", c_int), ("spa_delta", c_int)]
 
 
 class StepPlan(Structure):

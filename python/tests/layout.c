@@ -18,7 +18,7 @@ int main(void) {
     ROW("ModelParams", kvs_model_params, map_weights);
     ROW("CacheParams", kvs_cache_params, flags);
     ROW("LayerStats", kvs_layer_stats, q);
-    ROW("LayerPlan", kvs_layer_plan, proxy_key);
+    ROW("LayerPlan", kvs_layer_plan, spa_delta);
     ROW("StepPlan", kvs_step_plan, key_limit);
     ROW("StepResult", kvs_step_result, seconds_logits);
     ROW("PolicyParams", kvs_policy_params, keep_mass);
