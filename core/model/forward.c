@@ -214,6 +214,25 @@ static kvs_status run_layer(fwd_ctx *f, int l, const int32_t *rows, int64_t n, k
     return s;
 }
 
+/* Loads rows cur[0..nc) of the cache's kept layer inputs x[l] into ws.x (KVS_CACHE_KEEP_X). */
+static kvs_status load_x(fwd_ctx *f, int l, const int32_t *cur, int64_t nc) {
+    kvs_model *m = f->m;
+    kvs_tensor *xc = kvs_cache_x(f->c, l);
+    int64_t dim = m->hp.dim;
+    kvs_tensor *idx = NULL, *dst = NULL, *src3 = NULL;
+    kvs_status s = fwd_view3(m, &idx, m->ws.rowsel, 0, nc, 1, 1);
+    for (int64_t i = 0; i < nc && s == KVS_OK; i++) f->tmp[i] = f->pos_host[cur[i]];
+    if (s == KVS_OK) s = kvs_tensor_upload(idx, f->tmp, 0, (size_t)nc * 4);
+    if (s == KVS_OK) s = fwd_view3(m, &dst, m->ws.x, 0, dim, nc, 1);
+    int64_t xne[3] = {dim, kvs_tensor_ne(xc, 1), 1};
+    if (s == KVS_OK) s = fwd_view_nd(m, &src3, xc, 0, 3, xne);
+    if (s == KVS_OK) s = kvs_gather(m->dev, src3, idx, dst);
+    fwd_view_done(&idx);
+    fwd_view_done(&dst);
+    fwd_view_done(&src3);
+    return s;
+}
+
 /* Moves layer inputs: ws.x rows (token indices prev[0..np)) -> cache x[l] (positional slots), then
  * loads rows cur[0..nc) from cache x[l] into ws.x. Only with KVS_CACHE_KEEP_X. */
 static kvs_status exchange_x(fwd_ctx *f, int l, const int32_t *prev, int64_t np, const int32_t *cur, int64_t nc,
@@ -232,16 +251,8 @@ static kvs_status exchange_x(fwd_ctx *f, int l, const int32_t *prev, int64_t np,
     if (s == KVS_OK) s = kvs_scatter(m->dev, src, idx, dst3, 0);
     fwd_view_done(&idx);
     fwd_view_done(&src);
-    if (s == KVS_OK && load) {
-        s = fwd_view3(m, &idx, m->ws.rowsel, 0, nc, 1, 1);
-        for (int64_t i = 0; i < nc && s == KVS_OK; i++) f->tmp[i] = f->pos_host[cur[i]];
-        if (s == KVS_OK) s = kvs_tensor_upload(idx, f->tmp, 0, (size_t)nc * 4);
-        if (s == KVS_OK) s = fwd_view3(m, &src, m->ws.x, 0, dim, nc, 1);
-        if (s == KVS_OK) s = kvs_gather(m->dev, dst3, idx, src);
-        fwd_view_done(&idx);
-        fwd_view_done(&src);
-    }
     fwd_view_done(&dst3);
+    if (s == KVS_OK && load) s = load_x(f, l, cur, nc);
     return s;
 }
 
@@ -262,22 +273,27 @@ static kvs_status check_finite(const float *lg, int64_t nl, int64_t V, const int
                      rows[i / V], isnan(lg[i]) ? "NaN" : "infinity", (long long)(i % V));
 }
 
-/* Loads rows cur[0..nc) of the cache's kept layer inputs x[l] into ws.x (KVS_CACHE_KEEP_X). */
-static kvs_status load_x(fwd_ctx *f, int l, const int32_t *cur, int64_t nc) {
+/* SPA-Cache proxy scores of the rows[0..n) in ws.x at layer l, into m->proxy_host [n][*rank]:
+ * (rmsnorm(x) * attn_norm) Wp^T with the layer's proxy (kvs_model_spa_proxy) of lp's rank and key;
+ * the scores pass through ws.att (rank <= n_kv_heads*head_dim <= its row width). */
+static kvs_status proxy_scores(fwd_ctx *f, int l, const kvs_layer_plan *lp, int64_t n, int *rank_out) {
     kvs_model *m = f->m;
-    kvs_tensor *xc = kvs_cache_x(f->c, l);
-    int64_t dim = m->hp.dim;
-    kvs_tensor *idx = NULL, *dst = NULL, *src3 = NULL;
-    kvs_status s = fwd_view3(m, &idx, m->ws.rowsel, 0, nc, 1, 1);
-    for (int64_t i = 0; i < nc && s == KVS_OK; i++) f->tmp[i] = f->pos_host[cur[i]];
-    if (s == KVS_OK) s = kvs_tensor_upload(idx, f->tmp, 0, (size_t)nc * 4);
-    if (s == KVS_OK) s = fwd_view3(m, &dst, m->ws.x, 0, dim, nc, 1);
-    int64_t xne[3] = {dim, kvs_tensor_ne(xc, 1), 1};
-    if (s == KVS_OK) s = fwd_view_nd(m, &src3, xc, 0, 3, xne);
-    if (s == KVS_OK) s = kvs_gather(m->dev, src3, idx, dst);
-    fwd_view_done(&idx);
-    fwd_view_done(&dst);
-    fwd_view_done(&src3);
+    const kvs_model_hparams *hp = &m->hp;
+    const int rank = lp->proxy_rank < 0 ? kvs_model_spa_rank_auto(m) : lp->proxy_rank;
+    const kvs_spa_proxy *px = NULL;
+    KVS_TRY(kvs_model_proxy_get(m, l, rank, lp->proxy_key, &px));
+    kvs_tensor *x = NULL, *xn = NULL, *pr = NULL;
+    kvs_status s = fwd_view3(m, &x, m->ws.x, 0, hp->dim, n, 1);
+    if (s == KVS_OK) s = fwd_view3(m, &xn, m->ws.xn, 0, hp->dim, n, 1);
+    if (s == KVS_OK) s = fwd_view3(m, &pr, m->ws.att, 0, rank, n, 1);
+    if (s == KVS_OK) s = kvs_rmsnorm(m->dev, x, m->layers[l].attn_norm, xn, hp->rms_eps);
+    if (s == KVS_OK) s = kvs_matmul(m->dev, px->w, xn, pr, 0);
+    if (s == KVS_OK) s = fwd_host_grow((void **)&m->proxy_host, &m->proxy_host_cap, n * rank, sizeof(float));
+    if (s == KVS_OK) s = kvs_tensor_download(pr, m->proxy_host, 0, (size_t)(n * rank) * sizeof(float));
+    fwd_view_done(&x);
+    fwd_view_done(&xn);
+    fwd_view_done(&pr);
+    *rank_out = rank;
     return s;
 }
 
@@ -287,27 +303,12 @@ static kvs_status load_x(fwd_ctx *f, int l, const int32_t *cur, int64_t nc) {
 static kvs_status select_rows(fwd_ctx *f, int l, const kvs_layer_plan *lp, const int32_t **rows, int64_t *n) {
     const char *op = "kvs_model_forward";
     kvs_model *m = f->m;
-    const kvs_model_hparams *hp = &m->hp;
     if (!kvs_cache_x(f->c, l))
         return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: layer %d selects its rows (select) but the cache keeps no layer inputs "
                          "(KVS_CACHE_KEEP_X)", op, l);
-    int rank = lp->proxy_rank < 0 ? kvs_model_spa_rank_auto(m) : lp->proxy_rank;
-    const kvs_spa_proxy *px = NULL;
-    KVS_TRY(kvs_model_proxy_get(m, l, rank, lp->proxy_key, &px));
     int64_t nc = *n;
-    kvs_tensor *x = NULL, *xn = NULL, *pr = NULL;
-    kvs_status s = fwd_view3(m, &x, m->ws.x, 0, hp->dim, nc, 1);
-    if (s == KVS_OK) s = fwd_view3(m, &xn, m->ws.xn, 0, hp->dim, nc, 1);
-    /* the scores in ws.att (rank <= n_kv_heads*head_dim <= its row width) */
-    if (s == KVS_OK) s = fwd_view3(m, &pr, m->ws.att, 0, rank, nc, 1);
-    if (s == KVS_OK) s = kvs_rmsnorm(m->dev, x, m->layers[l].attn_norm, xn, hp->rms_eps);
-    if (s == KVS_OK) s = kvs_matmul(m->dev, px->w, xn, pr, 0);
-    if (s == KVS_OK) s = fwd_host_grow((void **)&m->proxy_host, &m->proxy_host_cap, nc * rank, sizeof(float));
-    if (s == KVS_OK) s = kvs_tensor_download(pr, m->proxy_host, 0, (size_t)(nc * rank) * sizeof(float));
-    fwd_view_done(&x);
-    fwd_view_done(&xn);
-    fwd_view_done(&pr);
-    if (s != KVS_OK) return s;
+    int rank = 0;
+    KVS_TRY(proxy_scores(f, l, lp, nc, &rank));
     const int32_t *sel = NULL;
     int64_t ns = 0;
     KVS_TRY(lp->select(lp->select_user, l, *rows, nc, m->proxy_host, rank, &sel, &ns));
@@ -346,28 +347,14 @@ static kvs_status spa_delta_select(fwd_ctx *f, int l, const kvs_layer_plan *lp, 
                                    const int32_t **sel, int64_t *ns, int32_t *sp) {
     const char *op = "kvs_model_forward";
     kvs_model *m = f->m;
-    const kvs_model_hparams *hp = &m->hp;
     *sel = rows;
     *ns = n;
     if (!lp->select) {
         for (int64_t i = 0; i < n; i++) sp[i] = (int32_t)i;
         return KVS_OK;
     }
-    int rank = lp->proxy_rank < 0 ? kvs_model_spa_rank_auto(m) : lp->proxy_rank;
-    const kvs_spa_proxy *px = NULL;
-    KVS_TRY(kvs_model_proxy_get(m, l, rank, lp->proxy_key, &px));
-    kvs_tensor *x = NULL, *xn = NULL, *pr = NULL;
-    kvs_status s = fwd_view3(m, &x, m->ws.x, 0, hp->dim, n, 1);
-    if (s == KVS_OK) s = fwd_view3(m, &xn, m->ws.xn, 0, hp->dim, n, 1);
-    if (s == KVS_OK) s = fwd_view3(m, &pr, m->ws.att, 0, rank, n, 1);
-    if (s == KVS_OK) s = kvs_rmsnorm(m->dev, x, m->layers[l].attn_norm, xn, hp->rms_eps);
-    if (s == KVS_OK) s = kvs_matmul(m->dev, px->w, xn, pr, 0);
-    if (s == KVS_OK) s = fwd_host_grow((void **)&m->proxy_host, &m->proxy_host_cap, n * rank, sizeof(float));
-    if (s == KVS_OK) s = kvs_tensor_download(pr, m->proxy_host, 0, (size_t)(n * rank) * sizeof(float));
-    fwd_view_done(&x);
-    fwd_view_done(&xn);
-    fwd_view_done(&pr);
-    if (s != KVS_OK) return s;
+    int rank = 0;
+    KVS_TRY(proxy_scores(f, l, lp, n, &rank));
     const int32_t *r = NULL;
     int64_t nr = 0;
     KVS_TRY(lp->select(lp->select_user, l, rows, n, m->proxy_host, rank, &r, &nr));
