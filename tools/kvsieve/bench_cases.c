@@ -281,6 +281,13 @@ void bench_run_suite(bench *b) {
     case_matmul(b, KVS_F32, q ? 1024 : 4096, q ? 1024 : 4096, 1);
     case_matmul(b, KVS_F16, q ? 1024 : 4096, q ? 1024 : 4096, 1);
     case_matmul(b, KVS_BF16, q ? 1024 : 4096, q ? 1024 : 4096, 1);
+    /* the same GEMV with W (128 MiB) far beyond any L3: a 4096 x 4096 f16/bf16 W is 32 MiB, on
+     * 32 MiB-L3 CPUs partly cache-resident from call to call, so its rate moves with the neighbours'
+     * use of L3 (0.5-3x the memcpy peak on the 2-core EPYC); this one is DRAM against DRAM */
+    if (!q) {
+        case_matmul(b, KVS_F16, 16384, 4096, 1);
+        case_matmul(b, KVS_BF16, 16384, 4096, 1);
+    }
     /* decode GEMV of common block-quantized weights (GB/s of weight bytes; README's weight types) */
     static const kvs_dtype gemv_quant[] = {KVS_Q4_0, KVS_Q4_K, KVS_Q6_K, KVS_Q8_0};
     for (size_t i = 0; i < sizeof gemv_quant / sizeof gemv_quant[0]; i++)

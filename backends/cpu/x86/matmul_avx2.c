@@ -17,48 +17,58 @@ static inline float hsum8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-/* 8 weights from w[c..c+8) as f32 (dt: f32, f16 or bf16). */
-static inline __m256 load_w8(const void *w, kvs_dtype dt, int64_t c) {
+/* 8 weights from w[c..c+8) as f32 (dt: f32, f16 or bf16). Called with a constant dt (the
+ * always_inline kernels below are instantiated once per dtype), so no dtype test stays in a loop. */
+static inline __attribute__((always_inline)) __m256 load_w8(const void *w, kvs_dtype dt, int64_t c) {
     if (dt == KVS_F32) return _mm256_loadu_ps((const float *)w + c);
     const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)w + c));
     if (dt == KVS_F16) return _mm256_cvtph_ps(h);
+    /* bf16: the upper half of an f32, widened by a zero extension and a 16-bit shift */
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
 /* The scalar weight w[c] as f32. */
-static inline float load_w1(const void *w, kvs_dtype dt, int64_t c) {
+static inline __attribute__((always_inline)) float load_w1(const void *w, kvs_dtype dt, int64_t c) {
     if (dt == KVS_F32) return ((const float *)w)[c];
     const uint16_t h = ((const uint16_t *)w)[c];
     return dt == KVS_F16 ? kvs_h2f(h) : kvs_bf2f(h);
 }
 
-/* One x row (n == 1): 32 weights a step into four accumulators, so that the FMA latency is hidden
- * and the loop runs at the speed W streams in. */
-static float dot_row1(const void *w, kvs_dtype dt, const float *x, int64_t k) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+/* One x row (n == 1): 64 weights a step into eight accumulators. The FMA latency (4 cycles on
+ * Zen 4, 4-5 on Intel client cores) then leaves room for the conversions (F16C's vcvtph2ps, or
+ * vpmovzxwd + vpslld for bf16) and the loads, so that the loop converts faster than DRAM delivers;
+ * with four accumulators and a dtype test in the loop (the kernel before 2026-12-02) it ran at
+ * 28-34 GB/s from L2, barely above one core's 22-25 GB/s read bandwidth, and W streamed at 0.7-0.8
+ * of that. Order of the sum: lane-wise per accumulator, then the eight accumulators pairwise, the
+ * 8-lane tail into the first, the 8 lanes (hsum8), the scalar tail. */
+static inline __attribute__((always_inline)) float dot_row1(const void *w, kvs_dtype dt, const float *x,
+                                                            int64_t k) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
     int64_t c = 0;
-    for (; c + 32 <= k; c += 32) {
+    for (; c + 64 <= k; c += 64) {
         a0 = _mm256_fmadd_ps(load_w8(w, dt, c), _mm256_loadu_ps(x + c), a0);
         a1 = _mm256_fmadd_ps(load_w8(w, dt, c + 8), _mm256_loadu_ps(x + c + 8), a1);
         a2 = _mm256_fmadd_ps(load_w8(w, dt, c + 16), _mm256_loadu_ps(x + c + 16), a2);
         a3 = _mm256_fmadd_ps(load_w8(w, dt, c + 24), _mm256_loadu_ps(x + c + 24), a3);
+        a4 = _mm256_fmadd_ps(load_w8(w, dt, c + 32), _mm256_loadu_ps(x + c + 32), a4);
+        a5 = _mm256_fmadd_ps(load_w8(w, dt, c + 40), _mm256_loadu_ps(x + c + 40), a5);
+        a6 = _mm256_fmadd_ps(load_w8(w, dt, c + 48), _mm256_loadu_ps(x + c + 48), a6);
+        a7 = _mm256_fmadd_ps(load_w8(w, dt, c + 56), _mm256_loadu_ps(x + c + 56), a7);
     }
     for (; c + 8 <= k; c += 8) a0 = _mm256_fmadd_ps(load_w8(w, dt, c), _mm256_loadu_ps(x + c), a0);
-    float tot = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    const __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
+                                   _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
+    float tot = hsum8(s);
     for (; c < k; c++) tot += load_w1(w, dt, c) * x[c];
     return tot;
 }
 
-/* acc[i] = W_row . x_i for i < n (n <= 4); W row of k values in dtype dt (F32, F16,
- * BF16; any k; the block types, q8_0 included, use quant_avx2.c).
- * One pass over the W row, up to 4 x rows at once, two accumulators each. */
-void kvs_cpu_dot_rows_avx2(const void *wrow, kvs_dtype dt, const float *x, int64_t k, int64_t n, float *acc) {
+/* 2 <= n <= 4 x rows: 16 weights a step, each converted once and dotted with every x row (two
+ * accumulators per row). */
+static inline __attribute__((always_inline)) void dot_rows_n(const void *wrow, kvs_dtype dt, const float *x,
+                                                             int64_t k, int64_t n, float *acc) {
     __m256 a[KVS_GEMV_MAX_N][2];
     for (int i = 0; i < KVS_GEMV_MAX_N; i++) a[i][0] = a[i][1] = _mm256_setzero_ps();
-    if (n == 1) {
-        acc[0] = dot_row1(wrow, dt, x, k);
-        return;
-    }
     int64_t c = 0;
     for (; c + 16 <= k; c += 16) {
         const __m256 w0 = load_w8(wrow, dt, c), w1 = load_w8(wrow, dt, c + 8);
@@ -73,6 +83,33 @@ void kvs_cpu_dot_rows_avx2(const void *wrow, kvs_dtype dt, const float *x, int64
         for (int64_t t = c; t < k; t++) tot += load_w1(wrow, dt, t) * x[i * k + t];
         acc[i] = tot;
     }
+}
+
+/* acc[i] = W_row . x_i for i < n (n <= 4); W row of k values in dtype dt (F32, F16,
+ * BF16; any k; the block types, q8_0 included, use quant_avx2.c). One pass over the W row: one x
+ * row by dot_row1, 2-4 x rows at once by dot_rows_n; each instantiated per dtype (and n). */
+void kvs_cpu_dot_rows_avx2(const void *wrow, kvs_dtype dt, const float *x, int64_t k, int64_t n, float *acc) {
+    if (n == 1) {
+        switch (dt) {
+        case KVS_F32: acc[0] = dot_row1(wrow, KVS_F32, x, k); break;
+        case KVS_F16: acc[0] = dot_row1(wrow, KVS_F16, x, k); break;
+        default: acc[0] = dot_row1(wrow, KVS_BF16, x, k); break;
+        }
+        return;
+    }
+    /* n constant too: the x-row loop unrolls and the accumulators stay in registers */
+#define DOT_ROWS_N(NN)                                                                                 \
+    case NN:                                                                                           \
+        if (dt == KVS_F32) dot_rows_n(wrow, KVS_F32, x, k, NN, acc);                                   \
+        else if (dt == KVS_F16) dot_rows_n(wrow, KVS_F16, x, k, NN, acc);                              \
+        else dot_rows_n(wrow, KVS_BF16, x, k, NN, acc);                                                \
+        break;
+    switch (n) {
+        DOT_ROWS_N(2)
+        DOT_ROWS_N(3)
+    default: DOT_ROWS_N(4)
+    }
+#undef DOT_ROWS_N
 }
 
 void kvs_cpu_h2f_row_f16c(const uint16_t *s, float *d, int64_t n) {
