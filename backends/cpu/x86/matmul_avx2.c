@@ -38,8 +38,9 @@ static inline __attribute__((always_inline)) float load_w1(const void *w, kvs_dt
  * Zen 4, 4-5 on Intel client cores) then leaves room for the conversions (F16C's vcvtph2ps, or
  * vpmovzxwd + vpslld for bf16) and the loads, so that the loop converts faster than DRAM delivers;
  * with four accumulators and a dtype test in the loop (the kernel before 2026-12-02) it ran at
- * 28-34 GB/s from L2, barely above one core's 22-25 GB/s read bandwidth, and W streamed at 0.7-0.8
- * of that. Order of the sum: lane-wise per accumulator, then the eight accumulators pairwise, the
+ * 26-39 GB/s from L2 (f16 / bf16, one Zen 4 core), barely above that core's 22-27 GB/s DRAM read
+ * rate, and W streamed from DRAM at 0.8-0.9 of a plain read loop (README, "The AVX2 GEMV, looked at
+ * closer"). Order of the sum: lane-wise per accumulator, then the eight accumulators pairwise, the
  * 8-lane tail into the first, the 8 lanes (hsum8), the scalar tail. */
 static inline __attribute__((always_inline)) float dot_row1(const void *w, kvs_dtype dt, const float *x,
                                                             int64_t k) {
