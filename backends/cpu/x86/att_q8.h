@@ -14,6 +14,8 @@
  * key), the four horizontal sums of a row together at the end). */
 
 #define AQ8_INLINE static inline __attribute__((always_inline))
+#define AQ8_PV_MAXD 256 /* the largest head_dim and tile (keys) of the 16-key Q.K^T and the integer P.V */
+#define AQ8_PV_MAXN 256
 
 /* out[0..3] = the lane sums of a, b, c, d */
 AQ8_INLINE void aq8_hsum4(__m256 a, __m256 b, __m256 c, __m256 d, float *out) {
@@ -156,9 +158,92 @@ AQ8_INLINE void aq8_tile8(const int q4, const int R, const uint8_t *K, int64_t r
     for (int r = 0; r < R; r++) _mm256_storeu_ps(S + (r0 + r) * lds + j, _mm256_mul_ps(acc[r], vs));
 }
 
+#if AQ8_VNNI
+/* aq8_tile8 on 512-bit registers (AVX512-VNNI): the 16 keys [j, j + 16), lane p of every vector key
+ * j + kperm[p]: q4_0, lane p key p (4 keys a register from 128-bit loads, dwords transposed within
+ * the 128-bit lanes); q8_0, keys m and m + 8 side by side (two 256-bit halves), dwords transposed
+ * within 128-bit lanes, then the lanes regrouped: keys 0-3, 8-11, 4-7, 12-15. dk: the tile's K
+ * block scales, [b][key] (aq8_qk). One store per row, put back in key order. */
+AQ8_INLINE void aq8_tile16(const int q4, const int R, const uint8_t *K, int64_t rb, const kvs_att_q8 *Q, int64_t r0,
+                           int64_t j, float scale, float *S, int64_t lds, const float (*dk)[AQ8_PV_MAXN]) {
+    const int64_t d = Q->d, nb = d / 32, bb = q4 ? 18 : 34;
+    const __m512i kperm = q4 ? _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+                             : _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15);
+    __m512 acc[AQ8_ROWS];
+    for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
+    if (r0 == 0) { /* once per key (the first row group): this tile's V rows, the next tile's K rows
+                    * (ATT_BK keys on: prefetches never fault) */
+        if (Q->pf)
+            for (int64_t o = 0; o < 16 * Q->pf_rb; o += 64) _mm_prefetch((const char *)(Q->pf + j * Q->pf_rb + o), _MM_HINT_T0);
+        for (int64_t o = 0; o < 16 * rb; o += 64) _mm_prefetch((const char *)(K + (j + 256) * rb + o), _MM_HINT_T1);
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *k0 = K + j * rb + b * bb + 2;
+        __m512i cu[8];
+        if (q4) {
+            __m512i x[4];
+            for (int m = 0; m < 4; m++) {
+                __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(k0 + m * rb)));
+                v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(k0 + (m + 4) * rb)), 1);
+                v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(k0 + (m + 8) * rb)), 2);
+                x[m] = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(k0 + (m + 12) * rb)), 3);
+            }
+            const __m512i a0 = _mm512_unpacklo_epi32(x[0], x[1]), a1 = _mm512_unpackhi_epi32(x[0], x[1]);
+            const __m512i a2 = _mm512_unpacklo_epi32(x[2], x[3]), a3 = _mm512_unpackhi_epi32(x[2], x[3]);
+            const __m512i t[4] = {_mm512_unpacklo_epi64(a0, a2), _mm512_unpackhi_epi64(a0, a2),
+                                  _mm512_unpacklo_epi64(a1, a3), _mm512_unpackhi_epi64(a1, a3)};
+            const __m512i m4 = _mm512_set1_epi8(15);
+            for (int g = 0; g < 4; g++) {
+                cu[g] = _mm512_and_si512(t[g], m4);
+                cu[g + 4] = _mm512_and_si512(_mm512_srli_epi16(t[g], 4), m4);
+            }
+        } else {
+            __m512i x[8], a[8], u[8];
+            for (int m = 0; m < 8; m++)
+                x[m] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(k0 + m * rb))),
+                                          _mm256_loadu_si256((const __m256i *)(k0 + (m + 8) * rb)), 1);
+            for (int k = 0; k < 4; k++) {
+                a[2 * k] = _mm512_unpacklo_epi32(x[2 * k], x[2 * k + 1]);
+                a[2 * k + 1] = _mm512_unpackhi_epi32(x[2 * k], x[2 * k + 1]);
+            }
+            for (int k = 0; k < 2; k++) { /* lanes: dword q of keys 4k.., q + 4 of 4k.., q of 8+4k.., q + 4 of 8+4k.. */
+                u[4 * k + 0] = _mm512_unpacklo_epi64(a[4 * k], a[4 * k + 2]);
+                u[4 * k + 1] = _mm512_unpackhi_epi64(a[4 * k], a[4 * k + 2]);
+                u[4 * k + 2] = _mm512_unpacklo_epi64(a[4 * k + 1], a[4 * k + 3]);
+                u[4 * k + 3] = _mm512_unpackhi_epi64(a[4 * k + 1], a[4 * k + 3]);
+            }
+            const __m512i x80 = _mm512_set1_epi8((char)0x80);
+            for (int g = 0; g < 4; g++) { /* keys 0-3, 8-11, 4-7, 12-15 */
+                cu[g] = _mm512_xor_si512(_mm512_shuffle_i64x2(u[g], u[4 + g], 0x88), x80);
+                cu[g + 4] = _mm512_xor_si512(_mm512_shuffle_i64x2(u[g], u[4 + g], 0xdd), x80);
+            }
+        }
+        const __m512 dkv = _mm512_permutexvar_ps(kperm, _mm512_loadu_ps(&dk[b][j]));
+        for (int r = 0; r < R; r++) {
+            const int64_t row = r0 + r;
+            const int8_t *qb = Q->q + row * d + b * 32;
+            __m512i p[2] = {_mm512_set1_epi32(Q->corrb[row * nb + b]), _mm512_setzero_si512()}; /* two chains */
+            for (int g = 0; g < 8; g++) {
+                int32_t w;
+                memcpy(&w, q4 ? (const void *)(qb + (g < 4 ? 4 * g : 16 + 4 * (g - 4))) : (const void *)(qb + 4 * g), 4);
+                p[g & 1] = _mm512_dpbusd_epi32(p[g & 1], cu[g], _mm512_set1_epi32(w));
+            }
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(p[0], p[1])), _mm512_mul_ps(dkv, _mm512_set1_ps(Q->dq[row * nb + b])), acc[r]);
+        }
+    }
+    const __m512 vs = _mm512_set1_ps(scale);
+    for (int r = 0; r < R; r++) /* lane p is key kperm[p]: kperm is its own inverse */
+        _mm512_storeu_ps(S + (r0 + r) * lds + j, _mm512_permutexvar_ps(kperm, _mm512_mul_ps(acc[r], vs)));
+}
+#define AQ8_KEYS16(Q4, R) for (; dk && j + 16 <= n; j += 16) aq8_tile16((Q4), (R), K, rb, Q, r0, j, scale, S, lds, dk)
+#else
+#define AQ8_KEYS16(Q4, R) (void)dk
+#endif
+
 #define AQ8_KEYS(Q4, R)                                                                                \
     do {                                                                                               \
         int64_t j = 0;                                                                                 \
+        AQ8_KEYS16(Q4, R);                                                                             \
         if ((Q4) || AQ8_VNNI) /* AVX2's q8_0 (the sign trick per row and word) keeps 4 keys a step */   \
             for (; j + 8 <= n; j += 8) aq8_tile8((Q4), (R), K, rb, Q, r0, j, scale, S, lds);           \
         for (; j + 4 <= n; j += 4) aq8_tile((Q4), (R), 4, K, rb, Q, r0, j, scale, S, lds);             \
@@ -166,7 +251,7 @@ AQ8_INLINE void aq8_tile8(const int q4, const int R, const uint8_t *K, int64_t r
     } while (0)
 
 static void aq8_rows(const int q4, const uint8_t *K, int64_t rb, const kvs_att_q8 *Q, int64_t M, int64_t n, float scale,
-                     float *S, int64_t lds) {
+                     float *S, int64_t lds, const float (*dk)[AQ8_PV_MAXN]) {
     for (int64_t r0 = 0; r0 < M; r0 += AQ8_ROWS) {
         const int64_t R = M - r0 < AQ8_ROWS ? M - r0 : AQ8_ROWS;
         if (q4) {
@@ -199,7 +284,19 @@ static void aq8_rows(const int q4, const uint8_t *K, int64_t rb, const kvs_att_q
 static int aq8_qk(kvs_dtype dt, const void *K, int64_t rb, const kvs_att_q8 *Q, int64_t M, int64_t n, float scale,
                   float *S, int64_t lds) {
     if (dt != KVS_Q4_0 && dt != KVS_Q8_0) return 0;
-    aq8_rows(dt == KVS_Q4_0, (const uint8_t *)K, rb, Q, M, n, scale, S, lds);
+    float dk[AQ8_PV_MAXD / 32][AQ8_PV_MAXN]; /* the K block scales, [block][key] (the 16-key kernel) */
+    const int64_t nb = Q->d / 32, bb = dt == KVS_Q4_0 ? 18 : 34;
+    if (AQ8_VNNI && n >= 16 && Q->d <= AQ8_PV_MAXD && n <= AQ8_PV_MAXN) {
+        uint16_t h16[AQ8_PV_MAXD / 32][AQ8_PV_MAXN];
+        for (int64_t j = 0; j < n; j++)
+            for (int64_t b = 0; b < nb; b++) memcpy(&h16[b][j], (const uint8_t *)K + j * rb + b * bb, 2);
+        for (int64_t b = 0; b < nb; b++)
+            for (int64_t j = 0; j + 8 <= n; j += 8)
+                _mm256_storeu_ps(&dk[b][j], _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)&h16[b][j])));
+    }
+    /* (the 8-key kernels read their scales themselves) */
+    const int big = AQ8_VNNI && n >= 16 && Q->d <= AQ8_PV_MAXD && n <= AQ8_PV_MAXN;
+    aq8_rows(dt == KVS_Q4_0, (const uint8_t *)K, rb, Q, M, n, scale, S, lds, big ? (const float (*)[AQ8_PV_MAXN])dk : NULL);
     return 1;
 }
 
@@ -213,8 +310,6 @@ static int aq8_qk(kvs_dtype dt, const void *K, int64_t rb, const kvs_att_q8 *Q, 
  * weights broadcast as one dword; Q8_DPBUSD accumulates 32 columns in 4 int32 vectors over the
  * chunk; then O += s (acc - corr) in f32. */
 #define AQ8_PV_CH 64
-#define AQ8_PV_MAXD 256
-#define AQ8_PV_MAXN 256
 
 typedef struct aq8_pvt { /* one tile's V side (nb blocks, keys padded with zeros to a multiple of 32) */
     float adv[AQ8_PV_MAXD / 32][AQ8_PV_MAXN];
