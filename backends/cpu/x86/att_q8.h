@@ -1,5 +1,7 @@
-/* CPU backend, x86: decode attention's S = Q.K^T over a q8_0 / q4_0 K on 8-bit query codes
- * (contract, scheme and error bound: ../attention_q8.h), written once on 256-bit registers and
+/* CPU backend, x86: decode attention's S = Q.K^T over a q8_0 / q4_0 K on 8-bit query codes and
+ * O += P.V over a q8_0 / q4_0 V on 8-bit weights (aq8_pv, at the end; contracts, schemes and error
+ * bounds: ../attention_q8.h), written once on 256-bit registers (AVX512-VNNI adds 16-key Q.K^T and
+ * the P.V chunk kernel on 512-bit registers: aq8_tile16, aq8_pv_chunk512) and
  * included by quant_vnni.c (AVX512-VNNI + VL: vpdpbusd, AQ8_VNNI 1, 4 query rows in registers) and
  * quant_avx2.c (vpmaddubsw + vpmaddwd, AQ8_VNNI 0, 2 rows: 16 registers), after quant_q8.h, whose
  * Q8_DPBUSD(acc, u8, s8) they define. Not a public header; no include guard on purpose.
@@ -370,6 +372,28 @@ __attribute__((noinline)) static void aq8_pv_weights(const int q4, const int R, 
         for (int64_t b = 0; b < nb; b++)
             for (int64_t c0 = 0, c = 0; c0 < np; c0 += AQ8_PV_CH, c++) {
                 const int64_t c1 = c0 + AQ8_PV_CH < np ? c0 + AQ8_PV_CH : np;
+#if AQ8_VNNI /* 16 keys a vector */
+                __m512 mx16 = _mm512_setzero_ps();
+                for (int64_t j = c0; j < c1; j += 16)
+                    mx16 = _mm512_max_ps(mx16, _mm512_mul_ps(_mm512_loadu_ps(pp + j), _mm512_loadu_ps(&t->adv[b][j])));
+                const float m16 = _mm512_reduce_max_ps(mx16);
+                const float inv16 = m16 >= 0x1p-100f ? (float)wmax / m16 : 0.0f;
+                w->s[b][r][c] = m16 >= 0x1p-100f ? m16 / (float)wmax : 0.0f;
+                const __m512 vi16 = _mm512_set1_ps(inv16);
+                __m128i cs16 = _mm_setzero_si128();
+                for (int64_t j = c0; j < c1; j += 16) {
+                    const __m128i w8 = _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(
+                        _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(pp + j), _mm512_loadu_ps(&t->adv[b][j])), vi16)));
+                    cs16 = _mm_dpbusd_epi32(cs16, w8, _mm_loadu_si128((const __m128i *)&t->off[b][j]));
+                    /* the q8_0 kernel interleaves keys 0, 2, 1, 3 in a dword (aq8_pv_chunk512) */
+                    _mm_storeu_si128((__m128i *)&w->w[b][r][j],
+                                     q4 ? w8 : _mm_shuffle_epi8(w8, _mm_setr_epi8(0, 2, 1, 3, 4, 6, 5, 7, 8, 10, 9, 11, 12, 14, 13, 15)));
+                }
+                cs16 = _mm_add_epi32(cs16, _mm_shuffle_epi32(cs16, 0x4e));
+                cs16 = _mm_add_epi32(cs16, _mm_shuffle_epi32(cs16, 0xb1));
+                w->corr[b][r][c] = _mm_cvtsi128_si32(cs16);
+                continue;
+#endif
                 __m256 mx = _mm256_setzero_ps();
                 for (int64_t j = c0; j < c1; j += 8)
                     mx = _mm256_max_ps(mx, _mm256_mul_ps(_mm256_loadu_ps(pp + j), _mm256_loadu_ps(&t->adv[b][j])));
