@@ -471,6 +471,52 @@ START_TEST(test_attention_kvq_refusals) {
 }
 END_TEST
 
+/* A q8_0 / q4_0 V with one non-finite block scale (NaN, inf) under every variant: the columns of that
+ * block come out NaN or inf for every query head that sees the key (as in exact arithmetic: the key
+ * has p > 0), the other columns finite (the 8-bit weights of the -vnni / -q8 variants hand such a
+ * tile to their f32 kernel). 2 heads of G = 4, head_dim 64, 300 keys: the bad key in the second tile. */
+START_TEST(test_attention_kvq_nonfinite) {
+    t_begin("attention_kvq_nonfinite");
+    const int64_t d = 64, Hkv = 2, G = 4, H = Hkv * G, cap = 300, bad_j = 270, bad_b = 1;
+    for (int vi = 0; vi < 2; vi++)
+        for (int nan = 0; nan < 2; nan++) {
+            const kvs_dtype vt_ = vi ? KVS_Q4_0 : KVS_Q8_0;
+            t_case("attention-kvq non-finite V scale: v=%s %s at key %lld block %lld", kvs_dtype_name(vt_), nan ? "nan" : "inf",
+                   (long long)bad_j, (long long)bad_b);
+            float *q = t_alloc(4 * (size_t)(H * d)), *k = t_alloc(4 * (size_t)(Hkv * cap * d)), *v = t_alloc(4 * (size_t)(Hkv * cap * d));
+            t_fill_normal(q, H * d, 1.0);
+            t_fill_normal(k, Hkv * cap * d, 1.0);
+            t_fill_normal(v, Hkv * cap * d, 1.0);
+            double *kd = NULL, *vd = NULL;
+            tt *kt = store(KVS_Q8_0, k, Hkv, cap, d, cap, &kd);
+            if (!kt) return;
+            tt *vt = store(vt_, v, Hkv, cap, d, cap, &vd);
+            if (!vt) return;
+            unsigned char *raw = t_alloc(vt->nbytes);
+            memcpy(raw, vt->shadow + vt->guard, vt->nbytes);
+            const size_t bb = kvs_dtype_bytes(vt_, 32), at = (size_t)((1 * cap + bad_j) * (d / 32) + bad_b) * bb;
+            raw[at] = 0x00, raw[at + 1] = nan ? 0x7e : 0x7c; /* f16 NaN / inf (kv head 1) */
+            t_upload(vt, raw);
+            tt *qt = t_new3(KVS_F32, d, H, 1), *ot = t_new3(KVS_F32, d, H, 1);
+            t_upload_f32(qt, q);
+            kvs_attention_params p = kvs_attention_params_default();
+            if (t_op(kvs_attention(t_dev(), qt->t, kt->t, vt->t, ot->t, &p))) return;
+            float *out = t_alloc(4 * (size_t)(H * d));
+            t_download(ot, out);
+            for (int64_t g = 0; g < H; g++)
+                for (int64_t t = 0; t < d; t++) {
+                    const float x = out[g * d + t];
+                    if (g / G == 1 && t / 32 == bad_b)
+                        T_ASSERT(!isfinite(x), "head %lld column %lld = %g: the non-finite V scale was lost", (long long)g,
+                                 (long long)t, (double)x);
+                    else
+                        T_ASSERT(isfinite(x), "head %lld column %lld = %g: not finite", (long long)g, (long long)t, (double)x);
+                }
+        }
+    t_end();
+}
+END_TEST
+
 static void kvq_seq_run(int ci) {
     if (kvq_selected(ci, 1) && kvq_q8_pair(ci)) kvq_run(ci);
 }
@@ -482,6 +528,7 @@ Suite *suite_attention_kvq(void) {
     TCase *tc = tcase_create("attention-kvq");
     tcase_add_loop_test(tc, test_attention_kvq, 0, N_KVQ);
     tcase_add_test(tc, test_attention_kvq_refusals);
+    tcase_add_test(tc, test_attention_kvq_nonfinite);
     suite_add_tcase(s, tc);
     tc = tcase_create("sequence");
     tcase_add_test(tc, test_attention_kvq_sequence);
