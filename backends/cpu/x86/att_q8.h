@@ -32,12 +32,12 @@ AQ8_INLINE float aq8_hsum(__m256 s) {
     return _mm_cvtss_f32(h);
 }
 
-/* Rows [r0, r0 + R) against keys [j, j + NK) (R <= AQ8_ROWS, NK 4 or 1: constants after inlining);
+/* Rows [r0, r0 + R) against keys [j, j + NK) (R <= 4, NK 4 or 1: constants after inlining);
  * q4: K is q4_0 (else q8_0). */
 AQ8_INLINE void aq8_tile(const int q4, const int R, const int NK, const uint8_t *K, int64_t rb, const kvs_att_q8 *Q,
                          int64_t r0, int64_t j, float scale, float *S, int64_t lds) {
     const int64_t d = Q->d, nb = d / 32, bb = q4 ? 18 : 34;
-    __m256 acc[AQ8_ROWS][4];
+    __m256 acc[4][4];
     for (int r = 0; r < R; r++)
         for (int u = 0; u < NK; u++) acc[r][u] = _mm256_setzero_ps();
     if (Q->pf && r0 == 0 && NK == 4) /* the V rows, once per key (AVX2's q8_0 takes this path) */
@@ -108,7 +108,7 @@ AQ8_INLINE void aq8_transpose8(const __m256i *x, __m256i *t) {
 AQ8_INLINE void aq8_tile8(const int q4, const int R, const uint8_t *K, int64_t rb, const kvs_att_q8 *Q, int64_t r0,
                           int64_t j, float scale, float *S, int64_t lds) {
     const int64_t d = Q->d, nb = d / 32, bb = q4 ? 18 : 34;
-    __m256 acc[AQ8_ROWS];
+    __m256 acc[4];
     for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
     if (Q->pf && r0 == 0) /* once per key (the first row group) */
         for (int64_t o = 0; o < 8 * Q->pf_rb; o += 64) _mm_prefetch((const char *)(Q->pf + j * Q->pf_rb + o), _MM_HINT_T0);
@@ -254,18 +254,17 @@ AQ8_INLINE void aq8_tile16(const int q4, const int R, const uint8_t *K, int64_t 
 
 static void aq8_rows(const int q4, const uint8_t *K, int64_t rb, const kvs_att_q8 *Q, int64_t M, int64_t n, float scale,
                      float *S, int64_t lds, const float (*dk)[AQ8_PV_MAXN]) {
-    for (int64_t r0 = 0; r0 < M; r0 += AQ8_ROWS) {
-        const int64_t R = M - r0 < AQ8_ROWS ? M - r0 : AQ8_ROWS;
+    /* q4_0 (and all of VNNI) 4 rows a group: the transposed keys are shared by more rows; AVX2's
+     * q8_0 (4 accumulators a row) AQ8_ROWS */
+    const int64_t RG = q4 ? 4 : AQ8_ROWS;
+    for (int64_t r0 = 0; r0 < M; r0 += RG) {
+        const int64_t R = M - r0 < RG ? M - r0 : RG;
         if (q4) {
             switch (R) {
             case 1: AQ8_KEYS(1, 1); break;
-#if AQ8_ROWS > 2
             case 2: AQ8_KEYS(1, 2); break;
             case 3: AQ8_KEYS(1, 3); break;
             default: AQ8_KEYS(1, 4); break;
-#else
-            default: AQ8_KEYS(1, 2); break;
-#endif
             }
         } else {
             switch (R) {
