@@ -142,26 +142,38 @@ static int kvq_selected(int ci, int seq) {
     return decode;
 }
 
-/* The CPU variants avx512-vnni / avx2-q8 (and -split) take 8-bit query codes for a q8_0 / q4_0 K
- * (backends/cpu/attention_q8.h): their only approximation is the quantization of q, bounded per
- * logit by E_rj = scale sum_b dq_b (1/2 + 2^-15) sum_{i in b} |k_ji| (dq_b = amax_b / 127 of the
- * query's 32-value block b). q8_check asserts every output inside what that bound implies (with
- * E = max_j E_rj of the row: weights within e^(+-2E), so out within (e^(2E) - 1) sum_j p_j |v_j|,
- * key_mass and probs within (e^(2E) - 1) p, row_max within E, the argmax's logit within 2E of the
- * maximum, the rescaled row_sum within e^(+-E)) plus the f32 tolerances, and that the error is
- * really that small: nmse of out below 1e-3 (measured 2e-5 .. 7e-5 on these shapes), yet above 1e-9
- * (the 8-bit path ran: not silently the f32 one). */
-static int q8_applies(kvs_dtype kt) {
-    if (t_params.backend != KVS_BACKEND_CPU || (kt != KVS_Q8_0 && kt != KVS_Q4_0)) return 0;
+/* The CPU variants avx512-vnni / avx2-q8 (and -split) take 8-bit query codes for a q8_0 / q4_0 K and
+ * 8-bit weights for a q8_0 / q4_0 V (backends/cpu/attention_q8.h). Their approximations, bounded:
+ * q's quantization, per logit by E_rj = scale sum_b dq_b (1/2 + 2^-15) sum_{i in b} |k_ji| (dq_b =
+ * amax_b / 127 of the query's 32-value block b; E = 0 for the other K types), and the weights'
+ * W = P |d_v| quantized per (row, block b, chunk of Q8_PV_CHUNK keys aligned to the key index) to
+ * wmax (255; 127 for a q8_0 V under avx2-q8) steps, which moves out_t by at most
+ *     B_t = e^(2E) (1/2 + 2^-14) / wmax sum_chunks max_{j in chunk} p_j |d_jb| sum_{j in chunk} |v_jt| / |d_jb|
+ * (p the exact softmax weights, d_jb the V block scale, v the dequantized V; the e^(2E): the weights
+ * the kernel quantizes are within that factor of p). q8_check asserts every output inside what these
+ * imply (with E = max_j E_rj of the row: weights within e^(+-2E), so out within
+ * (e^(2E) - 1) sum_j p_j |v_j| + B_t, key_mass and probs within (e^(2E) - 1) p, row_max within E,
+ * the argmax's logit within 2E of the maximum, the rescaled row_sum within e^(+-E)) plus the f32
+ * tolerances, and that the error is really small: nmse of out below 1e-3 (measured 2e-5 .. 7e-5 on
+ * these shapes with a q8_0 / q4_0 K), yet above 1e-9 (the 8-bit path ran: not silently the f32 one). */
+#define Q8_PV_CHUNK 64 /* the chunk of backends/cpu/x86/att_q8.h (AQ8_PV_CH); a smaller one only tightens */
+
+static int q8_variant(void) {
     return strstr(t_variant, "attention:avx512-vnni") != NULL || strstr(t_variant, "attention:avx2-q8") != NULL;
 }
 
-static void q8_check(const ref_attn *r, const float *q, const double *kd, const double *vd, tt *ot, tt *rmt, tt *rst,
-                     tt *amt, tt *pbt, tt *kmt, const unsigned char *km_before) {
+static int q8_applies(kvs_dtype kt, kvs_dtype vt) {
+    if (t_params.backend != KVS_BACKEND_CPU || !q8_variant()) return 0;
+    return kt == KVS_Q8_0 || kt == KVS_Q4_0 || vt == KVS_Q8_0 || vt == KVS_Q4_0;
+}
+
+static void q8_check(const ref_attn *r, kvs_dtype kt, kvs_dtype vt, const float *q, const double *kd, const double *vd,
+                     const tt *vraw, tt *ot, tt *rmt, tt *rst, tt *amt, tt *pbt, tt *kmt, const unsigned char *km_before) {
     const int64_t nq = r->n_q, H = r->n_heads, Hkv = r->n_kv_heads, d = r->head_dim, cap = r->capacity, nkv = r->n_kv;
     const int64_t G = H / Hkv, nb = d / 32;
+    const int kq = kt == KVS_Q8_0 || kt == KVS_Q4_0, vq = vt == KVS_Q8_0 || vt == KVS_Q4_0;
     double *E = t_alloc(sizeof(double) * (size_t)(nq * H)), Emax = 0.0;
-    for (int64_t i = 0; i < nq * H; i++) {
+    for (int64_t i = 0; i < nq * H && kq; i++) {
         const int64_t h = (i % H) / G;
         double dq[8] = {0}; /* head_dim <= 256 here */
         for (int64_t b = 0; b < nb; b++) {
@@ -183,6 +195,16 @@ static void q8_check(const ref_attn *r, const float *q, const double *kd, const 
         Emax = fmax(Emax, E[i]);
     }
     T_ASSERT(Emax < 0.25, "logit bound %g: too loose to test anything", Emax);
+    /* the V side: |d_jb| of every (kv head, key, block), from the stored bytes */
+    double *dvb = t_alloc(sizeof(double) * (size_t)(Hkv * cap * nb));
+    const double wmax = (vt == KVS_Q8_0 && strstr(t_variant, "attention:avx2-q8")) ? 127.0 : 255.0;
+    if (vq) {
+        const size_t bb = kvs_dtype_bytes(vt, 32);
+        const unsigned char *raw = vraw->shadow + vraw->guard;
+        for (int64_t x = 0; x < Hkv * cap * nb; x++)
+            dvb[x] = fabs(ref_f16_to_f64((uint16_t)(raw[(size_t)x * bb] | raw[(size_t)x * bb + 1] << 8)));
+    }
+    double *B = t_alloc(sizeof(double) * (size_t)d), *cs = t_alloc(sizeof(double) * (size_t)d);
     const double mtol = 1e-5, ftol = 1e-5;
     float *out = t_alloc(4 * (size_t)(nq * H * d)), *rm = t_alloc(4 * (size_t)(nq * H)), *rs = t_alloc(4 * (size_t)(nq * H));
     int32_t *am = t_alloc(4 * (size_t)(nq * H));
@@ -217,10 +239,26 @@ static void q8_check(const ref_attn *r, const float *q, const double *kd, const 
             for (int64_t t = 0; t < d; t++) A[t] += pj * fabs(vd[(h * cap + j) * d + t]);
         }
         for (int64_t t = 0; t < d; t++) amax = fmax(amax, A[t]);
+        /* B_t: the 8-bit weights' share (V q8_0 / q4_0) */
+        memset(B, 0, sizeof(double) * (size_t)d);
+        for (int64_t c0 = 0; c0 < nkv && vq; c0 += Q8_PV_CHUNK) {
+            const int64_t c1 = c0 + Q8_PV_CHUNK < nkv ? c0 + Q8_PV_CHUNK : nkv;
+            for (int64_t b = 0; b < nb; b++) {
+                double mx = 0.0;
+                memset(cs, 0, sizeof(double) * 32);
+                for (int64_t j = c0; j < c1; j++) {
+                    const double lg = r->logits[i * nkv + j], dj = dvb[(h * cap + j) * nb + b];
+                    if (lg == -INFINITY || dj == 0.0) continue;
+                    mx = fmax(mx, exp(lg - r->row_max[i]) / r->row_sum[i] * dj);
+                    for (int64_t t = 0; t < 32; t++) cs[t] += fabs(vd[(h * cap + j) * d + b * 32 + t]) / dj;
+                }
+                for (int64_t t = 0; t < 32; t++) B[b * 32 + t] += exp(2.0 * E[i]) * (0.5 + 0x1p-14) / wmax * mx * cs[t];
+            }
+        }
         for (int64_t t = 0; t < d; t++) {
-            const double err = fabs((double)out[i * d + t] - r->out[i * d + t]);
-            T_ASSERT(err <= f * A[t] + ftol * amax, "out[%lld][%lld] = %.9g, want %.9g within %.3g (q8 bound)", (long long)i,
-                     (long long)t, (double)out[i * d + t], r->out[i * d + t], f * A[t] + ftol * amax);
+            const double err = fabs((double)out[i * d + t] - r->out[i * d + t]), lim = f * A[t] + B[t] + ftol * amax;
+            T_ASSERT(err <= lim, "out[%lld][%lld] = %.9g, want %.9g within %.3g (q8 bound)", (long long)i, (long long)t,
+                     (double)out[i * d + t], r->out[i * d + t], lim);
         }
     }
     t_check_nmse("out (8-bit q)", out, r->out, nq * H * d, 1e-3);
@@ -326,8 +364,8 @@ static void kvq_run(int ci) {
     ref_attention(&r);
 
     if (t_op(kvs_attention(t_dev(), qt->t, kt->t, vt->t, ot->t, &p))) return;
-    if (q8_applies(kt_)) {
-        q8_check(&r, q, kd, vd, ot, rmt, rst, amt, pbt, kmt, km_before);
+    if (q8_applies(kt_, vt_)) {
+        q8_check(&r, kt_, vt_, q, kd, vd, vt, ot, rmt, rst, amt, pbt, kmt, km_before);
         t_assert_unchanged(kt, "k");
         t_assert_unchanged(vt, "v");
         t_assert_unchanged(qt, "q");
@@ -399,7 +437,7 @@ static void kvq_run(int ci) {
 /* Under the 8-bit query variants only the pairs with a q8_0 / q4_0 K or V run (the other pairs take
  * the avx512 / avx2 kernels, swept under those variants). */
 static int kvq_q8_pair(int ci) {
-    if (!strstr(t_variant, "attention:avx512-vnni") && !strstr(t_variant, "attention:avx2-q8")) return 1;
+    if (!q8_variant()) return 1;
     const kvs_dtype k = kv_types[(ci / N_TYPES) % N_TYPES], v = kv_types[ci % N_TYPES];
     return k == KVS_Q8_0 || k == KVS_Q4_0 || v == KVS_Q8_0 || v == KVS_Q4_0;
 }
@@ -433,6 +471,52 @@ START_TEST(test_attention_kvq_refusals) {
 }
 END_TEST
 
+/* A q8_0 / q4_0 V with one non-finite block scale (NaN, inf) under every variant: the columns of that
+ * block come out NaN or inf for every query head that sees the key (as in exact arithmetic: the key
+ * has p > 0), the other columns finite (the 8-bit weights of the -vnni / -q8 variants hand such a
+ * tile to their f32 kernel). 2 heads of G = 4, head_dim 64, 300 keys: the bad key in the second tile. */
+START_TEST(test_attention_kvq_nonfinite) {
+    t_begin("attention_kvq_nonfinite");
+    const int64_t d = 64, Hkv = 2, G = 4, H = Hkv * G, cap = 300, bad_j = 270, bad_b = 1;
+    for (int vi = 0; vi < 2; vi++)
+        for (int nan = 0; nan < 2; nan++) {
+            const kvs_dtype vt_ = vi ? KVS_Q4_0 : KVS_Q8_0;
+            t_case("attention-kvq non-finite V scale: v=%s %s at key %lld block %lld", kvs_dtype_name(vt_), nan ? "nan" : "inf",
+                   (long long)bad_j, (long long)bad_b);
+            float *q = t_alloc(4 * (size_t)(H * d)), *k = t_alloc(4 * (size_t)(Hkv * cap * d)), *v = t_alloc(4 * (size_t)(Hkv * cap * d));
+            t_fill_normal(q, H * d, 1.0);
+            t_fill_normal(k, Hkv * cap * d, 1.0);
+            t_fill_normal(v, Hkv * cap * d, 1.0);
+            double *kd = NULL, *vd = NULL;
+            tt *kt = store(KVS_Q8_0, k, Hkv, cap, d, cap, &kd);
+            if (!kt) return;
+            tt *vt = store(vt_, v, Hkv, cap, d, cap, &vd);
+            if (!vt) return;
+            unsigned char *raw = t_alloc(vt->nbytes);
+            memcpy(raw, vt->shadow + vt->guard, vt->nbytes);
+            const size_t bb = kvs_dtype_bytes(vt_, 32), at = (size_t)((1 * cap + bad_j) * (d / 32) + bad_b) * bb;
+            raw[at] = 0x00, raw[at + 1] = nan ? 0x7e : 0x7c; /* f16 NaN / inf (kv head 1) */
+            t_upload(vt, raw);
+            tt *qt = t_new3(KVS_F32, d, H, 1), *ot = t_new3(KVS_F32, d, H, 1);
+            t_upload_f32(qt, q);
+            kvs_attention_params p = kvs_attention_params_default();
+            if (t_op(kvs_attention(t_dev(), qt->t, kt->t, vt->t, ot->t, &p))) return;
+            float *out = t_alloc(4 * (size_t)(H * d));
+            t_download(ot, out);
+            for (int64_t g = 0; g < H; g++)
+                for (int64_t t = 0; t < d; t++) {
+                    const float x = out[g * d + t];
+                    if (g / G == 1 && t / 32 == bad_b)
+                        T_ASSERT(!isfinite(x), "head %lld column %lld = %g: the non-finite V scale was lost", (long long)g,
+                                 (long long)t, (double)x);
+                    else
+                        T_ASSERT(isfinite(x), "head %lld column %lld = %g: not finite", (long long)g, (long long)t, (double)x);
+                }
+        }
+    t_end();
+}
+END_TEST
+
 static void kvq_seq_run(int ci) {
     if (kvq_selected(ci, 1) && kvq_q8_pair(ci)) kvq_run(ci);
 }
@@ -444,6 +528,7 @@ Suite *suite_attention_kvq(void) {
     TCase *tc = tcase_create("attention-kvq");
     tcase_add_loop_test(tc, test_attention_kvq, 0, N_KVQ);
     tcase_add_test(tc, test_attention_kvq_refusals);
+    tcase_add_test(tc, test_attention_kvq_nonfinite);
     suite_add_tcase(s, tc);
     tc = tcase_create("sequence");
     tcase_add_test(tc, test_attention_kvq_sequence);

@@ -299,7 +299,12 @@ START_TEST(test_attention) {
                     num += (oh[e] - r[e]) * (oh[e] - r[e]);
                     den += r[e] * r[e];
                 }
-                ck_assert_msg(num <= 1e-7 * den, "%s nq %lld nh %lld H %lld d %lld n_kv %lld %s: nmse %g", spec, (long long)nq,
+                /* the CPU's 8-bit variants take 8-bit softmax weights against a q8_0 / q4_0 V
+                 * (backends/cpu/attention_q8.h; their bound is checked by ops-attention-kvq): measured
+                 * nmse 3e-5 on the qh8 / q8_0 shape here */
+                const int w8 = (strstr(spec, "avx512-vnni") || strstr(spec, "avx2-q8")) &&
+                               (sh[si].tv == KVS_Q8_0 || sh[si].tv == KVS_Q4_0);
+                ck_assert_msg(num <= (w8 ? 2e-4 : 1e-7) * den, "%s nq %lld nh %lld H %lld d %lld n_kv %lld %s: nmse %g", spec, (long long)nq,
                               (long long)nh, (long long)H, (long long)d, (long long)n_kv, full ? "8-bit" : "4-bit view",
                               num / den);
                 if (!full) continue;

@@ -1,5 +1,6 @@
-/* CPU backend attention: the 8-bit query path of decode attention over a block-quantized K
- * (variants attention:avx512-vnni and attention:avx2-q8; issue 17).
+/* CPU backend attention: the 8-bit paths of decode attention over a block-quantized K and V
+ * (variants attention:avx512-vnni and attention:avx2-q8; issue 17): 8-bit query codes against a
+ * q8_0 / q4_0 K, 8-bit softmax weights against a q8_0 / q4_0 V.
  *
  * Scheme (llama.cpp's CPU attention quantizes Q to K's vec_dot_type, q8_0 for q8_0 / q4_0 caches,
  * and dots it with the K blocks in integers: ggml's quantize_row_q8_0 and vec_dot_q4_0_q8_0 /
@@ -10,7 +11,8 @@
  * exact in 32-bit integers (vpdpbusd on AVX512-VNNI, vpmaddubsw + vpmaddwd on AVX2), the product
  * and the sum over blocks in f32.
  *
- * Error bound (the only approximation; what tests/test_ops_kvquant.c checks for these variants):
+ * Error bound of the query codes (what tests/test_ops_kvquant.c checks for these variants, with the
+ * weights' bound below):
  * |q_i - dq qq_i| <= dq (1/2 + 2^-15) (rint of the f32 product q_i * fl(127 / amax), then dq =
  * fl(amax / 127)), so every logit moves by at most
  *     E_rj = scale * sum_b dq_b (1/2 + 2^-15) sum_{i in b} |k_ji|   (k the dequantized key)
@@ -19,8 +21,28 @@
  * and probe probabilities by (e^(2 E_r) - 1) p, row_max by E_r, the argmax's logit is within 2 E_r
  * of the maximum. For unit-normal q and keys of head_dim 128 the bound E_r is about 0.1 (dq ~ 0.018,
  * sum |k| ~ 26 per block, 4 blocks, scale 0.088); the measured error is far smaller (random
- * rounding: output nmse 2e-5 .. 7e-5 in tests/test_ops_kvquant.c). Not bit-compatible with the f32 path (which takes q in f32): the variants are
- * chosen explicitly (KVS_VARIANT=attention:avx512-vnni etc.), never automatically. */
+ * rounding: output nmse 2e-5 .. 7e-5 in tests/test_ops_kvquant.c).
+ *
+ * P.V over a q8_0 / q4_0 V (any K type) is in integers as well: V = |d_v| (x - o) per block, x the
+ * code (XORed for a negative d_v, so that every weight is >= 0: q4_0 x = 15 - c, o = 7, else x = c,
+ * o = 8; q8_0 x = ~c, o = -1, else x = c, o = 0). The weights W = P |d_v| (the softmax numerators
+ * of the tile, so P <= 1) of one query row, block b and chunk of AQ8_PV_CH = 64 keys (chunks aligned
+ * to key 0: tiles start at multiples of ATT_BK) get s = max W / wmax and w = rint(W / s) in
+ * 0..wmax (u8; wmax = 255, 127 for q8_0 on AVX2, whose vpmaddubsw sums two products in 16 bits).
+ * V's codes of 4 keys are interleaved into the 4 bytes of each 32-bit lane (lane = column; unpack
+ * shuffles, shared by the M rows), each row's 4 weights broadcast as one dword, vpdpbusd (AVX2:
+ * vpmaddubsw + vpmaddwd) accumulates sum_j w_j x_jt in int32 over the chunk (|sum| <= 64 * 255 * 128
+ * < 2^24: exact in f32), and O_t += s (sum_j w_j x_jt - sum_j w_j o_j) in f32.
+ * Error bound of that step: rint of fl(W * fl(wmax / max W)) with W <= max W, then s = fl(max W /
+ * wmax): |W - s w| <= s (1/2 + 2^-14), so, with p the normalised weights (p~ the kernel's, within
+ * e^(+-2 E_r) of the exact ones), the output moves by at most
+ *     B_rt = e^(2 E_r) (1/2 + 2^-14) / wmax sum_chunks max_{j in chunk} p_j |d_v(j, b)| sum_{j in chunk} |x_jt - o_j|
+ * (|x_jt - o_j| = |v_jt| / |d_v(j, b)|, b = t / 32), added to the bound above: |out - out_exact|_t
+ * <= (e^(2 E_r) - 1) sum_j p_j |v_jt| + B_rt (tests/test_ops_kvquant.c, q8_check). Chunks whose
+ * largest weight is below 2^-100 are dropped (their share is below 2^-100 * 64 * 128 |d_v| / l).
+ * A tile with a NaN in P or a non-finite V block scale takes the f32 kernel (NaN / inf as there).
+ * Not bit-compatible with the f32 path: the variants are chosen explicitly
+ * (KVS_VARIANT=attention:avx512-vnni etc.), never automatically. */
 #ifndef KVS_BACKENDS_CPU_ATTENTION_Q8_H
 #define KVS_BACKENDS_CPU_ATTENTION_Q8_H
 
@@ -60,10 +82,11 @@ int kvs_cpu_att_qk_q8_avx2(kvs_dtype dt, const void *K, int64_t rb, const kvs_at
                            float scale, float *S, int64_t lds);
 
 /* O[r][:] += sum_{j < n} P[r*ldp + j] V_j for r < M over a q8_0 / q4_0 V (d % 32 == 0, d <= 256,
- * n <= 256; row stride rb bytes), the block scales folded into the weights (W = P d_v, f32) and the
- * codes converted exactly: the same f32 products as the f32 path up to rounding (P d_v c instead of
- * P (d_v c); q4_0 on AVX2: P d_v (c + 8) - 8 sum_j P d_v). _vnni: AVX-512 (-vnni variant), _avx2:
- * AVX2 (-q8). 0 (nothing done) for other dtypes and sizes. */
+ * n <= 256; row stride rb bytes; P >= 0, the keys of one tile starting at a multiple of 64) on 8-bit
+ * weights as above (x86/att_q8.h: aq8_pv; _vnni: AVX512-VNNI, 4 rows x 32 columns in 512-bit
+ * registers; _avx2: 2 rows x 32 columns, 256-bit); a tile with NaN in P or a non-finite block scale
+ * takes the f32 kernel (W = P d_v in f32, codes converted: the f32 path's products up to rounding).
+ * 0 (nothing done) for other dtypes and sizes. */
 int kvs_cpu_att_pv_q8_vnni(kvs_dtype dt, const void *V, int64_t rb, const float *P, int64_t ldp, int64_t M, int64_t n,
                            int64_t d, float *O);
 int kvs_cpu_att_pv_q8_avx2(kvs_dtype dt, const void *V, int64_t rb, const float *P, int64_t ldp, int64_t M, int64_t n,

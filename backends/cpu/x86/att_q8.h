@@ -1,5 +1,7 @@
-/* CPU backend, x86: decode attention's S = Q.K^T over a q8_0 / q4_0 K on 8-bit query codes
- * (contract, scheme and error bound: ../attention_q8.h), written once on 256-bit registers and
+/* CPU backend, x86: decode attention's S = Q.K^T over a q8_0 / q4_0 K on 8-bit query codes and
+ * O += P.V over a q8_0 / q4_0 V on 8-bit weights (aq8_pv, at the end; contracts, schemes and error
+ * bounds: ../attention_q8.h), written once on 256-bit registers (AVX512-VNNI adds 16-key Q.K^T and
+ * the P.V chunk kernel on 512-bit registers: aq8_tile16, aq8_pv_chunk512) and
  * included by quant_vnni.c (AVX512-VNNI + VL: vpdpbusd, AQ8_VNNI 1, 4 query rows in registers) and
  * quant_avx2.c (vpmaddubsw + vpmaddwd, AQ8_VNNI 0, 2 rows: 16 registers), after quant_q8.h, whose
  * Q8_DPBUSD(acc, u8, s8) they define. Not a public header; no include guard on purpose.
@@ -14,6 +16,8 @@
  * key), the four horizontal sums of a row together at the end). */
 
 #define AQ8_INLINE static inline __attribute__((always_inline))
+#define AQ8_PV_MAXD 256 /* the largest head_dim and tile (keys) of the 16-key Q.K^T and the integer P.V */
+#define AQ8_PV_MAXN 256
 
 /* out[0..3] = the lane sums of a, b, c, d */
 AQ8_INLINE void aq8_hsum4(__m256 a, __m256 b, __m256 c, __m256 d, float *out) {
@@ -28,14 +32,16 @@ AQ8_INLINE float aq8_hsum(__m256 s) {
     return _mm_cvtss_f32(h);
 }
 
-/* Rows [r0, r0 + R) against keys [j, j + NK) (R <= AQ8_ROWS, NK 4 or 1: constants after inlining);
+/* Rows [r0, r0 + R) against keys [j, j + NK) (R <= 4, NK 4 or 1: constants after inlining);
  * q4: K is q4_0 (else q8_0). */
 AQ8_INLINE void aq8_tile(const int q4, const int R, const int NK, const uint8_t *K, int64_t rb, const kvs_att_q8 *Q,
                          int64_t r0, int64_t j, float scale, float *S, int64_t lds) {
     const int64_t d = Q->d, nb = d / 32, bb = q4 ? 18 : 34;
-    __m256 acc[AQ8_ROWS][4];
+    __m256 acc[4][4];
     for (int r = 0; r < R; r++)
         for (int u = 0; u < NK; u++) acc[r][u] = _mm256_setzero_ps();
+    if (Q->pf && r0 == 0 && NK == 4) /* the V rows, once per key (AVX2's q8_0 takes this path) */
+        for (int64_t o = 0; o < 4 * Q->pf_rb; o += 64) _mm_prefetch((const char *)(Q->pf + j * Q->pf_rb + o), _MM_HINT_T0);
     for (int64_t b = 0; b < nb; b++) {
         __m256i cu[4], cs[4];
         float dk[4];
@@ -102,7 +108,7 @@ AQ8_INLINE void aq8_transpose8(const __m256i *x, __m256i *t) {
 AQ8_INLINE void aq8_tile8(const int q4, const int R, const uint8_t *K, int64_t rb, const kvs_att_q8 *Q, int64_t r0,
                           int64_t j, float scale, float *S, int64_t lds) {
     const int64_t d = Q->d, nb = d / 32, bb = q4 ? 18 : 34;
-    __m256 acc[AQ8_ROWS];
+    __m256 acc[4];
     for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
     if (Q->pf && r0 == 0) /* once per key (the first row group) */
         for (int64_t o = 0; o < 8 * Q->pf_rb; o += 64) _mm_prefetch((const char *)(Q->pf + j * Q->pf_rb + o), _MM_HINT_T0);
@@ -154,9 +160,92 @@ AQ8_INLINE void aq8_tile8(const int q4, const int R, const uint8_t *K, int64_t r
     for (int r = 0; r < R; r++) _mm256_storeu_ps(S + (r0 + r) * lds + j, _mm256_mul_ps(acc[r], vs));
 }
 
+#if AQ8_VNNI
+/* aq8_tile8 on 512-bit registers (AVX512-VNNI): the 16 keys [j, j + 16), lane p of every vector key
+ * j + kperm[p]: q4_0, lane p key p (4 keys a register from 128-bit loads, dwords transposed within
+ * the 128-bit lanes); q8_0, keys m and m + 8 side by side (two 256-bit halves), dwords transposed
+ * within 128-bit lanes, then the lanes regrouped: keys 0-3, 8-11, 4-7, 12-15. dk: the tile's K
+ * block scales, [b][key] (aq8_qk). One store per row, put back in key order. */
+AQ8_INLINE void aq8_tile16(const int q4, const int R, const uint8_t *K, int64_t rb, const kvs_att_q8 *Q, int64_t r0,
+                           int64_t j, float scale, float *S, int64_t lds, const float (*dk)[AQ8_PV_MAXN]) {
+    const int64_t d = Q->d, nb = d / 32, bb = q4 ? 18 : 34;
+    const __m512i kperm = q4 ? _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+                             : _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15);
+    __m512 acc[AQ8_ROWS];
+    for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
+    if (r0 == 0) { /* once per key (the first row group): this tile's V rows, the next tile's K rows
+                    * (ATT_BK keys on: prefetches never fault) */
+        if (Q->pf)
+            for (int64_t o = 0; o < 16 * Q->pf_rb; o += 64) _mm_prefetch((const char *)(Q->pf + j * Q->pf_rb + o), _MM_HINT_T0);
+        for (int64_t o = 0; o < 16 * rb; o += 64) _mm_prefetch((const char *)(K + (j + 256) * rb + o), _MM_HINT_T1);
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *k0 = K + j * rb + b * bb + 2;
+        __m512i cu[8];
+        if (q4) {
+            __m512i x[4];
+            for (int m = 0; m < 4; m++) {
+                __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(k0 + m * rb)));
+                v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(k0 + (m + 4) * rb)), 1);
+                v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(k0 + (m + 8) * rb)), 2);
+                x[m] = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(k0 + (m + 12) * rb)), 3);
+            }
+            const __m512i a0 = _mm512_unpacklo_epi32(x[0], x[1]), a1 = _mm512_unpackhi_epi32(x[0], x[1]);
+            const __m512i a2 = _mm512_unpacklo_epi32(x[2], x[3]), a3 = _mm512_unpackhi_epi32(x[2], x[3]);
+            const __m512i t[4] = {_mm512_unpacklo_epi64(a0, a2), _mm512_unpackhi_epi64(a0, a2),
+                                  _mm512_unpacklo_epi64(a1, a3), _mm512_unpackhi_epi64(a1, a3)};
+            const __m512i m4 = _mm512_set1_epi8(15);
+            for (int g = 0; g < 4; g++) {
+                cu[g] = _mm512_and_si512(t[g], m4);
+                cu[g + 4] = _mm512_and_si512(_mm512_srli_epi16(t[g], 4), m4);
+            }
+        } else {
+            __m512i x[8], a[8], u[8];
+            for (int m = 0; m < 8; m++)
+                x[m] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(k0 + m * rb))),
+                                          _mm256_loadu_si256((const __m256i *)(k0 + (m + 8) * rb)), 1);
+            for (int k = 0; k < 4; k++) {
+                a[2 * k] = _mm512_unpacklo_epi32(x[2 * k], x[2 * k + 1]);
+                a[2 * k + 1] = _mm512_unpackhi_epi32(x[2 * k], x[2 * k + 1]);
+            }
+            for (int k = 0; k < 2; k++) { /* lanes: dword q of keys 4k.., q + 4 of 4k.., q of 8+4k.., q + 4 of 8+4k.. */
+                u[4 * k + 0] = _mm512_unpacklo_epi64(a[4 * k], a[4 * k + 2]);
+                u[4 * k + 1] = _mm512_unpackhi_epi64(a[4 * k], a[4 * k + 2]);
+                u[4 * k + 2] = _mm512_unpacklo_epi64(a[4 * k + 1], a[4 * k + 3]);
+                u[4 * k + 3] = _mm512_unpackhi_epi64(a[4 * k + 1], a[4 * k + 3]);
+            }
+            const __m512i x80 = _mm512_set1_epi8((char)0x80);
+            for (int g = 0; g < 4; g++) { /* keys 0-3, 8-11, 4-7, 12-15 */
+                cu[g] = _mm512_xor_si512(_mm512_shuffle_i64x2(u[g], u[4 + g], 0x88), x80);
+                cu[g + 4] = _mm512_xor_si512(_mm512_shuffle_i64x2(u[g], u[4 + g], 0xdd), x80);
+            }
+        }
+        const __m512 dkv = _mm512_permutexvar_ps(kperm, _mm512_loadu_ps(&dk[b][j]));
+        for (int r = 0; r < R; r++) {
+            const int64_t row = r0 + r;
+            const int8_t *qb = Q->q + row * d + b * 32;
+            __m512i p[2] = {_mm512_set1_epi32(Q->corrb[row * nb + b]), _mm512_setzero_si512()}; /* two chains */
+            for (int g = 0; g < 8; g++) {
+                int32_t w;
+                memcpy(&w, q4 ? (const void *)(qb + (g < 4 ? 4 * g : 16 + 4 * (g - 4))) : (const void *)(qb + 4 * g), 4);
+                p[g & 1] = _mm512_dpbusd_epi32(p[g & 1], cu[g], _mm512_set1_epi32(w));
+            }
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(p[0], p[1])), _mm512_mul_ps(dkv, _mm512_set1_ps(Q->dq[row * nb + b])), acc[r]);
+        }
+    }
+    const __m512 vs = _mm512_set1_ps(scale);
+    for (int r = 0; r < R; r++) /* lane p is key kperm[p]: kperm is its own inverse */
+        _mm512_storeu_ps(S + (r0 + r) * lds + j, _mm512_permutexvar_ps(kperm, _mm512_mul_ps(acc[r], vs)));
+}
+#define AQ8_KEYS16(Q4, R) for (; dk && j + 16 <= n; j += 16) aq8_tile16((Q4), (R), K, rb, Q, r0, j, scale, S, lds, dk)
+#else
+#define AQ8_KEYS16(Q4, R) (void)dk
+#endif
+
 #define AQ8_KEYS(Q4, R)                                                                                \
     do {                                                                                               \
         int64_t j = 0;                                                                                 \
+        AQ8_KEYS16(Q4, R);                                                                             \
         if ((Q4) || AQ8_VNNI) /* AVX2's q8_0 (the sign trick per row and word) keeps 4 keys a step */   \
             for (; j + 8 <= n; j += 8) aq8_tile8((Q4), (R), K, rb, Q, r0, j, scale, S, lds);           \
         for (; j + 4 <= n; j += 4) aq8_tile((Q4), (R), 4, K, rb, Q, r0, j, scale, S, lds);             \
@@ -164,19 +253,18 @@ AQ8_INLINE void aq8_tile8(const int q4, const int R, const uint8_t *K, int64_t r
     } while (0)
 
 static void aq8_rows(const int q4, const uint8_t *K, int64_t rb, const kvs_att_q8 *Q, int64_t M, int64_t n, float scale,
-                     float *S, int64_t lds) {
-    for (int64_t r0 = 0; r0 < M; r0 += AQ8_ROWS) {
-        const int64_t R = M - r0 < AQ8_ROWS ? M - r0 : AQ8_ROWS;
+                     float *S, int64_t lds, const float (*dk)[AQ8_PV_MAXN]) {
+    /* q4_0 (and all of VNNI) 4 rows a group: the transposed keys are shared by more rows; AVX2's
+     * q8_0 (4 accumulators a row) AQ8_ROWS */
+    const int64_t RG = q4 ? 4 : AQ8_ROWS;
+    for (int64_t r0 = 0; r0 < M; r0 += RG) {
+        const int64_t R = M - r0 < RG ? M - r0 : RG;
         if (q4) {
             switch (R) {
             case 1: AQ8_KEYS(1, 1); break;
-#if AQ8_ROWS > 2
             case 2: AQ8_KEYS(1, 2); break;
             case 3: AQ8_KEYS(1, 3); break;
             default: AQ8_KEYS(1, 4); break;
-#else
-            default: AQ8_KEYS(1, 2); break;
-#endif
             }
         } else {
             switch (R) {
@@ -197,6 +285,337 @@ static void aq8_rows(const int q4, const uint8_t *K, int64_t rb, const kvs_att_q
 static int aq8_qk(kvs_dtype dt, const void *K, int64_t rb, const kvs_att_q8 *Q, int64_t M, int64_t n, float scale,
                   float *S, int64_t lds) {
     if (dt != KVS_Q4_0 && dt != KVS_Q8_0) return 0;
-    aq8_rows(dt == KVS_Q4_0, (const uint8_t *)K, rb, Q, M, n, scale, S, lds);
+    float dk[AQ8_PV_MAXD / 32][AQ8_PV_MAXN]; /* the K block scales, [block][key] (the 16-key kernel) */
+    const int64_t nb = Q->d / 32, bb = dt == KVS_Q4_0 ? 18 : 34;
+    if (AQ8_VNNI && n >= 16 && Q->d <= AQ8_PV_MAXD && n <= AQ8_PV_MAXN) {
+        uint16_t h16[AQ8_PV_MAXD / 32][AQ8_PV_MAXN];
+        for (int64_t j = 0; j < n; j++)
+            for (int64_t b = 0; b < nb; b++) memcpy(&h16[b][j], (const uint8_t *)K + j * rb + b * bb, 2);
+        for (int64_t b = 0; b < nb; b++)
+            for (int64_t j = 0; j + 8 <= n; j += 8)
+                _mm256_storeu_ps(&dk[b][j], _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)&h16[b][j])));
+    }
+    /* (the 8-key kernels read their scales themselves) */
+    const int big = AQ8_VNNI && n >= 16 && Q->d <= AQ8_PV_MAXD && n <= AQ8_PV_MAXN;
+    aq8_rows(dt == KVS_Q4_0, (const uint8_t *)K, rb, Q, M, n, scale, S, lds, big ? (const float (*)[AQ8_PV_MAXN])dk : NULL);
+    return 1;
+}
+
+/* ---- O += P.V on 8-bit weights (contract, chunking and error bound: ../attention_q8.h) ----------
+ * Per tile: |d_v| of every (key, block) as f32 (0 past n), a byte mask 0xFF for a negative d_v (its
+ * codes enter XORed: q4_0 15 - c, q8_0 -c - 1, so that every weight is |W| >= 0) and the codes'
+ * offset o (q4_0: 8, 7 for a negative d_v; q8_0: 0, -1), so that V = |d_v| (x - o) with x the
+ * (XORed) code. Per (row, block, chunk of AQ8_PV_CH keys): |W| = P |d_v|, s = max |W| / wmax,
+ * w = rint(|W| / s) in 0..wmax (u8), corr = sum w o. The main loop: 4 keys' codes of one block
+ * interleaved in registers (lane = column, its 4 bytes the 4 keys), shared by the rows; each row's 4
+ * weights broadcast as one dword; Q8_DPBUSD accumulates 32 columns in 4 int32 vectors over the
+ * chunk; then O += s (acc - corr) in f32. */
+#define AQ8_PV_CH 64
+
+typedef struct aq8_pvt { /* one tile's V side (nb blocks, keys padded with zeros to a multiple of 32) */
+    float adv[AQ8_PV_MAXD / 32][AQ8_PV_MAXN];
+    uint8_t nm[AQ8_PV_MAXD / 32][AQ8_PV_MAXN];
+    int8_t off[AQ8_PV_MAXD / 32][AQ8_PV_MAXN];
+} aq8_pvt;
+
+typedef struct aq8_pvw { /* one row group's weights */
+    uint8_t w[AQ8_PV_MAXD / 32][AQ8_ROWS][AQ8_PV_MAXN];
+    float s[AQ8_PV_MAXD / 32][AQ8_ROWS][AQ8_PV_MAXN / AQ8_PV_CH];
+    int32_t corr[AQ8_PV_MAXD / 32][AQ8_ROWS][AQ8_PV_MAXN / AQ8_PV_CH];
+} aq8_pvw;
+
+static const uint8_t aq8_zero[64];
+
+/* The V side of the tile; 0 when a block scale is not finite (the caller then takes the f32 kernel) */
+__attribute__((noinline)) static int aq8_pv_tile(const int q4, const uint8_t *V, int64_t rb, int64_t n, int64_t nb, aq8_pvt *t) {
+    const int64_t bb = q4 ? 18 : 34, np = (n + 31) & ~(int64_t)31;
+    uint16_t h16[AQ8_PV_MAXD / 32][AQ8_PV_MAXN];
+    for (int64_t j = 0; j < n; j++) { /* the scales, key by key */
+        const uint8_t *row = V + j * rb;
+        for (int64_t b = 0; b < nb; b++) memcpy(&h16[b][j], row + b * bb, 2);
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i bad = _mm256_setzero_si256();
+        for (int64_t j = n; j < np; j++) h16[b][j] = 0;
+        for (int64_t j = 0; j < np; j += 8) {
+            const __m128i h = _mm_loadu_si128((const __m128i *)&h16[b][j]);
+            const __m128i neg = _mm_srai_epi16(h, 15);                                   /* 0xFFFF: negative */
+            const __m128i ah = _mm_and_si128(h, _mm_set1_epi16(0x7fff));                  /* |d_v| */
+            bad = _mm256_or_si256(bad, _mm256_castsi128_si256(_mm_cmpgt_epi16(ah, _mm_set1_epi16(0x7bff))));
+            _mm256_storeu_ps(&t->adv[b][j], _mm256_cvtph_ps(ah));
+            const __m128i m8 = _mm_packs_epi16(neg, neg); /* 8 bytes 0xFF / 0 */
+            /* (AVX-512's q8_0 kernel: in its dword key order 0, 2, 1, 3) */
+            _mm_storel_epi64((__m128i *)&t->nm[b][j],
+                             (AQ8_VNNI && !q4) ? _mm_shuffle_epi8(m8, _mm_setr_epi8(0, 2, 1, 3, 4, 6, 5, 7, 8, 9, 10, 11, 12, 13, 14, 15)) : m8);
+            /* q4_0: 8 + neg (neg = -1 or 0); q8_0: neg */
+            _mm_storel_epi64((__m128i *)&t->off[b][j], q4 ? _mm_add_epi8(m8, _mm_set1_epi8(8)) : m8);
+        }
+        if (!_mm256_testz_si256(bad, bad)) return 0; /* inf / NaN scale */
+    }
+    return 1;
+}
+
+/* Quantizes the weights of rows p[r * ldp] (r < R) against the tile t (n keys, nb blocks) into w. */
+__attribute__((noinline)) static void aq8_pv_weights(const int q4, const int R, const float *P, int64_t ldp, const aq8_pvt *t, int64_t n, int64_t nb, int wmax,
+                           aq8_pvw *w) {
+    const int64_t np = (n + 31) & ~(int64_t)31;
+    const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int r = 0; r < R; r++) {
+        const float *p = P + r * ldp;
+        float pp[AQ8_PV_MAXN]; /* P with the keys past n zeroed (S holds anything there) */
+        for (int64_t j = 0; j < np; j += 8) {
+            const __m256i idx = _mm256_add_epi32(_mm256_set1_epi32((int)j), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+            const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), idx);
+            _mm256_storeu_ps(pp + j, _mm256_maskload_ps(p + (j < n ? j : 0), m));
+        }
+        for (int64_t b = 0; b < nb; b++)
+            for (int64_t c0 = 0, c = 0; c0 < np; c0 += AQ8_PV_CH, c++) {
+                const int64_t c1 = c0 + AQ8_PV_CH < np ? c0 + AQ8_PV_CH : np;
+#if AQ8_VNNI /* 16 keys a vector */
+                __m512 mx16 = _mm512_setzero_ps();
+                for (int64_t j = c0; j < c1; j += 16)
+                    mx16 = _mm512_max_ps(mx16, _mm512_mul_ps(_mm512_loadu_ps(pp + j), _mm512_loadu_ps(&t->adv[b][j])));
+                const float m16 = _mm512_reduce_max_ps(mx16);
+                const float inv16 = m16 >= 0x1p-100f ? (float)wmax / m16 : 0.0f;
+                w->s[b][r][c] = m16 >= 0x1p-100f ? m16 / (float)wmax : 0.0f;
+                const __m512 vi16 = _mm512_set1_ps(inv16);
+                __m128i cs16 = _mm_setzero_si128();
+                for (int64_t j = c0; j < c1; j += 16) {
+                    const __m128i w8 = _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(
+                        _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(pp + j), _mm512_loadu_ps(&t->adv[b][j])), vi16)));
+                    cs16 = _mm_dpbusd_epi32(cs16, w8, _mm_loadu_si128((const __m128i *)&t->off[b][j]));
+                    /* the q8_0 kernel interleaves keys 0, 2, 1, 3 in a dword (aq8_pv_chunk512) */
+                    _mm_storeu_si128((__m128i *)&w->w[b][r][j],
+                                     q4 ? w8 : _mm_shuffle_epi8(w8, _mm_setr_epi8(0, 2, 1, 3, 4, 6, 5, 7, 8, 10, 9, 11, 12, 14, 13, 15)));
+                }
+                cs16 = _mm_add_epi32(cs16, _mm_shuffle_epi32(cs16, 0x4e));
+                cs16 = _mm_add_epi32(cs16, _mm_shuffle_epi32(cs16, 0xb1));
+                w->corr[b][r][c] = _mm_cvtsi128_si32(cs16);
+                continue;
+#endif
+                __m256 mx = _mm256_setzero_ps();
+                for (int64_t j = c0; j < c1; j += 8)
+                    mx = _mm256_max_ps(mx, _mm256_mul_ps(_mm256_loadu_ps(pp + j), _mm256_loadu_ps(&t->adv[b][j])));
+                __m128 h = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+                h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+                h = _mm_max_ss(h, _mm_movehdup_ps(h));
+                const float m = _mm_cvtss_f32(h);
+                /* weights below 2^-100 (all of the chunk's) are dropped: inv would overflow */
+                const float inv = m >= 0x1p-100f ? (float)wmax / m : 0.0f;
+                w->s[b][r][c] = m >= 0x1p-100f ? m / (float)wmax : 0.0f;
+                const __m256 vi = _mm256_set1_ps(inv);
+                __m256i cs = _mm256_setzero_si256();
+                for (int64_t j = c0; j < c1; j += 32) {
+                    __m256i q[4];
+                    for (int u = 0; u < 4; u++)
+                        q[u] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(pp + j + 8 * u),
+                                                                              _mm256_loadu_ps(&t->adv[b][j + 8 * u])),
+                                                                vi));
+                    const __m256i w8 = _mm256_permutevar8x32_epi32(
+                        _mm256_packus_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3])), perm);
+                    /* AVX-512's q8_0 kernel interleaves keys 0, 2, 1, 3 in a dword (aq8_pv_chunk512) */
+                    _mm256_storeu_si256((__m256i *)&w->w[b][r][j],
+                                        (AQ8_VNNI && !q4) ? _mm256_shuffle_epi8(w8, _mm256_setr_epi8(0, 2, 1, 3, 4, 6, 5, 7, 8, 10, 9, 11, 12, 14, 13, 15, 0, 2, 1, 3, 4, 6, 5, 7, 8, 10, 9, 11, 12, 14, 13, 15))
+                                                          : w8);
+                    cs = Q8_DPBUSD(cs, w8, _mm256_loadu_si256((const __m256i *)&t->off[b][j]));
+                }
+                __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(cs), _mm256_extracti128_si256(cs, 1));
+                s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+                s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+                w->corr[b][r][c] = _mm_cvtsi128_si32(s4);
+            }
+    }
+}
+
+/* Rows [0, R) of O (row stride d), block b's 32 columns, += the keys [j0, j1) of chunk c (j1 a
+ * multiple of 4, keys >= n read as zeros with weight 0). */
+AQ8_INLINE void aq8_pv_chunk(const int q4, const int R, const uint8_t *V, int64_t rb, int64_t n, int64_t b, int64_t c,
+                             int64_t j0, int64_t j1, const aq8_pvt *t, const aq8_pvw *w, float *O, int64_t d) {
+    const int64_t bb = q4 ? 18 : 34;
+    __m256i acc[AQ8_ROWS][4];
+    for (int r = 0; r < R; r++)
+        for (int u = 0; u < 4; u++) acc[r][u] = _mm256_set1_epi32(-w->corr[b][r][c]);
+    const uint8_t *vb = V + b * bb + 2;
+    for (int64_t j = j0; j < j1; j += 4) {
+        const uint8_t *k0 = vb + j * rb, *k1 = k0 + rb, *k2 = k1 + rb, *k3 = k2 + rb;
+        if (j + 4 > n) { /* the last keys: rows past the tile may not exist */
+            k1 = j + 1 < n ? k1 : aq8_zero;
+            k2 = j + 2 < n ? k2 : aq8_zero;
+            k3 = j + 3 < n ? k3 : aq8_zero;
+        }
+        int32_t nmw;
+        memcpy(&nmw, &t->nm[b][j], 4);
+        const __m256i m = _mm256_set1_epi32(nmw);
+        __m256i cv[4];
+        if (q4) {
+            const __m128i x0 = _mm_loadu_si128((const __m128i *)k0), x1 = _mm_loadu_si128((const __m128i *)k1);
+            const __m128i x2 = _mm_loadu_si128((const __m128i *)k2), x3 = _mm_loadu_si128((const __m128i *)k3);
+            const __m128i a = _mm_unpacklo_epi8(x0, x1), e = _mm_unpackhi_epi8(x0, x1);
+            const __m128i f = _mm_unpacklo_epi8(x2, x3), g = _mm_unpackhi_epi8(x2, x3);
+            const __m256i y01 = _mm256_xor_si256(_mm256_set_m128i(_mm_unpackhi_epi16(a, f), _mm_unpacklo_epi16(a, f)), m);
+            const __m256i y23 = _mm256_xor_si256(_mm256_set_m128i(_mm_unpackhi_epi16(e, g), _mm_unpacklo_epi16(e, g)), m);
+            const __m256i m4 = _mm256_set1_epi8(15);
+            cv[0] = _mm256_and_si256(y01, m4);
+            cv[1] = _mm256_and_si256(y23, m4);
+            cv[2] = _mm256_and_si256(_mm256_srli_epi16(y01, 4), m4);
+            cv[3] = _mm256_and_si256(_mm256_srli_epi16(y23, 4), m4);
+        } else {
+            const __m256i x0 = _mm256_loadu_si256((const __m256i *)k0), x1 = _mm256_loadu_si256((const __m256i *)k1);
+            const __m256i x2 = _mm256_loadu_si256((const __m256i *)k2), x3 = _mm256_loadu_si256((const __m256i *)k3);
+            const __m256i a = _mm256_unpacklo_epi8(x0, x1), e = _mm256_unpackhi_epi8(x0, x1);
+            const __m256i f = _mm256_unpacklo_epi8(x2, x3), g = _mm256_unpackhi_epi8(x2, x3);
+            /* columns [0-3 | 16-19], [4-7 | 20-23], [8-11 | 24-27], [12-15 | 28-31] */
+            cv[0] = _mm256_xor_si256(_mm256_unpacklo_epi16(a, f), m);
+            cv[1] = _mm256_xor_si256(_mm256_unpackhi_epi16(a, f), m);
+            cv[2] = _mm256_xor_si256(_mm256_unpacklo_epi16(e, g), m);
+            cv[3] = _mm256_xor_si256(_mm256_unpackhi_epi16(e, g), m);
+        }
+        for (int r = 0; r < R; r++) {
+            int32_t ww;
+            memcpy(&ww, &w->w[b][r][j], 4);
+            const __m256i wv = _mm256_set1_epi32(ww);
+            for (int u = 0; u < 4; u++) acc[r][u] = Q8_DPBUSD(acc[r][u], wv, cv[u]);
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        const __m256 s = _mm256_set1_ps(w->s[b][r][c]);
+        __m256 f[4];
+        for (int u = 0; u < 4; u++) f[u] = _mm256_cvtepi32_ps(acc[r][u]);
+        if (!q4) {
+            const __m256 f0 = f[0], f1 = f[1], f2 = f[2], f3 = f[3];
+            f[0] = _mm256_permute2f128_ps(f0, f1, 0x20);
+            f[1] = _mm256_permute2f128_ps(f2, f3, 0x20);
+            f[2] = _mm256_permute2f128_ps(f0, f1, 0x31);
+            f[3] = _mm256_permute2f128_ps(f2, f3, 0x31);
+        }
+        float *o = O + r * d + b * 32;
+        for (int u = 0; u < 4; u++) _mm256_storeu_ps(o + 8 * u, _mm256_fmadd_ps(f[u], s, _mm256_loadu_ps(o + 8 * u)));
+    }
+}
+
+#if AQ8_VNNI
+/* aq8_pv_chunk on 512-bit registers (AVX512-VNNI): 2 vectors of 16 columns per row. q4_0: the 4 keys'
+ * packed bytes interleaved in 128-bit registers, joined, split into nibbles (columns 0-15, 16-31);
+ * q8_0: keys (0, 1) and (2, 3) side by side in two registers, bytes interleaved, 128-bit lanes
+ * regrouped, words interleaved: dwords hold keys 0, 2, 1, 3 (the weights are stored so), columns
+ * [0-3 | 16-19 | 8-11 | 24-27] and [4-7 | 20-23 | 12-15 | 28-31], put back in order at the end. */
+AQ8_INLINE void aq8_pv_chunk512(const int q4, const int R, const uint8_t *V, int64_t rb, int64_t n, int64_t b, int64_t c,
+                                int64_t j0, int64_t j1, const aq8_pvt *t, const aq8_pvw *w, float *O, int64_t d) {
+    const int64_t bb = q4 ? 18 : 34;
+    __m512i acc[AQ8_ROWS][2];
+    for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm512_set1_epi32(-w->corr[b][r][c]);
+    const uint8_t *vb = V + b * bb + 2;
+    for (int64_t j = j0; j < j1; j += 4) {
+        const uint8_t *k0 = vb + j * rb, *k1 = k0 + rb, *k2 = k1 + rb, *k3 = k2 + rb;
+        if (j + 4 > n) { /* the last keys: rows past the tile may not exist */
+            k1 = j + 1 < n ? k1 : aq8_zero;
+            k2 = j + 2 < n ? k2 : aq8_zero;
+            k3 = j + 3 < n ? k3 : aq8_zero;
+        }
+        int32_t nmw;
+        memcpy(&nmw, &t->nm[b][j], 4);
+        const __m512i m = _mm512_set1_epi32(nmw);
+        __m512i cv[2];
+        if (q4) {
+            const __m128i x0 = _mm_loadu_si128((const __m128i *)k0), x1 = _mm_loadu_si128((const __m128i *)k1);
+            const __m128i x2 = _mm_loadu_si128((const __m128i *)k2), x3 = _mm_loadu_si128((const __m128i *)k3);
+            const __m128i a = _mm_unpacklo_epi8(x0, x1), e = _mm_unpackhi_epi8(x0, x1);
+            const __m128i f = _mm_unpacklo_epi8(x2, x3), g = _mm_unpackhi_epi8(x2, x3);
+            const __m256i y01 = _mm256_set_m128i(_mm_unpackhi_epi16(a, f), _mm_unpacklo_epi16(a, f));
+            const __m256i y23 = _mm256_set_m128i(_mm_unpackhi_epi16(e, g), _mm_unpacklo_epi16(e, g));
+            const __m512i y = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(y01), y23, 1), m);
+            const __m512i m4 = _mm512_set1_epi8(15);
+            cv[0] = _mm512_and_si512(y, m4);
+            cv[1] = _mm512_and_si512(_mm512_srli_epi16(y, 4), m4);
+        } else {
+            const __m512i A = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)k0)),
+                                                 _mm256_loadu_si256((const __m256i *)k1), 1);
+            const __m512i B = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)k2)),
+                                                 _mm256_loadu_si256((const __m256i *)k3), 1);
+            const __m512i lo = _mm512_unpacklo_epi8(A, B), hi = _mm512_unpackhi_epi8(A, B);
+            /* lo: [k0k2 c0-7 | k0k2 c16-23 | k1k3 c0-7 | k1k3 c16-23], hi the same for c8-15, c24-31 */
+            const __m512i p = _mm512_shuffle_i64x2(lo, hi, 0x44), q = _mm512_shuffle_i64x2(lo, hi, 0xee);
+            cv[0] = _mm512_xor_si512(_mm512_unpacklo_epi16(p, q), m);
+            cv[1] = _mm512_xor_si512(_mm512_unpackhi_epi16(p, q), m);
+        }
+        for (int r = 0; r < R; r++) {
+            int32_t ww;
+            memcpy(&ww, &w->w[b][r][j], 4);
+            const __m512i wv = _mm512_set1_epi32(ww);
+            acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], wv, cv[0]);
+            acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], wv, cv[1]);
+        }
+    }
+    const __m512i i0 = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
+    const __m512i i1 = _mm512_setr_epi32(4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
+    for (int r = 0; r < R; r++) {
+        const __m512 s = _mm512_set1_ps(w->s[b][r][c]);
+        __m512 f0 = _mm512_cvtepi32_ps(acc[r][0]), f1 = _mm512_cvtepi32_ps(acc[r][1]);
+        if (!q4) {
+            const __m512 g0 = f0, g1 = f1;
+            f0 = _mm512_permutex2var_ps(g0, i0, g1);
+            f1 = _mm512_permutex2var_ps(g0, i1, g1);
+        }
+        float *o = O + r * d + b * 32;
+        _mm512_storeu_ps(o, _mm512_fmadd_ps(f0, s, _mm512_loadu_ps(o)));
+        _mm512_storeu_ps(o + 16, _mm512_fmadd_ps(f1, s, _mm512_loadu_ps(o + 16)));
+    }
+}
+#define AQ8_PV_CHUNK aq8_pv_chunk512
+#else
+#define AQ8_PV_CHUNK aq8_pv_chunk
+#endif
+
+/* The integer P.V (../attention_q8.h); 0 (nothing done) for other dtypes, d > 256, n > 256, or a tile
+ * with a non-finite P or V block scale (the caller's f32 kernel keeps their NaN / inf semantics). */
+static int aq8_pv(kvs_dtype dt, const void *V_, int64_t rb, const float *P, int64_t ldp, int64_t M, int64_t n, int64_t d,
+                  float *O) {
+    if ((dt != KVS_Q4_0 && dt != KVS_Q8_0) || d > AQ8_PV_MAXD || n > AQ8_PV_MAXN || d % 32 || n <= 0) return 0;
+    const uint8_t *V = V_;
+    const int q4 = dt == KVS_Q4_0;
+    const int64_t nb = d / 32, n4 = (n + 3) & ~(int64_t)3;
+    /* vpmaddubsw sums two u8 x s8 products in 16 bits: q8_0's codes (up to 128 in size) take 7-bit weights */
+    const int wmax = (!q4 && !AQ8_VNNI) ? 127 : 255;
+    for (int64_t r = 0; r < M; r++) { /* NaN in P (NaN logits): the f32 kernel */
+        const float *p = P + r * ldp;
+        __m256 un = _mm256_setzero_ps();
+        int64_t j = 0;
+        for (; j + 8 <= n; j += 8) {
+            const __m256 x = _mm256_loadu_ps(p + j);
+            un = _mm256_or_ps(un, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+        }
+        if (!_mm256_testz_ps(un, un)) return 0;
+        for (; j < n; j++)
+            if (p[j] != p[j]) return 0;
+    }
+    aq8_pvt t;
+    if (!aq8_pv_tile(q4, V, rb, n, nb, &t)) return 0;
+    aq8_pvw w;
+    for (int64_t r0 = 0; r0 < M; r0 += AQ8_ROWS) {
+        const int R = M - r0 < AQ8_ROWS ? (int)(M - r0) : AQ8_ROWS;
+        aq8_pv_weights(q4, R, P + r0 * ldp, ldp, &t, n, nb, wmax, &w);
+        float *o = O + r0 * d;
+        for (int64_t b = 0; b < nb; b++)
+            for (int64_t c0 = 0, c = 0; c0 < n4; c0 += AQ8_PV_CH, c++) {
+                const int64_t c1 = c0 + AQ8_PV_CH < n4 ? c0 + AQ8_PV_CH : n4;
+#define AQ8_PVC(Q4, RR) AQ8_PV_CHUNK((Q4), (RR), V, rb, n, b, c, c0, c1, &t, &w, o, d)
+                if (R == AQ8_ROWS) {
+                    if (q4) AQ8_PVC(1, AQ8_ROWS);
+                    else AQ8_PVC(0, AQ8_ROWS);
+                } else if (R == 1) {
+                    if (q4) AQ8_PVC(1, 1);
+                    else AQ8_PVC(0, 1);
+#if AQ8_ROWS > 2
+                } else if (R == 2) {
+                    if (q4) AQ8_PVC(1, 2);
+                    else AQ8_PVC(0, 2);
+                } else {
+                    if (q4) AQ8_PVC(1, 3);
+                    else AQ8_PVC(0, 3);
+#endif
+                }
+#undef AQ8_PVC
+            }
+    }
     return 1;
 }

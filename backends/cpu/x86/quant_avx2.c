@@ -103,8 +103,6 @@ void kvs_cpu_q8dot_avx2(const void *wrow, kvs_dtype dt, const kvs_q8_rows *x, in
  * ../attention_q8.h): the block scales folded into the weights, W[b][r][j] = P[r][j] d_v(j, b), each
  * V vector only its codes converted (q4_0's offset 8 taken out once per tile: - 8 sum_j W), 2 rows x
  * 32 columns (one block) of O in registers over the tile's keys (16 registers). */
-#define AQ8_PV_MAXD 256
-#define AQ8_PV_MAXN 256
 
 static inline __attribute__((always_inline)) void aq8_pv_block2(const int q4, const int R, const uint8_t *V, int64_t rb,
                                                                 const float *W, int64_t n, int64_t d, int64_t b,
@@ -137,8 +135,8 @@ static inline __attribute__((always_inline)) void aq8_pv_block2(const int q4, co
         for (int u = 0; u < 4; u++) _mm256_storeu_ps(O + r * d + b * 32 + 8 * u, acc[r][u]);
 }
 
-int kvs_cpu_att_pv_q8_avx2(kvs_dtype dt, const void *V_, int64_t rb, const float *P, int64_t ldp, int64_t M, int64_t n,
-                           int64_t d, float *O) {
+static int aq8_pv_f32(kvs_dtype dt, const void *V_, int64_t rb, const float *P, int64_t ldp, int64_t M, int64_t n,
+                      int64_t d, float *O) {
     if ((dt != KVS_Q4_0 && dt != KVS_Q8_0) || d > AQ8_PV_MAXD || n > AQ8_PV_MAXN || d % 32) return 0;
     const uint8_t *V = V_;
     const int q4 = dt == KVS_Q4_0;
@@ -194,6 +192,11 @@ int kvs_cpu_att_pv_q8_avx2(kvs_dtype dt, const void *V_, int64_t rb, const float
         }
     }
     return 1;
+}
+
+int kvs_cpu_att_pv_q8_avx2(kvs_dtype dt, const void *V, int64_t rb, const float *P, int64_t ldp, int64_t M, int64_t n,
+                           int64_t d, float *O) {
+    return aq8_pv(dt, V, rb, P, ldp, M, n, d, O) || aq8_pv_f32(dt, V, rb, P, ldp, M, n, d, O);
 }
 
 int kvs_cpu_att_qk_q8_avx2(kvs_dtype dt, const void *K, int64_t rb, const kvs_att_q8 *Q, int64_t M, int64_t n,

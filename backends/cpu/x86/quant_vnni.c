@@ -29,8 +29,6 @@ void kvs_cpu_q8dot_vnni(const void *wrow, kvs_dtype dt, const kvs_q8_rows *x, in
 #define AQ8_ROWS 4
 #include "att_q8.h"
 
-#define AQ8_PV_MAXD 256
-#define AQ8_PV_MAXN 256
 
 /* Decode attention's O += P.V over a q8_0 / q4_0 V on AVX-512 (the -vnni variant; contract: ../attention_q8.h):
  * the block scales are folded into the weights first, W[r][b][j] = P[r][j] d_v(j, b) (16 keys a
@@ -68,8 +66,8 @@ static inline __attribute__((always_inline)) void aq8_pv_block(const int q4, con
 }
 
 
-int kvs_cpu_att_pv_q8_vnni(kvs_dtype dt, const void *V_, int64_t rb, const float *P, int64_t ldp, int64_t M, int64_t n,
-                           int64_t d, float *O) {
+static int aq8_pv_f32(kvs_dtype dt, const void *V_, int64_t rb, const float *P, int64_t ldp, int64_t M, int64_t n,
+                      int64_t d, float *O) {
     if ((dt != KVS_Q4_0 && dt != KVS_Q8_0) || d > AQ8_PV_MAXD || n > AQ8_PV_MAXN || d % 32) return 0;
     const uint8_t *V = V_;
     const int q4 = dt == KVS_Q4_0;
@@ -116,6 +114,11 @@ int kvs_cpu_att_pv_q8_vnni(kvs_dtype dt, const void *V_, int64_t rb, const float
         }
     }
     return 1;
+}
+
+int kvs_cpu_att_pv_q8_vnni(kvs_dtype dt, const void *V, int64_t rb, const float *P, int64_t ldp, int64_t M, int64_t n,
+                           int64_t d, float *O) {
+    return aq8_pv(dt, V, rb, P, ldp, M, n, d, O) || aq8_pv_f32(dt, V, rb, P, ldp, M, n, d, O);
 }
 
 int kvs_cpu_att_qk_q8_vnni(kvs_dtype dt, const void *K, int64_t rb, const kvs_att_q8 *Q, int64_t M, int64_t n,
