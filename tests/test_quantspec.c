@@ -824,6 +824,113 @@ START_TEST(test_greedy_equal) {
 }
 END_TEST
 
+/* kvs_generate_ar_continue (the long-context bench's decode, kvsieve bench model --speculative): on
+ * a random-weight llama of head_dim 64 (2 layers) whose cache holds a context of random tokens, the
+ * plain continuation gives kvs_generate_ar's tokens after that prompt (the prefill is the same
+ * forward), and speculative continuation (greedy) gives the plain tokens, several times on one cache
+ * cut back by kvs_cache_truncate; then the refusals. */
+static kvs_model *tiny_random(kvs_device *dev) {
+    kvs_model_hparams hp = {.arch = KVS_ARCH_LLAMA, .n_layers = 2, .dim = 256, .n_heads = 4, .n_kv_heads = 2, .head_dim = 64,
+                            .ffn_dim = 512, .vocab = 512, .ctx_len = 512, .rms_eps = 1e-5f, .rope_base = 1e4f, .rope_dim = 64,
+                            .rope_mode = KVS_ROPE_ADJACENT, .bos_id = 1, .eos_id = 2, .mask_id = -1};
+    kvs_model *m = NULL;
+    ck_assert_msg(kvs_model_create_random(&m, dev, &hp, KVS_Q4_0, 7) == KVS_OK, "%s", kvs_last_error());
+    return m;
+}
+
+START_TEST(test_continue) {
+    const int cpu = g_params.backend == KVS_BACKEND_CPU;
+    kvs_device *dev = open_dev();
+    kvs_model *m = tiny_random(dev);
+    const int64_t C = cpu ? 300 : 100, M = 24;
+    int32_t *prompt = malloc(sizeof(int32_t) * (size_t)C), ref[24], tok[24];
+    for (int64_t i = 0; i < C; i++) prompt[i] = 3 + (int32_t)(urand() * 500);
+    /* kvs_generate_ar after the whole prompt: ref[0] from the prefill, ref[1..] from decode steps */
+    kvs_ar_params ap = kvs_ar_params_default();
+    ap.max_new = M;
+    ap.stop_at_bos = ap.stop_at_eos = 0;
+    kvs_cache_params cp = kvs_model_cache_params(m);
+    cp.mode = KVS_CACHE_APPEND;
+    cp.capacity = C + M;
+    cp.type_k = cp.type_v = KVS_QH8;
+    kvs_kv_cache *c = NULL;
+    ck_assert_int_eq(kvs_cache_create(&c, dev, &cp), KVS_OK);
+    int64_t n = 0;
+    ck_assert_msg(kvs_generate_ar(m, c, prompt, C, &ap, NULL, NULL, ref, &n, NULL) == KVS_OK, "%s", kvs_last_error());
+    ck_assert_int_eq(n, M);
+    /* the same prefill, then continue from ref[0] */
+    ck_assert_int_eq(kvs_cache_reset(c), KVS_OK);
+    int32_t last = (int32_t)C - 1;
+    kvs_step_plan plan = {.tokens = prompt, .n_tokens = C, .logit_rows = &last, .n_logit_rows = 1};
+    kvs_step_result r;
+    ck_assert_int_eq(kvs_model_forward(m, c, &plan, &r), KVS_OK);
+    ck_assert_int_eq(kvs_cache_next_pos(c), C);
+    const int drafts[4] = {0, 3, 1, 8};
+    int64_t drafted = 0, accepted = 0;
+    for (int di = 0; di < 4; di++) {
+        if (!cpu && drafts[di] != 0 && drafts[di] != 3) continue; /* PoCL / lavapipe: plain and draft 3 */
+        ap.draft = drafts[di];
+        ap.max_new = M - 1;
+        kvs_gen_stats st;
+        ck_assert_int_eq(kvs_cache_truncate(c, C), KVS_OK);
+        ck_assert_msg(kvs_generate_ar_continue(m, c, ref[0], &ap, NULL, NULL, tok, &n, &st) == KVS_OK, "%s", kvs_last_error());
+        ck_assert_int_eq(n, M - 1);
+        ck_assert_int_eq(st.tokens, M - 1);
+        int same = 0;
+        while (same < M - 1 && tok[same] == ref[same + 1]) same++;
+        ck_assert_msg(same == M - 1, "draft %d: continued tokens differ from kvs_generate_ar's at %d", drafts[di], same);
+        ck_assert_int_eq(kvs_cache_max_len(c, 0), C + M - 1); /* the last token is not forwarded */
+        if (drafts[di]) {
+            ck_assert(st.spec_verify_steps > 0 && st.spec_accepted <= st.spec_drafted);
+            drafted += st.spec_drafted, accepted += st.spec_accepted;
+        } else ck_assert_int_eq(st.spec_verify_steps, 0);
+    }
+    printf("# continue after %lld tokens: %lld of %lld drafted tokens accepted\n", (long long)C, (long long)accepted,
+           (long long)drafted);
+    /* refusals */
+    ck_assert_int_eq(kvs_cache_truncate(c, C), KVS_OK);
+    ap.draft = 3;
+    ap.max_new = 8;
+    ck_assert_int_eq(kvs_generate_ar_continue(m, c, 512, &ap, NULL, NULL, tok, &n, NULL), KVS_ERR_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(kvs_last_error(), "vocabulary"), "%s", kvs_last_error());
+    ck_assert_int_eq(kvs_generate_ar_continue(m, c, -1, &ap, NULL, NULL, tok, &n, NULL), KVS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(kvs_generate_ar_continue(NULL, c, 5, &ap, NULL, NULL, tok, &n, NULL), KVS_ERR_INVALID_ARGUMENT);
+    ap.max_new = M + 1; /* C + M + 1 rows > capacity */
+    ck_assert_int_eq(kvs_generate_ar_continue(m, c, 5, &ap, NULL, NULL, tok, &n, NULL), KVS_ERR_OUT_OF_RANGE);
+    ck_assert_msg(strstr(kvs_last_error(), "capacity"), "%s", kvs_last_error());
+    ap.max_new = 8;
+    ap.draft = KVS_SPEC_MAX_DRAFT + 1;
+    ck_assert_int_eq(kvs_generate_ar_continue(m, c, 5, &ap, NULL, NULL, tok, &n, NULL), KVS_ERR_INVALID_ARGUMENT);
+    ap.draft = 3;
+    kvs_policy *pol = NULL;
+    ck_assert_int_eq(kvs_policy_create(&pol, "h2o", NULL), KVS_OK);
+    ap.policy = pol;
+    ck_assert_int_eq(kvs_generate_ar_continue(m, c, 5, &ap, NULL, NULL, tok, &n, NULL), KVS_ERR_UNSUPPORTED);
+    ap.policy = NULL;
+    kvs_policy_destroy(&pol);
+    ck_assert_int_eq(kvs_cache_reset(c), KVS_OK); /* empty */
+    ck_assert_int_eq(kvs_generate_ar_continue(m, c, 5, &ap, NULL, NULL, tok, &n, NULL), KVS_ERR_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(kvs_last_error(), "empty"), "%s", kvs_last_error());
+    kvs_cache_destroy(&c);
+    cp.type_k = cp.type_v = KVS_F32; /* no 4-bit view to draft from */
+    ck_assert_int_eq(kvs_cache_create(&c, dev, &cp), KVS_OK);
+    ck_assert_int_eq(kvs_model_forward(m, c, &plan, &r), KVS_OK);
+    ck_assert_int_eq(kvs_generate_ar_continue(m, c, 5, &ap, NULL, NULL, tok, &n, NULL), KVS_ERR_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(kvs_last_error(), "qh8"), "%s", kvs_last_error());
+    ap.draft = 0; /* plain continuation needs no qh8 */
+    ck_assert_int_eq(kvs_generate_ar_continue(m, c, 5, &ap, NULL, NULL, tok, &n, NULL), KVS_OK);
+    ck_assert_int_eq(n, 8);
+    kvs_cache_destroy(&c);
+    cp.mode = KVS_CACHE_POSITIONAL;
+    ck_assert_int_eq(kvs_cache_create(&c, dev, &cp), KVS_OK);
+    ck_assert_int_eq(kvs_generate_ar_continue(m, c, 5, &ap, NULL, NULL, tok, &n, NULL), KVS_ERR_INVALID_ARGUMENT);
+    kvs_cache_destroy(&c);
+    free(prompt);
+    kvs_model_destroy(&m);
+    kvs_device_destroy(&dev);
+}
+END_TEST
+
 /* The forward's keep-set (sparse) attention on a qh8 cache gathers both planes: a keep-set of every
  * row gives the dense logits bit for bit (8-bit read and draft), a keep-set dropping rows gives the
  * logits of a dense step on a copy of the cache compacted to those rows by kvs_cache_keep. */
@@ -926,6 +1033,7 @@ int main(int argc, char **argv) {
     TCase *tg = tcase_create("greedy"); /* the model-level cases (CK_RUN_CASE=greedy alone) */
     tcase_set_timeout(tg, 600);
     tcase_add_test(tg, test_greedy_equal);
+    tcase_add_test(tg, test_continue);
     suite_add_tcase(s, tg);
     TCase *tk = tcase_create("sparse");
     tcase_set_timeout(tk, 600);
