@@ -727,6 +727,64 @@ START_TEST(test_greedy_equal) {
         }
     printf("# greedy: %lld of %lld drafted tokens accepted\n", (long long)accepted, (long long)drafted);
     kvs_device_set_variants(dev, "matmul:auto,attention:auto");
+    /* the draft with a q4_0 copy of the weights (kvs_model_set_draft_weights): the verify keeps the
+     * model's own, so greedy output is still plain greedy's; the copies change the draft's logits
+     * and only those */
+    {
+        const int64_t V = kvs_model_get_hparams(m)->vocab;
+        float *lw[2][2]; /* [draft weights off/on][kv_draft 0/1] logits after the prompt */
+        for (int on = 0; on < 2; on++) {
+            if (on) {
+                ck_assert_msg(kvs_model_set_draft_weights(m, KVS_Q4_0) == KVS_OK, "%s", kvs_last_error());
+                ck_assert(kvs_model_draft_weight_bytes(m) > 0);
+            }
+            kvs_cache_params cp = kvs_model_cache_params(m);
+            cp.mode = KVS_CACHE_APPEND;
+            cp.capacity = 16;
+            cp.type_k = cp.type_v = KVS_QH8;
+            kvs_kv_cache *c = NULL;
+            ck_assert_int_eq(kvs_cache_create(&c, dev, &cp), KVS_OK);
+            int32_t last = 4, zero = 0, p5 = 5, t = 42;
+            kvs_step_plan plan = {.tokens = prompt, .n_tokens = 5, .logit_rows = &last, .n_logit_rows = 1};
+            kvs_step_result r;
+            ck_assert_int_eq(kvs_model_forward(m, c, &plan, &r), KVS_OK);
+            for (int kd = 0; kd < 2; kd++) {
+                kvs_step_plan p1 = {.tokens = &t, .n_tokens = 1, .positions = &p5, .logit_rows = &zero, .n_logit_rows = 1,
+                                    .kv_draft = kd};
+                ck_assert_int_eq(kvs_model_forward(m, c, &p1, &r), KVS_OK);
+                lw[on][kd] = malloc((size_t)V * 4);
+                memcpy(lw[on][kd], r.logits, (size_t)V * 4);
+                ck_assert_int_eq(kvs_cache_truncate(c, 5), KVS_OK);
+            }
+            kvs_cache_destroy(&c);
+        }
+        ck_assert_msg(memcmp(lw[0][0], lw[1][0], (size_t)V * 4) == 0, "draft weights changed a non-draft forward");
+        ck_assert_msg(memcmp(lw[0][1], lw[1][1], (size_t)V * 4) != 0, "the draft forward did not use the draft weights");
+        for (int i = 0; i < 4; i++) free(lw[i / 2][i % 2]);
+        int64_t nr = gen(dev, m, prompt, 5, 0, 0.0f, ref, &st, &s);
+        ck_assert_msg(s == KVS_OK && nr == 40, "%s", kvs_last_error());
+        const int dw[3] = {3, 1, 8};
+        for (int di = 0; di < (cpu ? 3 : 1); di++) { /* PoCL / lavapipe: draft 3 */
+            int64_t n = gen(dev, m, prompt, 5, dw[di], 0.0f, tok, &st, &s);
+            ck_assert_msg(s == KVS_OK && n == 40, "%s", kvs_last_error());
+            int same = 0;
+            while (same < 40 && tok[same] == ref[same]) same++;
+            ck_assert_msg(same == 40, "q4_0 draft weights, draft %d: speculative greedy differs from plain at token %d", dw[di], same);
+            printf("# q4_0 draft weights, draft %d: %lld of %lld drafted tokens accepted\n", dw[di], (long long)st.spec_accepted,
+                   (long long)st.spec_drafted);
+        }
+        /* refusals; f32 removes the copies */
+        ck_assert_int_eq(kvs_model_set_draft_weights(m, KVS_F16), KVS_ERR_DTYPE);
+        ck_assert_msg(strstr(kvs_last_error(), "q4_0"), "%s", kvs_last_error());
+        ck_assert(kvs_model_draft_weight_bytes(m) > 0); /* a refused type leaves the copies as they were */
+        ck_assert_int_eq(kvs_model_set_draft_weights(m, KVS_Q4_K), KVS_ERR_DTYPE);
+        ck_assert_int_eq(kvs_model_set_draft_weights(m, KVS_QH8), KVS_ERR_DTYPE);
+        ck_assert_int_eq(kvs_model_set_draft_weights(NULL, KVS_Q4_0), KVS_ERR_INVALID_ARGUMENT);
+        ck_assert_int_eq(kvs_model_set_draft_weights(m, KVS_Q8_0), KVS_OK);
+        ck_assert(kvs_model_draft_weight_bytes(m) > 0);
+        ck_assert_int_eq(kvs_model_set_draft_weights(m, KVS_F32), KVS_OK);
+        ck_assert_int_eq(kvs_model_draft_weight_bytes(m), 0);
+    }
     /* sampling runs (exactness of the rule: test_accept) */
     int64_t n = gen(dev, m, prompt, 5, 4, 0.8f, tok, &st, &s);
     ck_assert_msg(s == KVS_OK && n == 40, "%s", kvs_last_error());

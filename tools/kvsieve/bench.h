@@ -120,6 +120,7 @@ typedef struct bench_spec_opts {
     int draft;            /* tokens drafted per verify step, 1..KVS_SPEC_MAX_DRAFT */
     int reps;             /* interleaved repetitions of (plain, speculative), >= 1 */
     int fill_prefill;     /* 1: fill by a prefill of random tokens; 0: random K/V rows written directly */
+    kvs_dtype draft_weights; /* the model's draft weight copies (kvs_model_set_draft_weights); KVS_F32: none */
     int32_t *tokens_out;  /* optional [decode]: the speculative tokens of the last run */
     int32_t *plain_out;   /* optional [decode]: the plain tokens of the last run */
 } bench_spec_opts;
@@ -135,6 +136,7 @@ typedef struct bench_spec_result {
     int64_t first_diff;             /* first differing index, -1 when identical */
     int64_t kv_bytes_per_token[2];  /* KV bytes per context token one step reads: [0] 8-bit, [1] the draft */
     int64_t weight_bytes;           /* bytes of every weight tensor */
+    int64_t draft_weight_bytes;     /* bytes of the draft's weight copies (0: the draft reads the weights) */
 } bench_spec_result;
 
 /* The measurement of bench_spec.c's header on model m with cache types kv (one of them qh8 for

@@ -239,7 +239,7 @@ int bench_model(int argc, char **argv) {
     int64_t seed = 1;
     int no_dlm = 0, no_ops = 0, n_layers = 0, speculative = 0;
     int64_t draft = CLI_UNSET_I64, context = CLI_UNSET_I64;
-    const char *fill_arg = NULL;
+    const char *fill_arg = NULL, *draft_weights = NULL;
     cache_type_opts ct = {0};
     const cli_opt opts[] = {
         {"shape", 's', CLI_STRING, &shape_arg, "NAME|FILE",
@@ -265,6 +265,9 @@ int bench_model(int argc, char **argv) {
          "measure only QuantSpec self-speculative decoding against plain decoding (greedy, same qh8 cache, --reps\n"
          "interleaved runs of --decode tokens after --context cached rows; default 3 runs of 32 tokens)"},
         {"draft", 0, CLI_INT64, &draft, "N", "--speculative: tokens drafted per verify step, 1..15 (default 3; implies --speculative)"},
+        {"draft-weights", 0, CLI_STRING, &draft_weights, "T",
+         "--speculative: the draft multiplies by a copy of the weights quantized to T at build (q4_0, q4_1, iq4_nl, q8_0;\n"
+         "implies --speculative); the verify keeps the --type weights (default: the draft uses them too)"},
         {"context", 'c', CLI_INT64, &context, "N", "--speculative: rows in the cache before decoding (default 1024)"},
         {"fill", 0, CLI_STRING, &fill_arg, "HOW",
          "--speculative: how the context gets into the cache: random (default: random K/V rows written directly, no\n"
@@ -289,7 +292,9 @@ int bench_model(int argc, char **argv) {
     if (!parse_type(type_arg, &type)) return cli_fail(CLI_EXIT_USAGE, spec.prog, "--type: unknown weight type '%s'", type_arg);
     if (reps < 1 || reps > MAX_REPS) return cli_fail(CLI_EXIT_USAGE, spec.prog, "--reps must be in 1..%d", MAX_REPS);
     if (b.threads < 0) return cli_fail(CLI_EXIT_USAGE, spec.prog, "--threads must be >= 1");
-    if (draft != CLI_UNSET_I64) speculative = 1;
+    if (draft != CLI_UNSET_I64 || draft_weights) speculative = 1;
+    kvs_dtype draft_wt = KVS_F32;
+    if (draft_weights && cli_draft_weight_type(spec.prog, draft_weights, &draft_wt) != CLI_EXIT_OK) return CLI_EXIT_USAGE;
     if (draft == CLI_UNSET_I64) draft = 3;
     if (!speculative && (context != CLI_UNSET_I64 || fill_arg))
         return cli_fail(CLI_EXIT_USAGE, spec.prog, "--context and --fill belong to --speculative");
@@ -415,6 +420,18 @@ int bench_model(int argc, char **argv) {
         kvs_device_destroy(&b.dev);
         return rc;
     }
+    double draft_build_s = 0;
+    if (draft_wt != KVS_F32) {
+        t0 = cli_now();
+        st = kvs_model_set_draft_weights(m, draft_wt);
+        draft_build_s = cli_now() - t0;
+        if (st != KVS_OK) {
+            rc = cli_fail(CLI_EXIT_FAIL, spec.prog, "%s", kvs_last_error());
+            kvs_model_destroy(&m);
+            kvs_device_destroy(&b.dev);
+            return rc;
+        }
+    }
     const double wbytes = (double)kvs_model_weight_bytes(m);
     /* KV cache bytes per token (issue 17's memory per token): K and V rows of every layer and kv head */
     const int64_t kv_tok = (int64_t)hp->n_layers * hp->n_kv_heads *
@@ -429,6 +446,9 @@ int bench_model(int argc, char **argv) {
         printf("weights %s: %.1f MiB, built in %.2f s; KV cache %s/%s: %.1f KiB per token\n", kvs_dtype_name(type),
                wbytes / 1048576.0, build_s, kvs_dtype_name(b.kv_types[0]), kvs_dtype_name(b.kv_types[1]),
                (double)kv_tok / 1024.0);
+        if (draft_wt != KVS_F32)
+            printf("draft weights %s: %.1f MiB of copies, quantized in %.2f s\n", kvs_dtype_name(draft_wt),
+                   (double)kvs_model_draft_weight_bytes(m) / 1048576.0, draft_build_s);
         fflush(stdout);
     }
 
@@ -436,7 +456,8 @@ int bench_model(int argc, char **argv) {
     bench_spec_result sr = {0};
     kvs_status sst = KVS_OK;
     if (speculative) {
-        bench_spec_opts so = {.context = context, .decode = n_decode, .draft = (int)draft, .reps = reps, .fill_prefill = fill_prefill};
+        bench_spec_opts so = {.context = context, .decode = n_decode, .draft = (int)draft, .reps = reps, .fill_prefill = fill_prefill,
+                              .draft_weights = draft_wt};
         sst = bench_spec_measure(m, b.kv_types, &so, &b.rng, &sr);
         if (sst != KVS_OK || !sr.identical) b.n_errors++;
         if (!b.json) bench_spec_print(&sr, &so, sst);
@@ -565,7 +586,8 @@ int bench_model(int argc, char **argv) {
         json_object_object_add(js, "kv_bytes_per_token", json_object_new_int64(kv_tok));
         json_object_object_add(js, "build_seconds", json_object_new_double(build_s));
         if (speculative) {
-            bench_spec_opts so = {.context = context, .decode = n_decode, .draft = (int)draft, .reps = reps, .fill_prefill = fill_prefill};
+            bench_spec_opts so = {.context = context, .decode = n_decode, .draft = (int)draft, .reps = reps, .fill_prefill = fill_prefill,
+                                  .draft_weights = draft_wt};
             json_object_object_add(js, "speculative", bench_spec_json(&sr, &so, sst));
         }
         json_object *fj = speculative ? NULL : json_object_new_object();

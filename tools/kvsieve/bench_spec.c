@@ -100,6 +100,7 @@ kvs_status bench_spec_measure(kvs_model *m, const kvs_dtype kv[2], const bench_s
         r->kv_bytes_per_token[w] = (int64_t)hp->n_layers * hp->n_kv_heads *
                                    (row_bytes(kv[0], hp->head_dim, w) + row_bytes(kv[1], hp->head_dim, w));
     r->weight_bytes = kvs_model_weight_bytes(m);
+    r->draft_weight_bytes = kvs_model_draft_weight_bytes(m);
     if (s == KVS_OK) s = kvs_cache_create(&c, kvs_model_device(m), &cp);
     double t0 = cli_now();
     if (s == KVS_OK) s = fill_cache(m, c, C, o->fill_prefill, rng);
@@ -158,8 +159,11 @@ void bench_spec_print(const bench_spec_result *r, const bench_spec_opts *o, kvs_
     printf("speculative    draft %d after %lld cached rows (%s in %.2f s); %lld tokens, fastest of %d interleaved runs, greedy\n",
            o->draft, (long long)o->context, o->fill_prefill ? "a prefill of random tokens" : "random K/V rows written",
            r->fill_s, (long long)o->decode, o->reps);
-    printf("bytes per step weights %.1f MiB; KV at this context: 8-bit read %.1f MiB, draft (4-bit view) %.1f MiB\n",
-           (double)r->weight_bytes / 1048576.0, ctx * (double)r->kv_bytes_per_token[0] / 1048576.0,
+    printf("bytes per step weights %.1f MiB", (double)r->weight_bytes / 1048576.0);
+    if (o->draft_weights != KVS_F32)
+        printf(" (draft: %s copies, %.1f MiB, and the embedding and matrices not copied)", kvs_dtype_name(o->draft_weights),
+               (double)r->draft_weight_bytes / 1048576.0);
+    printf("; KV at this context: 8-bit read %.1f MiB, draft (4-bit view) %.1f MiB\n", ctx * (double)r->kv_bytes_per_token[0] / 1048576.0,
            ctx * (double)r->kv_bytes_per_token[1] / 1048576.0);
     printf("plain          %6lld tokens  %10.2f tokens/s  (wall %.4f s, CPU %.4f s)\n", (long long)r->plain_tokens,
            r->plain_s > 0 ? (double)r->plain_tokens / r->plain_s : 0.0, r->plain_s, r->plain_cpu_s);
@@ -188,6 +192,8 @@ json_object *bench_spec_json(const bench_spec_result *r, const bench_spec_opts *
     json_object_object_add(j, "reps", json_object_new_int(o->reps));
     if (s != KVS_OK) return j;
     json_object_object_add(j, "weight_bytes", json_object_new_int64(r->weight_bytes));
+    json_object_object_add(j, "draft_weights", json_object_new_string(o->draft_weights != KVS_F32 ? kvs_dtype_name(o->draft_weights) : "model"));
+    json_object_object_add(j, "draft_weight_bytes", json_object_new_int64(r->draft_weight_bytes));
     json_object_object_add(j, "kv_bytes_per_context_token", json_object_new_int64(r->kv_bytes_per_token[0]));
     json_object_object_add(j, "kv_bytes_per_context_token_draft", json_object_new_int64(r->kv_bytes_per_token[1]));
     json_object_object_add(j, "plain_tokens", json_object_new_int64(r->plain_tokens));

@@ -118,6 +118,14 @@ assert d["cache_type_k"] == d["cache_type_v"] == "qh8" and "forward" not in d an
 PY
 expect 0 bench model --shape tiny --speculative --fill prefill --context 200 --decode 12 --reps 1 -t 1 \
   --cache-type-k f16 --cache-type-v qh8 && contains 'tokens identical to plain decoding' && contains acceptance
+# the draft's q4_0 weight copy (kvs_model_set_draft_weights): the verify keeps the f16 weights, tokens equal
+expect 2 bench model --shape tiny --draft-weights q4_k && one_line_error && contains_err 'q4_0'
+expect 0 bench model --shape tiny --type f16 --draft-weights q4_0 --context 100 --decode 16 --reps 1 -t 1 --json && valid_json
+python3 - "$tmp/out" <<'PY' || fails=$((fails + 1))
+import json, sys
+s = json.load(open(sys.argv[1]))["speculative"]
+assert s["ok"] and s["identical"] and s["draft_weights"] == "q4_0" and s["draft_weight_bytes"] > 0, s
+PY
 expect 0 bench model --shape tiny-dlm --json --reps 1 --prompt 8 --decode 2 --gen 8 --steps 2 -t 1 \
   --cache-type-k q8_0 --variants auto,portable && valid_json
 python3 - "$tmp/out" <<'PY' || fails=$((fails + 1))
@@ -208,6 +216,14 @@ if "$KVSIEVE" generate -m stories260K-f32.v3.gguf -n 1 --json >/dev/null 2>&1; t
   [[ ! -s "$tmp/out" ]] || { echo "FAIL: d2cache on dream printed to stdout"; fails=$((fails + 1)); }
   expect 2 generate -m tiny-dream.gguf -p "Once" -n 16 --block 16 --cache d2cache --wavefilter && one_line_error
   expect 0 generate -m tiny-dream.gguf -p "Once" -n 16 --block 16 --block-causal --cache prefix -t 1 --json
+  # QuantSpec with the draft's q4_0 weight copy (implies --speculative): greedy tokens equal plain decoding's
+  expect 2 generate -m tiny-llama-mixed-q.gguf -n 8 --draft-weights f16 && one_line_error && contains_err 'draft-weights'
+  expect 0 generate -m tiny-llama-mixed-q.gguf -n 24 --draft-weights q4_0 --draft 2 -t 1 --json
+  python3 - "$tmp/out" <<'PY' || { echo "FAIL: --draft-weights q4_0"; fails=$((fails + 1)); }
+import json, sys
+s = json.load(open(sys.argv[1]))["stats"]["speculative"]
+assert s["identical_to_plain"] and s["draft_weights"] == "q4_0" and s["draft_weight_bytes"] > 0 and s["draft"] == 2, s
+PY
   dlm=(generate -m stories260K-llada-f32.gguf -p "Once upon a time" -n 64 -t 1 --json)
   expect 0 "${dlm[@]}" --diffusion-block-length 32 --diffusion-steps 64 && cp "$tmp/out" "$tmp/alias.json"
   expect 0 "${dlm[@]}" --block 32 --steps 64
