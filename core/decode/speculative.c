@@ -2,7 +2,9 @@
  * Hierarchical Quantized KV Cache"): the draft is the target model itself reading only the 4-bit
  * view (upper nibbles) of a hierarchical qh8 cache; one multi-row forward over the 8-bit cache
  * verifies the drafted tokens. Acceptance: greedy prefix match, or speculative sampling (Leviathan
- * et al. 2023, alg. 1). Contract: generate.h (kvs_ar_params.draft, kvs_spec_accept).
+ * et al. 2023, alg. 1). Contract: generate.h (kvs_ar_params.draft, kvs_spec_accept). Entered from
+ * kvs_generate_ar (prefill, first token, then the rounds) and kvs_generate_ar_continue (the rounds
+ * from a cache the caller filled: kvsieve bench model --speculative at long contexts).
  *
  * One round, with the cache holding target rows for positions [0, L) and the last token t0 (at
  * position L) not yet forwarded:

@@ -131,6 +131,7 @@ typedef struct bench_spec_result {
     double spec_s, spec_cpu_s;      /* the same for a speculative run */
     double draft_s;                 /* wall seconds of the draft forwards in the last speculative run */
     int64_t plain_tokens, spec_tokens;
+    int64_t distinct_tokens;        /* distinct ids among the plain tokens (1: a random model stuck on one) */
     int64_t verify_steps, drafted, accepted; /* the last speculative run (every run decodes the same) */
     int identical;                  /* 1: every speculative run gave the plain run's tokens */
     int64_t first_diff;             /* first differing index, -1 when identical */

@@ -138,6 +138,12 @@ kvs_status bench_spec_measure(kvs_model *m, const kvs_dtype kv[2], const bench_s
             } else {
                 r->plain_s = fmin(r->plain_s, w), r->plain_cpu_s = fmin(r->plain_cpu_s, cpu);
                 r->plain_tokens = n;
+                r->distinct_tokens = 0;
+                for (int64_t i = 0; i < n; i++) {
+                    int64_t j = 0;
+                    while (j < i && plain[j] != plain[i]) j++;
+                    r->distinct_tokens += j == i;
+                }
             }
         }
     }
@@ -170,10 +176,11 @@ void bench_spec_print(const bench_spec_result *r, const bench_spec_opts *o, kvs_
     printf("speculative    %6lld tokens  %10.2f tokens/s  (wall %.4f s, CPU %.4f s; draft forwards %.4f s)\n",
            (long long)r->spec_tokens, r->spec_s > 0 ? (double)r->spec_tokens / r->spec_s : 0.0, r->spec_s, r->spec_cpu_s,
            r->draft_s);
-    printf("acceptance     %.3f (%lld of %lld drafted), %.2f tokens per verify step (%lld verify steps)\n",
+    printf("acceptance     %.3f (%lld of %lld drafted), %.2f tokens per verify step (%lld verify steps); %lld distinct "
+           "tokens in the output\n",
            r->drafted ? (double)r->accepted / (double)r->drafted : 0.0, (long long)r->accepted, (long long)r->drafted,
            r->verify_steps ? (double)(r->accepted + r->verify_steps) / (double)r->verify_steps : 0.0,
-           (long long)r->verify_steps);
+           (long long)r->verify_steps, (long long)r->distinct_tokens);
     printf("speedup        %.2fx wall, %.2fx CPU time; ", r->spec_s > 0 ? r->plain_s / r->spec_s : 0.0,
            r->spec_cpu_s > 0 ? r->plain_cpu_s / r->spec_cpu_s : 0.0);
     if (r->identical) printf("tokens identical to plain decoding\n");
@@ -201,6 +208,7 @@ json_object *bench_spec_json(const bench_spec_result *r, const bench_spec_opts *
     json_object_object_add(j, "plain_cpu_seconds", json_object_new_double(r->plain_cpu_s));
     json_object_object_add(j, "plain_tokens_per_s", json_object_new_double(r->plain_s > 0 ? (double)r->plain_tokens / r->plain_s : 0.0));
     json_object_object_add(j, "spec_tokens", json_object_new_int64(r->spec_tokens));
+    json_object_object_add(j, "distinct_tokens", json_object_new_int64(r->distinct_tokens));
     json_object_object_add(j, "spec_seconds", json_object_new_double(r->spec_s));
     json_object_object_add(j, "spec_cpu_seconds", json_object_new_double(r->spec_cpu_s));
     json_object_object_add(j, "spec_tokens_per_s", json_object_new_double(r->spec_s > 0 ? (double)r->spec_tokens / r->spec_s : 0.0));

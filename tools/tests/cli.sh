@@ -109,7 +109,7 @@ d = json.load(open(sys.argv[1]))
 s = d["speculative"]
 assert s["ok"] and s["identical"] and s["first_diff"] == -1, s
 assert s["draft"] == 4 and s["context"] == 300 and s["fill"] == "random" and s["reps"] == 2, s
-assert s["plain_tokens"] == s["spec_tokens"] == 20, s
+assert s["plain_tokens"] == s["spec_tokens"] == 20 and 1 <= s["distinct_tokens"] <= 20, s
 assert 0 <= s["accepted"] <= s["drafted"] and s["verify_steps"] > 0, s
 assert 0 <= s["acceptance"] <= 1 and 1 <= s["tokens_per_verify_step"] <= 5, s
 assert s["speedup_wall"] > 0 and s["speedup_cpu"] > 0 and s["plain_seconds"] > 0 and s["spec_seconds"] > 0, s
