@@ -249,7 +249,7 @@ int bench_model(int argc, char **argv) {
         {"threads", 't', CLI_INT, &b.threads, "N", "CPU worker threads (default: all online cores)"},
         {"json", 0, CLI_FLAG, &b.json, NULL, "print one JSON object on stdout instead of the table"},
         {"prompt", 'p', CLI_INT64, &n_prompt, "N", "prefill tokens, also the GEMM rows (default 64; tiny shapes 16)"},
-        {"decode", 'n', CLI_INT64, &n_decode, "N", "decode steps timed after the prefill (default 16; tiny 8)"},
+        {"decode", 'n', CLI_INT64, &n_decode, "N", "decode steps timed after the prefill (default 16; tiny 8); --speculative: tokens per run (default 32)"},
         {"gen", 0, CLI_INT64, &gen, "N", "diffusion shapes: masked positions, one block (default 32)"},
         {"steps", 0, CLI_INT64, &steps, "N", "diffusion shapes: denoising steps over them (default 8)"},
         {"layers", 0, CLI_INT, &n_layers, "N",
@@ -259,7 +259,8 @@ int bench_model(int argc, char **argv) {
         {"no-ops", 0, CLI_FLAG, &no_ops, NULL, "skip the GEMV/GEMM rows"},
         {"variants", 0, CLI_STRING, &variants_arg, "LIST",
          "matmul variants the GEMV/GEMM rows run under, side by side (e.g. auto,avx512,avx512-vnni; default auto)"},
-        {"reps", 'r', CLI_INT, &reps, "N", "timed samples per GEMV/GEMM row, median reported (default 3)"},
+        {"reps", 'r', CLI_INT, &reps, "N", "timed samples per GEMV/GEMM row, median reported (default 3); --speculative: interleaved runs of each, the\n"
+                                            "fastest reported (default 3)"},
         {"seed", 0, CLI_INT64, &seed, "N", "weight seed (default 1)"},
         {"speculative", 0, CLI_FLAG, &speculative, NULL,
          "measure only QuantSpec self-speculative decoding against plain decoding (greedy, same qh8 cache, --reps\n"
