@@ -732,6 +732,64 @@ START_TEST(test_greedy_equal) {
         }
     printf("# greedy: %lld of %lld drafted tokens accepted\n", (long long)accepted, (long long)drafted);
     kvs_device_set_variants(dev, "matmul:auto,attention:auto");
+    /* the draft with a q4_0 copy of the weights (kvs_model_set_draft_weights): the verify keeps the
+     * model's own, so greedy output is still plain greedy's; the copies change the draft's logits
+     * and only those */
+    {
+        const int64_t V = kvs_model_get_hparams(m)->vocab;
+        float *lw[2][2]; /* [draft weights off/on][kv_draft 0/1] logits after the prompt */
+        for (int on = 0; on < 2; on++) {
+            if (on) {
+                ck_assert_msg(kvs_model_set_draft_weights(m, KVS_Q4_0) == KVS_OK, "%s", kvs_last_error());
+                ck_assert(kvs_model_draft_weight_bytes(m) > 0);
+            }
+            kvs_cache_params cp = kvs_model_cache_params(m);
+            cp.mode = KVS_CACHE_APPEND;
+            cp.capacity = 16;
+            cp.type_k = cp.type_v = KVS_QH8;
+            kvs_kv_cache *c = NULL;
+            ck_assert_int_eq(kvs_cache_create(&c, dev, &cp), KVS_OK);
+            int32_t last = 4, zero = 0, p5 = 5, t = 42;
+            kvs_step_plan plan = {.tokens = prompt, .n_tokens = 5, .logit_rows = &last, .n_logit_rows = 1};
+            kvs_step_result r;
+            ck_assert_int_eq(kvs_model_forward(m, c, &plan, &r), KVS_OK);
+            for (int kd = 0; kd < 2; kd++) {
+                kvs_step_plan p1 = {.tokens = &t, .n_tokens = 1, .positions = &p5, .logit_rows = &zero, .n_logit_rows = 1,
+                                    .kv_draft = kd};
+                ck_assert_int_eq(kvs_model_forward(m, c, &p1, &r), KVS_OK);
+                lw[on][kd] = malloc((size_t)V * 4);
+                memcpy(lw[on][kd], r.logits, (size_t)V * 4);
+                ck_assert_int_eq(kvs_cache_truncate(c, 5), KVS_OK);
+            }
+            kvs_cache_destroy(&c);
+        }
+        ck_assert_msg(memcmp(lw[0][0], lw[1][0], (size_t)V * 4) == 0, "draft weights changed a non-draft forward");
+        ck_assert_msg(memcmp(lw[0][1], lw[1][1], (size_t)V * 4) != 0, "the draft forward did not use the draft weights");
+        for (int i = 0; i < 4; i++) free(lw[i / 2][i % 2]);
+        int64_t nr = gen(dev, m, prompt, 5, 0, 0.0f, ref, &st, &s);
+        ck_assert_msg(s == KVS_OK && nr == 40, "%s", kvs_last_error());
+        const int dw[3] = {3, 1, 8};
+        for (int di = 0; di < (cpu ? 3 : 1); di++) { /* PoCL / lavapipe: draft 3 */
+            int64_t n = gen(dev, m, prompt, 5, dw[di], 0.0f, tok, &st, &s);
+            ck_assert_msg(s == KVS_OK && n == 40, "%s", kvs_last_error());
+            int same = 0;
+            while (same < 40 && tok[same] == ref[same]) same++;
+            ck_assert_msg(same == 40, "q4_0 draft weights, draft %d: speculative greedy differs from plain at token %d", dw[di], same);
+            printf("# q4_0 draft weights, draft %d: %lld of %lld drafted tokens accepted\n", dw[di], (long long)st.spec_accepted,
+                   (long long)st.spec_drafted);
+        }
+        /* refusals; f32 removes the copies */
+        ck_assert_int_eq(kvs_model_set_draft_weights(m, KVS_F16), KVS_ERR_DTYPE);
+        ck_assert_msg(strstr(kvs_last_error(), "q4_0"), "%s", kvs_last_error());
+        ck_assert(kvs_model_draft_weight_bytes(m) > 0); /* a refused type leaves the copies as they were */
+        ck_assert_int_eq(kvs_model_set_draft_weights(m, KVS_Q4_K), KVS_ERR_DTYPE);
+        ck_assert_int_eq(kvs_model_set_draft_weights(m, KVS_QH8), KVS_ERR_DTYPE);
+        ck_assert_int_eq(kvs_model_set_draft_weights(NULL, KVS_Q4_0), KVS_ERR_INVALID_ARGUMENT);
+        ck_assert_int_eq(kvs_model_set_draft_weights(m, KVS_Q8_0), KVS_OK);
+        ck_assert(kvs_model_draft_weight_bytes(m) > 0);
+        ck_assert_int_eq(kvs_model_set_draft_weights(m, KVS_F32), KVS_OK);
+        ck_assert_int_eq(kvs_model_draft_weight_bytes(m), 0);
+    }
     /* sampling runs (exactness of the rule: test_accept) */
     int64_t n = gen(dev, m, prompt, 5, 4, 0.8f, tok, &st, &s);
     ck_assert_msg(s == KVS_OK && n == 40, "%s", kvs_last_error());
@@ -824,6 +882,113 @@ START_TEST(test_greedy_equal) {
     ck_assert_int_eq(no, 8);
     kvs_policy_destroy(&pol);
     kvs_cache_destroy(&c);
+    kvs_model_destroy(&m);
+    kvs_device_destroy(&dev);
+}
+END_TEST
+
+/* kvs_generate_ar_continue (the long-context bench's decode, kvsieve bench model --speculative): on
+ * a random-weight llama of head_dim 64 (2 layers) whose cache holds a context of random tokens, the
+ * plain continuation gives kvs_generate_ar's tokens after that prompt (the prefill is the same
+ * forward), and speculative continuation (greedy) gives the plain tokens, several times on one cache
+ * cut back by kvs_cache_truncate; then the refusals. */
+static kvs_model *tiny_random(kvs_device *dev) {
+    kvs_model_hparams hp = {.arch = KVS_ARCH_LLAMA, .n_layers = 2, .dim = 256, .n_heads = 4, .n_kv_heads = 2, .head_dim = 64,
+                            .ffn_dim = 512, .vocab = 512, .ctx_len = 512, .rms_eps = 1e-5f, .rope_base = 1e4f, .rope_dim = 64,
+                            .rope_mode = KVS_ROPE_ADJACENT, .bos_id = 1, .eos_id = 2, .mask_id = -1};
+    kvs_model *m = NULL;
+    ck_assert_msg(kvs_model_create_random(&m, dev, &hp, KVS_Q4_0, 7) == KVS_OK, "%s", kvs_last_error());
+    return m;
+}
+
+START_TEST(test_continue) {
+    const int cpu = g_params.backend == KVS_BACKEND_CPU;
+    kvs_device *dev = open_dev();
+    kvs_model *m = tiny_random(dev);
+    const int64_t C = cpu ? 300 : 100, M = 24;
+    int32_t *prompt = malloc(sizeof(int32_t) * (size_t)C), ref[24], tok[24];
+    for (int64_t i = 0; i < C; i++) prompt[i] = 3 + (int32_t)(urand() * 500);
+    /* kvs_generate_ar after the whole prompt: ref[0] from the prefill, ref[1..] from decode steps */
+    kvs_ar_params ap = kvs_ar_params_default();
+    ap.max_new = M;
+    ap.stop_at_bos = ap.stop_at_eos = 0;
+    kvs_cache_params cp = kvs_model_cache_params(m);
+    cp.mode = KVS_CACHE_APPEND;
+    cp.capacity = C + M;
+    cp.type_k = cp.type_v = KVS_QH8;
+    kvs_kv_cache *c = NULL;
+    ck_assert_int_eq(kvs_cache_create(&c, dev, &cp), KVS_OK);
+    int64_t n = 0;
+    ck_assert_msg(kvs_generate_ar(m, c, prompt, C, &ap, NULL, NULL, ref, &n, NULL) == KVS_OK, "%s", kvs_last_error());
+    ck_assert_int_eq(n, M);
+    /* the same prefill, then continue from ref[0] */
+    ck_assert_int_eq(kvs_cache_reset(c), KVS_OK);
+    int32_t last = (int32_t)C - 1;
+    kvs_step_plan plan = {.tokens = prompt, .n_tokens = C, .logit_rows = &last, .n_logit_rows = 1};
+    kvs_step_result r;
+    ck_assert_int_eq(kvs_model_forward(m, c, &plan, &r), KVS_OK);
+    ck_assert_int_eq(kvs_cache_next_pos(c), C);
+    const int drafts[4] = {0, 3, 1, 8};
+    int64_t drafted = 0, accepted = 0;
+    for (int di = 0; di < 4; di++) {
+        if (!cpu && drafts[di] != 0 && drafts[di] != 3) continue; /* PoCL / lavapipe: plain and draft 3 */
+        ap.draft = drafts[di];
+        ap.max_new = M - 1;
+        kvs_gen_stats st;
+        ck_assert_int_eq(kvs_cache_truncate(c, C), KVS_OK);
+        ck_assert_msg(kvs_generate_ar_continue(m, c, ref[0], &ap, NULL, NULL, tok, &n, &st) == KVS_OK, "%s", kvs_last_error());
+        ck_assert_int_eq(n, M - 1);
+        ck_assert_int_eq(st.tokens, M - 1);
+        int same = 0;
+        while (same < M - 1 && tok[same] == ref[same + 1]) same++;
+        ck_assert_msg(same == M - 1, "draft %d: continued tokens differ from kvs_generate_ar's at %d", drafts[di], same);
+        ck_assert_int_eq(kvs_cache_max_len(c, 0), C + M - 1); /* the last token is not forwarded */
+        if (drafts[di]) {
+            ck_assert(st.spec_verify_steps > 0 && st.spec_accepted <= st.spec_drafted);
+            drafted += st.spec_drafted, accepted += st.spec_accepted;
+        } else ck_assert_int_eq(st.spec_verify_steps, 0);
+    }
+    printf("# continue after %lld tokens: %lld of %lld drafted tokens accepted\n", (long long)C, (long long)accepted,
+           (long long)drafted);
+    /* refusals */
+    ck_assert_int_eq(kvs_cache_truncate(c, C), KVS_OK);
+    ap.draft = 3;
+    ap.max_new = 8;
+    ck_assert_int_eq(kvs_generate_ar_continue(m, c, 512, &ap, NULL, NULL, tok, &n, NULL), KVS_ERR_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(kvs_last_error(), "vocabulary"), "%s", kvs_last_error());
+    ck_assert_int_eq(kvs_generate_ar_continue(m, c, -1, &ap, NULL, NULL, tok, &n, NULL), KVS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(kvs_generate_ar_continue(NULL, c, 5, &ap, NULL, NULL, tok, &n, NULL), KVS_ERR_INVALID_ARGUMENT);
+    ap.max_new = M + 1; /* C + M + 1 rows > capacity */
+    ck_assert_int_eq(kvs_generate_ar_continue(m, c, 5, &ap, NULL, NULL, tok, &n, NULL), KVS_ERR_OUT_OF_RANGE);
+    ck_assert_msg(strstr(kvs_last_error(), "capacity"), "%s", kvs_last_error());
+    ap.max_new = 8;
+    ap.draft = KVS_SPEC_MAX_DRAFT + 1;
+    ck_assert_int_eq(kvs_generate_ar_continue(m, c, 5, &ap, NULL, NULL, tok, &n, NULL), KVS_ERR_INVALID_ARGUMENT);
+    ap.draft = 3;
+    kvs_policy *pol = NULL;
+    ck_assert_int_eq(kvs_policy_create(&pol, "h2o", NULL), KVS_OK);
+    ap.policy = pol;
+    ck_assert_int_eq(kvs_generate_ar_continue(m, c, 5, &ap, NULL, NULL, tok, &n, NULL), KVS_ERR_UNSUPPORTED);
+    ap.policy = NULL;
+    kvs_policy_destroy(&pol);
+    ck_assert_int_eq(kvs_cache_reset(c), KVS_OK); /* empty */
+    ck_assert_int_eq(kvs_generate_ar_continue(m, c, 5, &ap, NULL, NULL, tok, &n, NULL), KVS_ERR_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(kvs_last_error(), "empty"), "%s", kvs_last_error());
+    kvs_cache_destroy(&c);
+    cp.type_k = cp.type_v = KVS_F32; /* no 4-bit view to draft from */
+    ck_assert_int_eq(kvs_cache_create(&c, dev, &cp), KVS_OK);
+    ck_assert_int_eq(kvs_model_forward(m, c, &plan, &r), KVS_OK);
+    ck_assert_int_eq(kvs_generate_ar_continue(m, c, 5, &ap, NULL, NULL, tok, &n, NULL), KVS_ERR_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(kvs_last_error(), "qh8"), "%s", kvs_last_error());
+    ap.draft = 0; /* plain continuation needs no qh8 */
+    ck_assert_int_eq(kvs_generate_ar_continue(m, c, 5, &ap, NULL, NULL, tok, &n, NULL), KVS_OK);
+    ck_assert_int_eq(n, 8);
+    kvs_cache_destroy(&c);
+    cp.mode = KVS_CACHE_POSITIONAL;
+    ck_assert_int_eq(kvs_cache_create(&c, dev, &cp), KVS_OK);
+    ck_assert_int_eq(kvs_generate_ar_continue(m, c, 5, &ap, NULL, NULL, tok, &n, NULL), KVS_ERR_INVALID_ARGUMENT);
+    kvs_cache_destroy(&c);
+    free(prompt);
     kvs_model_destroy(&m);
     kvs_device_destroy(&dev);
 }
@@ -931,6 +1096,7 @@ int main(int argc, char **argv) {
     TCase *tg = tcase_create("greedy"); /* the model-level cases (CK_RUN_CASE=greedy alone) */
     tcase_set_timeout(tg, 600);
     tcase_add_test(tg, test_greedy_equal);
+    tcase_add_test(tg, test_continue);
     suite_add_tcase(s, tg);
     TCase *tk = tcase_create("sparse");
     tcase_set_timeout(tk, 600);

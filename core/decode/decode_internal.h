@@ -37,5 +37,9 @@ void kvs_decode_dist(const float *logits, int64_t V, float t, float top_p, doubl
 kvs_status kvs_generate_ar_spec(kvs_model *m, kvs_kv_cache *cache, const int32_t *prompt, int64_t n_prompt,
                                 const kvs_ar_params *p, kvs_token_cb cb, void *user, int32_t *out, int64_t *n_out,
                                 kvs_gen_stats *stats);
+/* Its rounds from a cache holding positions [0, L) and the next token tok (kvs_generate_ar_continue
+ * for draft > 0, after its checks). */
+kvs_status kvs_generate_ar_spec_continue(kvs_model *m, kvs_kv_cache *cache, int64_t L, int32_t tok, const kvs_ar_params *p,
+                                         kvs_token_cb cb, void *user, int32_t *out, int64_t *n_out, kvs_gen_stats *stats);
 
 #endif

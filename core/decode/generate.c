@@ -324,6 +324,91 @@ kvs_status kvs_generate_ar(kvs_model *m, kvs_kv_cache *cache, const int32_t *pro
     return s;
 }
 
+kvs_status kvs_generate_ar_continue(kvs_model *m, kvs_kv_cache *cache, int32_t tok, const kvs_ar_params *pp,
+                                    kvs_token_cb cb, void *user, int32_t *out, int64_t *n_out, kvs_gen_stats *stats) {
+    const char *op = "kvs_generate_ar_continue";
+    if (!m || !cache || !out || !n_out) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: NULL argument", op);
+    *n_out = 0;
+    kvs_ar_params p = pp ? *pp : kvs_ar_params_default();
+    const kvs_model_hparams *hp = kvs_model_get_hparams(m);
+    if (kvs_arch_is_diffusion(hp->arch))
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: model '%s' is a masked-diffusion model (use kvs_generate_dlm)", op,
+                         kvs_arch_name(hp->arch));
+    if (p.max_new < 0 || p.temperature < 0.0f || !(p.top_p > 0.0f && p.top_p <= 1.0f))
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: max_new >= 0, temperature >= 0, top_p in (0, 1] required", op);
+    if (tok < 0 || tok >= hp->vocab)
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: token %d outside the vocabulary 0..%d", op, (int)tok, hp->vocab - 1);
+    if (p.draft < 0 || p.draft > KVS_SPEC_MAX_DRAFT)
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: draft %d outside 0..%d", op, p.draft, KVS_SPEC_MAX_DRAFT);
+    if (p.policy || p.rerotate)
+        return kvs_error(KVS_ERR_UNSUPPORTED, "%s: continuing with %s is not implemented (kvs_generate_ar has it)", op,
+                         p.policy ? "an eviction policy" : "rerotate");
+    const kvs_cache_params *cp = kvs_cache_get_params(cache);
+    if (cp->mode != KVS_CACHE_APPEND) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: needs an APPEND cache", op);
+    if (p.draft > 0 && cp->type_k != KVS_QH8 && cp->type_v != KVS_QH8)
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: speculative decoding (draft %d) needs a qh8 cache (K %s, V %s): the "
+                         "draft reads its 4-bit view", op, p.draft, kvs_dtype_name(cp->type_k), kvs_dtype_name(cp->type_v));
+    const int64_t L = kvs_cache_next_pos(cache);
+    if (L < 1) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: the cache is empty (kvs_generate_ar prefills a prompt)", op);
+    for (int l = 0; l < hp->n_layers; l++)
+        for (int h = 0; h < hp->n_kv_heads; h++)
+            if (kvs_cache_len(cache, l, h) != L)
+                return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: layer %d kv head %d holds %lld rows, not the %lld of positions "
+                                 "0..%lld (evicted or gapped caches are not continued)", op, l, h,
+                                 (long long)kvs_cache_len(cache, l, h), (long long)L, (long long)(L - 1));
+    if (L + p.max_new > cp->capacity)
+        return kvs_error(KVS_ERR_OUT_OF_RANGE, "%s: %lld cached + %lld new tokens need %lld cache rows, capacity is %lld", op,
+                         (long long)L, (long long)p.max_new, (long long)(L + p.max_new), (long long)cp->capacity);
+    if (hp->ctx_len > 0 && L + p.max_new - 1 >= hp->ctx_len)
+        return kvs_error(KVS_ERR_OUT_OF_RANGE, "%s: %lld cached + %lld new tokens reach position %lld, past the model's "
+                         "context %d", op, (long long)L, (long long)p.max_new, (long long)(L + p.max_new - 1), hp->ctx_len);
+    if (p.draft > 0) return kvs_generate_ar_spec_continue(m, cache, L, tok, &p, cb, user, out, n_out, stats);
+
+    kvs_gen_stats st;
+    memset(&st, 0, sizeof st);
+    const int64_t V = hp->vocab;
+    float *logits = malloc((size_t)V * sizeof *logits);
+    prob_idx *scratch = malloc((size_t)V * sizeof *scratch);
+    if (!logits || !scratch) {
+        free(logits);
+        free(scratch);
+        return kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
+    }
+    uint64_t rng = p.seed ? p.seed : 0x9E3779B97F4A7C15ull;
+    double t0 = kvs_decode_now_s(), b0 = kvs_device_build_seconds(kvs_model_device(m));
+    kvs_status s = KVS_OK;
+    int64_t n = 0, pos = L;
+    while (s == KVS_OK && n < p.max_new) {
+        /* forward tok (the one-row step of kvs_generate_ar's loop), then sample the next */
+        int32_t zero = 0, position = (int32_t)pos;
+        kvs_step_plan plan = {.tokens = &tok, .n_tokens = 1, .positions = &position, .logit_rows = &zero, .n_logit_rows = 1};
+        kvs_step_result r;
+        s = ar_step(m, cache, NULL, NULL, &plan, &r, &st);
+        if (s != KVS_OK) break;
+        memcpy(logits, r.logits, (size_t)V * sizeof *logits);
+        st.rows_computed += r.rows_computed;
+        st.rows_baseline += (pos + 1) * hp->n_layers;
+        st.steps++;
+        pos++;
+        double ts = kvs_now_s();
+        tok = sample(logits, V, &p, &rng, scratch);
+        double tc = kvs_now_s();
+        st.seconds_confidence += tc - ts;
+        if ((p.stop_at_bos && tok == hp->bos_id) || (p.stop_at_eos && tok == hp->eos_id)) break;
+        out[n++] = tok;
+        int stop = cb && cb(user, tok);
+        st.seconds_commit += kvs_now_s() - tc;
+        if (stop) break;
+    }
+    *n_out = n;
+    st.tokens = n;
+    kvs_decode_stats_finish(&st, t0, b0, m, cache);
+    if (stats) *stats = st;
+    free(logits);
+    free(scratch);
+    return s;
+}
+
 /* ---- masked diffusion: the parameters and the confidence rule (the loop is dlm.c) -------------- */
 
 kvs_dlm_params kvs_dlm_params_default(void) {

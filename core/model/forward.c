@@ -134,7 +134,7 @@ static kvs_status linear(kvs_model *m, const kvs_tensor *W, const kvs_tensor *b,
 static kvs_status run_layer(fwd_ctx *f, int l, const int32_t *rows, int64_t n, kvs_layer_stats *st) {
     kvs_model *m = f->m;
     const kvs_model_hparams *hp = &m->hp;
-    const kvs_layer_tensors *w = &m->layers[l];
+    const kvs_layer_tensors *w = f->plan->kv_draft && m->draft_layers ? &m->draft_layers[l] : &m->layers[l];
     kvs_workspace *ws = &m->ws;
     kvs_device *d = m->dev;
     const kvs_layer_plan *lp = f->lp;
@@ -387,7 +387,7 @@ static kvs_status run_layer_delta(fwd_ctx *f, int l, const kvs_layer_plan *lp, c
                                   int64_t *n_sel, kvs_layer_stats *st) {
     kvs_model *m = f->m;
     const kvs_model_hparams *hp = &m->hp;
-    const kvs_layer_tensors *w = &m->layers[l];
+    const kvs_layer_tensors *w = f->plan->kv_draft && m->draft_layers ? &m->draft_layers[l] : &m->layers[l];
     kvs_workspace *ws = &m->ws;
     kvs_device *d = m->dev;
     const int64_t dim = hp->dim, qd = (int64_t)hp->n_heads * hp->head_dim, kd = (int64_t)hp->n_kv_heads * hp->head_dim;
@@ -546,7 +546,8 @@ static kvs_status final_logits(fwd_ctx *f, const int32_t *rows, int64_t n, kvs_s
     if (s == KVS_OK) s = fwd_view3(m, &xn, ws->xn, 0, hp->dim, nl, 1);
     if (s == KVS_OK) s = kvs_rmsnorm(m->dev, xn3, m->out_norm, xn, hp->rms_eps);
     if (s == KVS_OK) s = fwd_view3(m, &lg, ws->logits, 0, hp->vocab, nl, 1);
-    if (s == KVS_OK) s = kvs_matmul(m->dev, m->output, xn, lg, 0);
+    const kvs_tensor *head = plan->kv_draft && m->draft_output ? m->draft_output : m->output; /* draft weights */
+    if (s == KVS_OK) s = kvs_matmul(m->dev, head, xn, lg, 0);
     if (s == KVS_OK) s = fwd_host_grow((void **)&m->logits_host, &m->logits_host_cap, nl * hp->vocab, sizeof(float));
     if (s == KVS_OK) s = kvs_tensor_download(lg, m->logits_host, 0, (size_t)nl * hp->vocab * 4);
     if (s == KVS_OK) s = check_finite(m->logits_host, nl, hp->vocab, plan->logit_rows);

@@ -94,6 +94,7 @@ void kvs_model_destroy(kvs_model **mp) {
     kvs_model *m = *mp;
     kvs_workspace_free(&m->ws);
     kvs_model_proxy_free(m);
+    kvs_model_draft_free(m); /* before the model's tensors, which some draft entries share */
     if (m->layers) {
         for (int l = 0; l < m->hp.n_layers; l++) {
             kvs_layer_tensors *w = &m->layers[l];

@@ -104,7 +104,17 @@ struct kvs_model {
     kvs_spa_proxy *spa;      /* [n_layers] SPA-Cache singular proxies (proxy.c), made on first use */
     float *proxy_host;       /* [rows][rank] the forward's proxy scores (kvs_layer_plan.select) */
     int64_t proxy_host_cap;
+    /* QuantSpec's draft weights (kvs_model_set_draft_weights; model_weights.c): what a kv_draft
+     * forward multiplies by. NULL: the draft uses the model's own. A matrix not copied (already of
+     * the type, rows not whole blocks) points to the model's tensor; norms and biases always do. */
+    kvs_layer_tensors *draft_layers; /* [n_layers] */
+    kvs_tensor *draft_output;
+    kvs_dtype draft_type;
+    int64_t draft_bytes;     /* bytes of the copies */
 };
+
+/* Frees the draft weights (kvs_model_destroy). */
+void kvs_model_draft_free(kvs_model *m);
 
 void kvs_workspace_free(kvs_workspace *ws);
 

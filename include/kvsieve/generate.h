@@ -141,6 +141,27 @@ KVS_API kvs_status kvs_generate_ar(kvs_model *m, kvs_kv_cache *cache, const int3
                                    const kvs_ar_params *p, kvs_token_cb cb, void *user, int32_t *out,
                                    int64_t *n_out, kvs_gen_stats *stats);
 
+/* Autoregressive decoding that continues on a cache already holding a context (kvs_generate_ar
+ * without its reset and prefill; for benchmarks at long context, where a prefill would cost more than
+ * the decode measured, and for callers that filled the cache themselves). cache: an APPEND cache
+ * whose every (layer, kv head) holds exactly the rows of positions 0 .. L-1, L = kvs_cache_next_pos
+ * (cache) >= 1 (no eviction, no gaps), with capacity >= L + max_new. tok: the next token, at position
+ * L, not yet forwarded (not written to out). Then as kvs_generate_ar's loop: forward tok, sample the
+ * next token, ... until max_new tokens are in out (*n_out the count; fewer at a stop token or when cb
+ * returns nonzero); the cache then holds L + *n_out rows (the last token is not forwarded), plain or
+ * speculative (p->draft > 0: the rows of rejected drafts are rolled back). Greedy (temperature 0),
+ * the tokens of plain and speculative continuation are those kvs_generate_ar gives after a prompt
+ * whose prefill left this cache (the same one-row forwards), within speculative decoding's exactness
+ * (kvs_ar_params.draft). Stats as kvs_generate_ar (seconds: the decode only).
+ * Errors: KVS_ERR_INVALID_ARGUMENT (NULL, bad params as kvs_generate_ar, tok outside [0, vocab), a
+ * positional cache, an empty cache, a (layer, head) whose length is not L, a masked-diffusion model,
+ * draft > 0 without a qh8 K or V), KVS_ERR_UNSUPPORTED (a policy or rerotate), KVS_ERR_OUT_OF_RANGE
+ * (capacity < L + max_new; position L + max_new - 1 >= the model's ctx_len when known), the forward's
+ * errors. */
+KVS_API kvs_status kvs_generate_ar_continue(kvs_model *m, kvs_kv_cache *cache, int32_t tok, const kvs_ar_params *p,
+                                            kvs_token_cb cb, void *user, int32_t *out, int64_t *n_out,
+                                            kvs_gen_stats *stats);
+
 /* ---- masked diffusion ------------------------------------------------------------------------ */
 
 typedef struct kvs_dlm_params {

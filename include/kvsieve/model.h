@@ -77,6 +77,26 @@ KVS_API const kvs_model_hparams *kvs_model_get_hparams(const kvs_model *m);
 KVS_API kvs_device *kvs_model_device(const kvs_model *m);
 /* Bytes of weights held on the device (those used in place from the file included). */
 KVS_API int64_t kvs_model_weight_bytes(const kvs_model *m);
+
+/* QuantSpec's optional 4-bit weight copy for the draft (Tiwari et al. 2025, "QuantSpec:
+ * Self-Speculative Decoding with Hierarchical Quantized KV Cache", whose draft may also read 4-bit
+ * weights; issue 17's "optionally a q4 weight copy"): makes a copy of every matrix (attn_q/k/v/output, ffn_gate/up/down of each
+ * layer, and the output head; the token embedding is only gathered, not copied) in `type`, quantized
+ * at this call from the loaded weights (decoded to f32, then core/quant's row encoder: kvs_quant_row,
+ * llama.cpp's reference rules; no second file). Forwards with kvs_step_plan.kv_draft = 1 (the draft
+ * passes of speculative decoding, kvs_ar_params.draft) multiply by the copies; every other forward,
+ * the verify included, by the model's own weights, so greedy speculative decoding still gives plain
+ * greedy decoding's tokens (the verify decides; acceptance may drop). A matrix already of `type`, or
+ * whose rows are not whole blocks of 32, is used as it is (no copy). Calling again replaces the
+ * copies; type KVS_F32 removes them. Memory: the copies' bytes (kvs_model_draft_weight_bytes) on
+ * the model's device, beside the weights. type: KVS_Q4_0 (the paper's 4 bits), KVS_Q4_1,
+ * KVS_IQ4_NL or KVS_Q8_0. Errors: KVS_ERR_INVALID_ARGUMENT (NULL), KVS_ERR_DTYPE (a type without a
+ * row encoder), KVS_ERR_UNSUPPORTED (the device cannot multiply by that type), KVS_ERR_OUT_OF_MEMORY,
+ * the device's upload / download errors. A refused argument leaves the model's draft weights as they
+ * were; an error while copying leaves it without any. */
+KVS_API kvs_status kvs_model_set_draft_weights(kvs_model *m, kvs_dtype type);
+/* Bytes of the draft copies on the device (0: none). */
+KVS_API int64_t kvs_model_draft_weight_bytes(const kvs_model *m);
 /* Bytes of those weights used in place from the model file's memory (kvs_model_params.map_weights;
  * 0 when every weight was copied). */
 KVS_API int64_t kvs_model_mapped_bytes(const kvs_model *m);

@@ -309,6 +309,8 @@ _PROTOS = {
     "kvs_model_destroy": (None, [_PP]),
     "kvs_model_get_hparams": (POINTER(ModelHparams), [_P]),
     "kvs_model_weight_bytes": (c_int64, [_P]),
+    "kvs_model_set_draft_weights": (_S, [_P, c_int]),
+    "kvs_model_draft_weight_bytes": (c_int64, [_P]),
     "kvs_model_cache_params": (CacheParams, [_P]),
     "kvs_model_forward": (_S, [_P, _P, POINTER(StepPlan), POINTER(StepResult)]),
     "kvs_cache_create": (_S, [_PP, _P, POINTER(CacheParams)]),

@@ -234,6 +234,16 @@ class Model:
     def arch(self):
         return self.hparams["arch"]
 
+    def set_draft_weights(self, dtype):
+        """QuantSpec's draft weights (kvs_model_set_draft_weights): speculative decoding's draft passes
+        multiply by a copy of every matrix quantized to dtype ("q4_0", "q4_1", "iq4_nl", "q8_0"; "f32"
+        removes the copies); the verify keeps the model's own weights. Returns the copies' bytes."""
+        from .core import _DTYPES
+        if dtype not in _DTYPES:
+            fail(INVALID_ARGUMENT, "unknown dtype %r" % (dtype,))
+        check(L.lib.kvs_model_set_draft_weights(self._h, _DTYPES[dtype]))
+        return int(L.lib.kvs_model_draft_weight_bytes(self._h))
+
     # ---- tokenizer ---------------------------------------------------------------------------
     def tokenize(self, text, bos=True, eos=False):
         """Token ids (int32 array) of text; bos/eos add the model's BOS/EOS."""

@@ -345,6 +345,13 @@ class Models(unittest.TestCase):
         self.assertEqual(spec["tokens"].tolist(), plain["tokens"].tolist())
         self.assertGreater(spec["stats"]["spec_verify_steps"], 0)
         self.assertLessEqual(spec["stats"]["spec_accepted"], spec["stats"]["spec_drafted"])
+        # the draft's q4_0 weight copy: the verify keeps the model's weights, so still plain greedy
+        self.assertGreater(m.set_draft_weights("q4_0"), 0)
+        spec4 = m.generate_ar([1, 17, 230], max_new=30, cache_dtype="qh8", draft=3)
+        self.assertEqual(spec4["tokens"].tolist(), plain["tokens"].tolist())
+        with self.assertRaises(kvsieve.KvsError):  # no row encoder for f16
+            m.set_draft_weights("f16")
+        self.assertEqual(m.set_draft_weights("f32"), 0)
         with self.assertRaises(kvsieve.KvsError):  # drafts need a qh8 cache
             m.generate_ar([1], max_new=4, draft=2)
         with self.assertRaises(kvsieve.KvsError):  # stories260K: head_dim 8

@@ -5,6 +5,7 @@
  *   bench_cases.c   the op cases and the suite (which shapes, what each counts as work)
  *   bench_report.c  the table rows and the JSON report
  *   bench_model.c   kvsieve bench model (a random-weight model of a real shape)
+ *   bench_spec.c    its --speculative mode: QuantSpec against plain decoding at a long context
  * Units, timing and budgets: cmd_bench.c's header. */
 #ifndef KVS_CLI_BENCH_H
 #define KVS_CLI_BENCH_H
@@ -110,6 +111,45 @@ void bench_copy_free(bench_copy *c);
 
 /* kvsieve bench model (argv[0] = "model"): exit code as the other subcommands. */
 int bench_model(int argc, char **argv);
+
+/* ---- bench_spec.c ---- */
+
+typedef struct bench_spec_opts {
+    int64_t context;      /* rows in the cache before decoding (positions 0 .. context-1), >= 1 */
+    int64_t decode;       /* tokens generated per run, >= 1 */
+    int draft;            /* tokens drafted per verify step, 1..KVS_SPEC_MAX_DRAFT */
+    int reps;             /* interleaved repetitions of (plain, speculative), >= 1 */
+    int fill_prefill;     /* 1: fill by a prefill of random tokens; 0: random K/V rows written directly */
+    kvs_dtype draft_weights; /* the model's draft weight copies (kvs_model_set_draft_weights); KVS_F32: none */
+    int32_t *tokens_out;  /* optional [decode]: the speculative tokens of the last run */
+    int32_t *plain_out;   /* optional [decode]: the plain tokens of the last run */
+} bench_spec_opts;
+
+typedef struct bench_spec_result {
+    double fill_s;                  /* wall seconds of filling the cache */
+    double plain_s, plain_cpu_s;    /* fastest wall / process-CPU seconds of a plain run */
+    double spec_s, spec_cpu_s;      /* the same for a speculative run */
+    double draft_s;                 /* wall seconds of the draft forwards in the last speculative run */
+    int64_t plain_tokens, spec_tokens;
+    int64_t distinct_tokens;        /* distinct ids among the plain tokens (1: a random model stuck on one) */
+    int64_t verify_steps, drafted, accepted; /* the last speculative run (every run decodes the same) */
+    int identical;                  /* 1: every speculative run gave the plain run's tokens */
+    int64_t first_diff;             /* first differing index, -1 when identical */
+    int64_t kv_bytes_per_token[2];  /* KV bytes per context token one step reads: [0] 8-bit, [1] the draft */
+    int64_t weight_bytes;           /* bytes of every weight tensor */
+    int64_t draft_weight_bytes;     /* bytes of the draft's weight copies (0: the draft reads the weights) */
+} bench_spec_result;
+
+/* The measurement of bench_spec.c's header on model m with cache types kv (one of them qh8 for
+ * draft > 0). Errors: the cache's, the fill's, kvs_generate_ar_continue's, KVS_ERR_OUT_OF_MEMORY. */
+kvs_status bench_spec_measure(kvs_model *m, const kvs_dtype kv[2], const bench_spec_opts *o, uint64_t *rng,
+                              bench_spec_result *r);
+
+/* Prints the result as text lines (s: bench_spec_measure's status: its message on an error). */
+void bench_spec_print(const bench_spec_result *r, const bench_spec_opts *o, kvs_status s);
+/* The result as a JSON object (keys with their units; "ok": false and the options only on an error). */
+struct json_object;
+struct json_object *bench_spec_json(const bench_spec_result *r, const bench_spec_opts *o, kvs_status s);
 
 /* ---- bench_report.c ---- */
 

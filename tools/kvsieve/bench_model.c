@@ -10,6 +10,9 @@
  *              over every layer's matrix in turn (decode: bytes of W per second / memcpy peak), and
  *              --prompt rows against layer 0's matrix (prefill: 2 m k n flop per second / SGEMM peak);
  *              once per matmul variant in --variants, interleaved (side by side in one run).
+ *   --speculative  instead of all the above: QuantSpec self-speculative decoding against plain decoding
+ *              on a qh8 cache filled to --context rows (bench_spec.c): acceptance, tokens per verify
+ *              step, tokens/s of each, the wall and CPU-time speedup, tokens compared.
  * Peaks: bench_peaks.c (SGEMM through kvs_matmul; memcpy). Timing: median of --reps samples after a
  * warm-up (the forwards: one warm-up forward each); the GEMV/GEMM rows also report the process CPU
  * time per sweep (all threads), the figure that survives a loaded host. Units in the JSON keys. */
@@ -234,7 +237,9 @@ int bench_model(int argc, char **argv) {
     int reps = 3;
     int64_t n_prompt = CLI_UNSET_I64, n_decode = CLI_UNSET_I64, gen = CLI_UNSET_I64, steps = CLI_UNSET_I64;
     int64_t seed = 1;
-    int no_dlm = 0, no_ops = 0, n_layers = 0;
+    int no_dlm = 0, no_ops = 0, n_layers = 0, speculative = 0;
+    int64_t draft = CLI_UNSET_I64, context = CLI_UNSET_I64;
+    const char *fill_arg = NULL, *draft_weights = NULL;
     cache_type_opts ct = {0};
     const cli_opt opts[] = {
         {"shape", 's', CLI_STRING, &shape_arg, "NAME|FILE",
@@ -244,7 +249,7 @@ int bench_model(int argc, char **argv) {
         {"threads", 't', CLI_INT, &b.threads, "N", "CPU worker threads (default: all online cores)"},
         {"json", 0, CLI_FLAG, &b.json, NULL, "print one JSON object on stdout instead of the table"},
         {"prompt", 'p', CLI_INT64, &n_prompt, "N", "prefill tokens, also the GEMM rows (default 64; tiny shapes 16)"},
-        {"decode", 'n', CLI_INT64, &n_decode, "N", "decode steps timed after the prefill (default 16; tiny 8)"},
+        {"decode", 'n', CLI_INT64, &n_decode, "N", "decode steps timed after the prefill (default 16; tiny 8); --speculative: tokens per run (default 32)"},
         {"gen", 0, CLI_INT64, &gen, "N", "diffusion shapes: masked positions, one block (default 32)"},
         {"steps", 0, CLI_INT64, &steps, "N", "diffusion shapes: denoising steps over them (default 8)"},
         {"layers", 0, CLI_INT, &n_layers, "N",
@@ -254,13 +259,25 @@ int bench_model(int argc, char **argv) {
         {"no-ops", 0, CLI_FLAG, &no_ops, NULL, "skip the GEMV/GEMM rows"},
         {"variants", 0, CLI_STRING, &variants_arg, "LIST",
          "matmul variants the GEMV/GEMM rows run under, side by side (e.g. auto,avx512,avx512-vnni; default auto)"},
-        {"reps", 'r', CLI_INT, &reps, "N", "timed samples per GEMV/GEMM row, median reported (default 3)"},
+        {"reps", 'r', CLI_INT, &reps, "N", "timed samples per GEMV/GEMM row, median reported (default 3); --speculative: interleaved runs of each, the\n"
+                                            "fastest reported (default 3)"},
         {"seed", 0, CLI_INT64, &seed, "N", "weight seed (default 1)"},
+        {"speculative", 0, CLI_FLAG, &speculative, NULL,
+         "measure only QuantSpec self-speculative decoding against plain decoding (greedy, same qh8 cache, --reps\n"
+         "interleaved runs of --decode tokens after --context cached rows; default 3 runs of 32 tokens)"},
+        {"draft", 0, CLI_INT64, &draft, "N", "--speculative: tokens drafted per verify step, 1..15 (default 3; implies --speculative)"},
+        {"draft-weights", 0, CLI_STRING, &draft_weights, "T",
+         "--speculative: the draft multiplies by a copy of the weights quantized to T at build (q4_0, q4_1, iq4_nl, q8_0;\n"
+         "implies --speculative); the verify keeps the --type weights (default: the draft uses them too)"},
+        {"context", 'c', CLI_INT64, &context, "N", "--speculative: rows in the cache before decoding (default 1024)"},
+        {"fill", 0, CLI_STRING, &fill_arg, "HOW",
+         "--speculative: how the context gets into the cache: random (default: random K/V rows written directly, no\n"
+         "forward) or prefill (a prefill of random tokens, 256 per forward; slow at long contexts)"},
         CACHE_TYPE_OPTS(ct),
     };
     const cli_spec spec = {
         .prog = "kvsieve bench model",
-        .usage = "--shape NAME|FILE [--type T] [--backend B] [--json]",
+        .usage = "--shape NAME|FILE [--type T] [--backend B] [--json] [--speculative [--draft N] [--context N] [--fill random|prefill]]",
         .summary = "Builds a random-weight model of a real shape in memory (no download) and measures\n"
                    "prefill and decode tokens/s, a diffusion step with and without elastic (diffusion\n"
                    "shapes), and each matrix's GEMV/GEMM rate against this device's measured peaks.",
@@ -276,8 +293,28 @@ int bench_model(int argc, char **argv) {
     if (!parse_type(type_arg, &type)) return cli_fail(CLI_EXIT_USAGE, spec.prog, "--type: unknown weight type '%s'", type_arg);
     if (reps < 1 || reps > MAX_REPS) return cli_fail(CLI_EXIT_USAGE, spec.prog, "--reps must be in 1..%d", MAX_REPS);
     if (b.threads < 0) return cli_fail(CLI_EXIT_USAGE, spec.prog, "--threads must be >= 1");
+    if (draft != CLI_UNSET_I64 || draft_weights) speculative = 1;
+    kvs_dtype draft_wt = KVS_F32;
+    if (draft_weights && cli_draft_weight_type(spec.prog, draft_weights, &draft_wt) != CLI_EXIT_OK) return CLI_EXIT_USAGE;
+    if (draft == CLI_UNSET_I64) draft = 3;
+    if (!speculative && (context != CLI_UNSET_I64 || fill_arg))
+        return cli_fail(CLI_EXIT_USAGE, spec.prog, "--context and --fill belong to --speculative");
+    int fill_prefill = 0;
+    if (speculative) {
+        if (draft < 1 || draft > KVS_SPEC_MAX_DRAFT)
+            return cli_fail(CLI_EXIT_USAGE, spec.prog, "--draft must be in 1..%d", KVS_SPEC_MAX_DRAFT);
+        if (fill_arg && strcmp(fill_arg, "prefill") == 0) fill_prefill = 1;
+        else if (fill_arg && strcmp(fill_arg, "random") != 0)
+            return cli_fail(CLI_EXIT_USAGE, spec.prog, "--fill: '%s' is neither random nor prefill", fill_arg);
+        if (context == CLI_UNSET_I64) context = 1024;
+        if (context < 1) return cli_fail(CLI_EXIT_USAGE, spec.prog, "--context must be >= 1");
+        if (!ct.k && !ct.v) ct.k = ct.v = "qh8"; /* QuantSpec's cache by default */
+    }
     rc = cli_cache_types(spec.prog, &ct, b.kv_types);
     if (rc != CLI_EXIT_OK) return rc;
+    if (speculative && b.kv_types[0] != KVS_QH8 && b.kv_types[1] != KVS_QH8)
+        return cli_fail(CLI_EXIT_USAGE, spec.prog, "--speculative drafts from the 4-bit view of a qh8 cache: give --cache-type-k "
+                        "and/or --cache-type-v qh8 (or neither)");
 
     shape sh = {0};
     for (int i = 0; i < N_SHAPES; i++)
@@ -300,13 +337,20 @@ int bench_model(int argc, char **argv) {
     }
     const int tiny = strncmp(sh.name, "tiny", 4) == 0;
     if (n_prompt == CLI_UNSET_I64) n_prompt = tiny ? 16 : 64;
-    if (n_decode == CLI_UNSET_I64) n_decode = tiny ? 8 : 16;
+    if (n_decode == CLI_UNSET_I64) n_decode = speculative ? 32 : tiny ? 8 : 16;
     if (gen == CLI_UNSET_I64) gen = 32;
     if (steps == CLI_UNSET_I64) steps = 8;
     if (n_prompt < 1 || n_decode < 1 || gen < 1 || steps < 1 || steps > gen)
         return cli_fail(CLI_EXIT_USAGE, spec.prog, "--prompt, --decode, --gen must be >= 1 and --steps in 1..gen");
-    if (sh.hp.ctx_len > 0 && n_prompt + n_decode > sh.hp.ctx_len)
+    if (!speculative && sh.hp.ctx_len > 0 && n_prompt + n_decode > sh.hp.ctx_len)
         return cli_fail(CLI_EXIT_USAGE, spec.prog, "--prompt + --decode exceed the shape's context %d", sh.hp.ctx_len);
+    if (speculative && kvs_arch_is_diffusion(sh.hp.arch))
+        return cli_fail(CLI_EXIT_USAGE, spec.prog, "--speculative is for autoregressive shapes; '%s' is a masked-diffusion "
+                        "model", sh.name);
+    if (speculative && sh.hp.ctx_len > 0 && context + n_decode > sh.hp.ctx_len)
+        return cli_fail(CLI_EXIT_USAGE, spec.prog, "--context %lld + --decode %lld exceed the shape's context %d",
+                        (long long)context, (long long)n_decode, sh.hp.ctx_len);
+    if (speculative) no_dlm = no_ops = 1;
     rc = cli_cache_types_fit(spec.prog, b.kv_types, &sh.hp);
     if (rc != CLI_EXIT_OK) return rc;
     const int dlm = kvs_arch_is_diffusion(sh.hp.arch) && !no_dlm;
@@ -355,8 +399,10 @@ int bench_model(int argc, char **argv) {
     }
     b.reps = 5;
     b.min_sample_s = tiny ? 1e-3 : 5e-3;
-    bench_peak_gemm(&b, tiny ? 256 : 1024);
-    bench_peak_bandwidth(&b, (size_t)(tiny ? 32 : 256) << 20);
+    if (!speculative) { /* the speculative rows are ratios of two decodes, no peak needed */
+        bench_peak_gemm(&b, tiny ? 256 : 1024);
+        bench_peak_bandwidth(&b, (size_t)(tiny ? 32 : 256) << 20);
+    }
     b.reps = reps;
     if (!b.json) {
         if (b.gemm.valid) printf("peak compute   %8.1f GFLOP/s  %s\n", b.gemm.rate, b.gemm.what);
@@ -375,6 +421,18 @@ int bench_model(int argc, char **argv) {
         kvs_device_destroy(&b.dev);
         return rc;
     }
+    double draft_build_s = 0;
+    if (draft_wt != KVS_F32) {
+        t0 = cli_now();
+        st = kvs_model_set_draft_weights(m, draft_wt);
+        draft_build_s = cli_now() - t0;
+        if (st != KVS_OK) {
+            rc = cli_fail(CLI_EXIT_FAIL, spec.prog, "%s", kvs_last_error());
+            kvs_model_destroy(&m);
+            kvs_device_destroy(&b.dev);
+            return rc;
+        }
+    }
     const double wbytes = (double)kvs_model_weight_bytes(m);
     /* KV cache bytes per token (issue 17's memory per token): K and V rows of every layer and kv head */
     const int64_t kv_tok = (int64_t)hp->n_layers * hp->n_kv_heads *
@@ -389,17 +447,33 @@ int bench_model(int argc, char **argv) {
         printf("weights %s: %.1f MiB, built in %.2f s; KV cache %s/%s: %.1f KiB per token\n", kvs_dtype_name(type),
                wbytes / 1048576.0, build_s, kvs_dtype_name(b.kv_types[0]), kvs_dtype_name(b.kv_types[1]),
                (double)kv_tok / 1024.0);
+        if (draft_wt != KVS_F32)
+            printf("draft weights %s: %.1f MiB of copies, quantized in %.2f s\n", kvs_dtype_name(draft_wt),
+                   (double)kvs_model_draft_weight_bytes(m) / 1048576.0, draft_build_s);
         fflush(stdout);
     }
 
+    /* --speculative: only the comparison of bench_spec.c */
+    bench_spec_result sr = {0};
+    kvs_status sst = KVS_OK;
+    if (speculative) {
+        bench_spec_opts so = {.context = context, .decode = n_decode, .draft = (int)draft, .reps = reps, .fill_prefill = fill_prefill,
+                              .draft_weights = draft_wt};
+        sst = bench_spec_measure(m, b.kv_types, &so, &b.rng, &sr);
+        if (sst != KVS_OK || !sr.identical) b.n_errors++;
+        if (!b.json) bench_spec_print(&sr, &so, sst);
+    }
+
     /* forwards */
-    fwd_times ft = time_forward(m, b.kv_types, n_prompt, n_decode, &b.rng);
+    fwd_times ft = {0};
+    if (!speculative) ft = time_forward(m, b.kv_types, n_prompt, n_decode, &b.rng);
     if (ft.st != KVS_OK) b.n_errors++;
     const double pre_tps = ft.st == KVS_OK && ft.prefill_s > 0 ? (double)n_prompt / ft.prefill_s : 0;
     const double dec_tps = ft.st == KVS_OK && ft.decode_s > 0 ? (double)n_decode / ft.decode_s : 0;
     const double dec_gbs = dec_tps * wbytes * 1e-9;
     if (!b.json) {
-        if (ft.st != KVS_OK) printf("forward        error: %s\n", kvs_last_error());
+        if (speculative) { /* printed above */
+        } else if (ft.st != KVS_OK) printf("forward        error: %s\n", kvs_last_error());
         else {
             printf("prefill        %6lld tokens  %10.2f tokens/s  (%.3f s)\n", (long long)n_prompt, pre_tps, ft.prefill_s);
             printf("decode         %6lld tokens  %10.2f tokens/s  (%.1f ms/token; weights %.1f GB/s = %.2f of memcpy)\n",
@@ -512,16 +586,23 @@ int bench_model(int argc, char **argv) {
         json_object_object_add(js, "model_bytes", json_object_new_int64((int64_t)wbytes));
         json_object_object_add(js, "kv_bytes_per_token", json_object_new_int64(kv_tok));
         json_object_object_add(js, "build_seconds", json_object_new_double(build_s));
-        json_object *fj = json_object_new_object();
-        json_object_object_add(fj, "ok", json_object_new_boolean(ft.st == KVS_OK));
-        json_object_object_add(fj, "prompt_tokens", json_object_new_int64(n_prompt));
-        json_object_object_add(fj, "prefill_seconds", json_object_new_double(ft.prefill_s));
-        json_object_object_add(fj, "prefill_tokens_per_s", json_object_new_double(pre_tps));
-        json_object_object_add(fj, "decode_tokens", json_object_new_int64(n_decode));
-        json_object_object_add(fj, "decode_seconds", json_object_new_double(ft.decode_s));
-        json_object_object_add(fj, "decode_tokens_per_s", json_object_new_double(dec_tps));
-        json_object_object_add(fj, "decode_weight_gbs", json_object_new_double(dec_gbs));
-        json_object_object_add(js, "forward", fj);
+        if (speculative) {
+            bench_spec_opts so = {.context = context, .decode = n_decode, .draft = (int)draft, .reps = reps, .fill_prefill = fill_prefill,
+                                  .draft_weights = draft_wt};
+            json_object_object_add(js, "speculative", bench_spec_json(&sr, &so, sst));
+        }
+        json_object *fj = speculative ? NULL : json_object_new_object();
+        if (fj) {
+            json_object_object_add(fj, "ok", json_object_new_boolean(ft.st == KVS_OK));
+            json_object_object_add(fj, "prompt_tokens", json_object_new_int64(n_prompt));
+            json_object_object_add(fj, "prefill_seconds", json_object_new_double(ft.prefill_s));
+            json_object_object_add(fj, "prefill_tokens_per_s", json_object_new_double(pre_tps));
+            json_object_object_add(fj, "decode_tokens", json_object_new_int64(n_decode));
+            json_object_object_add(fj, "decode_seconds", json_object_new_double(ft.decode_s));
+            json_object_object_add(fj, "decode_tokens_per_s", json_object_new_double(dec_tps));
+            json_object_object_add(fj, "decode_weight_gbs", json_object_new_double(dec_gbs));
+            json_object_object_add(js, "forward", fj);
+        }
         if (dlm) {
             json_object *dj = json_object_new_object();
             json_object_object_add(dj, "ok", json_object_new_boolean(dt.st == KVS_OK));

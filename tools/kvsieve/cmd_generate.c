@@ -40,6 +40,7 @@ typedef struct gen_opts {
     double think;     /* --think R: ThinK key-channel pruning ratio at each eviction */
     int speculative;  /* --speculative: QuantSpec self-speculative decoding on a qh8 cache */
     int64_t draft;    /* --draft N: tokens drafted per verify step (implies --speculative; default 3) */
+    const char *draft_weights; /* --draft-weights T: the draft multiplies by a T copy of the weights */
 } gen_opts;
 
 typedef struct stream_ctx {
@@ -127,6 +128,10 @@ int cmd_generate(int argc, char **argv) {
                                                            "counts) for the speedup and, greedy, the check that the tokens "
                                                            "are identical"},
         {"draft", 0, CLI_INT64, &o.draft, "N", "--speculative: tokens drafted per verify step, 1..15 (default 3)"},
+        {"draft-weights", 0, CLI_STRING, &o.draft_weights, "T", "--speculative: the draft multiplies by a copy of the weights "
+                                                               "quantized to T at load (q4_0, q4_1, iq4_nl, q8_0; implies "
+                                                               "--speculative); the verify keeps the model's own (default: "
+                                                               "the draft uses them too)"},
         {"compare", 0, CLI_FLAG, &o.compare, NULL, "diffusion: also decode without cache; report speedup and agreement"},
         {"stop-eos", 0, CLI_FLAG, &o.stop_eos, NULL, "diffusion: stop once every position before the first EOS is decoded; "
                                                      "the rest is EOS, not decoded (LLaDA)"},
@@ -177,8 +182,10 @@ int cmd_generate(int argc, char **argv) {
     if (o.threshold < 0 || o.threshold > 1) return cli_fail(CLI_EXIT_USAGE, PROG, "--threshold must be in [0, 1]");
     if ((o.n != CLI_UNSET_I64 && o.n < 1) || o.block < 1 || o.steps < 0) return cli_fail(CLI_EXIT_USAGE, PROG, "need -n >= 1, --block >= 1, --steps >= 0");
 
-    if (o.draft != CLI_UNSET_I64) o.speculative = 1;
+    if (o.draft != CLI_UNSET_I64 || o.draft_weights) o.speculative = 1;
     if (o.draft == CLI_UNSET_I64) o.draft = 3;
+    kvs_dtype draft_wt = KVS_F32;
+    if (o.draft_weights && cli_draft_weight_type(PROG, o.draft_weights, &draft_wt) != CLI_EXIT_OK) return CLI_EXIT_USAGE;
     if (o.speculative && (o.draft < 1 || o.draft > KVS_SPEC_MAX_DRAFT))
         return cli_fail(CLI_EXIT_USAGE, PROG, "--draft must be in 1..%d", KVS_SPEC_MAX_DRAFT);
     if (o.speculative && !ct.k && !ct.v) ct.k = ct.v = "qh8"; /* QuantSpec's cache by default */
@@ -219,6 +226,10 @@ int cmd_generate(int argc, char **argv) {
     rc = cli_cache_types_fit(PROG, ctypes, hp);
     if (rc != CLI_EXIT_OK) {
         exit_code = rc;
+        goto done;
+    }
+    if (draft_wt != KVS_F32 && kvs_model_set_draft_weights(m, draft_wt) != KVS_OK) {
+        exit_code = cli_fail(CLI_EXIT_FAIL, PROG, "%s", kvs_last_error());
         goto done;
     }
     if (o.ctx > hp->ctx_len)
@@ -547,6 +558,8 @@ int cmd_generate(int argc, char **argv) {
         if (o.speculative) {
             json_object *sp = json_object_new_object();
             json_object_object_add(sp, "draft", json_object_new_int64(o.draft));
+            json_object_object_add(sp, "draft_weights", json_object_new_string(draft_wt != KVS_F32 ? kvs_dtype_name(draft_wt) : "model"));
+            json_object_object_add(sp, "draft_weight_bytes", json_object_new_int64(kvs_model_draft_weight_bytes(m)));
             json_object_object_add(sp, "verify_steps", json_object_new_int64(st.spec_verify_steps));
             json_object_object_add(sp, "drafted", json_object_new_int64(st.spec_drafted));
             json_object_object_add(sp, "accepted", json_object_new_int64(st.spec_accepted));
@@ -645,11 +658,12 @@ int cmd_generate(int argc, char **argv) {
         if (o.speculative) {
             const int64_t vs = st.spec_verify_steps;
             fprintf(stderr,
-                    "speculative (QuantSpec, draft %lld from the 4-bit view): %lld verify steps, acceptance %.3f (%lld of %lld "
+                    "speculative (QuantSpec, draft %lld from the 4-bit view%s%s): %lld verify steps, acceptance %.3f (%lld of %lld "
                     "drafted), %.2f tokens per verify step, draft forwards %.3f s\n"
                     "fastest of 3 interleaved runs: plain decoding (same cache) %.4f s (CPU %.4f s), speculative %.4f s "
                     "(CPU %.4f s): speedup %.2fx wall, %.2fx CPU time; %s\n",
-                    (long long)o.draft, (long long)vs, st.spec_drafted ? (double)st.spec_accepted / (double)st.spec_drafted : 0.0,
+                    (long long)o.draft, draft_wt != KVS_F32 ? " and weights " : "", draft_wt != KVS_F32 ? kvs_dtype_name(draft_wt) : "",
+                    (long long)vs, st.spec_drafted ? (double)st.spec_accepted / (double)st.spec_drafted : 0.0,
                     (long long)st.spec_accepted, (long long)st.spec_drafted,
                     vs ? (double)(st.spec_accepted + vs) / (double)vs : 0.0, st.seconds_draft, st_base.seconds, cpu_base_s,
                     spec_best_s, cpu_s, spec_best_s > 0 ? st_base.seconds / spec_best_s : 0.0, cpu_s > 0 ? cpu_base_s / cpu_s : 0.0,

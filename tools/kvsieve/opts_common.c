@@ -1,5 +1,6 @@
 /* kvsieve CLI — the device options and model opening shared by the model-running commands
  * (opts_common.h). */
+#include <strings.h>
 #include <stdlib.h>
 
 #include "opts_common.h"
@@ -56,6 +57,13 @@ int cli_cache_types_fit(const char *prog, const kvs_dtype types[2], const kvs_mo
                             "(f32, f16 and bf16 fit any head_dim)",
                             w ? 'v' : 'k', kvs_dtype_name(types[w]), kvs_dtype_block(types[w]), hp->head_dim);
     return CLI_EXIT_OK;
+}
+
+int cli_draft_weight_type(const char *prog, const char *name, kvs_dtype *out) {
+    static const kvs_dtype ok[] = {KVS_Q4_0, KVS_Q4_1, KVS_IQ4_NL, KVS_Q8_0};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+        if (strcasecmp(name, kvs_dtype_name(ok[i])) == 0) return *out = ok[i], CLI_EXIT_OK;
+    return cli_fail(CLI_EXIT_USAGE, prog, "--draft-weights: '%s' is not a draft weight type (q4_0, q4_1, iq4_nl, q8_0)", name);
 }
 
 int cli_model_require_dlm(const char *prog, const char *name, const cli_model *cm) {

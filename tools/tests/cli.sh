@@ -92,6 +92,40 @@ expect 2 bench model --shape tiny --layers 3 && one_line_error
 expect 0 bench model --shape tiny --layers 1 --json --reps 1 --prompt 4 --decode 2 -t 1 --no-ops && valid_json
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["shape"]["n_layers"] == 1, d["shape"]' "$tmp/out" \
   || fails=$((fails + 1))
+# bench model --speculative (QuantSpec against plain decoding at a context): refusals, then a run at a
+# long-ish context whose speculative tokens must equal the plain ones (the bench exits 1 otherwise)
+expect 2 bench model --shape tiny --draft 0 && one_line_error
+expect 2 bench model --shape tiny --draft 16 && one_line_error
+expect 2 bench model --shape tiny --speculative --context 0 && one_line_error
+expect 2 bench model --shape tiny --speculative --fill sideways && one_line_error
+expect 2 bench model --shape tiny --context 64 && one_line_error
+expect 2 bench model --shape tiny --speculative --cache-type-k q8_0 --cache-type-v q8_0 && one_line_error && contains_err qh8
+expect 2 bench model --shape tiny-dlm --speculative && one_line_error
+expect 2 bench model --shape tiny --speculative --context 500 --decode 32 && one_line_error && contains_err context
+expect 0 bench model --shape tiny --speculative --draft 4 --context 300 --decode 20 --reps 2 -t 1 --json && valid_json
+python3 - "$tmp/out" <<'PY' || fails=$((fails + 1))
+import json, sys
+d = json.load(open(sys.argv[1]))
+s = d["speculative"]
+assert s["ok"] and s["identical"] and s["first_diff"] == -1, s
+assert s["draft"] == 4 and s["context"] == 300 and s["fill"] == "random" and s["reps"] == 2, s
+assert s["plain_tokens"] == s["spec_tokens"] == 20 and 1 <= s["distinct_tokens"] <= 20, s
+assert 0 <= s["accepted"] <= s["drafted"] and s["verify_steps"] > 0, s
+assert 0 <= s["acceptance"] <= 1 and 1 <= s["tokens_per_verify_step"] <= 5, s
+assert s["speedup_wall"] > 0 and s["speedup_cpu"] > 0 and s["plain_seconds"] > 0 and s["spec_seconds"] > 0, s
+assert s["kv_bytes_per_context_token"] == 2 * 2 * 2 * 72 and s["kv_bytes_per_context_token_draft"] == 2 * 2 * 2 * 40, s
+assert d["cache_type_k"] == d["cache_type_v"] == "qh8" and "forward" not in d and d["matmul"] == [], d.keys()
+PY
+expect 0 bench model --shape tiny --speculative --fill prefill --context 200 --decode 12 --reps 1 -t 1 \
+  --cache-type-k f16 --cache-type-v qh8 && contains 'tokens identical to plain decoding' && contains acceptance
+# the draft's q4_0 weight copy (kvs_model_set_draft_weights): the verify keeps the f16 weights, tokens equal
+expect 2 bench model --shape tiny --draft-weights q4_k && one_line_error && contains_err 'q4_0'
+expect 0 bench model --shape tiny --type f16 --draft-weights q4_0 --context 100 --decode 16 --reps 1 -t 1 --json && valid_json
+python3 - "$tmp/out" <<'PY' || fails=$((fails + 1))
+import json, sys
+s = json.load(open(sys.argv[1]))["speculative"]
+assert s["ok"] and s["identical"] and s["draft_weights"] == "q4_0" and s["draft_weight_bytes"] > 0, s
+PY
 expect 0 bench model --shape tiny-dlm --json --reps 1 --prompt 8 --decode 2 --gen 8 --steps 2 -t 1 \
   --cache-type-k q8_0 --variants auto,portable && valid_json
 python3 - "$tmp/out" <<'PY' || fails=$((fails + 1))
@@ -182,6 +216,14 @@ if "$KVSIEVE" generate -m stories260K-f32.v3.gguf -n 1 --json >/dev/null 2>&1; t
   [[ ! -s "$tmp/out" ]] || { echo "FAIL: d2cache on dream printed to stdout"; fails=$((fails + 1)); }
   expect 2 generate -m tiny-dream.gguf -p "Once" -n 16 --block 16 --cache d2cache --wavefilter && one_line_error
   expect 0 generate -m tiny-dream.gguf -p "Once" -n 16 --block 16 --block-causal --cache prefix -t 1 --json
+  # QuantSpec with the draft's q4_0 weight copy (implies --speculative): greedy tokens equal plain decoding's
+  expect 2 generate -m tiny-llama-mixed-q.gguf -n 8 --draft-weights f16 && one_line_error && contains_err 'draft-weights'
+  expect 0 generate -m tiny-llama-mixed-q.gguf -n 24 --draft-weights q4_0 --draft 2 -t 1 --json
+  python3 - "$tmp/out" <<'PY' || { echo "FAIL: --draft-weights q4_0"; fails=$((fails + 1)); }
+import json, sys
+s = json.load(open(sys.argv[1]))["stats"]["speculative"]
+assert s["identical_to_plain"] and s["draft_weights"] == "q4_0" and s["draft_weight_bytes"] > 0 and s["draft"] == 2, s
+PY
   dlm=(generate -m stories260K-llada-f32.gguf -p "Once upon a time" -n 64 -t 1 --json)
   expect 0 "${dlm[@]}" --diffusion-block-length 32 --diffusion-steps 64 && cp "$tmp/out" "$tmp/alias.json"
   expect 0 "${dlm[@]}" --block 32 --steps 64
