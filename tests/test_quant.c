@@ -7,7 +7,8 @@
  * decoders kvs_cpu_qdecode_portable / _avx2 / _avx512 / _neon (the ISA ones where the CPU has the
  * ISA; _neon in aarch64 builds, under qemu-user in tools/test.sh's aarch64 lane): the portable one is
  * the reference compiled as plain C; the SIMD ones store the registers of backends/cpu/quant_fused.h,
- * the very decoders the fused GEMV kernels multiply with, so this checks those bit-exactly too.
+ * the very decoders the fused GEMV kernels multiply with, so this checks those bit-exactly too; the
+ * qh8 tile decoders of the CPU attention (kvs_cpu_qh8_decode_*) against kvs_qb_qh8_n bit for bit.
  *
  * float64 tolerance: the f32 decoders round twice (scale * sub-scale, then * q) and, for the types
  * with a min, once more at the subtraction: |f32 - exact| <= 3 * 2^-24 * (|scale*q| + |min|) plus the
@@ -26,6 +27,7 @@
 #include "backends/cpu/matmul.h"
 #include "kvsieve/gguf.h"
 #include "quant/quant.h"
+#include "quant/quant_blocks.h"
 #include "ref_quant.h"
 
 static const char *g_dir;
@@ -181,12 +183,57 @@ START_TEST(test_refusals) {
 }
 END_TEST
 
+/* QuantSpec's qh8 (two planes, not a GGUF type: no gguf-py vectors): the per-ISA decoders the CPU
+ * attention uses for a qh8 tile (backends/cpu/quant_fused.h qf_decode_qh8) against kvs_qb_qh8_n bit
+ * for bit, on 600 blocks of random nibbles with random finite f16 d and m (signs, subnormals, zero). */
+START_TEST(test_qh8_isa) {
+    enum { NB = 600 };
+    uint8_t *hi = malloc(NB * 20), *lo = malloc(NB * 16);
+    float *want = malloc(NB * 32 * sizeof(float)), *got = malloc(NB * 32 * sizeof(float));
+    ck_assert(hi && lo && want && got);
+    uint32_t st = 12345u;
+    for (int i = 0; i < NB * 20; i++) hi[i] = (uint8_t)((st = st * 1664525u + 1013904223u) >> 24);
+    for (int i = 0; i < NB * 16; i++) lo[i] = (uint8_t)((st = st * 1664525u + 1013904223u) >> 24);
+    for (int b = 0; b < NB; b++)
+        for (int f = 0; f < 2; f++) { /* d, m: no inf / NaN (exponent 31) */
+            uint8_t *h = hi + 20 * b + 2 * f;
+            if (((h[1] >> 2) & 31) == 31) h[1] &= 0xbf;
+            if (b % 50 == 7) h[0] = h[1] = 0; /* a zero scale or min */
+        }
+    kvs_qb_qh8_n(hi, lo, NB, want);
+    struct { const char *isa; kvs_cpu_qh8_decode_fn fn; int ok; } isas[] = {
+        {"portable", kvs_cpu_qh8_decode_portable, 1},
+#if KVS_CPU_HAVE_AVX512
+        {"avx2", kvs_cpu_qh8_decode_avx2, kvs_cpu_avx2()},
+        {"avx512", kvs_cpu_qh8_decode_avx512, kvs_cpu_avx512()},
+#endif
+#if KVS_CPU_HAVE_NEON
+        {"neon", kvs_cpu_qh8_decode_neon, (kvs_cpu_arm_features() & KVS_ARM_NEON) != 0},
+#endif
+    };
+    for (size_t k = 0; k < sizeof isas / sizeof isas[0]; k++) {
+        if (!isas[k].ok) {
+            printf("# qh8: %s decoder not checked (this CPU lacks the ISA)\n", isas[k].isa);
+            continue;
+        }
+        memset(got, 0xff, NB * 32 * sizeof(float));
+        isas[k].fn(hi, lo, NB, got);
+        check_bits(isas[k].isa, "qh8", got, want, NB * 32);
+    }
+    free(hi);
+    free(lo);
+    free(want);
+    free(got);
+}
+END_TEST
+
 int main(int argc, char **argv) {
     g_dir = argc > 1 ? argv[1] : "tests/data/quant";
     Suite *s = suite_create("quant");
     TCase *tc = tcase_create("vectors");
     tcase_add_loop_test(tc, test_vectors, 0, N_TYPES);
     tcase_add_loop_test(tc, test_refusals, 0, N_TYPES);
+    tcase_add_test(tc, test_qh8_isa);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -79,8 +79,9 @@ typedef struct att_ctx {
     const void *k, *v;
     kvs_dtype k_dt, v_dt;        /* each F32, F16, BF16 or a block type (Q8_0, Q4_0, Q4_1, IQ4_NL) */
     const void *k_lo, *v_lo;     /* qh8 lower planes (k_dt / v_dt then Q4_1, the upper planes): tiles
-                                  * decoded to the 8-bit values by kvs_qb_qh8 (portable C under every
-                                  * variant; the fused block kernels are skipped), or NULL */
+                                  * decoded to the 8-bit values by qh8dec (the fused block kernels are
+                                  * skipped), or NULL */
+    kvs_cpu_qh8_decode_fn qh8dec; /* the qh8 decoder of the op's ISA (kvs_qb_qh8's values bit for bit) */
     int64_t k_rb, v_rb;          /* bytes of one K / V row (head_dim values) */
     kvs_cpu_qdecode_fn qdec;     /* the block decoder of the op's ISA (core/quant's, compiled per ISA) */
     kvs_cpu_qdot_fn qdot;        /* the fused block GEMV of the op's ISA (block K . packed query rows) */

@@ -20,7 +20,7 @@ static const float *att_tile(const att_ctx *c, const void *base, const void *lo,
     const int64_t d = c->d;
     size_t row = (size_t)(h * c->a->capacity + j0);
     if (lo) {
-        kvs_qb_qh8_n((const uint8_t *)base + row * (size_t)rb, (const uint8_t *)lo + row * (size_t)(d / 2), n * d / 32, conv);
+        c->qh8dec((const uint8_t *)base + row * (size_t)rb, (const uint8_t *)lo + row * (size_t)(d / 2), n * d / 32, conv);
         return conv;
     }
     if (dt == KVS_F32) return (const float *)base + row * (size_t)d;

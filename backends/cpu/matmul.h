@@ -52,6 +52,15 @@ void kvs_cpu_qdot_rows_avx512(const void *wrow, kvs_dtype dt, const float *x, in
 void kvs_cpu_qdecode_avx512(kvs_dtype dt, const void *src, int64_t n, float *dst);
 void kvs_cpu_qdot_rows_neon(const void *wrow, kvs_dtype dt, const float *x, int64_t k, int64_t n, float *acc);
 void kvs_cpu_qdecode_neon(kvs_dtype dt, const void *src, int64_t n, float *dst);
+/* dst[0 .. 32 nblocks) = the 8-bit values of nblocks qh8 blocks: upper (q4_1) blocks at hi, 20 bytes
+ * each, lower blocks at lo, 16 bytes each (core/quant/quant_blocks.h); bit for bit kvs_qb_qh8_n. */
+typedef void (*kvs_cpu_qh8_decode_fn)(const void *hi, const void *lo, int64_t nblocks, float *dst);
+void kvs_cpu_qh8_decode_portable(const void *hi, const void *lo, int64_t nblocks, float *dst);
+void kvs_cpu_qh8_decode_avx2(const void *hi, const void *lo, int64_t nblocks, float *dst);
+void kvs_cpu_qh8_decode_avx512(const void *hi, const void *lo, int64_t nblocks, float *dst);
+void kvs_cpu_qh8_decode_neon(const void *hi, const void *lo, int64_t nblocks, float *dst);
+/* The qh8 decoder of op's ISA on dev (the forced variant's, else the best this CPU runs). */
+kvs_cpu_qh8_decode_fn kvs_cpu_qh8_decoder(const kvs_device *dev, kvs_op_id op);
 
 /* ---- 8-bit activations (llama.cpp's CPU scheme; variants portable-q8, avx2-q8, avx512-vnni) ----
  * For products of a block-type W with up to 64 x rows (16 for the 32-value types; ops_dense.c

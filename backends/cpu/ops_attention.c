@@ -133,6 +133,7 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
     c.k_rb = (int64_t)kvs_dtype_bytes(c.k_dt, a->head_dim);
     c.v_rb = (int64_t)kvs_dtype_bytes(c.v_dt, a->head_dim);
     kvs_cpu_quant_kernels(dev, KVS_OP_attention, &c.qdot, &c.qdec);
+    c.qh8dec = kvs_cpu_qh8_decoder(dev, KVS_OP_attention);
     const int k_f16 = c.k_dt == KVS_F16, v_f16 = c.v_dt == KVS_F16;
     c.out = kvs_tensor_host_ptr(a->out);
     c.q_pos = kvs_i32(a->p.q_pos);

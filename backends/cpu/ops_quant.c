@@ -61,6 +61,26 @@ void kvs_cpu_quant_kernels(const kvs_device *dev, kvs_op_id op, kvs_cpu_qdot_fn 
     if (decode) *decode = c;
 }
 
+KVS_CLONES
+void kvs_cpu_qh8_decode_portable(const void *hi, const void *lo, int64_t nblocks, float *dst) {
+    kvs_qb_qh8_n(hi, lo, nblocks, dst);
+}
+
+kvs_cpu_qh8_decode_fn kvs_cpu_qh8_decoder(const kvs_device *dev, kvs_op_id op) {
+    const int isa = kvs_cpu_isa(dev, op);
+#if KVS_CPU_HAVE_AVX512
+    if (isa == KVS_ISA_AVX512) return kvs_cpu_qh8_decode_avx512;
+#endif
+#if KVS_CPU_HAVE_AVX2
+    if (isa == KVS_ISA_AVX2) return kvs_cpu_qh8_decode_avx2;
+#endif
+#if KVS_CPU_HAVE_NEON
+    if (isa == KVS_ISA_NEON) return kvs_cpu_qh8_decode_neon;
+#endif
+    (void)isa;
+    return kvs_cpu_qh8_decode_portable;
+}
+
 /* ---- 8-bit activations (contracts and error bound: matmul.h) ------------------------------- */
 
 static size_t q8_align(size_t b) { return (b + 63) & ~(size_t)63; }

@@ -166,6 +166,20 @@ QF_DEFINE_TYPE(q5_k, 256, 176, 0, 2)
 QF_DEFINE_TYPE(q6_k, 256, 210, 208, -1)
 QF_DEFINE_TYPE(iq4_xs, 256, 136, 0, -1)
 
+/* QuantSpec's qh8 8-bit values of nb blocks (upper q4_1 blocks at hi, 20 bytes each; lower blocks at
+ * lo, 16 bytes each; format: core/quant/quant_blocks.h) with kvs_qb_qh8's f32 operations in its
+ * order, (d * hi + m) + (d * 0.0625f) * (lo - 7.5f), so the values are its values bit for bit. */
+static void qf_decode_qh8(const uint8_t *hi, const uint8_t *lo, int64_t nb, float *dst) {
+    for (int64_t b = 0; b < nb; b++, hi += 20, lo += 16, dst += 32) {
+        const float d = kvs_qf16(hi), m = kvs_qf16(hi + 2);
+        const qf_vf vd = QF_SETF(d), vm = QF_SETF(m), vs = QF_SETF(d * 0.0625f), half = QF_SETF(7.5f);
+        for (int v0 = 0; v0 < 32; v0 += QF_L) {
+            const qf_vf x4 = QF_ADDF(QF_MULF(vd, QF_CVT(qf_nib32(hi + 4, v0))), vm);
+            QF_STOREF(dst + v0, QF_ADDF(x4, QF_MULF(vs, QF_SUBF(QF_CVT(qf_nib32(lo, v0)), half))));
+        }
+    }
+}
+
 /* Decodes n values (n % block == 0) of a block-type row segment; 0 for other dtypes (nothing done). */
 static int qf_decode(kvs_dtype dt, const uint8_t *w, int64_t n, float *dst) {
     switch (dt) {

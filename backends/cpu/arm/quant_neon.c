@@ -78,6 +78,10 @@ void kvs_cpu_qdecode_neon(kvs_dtype dt, const void *src, int64_t n, float *dst) 
     if (!qf_decode(dt, src, n, dst)) kvs_qb_decode_n(dt, src, n / kvs_dtype_block(dt), dst);
 }
 
+void kvs_cpu_qh8_decode_neon(const void *hi, const void *lo, int64_t nblocks, float *dst) {
+    qf_decode_qh8(hi, lo, nblocks, dst);
+}
+
 void kvs_cpu_qdot_rows_neon(const void *wrow, kvs_dtype dt, const float *x, int64_t k, int64_t n, float *acc) {
     qf_dot_fn f = qf_dot_for(dt, n);
     if (f) f(wrow, x, k, acc);

@@ -69,6 +69,10 @@ void kvs_cpu_qdecode_avx2(kvs_dtype dt, const void *src, int64_t n, float *dst) 
     if (!qf_decode(dt, src, n, dst)) kvs_qb_decode_n(dt, src, n / kvs_dtype_block(dt), dst);
 }
 
+void kvs_cpu_qh8_decode_avx2(const void *hi, const void *lo, int64_t nblocks, float *dst) {
+    qf_decode_qh8(hi, lo, nblocks, dst);
+}
+
 int kvs_cpu_att_qk_q_avx2(kvs_dtype dt, const void *K, int64_t rb, const float *Q, int64_t d, int64_t M, int64_t n,
                           float scale, float *S, int64_t lds) {
     return qf_att_qk(dt, K, rb, Q, d, M, n, scale, S, lds);
