@@ -15,8 +15,12 @@ kvs_status bench_run_mm(bench *b, void *p) {
     return kvs_matmul(b->dev, s->W, s->x, s->y, 0);
 }
 
-/* y [n][m] = W [m][k] x [n][k]; GFLOP/s when n > 8, else GB/s (decode GEMV is memory-bound). */
-static void case_matmul(bench *b, kvs_dtype wt, int64_t m, int64_t k, int64_t n) {
+static void time_side_by_side(bench *b, bench_copy *cp, row *r, kvs_status (*op)(bench *, void *), void *state);
+static bench_copy *side_copy(bench *b, bench_copy **cpp);
+
+/* y [n][m] = W [m][k] x [n][k]; GFLOP/s when n > 8, else GB/s (decode GEMV is memory-bound).
+ * cpp non-NULL: timed side by side with a copy (time_side_by_side), the ratio against it. */
+static void case_matmul_cp(bench *b, bench_copy **cpp, kvs_dtype wt, int64_t m, int64_t k, int64_t n) {
     char shape[64];
     snprintf(shape, sizeof shape, "m=%lld k=%lld n=%lld W %s", (long long)m, (long long)k, (long long)n,
              kvs_dtype_name(wt));
@@ -30,10 +34,16 @@ static void case_matmul(bench *b, kvs_dtype wt, int64_t m, int64_t k, int64_t n)
     kvs_status st = bench_new_tensor(b, &s.W, wt, k, m, 0, 0);
     if (st == KVS_OK) st = bench_new_tensor(b, &s.x, KVS_F32, k, n, 0, 0);
     if (st == KVS_OK) st = bench_new_tensor(b, &s.y, KVS_F32, m, n, 0, 0);
-    if (st == KVS_OK) st = bench_time_op(b, bench_run_mm, &s, &sec);
-    bench_finish_row(b, r, st, sec);
+    bench_copy *cp = cpp ? side_copy(b, cpp) : NULL;
+    if (st == KVS_OK && cp) time_side_by_side(b, cp, r, bench_run_mm, &s);
+    else {
+        if (st == KVS_OK) st = bench_time_op(b, bench_run_mm, &s, &sec);
+        bench_finish_row(b, r, st, sec);
+    }
     bench_destroy_all(&s.W, 3);
 }
+
+static void case_matmul(bench *b, kvs_dtype wt, int64_t m, int64_t k, int64_t n) { case_matmul_cp(b, NULL, wt, m, k, n); }
 
 typedef struct att_state {
     kvs_tensor *q, *k, *v, *o, *k_lo, *v_lo; /* k_lo, v_lo: the lower planes of a qh8 K / V */
@@ -88,48 +98,27 @@ static double case_attention_kv(bench *b, int64_t n_q, int64_t n_kv, int64_t d, 
     return st == KVS_OK ? sec : 0;
 }
 
-/* Issue 17's decode attention rows ("attn-kvq"): one query row of h heads over a K/V cache of type t
- * (K and V), n_kv keys of head_dim d in hkv kv heads; work = the cache bytes as stored (blocks with
- * their scales) + q + out. On the CPU (cp) the op is timed interleaved with a memcpy of the same
- * thread count: rounds (25, or --reps if more, fewer when --max-seconds runs out) of (inner attention
- * calls, one copy), the best of each, and the row's ratio is
- * attention GB/s / that memcpy's GB/s (so load from other jobs hits both alike); elsewhere the usual
- * timing against the bandwidth peak. */
-static void case_attn_kvq(bench *b, bench_copy **cpp, int64_t n_kv, int64_t d, int64_t h, int64_t hkv, kvs_dtype t,
-                          const char *variant) {
-    char shape[64];
-    snprintf(shape, sizeof shape, "n_kv=%lld d=%lld h=%lld/%lld kv %s%s%s", (long long)n_kv, (long long)d, (long long)h,
-             (long long)hkv, kvs_dtype_name(t), variant ? " " : "", variant ? variant : "");
-    const double work = 8.0 * (double)(h * d) + 2.0 * (double)kvs_dtype_bytes(t, hkv * n_kv * d);
-    row *r = bench_new_row(b, "attn-kvq", shape, UNIT_BYTES, work);
-    if (!r) return;
-    /* the side-by-side copy (2 x 64 MiB: past L3), made by the first row the filter keeps */
-    if (!*cpp && kvs_device_backend(b->dev) == KVS_BACKEND_CPU)
-        *cpp = bench_copy_new((size_t)64 << 20, kvs_device_caps(b->dev)->n_threads);
-    bench_copy *cp = *cpp;
-    att_state s = {0};
-    s.p = kvs_attention_params_default();
-    kvs_status st = bench_new_tensor(b, &s.q, KVS_F32, d, h, 1, 0);
-    if (st == KVS_OK) st = bench_new_tensor(b, &s.k, t, d, n_kv, hkv, 0);
-    if (st == KVS_OK) st = bench_new_tensor(b, &s.v, t, d, n_kv, hkv, 0);
-    if (st == KVS_OK) st = bench_new_tensor(b, &s.o, KVS_F32, d, h, 1, 0);
-    if (st == KVS_OK && !cp) {
+/* Times op(state) interleaved with a copy of the same thread count on the CPU (cp): rounds (25, or
+ * --reps if more, fewer when --max-seconds runs out) of (inner op calls, one copy), the best of each;
+ * the row's ratio is then op GB/s / that copy's GB/s (r->side_bw), so load from other jobs hits both
+ * alike. cp NULL (not the CPU backend): the usual timing against the bandwidth peak. Finishes r. */
+static void time_side_by_side(bench *b, bench_copy *cp, row *r, kvs_status (*op)(bench *, void *), void *state) {
+    kvs_status st = KVS_OK;
+    if (!cp) {
         double sec = 0;
-        st = bench_time_op(b, run_att, &s, &sec);
+        st = bench_time_op(b, op, state, &sec);
         bench_finish_row(b, r, st, sec);
-        bench_destroy_all(&s.q, 6);
         return;
     }
     double t1 = 0;
     for (int w = 0; w < 2 && st == KVS_OK; w++) { /* warm-up, then one steady call */
         const double t0 = cli_now();
-        st = run_att(b, &s);
+        st = op(b, state);
         if (st == KVS_OK) st = kvs_device_sync(b->dev);
         t1 = cli_now() - t0;
     }
     if (st != KVS_OK) {
         bench_finish_row(b, r, st, 0);
-        bench_destroy_all(&s.q, 6);
         return;
     }
     const double tc = bench_copy_run(b, cp);
@@ -139,20 +128,49 @@ static void case_attn_kvq(bench *b, bench_copy **cpp, int64_t n_kv, int64_t d, i
     double best_a = INFINITY, best_c = INFINITY;
     for (int k = 0; k < rounds && st == KVS_OK; k++) {
         const double t0 = cli_now();
-        for (int i = 0; i < inner && st == KVS_OK; i++) st = run_att(b, &s);
+        for (int i = 0; i < inner && st == KVS_OK; i++) st = op(b, state);
         if (st == KVS_OK) st = kvs_device_sync(b->dev);
         best_a = fmin(best_a, (cli_now() - t0) / inner);
         best_c = fmin(best_c, bench_copy_run(b, cp));
     }
-    if (st == KVS_OK) {
-        r->status = ROW_OK;
-        r->sec = r->best = best_a;
-        r->samples = rounds;
-        r->side_bw = 2.0 * (double)bench_copy_bytes(cp) / best_c * 1e-9;
-        bench_print_row(b, r);
-    } else {
+    if (st != KVS_OK) {
         bench_finish_row(b, r, st, 0);
+        return;
     }
+    r->status = ROW_OK;
+    r->sec = r->best = best_a;
+    r->samples = rounds;
+    r->side_bw = 2.0 * (double)bench_copy_bytes(cp) / best_c * 1e-9;
+    bench_print_row(b, r);
+}
+
+/* The side-by-side copy (2 x 64 MiB: past L3), made by the first row that needs it; NULL off the CPU. */
+static bench_copy *side_copy(bench *b, bench_copy **cpp) {
+    if (!*cpp && kvs_device_backend(b->dev) == KVS_BACKEND_CPU)
+        *cpp = bench_copy_new((size_t)64 << 20, kvs_device_caps(b->dev)->n_threads);
+    return *cpp;
+}
+
+/* Issue 17's decode attention rows ("attn-kvq"): one query row of h heads over a K/V cache of type t
+ * (K and V), n_kv keys of head_dim d in hkv kv heads; work = the cache bytes as stored (blocks with
+ * their scales) + q + out; timed side by side with a copy (time_side_by_side). */
+static void case_attn_kvq(bench *b, bench_copy **cpp, int64_t n_kv, int64_t d, int64_t h, int64_t hkv, kvs_dtype t,
+                          const char *variant) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "n_kv=%lld d=%lld h=%lld/%lld kv %s%s%s", (long long)n_kv, (long long)d, (long long)h,
+             (long long)hkv, kvs_dtype_name(t), variant ? " " : "", variant ? variant : "");
+    const double work = 8.0 * (double)(h * d) + 2.0 * (double)kvs_dtype_bytes(t, hkv * n_kv * d);
+    row *r = bench_new_row(b, "attn-kvq", shape, UNIT_BYTES, work);
+    if (!r) return;
+    bench_copy *cp = side_copy(b, cpp);
+    att_state s = {0};
+    s.p = kvs_attention_params_default();
+    kvs_status st = bench_new_tensor(b, &s.q, KVS_F32, d, h, 1, 0);
+    if (st == KVS_OK) st = bench_new_tensor(b, &s.k, t, d, n_kv, hkv, 0);
+    if (st == KVS_OK) st = bench_new_tensor(b, &s.v, t, d, n_kv, hkv, 0);
+    if (st == KVS_OK) st = bench_new_tensor(b, &s.o, KVS_F32, d, h, 1, 0);
+    if (st == KVS_OK) time_side_by_side(b, cp, r, run_att, &s);
+    else bench_finish_row(b, r, st, 0);
     bench_destroy_all(&s.q, 6);
 }
 
@@ -283,10 +301,13 @@ void bench_run_suite(bench *b) {
     case_matmul(b, KVS_BF16, q ? 1024 : 4096, q ? 1024 : 4096, 1);
     /* the same GEMV with W (128 MiB) far beyond any L3: a 4096 x 4096 f16/bf16 W is 32 MiB, on
      * 32 MiB-L3 CPUs partly cache-resident from call to call, so its rate moves with the neighbours'
-     * use of L3 (0.5-3x the memcpy peak on the 2-core EPYC); this one is DRAM against DRAM */
+     * use of L3 (0.5-3x the memcpy peak on the 2-core EPYC); this one is DRAM against DRAM, timed
+     * side by side with a 64 MiB copy (its ratio is against that copy, as the attn-kvq rows') */
     if (!q) {
-        case_matmul(b, KVS_F16, 16384, 4096, 1);
-        case_matmul(b, KVS_BF16, 16384, 4096, 1);
+        bench_copy *gcp = NULL;
+        case_matmul_cp(b, &gcp, KVS_F16, 16384, 4096, 1);
+        case_matmul_cp(b, &gcp, KVS_BF16, 16384, 4096, 1);
+        bench_copy_free(gcp);
     }
     /* decode GEMV of common block-quantized weights (GB/s of weight bytes; README's weight types) */
     static const kvs_dtype gemv_quant[] = {KVS_Q4_0, KVS_Q4_K, KVS_Q6_K, KVS_Q8_0};
