@@ -125,9 +125,9 @@ kvs_status bench_spec_measure(kvs_model *m, const kvs_dtype kv[2], const bench_s
             const double w = cli_now() - w0, cpu = proc_cpu_s() - c0;
             if (s != KVS_OK) break;
             if (which) {
+                if (w < r->spec_s) r->draft_s = st.seconds_draft; /* the draft share of the fastest run */
                 r->spec_s = fmin(r->spec_s, w), r->spec_cpu_s = fmin(r->spec_cpu_s, cpu);
                 r->verify_steps = st.spec_verify_steps, r->drafted = st.spec_drafted, r->accepted = st.spec_accepted;
-                r->draft_s = st.seconds_draft; /* of the last run (the draft share of one run) */
                 r->spec_tokens = n;
                 for (int64_t i = 0; i < n && i < r->plain_tokens; i++)
                     if (spec[i] != plain[i]) {

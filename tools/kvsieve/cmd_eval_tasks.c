@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "gen_report.h"
 #include "cli.h"
 #include "cmds.h"
 #include "dlm_cache_opts.h"
@@ -342,7 +343,7 @@ int cmd_eval_dlm_tasks(int argc, char **argv) {
                 if (answers) {
                     json_object *a = json_object_new_array();
                     for (int64_t i = 0; i < ncase; i++)
-                        if (tc[i].task == t) json_object_array_add(a, json_object_new_string(v[k].answers[i]));
+                        if (tc[i].task == t) json_object_array_add(a, gen_json_text(v[k].answers[i]));
                     json_object_object_add(r, "answers", a);
                 }
                 json_object_array_add(rows, r);

@@ -521,7 +521,7 @@ int cmd_generate(int argc, char **argv) {
     int64_t rows_baseline = st.rows_baseline;
     if (o.json) {
         json_object *j = json_object_new_object();
-        json_object_object_add(j, "text", json_object_new_string(text ? text : ""));
+        json_object_object_add(j, "text", gen_json_text(text));
         json_object_object_add(j, "tokens", ids_json(out, n_out));
         json_object_object_add(j, "prompt_tokens", ids_json(prompt, n_prompt));
         json_object *js = json_object_new_object();

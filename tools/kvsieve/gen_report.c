@@ -122,3 +122,40 @@ json_object *gen_profile_json(const gen_profile *p) {
     }
     return a;
 }
+
+/* Length of the well-formed UTF-8 sequence at p (Unicode 15, table 3-7), 0 if there is none. */
+static int utf8_len(const unsigned char *p) {
+    const unsigned c = p[0];
+    if (c < 0x80) return 1;
+    int n;
+    unsigned lo = 0x80, hi = 0xbf;
+    if (c >= 0xc2 && c <= 0xdf) n = 2;
+    else if (c >= 0xe0 && c <= 0xef) n = 3, lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
+    else if (c >= 0xf0 && c <= 0xf4) n = 4, lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
+    else return 0;
+    if (p[1] < lo || p[1] > hi) return 0;
+    for (int i = 2; i < n; i++)
+        if (p[i] < 0x80 || p[i] > 0xbf) return 0;
+    return n;
+}
+
+json_object *gen_json_text(const char *s) {
+    if (!s) return json_object_new_string("");
+    const size_t len = strlen(s);
+    char *o = malloc(3 * len + 1); /* each byte at most U+FFFD's 3 bytes */
+    if (!o) return json_object_new_string("");
+    size_t k = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p;) {
+        const int n = utf8_len(p);
+        if (n) {
+            memcpy(o + k, p, (size_t)n);
+            k += (size_t)n, p += n;
+        } else {
+            memcpy(o + k, "\xef\xbf\xbd", 3);
+            k += 3, p++;
+        }
+    }
+    json_object *j = json_object_new_string_len(o, (int)k);
+    free(o);
+    return j;
+}

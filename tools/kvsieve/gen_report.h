@@ -33,4 +33,9 @@ void gen_print_profile(FILE *f, const char *label, const gen_profile *p, int64_t
 /* The cells as a JSON array of {kind, layer, calls, ms, bytes}. */
 json_object *gen_profile_json(const gen_profile *p);
 
+/* A JSON string of decoded text s (NUL-terminated bytes): valid UTF-8 sequences are kept, every
+ * other byte (a byte token cut mid-character, as random or small models emit) becomes U+FFFD, so
+ * the JSON stays valid UTF-8 (RFC 8259 sec. 8.1). NULL s gives "". */
+json_object *gen_json_text(const char *s);
+
 #endif

@@ -224,6 +224,13 @@ import json, sys
 s = json.load(open(sys.argv[1]))["stats"]["speculative"]
 assert s["identical_to_plain"] and s["draft_weights"] == "q4_0" and s["draft_weight_bytes"] > 0 and s["draft"] == 2, s
 PY
+  # --json text is valid UTF-8 even when byte tokens cut a character (this random model emits such)
+  expect 0 generate -m tiny-llama-mixed-q.gguf -n 60 -p "Once upon a time" -t 1 --json
+  python3 - "$tmp/out" <<'PY' || { echo "FAIL: generate --json text is not valid UTF-8"; fails=$((fails + 1)); }
+import json, sys
+d = json.loads(open(sys.argv[1], "rb").read().decode("utf-8"))
+assert isinstance(d["text"], str) and len(d["tokens"]) == 60, d
+PY
   dlm=(generate -m stories260K-llada-f32.gguf -p "Once upon a time" -n 64 -t 1 --json)
   expect 0 "${dlm[@]}" --diffusion-block-length 32 --diffusion-steps 64 && cp "$tmp/out" "$tmp/alias.json"
   expect 0 "${dlm[@]}" --block 32 --steps 64
