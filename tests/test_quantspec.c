@@ -990,6 +990,15 @@ START_TEST(test_continue) {
     kvs_cache_destroy(&c);
     free(prompt);
     kvs_model_destroy(&m);
+    /* a diffusion model has no speculative draft: draft weight copies are refused, not made unused */
+    kvs_model_hparams hp = {.arch = KVS_ARCH_LLADA, .n_layers = 1, .dim = 64, .n_heads = 2, .n_kv_heads = 2, .head_dim = 32,
+                            .ffn_dim = 128, .vocab = 64, .ctx_len = 64, .rms_eps = 1e-5f, .rope_base = 1e4f, .rope_dim = 32,
+                            .rope_mode = KVS_ROPE_ADJACENT, .bos_id = 1, .eos_id = 2, .mask_id = 63};
+    ck_assert_msg(kvs_model_create_random(&m, dev, &hp, KVS_F32, 3) == KVS_OK, "%s", kvs_last_error());
+    ck_assert_int_eq(kvs_model_set_draft_weights(m, KVS_Q4_0), KVS_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(kvs_last_error(), "diffusion"), "%s", kvs_last_error());
+    ck_assert_int_eq(kvs_model_draft_weight_bytes(m), 0);
+    kvs_model_destroy(&m);
     kvs_device_destroy(&dev);
 }
 END_TEST

@@ -106,6 +106,9 @@ kvs_status kvs_model_set_draft_weights(kvs_model *m, kvs_dtype type) {
         draft_free(m);
         return KVS_OK;
     }
+    if (kvs_arch_is_diffusion(m->hp.arch))
+        return kvs_error(KVS_ERR_UNSUPPORTED, "%s: a diffusion model (%s) has no speculative draft: the copies would "
+                         "never be used", op, kvs_arch_name(m->hp.arch));
     if ((int)type < 0 || type >= KVS_DTYPE_COUNT || !kvs_quant_can_encode(type))
         return kvs_error(KVS_ERR_DTYPE, "%s: draft weight type %s has no encoder (q8_0, q4_0, q4_1, iq4_nl; f32 turns the "
                          "draft weights off)", op, (int)type >= 0 && type < KVS_DTYPE_COUNT ? kvs_dtype_name(type) : "?");

@@ -91,7 +91,8 @@ KVS_API int64_t kvs_model_weight_bytes(const kvs_model *m);
  * copies; type KVS_F32 removes them. Memory: the copies' bytes (kvs_model_draft_weight_bytes) on
  * the model's device, beside the weights. type: KVS_Q4_0 (the paper's 4 bits), KVS_Q4_1,
  * KVS_IQ4_NL or KVS_Q8_0. Errors: KVS_ERR_INVALID_ARGUMENT (NULL), KVS_ERR_DTYPE (a type without a
- * row encoder), KVS_ERR_UNSUPPORTED (the device cannot multiply by that type), KVS_ERR_OUT_OF_MEMORY,
+ * row encoder), KVS_ERR_UNSUPPORTED (the device cannot multiply by that type; a diffusion model, which
+ * has no speculative draft), KVS_ERR_OUT_OF_MEMORY,
  * the device's upload / download errors. A refused argument leaves the model's draft weights as they
  * were; an error while copying leaves it without any. */
 KVS_API kvs_status kvs_model_set_draft_weights(kvs_model *m, kvs_dtype type);
