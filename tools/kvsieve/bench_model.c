@@ -269,7 +269,8 @@ int bench_model(int argc, char **argv) {
         {"draft-weights", 0, CLI_STRING, &draft_weights, "T",
          "--speculative: the draft multiplies by a copy of the weights quantized to T at build (q4_0, q4_1, iq4_nl, q8_0;\n"
          "implies --speculative); the verify keeps the --type weights (default: the draft uses them too)"},
-        {"context", 'c', CLI_INT64, &context, "N", "--speculative: rows in the cache before decoding (default 1024)"},
+        {"context", 'c', CLI_INT64, &context, "N", "--speculative: rows in the cache before decoding (default 1024, or the shape's context less --decode\n"
+         "when that is smaller)"},
         {"fill", 0, CLI_STRING, &fill_arg, "HOW",
          "--speculative: how the context gets into the cache: random (default: random K/V rows written directly, no\n"
          "forward) or prefill (a prefill of random tokens, 256 per forward; slow at long contexts)"},
@@ -306,8 +307,7 @@ int bench_model(int argc, char **argv) {
         if (fill_arg && strcmp(fill_arg, "prefill") == 0) fill_prefill = 1;
         else if (fill_arg && strcmp(fill_arg, "random") != 0)
             return cli_fail(CLI_EXIT_USAGE, spec.prog, "--fill: '%s' is neither random nor prefill", fill_arg);
-        if (context == CLI_UNSET_I64) context = 1024;
-        if (context < 1) return cli_fail(CLI_EXIT_USAGE, spec.prog, "--context must be >= 1");
+        if (context != CLI_UNSET_I64 && context < 1) return cli_fail(CLI_EXIT_USAGE, spec.prog, "--context must be >= 1");
         if (!ct.k && !ct.v) ct.k = ct.v = "qh8"; /* QuantSpec's cache by default */
     }
     rc = cli_cache_types(spec.prog, &ct, b.kv_types);
@@ -342,6 +342,9 @@ int bench_model(int argc, char **argv) {
     if (steps == CLI_UNSET_I64) steps = 8;
     if (n_prompt < 1 || n_decode < 1 || gen < 1 || steps < 1 || steps > gen)
         return cli_fail(CLI_EXIT_USAGE, spec.prog, "--prompt, --decode, --gen must be >= 1 and --steps in 1..gen");
+    if (speculative && context == CLI_UNSET_I64) /* 1024, or what the shape's context leaves beside --decode */
+        context = sh.hp.ctx_len > 0 && sh.hp.ctx_len - n_decode < 1024 ? (sh.hp.ctx_len - n_decode > 0 ? sh.hp.ctx_len - n_decode : 1)
+                                                                        : 1024;
     if (!speculative && sh.hp.ctx_len > 0 && n_prompt + n_decode > sh.hp.ctx_len)
         return cli_fail(CLI_EXIT_USAGE, spec.prog, "--prompt + --decode exceed the shape's context %d", sh.hp.ctx_len);
     if (speculative && kvs_arch_is_diffusion(sh.hp.arch))

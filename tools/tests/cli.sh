@@ -103,6 +103,10 @@ expect 2 bench model --shape tiny --speculative --cache-type-k q8_0 --cache-type
 expect 2 bench model --shape tiny-dlm --speculative && one_line_error
 expect 2 bench model --shape tiny --speculative --context 500 --decode 32 && one_line_error && contains_err context
 expect 0 bench model --shape tiny --speculative --draft 4 --context 300 --decode 20 --reps 2 -t 1 --json && valid_json
+# no --context: 1024, or what the shape's context (tiny: 512) leaves beside --decode
+expect 0 bench model --shape tiny --speculative --decode 8 --reps 1 -t 1 --json && valid_json
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); c=d["speculative"]["context"]; assert c == 504, c' "$tmp/out" \
+  || { echo "FAIL: bench model --speculative default context"; fails=$((fails + 1)); }
 python3 - "$tmp/out" <<'PY' || fails=$((fails + 1))
 import json, sys
 d = json.load(open(sys.argv[1]))
