@@ -103,10 +103,6 @@ expect 2 bench model --shape tiny --speculative --cache-type-k q8_0 --cache-type
 expect 2 bench model --shape tiny-dlm --speculative && one_line_error
 expect 2 bench model --shape tiny --speculative --context 500 --decode 32 && one_line_error && contains_err context
 expect 0 bench model --shape tiny --speculative --draft 4 --context 300 --decode 20 --reps 2 -t 1 --json && valid_json
-# no --context: 1024, or what the shape's context (tiny: 512) leaves beside --decode
-expect 0 bench model --shape tiny --speculative --decode 8 --reps 1 -t 1 --json && valid_json
-python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); c=d["speculative"]["context"]; assert c == 504, c' "$tmp/out" \
-  || { echo "FAIL: bench model --speculative default context"; fails=$((fails + 1)); }
 python3 - "$tmp/out" <<'PY' || fails=$((fails + 1))
 import json, sys
 d = json.load(open(sys.argv[1]))
@@ -120,6 +116,10 @@ assert s["speedup_wall"] > 0 and s["speedup_cpu"] > 0 and s["plain_seconds"] > 0
 assert s["kv_bytes_per_context_token"] == 2 * 2 * 2 * 72 and s["kv_bytes_per_context_token_draft"] == 2 * 2 * 2 * 40, s
 assert d["cache_type_k"] == d["cache_type_v"] == "qh8" and "forward" not in d and d["matmul"] == [], d.keys()
 PY
+# no --context: 1024, or what the shape's context (tiny: 512) leaves beside --decode
+expect 0 bench model --shape tiny --speculative --decode 8 --reps 1 -t 1 --json && valid_json
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); c=d["speculative"]["context"]; assert c == 504, c' "$tmp/out" \
+  || { echo "FAIL: bench model --speculative default context"; fails=$((fails + 1)); }
 expect 0 bench model --shape tiny --speculative --fill prefill --context 200 --decode 12 --reps 1 -t 1 \
   --cache-type-k f16 --cache-type-v qh8 && contains 'tokens identical to plain decoding' && contains acceptance
 # the draft's q4_0 weight copy (kvs_model_set_draft_weights): the verify keeps the f16 weights, tokens equal
