@@ -1,5 +1,6 @@
 /* Backend registry front-end and device lifetime. */
 #include <ctype.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -215,13 +216,18 @@ const char *kvs_device_variant_name(const kvs_device *dev, const char *op, int i
     return NULL;
 }
 
-/* Forces one "op:variant" entry (len bytes of e). */
-static kvs_status variant_force(kvs_device *dev, const char *e, size_t len) {
+/* Forces one "op:variant" entry (len bytes of e); seen[op] marks the ops named earlier in the same
+ * spec (an op named twice is a typo or a conflict, never "the last one wins"). */
+static kvs_status variant_force(kvs_device *dev, const char *e, size_t len, bool seen[KVS_OP_COUNT]) {
     const char *colon = memchr(e, ':', len);
     if (!colon || colon == e || colon + 1 == e + len)
         return kvs_error(KVS_ERR_INVALID_ARGUMENT, "variant spec entry '%.*s' is not OP:VARIANT", (int)len, e);
     int op = kvs_op_from_name(e, (size_t)(colon - e));
     if (op < 0) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "variant spec: unknown op '%.*s'", (int)(colon - e), e);
+    if (seen[op])
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "variant spec: op '%s' is named twice (entry '%.*s')",
+                         kvs_op_name((kvs_op_id)op), (int)len, e);
+    seen[op] = true;
     const char *vn = colon + 1;
     size_t vl = (size_t)(e + len - vn);
     if (vl == 4 && strncmp(vn, "auto", 4) == 0) {
@@ -253,12 +259,13 @@ kvs_status kvs_device_set_variants(kvs_device *dev, const char *spec) {
         for (int i = 0; i < KVS_OP_COUNT; i++) dev->forced[i] = NULL;
         return KVS_OK;
     }
+    bool seen[KVS_OP_COUNT] = {false};
     for (const char *e = spec;;) {
         while (*e == ' ') e++;
         size_t len = strcspn(e, ",");
         size_t tl = len;
         while (tl > 0 && e[tl - 1] == ' ') tl--;
-        KVS_TRY(variant_force(dev, e, tl));
+        KVS_TRY(variant_force(dev, e, tl, seen));
         if (!e[len]) break;
         e += len + 1;
     }

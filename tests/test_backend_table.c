@@ -87,6 +87,10 @@ START_TEST(test_variants_api) {
     ck_assert_int_eq(kvs_device_set_variants(dev, "attention:fast"), KVS_ERR_INVALID_ARGUMENT);
     ck_assert_msg(strstr(kvs_last_error(), "portable-split") != NULL, "lists the variants: %s", kvs_last_error());
     ck_assert_int_eq(kvs_device_set_variants(dev, "rope:portable"), KVS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(kvs_device_set_variants(dev, "matmul:portable, topk:portable, matmul:auto"),
+                     KVS_ERR_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(kvs_last_error(), "'matmul' is named twice") != NULL, "%s", kvs_last_error());
+    ck_assert_int_eq(kvs_device_set_variants(dev, NULL), KVS_OK);
     kvs_status s = kvs_device_set_variants(dev, "attention:avx512");
     /* usable only with AVX-512: either forced, or refused with the reason */
     ck_assert_msg(s == KVS_OK || (s == KVS_ERR_UNSUPPORTED && strstr(kvs_last_error(), "AVX-512")), "%s",

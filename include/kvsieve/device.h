@@ -201,7 +201,7 @@ KVS_API const char *kvs_device_variant_name(const kvs_device *dev, const char *o
  * kvs_device_open applies the environment variable KVS_VARIANT the same way (an error there fails
  * the open), which is the one override of kernel choice for experts.
  * Errors: KVS_ERR_INVALID_ARGUMENT (dev NULL, malformed spec, unknown op or variant: the message
- * lists the op's variants); KVS_ERR_UNSUPPORTED (the device cannot run that variant, e.g. AVX-512
+ * lists the op's variants; an op named twice in one spec); KVS_ERR_UNSUPPORTED (the device cannot run that variant, e.g. AVX-512
  * kernels on a CPU without AVX-512: the message says why). */
 KVS_API kvs_status kvs_device_set_variants(kvs_device *dev, const char *spec);
 
