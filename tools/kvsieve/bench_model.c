@@ -308,6 +308,14 @@ int bench_model(int argc, char **argv) {
         else if (fill_arg && strcmp(fill_arg, "random") != 0)
             return cli_fail(CLI_EXIT_USAGE, spec.prog, "--fill: '%s' is neither random nor prefill", fill_arg);
         if (context != CLI_UNSET_I64 && context < 1) return cli_fail(CLI_EXIT_USAGE, spec.prog, "--context must be >= 1");
+        if (n_decode != CLI_UNSET_I64 && n_decode < 2)
+            return cli_fail(CLI_EXIT_USAGE, spec.prog, "--speculative needs --decode >= 2 (the first token is decoded plainly; "
+                            "drafting starts after it)");
+        const char *inert = n_prompt != CLI_UNSET_I64 ? "--prompt" : variants_arg ? "--variants" : gen != CLI_UNSET_I64 ? "--gen"
+                            : steps != CLI_UNSET_I64 ? "--steps" : no_dlm ? "--no-dlm" : no_ops ? "--no-ops" : NULL;
+        if (inert)
+            return cli_fail(CLI_EXIT_USAGE, spec.prog, "%s does not apply to --speculative (it decodes from --context cached rows "
+                            "and runs no GEMV/GEMM or diffusion rows; KVS_VARIANT forces kernels)", inert);
         if (!ct.k && !ct.v) ct.k = ct.v = "qh8"; /* QuantSpec's cache by default */
     }
     rc = cli_cache_types(spec.prog, &ct, b.kv_types);

@@ -232,10 +232,11 @@ int cmd_generate(int argc, char **argv) {
         exit_code = cli_fail(CLI_EXIT_FAIL, PROG, "%s", kvs_last_error());
         goto done;
     }
-    if (o.ctx > hp->ctx_len)
+    if (o.ctx > hp->ctx_len) /* the --rerotate hint only where it can be taken (not diffusion, not --speculative) */
         fprintf(stderr, "%s: note: -c %lld is above the model's trained context %d; the context stays %d (kvsieve "
-                        "does not extend it; --rerotate with a policy streams past it)\n",
-                PROG, (long long)o.ctx, hp->ctx_len, hp->ctx_len);
+                        "does not extend it%s)\n",
+                PROG, (long long)o.ctx, hp->ctx_len, hp->ctx_len,
+                dlm || o.speculative ? "" : "; --rerotate with a policy streams past it");
     int64_t n_gen = o.n > 0 ? o.n : (dlm ? 64 : 256);
     if (dlm ? ar_flags : dlm_flags) {
         exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "%s apply to %s models; '%s' is %s",

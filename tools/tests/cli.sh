@@ -101,6 +101,9 @@ expect 2 bench model --shape tiny --speculative --fill sideways && one_line_erro
 expect 2 bench model --shape tiny --context 64 && one_line_error
 expect 2 bench model --shape tiny --speculative --cache-type-k q8_0 --cache-type-v q8_0 && one_line_error && contains_err qh8
 expect 2 bench model --shape tiny-dlm --speculative && one_line_error
+expect 2 bench model --shape tiny --speculative --decode 1 && one_line_error && contains_err 'decode >= 2'
+expect 2 bench model --shape tiny --draft 2 --prompt 8 && one_line_error && contains_err 'does not apply'
+expect 2 bench model --shape tiny --speculative --variants auto && one_line_error && contains_err variants
 expect 2 bench model --shape tiny --speculative --context 500 --decode 32 && one_line_error && contains_err context
 expect 0 bench model --shape tiny --speculative --draft 4 --context 300 --decode 20 --reps 2 -t 1 --json && valid_json
 python3 - "$tmp/out" <<'PY' || fails=$((fails + 1))
