@@ -15,7 +15,7 @@
 static inline double ref_f16d(const uint8_t *p) {
     unsigned h = p[0] | (unsigned)p[1] << 8;
     int e = (h >> 10) & 31, m = h & 1023;
-    double v = e == 0 ? ldexp(m, -24) : ldexp(1024 + m, e - 25);
+    double v = e == 31 ? (m ? NAN : INFINITY) : e == 0 ? ldexp(m, -24) : ldexp(1024 + m, e - 25);
     return (h & 0x8000) ? -v : v;
 }
 

@@ -517,6 +517,59 @@ START_TEST(test_attention_kvq_nonfinite) {
 }
 END_TEST
 
+/* Non-finite rows reaching a quantized cache (quant_encode.c's rule, on every backend's converting
+ * scatter): for q8_0, q4_0, q4_1 and iq4_nl, 5 token-major rows of 3 kv heads x 96 values in which
+ * block (row r, head h, block b) holds a NaN, an inf or a -inf at one value when (r + h + b) % 3 == 0:
+ * those blocks must be exactly the NaN block (zero bytes, f16 NaN 0x7e00 as d, and as m for q4_1), so
+ * that every value they decode to is NaN; the other blocks decode to finite values. */
+START_TEST(test_scatter_nonfinite) {
+    t_begin("scatter_nonfinite");
+    const kvs_dtype types[] = {KVS_Q8_0, KVS_Q4_0, KVS_Q4_1, KVS_IQ4_NL};
+    const int64_t d = 96, Hkv = 3, n = 5, nb = d / 32;
+    for (int ti = 0; ti < 4; ti++) {
+        const kvs_dtype t = types[ti];
+        t_case("scatter f32 -> %s with NaN / inf blocks", kvs_dtype_name(t));
+        float *x = t_alloc(4 * (size_t)(n * Hkv * d));
+        t_fill_normal(x, n * Hkv * d, 1.0);
+        for (int64_t r = 0; r < n; r++)
+            for (int64_t h = 0; h < Hkv; h++)
+                for (int64_t b = 0; b < nb; b++)
+                    if ((r + h + b) % 3 == 0) {
+                        const float bad[3] = {NAN, INFINITY, -INFINITY};
+                        x[(r * Hkv + h) * d + 32 * b + (r * 7 + b) % 32] = bad[(r + b) % 3];
+                    }
+        tt *dst = t_new3(t, d, n, Hkv), *src = t_new3(KVS_F32, d, Hkv, n), *idx = t_new1(KVS_I32, n);
+        int32_t ix[5] = {0, 1, 2, 3, 4};
+        t_upload_f32(src, x);
+        t_upload_i32(idx, ix);
+        if (t_op(kvs_scatter(t_dev(), src->t, idx->t, dst->t, 1))) return;
+        unsigned char *raw = t_alloc(dst->nbytes);
+        t_download(dst, raw);
+        const size_t bb = kvs_dtype_bytes(t, 32);
+        unsigned char nanb[34] = {0};
+        nanb[1] = 0x7e;
+        if (t == KVS_Q4_1) nanb[3] = 0x7e;
+        for (int64_t h = 0; h < Hkv; h++)
+            for (int64_t r = 0; r < n; r++)
+                for (int64_t b = 0; b < nb; b++) {
+                    const unsigned char *blk = raw + (size_t)((h * n + r) * nb + b) * bb;
+                    double v[32];
+                    decode_row(t, blk, 32, v);
+                    if ((r + h + b) % 3 == 0) {
+                        T_ASSERT(memcmp(blk, nanb, bb) == 0, "head %lld row %lld block %lld: not the NaN block (d %02x%02x)",
+                                 (long long)h, (long long)r, (long long)b, blk[1], blk[0]);
+                        for (int i = 0; i < 32; i++) T_ASSERT(isnan(v[i]), "value %d of a NaN block decodes to %g", i, v[i]);
+                    } else {
+                        for (int i = 0; i < 32; i++)
+                            T_ASSERT(isfinite(v[i]), "head %lld row %lld block %lld value %d: %g from finite input",
+                                     (long long)h, (long long)r, (long long)b, i, v[i]);
+                    }
+                }
+    }
+    t_end();
+}
+END_TEST
+
 static void kvq_seq_run(int ci) {
     if (kvq_selected(ci, 1) && kvq_q8_pair(ci)) kvq_run(ci);
 }
@@ -529,6 +582,7 @@ Suite *suite_attention_kvq(void) {
     tcase_add_loop_test(tc, test_attention_kvq, 0, N_KVQ);
     tcase_add_test(tc, test_attention_kvq_refusals);
     tcase_add_test(tc, test_attention_kvq_nonfinite);
+    tcase_add_test(tc, test_scatter_nonfinite);
     suite_add_tcase(s, tc);
     tc = tcase_create("sequence");
     tcase_add_test(tc, test_attention_kvq_sequence);

@@ -75,7 +75,10 @@ kvs_cpu_qh8_decode_fn kvs_cpu_qh8_decoder(const kvs_device *dev, kvs_op_id op);
  *     integer sums of every 16 q (bsums) for the mins and offsets.
  * Error against the f32 product: |x - d q| <= 0.5 d (+ 127 |d - f16(d)| <= 0.062 d for the f16
  * scale) per value, so |y - y_exact| <= sum_blocks 0.57 d_b sum_{i in b} |w_i| (+ |m| |s| 2^-11 for
- * the min types) plus f32 rounding: the bound tests/test_ops_quant.c checks. */
+ * the min types) plus f32 rounding: the bound tests/test_ops_quant.c checks.
+ * A block of x holding a NaN or an infinity is quantized to codes 0 with d (and s) NaN, so every
+ * product with it is NaN, as the f32 product would be non-finite (rounding alone would turn a NaN
+ * into finite codes and lose it). */
 typedef struct kvs_q8_rows {
     const int8_t *q;   /* [n][k] the quantized x rows */
     const float *d;    /* [n][k / ba] block scales (ba = 32 or 256, as above) */

@@ -106,18 +106,33 @@ void kvs_cpu_q8_quantize(kvs_dtype dt, const float *x, int64_t k, int64_t n, voi
         if (ba == 32) {
             /* block_q8_0 / q8_1: d = amax / 127, q = round(x / d), d and s stored as f16 */
             float amax = 0.0f;
-            for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(xb[i]));
-            const float db = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
-            int sum = 0;
-            for (int i = 0; i < 32; i++) sum += qb[i] = (int8_t)lrintf(xb[i] * id);
-            d[b] = f16_round(db);
-            s[b] = f16_round((float)sum * db);
+            int finite = 1;
+            for (int i = 0; i < 32; i++) {
+                amax = fmaxf(amax, fabsf(xb[i]));
+                finite &= fabsf(xb[i]) <= FLT_MAX;
+            }
+            if (!finite) { /* NaN / inf: codes 0 and a NaN scale, so the products come out NaN as in f32 */
+                memset(qb, 0, 32);
+                d[b] = s[b] = NAN;
+            } else {
+                const float db = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
+                int sum = 0;
+                for (int i = 0; i < 32; i++) sum += qb[i] = (int8_t)lrintf(xb[i] * id);
+                d[b] = f16_round(db);
+                s[b] = f16_round((float)sum * db);
+            }
         } else {
             /* block_q8_K: the signed value of largest magnitude maps to -127 */
             float amax = 0.0f, vmax = 0.0f;
-            for (int i = 0; i < 256; i++)
+            int finite = 1;
+            for (int i = 0; i < 256; i++) {
                 if (fabsf(xb[i]) > amax) amax = fabsf(xb[i]), vmax = xb[i];
-            if (amax == 0.0f) {
+                finite &= fabsf(xb[i]) <= FLT_MAX;
+            }
+            if (!finite) { /* NaN / inf: as above */
+                memset(qb, 0, 256);
+                d[b] = NAN;
+            } else if (amax == 0.0f) {
                 memset(qb, 0, 256);
                 d[b] = 0.0f;
             } else {

@@ -34,7 +34,8 @@ kvs_status kvs_dequant_row(kvs_dtype dt, const void *src, int64_t n, float *dst)
 int kvs_quant_can_encode(kvs_dtype dt);
 
 /* dst = the n / 32 blocks of dtype dt coding src[0 .. n) (quant_encode.c states the scale rules,
- * after llama.cpp's reference quantizers). Errors: KVS_ERR_DTYPE (dt without an encoder, or n not a
+ * after llama.cpp's reference quantizers; a block holding a NaN or an infinity codes as the NaN block:
+ * f16 NaN scale (and min), zero codes, so every value decodes to NaN). Errors: KVS_ERR_DTYPE (dt without an encoder, or n not a
  * multiple of 32; the message names both). */
 kvs_status kvs_quant_row(kvs_dtype dt, const float *src, int64_t n, void *dst);
 /* The same without checks (dt encodable, n % 32 == 0): the CPU backend's scatter calls it per row. */
@@ -43,7 +44,8 @@ void kvs_quant_row_unchecked(kvs_dtype dt, const float *src, int64_t n, void *ds
 /* The qh8 encoder (QuantSpec's hierarchical 4/8-bit cache type; format and rule: quant_blocks.h):
  * src[0 .. n) -> n / 32 upper blocks at hi (q4_1 blocks, 20 bytes each) and n / 32 lower blocks at
  * lo (16 bytes each). n % 32 == 0 (not checked: the cache's write path, which checked head_dim). A
- * block of one repeated value codes exactly up to the f16 rounding of m; NaN inputs code as u = 0. */
+ * block of one repeated value codes exactly up to the f16 rounding of m; a block holding a NaN or an
+ * infinity codes as the NaN block (upper plane: NaN d and m, zero nibbles; lower plane zeros). */
 void kvs_qh8_encode_row(const float *src, int64_t n, void *hi, void *lo);
 
 #endif

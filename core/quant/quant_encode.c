@@ -9,7 +9,12 @@
  *           scales around amax / 127 (weights x^2, as llama.cpp without an importance matrix), each
  *           value coded as its nearest code value.
  * The scale used for coding is the f32 one; the stored scale is its binary16 rounding (as llama.cpp).
- * A block of zeros (or of one repeated value for q4_1) codes exactly. */
+ * A block of zeros (or of one repeated value for q4_1) codes exactly.
+ * Non-finite input: a block holding a NaN or an infinity codes as the NaN block (every byte 0 but the
+ * f16 scale d, and q4_1's / qh8's m, = 0x7e00, a quiet NaN), so each of its 32 values decodes to NaN:
+ * a NaN or inf that reaches a quantized cache comes out of attention as non-finite, as on the f32
+ * path, and the logits' NaN check reports it (llama.cpp's reference quantizers code NaN as finite
+ * garbage instead). OpenCL (rows.cl) and Vulkan (scatter_cvt.comp) apply the same rule. */
 #include <float.h>
 #include <math.h>
 #include <string.h>
@@ -22,6 +27,20 @@ static void put_f16(uint8_t *p, float f) {
     uint16_t h = kvs_f32_to_f16(f);
     p[0] = (uint8_t)(h & 0xff);
     p[1] = (uint8_t)(h >> 8);
+}
+
+/* 1 when the block's 32 values are all finite (no NaN, no infinity). */
+static int block_finite(const float *x) {
+    int ok = 1;
+    for (int i = 0; i < 32; i++) ok &= fabsf(x[i]) <= FLT_MAX;
+    return ok;
+}
+
+/* The NaN block of `bytes` bytes: zeros, with the f16 NaN 0x7e00 as d (and as m when has_min). */
+static void put_nan_block(uint8_t *b, int bytes, int has_min) {
+    memset(b, 0, (size_t)bytes);
+    b[1] = 0x7e;
+    if (has_min) b[3] = 0x7e;
 }
 
 static void enc_q8_0(const float *x, uint8_t *b) {
@@ -123,6 +142,11 @@ void kvs_qh8_encode_row(const float *src, int64_t n, void *hi_, void *lo_) {
     for (int64_t b = 0; b < n / 32; b++) {
         const float *x = src + 32 * b;
         uint8_t *H = hi + 20 * b, *L = lo + 16 * b;
+        if (!block_finite(x)) { /* the NaN block: NaN d and m in the upper plane, zero codes */
+            put_nan_block(H, 20, 1);
+            memset(L, 0, 16);
+            continue;
+        }
         float mn = FLT_MAX, mx = -FLT_MAX;
         for (int i = 0; i < 32; i++) {
             if (x[i] < mn) mn = x[i];
@@ -164,10 +188,17 @@ void kvs_quant_row_unchecked(kvs_dtype dt, const float *src, int64_t n, void *ds
     uint8_t *o = dst;
     const int64_t nb = n / KVS_QK;
     switch (dt) {
-    case KVS_Q8_0: for (int64_t i = 0; i < nb; i++) enc_q8_0(src + i * 32, o + i * 34); break;
-    case KVS_Q4_0: for (int64_t i = 0; i < nb; i++) enc_q4_0(src + i * 32, o + i * 18); break;
-    case KVS_Q4_1: for (int64_t i = 0; i < nb; i++) enc_q4_1(src + i * 32, o + i * 20); break;
-    case KVS_IQ4_NL: for (int64_t i = 0; i < nb; i++) enc_iq4_nl(src + i * 32, o + i * 18); break;
-    default: break;
+    case KVS_Q8_0: case KVS_Q4_0: case KVS_Q4_1: case KVS_IQ4_NL: break;
+    default: return;
+    }
+    const int bytes = dt == KVS_Q8_0 ? 34 : dt == KVS_Q4_1 ? 20 : 18;
+    for (int64_t i = 0; i < nb; i++) {
+        const float *x = src + i * 32;
+        uint8_t *b = o + i * bytes;
+        if (!block_finite(x)) put_nan_block(b, bytes, dt == KVS_Q4_1);
+        else if (dt == KVS_Q8_0) enc_q8_0(x, b);
+        else if (dt == KVS_Q4_0) enc_q4_0(x, b);
+        else if (dt == KVS_Q4_1) enc_q4_1(x, b);
+        else enc_iq4_nl(x, b);
     }
 }

@@ -240,7 +240,23 @@ __kernel void scatter_convert(__global const float *src, long src_off, __global 
     ((__global ushort *)drow)[w] = h;
 #else
     float v[32];
-    for (int c = 0; c < 32; c++) v[c] = x[32 * w + c];
+    int finite = 1;
+    for (int c = 0; c < 32; c++) {
+        v[c] = x[32 * w + c];
+        finite &= fabs(v[c]) <= FLT_MAX;
+    }
+    if (!finite) { /* the NaN block (quant_encode.c): zero bytes, f16 NaN 0x7e00 as d (and m) */
+        __global uchar *b = drow + (long)w * (DT == QT_QH8 ? 20 : qt_bytes(DT));
+        const int nbytes = DT == QT_QH8 ? 20 : qt_bytes(DT);
+        for (int c = 0; c < nbytes; c++) b[c] = 0;
+        b[1] = 0x7e;
+        if (DT == QT_QH8 || DT == QT_Q4_1) b[3] = 0x7e;
+#if DT == QT_QH8
+        __global uchar *L = dlo + dlo_off + ((long)g * dst_rows + d) * (nv / 2) + (long)w * 16;
+        for (int c = 0; c < 16; c++) L[c] = 0;
+#endif
+        return;
+    }
 #if DT == QT_QH8
     enc_qh8(v, drow + (long)w * 20, dlo + dlo_off + ((long)g * dst_rows + d) * (nv / 2) + (long)w * 16);
 #else

@@ -220,8 +220,22 @@ void main() {
         store_bytes(B + 2u * u, 2u);
         return;
     }
-    for (uint k = 0u; k < 32u; k++) x[k] = F32(src, p.os + sr * p.D + 32u * u + k);
-    uint nb = 18u;
+    bool finite = true;
+    for (uint k = 0u; k < 32u; k++) {
+        x[k] = F32(src, p.os + sr * p.D + 32u * u + k);
+        finite = finite && !isnan(x[k]) && !isinf(x[k]);
+    }
+    uint nb = DD == KVS_VK_DT_Q8_0 ? 34u : (DD == KVS_VK_DT_Q4_1 || DD == KVS_VK_DT_QH8) ? 20u : 18u;
+    if (!finite) { // the NaN block (quant_encode.c): zero bytes, f16 NaN 0x7e00 as d (and m)
+        put16(0u, 0x7e00u);
+        if (DD == KVS_VK_DT_Q4_1 || DD == KVS_VK_DT_QH8) put16(2u, 0x7e00u);
+        store_bytes(B + nb * u, nb);
+        if (DD == KVS_VK_DT_QH8) {
+            for (uint k = 0u; k < 4u; k++) lw[k] = 0u;
+            store_lo(p.odl + (g * p.Nd + uint(tt)) * (p.D / 2u) + 16u * u);
+        }
+        return;
+    }
     if (DD == KVS_VK_DT_QH8) {
         enc_qh8();
         store_bytes(B + 20u * u, 20u);
@@ -230,12 +244,10 @@ void main() {
     }
     if (DD == KVS_VK_DT_Q8_0) {
         enc_q8_0();
-        nb = 34u;
     } else if (DD == KVS_VK_DT_Q4_0) {
         enc_q4_0();
     } else if (DD == KVS_VK_DT_Q4_1) {
         enc_q4_1();
-        nb = 20u;
     } else {
         enc_iq4_nl();
     }
