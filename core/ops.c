@@ -281,14 +281,22 @@ kvs_status kvs_attention(kvs_device *dev, const kvs_tensor *q, const kvs_tensor 
     memset(&a, 0, sizeof a);
     a.q = q; a.k = k; a.v = v; a.out = out; a.p = *p;
     a.head_dim = q->ne[0];
+    a.head_dim_v = v->ne[0];
     a.n_heads = q->ne[1];
     a.n_q = q->ne[2];
     a.n_kv_heads = k->ne[2];
     a.capacity = k->ne[1];
     if (q->ne[3] != 1) return kvs_error(KVS_ERR_SHAPE, "%s: q must be 3-D [n_q][n_heads][head_dim]", op);
+    /* q and k share d_k (q->ne[0]), v and out share d_v (v->ne[0]); the two may differ */
+    if (k->ne[0] != a.head_dim)
+        return kvs_error(KVS_ERR_SHAPE, "%s: k's head_dim %lld differs from q's %lld (q and k share d_k)", op,
+                         (long long)k->ne[0], (long long)a.head_dim);
+    if (out->ne[0] != a.head_dim_v)
+        return kvs_error(KVS_ERR_SHAPE, "%s: out's head_dim %lld differs from v's %lld (v and out share d_v)", op,
+                         (long long)out->ne[0], (long long)a.head_dim_v);
     KVS_TRY(want_shape(op, k, "k", a.head_dim, a.capacity, a.n_kv_heads));
-    KVS_TRY(want_shape(op, v, "v", a.head_dim, a.capacity, a.n_kv_heads));
-    KVS_TRY(want_shape(op, out, "out", a.head_dim, a.n_heads, a.n_q));
+    KVS_TRY(want_shape(op, v, "v", a.head_dim_v, a.capacity, a.n_kv_heads));
+    KVS_TRY(want_shape(op, out, "out", a.head_dim_v, a.n_heads, a.n_q));
     if (a.n_heads % a.n_kv_heads)
         return kvs_error(KVS_ERR_SHAPE, "%s: n_heads %lld is not a multiple of n_kv_heads %lld (GQA)", op,
                          (long long)a.n_heads, (long long)a.n_kv_heads);
@@ -352,7 +360,7 @@ kvs_status kvs_attention(kvs_device *dev, const kvs_tensor *q, const kvs_tensor 
         if (kv2[w]->dtype != KVS_Q4_1)
             return kvs_error(KVS_ERR_DTYPE, "%s: %s given, so %s must be the q4_1 upper plane, got %s", op, nm, w ? "v" : "k",
                              kvs_dtype_name(kv2[w]->dtype));
-        KVS_TRY(want_shape(op, los[w], nm, a.head_dim, a.capacity, a.n_kv_heads));
+        KVS_TRY(want_shape(op, los[w], nm, w ? a.head_dim_v : a.head_dim, a.capacity, a.n_kv_heads));
         if (overlaps(out, los[w])) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: out aliases %s", op, nm);
     }
     kvs_tensor *outs[] = {p->key_mass, p->probs, p->argmax, p->row_max, p->row_sum};
