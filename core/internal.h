@@ -93,7 +93,8 @@ typedef struct kvs_rope_args {
 
 typedef struct kvs_attention_args {
     const kvs_tensor *q, *k, *v; kvs_tensor *out;
-    int64_t n_q, n_heads, n_kv_heads, head_dim, capacity, n_kv;
+    int64_t n_q, n_heads, n_kv_heads, head_dim, capacity, n_kv; /* head_dim: d_k (q, k) */
+    int64_t head_dim_v;         /* d_v (v, out); may differ from head_dim */
     int64_t n_stat_rows;        /* rows in p.stat_rows (0 when NULL) */
     int64_t n_probe;            /* rows in p.probe_rows (0 when NULL) */
     kvs_attention_params p;     /* scale resolved (never 0), n_kv resolved */

@@ -1,5 +1,6 @@
 /* Op front-ends: validate once at the public boundary, derive sizes, dispatch to the backend. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
@@ -280,15 +281,32 @@ kvs_status kvs_attention(kvs_device *dev, const kvs_tensor *q, const kvs_tensor 
     kvs_attention_args a;
     memset(&a, 0, sizeof a);
     a.q = q; a.k = k; a.v = v; a.out = out; a.p = *p;
-    a.head_dim = q->ne[0];
+    a.head_dim = k->ne[0];
+    a.head_dim_v = v->ne[0];
+    const int64_t d_q = q->ne[0];
     a.n_heads = q->ne[1];
     a.n_q = q->ne[2];
     a.n_kv_heads = k->ne[2];
     a.capacity = k->ne[1];
     if (q->ne[3] != 1) return kvs_error(KVS_ERR_SHAPE, "%s: q must be 3-D [n_q][n_heads][head_dim]", op);
+    /* q and k share d_k (q->ne[0]), v and out share d_v (v->ne[0]); the two may differ */
+    if (!p->q_channels && d_q != a.head_dim)
+        return kvs_error(KVS_ERR_SHAPE, "%s: k's head_dim %lld differs from q's %lld (q and k share d_k)", op,
+                         (long long)a.head_dim, (long long)d_q);
+    if (p->q_channels && a.head_dim > d_q)
+        return kvs_error(KVS_ERR_SHAPE, "%s: k's head_dim %lld (d_k) exceeds q's %lld with q_channels", op,
+                         (long long)a.head_dim, (long long)d_q);
+    if (out->ne[0] != a.head_dim_v)
+        return kvs_error(KVS_ERR_SHAPE, "%s: out's head_dim %lld differs from v's %lld (v and out share d_v)", op,
+                         (long long)out->ne[0], (long long)a.head_dim_v);
     KVS_TRY(want_shape(op, k, "k", a.head_dim, a.capacity, a.n_kv_heads));
-    KVS_TRY(want_shape(op, v, "v", a.head_dim, a.capacity, a.n_kv_heads));
-    KVS_TRY(want_shape(op, out, "out", a.head_dim, a.n_heads, a.n_q));
+    KVS_TRY(want_shape(op, v, "v", a.head_dim_v, a.capacity, a.n_kv_heads));
+    if (p->q_channels)
+        for (int64_t e = 0; e < a.n_kv_heads * a.head_dim; e++)
+            if (p->q_channels[e] < 0 || p->q_channels[e] >= d_q)
+                return kvs_error(KVS_ERR_OUT_OF_RANGE, "%s: q_channels[head %lld][%lld] = %d outside [0, d_q=%lld)", op,
+                                 (long long)(e / a.head_dim), (long long)(e % a.head_dim), p->q_channels[e], (long long)d_q);
+    KVS_TRY(want_shape(op, out, "out", a.head_dim_v, a.n_heads, a.n_q));
     if (a.n_heads % a.n_kv_heads)
         return kvs_error(KVS_ERR_SHAPE, "%s: n_heads %lld is not a multiple of n_kv_heads %lld (GQA)", op,
                          (long long)a.n_heads, (long long)a.n_kv_heads);
@@ -300,7 +318,8 @@ kvs_status kvs_attention(kvs_device *dev, const kvs_tensor *q, const kvs_tensor 
     a.n_kv = p->n_kv ? p->n_kv : a.capacity;
     a.p.n_kv = a.n_kv;
     if (p->scale < 0.0f || !isfinite(p->scale)) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: scale must be >= 0", op);
-    a.p.scale = p->scale > 0.0f ? p->scale : (float)(1.0 / sqrt((double)a.head_dim));
+    a.p.scale = p->scale > 0.0f ? p->scale : (float)(1.0 / sqrt((double)d_q));
+    a.p.q_channels = NULL; /* backends read the gathered q (below) */
     a.p.causal = p->causal != 0;
     a.p.unnormalised = p->unnormalised != 0;
     a.p.key_mass_accumulate = p->key_mass_accumulate != 0;
@@ -352,7 +371,7 @@ kvs_status kvs_attention(kvs_device *dev, const kvs_tensor *q, const kvs_tensor 
         if (kv2[w]->dtype != KVS_Q4_1)
             return kvs_error(KVS_ERR_DTYPE, "%s: %s given, so %s must be the q4_1 upper plane, got %s", op, nm, w ? "v" : "k",
                              kvs_dtype_name(kv2[w]->dtype));
-        KVS_TRY(want_shape(op, los[w], nm, a.head_dim, a.capacity, a.n_kv_heads));
+        KVS_TRY(want_shape(op, los[w], nm, w ? a.head_dim_v : a.head_dim, a.capacity, a.n_kv_heads));
         if (overlaps(out, los[w])) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: out aliases %s", op, nm);
     }
     kvs_tensor *outs[] = {p->key_mass, p->probs, p->argmax, p->row_max, p->row_sum};
@@ -364,7 +383,32 @@ kvs_status kvs_attention(kvs_device *dev, const kvs_tensor *q, const kvs_tensor 
             if (overlaps(outs[i], outs[j]))
                 return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: two statistics outputs alias", op);
     }
-    return dispatch_attention(dev, &a);
+    if (!p->q_channels) return dispatch_attention(dev, &a);
+    /* q_channels: qg[i][g][c] = q[i][g][q_channels[g / G][c]] by kvs_gather over the n_q * n_heads
+     * query vectors seen as groups of 4-byte rows, then the op on qg [n_q][n_heads][d_k] */
+    const int64_t nv = a.n_q * a.n_heads, G = a.n_heads / a.n_kv_heads, dk = a.head_dim;
+    kvs_tensor *qg = NULL, *qsrc = NULL, *qdst = NULL, *gi = NULL;
+    int32_t *hidx = malloc(sizeof(int32_t) * (size_t)(nv * dk));
+    kvs_status s = hidx ? KVS_OK : kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
+    for (int64_t r = 0; s == KVS_OK && r < nv; r++)
+        memcpy(hidx + r * dk, p->q_channels + ((r % a.n_heads) / G) * dk, sizeof(int32_t) * (size_t)dk);
+    const int64_t ne_src[3] = {1, d_q, nv}, ne_dst[3] = {1, dk, nv};
+    if (s == KVS_OK) s = kvs_tensor_new(&qg, dev, KVS_F32, dk, a.n_heads, a.n_q, 1);
+    if (s == KVS_OK) s = kvs_tensor_new(&gi, dev, KVS_I32, dk, nv, 1, 1);
+    if (s == KVS_OK) s = kvs_tensor_upload(gi, hidx, 0, sizeof(int32_t) * (size_t)(nv * dk));
+    if (s == KVS_OK) s = kvs_tensor_view(&qsrc, (kvs_tensor *)q, 0, 3, ne_src);
+    if (s == KVS_OK) s = kvs_tensor_view(&qdst, qg, 0, 3, ne_dst);
+    if (s == KVS_OK) s = kvs_gather(dev, qsrc, gi, qdst);
+    if (s == KVS_OK) {
+        a.q = qg;
+        s = dispatch_attention(dev, &a);
+    }
+    kvs_tensor_destroy(&qdst);
+    kvs_tensor_destroy(&qsrc);
+    kvs_tensor_destroy(&gi);
+    kvs_tensor_destroy(&qg);
+    free(hidx);
+    return s;
 }
 
 /* ---- wavelets ----------------------------------------------------------------------------- */

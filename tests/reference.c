@@ -169,7 +169,8 @@ int ref_attn_visible(const ref_attn *a, int64_t i, int64_t h, int64_t j) {
 }
 
 void ref_attention(ref_attn *a) {
-    const int64_t d = a->head_dim, cap = a->capacity, G = a->n_heads / a->n_kv_heads;
+    const int64_t d = a->head_dim, dv = a->head_dim_v ? a->head_dim_v : a->head_dim, cap = a->capacity,
+                  G = a->n_heads / a->n_kv_heads;
     double *lg = malloc(sizeof(double) * (size_t)(a->n_kv ? a->n_kv : 1));
     double *p = malloc(sizeof(double) * (size_t)cap);
     if (!lg || !p) abort();
@@ -215,14 +216,14 @@ void ref_attention(ref_attn *a) {
             if (a->row_sum) a->row_sum[i * a->n_heads + g] = l;
             if (a->argmax) a->argmax[i * a->n_heads + g] = (int32_t)am;
             if (a->out) {
-                double *o = a->out + (i * a->n_heads + g) * d;
-                for (int64_t t = 0; t < d; t++) o[t] = 0;
+                double *o = a->out + (i * a->n_heads + g) * dv;
+                for (int64_t t = 0; t < dv; t++) o[t] = 0;
                 if (am >= 0) {
                     double norm = a->unnormalised ? 1.0 : 1.0 / l;
                     for (int64_t j = 0; j < a->n_kv; j++) {
                         if (p[j] == 0) continue;
-                        const double *vv = a->v + (h * cap + j) * d;
-                        for (int64_t t = 0; t < d; t++) o[t] += p[j] * norm * vv[t];
+                        const double *vv = a->v + (h * cap + j) * dv;
+                        for (int64_t t = 0; t < dv; t++) o[t] += p[j] * norm * vv[t];
                     }
                 }
             }

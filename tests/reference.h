@@ -38,10 +38,11 @@ void ref_rope_vec(double *v, int64_t head_dim, double pos, const kvs_rope_params
 /* ---- attention ---- */
 typedef struct ref_attn {
     int64_t n_q, n_heads, n_kv_heads, head_dim, capacity, n_kv; /* n_kv resolved (never 0) */
+    int64_t head_dim_v;                                        /* d_v of v and out; 0 = head_dim */
     double scale;                                              /* resolved (never 0) */
     int causal, unnormalised;
     const double *q;               /* [n_q][n_heads][head_dim] */
-    const double *k, *v;           /* [n_kv_heads][capacity][head_dim] (decoded if f16) */
+    const double *k, *v;           /* [n_kv_heads][capacity][head_dim] / [..][head_dim_v] (decoded if f16) */
     const int32_t *q_pos, *k_pos, *kv_len, *row_len; /* NULL = default, as ops.h */
     const double *mask;            /* [n_q][n_kv], -INFINITY hides; NULL = none */
     const int32_t *stat_rows;      /* NULL = all rows */
@@ -49,7 +50,7 @@ typedef struct ref_attn {
     const int32_t *probe_rows;
     int64_t n_probe;
     /* outputs, each optional (NULL = not computed) */
-    double *out;      /* [n_q][n_heads][head_dim] */
+    double *out;      /* [n_q][n_heads][head_dim_v] */
     double *key_mass; /* [n_kv_heads][capacity]: ADDED into (caller zeroes or preloads); only
                        * j < valid length of head h is touched */
     double *probs;    /* [n_probe][n_heads][capacity] */

@@ -43,6 +43,8 @@ enum {
     A_EXTREME = 1 << 10, /* logits of magnitude 100..1000 */
     A_NANPAD = 1 << 11,  /* NaN in k/v rows that are not valid keys */
     A_TIES = 1 << 12,    /* exact argmax ties (duplicate keys) */
+    A_QCH = 1 << 13,     /* q_channels: q has d_q = d + d/2 + 3 channels, kv head h's keys a random
+                          * d of them (ThinK's pruned layout) */
 };
 
 typedef struct attn_case {
@@ -51,58 +53,77 @@ typedef struct attn_case {
     int causal, f16;
     unsigned flags;
     float scale; /* 0 = default 1/sqrt(d) */
+    int dv;      /* head_dim of v and out (d_v); 0 = d (q and k have d = d_k) */
 } attn_case;
 
 static const attn_case cases[] = {
-    {"decode", 1, 4, 4, 64, 100, 0, 1, 0, 0, 0},
-    {"prefill_gqa2", 13, 8, 4, 32, 40, 33, 1, 0, A_NANPAD, 0},
-    {"prefill_gqa4", 100, 4, 1, 64, 128, 100, 1, 0, A_NANPAD, 0},
-    {"bidir_gqa2", 33, 4, 2, 128, 129, 0, 0, 0, 0, 0},
-    {"odd_headdim_gqa3", 7, 3, 1, 13, 20, 19, 0, 0, A_NANPAD, 0},
-    {"more_queries_than_keys", 20, 2, 2, 16, 13, 0, 1, 0, A_STATS, 0},
-    {"positions", 13, 8, 2, 64, 50, 45, 1, 0, A_QPOS | A_KPOS | A_STATS | A_NANPAD, 0},
-    {"ragged", 13, 4, 4, 32, 40, 37, 0, 0, A_KVLEN | A_ROWLEN | A_STATS | A_NANPAD, 0},
-    {"mask", 13, 4, 2, 32, 33, 0, 0, 0, A_MASK | A_MASKINF | A_STATS, 0},
-    {"stats", 13, 8, 2, 64, 40, 37, 1, 0, A_STATS | A_NANPAD, 0},
-    {"stats_subset_accumulate", 33, 4, 1, 32, 50, 48, 0, 0, A_STATS | A_STATROWS | A_ACCUM | A_KVLEN | A_MASK, 0},
-    {"unnormalised", 13, 4, 2, 64, 33, 0, 1, 0, A_STATS | A_UNNORM, 0},
-    {"extreme_logits", 13, 4, 2, 64, 100, 0, 0, 0, A_EXTREME | A_STATS | A_UNNORM, 0},
-    {"argmax_ties", 5, 4, 2, 32, 20, 0, 0, 0, A_TIES | A_STATS, 0},
-    {"argmax_ties_long", 1, 4, 2, 32, 800, 0, 0, 0, A_TIES | A_STATS, 0},
+    {"decode", 1, 4, 4, 64, 100, 0, 1, 0, 0, 0, 0},
+    {"prefill_gqa2", 13, 8, 4, 32, 40, 33, 1, 0, A_NANPAD, 0, 0},
+    {"prefill_gqa4", 100, 4, 1, 64, 128, 100, 1, 0, A_NANPAD, 0, 0},
+    {"bidir_gqa2", 33, 4, 2, 128, 129, 0, 0, 0, 0, 0, 0},
+    {"odd_headdim_gqa3", 7, 3, 1, 13, 20, 19, 0, 0, A_NANPAD, 0, 0},
+    {"more_queries_than_keys", 20, 2, 2, 16, 13, 0, 1, 0, A_STATS, 0, 0},
+    {"positions", 13, 8, 2, 64, 50, 45, 1, 0, A_QPOS | A_KPOS | A_STATS | A_NANPAD, 0, 0},
+    {"ragged", 13, 4, 4, 32, 40, 37, 0, 0, A_KVLEN | A_ROWLEN | A_STATS | A_NANPAD, 0, 0},
+    {"mask", 13, 4, 2, 32, 33, 0, 0, 0, A_MASK | A_MASKINF | A_STATS, 0, 0},
+    {"stats", 13, 8, 2, 64, 40, 37, 1, 0, A_STATS | A_NANPAD, 0, 0},
+    {"stats_subset_accumulate", 33, 4, 1, 32, 50, 48, 0, 0, A_STATS | A_STATROWS | A_ACCUM | A_KVLEN | A_MASK, 0, 0},
+    {"unnormalised", 13, 4, 2, 64, 33, 0, 1, 0, A_STATS | A_UNNORM, 0, 0},
+    {"extreme_logits", 13, 4, 2, 64, 100, 0, 0, 0, A_EXTREME | A_STATS | A_UNNORM, 0, 0},
+    {"argmax_ties", 5, 4, 2, 32, 20, 0, 0, 0, A_TIES | A_STATS, 0, 0},
+    {"argmax_ties_long", 1, 4, 2, 32, 800, 0, 0, 0, A_TIES | A_STATS, 0, 0},
     {"everything", 33, 8, 2, 64, 70, 65, 1, 0,
-     A_QPOS | A_KPOS | A_KVLEN | A_ROWLEN | A_MASK | A_MASKINF | A_STATS | A_STATROWS | A_ACCUM | A_NANPAD, 0.3f},
-    {"long_kv", 4, 8, 2, 128, 1100, 1027, 1, 0, A_STATS | A_NANPAD, 0},
-    {"long_decode", 1, 8, 2, 64, 4100, 4099, 1, 0, A_STATS | A_NANPAD | A_KVLEN, 0},
-    {"head_dim_256", 5, 2, 1, 256, 300, 0, 1, 0, A_STATS, 0},
-    {"prefill_long", 129, 4, 2, 64, 300, 257, 1, 0, A_STATS | A_STATROWS | A_NANPAD, 0},
-    {"f16_prefill_gqa2", 13, 8, 4, 32, 40, 33, 1, 1, A_NANPAD, 0},
-    {"f16_bidir", 33, 4, 2, 128, 129, 0, 0, 1, 0, 0},
-    {"f16_stats", 13, 8, 2, 64, 40, 37, 1, 1, A_STATS | A_NANPAD, 0},
+     A_QPOS | A_KPOS | A_KVLEN | A_ROWLEN | A_MASK | A_MASKINF | A_STATS | A_STATROWS | A_ACCUM | A_NANPAD, 0.3f, 0},
+    {"long_kv", 4, 8, 2, 128, 1100, 1027, 1, 0, A_STATS | A_NANPAD, 0, 0},
+    {"long_decode", 1, 8, 2, 64, 4100, 4099, 1, 0, A_STATS | A_NANPAD | A_KVLEN, 0, 0},
+    {"head_dim_256", 5, 2, 1, 256, 300, 0, 1, 0, A_STATS, 0, 0},
+    {"prefill_long", 129, 4, 2, 64, 300, 257, 1, 0, A_STATS | A_STATROWS | A_NANPAD, 0, 0},
+    {"f16_prefill_gqa2", 13, 8, 4, 32, 40, 33, 1, 1, A_NANPAD, 0, 0},
+    {"f16_bidir", 33, 4, 2, 128, 129, 0, 0, 1, 0, 0, 0},
+    {"f16_stats", 13, 8, 2, 64, 40, 37, 1, 1, A_STATS | A_NANPAD, 0, 0},
     {"f16_everything", 33, 8, 2, 64, 70, 65, 1, 1,
-     A_QPOS | A_KPOS | A_KVLEN | A_ROWLEN | A_MASK | A_MASKINF | A_STATS | A_STATROWS | A_ACCUM | A_NANPAD, 0.3f},
-    {"f16_unnormalised_extreme", 13, 4, 2, 64, 100, 0, 0, 1, A_EXTREME | A_STATS | A_UNNORM, 0},
-    {"f16_long_decode", 1, 8, 2, 128, 2100, 2049, 1, 1, A_STATS | A_NANPAD, 0},
+     A_QPOS | A_KPOS | A_KVLEN | A_ROWLEN | A_MASK | A_MASKINF | A_STATS | A_STATROWS | A_ACCUM | A_NANPAD, 0.3f, 0},
+    {"f16_unnormalised_extreme", 13, 4, 2, 64, 100, 0, 0, 1, A_EXTREME | A_STATS | A_UNNORM, 0, 0},
+    {"f16_long_decode", 1, 8, 2, 128, 2100, 2049, 1, 1, A_STATS | A_NANPAD, 0, 0},
     /* decoding shapes of GPU backends' split-key paths: odd key counts, head_dim 128, GQA 8/2 */
-    {"decode_d128_gqa4", 1, 8, 2, 128, 4100, 4099, 1, 0, A_STATS | A_NANPAD, 0},
-    {"decode3_d128_gqa4", 3, 8, 2, 128, 4100, 4099, 1, 0, A_STATS | A_NANPAD | A_KVLEN, 0},
+    {"decode_d128_gqa4", 1, 8, 2, 128, 4100, 4099, 1, 0, A_STATS | A_NANPAD, 0, 0},
+    {"decode3_d128_gqa4", 3, 8, 2, 128, 4100, 4099, 1, 0, A_STATS | A_NANPAD | A_KVLEN, 0, 0},
     {"decode3_d128_everything", 3, 8, 2, 128, 4100, 4099, 1, 0,
-     A_QPOS | A_KPOS | A_KVLEN | A_ROWLEN | A_MASK | A_MASKINF | A_STATS | A_STATROWS | A_ACCUM | A_NANPAD, 0},
+     A_QPOS | A_KPOS | A_KVLEN | A_ROWLEN | A_MASK | A_MASKINF | A_STATS | A_STATROWS | A_ACCUM | A_NANPAD, 0, 0},
     /* enough query rows for one pass without split-K over 513 key tiles of 8 (Vulkan, head_dim 128):
      * lavapipe ends such long shader loops early, so its passes are split (ops_attention.c) */
-    {"prefill_d128_long_kv", 128, 8, 8, 128, 4100, 4099, 1, 0, A_STATS | A_NANPAD, 0},
+    {"prefill_d128_long_kv", 128, 8, 8, 128, 4100, 4099, 1, 0, A_STATS | A_NANPAD, 0, 0},
     /* the CPU's decoding kernels: packed rows (queries x group heads) not a multiple of 4 (3, 6, 7),
      * head_dim not a multiple of 64 (16, 48, 80) */
-    {"decode2_gqa3_d48", 2, 6, 2, 48, 301, 300, 1, 0, A_STATS | A_NANPAD, 0},
-    {"decode_gqa7_d80", 1, 7, 1, 80, 517, 0, 1, 0, A_STATS, 0},
-    {"decode3_mha_d16", 3, 2, 2, 16, 260, 257, 0, 1, A_STATS | A_MASK | A_NANPAD, 0},
+    {"decode2_gqa3_d48", 2, 6, 2, 48, 301, 300, 1, 0, A_STATS | A_NANPAD, 0, 0},
+    {"decode_gqa7_d80", 1, 7, 1, 80, 517, 0, 1, 0, A_STATS, 0, 0},
+    {"decode3_mha_d16", 3, 2, 2, 16, 260, 257, 0, 1, A_STATS | A_MASK | A_NANPAD, 0, 0},
+    /* d_k != d_v (q, k of head_dim d; v, out of dv): odd pairs, GQA, every statistic, the decoding
+     * and prefill paths, split keys (long caches), f16 */
+    {"dk24_dv40", 13, 4, 2, 24, 40, 37, 1, 0, A_STATS | A_NANPAD, 0, 40},
+    {"dk72_dv64_gqa4", 33, 8, 2, 72, 70, 65, 1, 0,
+     A_QPOS | A_KPOS | A_KVLEN | A_ROWLEN | A_MASK | A_MASKINF | A_STATS | A_STATROWS | A_ACCUM | A_NANPAD, 0.3f, 64},
+    {"dk64_dv72_unnorm", 13, 4, 2, 64, 100, 0, 0, 0, A_STATS | A_UNNORM, 0, 72},
+    {"dk40_dv24_decode_gqa3", 1, 6, 2, 40, 1100, 1027, 1, 0, A_STATS | A_NANPAD | A_KVLEN, 0, 24},
+    {"dk128_dv64_decode3", 3, 8, 2, 128, 4100, 4099, 1, 0, A_STATS | A_NANPAD, 0, 64},
+    {"dk64_dv128_prefill", 129, 4, 2, 64, 300, 257, 1, 0, A_STATS | A_STATROWS | A_NANPAD, 0, 128},
+    {"dk16_dv48_prefill_gqa4", 100, 4, 1, 16, 128, 100, 1, 0, A_NANPAD, 0, 48},
+    {"f16_dk24_dv40", 13, 8, 2, 24, 40, 37, 1, 1, A_STATS | A_NANPAD, 0, 40},
+    {"f16_dk48_dv32_decode", 1, 8, 2, 48, 2100, 2049, 1, 1, A_STATS | A_NANPAD, 0, 32},
+    /* q_channels (pruned keys): d_k channels of a wider q, per kv head; with d_v the full width */
+    {"qch_dk21_dv40_gqa2", 13, 4, 2, 21, 40, 37, 1, 0, A_QCH | A_STATS | A_NANPAD, 0, 40},
+    {"qch_dk64_dv96_decode_gqa4", 1, 8, 2, 64, 1100, 1027, 1, 0, A_QCH | A_STATS | A_NANPAD | A_KVLEN, 0, 96},
+    {"qch_dk32_everything", 33, 8, 2, 32, 70, 65, 1, 0,
+     A_QCH | A_QPOS | A_KPOS | A_KVLEN | A_ROWLEN | A_MASK | A_MASKINF | A_STATS | A_STATROWS | A_ACCUM | A_NANPAD, 0.3f, 48},
+    {"f16_qch_dk48_dv64_prefill", 129, 4, 2, 48, 300, 257, 1, 1, A_QCH | A_STATS | A_STATROWS | A_NANPAD, 0, 64},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
 static void flags_str(unsigned f, char *buf, size_t n) {
     static const char *names[] = {"qpos", "kpos", "kvlen", "rowlen", "mask", "maskinf", "stats",
-                                  "statrows", "accum", "unnorm", "extreme", "nanpad", "ties"};
+                                  "statrows", "accum", "unnorm", "extreme", "nanpad", "ties", "qch"};
     buf[0] = '\0';
-    for (int i = 0; i < 13; i++)
+    for (int i = 0; i < 14; i++)
         if (f & (1u << i)) {
             strncat(buf, buf[0] ? "," : "", n - strlen(buf) - 1);
             strncat(buf, names[i], n - strlen(buf) - 1);
@@ -115,22 +136,33 @@ static void attention_run(int _i) {
     const attn_case *c = &cases[_i];
     char fl[160];
     flags_str(c->flags, fl, sizeof fl);
-    t_case("attention %s n_q=%d n_heads=%d n_kv_heads=%d head_dim=%d capacity=%d n_kv=%d causal=%d kv=%s "
-           "scale=%g flags=%s",
-           c->name, c->n_q, c->H, c->Hkv, c->d, c->cap, c->n_kv, c->causal, c->f16 ? "f16" : "f32", (double)c->scale,
-           fl);
-    const int64_t nq = c->n_q, H = c->H, Hkv = c->Hkv, d = c->d, cap = c->cap, G = H / Hkv;
+    t_case("attention %s n_q=%d n_heads=%d n_kv_heads=%d head_dim=%d head_dim_v=%d capacity=%d n_kv=%d causal=%d "
+           "kv=%s scale=%g flags=%s",
+           c->name, c->n_q, c->H, c->Hkv, c->d, c->dv ? c->dv : c->d, c->cap, c->n_kv, c->causal, c->f16 ? "f16" : "f32",
+           (double)c->scale, fl);
+    const int64_t nq = c->n_q, H = c->H, Hkv = c->Hkv, d = c->d, dv = c->dv ? c->dv : c->d, cap = c->cap, G = H / Hkv;
     const int64_t nkv = c->n_kv ? c->n_kv : c->cap;
     const unsigned f = c->flags;
     const kvs_dtype kdt = c->f16 ? KVS_F16 : KVS_F32;
+    const int64_t dq = (f & A_QCH) ? d + d / 2 + 3 : d; /* q's head_dim */
 
     /* ---- inputs ---- */
-    float *q = t_alloc(4 * (size_t)(nq * H * d));
-    float *k = t_alloc(4 * (size_t)(Hkv * cap * d)), *v = t_alloc(4 * (size_t)(Hkv * cap * d));
+    float *q = t_alloc(4 * (size_t)(nq * H * dq));
+    int32_t *qch = NULL;
+    if (f & A_QCH) { /* kv head h: the first d of a random permutation of q's channels */
+        qch = t_alloc(4 * (size_t)(Hkv * d));
+        int32_t *perm = t_alloc(4 * (size_t)dq);
+        for (int64_t h = 0; h < Hkv; h++) {
+            for (int64_t t = 0; t < dq; t++) perm[t] = (int32_t)t;
+            t_shuffle_i32(perm, dq);
+            memcpy(qch + h * d, perm, 4 * (size_t)d);
+        }
+    }
+    float *k = t_alloc(4 * (size_t)(Hkv * cap * d)), *v = t_alloc(4 * (size_t)(Hkv * cap * dv));
     double sq = (f & A_EXTREME) ? 15.0 : 1.0;
-    t_fill_normal(q, nq * H * d, sq);
+    t_fill_normal(q, nq * H * dq, sq);
     t_fill_normal(k, Hkv * cap * d, sq);
-    t_fill_normal(v, Hkv * cap * d, 1.0);
+    t_fill_normal(v, Hkv * cap * dv, 1.0);
     int32_t *qpos = NULL, *kpos = NULL, *kvlen = NULL, *rowlen = NULL;
     float *mask = NULL;
     if (f & A_KPOS) {
@@ -192,8 +224,10 @@ static void attention_run(int _i) {
     if (f & A_NANPAD) {
         for (int64_t h = 0; h < Hkv; h++) {
             int64_t valid = kvlen ? kvlen[h] : nkv;
-            for (int64_t j = valid; j < cap; j++)
-                for (int64_t t = 0; t < d; t++) k[(h * cap + j) * d + t] = v[(h * cap + j) * d + t] = NAN;
+            for (int64_t j = valid; j < cap; j++) {
+                for (int64_t t = 0; t < d; t++) k[(h * cap + j) * d + t] = NAN;
+                for (int64_t t = 0; t < dv; t++) v[(h * cap + j) * dv + t] = NAN;
+            }
         }
     }
     int32_t *stat_rows = NULL, *probe_rows = NULL;
@@ -219,8 +253,8 @@ static void attention_run(int _i) {
     }
 
     /* ---- device tensors ---- */
-    tt *qt = t_new3(KVS_F32, d, H, nq), *kt = t_new3(kdt, d, cap, Hkv), *vt = t_new3(kdt, d, cap, Hkv);
-    tt *ot = t_new3(KVS_F32, d, H, nq);
+    tt *qt = t_new3(KVS_F32, dq, H, nq), *kt = t_new3(kdt, d, cap, Hkv), *vt = t_new3(kdt, dv, cap, Hkv);
+    tt *ot = t_new3(KVS_F32, dv, H, nq);
     t_upload_f32(qt, q);
     t_upload_as(kt, k);
     t_upload_as(vt, v);
@@ -229,6 +263,7 @@ static void attention_run(int _i) {
     p.causal = c->causal;
     p.n_kv = c->n_kv;
     p.unnormalised = (f & A_UNNORM) != 0;
+    p.q_channels = qch;
     tt *qpt = NULL, *kpt = NULL, *klt = NULL, *rlt = NULL, *mt = NULL, *srt = NULL, *prt = NULL;
     tt *kmt = NULL, *pbt = NULL, *amt = NULL, *rmt = NULL, *rst = NULL;
     if (qpos) { qpt = t_new1(KVS_I32, nq); t_upload_i32(qpt, qpos); p.q_pos = qpt->t; }
@@ -263,17 +298,16 @@ static void attention_run(int _i) {
     /* ---- reference ---- */
     ref_attn r;
     memset(&r, 0, sizeof r);
-    r.n_q = nq; r.n_heads = H; r.n_kv_heads = Hkv; r.head_dim = d; r.capacity = cap; r.n_kv = nkv;
-    r.scale = c->scale > 0 ? (double)c->scale : (double)(float)(1.0 / sqrt((double)d));
+    r.n_q = nq; r.n_heads = H; r.n_kv_heads = Hkv; r.head_dim = d; r.head_dim_v = dv; r.capacity = cap; r.n_kv = nkv;
+    r.scale = c->scale > 0 ? (double)c->scale : (double)(float)(1.0 / sqrt((double)dq));
     r.causal = c->causal;
     r.unnormalised = p.unnormalised;
     double *qd = t_alloc(sizeof(double) * (size_t)(nq * H * d));
-    double *kd = t_alloc(sizeof(double) * (size_t)(Hkv * cap * d)), *vd = t_alloc(sizeof(double) * (size_t)(Hkv * cap * d));
-    for (int64_t i = 0; i < nq * H * d; i++) qd[i] = q[i];
-    for (int64_t i = 0; i < Hkv * cap * d; i++) {
-        kd[i] = ref_round_to(kdt, k[i]);
-        vd[i] = ref_round_to(kdt, v[i]);
-    }
+    double *kd = t_alloc(sizeof(double) * (size_t)(Hkv * cap * d)), *vd = t_alloc(sizeof(double) * (size_t)(Hkv * cap * dv));
+    for (int64_t i = 0; i < nq * H * d; i++) /* the reference reads the gathered query */
+        qd[i] = qch ? q[(i / d) * dq + qch[((i / d) % H / G) * d + i % d]] : q[i];
+    for (int64_t i = 0; i < Hkv * cap * d; i++) kd[i] = ref_round_to(kdt, k[i]);
+    for (int64_t i = 0; i < Hkv * cap * dv; i++) vd[i] = ref_round_to(kdt, v[i]);
     r.q = qd; r.k = kd; r.v = vd;
     r.q_pos = qpos; r.k_pos = kpos; r.kv_len = kvlen; r.row_len = rowlen;
     double *maskd = NULL;
@@ -284,7 +318,7 @@ static void attention_run(int _i) {
     r.mask = maskd;
     r.stat_rows = stat_rows; r.n_stat = n_stat;
     r.probe_rows = probe_rows; r.n_probe = n_probe;
-    r.out = t_alloc(sizeof(double) * (size_t)(nq * H * d));
+    r.out = t_alloc(sizeof(double) * (size_t)(nq * H * dv));
     r.logits = t_alloc(sizeof(double) * (size_t)(nq * H * nkv));
     r.bound = t_alloc(sizeof(double) * (size_t)(nq * H));
     r.row_max = t_alloc(sizeof(double) * (size_t)(nq * H));
@@ -302,7 +336,7 @@ static void attention_run(int _i) {
 
     const double tol = c->f16 ? 5e-4 : (f & A_EXTREME) ? 1e-5 : 1e-6;
     const double mtol = c->f16 ? 1e-3 : 1e-5;
-    float *out = t_alloc(4 * (size_t)(nq * H * d));
+    float *out = t_alloc(4 * (size_t)(nq * H * dv));
     t_download(ot, out);
     float *rm = NULL;
     if (rmt) {
@@ -322,22 +356,22 @@ static void attention_run(int _i) {
     /* out: rows with no visible key exactly 0; unnormalised rescaled by exp(m - m_ref) */
     for (int64_t i = 0; i < nq * H; i++) {
         if (r.argmax[i] < 0) {
-            for (int64_t t = 0; t < d; t++)
-                T_ASSERT(out[i * d + t] == 0.0f, "out[row %lld head %lld][%lld] = %g, want 0 (no visible key)",
-                         (long long)(i / H), (long long)(i % H), (long long)t, (double)out[i * d + t]);
+            for (int64_t t = 0; t < dv; t++)
+                T_ASSERT(out[i * dv + t] == 0.0f, "out[row %lld head %lld][%lld] = %g, want 0 (no visible key)",
+                         (long long)(i / H), (long long)(i % H), (long long)t, (double)out[i * dv + t]);
         } else if (p.unnormalised) {
             ck_assert(rm != NULL);
             double sc = exp((double)rm[i] - r.row_max[i]);
-            for (int64_t t = 0; t < d; t++) out[i * d + t] = (float)(out[i * d + t] * sc);
+            for (int64_t t = 0; t < dv; t++) out[i * dv + t] = (float)(out[i * dv + t] * sc);
         }
     }
-    t_check_nmse(p.unnormalised ? "out (unnormalised, rescaled)" : "out", out, r.out, nq * H * d, tol);
+    t_check_nmse(p.unnormalised ? "out (unnormalised, rescaled)" : "out", out, r.out, nq * H * dv, tol);
     /* per (row, head) as well: an error confined to one row must not be diluted by the others */
     for (int64_t i = 0; i < nq * H; i++) {
         if (r.argmax[i] < 0) continue;
         char what[64];
         snprintf(what, sizeof what, "out[row %lld head %lld]", (long long)(i / H), (long long)(i % H));
-        t_check_nmse(what, out + i * d, r.out + i * d, d, tol);
+        t_check_nmse(what, out + i * dv, r.out + i * dv, dv, tol);
     }
 
     if (f & A_STATS) {
@@ -506,12 +540,146 @@ START_TEST(test_attention_support_query) {
 }
 END_TEST
 
+/* The anchor of ThinK's pruned storage: attention over keys that store only the kept channels (k of
+ * d_k channels, q_channels naming them per kv head) equals attention over full-width keys whose
+ * pruned channels hold 0 (the zeroed channels add exactly 0 to q.k), for out and every statistic,
+ * on every backend and variant (to rounding: nmse 1e-10; argmax equal). */
+START_TEST(test_attention_pruned_anchor) {
+    t_begin("attention_pruned_anchor");
+    const int64_t nq = 7, H = 6, Hkv = 2, dq = 40, dk = 24, cap = 50, nkv = 47, G = H / Hkv;
+    t_case("pruned keys (d_k %lld of %lld, q_channels) vs zero-in-place, n_q %lld, GQA %lld, every statistic",
+           (long long)dk, (long long)dq, (long long)nq, (long long)G);
+    float *q = t_alloc(4 * (size_t)(nq * H * dq)), *kf = t_alloc(4 * (size_t)(Hkv * cap * dq));
+    float *kp = t_alloc(4 * (size_t)(Hkv * cap * dk)), *v = t_alloc(4 * (size_t)(Hkv * cap * dq));
+    t_fill_normal(q, nq * H * dq, 1.0);
+    t_fill_normal(kf, Hkv * cap * dq, 1.0);
+    t_fill_normal(v, Hkv * cap * dq, 1.0);
+    int32_t qch[2 * 24], perm[40];
+    for (int64_t h = 0; h < Hkv; h++) { /* the kept channels, ascending (as ThinK keeps them) */
+        for (int t = 0; t < dq; t++) perm[t] = t;
+        t_shuffle_i32(perm, dq);
+        uint8_t kept[40] = {0};
+        for (int64_t c = 0; c < dk; c++) kept[perm[c]] = 1;
+        int64_t n = 0;
+        for (int t = 0; t < dq; t++)
+            if (kept[t]) qch[h * dk + n++] = t;
+        for (int64_t j = 0; j < cap; j++)
+            for (int t = 0; t < dq; t++)
+                if (!kept[t]) kf[(h * cap + j) * dq + t] = 0.0f;
+        for (int64_t j = 0; j < cap; j++)
+            for (int64_t c = 0; c < dk; c++) kp[(h * cap + j) * dk + c] = kf[(h * cap + j) * dq + qch[h * dk + c]];
+    }
+    tt *qt = t_new3(KVS_F32, dq, H, nq), *kft = t_new3(KVS_F32, dq, cap, Hkv), *kpt = t_new3(KVS_F32, dk, cap, Hkv);
+    tt *vt = t_new3(KVS_F32, dq, cap, Hkv);
+    t_upload_f32(qt, q);
+    t_upload_f32(kft, kf);
+    t_upload_f32(kpt, kp);
+    t_upload_f32(vt, v);
+    int32_t probe[2] = {(int32_t)(nq - 1), 2};
+    tt *prt = t_new1(KVS_I32, 2);
+    t_upload_i32(prt, probe);
+    float *res[2][5];
+    int32_t *am[2];
+    for (int w = 0; w < 2; w++) {
+        tt *ot = t_new3(KVS_F32, dq, H, nq), *kmt = t_new2(KVS_F32, cap, Hkv), *pbt = t_new3(KVS_F32, cap, H, 2);
+        tt *amt = t_new2(KVS_I32, H, nq), *rmt = t_new2(KVS_F32, H, nq), *rst = t_new2(KVS_F32, H, nq);
+        kvs_attention_params p = kvs_attention_params_default();
+        p.causal = 1;
+        p.n_kv = nkv;
+        p.key_mass = kmt->t;
+        p.probe_rows = prt->t;
+        p.probs = pbt->t;
+        p.argmax = amt->t;
+        p.row_max = rmt->t;
+        p.row_sum = rst->t;
+        p.q_channels = w ? qch : NULL;
+        if (t_op(kvs_attention(t_dev(), qt->t, (w ? kpt : kft)->t, vt->t, ot->t, &p))) return;
+        const int64_t n[5] = {nq * H * dq, Hkv * cap, 2 * H * cap, nq * H, nq * H};
+        tt *src[5] = {ot, kmt, pbt, rmt, rst};
+        for (int i = 0; i < 5; i++) {
+            res[w][i] = t_alloc(4 * (size_t)n[i]);
+            t_download(src[i], res[w][i]);
+        }
+        am[w] = t_alloc(4 * (size_t)(nq * H));
+        t_download(amt, am[w]);
+    }
+    static const char *what[5] = {"out", "key_mass", "probs", "row_max", "row_sum"};
+    const int64_t n[5] = {nq * H * dq, Hkv * nkv, 2 * H * cap, nq * H, nq * H};
+    for (int i = 0; i < 5; i++) {
+        double *ref = t_alloc(sizeof(double) * (size_t)n[i]);
+        float *got = res[1][i];
+        if (i == 1) { /* key_mass: the valid rows of each head */
+            float *g2 = t_alloc(4 * (size_t)n[i]);
+            for (int64_t h = 0; h < Hkv; h++)
+                for (int64_t j = 0; j < nkv; j++) {
+                    ref[h * nkv + j] = res[0][1][h * cap + j];
+                    g2[h * nkv + j] = res[1][1][h * cap + j];
+                }
+            got = g2;
+        } else {
+            for (int64_t x = 0; x < n[i]; x++) ref[x] = res[0][i][x];
+        }
+        char nm[64];
+        snprintf(nm, sizeof nm, "%s (pruned vs zero-in-place)", what[i]);
+        t_check_nmse(nm, got, ref, n[i], 1e-10);
+    }
+    for (int64_t x = 0; x < nq * H; x++)
+        T_ASSERT(am[0][x] == am[1][x], "argmax[%lld]: pruned %d, zero-in-place %d", (long long)x, am[1][x], am[0][x]);
+    t_assert_unchanged(qt, "q");
+    t_end();
+}
+END_TEST
+
+/* q_channels refusals: an entry outside [0, d_q) (KVS_ERR_OUT_OF_RANGE), d_k above d_q (KVS_ERR_SHAPE). */
+START_TEST(test_attention_q_channels_refusals) {
+    t_begin("attention_q_channels_refusals");
+    t_case("q_channels out of range, k wider than q");
+    tt *q = t_new3(KVS_F32, 16, 2, 3), *k = t_new3(KVS_F32, 8, 8, 1), *v = t_new3(KVS_F32, 16, 8, 1);
+    tt *out = t_new3(KVS_F32, 16, 2, 3), *kw = t_new3(KVS_F32, 20, 8, 1);
+    int32_t ch[20] = {0, 2, 4, 6, 8, 10, 12, 16};
+    kvs_attention_params p = kvs_attention_params_default();
+    p.q_channels = ch;
+    kvs_status st = kvs_attention(t_dev(), q->t, k->t, v->t, out->t, &p);
+    T_ASSERT(st == KVS_ERR_OUT_OF_RANGE && strstr(kvs_last_error(), "q_channels"), "channel 16 of 16: %s: %s",
+             kvs_status_name(st), kvs_last_error());
+    st = kvs_attention(t_dev(), q->t, kw->t, v->t, out->t, &p);
+    T_ASSERT(st == KVS_ERR_SHAPE && strstr(kvs_last_error(), "d_k"), "k 20 > q 16: %s: %s", kvs_status_name(st),
+             kvs_last_error());
+    ch[7] = 15;
+    st = kvs_attention(t_dev(), q->t, k->t, v->t, out->t, &p);
+    T_ASSERT(st == KVS_OK, "valid q_channels: %s: %s", kvs_status_name(st), kvs_last_error());
+    t_end();
+}
+END_TEST
+
+/* d_k != d_v is a shape, but q vs k and v vs out must still agree: KVS_ERR_SHAPE naming the pair. */
+START_TEST(test_attention_dk_dv_shapes) {
+    t_begin("attention_dk_dv_shapes");
+    t_case("q/k and v/out head_dim mismatches are shape errors");
+    tt *q = t_new3(KVS_F32, 24, 2, 3), *k = t_new3(KVS_F32, 24, 8, 1), *v = t_new3(KVS_F32, 40, 8, 1);
+    tt *out = t_new3(KVS_F32, 40, 2, 3), *k_bad = t_new3(KVS_F32, 40, 8, 1), *out_bad = t_new3(KVS_F32, 24, 2, 3);
+    kvs_attention_params p = kvs_attention_params_default();
+    kvs_status st = kvs_attention(t_dev(), q->t, k_bad->t, v->t, out->t, &p);
+    T_ASSERT(st == KVS_ERR_SHAPE && strstr(kvs_last_error(), "d_k"), "q 24 / k 40: %s: %s", kvs_status_name(st),
+             kvs_last_error());
+    st = kvs_attention(t_dev(), q->t, k->t, v->t, out_bad->t, &p);
+    T_ASSERT(st == KVS_ERR_SHAPE && strstr(kvs_last_error(), "d_v"), "v 40 / out 24: %s: %s", kvs_status_name(st),
+             kvs_last_error());
+    st = kvs_attention(t_dev(), q->t, k->t, v->t, out->t, &p);
+    T_ASSERT(st == KVS_OK, "d_k 24 / d_v 40: %s: %s", kvs_status_name(st), kvs_last_error());
+    t_end();
+}
+END_TEST
+
 Suite *suite_attention(void) {
     Suite *s = suite_create("attention");
     TCase *tc = tcase_create("attention");
     tcase_add_loop_test(tc, test_attention, 0, N_CASES);
     tcase_add_test(tc, test_attention_accumulate_split);
     tcase_add_test(tc, test_attention_support_query);
+    tcase_add_test(tc, test_attention_dk_dv_shapes);
+    tcase_add_test(tc, test_attention_pruned_anchor);
+    tcase_add_test(tc, test_attention_q_channels_refusals);
     suite_add_tcase(s, tc);
     tc = tcase_create("sequence");
     tcase_add_test(tc, test_attention_sequence);

@@ -37,14 +37,17 @@ static const kvs_dtype kv_types[] = {KVS_F32, KVS_F16, KVS_BF16, KVS_Q8_0, KVS_Q
 typedef struct kvq_case {
     const char *name;
     int n_q, H, Hkv, d, cap, n_kv, causal, kvlen;
+    int dv; /* d_v (v, out); 0 = d (q, k have d = d_k) */
 } kvq_case;
 
 static const kvq_case shapes[] = {
-    {"decode_gqa4_d64", 1, 8, 2, 64, 301, 300, 1, 0},
-    {"decode3_gqa3_d96_ragged", 3, 6, 2, 96, 1100, 1027, 1, 1},
-    {"prefill13_mha_d32", 13, 4, 4, 32, 70, 65, 1, 0},
-    {"decode_d128_long", 1, 4, 1, 128, 2100, 2049, 1, 1},
-    {"bidir17_gqa2_d64", 17, 4, 2, 64, 40, 0, 0, 0},
+    {"decode_gqa4_d64", 1, 8, 2, 64, 301, 300, 1, 0, 0},
+    {"decode3_gqa3_d96_ragged", 3, 6, 2, 96, 1100, 1027, 1, 1, 0},
+    {"prefill13_mha_d32", 13, 4, 4, 32, 70, 65, 1, 0, 0},
+    {"decode_d128_long", 1, 4, 1, 128, 2100, 2049, 1, 1, 0},
+    {"bidir17_gqa2_d64", 17, 4, 2, 64, 40, 0, 0, 0, 0},
+    /* d_k != d_v: each side keeps its own head_dim % 32 rule (K 64 = 2 blocks, V 32 = 1 block) */
+    {"prefill7_gqa2_dk64_dv32", 7, 4, 2, 64, 70, 67, 1, 1, 32},
 };
 #define N_SHAPES ((int)(sizeof shapes / sizeof shapes[0]))
 #define N_KVQ (N_SHAPES * N_TYPES * N_TYPES)
@@ -122,13 +125,14 @@ static tt *store(kvs_dtype t, const float *x, int64_t Hkv, int64_t cap, int64_t 
 
 /* The cases a backend runs. The CPU: every shape x every pair, in the loop and in the sequence.
  * OpenCL (PoCL: a device opened and kernels run per case, ~1 s of CPU each): each of the 49 pairs on
- * one shape, pair p on shape p % 5 (so every shape reads K and V of several types, block and
- * element), under every variant, in the loop and in the sequence: the full pair sweep at a fifth of
+ * one shape, pair p on shape p % N_SHAPES (so every shape reads K and V of several types, block and
+ * element), under every variant, in the loop and in the sequence: the full pair sweep at a sixth of
  * the cases. Vulkan (lavapipe, slower; every case compiles the pipelines of its K/V pair): with the
  * automatic variants every pair on prefill13_mha_d32 (odd sizes, causal, 13 query rows, split
  * keys), one pair (f16/bf16) on bidir17_gqa2_d64 (GQA, bidirectional) and one pair of block types on
  * each decode shape (ragged kv_len, head_dim 64/96/128, capacities 301-2100: q8_0/q4_0, q4_0/q4_1,
- * iq4_nl/f32); under a forced variant 4 block-type pairs on prefill13 and the decode pairs; in the
+ * iq4_nl/f32) and the four block-type-K pairs q8_0/q4_0 .. iq4_nl/f32 on the d_k 64 / d_v 32 shape
+ * (under every variant); under a forced variant 4 block-type pairs on prefill13 and the decode pairs; in the
  * one-device sequence (`seq`) the decode pairs. */
 static int kvq_selected(int ci, int seq) {
     if (t_params.backend == KVS_BACKEND_CPU) return 1;
@@ -139,6 +143,7 @@ static int kvq_selected(int ci, int seq) {
     if (seq) return decode;
     if (sh == 2) return autov || (diag && ki >= 3);
     if (sh == 4) return autov && diag && ki == 1;
+    if (sh == 5) return diag && ki >= 3; /* d_k != d_v: the block-type K pairs */
     return decode;
 }
 
@@ -170,7 +175,7 @@ static int q8_applies(kvs_dtype kt, kvs_dtype vt) {
 static void q8_check(const ref_attn *r, kvs_dtype kt, kvs_dtype vt, const float *q, const double *kd, const double *vd,
                      const tt *vraw, tt *ot, tt *rmt, tt *rst, tt *amt, tt *pbt, tt *kmt, const unsigned char *km_before) {
     const int64_t nq = r->n_q, H = r->n_heads, Hkv = r->n_kv_heads, d = r->head_dim, cap = r->capacity, nkv = r->n_kv;
-    const int64_t G = H / Hkv, nb = d / 32;
+    const int64_t G = H / Hkv, nb = d / 32, dv = r->head_dim_v ? r->head_dim_v : d, nbv = dv / 32;
     const int kq = kt == KVS_Q8_0 || kt == KVS_Q4_0, vq = vt == KVS_Q8_0 || vt == KVS_Q4_0;
     double *E = t_alloc(sizeof(double) * (size_t)(nq * H)), Emax = 0.0;
     for (int64_t i = 0; i < nq * H && kq; i++) {
@@ -196,23 +201,23 @@ static void q8_check(const ref_attn *r, kvs_dtype kt, kvs_dtype vt, const float 
     }
     T_ASSERT(Emax < 0.25, "logit bound %g: too loose to test anything", Emax);
     /* the V side: |d_jb| of every (kv head, key, block), from the stored bytes */
-    double *dvb = t_alloc(sizeof(double) * (size_t)(Hkv * cap * nb));
+    double *dvb = t_alloc(sizeof(double) * (size_t)(Hkv * cap * nbv));
     const double wmax = (vt == KVS_Q8_0 && strstr(t_variant, "attention:avx2-q8")) ? 127.0 : 255.0;
     if (vq) {
         const size_t bb = kvs_dtype_bytes(vt, 32);
         const unsigned char *raw = vraw->shadow + vraw->guard;
-        for (int64_t x = 0; x < Hkv * cap * nb; x++)
+        for (int64_t x = 0; x < Hkv * cap * nbv; x++)
             dvb[x] = fabs(ref_f16_to_f64((uint16_t)(raw[(size_t)x * bb] | raw[(size_t)x * bb + 1] << 8)));
     }
-    double *B = t_alloc(sizeof(double) * (size_t)d), *cs = t_alloc(sizeof(double) * (size_t)d);
+    double *B = t_alloc(sizeof(double) * (size_t)dv), *cs = t_alloc(sizeof(double) * (size_t)dv);
     const double mtol = 1e-5, ftol = 1e-5;
-    float *out = t_alloc(4 * (size_t)(nq * H * d)), *rm = t_alloc(4 * (size_t)(nq * H)), *rs = t_alloc(4 * (size_t)(nq * H));
+    float *out = t_alloc(4 * (size_t)(nq * H * dv)), *rm = t_alloc(4 * (size_t)(nq * H)), *rs = t_alloc(4 * (size_t)(nq * H));
     int32_t *am = t_alloc(4 * (size_t)(nq * H));
     t_download(ot, out);
     t_download(rmt, rm);
     t_download(rst, rs);
     t_download(amt, am);
-    double *A = t_alloc(sizeof(double) * (size_t)d);
+    double *A = t_alloc(sizeof(double) * (size_t)dv);
     for (int64_t i = 0; i < nq * H; i++) {
         const int64_t h = (i % H) / G;
         if (r->argmax[i] < 0) {
@@ -230,40 +235,40 @@ static void q8_check(const ref_attn *r, kvs_dtype kt, kvs_dtype vt, const float 
                  "argmax[%lld] = %d: logit below the maximum %.9g by more than 2 x %.3g", (long long)i, am[i], r->row_max[i],
                  E[i]);
         /* A_t = sum_j p_j |v_jt| */
-        memset(A, 0, sizeof(double) * (size_t)d);
+        memset(A, 0, sizeof(double) * (size_t)dv);
         double amax = 0.0;
         for (int64_t j = 0; j < nkv; j++) {
             const double lg = r->logits[i * nkv + j];
             if (lg == -INFINITY) continue;
             const double pj = exp(lg - r->row_max[i]) / r->row_sum[i];
-            for (int64_t t = 0; t < d; t++) A[t] += pj * fabs(vd[(h * cap + j) * d + t]);
+            for (int64_t t = 0; t < dv; t++) A[t] += pj * fabs(vd[(h * cap + j) * dv + t]);
         }
-        for (int64_t t = 0; t < d; t++) amax = fmax(amax, A[t]);
+        for (int64_t t = 0; t < dv; t++) amax = fmax(amax, A[t]);
         /* B_t: the 8-bit weights' share (V q8_0 / q4_0) */
-        memset(B, 0, sizeof(double) * (size_t)d);
+        memset(B, 0, sizeof(double) * (size_t)dv);
         for (int64_t c0 = 0; c0 < nkv && vq; c0 += Q8_PV_CHUNK) {
             const int64_t c1 = c0 + Q8_PV_CHUNK < nkv ? c0 + Q8_PV_CHUNK : nkv;
-            for (int64_t b = 0; b < nb; b++) {
+            for (int64_t b = 0; b < nbv; b++) {
                 double mx = 0.0;
                 memset(cs, 0, sizeof(double) * 32);
                 for (int64_t j = c0; j < c1; j++) {
-                    const double lg = r->logits[i * nkv + j], dj = dvb[(h * cap + j) * nb + b];
+                    const double lg = r->logits[i * nkv + j], dj = dvb[(h * cap + j) * nbv + b];
                     if (lg == -INFINITY || dj == 0.0) continue;
                     mx = fmax(mx, exp(lg - r->row_max[i]) / r->row_sum[i] * dj);
-                    for (int64_t t = 0; t < 32; t++) cs[t] += fabs(vd[(h * cap + j) * d + b * 32 + t]) / dj;
+                    for (int64_t t = 0; t < 32; t++) cs[t] += fabs(vd[(h * cap + j) * dv + b * 32 + t]) / dj;
                 }
                 for (int64_t t = 0; t < 32; t++) B[b * 32 + t] += exp(2.0 * E[i]) * (0.5 + 0x1p-14) / wmax * mx * cs[t];
             }
         }
-        for (int64_t t = 0; t < d; t++) {
-            const double err = fabs((double)out[i * d + t] - r->out[i * d + t]), lim = f * A[t] + B[t] + ftol * amax;
+        for (int64_t t = 0; t < dv; t++) {
+            const double err = fabs((double)out[i * dv + t] - r->out[i * dv + t]), lim = f * A[t] + B[t] + ftol * amax;
             T_ASSERT(err <= lim, "out[%lld][%lld] = %.9g, want %.9g within %.3g (q8 bound)", (long long)i, (long long)t,
-                     (double)out[i * d + t], r->out[i * d + t], lim);
+                     (double)out[i * dv + t], r->out[i * dv + t], lim);
         }
     }
-    t_check_nmse("out (8-bit q)", out, r->out, nq * H * d, 1e-3);
+    t_check_nmse("out (8-bit q)", out, r->out, nq * H * dv, 1e-3);
     double se = 0.0, sr = 0.0; /* the 8-bit path really ran: an f32 query gives nmse ~1e-13 here */
-    for (int64_t x = 0; x < nq * H * d; x++) se += (out[x] - r->out[x]) * (out[x] - r->out[x]), sr += r->out[x] * r->out[x];
+    for (int64_t x = 0; x < nq * H * dv; x++) se += (out[x] - r->out[x]) * (out[x] - r->out[x]), sr += r->out[x] * r->out[x];
     T_ASSERT(se > 1e-9 * sr, "out nmse %.3g: the 8-bit query codes were not used", sr > 0 ? se / sr : 0.0);
     const double fm = exp(2.0 * Emax) - 1.0;
     float *pb = t_alloc(4 * (size_t)(r->n_probe * H * cap));
@@ -291,21 +296,21 @@ static void q8_check(const ref_attn *r, kvs_dtype kt, kvs_dtype vt, const float 
 static void kvq_run(int ci) {
     const kvq_case *c = &shapes[ci / (N_TYPES * N_TYPES)];
     const kvs_dtype kt_ = kv_types[(ci / N_TYPES) % N_TYPES], vt_ = kv_types[ci % N_TYPES];
-    t_case("attention-kvq %s k=%s v=%s n_q=%d n_heads=%d n_kv_heads=%d head_dim=%d capacity=%d n_kv=%d causal=%d "
-           "kvlen=%d stats=all",
-           c->name, kvs_dtype_name(kt_), kvs_dtype_name(vt_), c->n_q, c->H, c->Hkv, c->d, c->cap, c->n_kv, c->causal,
-           c->kvlen);
-    const int64_t nq = c->n_q, H = c->H, Hkv = c->Hkv, d = c->d, cap = c->cap;
+    t_case("attention-kvq %s k=%s v=%s n_q=%d n_heads=%d n_kv_heads=%d head_dim=%d head_dim_v=%d capacity=%d n_kv=%d "
+           "causal=%d kvlen=%d stats=all",
+           c->name, kvs_dtype_name(kt_), kvs_dtype_name(vt_), c->n_q, c->H, c->Hkv, c->d, c->dv ? c->dv : c->d, c->cap,
+           c->n_kv, c->causal, c->kvlen);
+    const int64_t nq = c->n_q, H = c->H, Hkv = c->Hkv, d = c->d, dv = c->dv ? c->dv : c->d, cap = c->cap;
     const int64_t nkv = c->n_kv ? c->n_kv : cap;
     float *q = t_alloc(4 * (size_t)(nq * H * d));
-    float *k = t_alloc(4 * (size_t)(Hkv * cap * d)), *v = t_alloc(4 * (size_t)(Hkv * cap * d));
+    float *k = t_alloc(4 * (size_t)(Hkv * cap * d)), *v = t_alloc(4 * (size_t)(Hkv * cap * dv));
     t_fill_normal(q, nq * H * d, 1.0);
     t_fill_normal(k, Hkv * cap * d, 1.0);
-    t_fill_normal(v, Hkv * cap * d, 1.0);
+    t_fill_normal(v, Hkv * cap * dv, 1.0);
     double *kd = NULL, *vd = NULL;
     tt *kt = store(kt_, k, Hkv, cap, d, nkv, &kd);
     if (!kt) return;
-    tt *vt = store(vt_, v, Hkv, cap, d, nkv, &vd);
+    tt *vt = store(vt_, v, Hkv, cap, dv, nkv, &vd);
     if (!vt) return;
     int32_t *kvlen = NULL;
     if (c->kvlen) {
@@ -318,7 +323,7 @@ static void kvq_run(int ci) {
     for (int64_t i = 0; i < nq; i++) stat_rows[i] = (int32_t)i;
     t_shuffle_i32(stat_rows, nq);
 
-    tt *qt = t_new3(KVS_F32, d, H, nq), *ot = t_new3(KVS_F32, d, H, nq);
+    tt *qt = t_new3(KVS_F32, d, H, nq), *ot = t_new3(KVS_F32, dv, H, nq);
     t_upload_f32(qt, q);
     tt *klt = NULL, *srt = t_new1(KVS_I32, n_stat), *prt = t_new1(KVS_I32, n_probe);
     t_upload_i32(srt, stat_rows);
@@ -345,7 +350,7 @@ static void kvq_run(int ci) {
 
     ref_attn r;
     memset(&r, 0, sizeof r);
-    r.n_q = nq; r.n_heads = H; r.n_kv_heads = Hkv; r.head_dim = d; r.capacity = cap; r.n_kv = nkv;
+    r.n_q = nq; r.n_heads = H; r.n_kv_heads = Hkv; r.head_dim = d; r.head_dim_v = dv; r.capacity = cap; r.n_kv = nkv;
     r.scale = (double)(float)(1.0 / sqrt((double)d));
     r.causal = c->causal;
     double *qd = t_alloc(sizeof(double) * (size_t)(nq * H * d));
@@ -353,7 +358,7 @@ static void kvq_run(int ci) {
     r.q = qd; r.k = kd; r.v = vd; r.kv_len = kvlen;
     r.stat_rows = stat_rows; r.n_stat = n_stat;
     r.probe_rows = probe_rows; r.n_probe = n_probe;
-    r.out = t_alloc(sizeof(double) * (size_t)(nq * H * d));
+    r.out = t_alloc(sizeof(double) * (size_t)(nq * H * dv));
     r.logits = t_alloc(sizeof(double) * (size_t)(nq * H * nkv));
     r.bound = t_alloc(sizeof(double) * (size_t)(nq * H));
     r.row_max = t_alloc(sizeof(double) * (size_t)(nq * H));
@@ -372,7 +377,7 @@ static void kvq_run(int ci) {
         return;
     }
     const double tol = 1e-6, mtol = 1e-5;
-    float *out = t_alloc(4 * (size_t)(nq * H * d)), *rm = t_alloc(4 * (size_t)(nq * H)), *rs = t_alloc(4 * (size_t)(nq * H));
+    float *out = t_alloc(4 * (size_t)(nq * H * dv)), *rm = t_alloc(4 * (size_t)(nq * H)), *rs = t_alloc(4 * (size_t)(nq * H));
     t_download(ot, out);
     t_download(rmt, rm);
     t_download(rst, rs);
@@ -388,9 +393,9 @@ static void kvq_run(int ci) {
         rs[i] = (float)(rs[i] * exp((double)rm[i] - r.row_max[i]));
         char what[64];
         snprintf(what, sizeof what, "out[row %lld head %lld]", (long long)(i / H), (long long)(i % H));
-        t_check_nmse(what, out + i * d, r.out + i * d, d, tol);
+        t_check_nmse(what, out + i * dv, r.out + i * dv, dv, tol);
     }
-    t_check_nmse("out", out, r.out, nq * H * d, tol);
+    t_check_nmse("out", out, r.out, nq * H * dv, tol);
     t_check_nmse("row_sum (rescaled)", rs, r.row_sum, nq * H, tol);
     int32_t *am = t_alloc(4 * (size_t)(nq * H));
     t_download(amt, am);

@@ -74,7 +74,7 @@ typedef struct att_kernels {
 
 typedef struct att_ctx {
     const kvs_attention_args *a;
-    int64_t G, BQ, d;
+    int64_t G, BQ, d, dv;        /* d: d_k (q, k); dv: d_v (v, out) */
     const float *q;
     const void *k, *v;
     kvs_dtype k_dt, v_dt;        /* each F32, F16, BF16 or a block type (Q8_0, Q4_0, Q4_1, IQ4_NL) */
@@ -82,7 +82,7 @@ typedef struct att_ctx {
                                   * decoded to the 8-bit values by qh8dec (the fused block kernels are
                                   * skipped), or NULL */
     kvs_cpu_qh8_decode_fn qh8dec; /* the qh8 decoder of the op's ISA (kvs_qb_qh8's values bit for bit) */
-    int64_t k_rb, v_rb;          /* bytes of one K / V row (head_dim values) */
+    int64_t k_rb, v_rb;          /* bytes of one K / V row (d_k / d_v values) */
     kvs_cpu_qdecode_fn qdec;     /* the block decoder of the op's ISA (core/quant's, compiled per ISA) */
     kvs_cpu_qdot_fn qdot;        /* the fused block GEMV of the op's ISA (block K . packed query rows) */
     int (*qqk)(kvs_dtype dt, const void *K, int64_t rb, const float *Q, int64_t d, int64_t M, int64_t n, float scale,
@@ -107,7 +107,7 @@ typedef struct att_ctx {
     const int32_t *probe_list;   /* probe output indices r, grouped by query row */
     float *probs;
     /* SIMD paths (kern: the AVX-512, AVX2 or NEON kernels; NULL: portable): fast: the tile kernels, K as
-     * f32 panels [n_kv_heads][ldk/32][d][32] (zero-padded to ldk), V as f32 */
+     * f32 panels [n_kv_heads][ldk/32][d][32] (zero-padded to ldk), V as f32 [..][dv] */
     const att_kernels *kern;
     int fast;
     int dec; /* the decoding kernels on row-major K/V tiles (few query rows) */
@@ -120,7 +120,7 @@ typedef struct att_ctx {
 } att_ctx;
 
 typedef struct att_work {
-    float *Qp, *O, *S, *Kc, *Vc;  /* [M][d], [M][d], [M][BK], [BK][d], [BK][d] */
+    float *Qp, *O, *S, *Kc, *Vc;  /* [M][d], [M][dv], [M][BK], [BK][d], [BK][dv] */
     float *m, *l, *bestv;         /* [M] */
     int32_t *best, *qpos, *lim;   /* [M] */
     float *km;                    /* [n_kv_heads][capacity] partial key_mass of this thread, or NULL */
@@ -161,7 +161,8 @@ void kvs_cpu_att_stats(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int
 
 /* ---- AVX-512F kernels (x86/attention_avx512.c) ---- */
 
-/* S[r][j] = scale * sum_t Qp[r][t] K[j][t] for r < Mp (multiple of 8), j < np (multiple of 32).
+/* (d below: the width the kernel is called with: d_k for the Q.K^T kernels, d_v for P.V.)
+ * S[r][j] = scale * sum_t Qp[r][t] K[j][t] for r < Mp (multiple of 8), j < np (multiple of 32).
  * Qp: [Mp][d]; KP: K transposed in panels of 32 keys, [np/32][d][32]; S: row stride ATT_BK. */
 void kvs_cpu_att_qk_avx512(const float *Qp, const float *KP, int64_t d, int64_t Mp, int64_t np, float scale, float *S);
 /* O[r] += sum_j P[r][j] V[j] for r < Mp (multiple of 8), j < n; P row stride ATT_BK, V [n][d]. */

@@ -15,9 +15,8 @@ static int64_t att_qpos(const att_ctx *c, int64_t i) {
 /* K or V tile rows [j0, j0+n) of kv head h as f32 (a pointer into the tensor, or converted /
  * decoded into conv [n][d]). dt: the tensor's dtype, rb: bytes of one row; lo: the lower plane of a
  * qh8 K/V (base then holds its q4_1 upper plane), decoded to the 8-bit values, or NULL. */
-static const float *att_tile(const att_ctx *c, const void *base, const void *lo, kvs_dtype dt, int64_t rb, float *conv,
-                             int64_t h, int64_t j0, int64_t n) {
-    const int64_t d = c->d;
+static const float *att_tile(const att_ctx *c, const void *base, const void *lo, kvs_dtype dt, int64_t rb, int64_t d,
+                             float *conv, int64_t h, int64_t j0, int64_t n) {
     size_t row = (size_t)(h * c->a->capacity + j0);
     if (lo) {
         c->qh8dec((const uint8_t *)base + row * (size_t)rb, (const uint8_t *)lo + row * (size_t)(d / 2), n * d / 32, conv);
@@ -158,9 +157,9 @@ static int att_logits(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int6
                 }
             }
         } else if (c->dec) {
-            c->kern->qk_dec(w->Qp, att_tile(c, c->k, c->k_lo, c->k_dt, c->k_rb, w->Kc, h, j0, n), d, M, n, a->p.scale, w->S);
+            c->kern->qk_dec(w->Qp, att_tile(c, c->k, c->k_lo, c->k_dt, c->k_rb, c->d, w->Kc, h, j0, n), d, M, n, a->p.scale, w->S);
         } else {
-            const float *Kt = att_tile(c, c->k, c->k_lo, c->k_dt, c->k_rb, w->Kc, h, j0, n);
+            const float *Kt = att_tile(c, c->k, c->k_lo, c->k_dt, c->k_rb, c->d, w->Kc, h, j0, n);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)n, (int)d, a->p.scale, w->Qp, (int)d,
                         Kt, (int)d, 0.0f, w->S, ATT_BK);
         }
@@ -236,7 +235,7 @@ int64_t kvs_cpu_att_rows(const att_ctx *c, att_work *w, int64_t h, int64_t qt, i
     const int64_t Mp = (M + 7) & ~(int64_t)7; /* rows padded for the 8-row kernels */
     memset(w->Qp + M * d, 0, (size_t)((Mp - M) * d) * sizeof(float));
     if (c->qqk8) kvs_cpu_att_q8_quantize(w->Qp, M, d, c->q8off, w->q8, w->q8d, w->q8c, w->q8c + M * d / 4);
-    memset(w->O, 0, (size_t)(Mp * d) * sizeof(float));
+    memset(w->O, 0, (size_t)(Mp * c->dv) * sizeof(float));
     *jend_out = jend;
     *max_qpos_out = max_qpos;
     return M;
@@ -245,7 +244,7 @@ int64_t kvs_cpu_att_rows(const att_ctx *c, att_work *w, int64_t h, int64_t qt, i
 /* The online-softmax pass of M rows over keys [ja, jb) (one key split, or all keys). */
 void kvs_cpu_att_pass(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int64_t M, int64_t ja, int64_t jb,
                      int64_t max_qpos) {
-    const int64_t d = c->d;
+    const int64_t d = c->dv; /* P.V and O: d_v */
     for (int64_t j0 = ja; j0 < jb; j0 += ATT_BK) {
         int64_t n = jb - j0 < ATT_BK ? jb - j0 : ATT_BK;
         int ok = att_logits(c, w, h, i0, M, j0, n, max_qpos);
@@ -288,11 +287,11 @@ void kvs_cpu_att_pass(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int6
             if (c->dec && kvs_dtype_is_quant(c->v_dt)) { /* other block types: sub-tiles decoded into L1 */
                 for (int64_t jj = 0; jj < n; jj += ATT_QSUB) {
                     const int64_t nn = n - jj < ATT_QSUB ? n - jj : ATT_QSUB;
-                    c->kern->pv_dec(w->S + jj, M, nn, att_tile(c, c->v, c->v_lo, c->v_dt, c->v_rb, w->Vc, h, j0 + jj, nn), d, w->O);
+                    c->kern->pv_dec(w->S + jj, M, nn, att_tile(c, c->v, c->v_lo, c->v_dt, c->v_rb, c->dv, w->Vc, h, j0 + jj, nn), d, w->O);
                 }
                 continue;
             }
-            const float *Vt = att_tile(c, c->v, c->v_lo, c->v_dt, c->v_rb, w->Vc, h, j0, n);
+            const float *Vt = att_tile(c, c->v, c->v_lo, c->v_dt, c->v_rb, c->dv, w->Vc, h, j0, n);
             if (c->dec)
                 c->kern->pv_dec(w->S, M, n, Vt, d, w->O);
             else
@@ -305,7 +304,7 @@ void kvs_cpu_att_pass(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int6
 /* Writes out, row_max, row_sum and argmax of the M rows from w's final softmax state. */
 void kvs_cpu_att_write(const att_ctx *c, const att_work *w, int64_t h, int64_t i0, int64_t M) {
     const kvs_attention_args *a = c->a;
-    const int64_t d = c->d, G = c->G;
+    const int64_t d = c->dv, G = c->G;
     for (int64_t r = 0; r < M; r++) {
         int64_t i = i0 + r / G, g = h * G + r % G;
         float *o = c->out + (i * a->n_heads + g) * d;

@@ -17,7 +17,7 @@ static int att_wants_stats(const att_ctx *c, int64_t qt) {
 }
 
 /* Split-key decoding state of one (query tile, kv head, split) in the part buffer, for its M rows:
- * running max, denominator, best logit and its key, unnormalised O [M][d]. */
+ * running max, denominator, best logit and its key, unnormalised O [M][dv]. */
 typedef struct att_part {
     float *m, *l, *bestv, *O;
     int32_t *best;
@@ -39,7 +39,7 @@ static void att_split_keys(const att_ctx *c, int64_t sp, int64_t jend, int64_t *
  * Unsplit it writes the outputs and runs the statistics pass; split it leaves its partial state. */
 static void att_task(const att_ctx *c, att_work *w, int64_t h, int64_t qt, int64_t sp) {
     int64_t jend, max_qpos;
-    const int64_t M = kvs_cpu_att_rows(c, w, h, qt, &jend, &max_qpos), i0 = qt * c->BQ, d = c->d;
+    const int64_t M = kvs_cpu_att_rows(c, w, h, qt, &jend, &max_qpos), i0 = qt * c->BQ, d = c->dv;
     if (c->splits == 1) {
         float *keep_e = w->E;
         uint8_t *keep_ok = w->tile_ok;
@@ -72,7 +72,7 @@ static void att_task(const att_ctx *c, att_work *w, int64_t h, int64_t qt, int64
  * (m, l) in split 0's slot for the statistics pass. */
 static void att_merge(const att_ctx *c, att_work *w, int64_t h, int64_t qt) {
     int64_t jend, max_qpos;
-    const int64_t M = kvs_cpu_att_rows(c, w, h, qt, &jend, &max_qpos), i0 = qt * c->BQ, d = c->d;
+    const int64_t M = kvs_cpu_att_rows(c, w, h, qt, &jend, &max_qpos), i0 = qt * c->BQ, d = c->dv;
     for (int64_t r = 0; r < M; r++) {
         float m = -FLT_MAX;
         for (int64_t sp = 0; sp < c->splits; sp++) {
@@ -122,6 +122,7 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
     c.a = a;
     c.G = a->n_heads / a->n_kv_heads;
     c.d = a->head_dim;
+    c.dv = a->head_dim_v;
     c.BQ = ATT_M_TARGET / c.G > 0 ? ATT_M_TARGET / c.G : 1;
     c.q = kvs_tensor_host_ptr(a->q);
     c.k = kvs_tensor_host_ptr(a->k);
@@ -131,7 +132,7 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
     c.k_lo = a->p.k_lo ? kvs_tensor_host_ptr(a->p.k_lo) : NULL;
     c.v_lo = a->p.v_lo ? kvs_tensor_host_ptr(a->p.v_lo) : NULL;
     c.k_rb = (int64_t)kvs_dtype_bytes(c.k_dt, a->head_dim);
-    c.v_rb = (int64_t)kvs_dtype_bytes(c.v_dt, a->head_dim);
+    c.v_rb = (int64_t)kvs_dtype_bytes(c.v_dt, a->head_dim_v);
     kvs_cpu_quant_kernels(dev, KVS_OP_attention, &c.qdot, &c.qdec);
     c.qh8dec = kvs_cpu_qh8_decoder(dev, KVS_OP_attention);
     const int k_f16 = c.k_dt == KVS_F16, v_f16 = c.v_dt == KVS_F16;
@@ -164,8 +165,8 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
 
     const int64_t n_qt = (a->n_q + c.BQ - 1) / c.BQ;
     const int64_t n_tasks = n_qt * a->n_kv_heads;
-    const int64_t M = ((c.BQ * c.G + 7) & ~(int64_t)7), d = c.d; /* rows per task, padded to 8 */
-    double flops = 4.0 * (double)a->n_q * (double)a->n_kv * (double)d * (double)a->n_heads;
+    const int64_t M = ((c.BQ * c.G + 7) & ~(int64_t)7), d = c.d, dv = c.dv; /* rows per task, padded to 8 */
+    double flops = 2.0 * (double)a->n_q * (double)a->n_kv * (double)(d + dv) * (double)a->n_heads;
     int nt = kvs_cpu_nt(dev, flops / 8.0);
     (void)nt; /* unused without OpenMP */
     /* split-key decoding (flash-decoding) when the (query tile, kv head) tasks cannot keep the
@@ -183,7 +184,7 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
     const int64_t cap = a->capacity;
 
     /* ---- scratch: host metadata + per-thread work areas ---- */
-    const size_t off_km = (size_t)(2 * M * d + M * ATT_BK + 2 * ATT_BK * d + 6 * M + 16);
+    const size_t off_km = (size_t)(M * d + M * dv + M * ATT_BK + ATT_BK * d + ATT_BK * dv + 6 * M + 16);
     size_t per = off_km;
     if (want_km) per += (size_t)(a->n_kv_heads * cap);
     /* the 8-bit query codes of the -vnni / -q8 variants: [M][d] i8, [M][d/32] f32, [M][d/4] +
@@ -199,7 +200,7 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
     /* E [M][ldl], mu [M][n_tiles], tile flags */
     if (keep_exp) per += (size_t)(M * ldl + M * n_tiles + n_tiles / 4 + 16);
     size_t meta = (size_t)(want_km ? a->n_q : 0) + (size_t)(a->n_probe ? 2 * a->n_q + 2 + a->n_probe : 0);
-    c.part_words = M * (d + 4);
+    c.part_words = M * (dv + 4);
     const size_t part = splits > 1 ? (size_t)(n_tasks * splits * c.part_words) : 0;
     /* the device's grow-only scratch: no allocation (and no page faults) per call */
     float *scr = kvs_cpu_scratch(dev, ((size_t)nt * per + part + meta) * sizeof(float) + 64);
@@ -228,12 +229,13 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
         c.probe_list = list;
     }
 
-    /* SIMD kernels: AVX-512 or AVX2 (d % 16 == 0), NEON (d % 4 == 0); the panel path (AVX-512, AVX2)
+    /* SIMD kernels: AVX-512 or AVX2 (d_k and d_v % 16 == 0), NEON (d_k and d_v % 4 == 0); other head
+     * sizes take the portable kernels under every variant; the panel path (AVX-512, AVX2)
      * when there are enough query rows per kv head to amortise a transposed f32 copy of K */
     float *kt_buf = NULL, *v_buf = NULL;
     const int isa = kvs_cpu_isa(dev, KVS_OP_attention);
 #if KVS_CPU_HAVE_AVX512
-    if (d % 16 == 0) c.kern = isa == KVS_ISA_AVX512 ? &kvs_cpu_att_avx512 : isa == KVS_ISA_AVX2 ? &kvs_cpu_att_avx2 : NULL;
+    if (d % 16 == 0 && dv % 16 == 0) c.kern = isa == KVS_ISA_AVX512 ? &kvs_cpu_att_avx512 : isa == KVS_ISA_AVX2 ? &kvs_cpu_att_avx2 : NULL;
     if (c.kern) {
         c.qpv = isa == KVS_ISA_AVX512 ? kvs_cpu_att_pv_q_avx512 : kvs_cpu_att_pv_q_avx2;
         c.qqk = isa == KVS_ISA_AVX512 ? kvs_cpu_att_qk_q_avx512 : kvs_cpu_att_qk_q_avx2;
@@ -248,7 +250,7 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
     }
 #endif
 #if KVS_CPU_HAVE_NEON
-    if (d % 4 == 0 && isa == KVS_ISA_NEON) c.kern = &kvs_cpu_att_neon;
+    if (d % 4 == 0 && dv % 4 == 0 && isa == KVS_ISA_NEON) c.kern = &kvs_cpu_att_neon;
 #endif
     (void)isa;
     /* the f32 panel path: F32/F16 K and V only (a block or bf16 cache takes the decoding kernels);
@@ -258,7 +260,7 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
     if (c.fast) {
         c.ldk = (a->n_kv + 31) & ~(int64_t)31;
         kt_buf = malloc((size_t)(a->n_kv_heads * d * c.ldk) * sizeof(float));
-        if (v_f16) v_buf = malloc((size_t)(a->n_kv_heads * a->capacity * d) * sizeof(float));
+        if (v_f16) v_buf = malloc((size_t)(a->n_kv_heads * a->capacity * dv) * sizeof(float));
         if (!kt_buf || (v_f16 && !v_buf)) {
             free(kt_buf);
             free(v_buf);
@@ -289,9 +291,9 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
                 for (int64_t j = nkv; j < ldk; j++)
                     for (int64_t t = 0; t < d; t++) dst[(j / 32) * d * 32 + t * 32 + (j % 32)] = 0.0f;
             if (v_f16) {
-                const uint16_t *src = (const uint16_t *)c.v + (h * cap_ + j0) * d;
-                float *vd = v_buf + (h * cap_ + j0) * d;
-                kvs_cpu_h2f_row_f16c(src, vd, (j1 - j0) * d);
+                const uint16_t *src = (const uint16_t *)c.v + (h * cap_ + j0) * dv;
+                float *vd = v_buf + (h * cap_ + j0) * dv;
+                kvs_cpu_h2f_row_f16c(src, vd, (j1 - j0) * dv);
             }
         }
         c.KT = kt_buf;
@@ -308,10 +310,10 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
         att_work w;
         w.Qp = base;
         w.O = w.Qp + M * d;
-        w.S = w.O + M * d;
+        w.S = w.O + M * dv;
         w.Kc = w.S + M * ATT_BK;
         w.Vc = w.Kc + ATT_BK * d;
-        w.m = w.Vc + ATT_BK * d;
+        w.m = w.Vc + ATT_BK * dv;
         w.l = w.m + M;
         w.bestv = w.l + M;
         w.best = (int32_t *)(w.bestv + M);

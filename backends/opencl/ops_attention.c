@@ -47,10 +47,10 @@ static const char *variant_name(const kvs_device *dev) {
  * takes attn_main). */
 typedef struct dec_plan { int nt, rb, bk, vw, sepv; } dec_plan;
 
-static int dec_plan_make(kvs_device *dev, int64_t n_q, int G, int hd, size_t nt_cap, dec_plan *pl) {
+static int dec_plan_make(kvs_device *dev, int64_t n_q, int G, int hd, int dv, size_t nt_cap, dec_plan *pl) {
     kvs_ocl *o = dev->impl;
-    int vw = hd % 4 == 0 ? 4 : 1;
-    int lanes = hd / vw;
+    int vw = hd % 4 == 0 && dv % 4 == 0 ? 4 : 1;
+    int lanes = dv / vw; /* PV lanes over d_v */
     /* 128 items for decoding (G * head_dim / vw accumulators spread one or two per item), 256
      * when a group holds many query vectors; at most nt_cap (device or compiled-kernel limit) */
     size_t nt = n_q * G * lanes >= 1024 ? 256 : 128;
@@ -74,7 +74,7 @@ static int dec_plan_make(kvs_device *dev, int64_t n_q, int G, int hd, size_t nt_
      * shared tile buffer down to 8 keys, else fewer rows */
     int sepv = 1;
     for (;;) {
-        int pb = rb * G, ks = hd + (vw == 4 ? 4 : 1);
+        int pb = rb * G, ks = (hd > dv ? hd : dv) + (vw == 4 ? 4 : 1);
         size_t bytes = 4 * ((size_t)pb * hd + (size_t)(1 + sepv) * bk * ks + (size_t)pb * (bk + 1) + 6 * (size_t)pb);
         if (bytes <= budget) break;
         if (sepv && bk > 32) bk /= 2;
@@ -103,7 +103,7 @@ typedef struct attn_choice {
 static void attn_choose(kvs_device *dev, const kvs_attention_args *a, attn_choice *ch) {
     kvs_ocl *o = dev->impl;
     int G = (int)(a->n_heads / a->n_kv_heads);
-    int hd = (int)a->head_dim;
+    int hd = (int)a->head_dim, dv = (int)a->head_dim_v;
     ch->cus = (size_t)(dev->caps.compute_units > 0 ? dev->caps.compute_units : 16);
     /* attn_main: work-group of BQ rows x G heads, about 64 items. */
     int target = 64;
@@ -112,10 +112,11 @@ static void attn_choose(kvs_device *dev, const kvs_attention_args *a, attn_choic
     if (bq < 1) bq = 1;
     while ((size_t)(bq * G) > o->max_wg && bq > 1) bq--;
     ch->bq = bq;
-    /* Key tile: K and V tiles of BK x head_dim floats in at most half the local memory (<= 32 KiB). */
+    /* Key tile: K and V tiles of BK x (d_k + d_v) floats in at most half the local memory (<= 32 KiB). */
     size_t budget = o->local_mem / 2;
     if (budget > 32768) budget = 32768;
-    size_t bk = kvs_ocl_pow2_floor(budget / (8 * (size_t)hd) ? budget / (8 * (size_t)hd) : 1);
+    const size_t row_b = 4 * (size_t)(hd + dv);
+    size_t bk = kvs_ocl_pow2_floor(budget / row_b ? budget / row_b : 1);
     if (bk > 32) bk = 32;
     if (bk < 1) bk = 1;
     ch->bk = bk;
@@ -131,31 +132,31 @@ static void attn_choose(kvs_device *dev, const kvs_attention_args *a, attn_choic
      * force a kernel (dec only where its plan fits). */
     memset(&ch->pl, 0, sizeof ch->pl);
     const int variant = kvs_device_variant(dev, KVS_OP_attention);
-    int fits = dec_plan_make(dev, a->n_q, G, hd, o->max_wg, &ch->pl);
+    int fits = dec_plan_make(dev, a->n_q, G, hd, dv, o->max_wg, &ch->pl);
     int forced_dec = variant == KVS_OCL_ATTN_DEC, forced_main = variant == KVS_OCL_ATTN_MAIN_SPLIT4;
     ch->use_dec = fits && !forced_main &&
-                  (forced_dec || (!o->is_cpu && (a->n_q <= 16 || hd > 64 || a->p.causal ||
+                  (forced_dec || (!o->is_cpu && (a->n_q <= 16 || hd > 64 || dv > 64 || a->p.causal ||
                                                    ch->ntiles * (size_t)a->n_kv_heads < ch->cus)));
 }
 
 /* attn_main's limits, checked when attn_main runs. */
 static int attn_main_fits(kvs_device *dev, const kvs_attention_args *a, size_t bk, char *why, size_t n) {
     kvs_ocl *o = dev->impl;
-    int G = (int)(a->n_heads / a->n_kv_heads), hd = (int)a->head_dim;
+    int G = (int)(a->n_heads / a->n_kv_heads), hd = (int)a->head_dim, dv = (int)a->head_dim_v;
     if ((size_t)G > o->max_wg) {
         snprintf(why, n, "GQA group of %d heads exceeds the device's work-group limit %zu", G, o->max_wg);
         return 0;
     }
-    if (8 * bk * (size_t)hd > o->local_mem) {
-        snprintf(why, n, "head_dim %d needs more local memory than the device's %zu bytes", hd, o->local_mem);
+    if (4 * bk * (size_t)(hd + dv) > o->local_mem) {
+        snprintf(why, n, "head_dim %d (d_v %d) needs more local memory than the device's %zu bytes", hd, dv, o->local_mem);
         return 0;
     }
     return 1;
 }
 
 int kvs_ocl_attention_supported(kvs_device *dev, const kvs_attention_args *a, char *why, size_t n) {
-    if (a->head_dim > 512) {
-        snprintf(why, n, "head_dim %lld > 512 not supported", (long long)a->head_dim);
+    if (a->head_dim > 512 || a->head_dim_v > 512) {
+        snprintf(why, n, "head_dim %lld (d_v %lld) > 512 not supported", (long long)a->head_dim, (long long)a->head_dim_v);
         return 0;
     }
     attn_choice ch;
@@ -169,7 +170,7 @@ kvs_status kvs_ocl_attention(kvs_device *dev, const kvs_attention_args *a) {
     kvs_ocl *o = dev->impl;
     const kvs_attention_params *p = &a->p;
     int G = (int)(a->n_heads / a->n_kv_heads);
-    int hd = (int)a->head_dim;
+    int hd = (int)a->head_dim, dv = (int)a->head_dim_v;
     /* K and V types (qblocks.cl codes). f32 / f16 pairs compile their types in (K_T, V_T; offsets
      * in elements); every other pair shares one program per shape that reads kt / vt at run time
      * (K_T = V_T = -1; offsets in bytes), so the 49 pairs of the cache types do not compile 49. */
@@ -182,8 +183,8 @@ kvs_status kvs_ocl_attention(kvs_device *dev, const kvs_attention_args *a) {
     const int dkt = rt ? -1 : kt, dvt = rt ? -1 : vt;
     const int64_t k_off = (int64_t)(a->k->offset / (rt ? 1 : kvs_dtype_bytes(a->k->dtype, 1)));
     const int64_t v_off = (int64_t)(a->v->offset / (rt ? 1 : kvs_dtype_bytes(a->v->dtype, 1)));
-    if (hd > 512)
-        return kvs_error(KVS_ERR_UNSUPPORTED, "kvs_attention (opencl): head_dim %d > 512 not supported", hd);
+    if (hd > 512 || dv > 512)
+        return kvs_error(KVS_ERR_UNSUPPORTED, "kvs_attention (opencl): head_dim %d (d_v %d) > 512 not supported", hd, dv);
     int need_ml = p->key_mass || p->probs;
     int flags = (p->q_pos ? F_QPOS : 0) | (p->k_pos ? F_KPOS : 0) | (p->kv_len ? F_KVLEN : 0) |
                 (p->row_len ? F_ROWLEN : 0) | (p->mask ? F_MASK : 0) | (p->row_max ? F_ROWMAX : 0) |
@@ -199,14 +200,14 @@ kvs_status kvs_ocl_attention(kvs_device *dev, const kvs_attention_args *a) {
     size_t bk = ch.bk, ntiles = ch.ntiles;
     dec_plan pl = ch.pl;
     int use_dec = ch.use_dec;
-    char defs[320];
+    char defs[384];
     cl_kernel k = NULL;
     size_t kwg = 0;
     while (use_dec) {
         snprintf(defs, sizeof defs,
-                 "#define ATTN_DEC 1\n#define HEAD_DIM %d\n#define G %d\n#define DNT %d\n#define RB %d\n#define BK %d\n"
-                 "#define VW %d\n#define SEPV %d\n#define K_T %d\n#define V_T %d\n#define KM_WG 64\n#define KM_TP 16\n",
-                 hd, G, pl.nt, pl.rb, pl.bk, pl.vw, pl.sepv, dkt, dvt);
+                 "#define ATTN_DEC 1\n#define HEAD_DIM %d\n#define HEAD_DIM_V %d\n#define G %d\n#define DNT %d\n#define RB %d\n"
+                 "#define BK %d\n#define VW %d\n#define SEPV %d\n#define K_T %d\n#define V_T %d\n#define KM_WG 64\n#define KM_TP 16\n",
+                 hd, dv, G, pl.nt, pl.rb, pl.bk, pl.vw, pl.sepv, dkt, dvt);
         KVS_TRY(kvs_ocl_kernel(dev, "attention.cl", defs, "attn_dec", &k));
         /* the compiled kernel may allow fewer items per group than the device (registers): plan
          * again for that many items, or take attn_main when no plan fits */
@@ -215,7 +216,7 @@ kvs_status kvs_ocl_attention(kvs_device *dev, const kvs_attention_args *a) {
             kwg == 0 || kwg >= (size_t)pl.nt)
             break;
         size_t cap_nt = kvs_ocl_pow2_floor(kwg);
-        if (cap_nt >= (size_t)pl.nt || !dec_plan_make(dev, a->n_q, G, hd, cap_nt, &pl)) use_dec = 0;
+        if (cap_nt >= (size_t)pl.nt || !dec_plan_make(dev, a->n_q, G, hd, dv, cap_nt, &pl)) use_dec = 0;
     }
     size_t want_wgs = (use_dec ? 4 : 2) * cus;
     if (!use_dec) {
@@ -228,9 +229,9 @@ kvs_status kvs_ocl_attention(kvs_device *dev, const kvs_attention_args *a) {
     }
     if (!use_dec)
         snprintf(defs, sizeof defs,
-                 "#define HEAD_DIM %d\n#define G %d\n#define BQ %d\n#define BK %zu\n#define K_T %d\n#define V_T %d\n"
-                 "#define KM_WG 64\n#define KM_TP 16\n",
-                 hd, G, bq, bk, dkt, dvt);
+                 "#define HEAD_DIM %d\n#define HEAD_DIM_V %d\n#define G %d\n#define BQ %d\n#define BK %zu\n#define K_T %d\n"
+                 "#define V_T %d\n#define KM_WG 64\n#define KM_TP 16\n",
+                 hd, dv, G, bq, bk, dkt, dvt);
 
     /* Split-K (flash-decoding) when the (query tile, kv head) grid is too small to fill the
      * device (attn_main: 2 work-groups per compute unit, attn_dec: 4): key ranges of `span` keys
@@ -255,7 +256,7 @@ kvs_status kvs_ocl_attention(kvs_device *dev, const kvs_attention_args *a) {
     }
     cl_mem part = o->zero;
     if (n_split > 1)
-        KVS_TRY(kvs_ocl_scratch(dev, KVS_OCL_SCR_B, (size_t)(n_split * a->n_q * a->n_heads) * (size_t)(hd + 3) * 4, &part));
+        KVS_TRY(kvs_ocl_scratch(dev, KVS_OCL_SCR_B, (size_t)(n_split * a->n_q * a->n_heads) * (size_t)(dv + 3) * 4, &part));
 
     const char *kname = use_dec ? "attn_dec" : "attn_main";
     if (!use_dec) KVS_TRY(kvs_ocl_kernel(dev, "attention.cl", defs, kname, &k));
@@ -281,10 +282,10 @@ kvs_status kvs_ocl_attention(kvs_device *dev, const kvs_attention_args *a) {
             clGetKernelWorkGroupInfo(k, o->device, CL_KERNEL_PRIVATE_MEM_SIZE, sizeof priv, &priv, NULL);
             clGetKernelWorkGroupInfo(k, o->device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof lmem, &lmem, NULL);
             fprintf(stderr,
-                    "kvsieve opencl attention: n_q=%lld n_kv=%lld d=%d G=%d kv_heads=%lld -> %s (dec plan %s, variant %s, "
+                    "kvsieve opencl attention: n_q=%lld n_kv=%lld d=%d dv=%d G=%d kv_heads=%lld -> %s (dec plan %s, variant %s, "
                     "cpu %d) wg=%zu rows/wg=%d bk=%zu vw=%d sepv=%d tiles=%zu splits=%lld span=%lld work-groups=%zu "
                     "kernel: max wg %zu, private %llu B, local %llu B; device: max wg %zu, local %zu B, %zu CUs\n",
-                    (long long)a->n_q, (long long)a->n_kv, hd, G, (long long)a->n_kv_heads, kname,
+                    (long long)a->n_q, (long long)a->n_kv, hd, dv, G, (long long)a->n_kv_heads, kname,
                     ch.pl.nt ? "fits" : "does not fit", variant_name(dev), o->is_cpu, wg, use_dec ? pl.rb : bq, bk,
                     use_dec ? pl.vw : 1, use_dec ? pl.sepv : 1, ntiles, (long long)n_split, (long long)span,
                     ntiles * (size_t)a->n_kv_heads * (size_t)n_split, kw, (unsigned long long)priv,
@@ -299,8 +300,8 @@ kvs_status kvs_ocl_attention(kvs_device *dev, const kvs_attention_args *a) {
             ARG_MEM(mem_or(dev, p->row_max)), ARG_L(off_or(p->row_max)), ARG_MEM(mem_or(dev, p->row_sum)),
             ARG_L(off_or(p->row_sum)), ARG_MEM(mem_or(dev, p->argmax)), ARG_L(off_or(p->argmax)), ARG_MEM(ml),
             ARG_I(a->n_q), ARG_I(a->n_heads), ARG_I(flags)};
-        size_t lws[2] = {kvs_ocl_wg(dev, hd <= 32 ? 32 : hd <= 64 ? 64 : 128), 1};
-        size_t gws[2] = {kvs_ocl_round_up((size_t)hd, lws[0]), (size_t)(a->n_q * a->n_heads)};
+        size_t lws[2] = {kvs_ocl_wg(dev, dv <= 32 ? 32 : dv <= 64 ? 64 : 128), 1};
+        size_t gws[2] = {kvs_ocl_round_up((size_t)dv, lws[0]), (size_t)(a->n_q * a->n_heads)};
         KVS_TRY(kvs_ocl_launch(dev, k, "attn_combine", 2, gws, lws, (int)(sizeof args / sizeof args[0]), args));
     }
     if (p->key_mass && a->n_stat_rows >= 0) {

@@ -2,7 +2,7 @@
  * the kernel variants a test or an expert may force (kvs_device_set_variants, KVS_VARIANT).
  *
  * supports() answers from the device limits alone, without compiling a kernel:
- *   - attention: K and V each (separately) F32, F16, BF16, Q8_0, Q4_0, Q4_1 or IQ4_NL; head_dim <=
+ *   - attention: K and V each (separately) F32, F16, BF16, Q8_0, Q4_0, Q4_1 or IQ4_NL; d_k and d_v <=
  *     512; where attn_main will run, the GQA group within the work-group limit and its K/V tiles
  *     within the local memory (ops_attention.c, attn_choose);
  *   - gather / scatter / compact: any row bytes (qh8_lo planes included); a converting scatter into

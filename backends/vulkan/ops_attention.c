@@ -15,7 +15,7 @@
 #define KVS_VK_ATTN_CPU_MAX_TILES 256
 
 int kvs_vk_attention_plan(kvs_device *dev, const kvs_attention_args *a, kvs_vk_attn_plan *pl, char *why, size_t n) {
-    const uint32_t D = (uint32_t)a->head_dim, G = (uint32_t)(a->n_heads / a->n_kv_heads);
+    const uint32_t D = (uint32_t)a->head_dim, DV = (uint32_t)a->head_dim_v, G = (uint32_t)(a->n_heads / a->n_kv_heads);
     memset(pl, 0, sizeof *pl);
     /* rows per workgroup R and keys per tile TK: the largest that fit in shared memory */
     int64_t shm = dev->caps.shared_mem_bytes - 512;
@@ -24,7 +24,8 @@ int kvs_vk_attention_plan(kvs_device *dev, const kvs_attention_args *a, kvs_vk_a
     while (r_max < 16 && (int64_t)r_max < a->n_q * (int64_t)G) r_max *= 2;
     for (uint32_t r = r_max; r >= 1 && !pl->R; r /= 2)
         for (uint32_t tk = 32; tk >= 4; tk /= 2) {
-            int64_t bytes = 4 * (2 * (int64_t)r * D + 2 * (int64_t)tk * D + (int64_t)r * tk + 7 * (int64_t)r);
+            /* sQ [r][D], sO [r][DV], sK [tk][D], sV [tk][DV], sS [r][tk], 7 per-row words */
+            int64_t bytes = 4 * ((int64_t)r * (D + DV) + (int64_t)tk * (D + DV) + (int64_t)r * tk + 7 * (int64_t)r);
             if (bytes <= shm) {
                 pl->R = r;
                 pl->TK = tk;
@@ -32,7 +33,7 @@ int kvs_vk_attention_plan(kvs_device *dev, const kvs_attention_args *a, kvs_vk_a
             }
         }
     if (!pl->R) {
-        snprintf(why, n, "head_dim %u needs more shared memory than the device's %lld bytes", D,
+        snprintf(why, n, "head_dim %u (d_v %u) needs more shared memory than the device's %lld bytes", D, DV,
                  (long long)dev->caps.shared_mem_bytes);
         return 0;
     }
@@ -77,7 +78,7 @@ kvs_status kvs_vk_attention(kvs_device *dev, const kvs_attention_args *a) {
     kvs_vk *v = kvs_vk_of(dev);
     KVS_TRY(kvs_vk_begin_op(v, op));
     const kvs_attention_params *pp = &a->p;
-    const uint32_t D = (uint32_t)a->head_dim, G = (uint32_t)(a->n_heads / a->n_kv_heads);
+    const uint32_t D = (uint32_t)a->head_dim, DV = (uint32_t)a->head_dim_v, G = (uint32_t)(a->n_heads / a->n_kv_heads);
     kvs_vk_attn_plan pl;
     char why[256];
     if (!kvs_vk_attention_plan(dev, a, &pl, why, sizeof why)) return kvs_error(KVS_ERR_UNSUPPORTED, "%s: %s", op, why);
@@ -86,7 +87,7 @@ kvs_status kvs_vk_attention(kvs_device *dev, const kvs_attention_args *a) {
     const uint64_t nrows = (uint64_t)a->n_q * (uint64_t)a->n_heads;
     const uint64_t base = pl.base, nsplit = pl.nsplit, split_len = pl.split_len;
     VkDeviceSize mbytes = nrows * 4;
-    VkDeviceSize pbytes = nsplit > 1 ? nsplit * nrows * 4 : 0, obytes = nsplit > 1 ? nsplit * nrows * D * 4 : 0;
+    VkDeviceSize pbytes = nsplit > 1 ? nsplit * nrows * 4 : 0, obytes = nsplit > 1 ? nsplit * nrows * DV * 4 : 0;
     KVS_TRY(kvs_vk_reserve(v, 2 * mbytes + 3 * pbytes + obytes, 0));
     uint32_t flags = (pp->q_pos ? KVS_VK_ATTN_QPOS : 0) | (pp->k_pos ? KVS_VK_ATTN_KPOS : 0) |
                      (pp->kv_len ? KVS_VK_ATTN_KVLEN : 0) | (pp->row_len ? KVS_VK_ATTN_ROWLEN : 0) |
@@ -135,13 +136,14 @@ kvs_status kvs_vk_attention(kvs_device *dev, const kvs_attention_args *a) {
         if (los[i]) KVS_TRY(kvs_vk_bind(v, los[i], 0, 1, &args[12 + i], lo_off[i], op));
         else args[12 + i] = kvs_vk_dummy_arg(v);
     }
-    /* K and V dtypes (vk_params.h codes = kvs_dtype): attn.comp constants 1 and 5; 6 and 7: qh8 */
+    /* K and V dtypes (vk_params.h codes = kvs_dtype): attn.comp constants 1 and 5; 6 and 7: qh8;
+     * 2 and 8: d_k and d_v */
     const uint32_t kdt = (uint32_t)a->k->dtype, vdt = (uint32_t)a->v->dtype;
-    uint32_t spec[8] = {kvs_vk_wg(dev, 128), kdt, D, R, TK, vdt, pp->k_lo != NULL, pp->v_lo != NULL};
+    uint32_t spec[9] = {kvs_vk_wg(dev, 128), kdt, D, R, TK, vdt, pp->k_lo != NULL, pp->v_lo != NULL, DV};
     if (nsplit == 1) {
-        KVS_TRY(kvs_vk_dispatch(v, KVS_VK_SH_ATTN, spec, 8, args, 14, &pc, sizeof pc, base, op));
+        KVS_TRY(kvs_vk_dispatch(v, KVS_VK_SH_ATTN, spec, 9, args, 14, &pc, sizeof pc, base, op));
     } else {
-        /* partials: O [nsplit][n_q*n_heads][D], m, l, argmax [nsplit][n_q*n_heads] */
+        /* partials: O [nsplit][n_q*n_heads][DV], m, l, argmax [nsplit][n_q*n_heads] */
         kvs_vk_arg fin[4] = {args[3], args[9], args[10], args[11]};
         uint32_t fin_off[4] = {pc.oo, pc.oam, pc.orm, pc.ors};
         kvs_vk_arg part[4];
@@ -158,15 +160,15 @@ kvs_status kvs_vk_attention(kvs_device *dev, const kvs_attention_args *a) {
         args[10] = part[1], pc.orm = poff[1];
         args[11] = part[2], pc.ors = poff[2];
         pc.flags = flags | KVS_VK_ATTN_ARGMAX | KVS_VK_ATTN_UNNORM;
-        KVS_TRY(kvs_vk_dispatch(v, KVS_VK_SH_ATTN, spec, 8, args, 14, &pc, sizeof pc, base * nsplit, op));
+        KVS_TRY(kvs_vk_dispatch(v, KVS_VK_SH_ATTN, spec, 9, args, 14, &pc, sizeof pc, base * nsplit, op));
         kvs_vk_pc_attn_combine cpc = {
-            (uint32_t)nrows, D, (uint32_t)nsplit, poff[0], poff[1], poff[2], poff[3], fin_off[0], fin_off[1], fin_off[2],
+            (uint32_t)nrows, DV, (uint32_t)nsplit, poff[0], poff[1], poff[2], poff[3], fin_off[0], fin_off[1], fin_off[2],
             fin_off[3], flags};
         kvs_vk_arg cargs[8] = {part[0], part[1], part[2], part[3], fin[0], fin[1], fin[2], fin[3]};
         for (int i = 0; i < 4; i++) cargs[i].write = 0;
         uint32_t cwg = kvs_vk_wg(dev, KVS_VK_WG_ELEM);
         KVS_TRY(kvs_vk_dispatch(v, KVS_VK_SH_ATTN_COMBINE, &cwg, 1, cargs, 8, &cpc, sizeof cpc,
-                                kvs_vk_ceil_div(nrows * D, cwg), op));
+                                kvs_vk_ceil_div(nrows * DV, cwg), op));
         /* the stats pass reads the final row_max / row_sum */
         args[10] = fin[2], pc.orm = fin_off[2];
         args[11] = fin[3], pc.ors = fin_off[3];

@@ -126,7 +126,8 @@ KVS_API kvs_status kvs_rope_shift(kvs_device *dev, kvs_tensor *k, const kvs_tens
 /* Attention                                                                                      */
 
 typedef struct kvs_attention_params {
-    float scale;               /* logit scale; 0 (default) = 1/sqrt(head_dim) */
+    float scale;               /* logit scale; 0 (default) = 1/sqrt(d_q), d_q = q->ne[0] (= d_k, k's
+                                * head_dim, unless q_channels is given) */
     int causal;                /* 0 (default): bidirectional; 1: key j visible to query i iff
                                 * kpos(j) <= qpos(i) */
     int64_t n_kv;              /* keys used per kv head, <= capacity; 0 (default) = capacity */
@@ -138,7 +139,7 @@ typedef struct kvs_attention_params {
                                 * NULL: no limit */
     const kvs_tensor *mask;    /* F32 [n_q][n_kv] additive logit bias, shared by all heads
                                 * (-INFINITY hides a key). NULL: none */
-    const kvs_tensor *k_lo;    /* QH8_LO [n_kv_heads][capacity][head_dim]: the lower-nibble plane of a
+    const kvs_tensor *k_lo;    /* QH8_LO [n_kv_heads][capacity][d_k]: the lower-nibble plane of a
                                 * hierarchical qh8 K (kvs_cache_k_lo); k is then its upper plane (Q4_1)
                                 * and the keys are the 8-bit values (core/quant/quant_blocks.h).
                                 * NULL (default): k alone (for a qh8 cache: its 4-bit view) */
@@ -162,6 +163,15 @@ typedef struct kvs_attention_params {
     int unnormalised;          /* 1: out = sum_j exp(logit_j - m) v_j (numerator only), so that
                                 * other terms (latent memory) can be merged with row_max/row_sum;
                                 * 0 (default): out = numerator / l */
+    const int32_t *q_channels; /* host array [n_kv_heads][d_k]: the query channels kv head h's keys
+                                * hold (ThinK's pruned keys: k stores d_k < d_q channels of each key);
+                                * key channel c of head h pairs with query channel q_channels[h][c],
+                                * each in [0, d_q) (any order, repeats allowed). q is then
+                                * [n_q][n_heads][d_q] with d_q = q->ne[0] >= d_k, and the result equals
+                                * attention over full-width keys holding 0 in the other channels
+                                * (default scale 1/sqrt(d_q)). The front-end gathers q into a
+                                * temporary [n_q][n_heads][d_k] (kvs_gather, every backend) first.
+                                * NULL (default): q->ne[0] == d_k */
 } kvs_attention_params;
 
 KVS_API kvs_attention_params kvs_attention_params_default(void);
@@ -169,10 +179,14 @@ KVS_API kvs_attention_params kvs_attention_params_default(void);
 /* Scaled dot-product attention with grouped-query heads (Vaswani et al. 2017 eq. 1; GQA: Ainslie
  * et al. 2023), computed as one tiled online-softmax pass (FlashAttention, Dao et al. 2022, alg. 1)
  * that never expands K/V to n_heads:
- *   q:   [n_q][n_heads][head_dim] F32
- *   k,v: [n_kv_heads][capacity][head_dim], KV-cache layout; each of K and V (independently) F32,
- *        F16, BF16 or a block type Q8_0, Q4_0, Q4_1, IQ4_NL (head_dim % 32 == 0, a row = head_dim/32
- *        blocks): the CPU backend reads the stored rows directly (f16/bf16 tiles converted, block
+ *   q:   [n_q][n_heads][d_q] F32, d_q = d_k (or, with p->q_channels, d_q >= d_k: each kv head's
+ *        keys pair with the d_k query channels it lists)
+ *   k:   [n_kv_heads][capacity][d_k], v: [n_kv_heads][capacity][d_v], KV-cache layout. d_k =
+ *        k->ne[0] and d_v = v->ne[0] = out->ne[0] may differ (MLA-style heads, or ThinK's pruned
+ *        keys: core/policy/think.c); every backend (cpu with every variant, opencl, vulkan) and
+ *        every statistic takes any pair. Each of K and V (independently) F32,
+ *        F16, BF16 or a block type Q8_0, Q4_0, Q4_1, IQ4_NL (that tensor's head_dim % 32 == 0, a row =
+ *        head_dim/32 blocks): the CPU backend reads the stored rows directly (f16/bf16 tiles converted, block
  *        rows decoded 32 keys at a time into L1 with core/quant's decoders, never a dequantized copy
  *        of the cache); OpenCL reads every one of these types likewise (tiles decoded 32 values at
  *        a time by shaders/opencl/qblocks.cl), and so does Vulkan (decoded while staging each key
@@ -182,13 +196,16 @@ KVS_API kvs_attention_params kvs_attention_params_default(void);
  *        (shaders/opencl/attention.cl, QT_QH8) and Vulkan (attn.comp / attn_stats.comp, KLO / VLO);
  *        KVS_ERR_UNSUPPORTED on a device without it; KVS_ERR_DTYPE / KVS_ERR_SHAPE for a plane of
  *        another type or shape)
- *   out: [n_q][n_heads][head_dim] F32 (must not alias q, k, v)
+ *   out: [n_q][n_heads][d_v] F32 (must not alias q, k, v)
  *   query head g reads kv head g / (n_heads / n_kv_heads); n_heads % n_kv_heads must be 0
  *   (KVS_ERR_SHAPE otherwise).
- *   logit(i, g, j) = scale * q[i][g] . k[h][j] + mask[i][j], over the visible keys j of row i.
+ *   logit(i, g, j) = scale * q[i][g] . k[h][j] + mask[i][j], over the visible keys j of row i
+ *   (with q_channels: scale * sum_c q[i][g][q_channels[h][c]] k[h][j][c]).
  * A query row with no visible key gets out = 0 (and row_sum = 0).
  * Running maxima start at -FLT_MAX, so fully masked tiles stay finite; no fast-math.
- * Extra errors: KVS_ERR_SHAPE for any statistic tensor of the wrong shape;
+ * Extra errors: KVS_ERR_SHAPE for any statistic tensor of the wrong shape, and for k's head_dim
+ * differing from q's (d_k; with q_channels: exceeding q's) or out's from v's (d_v), the message naming
+ * the pair; KVS_ERR_OUT_OF_RANGE for a q_channels entry outside [0, d_q);
  * KVS_ERR_OUT_OF_RANGE for n_kv > capacity. */
 KVS_API kvs_status kvs_attention(kvs_device *dev, const kvs_tensor *q, const kvs_tensor *k,
                                  const kvs_tensor *v, kvs_tensor *out,

@@ -101,7 +101,7 @@ class AttentionParams(Structure):
                 ("mask", c_void_p), ("k_lo", c_void_p), ("v_lo", c_void_p), ("stat_rows", c_void_p), ("key_mass", c_void_p),
                 ("key_mass_accumulate", c_int), ("probe_rows", c_void_p), ("probs", c_void_p),
                 ("argmax", c_void_p), ("row_max", c_void_p), ("row_sum", c_void_p),
-                ("unnormalised", c_int)]
+                ("unnormalised", c_int), ("q_channels", c_void_p)]
 
 
 class TopkParams(Structure):

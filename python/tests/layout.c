@@ -11,7 +11,7 @@ int main(void) {
     ROW("Caps", kvs_caps, kv_hierarchical);
     ROW("DeviceInfo", kvs_device_info, driver);
     ROW("RopeParams", kvs_rope_params, freq_scale);
-    ROW("AttentionParams", kvs_attention_params, unnormalised);
+    ROW("AttentionParams", kvs_attention_params, q_channels);
     ROW("TopkParams", kvs_topk_params, row_len);
     ROW("ModelHparams", kvs_model_hparams, logit_shift);
     ROW("ModelFileParams", kvs_model_file_params, tokenizer_path);

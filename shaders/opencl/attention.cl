@@ -1,16 +1,17 @@
 /* kvsieve OpenCL kernels: grouped-query attention, tiled, online softmax (FlashAttention, Dao et
  * al. 2022, alg. 1), plus the statistics passes (key mass, probe rows).
  *   q   [n_q][n_heads][HEAD_DIM] f32
- *   k,v [n_kv_heads][cap][HEAD_DIM] of types K_T and V_T, chosen separately (qblocks.cl codes):
- *       f32, f16, bf16 (element rows), or q8_0, q4_0, q4_1, iq4_nl (rows of HEAD_DIM / 32 blocks,
+ *   k   [n_kv_heads][cap][HEAD_DIM], v [n_kv_heads][cap][HEAD_DIM_V] (d_k, d_v; HEAD_DIM_V defaults
+ *       to HEAD_DIM) of types K_T and V_T, chosen separately (qblocks.cl codes):
+ *       f32, f16, bf16 (element rows), or q8_0, q4_0, q4_1, iq4_nl (rows of d / 32 blocks,
  *       decoded in 32-value chunks by qblocks.cl's decoders as they are loaded: the quantized
  *       cache is read directly, never copied dequantized); k_off / v_off count elements of the row
  *       type (f32: floats, f16 / bf16: halves, block types: bytes; bytes for every type when the
  *       types are read at run time, K_T = V_T = -1, see KV_RT below); or qh8 (QuantSpec's
  *       hierarchical cache, kt / vt = QT_QH8 at run time): k / v the q4_1 upper planes, klo / vlo
- *       the lower planes [n_kv_heads][cap][HEAD_DIM / 2] bytes (klo_off / vlo_off in bytes),
+ *       the lower planes [n_kv_heads][cap][d / 2] bytes (klo_off / vlo_off in bytes),
  *       decoded to the 8-bit values (qdec_qh8); without a lower plane the upper one reads as q4_1
- *   out [n_q][n_heads][HEAD_DIM] f32
+ *   out [n_q][n_heads][HEAD_DIM_V] f32
  * Query head g reads kv head g / G (G = n_heads / n_kv_heads); K/V are never expanded.
  * Key j is visible to query row i (head g, kv head h) iff j < min(n_kv, kv_len[h], row_len[i]),
  * (causal) kpos(h, j) <= qpos(i), and its logit scale * q.k + mask[i][j] is > -inf.
@@ -22,6 +23,9 @@
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 64
+#endif
+#ifndef HEAD_DIM_V
+#define HEAD_DIM_V HEAD_DIM /* d_v (v, out); HEAD_DIM is d_k (q, k) */
 #endif
 #ifndef G
 #define G 1               /* query heads per kv head */
@@ -64,7 +68,7 @@ inline float f16_to_f32(ushort h) {
 #define K_PTR qrow_t
 #define V_PTR qrow_t
 #define K_RS qt_row_bytes(kt, HEAD_DIM)
-#define V_RS qt_row_bytes(vt, HEAD_DIM)
+#define V_RS qt_row_bytes(vt, HEAD_DIM_V)
 #define LOAD_K(p, i) qelem(kt, (p), (i))
 #define LOAD_V(p, i) qelem(vt, (p), (i))
 #define K_Q 0
@@ -106,13 +110,13 @@ inline float f16_to_f32(ushort h) {
 #endif
 #ifndef V_Q
 #define V_Q 0
-#define V_RS HEAD_DIM
+#define V_RS HEAD_DIM_V
 #else
-#define V_RS (HEAD_DIM / 32 * qt_bytes(V_T))
+#define V_RS (HEAD_DIM_V / 32 * qt_bytes(V_T))
 #define LOAD_V(p, i) 0.0f
 #endif
 #endif
-#define HC (HEAD_DIM / 32) /* 32-value chunks per row of a block-type side */
+#define HC (HEAD_DIM / 32) /* 32-value chunks per row of a block-type K */
 
 /* The 32-value chunk decoder of the cache's block types (q8_0, q4_0, q4_1, iq4_nl, and qh8 whose
  * lower-plane row is lo) for a type known only at run time (KV_RT): a switch over those five
@@ -132,23 +136,24 @@ inline void kv_dec32(int qt, qrow_t row, qrow_t lo, int t, float *y) {
 #else
 #define QDEC(qt, row, lo, t, y) qdec32(qt, row, t, y)
 #endif
-/* bytes of a lower-plane (qh8_lo) row */
+/* bytes of a lower-plane (qh8_lo) row of K / V */
 #define LO_RS (HEAD_DIM / 2)
-/* Rows j0 .. j0 + BK - 1 of a head (rows >= jend as 0) into a local tile with row stride DS:
- * element rows one value per item-step, block rows one 32-value chunk per item-step (LO: the
- * head's lower plane, read for qh8 only). NTH: the work-group size; uses lid, j0, jend of the
- * caller. */
-#define TILE_ELEM(dst, DS, src, LOAD, NTH)                                                           \
-    for (int e = lid; e < BK * HEAD_DIM; e += (NTH)) {                                               \
-        int jj = e / HEAD_DIM, c = e - jj * HEAD_DIM;                                                \
-        (dst)[jj * (DS) + c] = j0 + jj < jend ? LOAD(src, (long)(j0 + jj) * HEAD_DIM + c) : 0.0f;    \
+#define LO_RS_V (HEAD_DIM_V / 2)
+/* Rows j0 .. j0 + BK - 1 of a head (rows >= jend as 0) of WD values (HEAD_DIM for K, HEAD_DIM_V
+ * for V) into a local tile with row stride DS: element rows one value per item-step, block rows
+ * one 32-value chunk per item-step (LO: the head's lower plane, read for qh8 only). NTH: the
+ * work-group size; uses lid, j0, jend of the caller. */
+#define TILE_ELEM(dst, DS, src, LOAD, NTH, WD)                                                       \
+    for (int e = lid; e < BK * (WD); e += (NTH)) {                                                   \
+        int jj = e / (WD), c = e - jj * (WD);                                                        \
+        (dst)[jj * (DS) + c] = j0 + jj < jend ? LOAD(src, (long)(j0 + jj) * (WD) + c) : 0.0f;        \
     }
-#define TILE_BLOCKS(dst, DS, src, LO, QTX, RS, NTH)                                                  \
-    for (int e = lid; e < BK * HC; e += (NTH)) {                                                     \
-        int jj = e / HC, t = e - jj * HC;                                                            \
+#define TILE_BLOCKS(dst, DS, src, LO, QTX, RS, NTH, WD)                                              \
+    for (int e = lid; e < BK * ((WD) / 32); e += (NTH)) {                                            \
+        int jj = e / ((WD) / 32), t = e - jj * ((WD) / 32);                                          \
         float w_[32];                                                                                \
         if (j0 + jj < jend)                                                                          \
-            QDEC(QTX, (qrow_t)((src) + (long)(j0 + jj) * (RS)), (LO) + (long)(j0 + jj) * LO_RS, t, w_); \
+            QDEC(QTX, (qrow_t)((src) + (long)(j0 + jj) * (RS)), (LO) + (long)(j0 + jj) * ((WD) / 2), t, w_); \
         else                                                                                         \
             for (int c = 0; c < 32; c++) w_[c] = 0.0f;                                               \
         for (int c = 0; c < 32; c++) (dst)[jj * (DS) + 32 * t + c] = w_[c];                          \
@@ -233,7 +238,7 @@ inline int key_pos(int h, int j, __global const int *kpos, long kpos_off, int ca
 __kernel __attribute__((reqd_work_group_size(BQ * G, 1, 1)))
 void attn_main(ATTN_PARAMS) {
     __local float Kt[BK * HEAD_DIM];
-    __local float Vt[BK * HEAD_DIM];
+    __local float Vt[BK * HEAD_DIM_V];
     const int NT = BQ * G;
     int h = get_group_id(1);
     int lid = get_local_id(0);
@@ -247,18 +252,18 @@ void attn_main(ATTN_PARAMS) {
     int qp = active ? query_pos(i, qpos, qpos_off, n_q, n_kv, flags) : 0;
     int causal = (flags & F_CAUSAL) != 0;
 
-    float qv[HEAD_DIM], acc[HEAD_DIM];
+    float qv[HEAD_DIM], acc[HEAD_DIM_V];
     if (active) {
         __global const float *qr = q + q_off + ((long)i * n_heads + g) * HEAD_DIM;
         for (int c = 0; c < HEAD_DIM; c++) qv[c] = qr[c];
     }
-    for (int c = 0; c < HEAD_DIM; c++) acc[c] = 0.0f;
+    for (int c = 0; c < HEAD_DIM_V; c++) acc[c] = 0.0f;
     float m = -FLT_MAX, l = 0.0f;
     int best = -1;
 
     K_PTR kh = k + k_off + (long)h * cap * K_RS;
     V_PTR vh = v + v_off + (long)h * cap * V_RS;
-    qrow_t klh = klo + klo_off + (long)h * cap * LO_RS, vlh = vlo + vlo_off + (long)h * cap * LO_RS;
+    qrow_t klh = klo + klo_off + (long)h * cap * LO_RS, vlh = vlo + vlo_off + (long)h * cap * LO_RS_V;
     /* Split-K (flash-decoding): group 2 index s covers keys [s*span, (s+1)*span); span is a
      * multiple of BK. span == 0: one split over all keys, final outputs written here. */
     int split = get_group_id(2);
@@ -271,18 +276,18 @@ void attn_main(ATTN_PARAMS) {
     for (int j0 = jbeg; j0 < jend; j0 += BK) {
         barrier(CLK_LOCAL_MEM_FENCE);
 #if KV_RT
-        if (kt >= QT_Q8_0) TILE_BLOCKS(Kt, HEAD_DIM, kh, klh, kt, K_RS, NT) else TILE_ELEM(Kt, HEAD_DIM, kh, LOAD_K, NT)
-        if (vt >= QT_Q8_0) TILE_BLOCKS(Vt, HEAD_DIM, vh, vlh, vt, V_RS, NT) else TILE_ELEM(Vt, HEAD_DIM, vh, LOAD_V, NT)
+        if (kt >= QT_Q8_0) TILE_BLOCKS(Kt, HEAD_DIM, kh, klh, kt, K_RS, NT, HEAD_DIM) else TILE_ELEM(Kt, HEAD_DIM, kh, LOAD_K, NT, HEAD_DIM)
+        if (vt >= QT_Q8_0) TILE_BLOCKS(Vt, HEAD_DIM_V, vh, vlh, vt, V_RS, NT, HEAD_DIM_V) else TILE_ELEM(Vt, HEAD_DIM_V, vh, LOAD_V, NT, HEAD_DIM_V)
 #else
 #if K_Q
-        TILE_BLOCKS(Kt, HEAD_DIM, kh, klh, K_T, K_RS, NT);
+        TILE_BLOCKS(Kt, HEAD_DIM, kh, klh, K_T, K_RS, NT, HEAD_DIM);
 #else
-        TILE_ELEM(Kt, HEAD_DIM, kh, LOAD_K, NT);
+        TILE_ELEM(Kt, HEAD_DIM, kh, LOAD_K, NT, HEAD_DIM);
 #endif
 #if V_Q
-        TILE_BLOCKS(Vt, HEAD_DIM, vh, vlh, V_T, V_RS, NT);
+        TILE_BLOCKS(Vt, HEAD_DIM_V, vh, vlh, V_T, V_RS, NT, HEAD_DIM_V);
 #else
-        TILE_ELEM(Vt, HEAD_DIM, vh, LOAD_V, NT);
+        TILE_ELEM(Vt, HEAD_DIM_V, vh, LOAD_V, NT, HEAD_DIM_V);
 #endif
 #endif
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -312,35 +317,35 @@ void attn_main(ATTN_PARAMS) {
             float mn = fmax(m, tmax);
             float corr = exp(m - mn);
             l *= corr;
-            for (int c = 0; c < HEAD_DIM; c++) acc[c] *= corr;
+            for (int c = 0; c < HEAD_DIM_V; c++) acc[c] *= corr;
             m = mn;
         }
         for (int jj = 0; jj < BK; jj++) {
             if (!(sv[jj] > -INFINITY)) continue;
             float p = exp(sv[jj] - m);
             l += p;
-            for (int c = 0; c < HEAD_DIM; c++) acc[c] += p * Vt[jj * HEAD_DIM + c];
+            for (int c = 0; c < HEAD_DIM_V; c++) acc[c] += p * Vt[jj * HEAD_DIM_V + c];
         }
     }
     if (!active) return;
     long o = (long)i * n_heads + g;
     if (span > 0) {
-        /* partial: part[split][i][g] = {m, l, best, acc[HEAD_DIM]} */
-        __global float *pp = part + ((long)split * n_q * n_heads + o) * (HEAD_DIM + 3);
+        /* partial: part[split][i][g] = {m, l, best, acc[HEAD_DIM_V]} */
+        __global float *pp = part + ((long)split * n_q * n_heads + o) * (HEAD_DIM_V + 3);
         pp[0] = m;
         pp[1] = l;
         pp[2] = as_float(best);
-        for (int c = 0; c < HEAD_DIM; c++) pp[3 + c] = acc[c];
+        for (int c = 0; c < HEAD_DIM_V; c++) pp[3 + c] = acc[c];
         return;
     }
-    __global float *orow = out + out_off + o * HEAD_DIM;
+    __global float *orow = out + out_off + o * HEAD_DIM_V;
     if (l != 0.0f) { /* NaN sums give NaN rows, never zeros */
         if (flags & F_UNNORM)
-            for (int c = 0; c < HEAD_DIM; c++) orow[c] = acc[c];
+            for (int c = 0; c < HEAD_DIM_V; c++) orow[c] = acc[c];
         else
-            for (int c = 0; c < HEAD_DIM; c++) orow[c] = acc[c] / l;
+            for (int c = 0; c < HEAD_DIM_V; c++) orow[c] = acc[c] / l;
     } else {
-        for (int c = 0; c < HEAD_DIM; c++) orow[c] = 0.0f;
+        for (int c = 0; c < HEAD_DIM_V; c++) orow[c] = 0.0f;
     }
     if (flags & F_ROWMAX) row_max[rm_off + o] = m;
     if (flags & F_ROWSUM) row_sum[rs_off + o] = l;
@@ -361,7 +366,7 @@ void attn_main(ATTN_PARAMS) {
  *           the pairs lid / BK + t * DNT / BK (one K read from local serves several pairs);
  *   max     one item per pair scans its BK scores (running max m, argmax, rescale factor);
  *   exp     S[p][jj] = exp(S - m_p), all items;
- *   PV      item (lane = lid % (HEAD_DIM / VW)) owns VW components of the accumulators of the
+ *   PV      item (lane = lid % (HEAD_DIM_V / VW)) owns VW components of the accumulators of the
  *           pairs lid / LANES + t * (DNT / LANES): acc = acc * corr + sum_jj S[p][jj] V[jj][lane].
  * K and V tiles (rows padded to KS floats to spread banks) are both loaded at the start of a tile
  * (SEPV, one memory round trip per tile) or, when local memory is short, share one buffer. The grid is
@@ -375,15 +380,16 @@ void attn_main(ATTN_PARAMS) {
 #define RB 1              /* query rows per attn_dec work-group */
 #endif
 #ifndef VW
-#define VW 1              /* components per PV lane: 4 (HEAD_DIM % 4 == 0) or 1 */
+#define VW 1              /* components per lane: 4 (HEAD_DIM and HEAD_DIM_V % 4 == 0) or 1 */
 #endif
 #ifndef SEPV
 #define SEPV 0            /* 1: separate K and V tiles, both loaded at the start of a tile */
 #endif
 #define PB (RB * G)                         /* query vectors (row, head) per work-group */
-#define KS (HEAD_DIM + (VW == 4 ? 4 : 1))    /* padded K/V tile row */
+#define KVD (HEAD_DIM > HEAD_DIM_V ? HEAD_DIM : HEAD_DIM_V)
+#define KS (KVD + (VW == 4 ? 4 : 1))         /* padded K/V tile row */
 #define SK (BK + 1)                         /* padded score row */
-#define LANES (HEAD_DIM / VW)
+#define LANES (HEAD_DIM_V / VW)
 #define PSTEP_E (DNT / LANES)                /* pairs handled side by side in PV */
 #define NACC ((PB + PSTEP_E - 1) / PSTEP_E)
 #define PSTEP_S (DNT / BK)                   /* pairs handled side by side in the scores */
@@ -403,33 +409,33 @@ inline float4 bf16x4_to_f32(ushort4 u) {
 #define LOAD4_2(p, i) bf16x4_to_f32(vload4(0, (p) + (i)))
 #define LOAD4_(t) LOAD4_##t
 #define LOAD4(t) LOAD4_(t)
-#define TILE_LOAD_E(dst, src, T)                                                                 \
-    for (int e = lid; e < BK * LANES; e += DNT) {                                                \
-        int jj = e / LANES, c = (e - jj * LANES) * 4;                                            \
-        vstore4(j0 + jj < jend ? LOAD4(T)(src, (long)(j0 + jj) * HEAD_DIM + c) : (float4)0.0f, 0, \
+#define TILE_LOAD_E(dst, src, T, WD)                                                             \
+    for (int e = lid; e < BK * ((WD) / 4); e += DNT) {                                           \
+        int jj = e / ((WD) / 4), c = (e - jj * ((WD) / 4)) * 4;                                  \
+        vstore4(j0 + jj < jend ? LOAD4(T)(src, (long)(j0 + jj) * (WD) + c) : (float4)0.0f, 0,   \
                 (dst) + jj * KS + c);                                                            \
     }
-#define TILE_LOAD_K(dst) TILE_LOAD_E(dst, kh, K_T)
-#define TILE_LOAD_V(dst) TILE_LOAD_E(dst, vh, V_T)
+#define TILE_LOAD_K(dst) TILE_LOAD_E(dst, kh, K_T, HEAD_DIM)
+#define TILE_LOAD_V(dst) TILE_LOAD_E(dst, vh, V_T, HEAD_DIM_V)
 #else
-#define TILE_LOAD_K(dst) TILE_ELEM(dst, KS, kh, LOAD_K, DNT)
-#define TILE_LOAD_V(dst) TILE_ELEM(dst, KS, vh, LOAD_V, DNT)
+#define TILE_LOAD_K(dst) TILE_ELEM(dst, KS, kh, LOAD_K, DNT, HEAD_DIM)
+#define TILE_LOAD_V(dst) TILE_ELEM(dst, KS, vh, LOAD_V, DNT, HEAD_DIM_V)
 #endif
 #if K_Q
 #undef TILE_LOAD_K
-#define TILE_LOAD_K(dst) TILE_BLOCKS(dst, KS, kh, klh, K_T, K_RS, DNT)
+#define TILE_LOAD_K(dst) TILE_BLOCKS(dst, KS, kh, klh, K_T, K_RS, DNT, HEAD_DIM)
 #endif
 #if V_Q
 #undef TILE_LOAD_V
-#define TILE_LOAD_V(dst) TILE_BLOCKS(dst, KS, vh, vlh, V_T, V_RS, DNT)
+#define TILE_LOAD_V(dst) TILE_BLOCKS(dst, KS, vh, vlh, V_T, V_RS, DNT, HEAD_DIM_V)
 #endif
 #if KV_RT
 #undef TILE_LOAD_K
 #undef TILE_LOAD_V
 #define TILE_LOAD_K(dst)                                                                          \
-    if (kt >= QT_Q8_0) TILE_BLOCKS(dst, KS, kh, klh, kt, K_RS, DNT) else TILE_ELEM(dst, KS, kh, LOAD_K, DNT)
+    if (kt >= QT_Q8_0) TILE_BLOCKS(dst, KS, kh, klh, kt, K_RS, DNT, HEAD_DIM) else TILE_ELEM(dst, KS, kh, LOAD_K, DNT, HEAD_DIM)
 #define TILE_LOAD_V(dst)                                                                          \
-    if (vt >= QT_Q8_0) TILE_BLOCKS(dst, KS, vh, vlh, vt, V_RS, DNT) else TILE_ELEM(dst, KS, vh, LOAD_V, DNT)
+    if (vt >= QT_Q8_0) TILE_BLOCKS(dst, KS, vh, vlh, vt, V_RS, DNT, HEAD_DIM_V) else TILE_ELEM(dst, KS, vh, LOAD_V, DNT, HEAD_DIM_V)
 #endif
 #if VW == 4
 typedef float4 floatv;
@@ -486,7 +492,7 @@ void attn_dec(ATTN_PARAMS) {
 
     K_PTR kh = k + k_off + (long)h * cap * K_RS;
     V_PTR vh = v + v_off + (long)h * cap * V_RS;
-    qrow_t klh = klo + klo_off + (long)h * cap * LO_RS, vlh = vlo + vlo_off + (long)h * cap * LO_RS;
+    qrow_t klh = klo + klo_off + (long)h * cap * LO_RS, vlh = vlo + vlo_off + (long)h * cap * LO_RS_V;
     int jbeg = span > 0 ? split * span : 0;
     int jend = span > 0 ? min(klen, jbeg + span) : klen;
     if (causal && !(flags & (F_QPOS | F_KPOS))) /* as in attn_main */
@@ -590,8 +596,8 @@ void attn_dec(ATTN_PARAMS) {
         float l = Ls[p];
         floatv a = acc[t];
         if (span > 0) {
-            /* partial: part[split][i][g] = {m, l, best, acc[HEAD_DIM]} */
-            __global float *pp = part + ((long)split * n_q * n_heads + o) * (HEAD_DIM + 3);
+            /* partial: part[split][i][g] = {m, l, best, acc[HEAD_DIM_V]} */
+            __global float *pp = part + ((long)split * n_q * n_heads + o) * (HEAD_DIM_V + 3);
 #if VW == 4
             vstore4(a, 0, pp + 3 + lane * 4);
 #else
@@ -606,9 +612,9 @@ void attn_dec(ATTN_PARAMS) {
         }
         floatv r = l != 0.0f ? ((flags & F_UNNORM) ? a : a / l) : (floatv)0.0f;
 #if VW == 4
-        vstore4(r, 0, out + out_off + o * HEAD_DIM + lane * 4);
+        vstore4(r, 0, out + out_off + o * HEAD_DIM_V + lane * 4);
 #else
-        out[out_off + o * HEAD_DIM + lane] = r;
+        out[out_off + o * HEAD_DIM_V + lane] = r;
 #endif
         if (lane != 0) continue;
         if (flags & F_ROWMAX) row_max[rm_off + o] = Mn[p];
@@ -627,15 +633,15 @@ void attn_dec(ATTN_PARAMS) {
 /* Merges the split-K partials of each (row, head) in split order: M = max m_s, l = sum l_s
  * exp(m_s - M), acc likewise; argmax from the first split reaching M (splits are in key order,
  * so this is the lowest key, as without splitting). One work-item per (component c, row-head o):
- * grid (round_up(HEAD_DIM, lws), n_q * n_heads); the c == 0 item writes the statistics. */
+ * grid (round_up(HEAD_DIM_V, lws), n_q * n_heads); the c == 0 item writes the statistics. */
 __kernel void attn_combine(__global const float *part, int n_split, __global float *out, long out_off,
                            __global float *row_max, long rm_off, __global float *row_sum, long rs_off,
                            __global int *argmax, long am_off, __global float *ml, int n_q, int n_heads, int flags) {
     int c = get_global_id(0);
     long o = get_global_id(1);
-    if (c >= HEAD_DIM || o >= (long)n_q * n_heads) return;
-    long stride = (long)n_q * n_heads * (HEAD_DIM + 3);
-    __global const float *p0 = part + o * (HEAD_DIM + 3);
+    if (c >= HEAD_DIM_V || o >= (long)n_q * n_heads) return;
+    long stride = (long)n_q * n_heads * (HEAD_DIM_V + 3);
+    __global const float *p0 = part + o * (HEAD_DIM_V + 3);
     /* four splits per step, their loads issued before use (the partials are read from L2 with
      * no dependence between splits) */
     float M = -FLT_MAX;
@@ -672,7 +678,7 @@ __kernel void attn_combine(__global const float *part, int n_split, __global flo
             acc += av[u] * w;
         }
     }
-    out[out_off + o * HEAD_DIM + c] = l != 0.0f ? ((flags & F_UNNORM) ? acc : acc / l) : 0.0f;
+    out[out_off + o * HEAD_DIM_V + c] = l != 0.0f ? ((flags & F_UNNORM) ? acc : acc / l) : 0.0f;
     if (c != 0) return;
     if (flags & F_ROWMAX) row_max[rm_off + o] = M;
     if (flags & F_ROWSUM) row_sum[rs_off + o] = l;

@@ -11,11 +11,13 @@
 // visible), row_max = m, row_sum = l, argmax (-1 when none). Deterministic (fixed order sums).
 // Split-K (flash-decoding) for few query rows: with nsplit > 1, workgroup split s handles keys
 // [s*split_len, (s+1)*split_len) and writes its partial (unnormalised O, m, l, argmax) at
-// out/row_* + s * (n_q*n_heads*D or n_q*n_heads); attn_combine.comp merges the splits in order.
+// out/row_* + s * (n_q*n_heads*DV or n_q*n_heads); attn_combine.comp merges the splits in order.
+// q and k have head_dim D (d_k), v and out DV (d_v); the two may differ.
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint KDT = 0;  // K dtype (vk_params.h codes)
 layout(constant_id = 5) const uint VDT = 0;  // V dtype
-layout(constant_id = 2) const uint D = 64;
+layout(constant_id = 2) const uint D = 64;   // d_k: q, k
+layout(constant_id = 8) const uint DV = 64;  // d_v: v, out
 layout(constant_id = 3) const uint R = 8;
 layout(constant_id = 4) const uint TK = 16;
 layout(constant_id = 6) const uint KLO = 0;  // 1: K is qh8 (k its q4_1 upper plane, kl its lower plane)
@@ -47,9 +49,9 @@ KVS_VK_PUSH(KVS_VK_PC_ATTN)
 #undef QFN
 
 shared float sQ[R * D];
-shared float sO[R * D];
+shared float sO[R * DV];
 shared float sK[TK * D];
-shared float sV[TK * D];
+shared float sV[TK * DV];
 shared float sS[R * TK];
 shared float sM[R], sL[R], sA[R], sBest[R];
 shared int sArg[R], sQpos[R], sRowlen[R];
@@ -57,7 +59,7 @@ shared uint sJlim;
 
 float ldkv_k(uint e) { return LDF(k, p.ok + e, KDT); }
 float ldkv_v(uint e) { return LDF(v, p.ov + e, VDT); }
-// elements e..e+3 (e % 4 == 0, D % 4 == 0): block types decoded from the stored blocks (quant.glsl)
+// elements e..e+3 (e % 4 == 0, D (K) or DV (V) % 4 == 0): block types decoded from the stored blocks (quant.glsl)
 // the word of a lower plane at byte b (any alignment)
 uint kl_w(uint b) {
     uint s = (b & 3u) * 8u, w0 = kl.d[b >> 2u];
@@ -93,7 +95,7 @@ void main() {
     uint valid = p.n_kv;
     if ((p.flags & KVS_VK_ATTN_KVLEN) != 0u) valid = uint(clamp(int(kvlen.d[p.okl + h]), 0, int(p.n_kv)));
     uint jbeg = split * p.split_len, jend = min(valid, jbeg + p.split_len);
-    uint ooff = split * p.n_q * p.n_heads * D, soff = split * p.n_q * p.n_heads;
+    uint ooff = split * p.n_q * p.n_heads * DV, soff = split * p.n_q * p.n_heads;
 
     for (uint e = TID; e < R * D; e += WGX) {
         uint rr = e / D, c = e % D;
@@ -104,8 +106,8 @@ void main() {
             val = F32(q, p.oq + (i * p.n_heads + g) * D + c);
         }
         sQ[e] = val;
-        sO[e] = 0.0;
     }
+    for (uint e = TID; e < R * DV; e += WGX) sO[e] = 0.0;
     for (uint rr = TID; rr < R; rr += WGX) {
         uint r = r0 + rr;
         uint i = min(r / p.G, p.n_q - 1u);
@@ -133,34 +135,36 @@ void main() {
     jend = min(jend, sJlim);
 
     for (uint j0 = jbeg; j0 < jend; j0 += TK) {
+        // K and V tiles (widths D and DV): groups of 4 where the width allows (always so for the
+        // block types: width % 32 == 0)
         if (D % 4u == 0u) {
-            // groups of 4 (always so for the block types: D % 32 == 0)
             for (uint e = 4u * TID; e < TK * D; e += 4u * WGX) {
                 uint jj = e / D, c = e % D;
                 uint j = j0 + jj;
-                vec4 kv = vec4(0.0), vv = vec4(0.0);
-                if (j < jend) {
-                    uint ge = (h * p.cap + j) * D + c;
-                    kv = ldkv_k4(ge);
-                    vv = ldkv_v4(ge);
-                }
-                for (uint t = 0u; t < 4u; t++) {
-                    sK[e + t] = kv[t];
-                    sV[e + t] = vv[t];
-                }
+                vec4 kv = vec4(0.0);
+                if (j < jend) kv = ldkv_k4((h * p.cap + j) * D + c);
+                for (uint t = 0u; t < 4u; t++) sK[e + t] = kv[t];
             }
         } else {
             for (uint e = TID; e < TK * D; e += WGX) {
                 uint jj = e / D, c = e % D;
                 uint j = j0 + jj;
-                float kv = 0.0, vv = 0.0;
-                if (j < jend) {
-                    uint ge = (h * p.cap + j) * D + c;
-                    kv = ldkv_k(ge);
-                    vv = ldkv_v(ge);
-                }
-                sK[e] = kv;
-                sV[e] = vv;
+                sK[e] = j < jend ? ldkv_k((h * p.cap + j) * D + c) : 0.0;
+            }
+        }
+        if (DV % 4u == 0u) {
+            for (uint e = 4u * TID; e < TK * DV; e += 4u * WGX) {
+                uint jj = e / DV, c = e % DV;
+                uint j = j0 + jj;
+                vec4 vv = vec4(0.0);
+                if (j < jend) vv = ldkv_v4((h * p.cap + j) * DV + c);
+                for (uint t = 0u; t < 4u; t++) sV[e + t] = vv[t];
+            }
+        } else {
+            for (uint e = TID; e < TK * DV; e += WGX) {
+                uint jj = e / DV, c = e % DV;
+                uint j = j0 + jj;
+                sV[e] = j < jend ? ldkv_v((h * p.cap + j) * DV + c) : 0.0;
             }
         }
         barrier();
@@ -206,23 +210,23 @@ void main() {
             sArg[rr] = arg;
         }
         barrier();
-        for (uint e = TID; e < R * D; e += WGX) {
-            uint rr = e / D, c = e % D;
+        for (uint e = TID; e < R * DV; e += WGX) {
+            uint rr = e / DV, c = e % DV;
             float acc = sO[e] * sA[rr];
-            for (uint jj = 0u; jj < TK; jj++) acc += sS[rr * TK + jj] * sV[jj * D + c];
+            for (uint jj = 0u; jj < TK; jj++) acc += sS[rr * TK + jj] * sV[jj * DV + c];
             sO[e] = acc;
         }
         barrier();
     }
 
-    for (uint e = TID; e < R * D; e += WGX) {
-        uint rr = e / D, c = e % D;
+    for (uint e = TID; e < R * DV; e += WGX) {
+        uint rr = e / DV, c = e % DV;
         uint r = r0 + rr;
         if (r >= nrows) continue;
         uint i = r / p.G, g = h * p.G + r % p.G;
         float l = sL[rr];
         float val = (p.flags & KVS_VK_ATTN_UNNORM) != 0u ? sO[e] : (l != 0.0 ? sO[e] / l : 0.0);
-        o.d[p.oo + ooff + (i * p.n_heads + g) * D + c] = floatBitsToUint(val);
+        o.d[p.oo + ooff + (i * p.n_heads + g) * DV + c] = floatBitsToUint(val);
     }
     for (uint rr = TID; rr < R; rr += WGX) {
         uint r = r0 + rr;

@@ -6,7 +6,7 @@
 // head) ig: M = max_s m_s, l = sum_s l_s exp(m_s - M), O = sum_s O_s exp(m_s - M); argmax = the
 // partial argmax of the first split whose m_s equals M (lowest key index on ties, -1 if none).
 // Writes out (O/l, or O if KVS_VK_ATTN_UNNORM; 0 when l = 0), row_max, row_sum, argmax (if KVS_VK_ATTN_ARGMAX).
-// One invocation per (ig, c < D).
+// One invocation per (ig, c < D); D here is d_v (the host passes v's head_dim).
 layout(local_size_x_id = 0) in;
 layout(std430, binding = 0) readonly buffer OP { uint d[]; } op;
 layout(std430, binding = 1) readonly buffer MP { uint d[]; } mp;
