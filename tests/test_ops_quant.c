@@ -211,11 +211,55 @@ START_TEST(test_qembedding) {
 }
 END_TEST
 
+/* Non-finite x under every W type and variant: x row 1 holds a NaN and row 2 a +inf (in different
+ * blocks); every output of those rows must be non-finite, as in exact arithmetic (W is finite: NaN * w
+ * and inf * 0 are NaN, inf * w is inf), and row 0 finite. The 8-bit activation path codes such a block with a NaN scale
+ * (matmul.h); rounding it to codes would lose the NaN and decode garbage. */
+static void qmm_nonfinite_run(int _i) {
+    const kvs_dtype dt = qtypes[_i];
+    const int blk = kvs_dtype_block(dt);
+    const int64_t m = 7, n = 3, k = 2 * (int64_t)blk;
+    t_case("matmul W=%s with NaN / inf in x, m=%lld k=%lld n=%lld", kvs_dtype_name(dt), (long long)m, (long long)k,
+           (long long)n);
+    uint8_t *blocks = t_alloc(kvs_dtype_bytes(dt, m * k));
+    random_blocks(dt, blocks, m * k / blk);
+    double *Wd = t_alloc(sizeof(double) * (size_t)(m * k));
+    ref_quant_dequant(dt, blocks, m * k, Wd);
+    float *x = t_alloc(sizeof(float) * (size_t)(n * k)), *y = t_alloc(sizeof(float) * (size_t)(n * m));
+    t_fill_uniform(x, n * k, -1, 1);
+    x[1 * k + 3] = NAN;
+    x[2 * k + blk + 1] = INFINITY;
+    tt *Wt = t_new2(dt, k, m), *xt = t_new2(KVS_F32, k, n), *yt = t_new2(KVS_F32, m, n);
+    t_upload(Wt, blocks);
+    t_upload_f32(xt, x);
+    if (t_query(kvs_matmul(t_dev(), Wt->t, xt->t, yt->t, 0))) {
+        check_refusal(dt);
+        return;
+    }
+    t_run_end(kvs_matmul(t_dev(), Wt->t, xt->t, yt->t, 0));
+    t_download(yt, y);
+    for (int64_t r = 0; r < m; r++) {
+        T_ASSERT(isfinite(y[r]), "y[0][%lld] = %g from finite x", (long long)r, (double)y[r]);
+        T_ASSERT(!isfinite(y[m + r]), "y[1][%lld] = %g: the NaN in x was lost", (long long)r, (double)y[m + r]);
+        T_ASSERT(!isfinite(y[2 * m + r]), "y[2][%lld] = %g: the inf in x was lost", (long long)r, (double)y[2 * m + r]);
+    }
+}
+
+START_TEST(test_qmatmul_nonfinite) {
+    char name[64];
+    snprintf(name, sizeof name, "matmul-quant-nonfinite#%d", _i);
+    t_begin(name);
+    qmm_nonfinite_run(_i);
+    t_end();
+}
+END_TEST
+
 Suite *suite_matmul_quant(void) {
     Suite *s = suite_create("matmul-quant");
     TCase *tc = tcase_create("matmul-quant");
     tcase_add_loop_test(tc, test_qmatmul, 0, N_QT * N_SHAPES);
     tcase_add_loop_test(tc, test_qembedding, 0, N_QT);
+    tcase_add_loop_test(tc, test_qmatmul_nonfinite, 0, N_QT);
     suite_add_tcase(s, tc);
     return s;
 }

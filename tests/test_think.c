@@ -3,7 +3,8 @@
  *  - through the evictor on stories260K (backend given by --backend; 77 without it or the model):
  *    think_ratio 0 is exact (the same logits, bit for bit, as no ThinK, with the same token policy),
  *    and with think_ratio 0.5 every layer's every kv head has exactly head_dim/2 key channels zero
- *    in all its rows right after each eviction (the others not), counted in channels_pruned. */
+ *    in all its rows right after each eviction (the others not), counted in channels_pruned;
+ *  - the refusals at kvs_evictor_begin (bf16 keys, Hadamard-rotated keys). */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -155,6 +156,48 @@ START_TEST(test_think_model) {
 }
 END_TEST
 
+/* The caches ThinK cannot prune are refused at kvs_evictor_begin, before decoding: keys of a type
+ * other than f32 / f16 (bf16, q8_0) and Hadamard-rotated keys (KVS_CACHE_ROTATE); f16 keys are taken. */
+START_TEST(test_think_refusals) {
+    ck_assert_int_eq(kvs_think_check_cache(NULL), KVS_ERR_INVALID_ARGUMENT);
+    kvs_device *dev = NULL;
+    ck_assert_msg(kvs_device_open(&dev, &g_params) == KVS_OK, "%s", kvs_last_error());
+    kvs_model *m = NULL;
+    ck_assert_msg(kvs_model_load(&m, dev, g_model, NULL) == KVS_OK, "%s", kvs_last_error());
+    const kvs_model_hparams *hp = kvs_model_get_hparams(m);
+    kvs_policy *pol = NULL;
+    ck_assert(kvs_policy_create(&pol, "snapkv", NULL) == KVS_OK);
+    kvs_evict_params ep = kvs_evict_params_default();
+    ep.policy = pol;
+    ep.budget_tokens = 24;
+    ep.think_ratio = 0.25;
+    kvs_evictor *ev = NULL;
+    ck_assert(kvs_evictor_create(&ev, &ep, hp, 90) == KVS_OK);
+    const struct { kvs_dtype k; unsigned flags; kvs_status want; const char *msg; } cases[] = {
+        {KVS_BF16, 0, KVS_ERR_UNSUPPORTED, "bf16"},
+        {KVS_F32, KVS_CACHE_ROTATE, KVS_ERR_UNSUPPORTED, "Hadamard"},
+        {KVS_F16, 0, KVS_OK, ""},
+    };
+    for (int i = 0; i < 3; i++) {
+        kvs_cache_params cp = kvs_model_cache_params(m);
+        cp.mode = KVS_CACHE_APPEND;
+        cp.capacity = kvs_evictor_capacity(ev, 1);
+        cp.type_k = cases[i].k;
+        cp.flags |= cases[i].flags;
+        ck_assert_int_eq(kvs_think_check_cache(&cp), cases[i].want);
+        kvs_kv_cache *c = NULL;
+        ck_assert_msg(kvs_cache_create(&c, dev, &cp) == KVS_OK, "%s", kvs_last_error());
+        ck_assert_int_eq(kvs_evictor_begin(ev, c), cases[i].want);
+        if (cases[i].want != KVS_OK) ck_assert_msg(strstr(kvs_last_error(), cases[i].msg), "%s", kvs_last_error());
+        kvs_cache_destroy(&c);
+    }
+    kvs_evictor_destroy(&ev);
+    kvs_policy_destroy(&pol);
+    kvs_model_destroy(&m);
+    kvs_device_destroy(&dev);
+}
+END_TEST
+
 int main(int argc, char **argv) {
     int setup = kvs_test_setup(argc, argv, "test_think", &g_params, "stories260K-f32.v3.gguf", g_model, sizeof g_model);
     if (setup >= 0) return setup;
@@ -163,6 +206,7 @@ int main(int argc, char **argv) {
     tcase_set_timeout(tc, 900);
     tcase_add_test(tc, test_select_hand);
     tcase_add_test(tc, test_think_model);
+    tcase_add_test(tc, test_think_refusals);
     suite_add_tcase(s, tc);
     return kvs_test_run(s);
 }

@@ -141,6 +141,7 @@ kvs_status kvs_evictor_begin(kvs_evictor *e, kvs_kv_cache *c) {
                          cp->n_layers, cp->n_kv_heads, cp->head_dim);
     if (!e->noop && cp->mode != KVS_CACHE_APPEND)
         return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: eviction needs an APPEND cache", op);
+    if (!e->noop && e->p.think_ratio > 0.0) KVS_TRY(kvs_think_check_cache(cp));
     e->c = c;
     e->cap = cp->capacity;
     e->n_new = -1;

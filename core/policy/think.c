@@ -49,6 +49,18 @@ kvs_status kvs_think_select(const double *q_sq, const float *keys, const int64_t
     return KVS_OK;
 }
 
+kvs_status kvs_think_check_cache(const kvs_cache_params *p) {
+    const char *op = "ThinK (think_ratio > 0)";
+    if (!p) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_think_check_cache: p is NULL");
+    if (p->type_k != KVS_F32 && p->type_k != KVS_F16)
+        return kvs_error(KVS_ERR_UNSUPPORTED, "%s: keys of type %s cannot have channels zeroed in place (f32 or f16 keys "
+                         "only: a block type's 32 channels share one scale)", op, kvs_dtype_name(p->type_k));
+    if (p->flags & KVS_CACHE_ROTATE)
+        return kvs_error(KVS_ERR_UNSUPPORTED, "%s: a KVS_CACHE_ROTATE cache stores Hadamard-rotated keys, whose channels "
+                         "are mixtures of the RoPE channels ThinK scores and prunes", op);
+    return KVS_OK;
+}
+
 /* Zeroes, in layer l of the evictor's cache, the key channels ThinK selects from the window queries
  * accumulated in s->q_sq and the kept rows, then clears the accumulator. */
 kvs_status kvs_evictor_think(kvs_evictor *e, int l) {

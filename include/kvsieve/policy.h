@@ -370,6 +370,14 @@ KVS_API kvs_evict_stats kvs_evictor_get_stats(const kvs_evictor *e);
 KVS_API kvs_status kvs_think_select(const double *q_sq, const float *keys, const int64_t *len, int n_kv_heads, int64_t stride,
                                     int head_dim, double ratio, uint8_t *pruned, double *scores);
 
+/* Whether ThinK (kvs_evict_params.think_ratio > 0) can run on a cache of these parameters; the
+ * evictor checks it in kvs_evictor_begin, so the refusal comes before decoding starts. The pruned
+ * key channels are zeroed in place and scored in the RoPE basis, so the keys must be f32 or f16
+ * (a block type's 32 channels share a scale) and not Hadamard-rotated (KVS_CACHE_ROTATE mixes the
+ * channels). Errors: KVS_ERR_INVALID_ARGUMENT (p NULL), KVS_ERR_UNSUPPORTED (either case; the
+ * message says which). */
+KVS_API kvs_status kvs_think_check_cache(const kvs_cache_params *p);
+
 /* Attaches a latent memory (latent.h) to a policy (borrowed; NULL detaches): the evictor then hands
  * it to every step plan (kvs_layer_plan.latent) and the policy's evicted rows are folded into it by
  * the policy itself (the learned indexer does; see learned.h). NULL p: no effect / NULL. */

@@ -162,6 +162,12 @@ int cmd_eval(int argc, char **argv) {
         if (ct.rotate) rp.flags |= KVS_CACHE_ROTATE;
         if (kvs_cache_check_rerotate(&rp) != KVS_OK) return cli_fail(CLI_EXIT_USAGE, prog, "--rerotate: %s", kvs_last_error());
     }
+    if (e.think > 0.0) {
+        kvs_cache_params tp = kvs_cache_params_default();
+        tp.type_k = ctypes[0];
+        if (ct.rotate) tp.flags |= KVS_CACHE_ROTATE;
+        if (kvs_think_check_cache(&tp) != KVS_OK) return cli_fail(CLI_EXIT_USAGE, prog, "--think: %s", kvs_last_error());
+    }
 
     /* lists */
     char pol_buf[512], bud_buf[512];

@@ -232,11 +232,13 @@ int cmd_generate(int argc, char **argv) {
         exit_code = cli_fail(CLI_EXIT_FAIL, PROG, "%s", kvs_last_error());
         goto done;
     }
-    if (o.ctx > hp->ctx_len) /* the --rerotate hint only where it can be taken (not diffusion, not --speculative) */
+    /* the --rerotate hints only where it can be taken: autoregressive, not --speculative, keys f32 or
+     * f16 (the types kvs_cache_rerotate rotates) and not Hadamard-rotated (--kv-rotate) */
+    const int can_stream = !dlm && !o.speculative && !ct.rotate && (ctypes[0] == KVS_F32 || ctypes[0] == KVS_F16);
+    if (o.ctx > hp->ctx_len)
         fprintf(stderr, "%s: note: -c %lld is above the model's trained context %d; the context stays %d (kvsieve "
                         "does not extend it%s)\n",
-                PROG, (long long)o.ctx, hp->ctx_len, hp->ctx_len,
-                dlm || o.speculative ? "" : "; --rerotate with a policy streams past it");
+                PROG, (long long)o.ctx, hp->ctx_len, hp->ctx_len, can_stream ? "; --rerotate with a policy streams past it" : "");
     int64_t n_gen = o.n > 0 ? o.n : (dlm ? 64 : 256);
     if (dlm ? ar_flags : dlm_flags) {
         exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "%s apply to %s models; '%s' is %s",
@@ -260,7 +262,7 @@ int cmd_generate(int argc, char **argv) {
     }
     /* --rerotate with eviction: positions stay inside the cache, so the sequence may pass the context */
     int stream = !dlm && o.rerotate && po.policy;
-    const char *hint = dlm || stream ? "" : " (to stream past it: --policy streaming --budget N --rerotate)";
+    const char *hint = !can_stream || stream ? "" : " (to stream past it: --policy streaming --budget N --rerotate)";
     if (n_gen > hp->ctx_len && !stream) {
         exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "-n %lld exceeds the model context %d%s", (long long)n_gen, hp->ctx_len, hint);
         goto done;
@@ -341,6 +343,15 @@ int cmd_generate(int argc, char **argv) {
     if (!(o.think >= 0.0 && o.think < 1.0) || (o.think > 0.0 && (dlm || !pol))) {
         exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "--think R needs R in [0, 1) and an eviction --policy (autoregressive models)");
         goto done;
+    }
+    if (o.think > 0.0) { /* refused before decoding, with the library's reason */
+        kvs_cache_params tp = kvs_cache_params_default();
+        tp.type_k = ctypes[0];
+        tp.flags = ct.rotate ? KVS_CACHE_ROTATE : 0;
+        if (kvs_think_check_cache(&tp) != KVS_OK) {
+            exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "--think: %s", kvs_last_error());
+            goto done;
+        }
     }
     ap.think_ratio = o.think;
     kvs_cache_params cp = kvs_model_cache_params(m);

@@ -211,6 +211,15 @@ if "$KVSIEVE" generate -m stories260K-f32.v3.gguf -n 1 --json >/dev/null 2>&1; t
   expect 0 generate -m stories260K-f32.v3.gguf -n 8 -c 9 -t 1 --json
   expect 2 generate -m stories260K-f32.v3.gguf -n 9 --ctx-size 8 && one_line_error && contains_err 'ctx-size'
   expect 2 generate -m stories260K-f32.v3.gguf -n 8 -c -1 && one_line_error
+  # ThinK on keys it cannot prune is refused before decoding (nothing on stdout)
+  expect 2 generate -m stories260K-f32.v3.gguf -n 40 --policy snapkv --budget 16 --think 0.4 --kv-rotate &&
+    one_line_error && contains_err 'Hadamard'
+  [[ ! -s "$tmp/out" ]] || { echo "FAIL: --think --kv-rotate printed to stdout"; fails=$((fails + 1)); }
+  expect 2 generate -m tiny-llama-mixed-q.gguf -n 40 --policy snapkv --budget 16 --think 0.4 --cache-type-k q8_0 &&
+    one_line_error && contains_err 'q8_0'
+  # the streaming hint only where --rerotate can be taken (not for q8_0 keys)
+  expect 2 generate -m tiny-llama-mixed-q.gguf -n 1000 --cache-type-k q8_0 && one_line_error
+  if grep -q -- '--rerotate' "$tmp/err"; then echo "FAIL: --rerotate hinted for q8_0 keys"; fails=$((fails + 1)); fi
   # diffusion schedules a model cannot run are usage errors before anything reaches stdout
   # (--block-causal: none/prefix only; Dream's shifted logits: no d2cache)
   for c in dual delayed elastic d2cache; do
