@@ -90,8 +90,16 @@ kvs_status kvs_model_file_open(kvs_model_file **out, const char *path, const kvs
                 m->format = KVS_MODEL_GGUF;
                 s = kvs_mf_load_gguf(m);
             } else {
+                /* no GGUF magic and not safetensors: the llama2.c checkpoint format has no magic of its
+                 * own, so say what was tried when its header does not make sense either */
                 m->format = KVS_MODEL_LLAMA2C;
                 s = kvs_mf_load_llama2c(m);
+                if (s == KVS_ERR_FORMAT) {
+                    char why[512];
+                    snprintf(why, sizeof why, "%s", kvs_last_error());
+                    s = kvs_error(KVS_ERR_FORMAT, "'%s' is not a model file kvsieve reads: no GGUF magic, not "
+                                  "safetensors, and as a llama2.c checkpoint: %s", path, why);
+                }
             }
         }
     }

@@ -354,6 +354,9 @@ class Models(unittest.TestCase):
         self.assertEqual(m.set_draft_weights("f32"), 0)
         with self.assertRaises(kvsieve.KvsError):  # drafts need a qh8 cache
             m.generate_ar([1], max_new=4, draft=2)
+        for bad in (2.5, "3", True):  # draft is a token count, not silently converted
+            with self.assertRaises(kvsieve.KvsError):
+                m.generate_ar([1], max_new=4, cache_dtype="qh8", draft=bad)
         with self.assertRaises(kvsieve.KvsError):  # stories260K: head_dim 8
             self.ar.generate_ar("", max_new=4, cache_dtype="qh8", draft=2)
 

@@ -340,7 +340,7 @@ int bench_model(int argc, char **argv) {
     }
     if (n_layers) {
         if (n_layers < 1 || n_layers > sh.hp.n_layers)
-            return cli_fail(CLI_EXIT_USAGE, spec.prog, "--layers must be in 1..%d (the shape's layers)", sh.hp.n_layers);
+            return cli_fail(CLI_EXIT_USAGE, spec.prog, "--layers must be 0 (all) or in 1..%d (the shape's layers)", sh.hp.n_layers);
         sh.hp.n_layers = n_layers;
     }
     const int tiny = strncmp(sh.name, "tiny", 4) == 0;
@@ -350,6 +350,7 @@ int bench_model(int argc, char **argv) {
     if (steps == CLI_UNSET_I64) steps = 8;
     if (n_prompt < 1 || n_decode < 1 || gen < 1 || steps < 1 || steps > gen)
         return cli_fail(CLI_EXIT_USAGE, spec.prog, "--prompt, --decode, --gen must be >= 1 and --steps in 1..gen");
+    const int context_given = context != CLI_UNSET_I64;
     if (speculative && context == CLI_UNSET_I64) /* 1024, or what the shape's context leaves beside --decode */
         context = sh.hp.ctx_len > 0 && sh.hp.ctx_len - n_decode < 1024 ? (sh.hp.ctx_len - n_decode > 0 ? sh.hp.ctx_len - n_decode : 1)
                                                                         : 1024;
@@ -358,9 +359,13 @@ int bench_model(int argc, char **argv) {
     if (speculative && kvs_arch_is_diffusion(sh.hp.arch))
         return cli_fail(CLI_EXIT_USAGE, spec.prog, "--speculative is for autoregressive shapes; '%s' is a masked-diffusion "
                         "model", sh.name);
-    if (speculative && sh.hp.ctx_len > 0 && context + n_decode > sh.hp.ctx_len)
-        return cli_fail(CLI_EXIT_USAGE, spec.prog, "--context %lld + --decode %lld exceed the shape's context %d",
-                        (long long)context, (long long)n_decode, sh.hp.ctx_len);
+    if (speculative && sh.hp.ctx_len > 0 && context + n_decode > sh.hp.ctx_len) {
+        if (context_given)
+            return cli_fail(CLI_EXIT_USAGE, spec.prog, "--context %lld + --decode %lld exceed the shape's context %d",
+                            (long long)context, (long long)n_decode, sh.hp.ctx_len);
+        return cli_fail(CLI_EXIT_USAGE, spec.prog, "--decode %lld leaves no room for a cached context in the shape's context %d",
+                        (long long)n_decode, sh.hp.ctx_len);
+    }
     if (speculative) no_dlm = no_ops = 1;
     rc = cli_cache_types_fit(spec.prog, b.kv_types, &sh.hp);
     if (rc != CLI_EXIT_OK) return rc;

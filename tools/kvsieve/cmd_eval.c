@@ -117,7 +117,7 @@ int cmd_eval(int argc, char **argv) {
          "all (default), train (first 90% of the tokens) or held-out (the last 10%, never trained on)"},
         {"sink", 0, CLI_INT, &po.sink, "N", "streaming: sink tokens (default 4)"},
         {"window", 0, CLI_INT64, &po.window, "N", "h2o recent / snapkv observation window (default: policy's)"},
-        {"buffer", 0, CLI_INT64, &po.buffer, "N", "tokens above the budget before evicting (default: budget/8, 1..128)"},
+        {"buffer", 0, CLI_INT64, &po.buffer, "N", "tokens above the budget before evicting, >= 1 (default: budget/8 clamped to 1..128; as large as the sequence: never evicts)"},
         POLICY_MODE_OPTS(po),
         {"rerotate", 0, CLI_FLAG, &e.rerotate, NULL, "evicted runs use positions within the cache: after each eviction the "
                                                      "kept keys are re-rotated to 0..n-1 (StreamingLLM; kvs_ar_params.rerotate)"},

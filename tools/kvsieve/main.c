@@ -42,7 +42,11 @@ static void usage(FILE *f) {
                "                          next to the source tree)\n"
                "  KVS_VULKAN_VALIDATION   1: run Vulkan with the validation layer, messages become errors\n"
                "  VK_DRIVER_FILES         pick a Vulkan driver (e.g. lavapipe's lvp_icd.x86_64.json)\n"
-               "  POCL_CACHE_DIR          writable kernel cache directory for PoCL (OpenCL on CPU)\n");
+               "  POCL_CACHE_DIR          writable kernel cache directory for PoCL (OpenCL on CPU)\n"
+               "  KVS_VARIANT             force kernel variants, e.g. attention:avx512-vnni,matmul:portable (an\n"
+               "                          op named once; see `kvsieve devices` and README \"Picking a backend\")\n"
+               "  OPENBLAS_NUM_THREADS    1 under a tight address-space limit (ulimit -v), where OpenBLAS's own\n"
+               "                          threads can hang at exit\n");
 }
 
 int main(int argc, char **argv) {

@@ -53,7 +53,7 @@ typedef struct policy_opts {
     {"scope", 0, CLI_STRING, &(po).scope, "S", "budget scope: head, layer (pooled over heads), global (default head)"}, \
     {"sink", 0, CLI_INT, &(po).sink, "N", "streaming: sink tokens always kept (default 4)"},                       \
     {"window", 0, CLI_INT64, &(po).window, "N", "h2o recent / snapkv observation window (default: policy's); with --cache elastic: masked positions queried per step (default 16)"},     \
-    {"buffer", 0, CLI_INT64, &(po).buffer, "N", "tokens above the budget before evicting (default: budget/8, 1..128)"}, \
+    {"buffer", 0, CLI_INT64, &(po).buffer, "N", "tokens above the budget before evicting, >= 1 (default: budget/8 clamped to 1..128; as large as the sequence: never evicts)"}, \
     POLICY_MODE_OPTS(po)
 
 /* 1 when name is a learned policy kind (retention, indexer, rl). */
