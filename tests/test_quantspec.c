@@ -11,7 +11,10 @@
  *    with qh8 V): with k_lo/v_lo against float64 attention over the reference 8-bit values (and the
  *    key mass of all rows and the probabilities of a probe row against float64), without them (the
  *    draft) against float64 attention over the reference 4-bit view, under every attention variant
- *    of the backend, causal, GQA, n_kv across a tile edge (normalised MSE <= 1e-7, the f32 budget);
+ *    of the backend, causal, GQA, n_kv across a tile edge (normalised MSE <= 1e-7, the f32 budget;
+ *    under the CPU's 8-bit variants, which read qh8 / q4_1 through 8-bit query codes and weights,
+ *    2e-4 and the key mass and probabilities within their bound (e^(2E) - 1) p, E the logit
+ *    bound of backends/cpu/attention_q8.h; the exact bounds are checked by ops-attention-kvq);
  *  - refusals: head_dim 8 (stories260K) KVS_ERR_DTYPE; a k_lo with a k that is not q4_1;
  *    draft with a non-qh8 cache, a policy, or out of range;
  *  - rollback: a cache that took rows and then lost some by kvs_cache_truncate is byte for byte
@@ -270,6 +273,24 @@ START_TEST(test_attention) {
         kvs_tensor_upload(prow, &last, 0, 4);
         kvs_tensor_upload(q, qh, 0, (size_t)(nq * nh * d) * 4);
         float *kmh = malloc((size_t)(H * cap) * 4), *prh = malloc((size_t)(nh * cap) * 4);
+        /* the logit bound of 8-bit query codes (backends/cpu/attention_q8.h): E = scale sum_b dq_b
+         * (1/2 + 2^-15) sum_{i in b} |k_i|, dq_b = amax_b / 127 of the query's block, max over
+         * rows and keys of the 8-bit values */
+        double Emax = 0.0;
+        for (int64_t i = 0; i < nq * nh; i++)
+            for (int64_t j = 0; j < n_kv; j++) {
+                const int64_t h = (i % nh) / G;
+                double e = 0.0;
+                for (int64_t b = 0; b < d / 32; b++) {
+                    double amax = 0.0, sk = 0.0;
+                    for (int64_t t = 0; t < 32; t++) {
+                        amax = fmax(amax, fabs((double)qh[i * d + b * 32 + t]));
+                        sk += fabs(k8[(h * cap + j) * d + b * 32 + t]);
+                    }
+                    e += amax / 127.0 * (0.5 + 0x1p-15) * sk;
+                }
+                Emax = fmax(Emax, e / sqrt((double)d));
+            }
         const int nv = kvs_device_variant_count(dev, "attention");
         for (int vi = -1; vi < nv; vi++) {
             char spec[64] = "attention:auto";
@@ -299,27 +320,30 @@ START_TEST(test_attention) {
                     num += (oh[e] - r[e]) * (oh[e] - r[e]);
                     den += r[e] * r[e];
                 }
-                /* the CPU's 8-bit variants take 8-bit softmax weights against a q8_0 / q4_0 V
-                 * (backends/cpu/attention_q8.h; their bound is checked by ops-attention-kvq): measured
-                 * nmse 3e-5 on the qh8 / q8_0 shape here */
-                const int w8 = (strstr(spec, "avx512-vnni") || strstr(spec, "avx2-q8")) &&
-                               (sh[si].tv == KVS_Q8_0 || sh[si].tv == KVS_Q4_0);
-                ck_assert_msg(num <= (w8 ? 2e-4 : 1e-7) * den, "%s nq %lld nh %lld H %lld d %lld n_kv %lld %s: nmse %g", spec, (long long)nq,
+                /* the CPU's 8-bit variants take 8-bit softmax weights against a q8_0 / q4_0 / qh8 /
+                 * q4_1 V (the view) and 8-bit query codes against such a K (backends/cpu/
+                 * attention_q8.h; their bounds are checked by ops-attention-kvq): measured nmse
+                 * 3e-6 .. 3e-5 on these shapes */
+                const int q8var = strstr(spec, "avx512-vnni") || strstr(spec, "avx2-q8");
+                const int w8 = q8var && sh[si].tv != KVS_F16, k8v = q8var && sh[si].tk != KVS_F16;
+                ck_assert_msg(num <= (w8 || k8v ? 2e-4 : 1e-7) * den, "%s nq %lld nh %lld H %lld d %lld n_kv %lld %s: nmse %g", spec, (long long)nq,
                               (long long)nh, (long long)H, (long long)d, (long long)n_kv, full ? "8-bit" : "4-bit view",
                               num / den);
                 if (!full) continue;
+                /* probabilities: within (e^(2E) - 1) p under 8-bit query codes (attention_q8.h) */
+                const double ptol = k8v ? exp(2.0 * Emax) - 1.0 : 1e-4;
                 kvs_tensor_download(kmt, kmh, 0, (size_t)(H * cap) * 4);
                 kvs_tensor_download(prt, prh, 0, (size_t)(nh * cap) * 4);
                 for (int64_t h = 0; h < H; h++)
                     for (int64_t j = 0; j < n_kv; j++) {
                         const double ref = km[h * cap + j], got = kmh[h * cap + j];
-                        ck_assert_msg(fabs(got - ref) <= 1e-6 + 1e-4 * ref, "%s shape %zu key mass [%lld][%lld] %g vs %g", spec,
+                        ck_assert_msg(fabs(got - ref) <= 1e-6 + ptol * ref, "%s shape %zu key mass [%lld][%lld] %g vs %g", spec,
                                       si, (long long)h, (long long)j, got, ref);
                     }
                 for (int64_t g = 0; g < nh; g++)
                     for (int64_t j = 0; j < cap; j++) {
                         const double ref = j < n_kv ? P8[((nq - 1) * nh + g) * n_kv + j] : 0.0, got = prh[g * cap + j];
-                        ck_assert_msg(fabs(got - ref) <= 1e-6 + 1e-4 * ref, "%s shape %zu probs [%lld][%lld] %g vs %g", spec, si,
+                        ck_assert_msg(fabs(got - ref) <= 1e-6 + ptol * ref, "%s shape %zu probs [%lld][%lld] %g vs %g", spec, si,
                                       (long long)g, (long long)j, got, ref);
                     }
             }

@@ -619,3 +619,135 @@ static int aq8_pv(kvs_dtype dt, const void *V_, int64_t rb, const float *P, int6
     }
     return 1;
 }
+
+/* ---- qh8 (the 8-bit read of QuantSpec's hierarchical cache) and q4_1 (its 4-bit view) ---------
+ * (contract and error bounds: ../attention_q8.h, "qh8 and q4_1".) Each tile is first repacked into
+ * the blocks the kernels above read, in the caller's scratch (L1/L2-resident: 256 keys x 4 blocks
+ * of 34 bytes at head_dim 128), with the per-(block, key) constant cst that the repacked value
+ * leaves out:
+ *   qh8:  x8 = m + (d/16)(u - 7.5) = (d/16) x + cst, x = u - 128 (a q8_0 code: u XOR 0x80),
+ *         cst = m + 120.5 d/16; the q8_0 block keeps qh8's f16 d (16 times the step), so Q.K^T
+ *         runs with scale / 16 and P.V on 16 O (both exact powers of two);
+ *   q4_1: x = d c + m = d (c - 8) + cst, the nibbles c unchanged (a q4_0 block), cst = m + 8 d.
+ * The constant's share is added in f32: S[r][j] += scale sum_b cst_jb dq_rb sum_{i in b} qq_ri
+ * (the query codes' block sums) and O[r][b*32 + t] += sum_j P[r][j] cst_jb. */
+
+/* Repacks the n rows (n <= AQ8_PV_MAXN) of a qh8 tile (lo != NULL: upper q4_1 plane at K, row
+ * stride rb, lower plane at lo, row stride nb * 16) or of a q4_1 tile (lo NULL) into q8_0 / q4_0
+ * rows at dst (row stride nb * 34 / nb * 18) and cst[b * AQ8_PV_MAXN + j] (f32; keys n .. n + 7
+ * set to 0). */
+static void aq8h_repack(const uint8_t *K, const uint8_t *lo, int64_t rb, int64_t n, int64_t nb, uint8_t *dst,
+                        float *cst) {
+    const int h8 = lo != NULL;
+    const int64_t ob = h8 ? 34 : 18, orb = nb * ob;
+    uint16_t dh[AQ8_PV_MAXD / 32][AQ8_PV_MAXN + 8], mh[AQ8_PV_MAXD / 32][AQ8_PV_MAXN + 8];
+    const __m128i m4 = _mm_set1_epi8(15), x80 = _mm_set1_epi8((char)0x80);
+    for (int64_t j = 0; j < n; j++) {
+        const uint8_t *k = K + j * rb, *l = h8 ? lo + j * nb * 16 : NULL;
+        uint8_t *o = dst + j * orb;
+        for (int64_t b = 0; b < nb; b++, k += 20, o += ob) {
+            memcpy(&dh[b][j], k, 2);
+            memcpy(&mh[b][j], k + 2, 2);
+            memcpy(o, k, 2); /* the f16 d */
+            const __m128i hi = _mm_loadu_si128((const __m128i *)(k + 4));
+            if (h8) {
+                const __m128i lv = _mm_loadu_si128((const __m128i *)(l + 16 * b));
+                /* u(i) = 16 hi(i) + lo(i): values 0..15 from the low nibbles, 16..31 from the high ones */
+                const __m128i u0 = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(hi, m4), 4), _mm_and_si128(lv, m4));
+                const __m128i u1 = _mm_or_si128(_mm_andnot_si128(m4, hi), _mm_and_si128(_mm_srli_epi16(lv, 4), m4));
+                _mm_storeu_si128((__m128i *)(o + 2), _mm_xor_si128(u0, x80));
+                _mm_storeu_si128((__m128i *)(o + 18), _mm_xor_si128(u1, x80));
+            } else {
+                _mm_storeu_si128((__m128i *)(o + 2), hi);
+            }
+        }
+    }
+    const __m256 cd = _mm256_set1_ps(h8 ? 7.53125f : 8.0f); /* 120.5 / 16, 8 */
+    for (int64_t b = 0; b < nb; b++) {
+        for (int64_t j = n; j < ((n + 7) & ~(int64_t)7); j++) dh[b][j] = mh[b][j] = 0;
+        for (int64_t j = 0; j < n; j += 8) {
+            const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)&dh[b][j]));
+            const __m256 mv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)&mh[b][j]));
+            _mm256_storeu_ps(cst + b * AQ8_PV_MAXN + j, _mm256_add_ps(mv, _mm256_mul_ps(cd, dv)));
+        }
+    }
+}
+
+/* The scratch a qh8 / q4_1 tile of nb blocks a row takes (bytes): the repacked rows (up to
+ * AQ8_PV_MAXN), then cst [nb][AQ8_PV_MAXN]: 256 x 38 nb bytes, within 256 x head_dim floats. */
+#define AQ8H_CST_OFF(nb) (AQ8_PV_MAXN * (nb) * 34)
+#define AQ8H_SCRATCH(nb) (AQ8H_CST_OFF(nb) + (nb) * AQ8_PV_MAXN * 4)
+
+/* Q.K^T over a qh8 (K_lo given) or q4_1 K: the repacked tile through aq8_qk, then the constants. */
+static int aq8h_qk(kvs_dtype dt, const void *K, const void *K_lo, int64_t rb, const kvs_att_q8 *Q, int64_t M, int64_t n,
+                   float scale, float *S, int64_t lds, void *scratch) {
+    const int64_t d = Q->d, nb = d / 32;
+    if (dt != KVS_Q4_1 || d > AQ8_PV_MAXD || d % 32 || n > AQ8_PV_MAXN || n <= 0) return 0;
+    const int h8 = K_lo != NULL;
+    uint8_t *rp = scratch;
+    float *cst = (float *)(void *)(rp + AQ8H_CST_OFF(nb));
+    aq8h_repack(K, K_lo, rb, n, nb, rp, cst);
+    if (!aq8_qk(h8 ? KVS_Q8_0 : KVS_Q4_0, rp, nb * (h8 ? 34 : 18), Q, M, n, h8 ? scale * 0.0625f : scale, S, lds)) return 0;
+    for (int64_t r = 0; r < M; r++) {
+        __m256 t[AQ8_PV_MAXD / 32];
+        float ts[AQ8_PV_MAXD / 32];
+        for (int64_t b = 0; b < nb; b++) { /* scale dq_rb sum_i qq_ri */
+            const __m256i qv = _mm256_loadu_si256((const __m256i *)(Q->q + r * d + b * 32));
+            const __m256i s16 = _mm256_maddubs_epi16(_mm256_set1_epi8(1), qv);
+            __m256i s32 = _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
+            __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s32), _mm256_extracti128_si256(s32, 1));
+            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+            ts[b] = scale * (Q->dq[r * nb + b] * (float)_mm_cvtsi128_si32(s4));
+            t[b] = _mm256_set1_ps(ts[b]);
+        }
+        float *s = S + r * lds;
+        int64_t j = 0;
+        for (; j + 8 <= n; j += 8) {
+            __m256 a = _mm256_loadu_ps(s + j);
+            for (int64_t b = 0; b < nb; b++) a = _mm256_fmadd_ps(_mm256_loadu_ps(cst + b * AQ8_PV_MAXN + j), t[b], a);
+            _mm256_storeu_ps(s + j, a);
+        }
+        for (; j < n; j++) {
+            float a = s[j];
+            for (int64_t b = 0; b < nb; b++) a = fmaf(cst[b * AQ8_PV_MAXN + j], ts[b], a);
+            s[j] = a;
+        }
+    }
+    return 1;
+}
+
+/* O += P.V over a qh8 (V_lo given) or q4_1 V: the repacked tile through pv (the ISA's q8_0 / q4_0
+ * P.V with its f32 fallback), then the constants. 0 (nothing done) for other types and sizes. */
+static int aq8h_pv(kvs_dtype dt, const void *V, const void *V_lo, int64_t rb, const float *P, int64_t ldp, int64_t M,
+                   int64_t n, int64_t d, float *O, void *scratch,
+                   int (*pv)(kvs_dtype, const void *, int64_t, const float *, int64_t, int64_t, int64_t, int64_t, float *)) {
+    const int64_t nb = d / 32;
+    if (dt != KVS_Q4_1 || d > AQ8_PV_MAXD || d % 32 || n > AQ8_PV_MAXN || n <= 0) return 0;
+    const int h8 = V_lo != NULL;
+    uint8_t *rp = scratch;
+    float *cst = (float *)(void *)(rp + AQ8H_CST_OFF(nb));
+    aq8h_repack(V, V_lo, rb, n, nb, rp, cst);
+    const __m256 x16 = _mm256_set1_ps(16.0f), i16 = _mm256_set1_ps(0.0625f);
+    if (h8) /* the kernel multiplies by the q8_0 block's d = 16 steps: O scaled by 16 around it (exact) */
+        for (int64_t e = 0; e < M * d; e += 8) _mm256_storeu_ps(O + e, _mm256_mul_ps(_mm256_loadu_ps(O + e), x16));
+    const int ok = pv(h8 ? KVS_Q8_0 : KVS_Q4_0, rp, nb * (h8 ? 34 : 18), P, ldp, M, n, d, O);
+    if (h8)
+        for (int64_t e = 0; e < M * d; e += 8) _mm256_storeu_ps(O + e, _mm256_mul_ps(_mm256_loadu_ps(O + e), i16));
+    if (!ok) return 0; /* (not reached: pv takes every tile of these sizes) */
+    for (int64_t r = 0; r < M; r++) {
+        const float *p = P + r * ldp;
+        for (int64_t b = 0; b < nb; b++) { /* sum_j P[r][j] cst_jb, added to the block's 32 columns */
+            const float *cb = cst + b * AQ8_PV_MAXN;
+            __m256 a = _mm256_setzero_ps();
+            int64_t j = 0;
+            for (; j + 8 <= n; j += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(p + j), _mm256_loadu_ps(cb + j), a);
+            float sc = aq8_hsum(a);
+            for (; j < n; j++) sc = fmaf(p[j], cb[j], sc);
+            const __m256 sv = _mm256_set1_ps(sc);
+            float *o = O + r * d + b * 32;
+            for (int u = 0; u < 4; u++) _mm256_storeu_ps(o + 8 * u, _mm256_add_ps(_mm256_loadu_ps(o + 8 * u), sv));
+        }
+    }
+    return 1;
+}
