@@ -28,7 +28,9 @@
  *    verify of 9 rows, past the 4-row GEMV: the GEMM path), a draft of 8 under every CPU attention
  *    variant, 3 and 8 under the portable matmul; on OpenCL and Vulkan drafts of 1, 3 and 8 and a
  *    draft of 8 under each of their attention variants; a sampling run; the draft pass really reads
- *    the 4-bit view (its logits differ from the 8-bit pass's); the refusals.
+ *    the 4-bit view (its logits differ from the 8-bit pass's); the refusals; kvs_generate_ar_continue
+ *    after a 300-token context, also under the CPU's 8-bit attention variant (drafts 3, 1, 8 give
+ *    that variant's plain tokens).
  * Every case but the CPU-only format check and the CPU's 4-row bit-identity runs on each backend
  * (quantspec-cpu, -opencl, -vulkan): on OpenCL and Vulkan the cache's rows are coded on the device
  * (kvs_scatter_qh8) and must equal kvs_qh8_encode_row's bytes (test_encode, and every row of the
@@ -972,6 +974,30 @@ START_TEST(test_continue) {
             drafted += st.spec_drafted, accepted += st.spec_accepted;
         } else ck_assert_int_eq(st.spec_verify_steps, 0);
     }
+    /* the CPU's 8-bit attention variant (avx512-vnni, else avx2-q8: qh8 and the q4_1 view read on 8-bit
+     * query codes and weights, backends/cpu/attention_q8.h): greedy speculative (draft 3, 1, 8) gives
+     * the plain tokens of the same variant, over the 300-token context (two key tiles) */
+    if (cpu && (kvs_device_set_variants(dev, "attention:avx512-vnni") == KVS_OK ||
+                kvs_device_set_variants(dev, "attention:avx2-q8") == KVS_OK)) {
+        int32_t plain8[24];
+        const int d8[4] = {0, 3, 1, 8};
+        for (int di = 0; di < 4; di++) {
+            ap.draft = d8[di];
+            ap.max_new = M - 1;
+            kvs_gen_stats st;
+            ck_assert_int_eq(kvs_cache_truncate(c, C), KVS_OK);
+            ck_assert_msg(kvs_generate_ar_continue(m, c, ref[0], &ap, NULL, NULL, di ? tok : plain8, &n, &st) == KVS_OK, "%s",
+                          kvs_last_error());
+            ck_assert_int_eq(n, M - 1);
+            if (!di) continue;
+            int same = 0;
+            while (same < M - 1 && tok[same] == plain8[same]) same++;
+            ck_assert_msg(same == M - 1, "8-bit attention variant, draft %d: tokens differ from plain decoding's at %d", d8[di], same);
+            drafted += st.spec_drafted, accepted += st.spec_accepted;
+        }
+        kvs_device_set_variants(dev, "attention:auto");
+    }
+    kvs_clear_error();
     printf("# continue after %lld tokens: %lld of %lld drafted tokens accepted\n", (long long)C, (long long)accepted,
            (long long)drafted);
     /* refusals */
