@@ -13,10 +13,12 @@
  *    then f32 arithmetic, so the tolerances are the f32 ones of the attention suite (nmse 1e-6;
  *    row_max within 1e-5 of the logit bound). Rows past the written ones hold the harness's poison
  *    bytes (NaN scales) and must not reach any output.
+ *  - QuantSpec's qh8 (k_lo / v_lo) beside other types on every shape (test_attention_kvq_qh8), and on
+ *    the CPU the output of a query row bit for bit the same in a 1-row and a 4-row call (qh8, q4_1);
  *  - refusals: a K of a block type the cache does not take (q4_k), a scatter from f16 into q8_0.
  * The suite's ops are attention and scatter, so test_ops sweeps every attention variant (CPU:
  * portable, avx2, avx512, with and without split keys, and avx512-vnni / avx2-q8, whose 8-bit query
- * codes for a q8_0 / q4_0 K are checked against their derived bound instead: q8_check; OpenCL: attn_main, attn_dec, attn_main with
+ * codes for a q8_0 / q4_0 / q4_1 / qh8 K or V are checked against their derived bound instead: q8_check; OpenCL: attn_main, attn_dec, attn_main with
  * 4 key splits; Vulkan: single pass, 4 key splits). OpenCL reads and writes every pair (attention.cl
  * / rows.cl through qblocks.cl) and so does Vulkan (scatter_cvt.comp, attn.comp / attn_stats.comp
  * through quant.glsl); GPU backends run the subset kvq_selected names. A backend without a type
@@ -592,6 +594,49 @@ START_TEST(test_attention_kvq_qh8) {
 }
 END_TEST
 
+/* A verify step packs 4 query rows of G heads where a decode step packs one: each row's output must not
+ * depend on how many rows share the call (QuantSpec's greedy equality for drafts up to 3 rests on
+ * it; the 8-bit variants take other qh8 P.V paths past 4 packed rows). CPU (the GPU kernels make no
+ * such promise): 4 copies of one query row against qh8/qh8 and q4_1/q4_1, G = 4, 300 keys (a full
+ * tile and 44 keys), head_dim 64, bit for bit the one-row call's output. */
+START_TEST(test_attention_kvq_rows_independent) {
+    t_begin("attention_kvq_rows_independent");
+    if (t_params.backend != KVS_BACKEND_CPU) {
+        t_end();
+        return;
+    }
+    const int64_t d = 64, Hkv = 2, G = 4, H = Hkv * G, cap = 300;
+    for (int h8 = 0; h8 < 2; h8++) {
+        t_case("attention-kvq rows independent: %s, 1 vs 4 identical query rows", h8 ? "qh8/qh8" : "q4_1/q4_1");
+        float *q = t_alloc(4 * (size_t)(4 * H * d)), *k = t_alloc(4 * (size_t)(Hkv * cap * d)), *v = t_alloc(4 * (size_t)(Hkv * cap * d));
+        t_fill_normal(q, H * d, 1.0);
+        for (int r = 1; r < 4; r++) memcpy(q + r * H * d, q, 4 * (size_t)(H * d));
+        t_fill_normal(k, Hkv * cap * d, 1.0);
+        t_fill_normal(v, Hkv * cap * d, 1.0);
+        double *kd = NULL, *vd = NULL;
+        tt *klo = NULL, *vlo = NULL;
+        tt *kt = h8 ? store_qh8(k, Hkv, cap, d, cap, &kd, &klo) : store(KVS_Q4_1, k, Hkv, cap, d, cap, &kd);
+        if (!kt) return;
+        tt *vt = h8 ? store_qh8(v, Hkv, cap, d, cap, &vd, &vlo) : store(KVS_Q4_1, v, Hkv, cap, d, cap, &vd);
+        if (!vt) return;
+        tt *q1 = t_new3(KVS_F32, d, H, 1), *q4 = t_new3(KVS_F32, d, H, 4), *o1 = t_new3(KVS_F32, d, H, 1), *o4 = t_new3(KVS_F32, d, H, 4);
+        t_upload_f32(q1, q);
+        t_upload_f32(q4, q);
+        kvs_attention_params p = kvs_attention_params_default();
+        if (klo) p.k_lo = klo->t;
+        if (vlo) p.v_lo = vlo->t;
+        if (t_op(kvs_attention(t_dev(), q1->t, kt->t, vt->t, o1->t, &p))) return;
+        if (t_op(kvs_attention(t_dev(), q4->t, kt->t, vt->t, o4->t, &p))) return;
+        float *a = t_alloc(4 * (size_t)(H * d)), *b = t_alloc(4 * (size_t)(4 * H * d));
+        t_download(o1, a);
+        t_download(o4, b);
+        for (int r = 0; r < 4; r++)
+            T_ASSERT(memcmp(a, b + r * H * d, 4 * (size_t)(H * d)) == 0, "row %d of the 4-row call differs from the one-row call", r);
+    }
+    t_end();
+}
+END_TEST
+
 static void kvq_seq_run(int ci) {
     if (kvq_selected(ci, 1) && kvq_q8_pair(ci)) kvq_run(ci);
 }
@@ -605,6 +650,7 @@ Suite *suite_attention_kvq(void) {
     tcase_add_test(tc, test_attention_kvq_refusals);
     tcase_add_test(tc, test_attention_kvq_nonfinite);
     tcase_add_loop_test(tc, test_attention_kvq_qh8, 0, N_SHAPES * N_QH8P);
+    tcase_add_test(tc, test_attention_kvq_rows_independent);
     suite_add_tcase(s, tc);
     tc = tcase_create("sequence");
     tcase_add_test(tc, test_attention_kvq_sequence);

@@ -672,7 +672,7 @@ static void aq8h_repack(const uint8_t *K, const uint8_t *lo, int64_t rb, int64_t
         for (int64_t j = 0; j < n; j += 8) {
             const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)&dh[b][j]));
             const __m256 mv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)&mh[b][j]));
-            _mm256_storeu_ps(cst + b * AQ8_PV_MAXN + j, _mm256_add_ps(mv, _mm256_mul_ps(cd, dv)));
+            _mm256_storeu_ps(cst + b * AQ8_PV_MAXN + j, _mm256_fmadd_ps(cd, dv, mv)); /* as aq8h_pv_inplace: the same bits */
         }
     }
 }
