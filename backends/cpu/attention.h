@@ -96,8 +96,9 @@ typedef struct att_ctx {
     int32_t q8off;
     int (*qpv8)(kvs_dtype dt, const void *V, int64_t rb, const float *P, int64_t ldp, int64_t M, int64_t n, int64_t d,
                 float *O); /* -vnni: P . block V with the scales folded into P (attention_q8.h), or NULL */
-    /* -vnni / -q8 over a qh8 (k_lo / v_lo given) or q4_1 K / V: the tile repacked into q8_0 / q4_0
-     * blocks in the work's Kc / Vc buffer, plus per-key constants (attention_q8.h), or NULL */
+    /* -vnni / -q8 over a qh8 (k_lo / v_lo given) or q4_1 K / V: 8-bit query codes / weights on the
+     * codes read in place or repacked into q8_0 / q4_0 blocks in the work's Kc / Vc buffer (the
+     * scratch argument), plus per-key constants (attention_q8.h, "qh8 and q4_1"), or NULL */
     int (*qqk8h)(kvs_dtype dt, const void *K, const void *K_lo, int64_t rb, const kvs_att_q8 *Q, int64_t M, int64_t n,
                  float scale, float *S, int64_t lds, void *scratch);
     int (*qpv8h)(kvs_dtype dt, const void *V, const void *V_lo, int64_t rb, const float *P, int64_t ldp, int64_t M,

@@ -245,8 +245,9 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
             c.qqk8 = vnni ? kvs_cpu_att_qk_q8_vnni : kvs_cpu_att_qk_q8_avx2;
         if ((variant & KVS_CPU_V_Q8) && (c.v_dt == KVS_Q8_0 || c.v_dt == KVS_Q4_0) && !c.v_lo)
             c.qpv8 = vnni ? kvs_cpu_att_pv_q8_vnni : kvs_cpu_att_pv_q8_avx2;
-        /* qh8 (k_lo / v_lo) and q4_1 (the draft's 4-bit view): repacked per tile into the q8_0 / q4_0
-         * kernels' blocks (attention_q8.h, "qh8 and q4_1"); head_dim <= 256 */
+        /* qh8 (k_lo / v_lo) and q4_1 (the draft's 4-bit view): the same 8-bit schemes, read in place
+         * or repacked per tile into the q8_0 / q4_0 kernels' blocks (attention_q8.h, "qh8 and q4_1");
+         * head_dim <= 256 */
         if ((variant & KVS_CPU_V_Q8) && c.k_dt == KVS_Q4_1 && d <= 256) {
             c.qqk8h = vnni ? kvs_cpu_att_qk_qh8_vnni : kvs_cpu_att_qk_qh8_avx2;
             c.q8off = kvs_cpu_att_q8_offset(c.k_lo ? KVS_Q8_0 : KVS_Q4_0, vnni);
