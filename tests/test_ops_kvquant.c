@@ -13,10 +13,12 @@
  *    then f32 arithmetic, so the tolerances are the f32 ones of the attention suite (nmse 1e-6;
  *    row_max within 1e-5 of the logit bound). Rows past the written ones hold the harness's poison
  *    bytes (NaN scales) and must not reach any output.
+ *  - QuantSpec's qh8 (k_lo / v_lo) beside other types on every shape (test_attention_kvq_qh8), and on
+ *    the CPU the output of a query row bit for bit the same in a 1-row and a 4-row call (qh8, q4_1);
  *  - refusals: a K of a block type the cache does not take (q4_k), a scatter from f16 into q8_0.
  * The suite's ops are attention and scatter, so test_ops sweeps every attention variant (CPU:
  * portable, avx2, avx512, with and without split keys, and avx512-vnni / avx2-q8, whose 8-bit query
- * codes for a q8_0 / q4_0 K are checked against their derived bound instead: q8_check; OpenCL: attn_main, attn_dec, attn_main with
+ * codes for a q8_0 / q4_0 / q4_1 / qh8 K or V are checked against their derived bound instead: q8_check; OpenCL: attn_main, attn_dec, attn_main with
  * 4 key splits; Vulkan: single pass, 4 key splits). OpenCL reads and writes every pair (attention.cl
  * / rows.cl through qblocks.cl) and so does Vulkan (scatter_cvt.comp, attn.comp / attn_stats.comp
  * through quant.glsl); GPU backends run the subset kvq_selected names. A backend without a type
@@ -167,16 +169,22 @@ static int q8_variant(void) {
     return strstr(t_variant, "attention:avx512-vnni") != NULL || strstr(t_variant, "attention:avx2-q8") != NULL;
 }
 
+/* The types those variants read on 8-bit codes: q8_0, q4_0, q4_1 and qh8 (KVS_QH8 here: the q4_1
+ * upper plane with k_lo / v_lo) */
+static int q8_type(kvs_dtype t) {
+    return t == KVS_Q8_0 || t == KVS_Q4_0 || t == KVS_Q4_1 || t == KVS_QH8;
+}
+
 static int q8_applies(kvs_dtype kt, kvs_dtype vt) {
     if (t_params.backend != KVS_BACKEND_CPU || !q8_variant()) return 0;
-    return kt == KVS_Q8_0 || kt == KVS_Q4_0 || vt == KVS_Q8_0 || vt == KVS_Q4_0;
+    return q8_type(kt) || q8_type(vt);
 }
 
 static void q8_check(const ref_attn *r, kvs_dtype kt, kvs_dtype vt, const float *q, const double *kd, const double *vd,
                      const tt *vraw, tt *ot, tt *rmt, tt *rst, tt *amt, tt *pbt, tt *kmt, const unsigned char *km_before) {
     const int64_t nq = r->n_q, H = r->n_heads, Hkv = r->n_kv_heads, d = r->head_dim, cap = r->capacity, nkv = r->n_kv;
     const int64_t G = H / Hkv, nb = d / 32, dv = r->head_dim_v ? r->head_dim_v : d, nbv = dv / 32;
-    const int kq = kt == KVS_Q8_0 || kt == KVS_Q4_0, vq = vt == KVS_Q8_0 || vt == KVS_Q4_0;
+    const int kq = q8_type(kt), vq = q8_type(vt);
     double *E = t_alloc(sizeof(double) * (size_t)(nq * H)), Emax = 0.0;
     for (int64_t i = 0; i < nq * H && kq; i++) {
         const int64_t h = (i % H) / G;
@@ -200,14 +208,21 @@ static void q8_check(const ref_attn *r, kvs_dtype kt, kvs_dtype vt, const float 
         Emax = fmax(Emax, E[i]);
     }
     T_ASSERT(Emax < 0.25, "logit bound %g: too loose to test anything", Emax);
-    /* the V side: |d_jb| of every (kv head, key, block), from the stored bytes */
-    double *dvb = t_alloc(sizeof(double) * (size_t)(Hkv * cap * nbv));
-    const double wmax = (vt == KVS_Q8_0 && strstr(t_variant, "attention:avx2-q8")) ? 127.0 : 255.0;
+    /* the V side, from the stored bytes: the repacked scale delta_jb (|d|; qh8 |d| / 16) and the
+     * constant cst_jb the 8-bit weights leave out (q4_1 m + 8 d, qh8 m + 120.5 d / 16, else 0) of
+     * every (kv head, key, block) */
+    double *dvb = t_alloc(sizeof(double) * (size_t)(Hkv * cap * nbv)), *cvb = t_alloc(sizeof(double) * (size_t)(Hkv * cap * nbv));
+    const double wmax = ((vt == KVS_Q8_0 || vt == KVS_QH8) && strstr(t_variant, "attention:avx2-q8")) ? 127.0 : 255.0;
     if (vq) {
-        const size_t bb = kvs_dtype_bytes(vt, 32);
+        const kvs_dtype st = vt == KVS_QH8 ? KVS_Q4_1 : vt;
+        const size_t bb = kvs_dtype_bytes(st, 32);
         const unsigned char *raw = vraw->shadow + vraw->guard;
-        for (int64_t x = 0; x < Hkv * cap * nbv; x++)
-            dvb[x] = fabs(ref_f16_to_f64((uint16_t)(raw[(size_t)x * bb] | raw[(size_t)x * bb + 1] << 8)));
+        for (int64_t x = 0; x < Hkv * cap * nbv; x++) {
+            const double dd = ref_f16_to_f64((uint16_t)(raw[(size_t)x * bb] | raw[(size_t)x * bb + 1] << 8));
+            const double mm = st == KVS_Q4_1 ? ref_f16_to_f64((uint16_t)(raw[(size_t)x * bb + 2] | raw[(size_t)x * bb + 3] << 8)) : 0.0;
+            dvb[x] = fabs(dd) / (vt == KVS_QH8 ? 16.0 : 1.0);
+            cvb[x] = vt == KVS_QH8 ? mm + 120.5 * dd / 16.0 : vt == KVS_Q4_1 ? mm + 8.0 * dd : 0.0;
+        }
     }
     double *B = t_alloc(sizeof(double) * (size_t)dv), *cs = t_alloc(sizeof(double) * (size_t)dv);
     const double mtol = 1e-5, ftol = 1e-5;
@@ -244,7 +259,7 @@ static void q8_check(const ref_attn *r, kvs_dtype kt, kvs_dtype vt, const float 
             for (int64_t t = 0; t < dv; t++) A[t] += pj * fabs(vd[(h * cap + j) * dv + t]);
         }
         for (int64_t t = 0; t < dv; t++) amax = fmax(amax, A[t]);
-        /* B_t: the 8-bit weights' share (V q8_0 / q4_0) */
+        /* B_t: the 8-bit weights' share (V q8_0 / q4_0 / q4_1 / qh8) */
         memset(B, 0, sizeof(double) * (size_t)dv);
         for (int64_t c0 = 0; c0 < nkv && vq; c0 += Q8_PV_CHUNK) {
             const int64_t c1 = c0 + Q8_PV_CHUNK < nkv ? c0 + Q8_PV_CHUNK : nkv;
@@ -255,7 +270,8 @@ static void q8_check(const ref_attn *r, kvs_dtype kt, kvs_dtype vt, const float 
                     const double lg = r->logits[i * nkv + j], dj = dvb[(h * cap + j) * nbv + b];
                     if (lg == -INFINITY || dj == 0.0) continue;
                     mx = fmax(mx, exp(lg - r->row_max[i]) / r->row_sum[i] * dj);
-                    for (int64_t t = 0; t < 32; t++) cs[t] += fabs(vd[(h * cap + j) * dv + b * 32 + t]) / dj;
+                    const double cj = cvb[(h * cap + j) * nbv + b];
+                    for (int64_t t = 0; t < 32; t++) cs[t] += fabs(vd[(h * cap + j) * dv + b * 32 + t] - cj) / dj;
                 }
                 for (int64_t t = 0; t < 32; t++) B[b * 32 + t] += exp(2.0 * E[i]) * (0.5 + 0x1p-14) / wmax * mx * cs[t];
             }
@@ -293,9 +309,39 @@ static void q8_check(const ref_attn *r, kvs_dtype kt, kvs_dtype vt, const float 
     }
 }
 
-static void kvq_run(int ci) {
-    const kvq_case *c = &shapes[ci / (N_TYPES * N_TYPES)];
-    const kvs_dtype kt_ = kv_types[(ci / N_TYPES) % N_TYPES], vt_ = kv_types[ci % N_TYPES];
+/* A qh8 K / V (QuantSpec's hierarchical cache, KVS_QH8 in these tests) of rows [0, n): the upper
+ * plane written by the converting scatter to q4_1 (store), the lower plane random nibbles (any
+ * lower nibbles make a valid qh8 block: x8 = x4 + (d / 16)(lo - 7.5), core/quant/quant_blocks.h),
+ * uploaded into a QH8_LO tensor (*lo; rows >= n keep the poison). *dec: the 8-bit values in float64. */
+static tt *store_qh8(const float *x, int64_t Hkv, int64_t cap, int64_t d, int64_t n, double **dec, tt **lo) {
+    double *d4 = NULL;
+    tt *hi = store(KVS_Q4_1, x, Hkv, cap, d, n, &d4);
+    if (!hi) return NULL;
+    tt *lt = t_new3(KVS_QH8_LO, d, cap, Hkv);
+    unsigned char *raw = t_alloc(lt->nbytes);
+    memcpy(raw, lt->shadow + lt->guard, lt->nbytes);
+    const size_t rbl = (size_t)d / 2, rbh = kvs_dtype_bytes(KVS_Q4_1, d);
+    const unsigned char *hr = hi->shadow + hi->guard;
+    double *d8 = t_alloc(sizeof(double) * (size_t)(Hkv * cap * d));
+    for (int64_t h = 0; h < Hkv; h++)
+        for (int64_t j = 0; j < n; j++) {
+            unsigned char *l = raw + (size_t)(h * cap + j) * rbl;
+            for (size_t e = 0; e < rbl; e++) l[e] = (unsigned char)t_rand_int(0, 255);
+            for (int64_t i = 0; i < d; i++) {
+                const unsigned char *blk = hr + (size_t)(h * cap + j) * rbh + (size_t)(i / 32) * 20;
+                const double s = ref_f16_to_f64((uint16_t)(blk[0] | blk[1] << 8)) / 16.0;
+                const int byte = l[(i / 32) * 16 + (i % 32) % 16], nib = i % 32 < 16 ? byte & 15 : byte >> 4;
+                d8[(h * cap + j) * d + i] = d4[(h * cap + j) * d + i] + s * ((double)nib - 7.5);
+            }
+        }
+    t_upload(lt, raw);
+    *lo = lt;
+    *dec = d8;
+    return hi;
+}
+
+/* One case: shape c, K type kt_, V type vt_ (KVS_QH8: store_qh8, read with k_lo / v_lo). */
+static void kvq_run_types(const kvq_case *c, kvs_dtype kt_, kvs_dtype vt_) {
     t_case("attention-kvq %s k=%s v=%s n_q=%d n_heads=%d n_kv_heads=%d head_dim=%d head_dim_v=%d capacity=%d n_kv=%d "
            "causal=%d kvlen=%d stats=all",
            c->name, kvs_dtype_name(kt_), kvs_dtype_name(vt_), c->n_q, c->H, c->Hkv, c->d, c->dv ? c->dv : c->d, c->cap,
@@ -308,9 +354,10 @@ static void kvq_run(int ci) {
     t_fill_normal(k, Hkv * cap * d, 1.0);
     t_fill_normal(v, Hkv * cap * dv, 1.0);
     double *kd = NULL, *vd = NULL;
-    tt *kt = store(kt_, k, Hkv, cap, d, nkv, &kd);
+    tt *klo = NULL, *vlo = NULL;
+    tt *kt = kt_ == KVS_QH8 ? store_qh8(k, Hkv, cap, d, nkv, &kd, &klo) : store(kt_, k, Hkv, cap, d, nkv, &kd);
     if (!kt) return;
-    tt *vt = store(vt_, v, Hkv, cap, dv, nkv, &vd);
+    tt *vt = vt_ == KVS_QH8 ? store_qh8(v, Hkv, cap, dv, nkv, &vd, &vlo) : store(vt_, v, Hkv, cap, dv, nkv, &vd);
     if (!vt) return;
     int32_t *kvlen = NULL;
     if (c->kvlen) {
@@ -338,6 +385,8 @@ static void kvq_run(int ci) {
         t_upload_i32(klt, kvlen);
         p.kv_len = klt->t;
     }
+    if (klo) p.k_lo = klo->t;
+    if (vlo) p.v_lo = vlo->t;
     p.stat_rows = srt->t;
     p.key_mass = kmt->t;
     p.probe_rows = prt->t;
@@ -374,6 +423,8 @@ static void kvq_run(int ci) {
         t_assert_unchanged(kt, "k");
         t_assert_unchanged(vt, "v");
         t_assert_unchanged(qt, "q");
+        if (klo) t_assert_unchanged(klo, "k_lo");
+        if (vlo) t_assert_unchanged(vlo, "v_lo");
         return;
     }
     const double tol = 1e-6, mtol = 1e-5;
@@ -437,6 +488,12 @@ static void kvq_run(int ci) {
     t_assert_unchanged(kt, "k");
     t_assert_unchanged(vt, "v");
     t_assert_unchanged(qt, "q");
+    if (klo) t_assert_unchanged(klo, "k_lo");
+    if (vlo) t_assert_unchanged(vlo, "v_lo");
+}
+
+static void kvq_run(int ci) {
+    kvq_run_types(&shapes[ci / (N_TYPES * N_TYPES)], kv_types[(ci / N_TYPES) % N_TYPES], kv_types[ci % N_TYPES]);
 }
 
 /* Under the 8-bit query variants only the pairs with a q8_0 / q4_0 K or V run (the other pairs take
@@ -444,7 +501,7 @@ static void kvq_run(int ci) {
 static int kvq_q8_pair(int ci) {
     if (!q8_variant()) return 1;
     const kvs_dtype k = kv_types[(ci / N_TYPES) % N_TYPES], v = kv_types[ci % N_TYPES];
-    return k == KVS_Q8_0 || k == KVS_Q4_0 || v == KVS_Q8_0 || v == KVS_Q4_0;
+    return q8_type(k) || q8_type(v);
 }
 
 START_TEST(test_attention_kvq) {
@@ -476,16 +533,16 @@ START_TEST(test_attention_kvq_refusals) {
 }
 END_TEST
 
-/* A q8_0 / q4_0 V with one non-finite block scale (NaN, inf) under every variant: the columns of that
+/* A q8_0 / q4_0 / q4_1 V with one non-finite block scale (NaN, inf) under every variant: the columns of that
  * block come out NaN or inf for every query head that sees the key (as in exact arithmetic: the key
  * has p > 0), the other columns finite (the 8-bit weights of the -vnni / -q8 variants hand such a
  * tile to their f32 kernel). 2 heads of G = 4, head_dim 64, 300 keys: the bad key in the second tile. */
 START_TEST(test_attention_kvq_nonfinite) {
     t_begin("attention_kvq_nonfinite");
     const int64_t d = 64, Hkv = 2, G = 4, H = Hkv * G, cap = 300, bad_j = 270, bad_b = 1;
-    for (int vi = 0; vi < 2; vi++)
+    for (int vi = 0; vi < 3; vi++)
         for (int nan = 0; nan < 2; nan++) {
-            const kvs_dtype vt_ = vi ? KVS_Q4_0 : KVS_Q8_0;
+            const kvs_dtype vt_ = vi == 2 ? KVS_Q4_1 : vi ? KVS_Q4_0 : KVS_Q8_0;
             t_case("attention-kvq non-finite V scale: v=%s %s at key %lld block %lld", kvs_dtype_name(vt_), nan ? "nan" : "inf",
                    (long long)bad_j, (long long)bad_b);
             float *q = t_alloc(4 * (size_t)(H * d)), *k = t_alloc(4 * (size_t)(Hkv * cap * d)), *v = t_alloc(4 * (size_t)(Hkv * cap * d));
@@ -575,6 +632,70 @@ START_TEST(test_scatter_nonfinite) {
 }
 END_TEST
 
+/* QuantSpec's qh8 (k_lo / v_lo: the verify's 8-bit read) beside other types, on every shape (odd
+ * sizes, GQA 1-4, 1 / 3 / 13 / 17 query rows as a verify step reads, ragged kv_len, capacities up to
+ * 2100), under every variant: against float64 attention over the 8-bit values at the f32 tolerances,
+ * under avx512-vnni / avx2-q8 (8-bit query codes and weights) inside q8_check's bound. The CPU runs
+ * every (shape, pair); the GPU backends pair p on shape p % 5. */
+static const kvs_dtype qh8_pairs[][2] = {{KVS_QH8, KVS_QH8}, {KVS_QH8, KVS_Q8_0}, {KVS_Q4_0, KVS_QH8},
+                                         {KVS_QH8, KVS_F16},  {KVS_F32, KVS_QH8},  {KVS_QH8, KVS_Q4_1}};
+#define N_QH8P ((int)(sizeof qh8_pairs / sizeof qh8_pairs[0]))
+
+START_TEST(test_attention_kvq_qh8) {
+    const int sh = _i / N_QH8P, pi = _i % N_QH8P;
+    if (t_params.backend != KVS_BACKEND_CPU && pi % N_SHAPES != sh) return;
+    char tname[96];
+    snprintf(tname, sizeof tname, "attention_kvq_qh8_%d", _i);
+    t_begin(tname);
+    kvq_run_types(&shapes[sh], qh8_pairs[pi][0], qh8_pairs[pi][1]);
+    t_end();
+}
+END_TEST
+
+/* A verify step packs 4 query rows of G heads where a decode step packs one: each row's output must not
+ * depend on how many rows share the call (QuantSpec's greedy equality for drafts up to 3 rests on
+ * it; the 8-bit variants take other qh8 P.V paths past 4 packed rows). CPU (the GPU kernels make no
+ * such promise, nor does the portable variant's cblas_sgemm over a tile): 4 copies of one query row
+ * against qh8/qh8 and q4_1/q4_1, G = 4, 300 keys (a full tile and 44 keys), head_dim 64, bit for bit
+ * the one-row call's output. */
+START_TEST(test_attention_kvq_rows_independent) {
+    t_begin("attention_kvq_rows_independent");
+    if (t_params.backend != KVS_BACKEND_CPU || strstr(t_variant, "portable")) {
+        t_end();
+        return;
+    }
+    const int64_t d = 64, Hkv = 2, G = 4, H = Hkv * G, cap = 300;
+    for (int h8 = 0; h8 < 2; h8++) {
+        t_case("attention-kvq rows independent: %s, 1 vs 4 identical query rows", h8 ? "qh8/qh8" : "q4_1/q4_1");
+        float *q = t_alloc(4 * (size_t)(4 * H * d)), *k = t_alloc(4 * (size_t)(Hkv * cap * d)), *v = t_alloc(4 * (size_t)(Hkv * cap * d));
+        t_fill_normal(q, H * d, 1.0);
+        for (int r = 1; r < 4; r++) memcpy(q + r * H * d, q, 4 * (size_t)(H * d));
+        t_fill_normal(k, Hkv * cap * d, 1.0);
+        t_fill_normal(v, Hkv * cap * d, 1.0);
+        double *kd = NULL, *vd = NULL;
+        tt *klo = NULL, *vlo = NULL;
+        tt *kt = h8 ? store_qh8(k, Hkv, cap, d, cap, &kd, &klo) : store(KVS_Q4_1, k, Hkv, cap, d, cap, &kd);
+        if (!kt) return;
+        tt *vt = h8 ? store_qh8(v, Hkv, cap, d, cap, &vd, &vlo) : store(KVS_Q4_1, v, Hkv, cap, d, cap, &vd);
+        if (!vt) return;
+        tt *q1 = t_new3(KVS_F32, d, H, 1), *q4 = t_new3(KVS_F32, d, H, 4), *o1 = t_new3(KVS_F32, d, H, 1), *o4 = t_new3(KVS_F32, d, H, 4);
+        t_upload_f32(q1, q);
+        t_upload_f32(q4, q);
+        kvs_attention_params p = kvs_attention_params_default();
+        if (klo) p.k_lo = klo->t;
+        if (vlo) p.v_lo = vlo->t;
+        if (t_op(kvs_attention(t_dev(), q1->t, kt->t, vt->t, o1->t, &p))) return;
+        if (t_op(kvs_attention(t_dev(), q4->t, kt->t, vt->t, o4->t, &p))) return;
+        float *a = t_alloc(4 * (size_t)(H * d)), *b = t_alloc(4 * (size_t)(4 * H * d));
+        t_download(o1, a);
+        t_download(o4, b);
+        for (int r = 0; r < 4; r++)
+            T_ASSERT(memcmp(a, b + r * H * d, 4 * (size_t)(H * d)) == 0, "row %d of the 4-row call differs from the one-row call", r);
+    }
+    t_end();
+}
+END_TEST
+
 static void kvq_seq_run(int ci) {
     if (kvq_selected(ci, 1) && kvq_q8_pair(ci)) kvq_run(ci);
 }
@@ -588,6 +709,8 @@ Suite *suite_attention_kvq(void) {
     tcase_add_test(tc, test_attention_kvq_refusals);
     tcase_add_test(tc, test_attention_kvq_nonfinite);
     tcase_add_test(tc, test_scatter_nonfinite);
+    tcase_add_loop_test(tc, test_attention_kvq_qh8, 0, N_SHAPES * N_QH8P);
+    tcase_add_test(tc, test_attention_kvq_rows_independent);
     suite_add_tcase(s, tc);
     tc = tcase_create("sequence");
     tcase_add_test(tc, test_attention_kvq_sequence);

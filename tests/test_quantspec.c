@@ -11,7 +11,10 @@
  *    with qh8 V): with k_lo/v_lo against float64 attention over the reference 8-bit values (and the
  *    key mass of all rows and the probabilities of a probe row against float64), without them (the
  *    draft) against float64 attention over the reference 4-bit view, under every attention variant
- *    of the backend, causal, GQA, n_kv across a tile edge (normalised MSE <= 1e-7, the f32 budget);
+ *    of the backend, causal, GQA, n_kv across a tile edge (normalised MSE <= 1e-7, the f32 budget;
+ *    under the CPU's 8-bit variants, which read qh8 / q4_1 through 8-bit query codes and weights,
+ *    2e-4 and the key mass and probabilities within their bound (e^(2E) - 1) p, E the logit
+ *    bound of backends/cpu/attention_q8.h; the exact bounds are checked by ops-attention-kvq);
  *  - refusals: head_dim 8 (stories260K) KVS_ERR_DTYPE; a k_lo with a k that is not q4_1;
  *    draft with a non-qh8 cache, a policy, or out of range;
  *  - rollback: a cache that took rows and then lost some by kvs_cache_truncate is byte for byte
@@ -25,7 +28,9 @@
  *    verify of 9 rows, past the 4-row GEMV: the GEMM path), a draft of 8 under every CPU attention
  *    variant, 3 and 8 under the portable matmul; on OpenCL and Vulkan drafts of 1, 3 and 8 and a
  *    draft of 8 under each of their attention variants; a sampling run; the draft pass really reads
- *    the 4-bit view (its logits differ from the 8-bit pass's); the refusals.
+ *    the 4-bit view (its logits differ from the 8-bit pass's); the refusals; kvs_generate_ar_continue
+ *    after a 300-token context, also under the CPU's 8-bit attention variant (drafts 3, 1, 8 give
+ *    that variant's plain tokens).
  * Every case but the CPU-only format check and the CPU's 4-row bit-identity runs on each backend
  * (quantspec-cpu, -opencl, -vulkan): on OpenCL and Vulkan the cache's rows are coded on the device
  * (kvs_scatter_qh8) and must equal kvs_qh8_encode_row's bytes (test_encode, and every row of the
@@ -270,6 +275,24 @@ START_TEST(test_attention) {
         kvs_tensor_upload(prow, &last, 0, 4);
         kvs_tensor_upload(q, qh, 0, (size_t)(nq * nh * d) * 4);
         float *kmh = malloc((size_t)(H * cap) * 4), *prh = malloc((size_t)(nh * cap) * 4);
+        /* the logit bound of 8-bit query codes (backends/cpu/attention_q8.h): E = scale sum_b dq_b
+         * (1/2 + 2^-15) sum_{i in b} |k_i|, dq_b = amax_b / 127 of the query's block, max over
+         * rows and keys of the 8-bit values */
+        double Emax = 0.0;
+        for (int64_t i = 0; i < nq * nh; i++)
+            for (int64_t j = 0; j < n_kv; j++) {
+                const int64_t h = (i % nh) / G;
+                double e = 0.0;
+                for (int64_t b = 0; b < d / 32; b++) {
+                    double amax = 0.0, sk = 0.0;
+                    for (int64_t t = 0; t < 32; t++) {
+                        amax = fmax(amax, fabs((double)qh[i * d + b * 32 + t]));
+                        sk += fabs(k8[(h * cap + j) * d + b * 32 + t]);
+                    }
+                    e += amax / 127.0 * (0.5 + 0x1p-15) * sk;
+                }
+                Emax = fmax(Emax, e / sqrt((double)d));
+            }
         const int nv = kvs_device_variant_count(dev, "attention");
         for (int vi = -1; vi < nv; vi++) {
             char spec[64] = "attention:auto";
@@ -299,27 +322,30 @@ START_TEST(test_attention) {
                     num += (oh[e] - r[e]) * (oh[e] - r[e]);
                     den += r[e] * r[e];
                 }
-                /* the CPU's 8-bit variants take 8-bit softmax weights against a q8_0 / q4_0 V
-                 * (backends/cpu/attention_q8.h; their bound is checked by ops-attention-kvq): measured
-                 * nmse 3e-5 on the qh8 / q8_0 shape here */
-                const int w8 = (strstr(spec, "avx512-vnni") || strstr(spec, "avx2-q8")) &&
-                               (sh[si].tv == KVS_Q8_0 || sh[si].tv == KVS_Q4_0);
-                ck_assert_msg(num <= (w8 ? 2e-4 : 1e-7) * den, "%s nq %lld nh %lld H %lld d %lld n_kv %lld %s: nmse %g", spec, (long long)nq,
+                /* the CPU's 8-bit variants take 8-bit softmax weights against a q8_0 / q4_0 / qh8 /
+                 * q4_1 V (the view) and 8-bit query codes against such a K (backends/cpu/
+                 * attention_q8.h; their bounds are checked by ops-attention-kvq): measured nmse
+                 * 3e-6 .. 3e-5 on these shapes */
+                const int q8var = strstr(spec, "avx512-vnni") || strstr(spec, "avx2-q8");
+                const int w8 = q8var && sh[si].tv != KVS_F16, k8v = q8var && sh[si].tk != KVS_F16;
+                ck_assert_msg(num <= (w8 || k8v ? 2e-4 : 1e-7) * den, "%s nq %lld nh %lld H %lld d %lld n_kv %lld %s: nmse %g", spec, (long long)nq,
                               (long long)nh, (long long)H, (long long)d, (long long)n_kv, full ? "8-bit" : "4-bit view",
                               num / den);
                 if (!full) continue;
+                /* probabilities: within (e^(2E) - 1) p under 8-bit query codes (attention_q8.h) */
+                const double ptol = k8v ? exp(2.0 * Emax) - 1.0 : 1e-4;
                 kvs_tensor_download(kmt, kmh, 0, (size_t)(H * cap) * 4);
                 kvs_tensor_download(prt, prh, 0, (size_t)(nh * cap) * 4);
                 for (int64_t h = 0; h < H; h++)
                     for (int64_t j = 0; j < n_kv; j++) {
                         const double ref = km[h * cap + j], got = kmh[h * cap + j];
-                        ck_assert_msg(fabs(got - ref) <= 1e-6 + 1e-4 * ref, "%s shape %zu key mass [%lld][%lld] %g vs %g", spec,
+                        ck_assert_msg(fabs(got - ref) <= 1e-6 + ptol * ref, "%s shape %zu key mass [%lld][%lld] %g vs %g", spec,
                                       si, (long long)h, (long long)j, got, ref);
                     }
                 for (int64_t g = 0; g < nh; g++)
                     for (int64_t j = 0; j < cap; j++) {
                         const double ref = j < n_kv ? P8[((nq - 1) * nh + g) * n_kv + j] : 0.0, got = prh[g * cap + j];
-                        ck_assert_msg(fabs(got - ref) <= 1e-6 + 1e-4 * ref, "%s shape %zu probs [%lld][%lld] %g vs %g", spec, si,
+                        ck_assert_msg(fabs(got - ref) <= 1e-6 + ptol * ref, "%s shape %zu probs [%lld][%lld] %g vs %g", spec, si,
                                       (long long)g, (long long)j, got, ref);
                     }
             }
@@ -827,7 +853,11 @@ START_TEST(test_greedy_equal) {
      * each row bit for bit as a one-row decode step does (more rows take the GEMM tiles, which round
      * differently, ~1e-6 of these logits: equal tokens then hold unless a near-tie flips). CPU only:
      * the GPU backends' GEMV widths and attention kernels make no such promise */
-    if (cpu) {
+    /* (also under the CPU's 8-bit attention variant, whose qh8 kernels take per-row paths too) */
+    for (int av = 0; cpu && av < 2; av++) {
+        if (av && kvs_device_set_variants(dev, "attention:avx512-vnni") != KVS_OK &&
+            kvs_device_set_variants(dev, "attention:avx2-q8") != KVS_OK)
+            break;
         const int64_t V = kvs_model_get_hparams(m)->vocab;
         const int32_t nx[4] = {42, 7, 99, 300};
         float *one = malloc((size_t)(4 * V) * 4), *multi = malloc((size_t)(4 * V) * 4);
@@ -850,10 +880,13 @@ START_TEST(test_greedy_equal) {
             }
             kvs_cache_destroy(&c);
         }
-        ck_assert_msg(memcmp(one, multi, (size_t)(4 * V) * 4) == 0, "a 4-row verify is not bit-identical to 4 decode steps");
+        ck_assert_msg(memcmp(one, multi, (size_t)(4 * V) * 4) == 0, "a 4-row verify is not bit-identical to 4 decode steps%s",
+                      av ? " (8-bit attention variant)" : "");
         free(one);
         free(multi);
     }
+    kvs_device_set_variants(dev, "attention:auto");
+    kvs_clear_error();
     /* refusals */
     kvs_ar_params ap = kvs_ar_params_default();
     ap.max_new = 8;
@@ -948,6 +981,30 @@ START_TEST(test_continue) {
             drafted += st.spec_drafted, accepted += st.spec_accepted;
         } else ck_assert_int_eq(st.spec_verify_steps, 0);
     }
+    /* the CPU's 8-bit attention variant (avx512-vnni, else avx2-q8: qh8 and the q4_1 view read on 8-bit
+     * query codes and weights, backends/cpu/attention_q8.h): greedy speculative (draft 3, 1, 8) gives
+     * the plain tokens of the same variant, over the 300-token context (two key tiles) */
+    if (cpu && (kvs_device_set_variants(dev, "attention:avx512-vnni") == KVS_OK ||
+                kvs_device_set_variants(dev, "attention:avx2-q8") == KVS_OK)) {
+        int32_t plain8[24];
+        const int d8[4] = {0, 3, 1, 8};
+        for (int di = 0; di < 4; di++) {
+            ap.draft = d8[di];
+            ap.max_new = M - 1;
+            kvs_gen_stats st;
+            ck_assert_int_eq(kvs_cache_truncate(c, C), KVS_OK);
+            ck_assert_msg(kvs_generate_ar_continue(m, c, ref[0], &ap, NULL, NULL, di ? tok : plain8, &n, &st) == KVS_OK, "%s",
+                          kvs_last_error());
+            ck_assert_int_eq(n, M - 1);
+            if (!di) continue;
+            int same = 0;
+            while (same < M - 1 && tok[same] == plain8[same]) same++;
+            ck_assert_msg(same == M - 1, "8-bit attention variant, draft %d: tokens differ from plain decoding's at %d", d8[di], same);
+            drafted += st.spec_drafted, accepted += st.spec_accepted;
+        }
+        kvs_device_set_variants(dev, "attention:auto");
+    }
+    kvs_clear_error();
     printf("# continue after %lld tokens: %lld of %lld drafted tokens accepted\n", (long long)C, (long long)accepted,
            (long long)drafted);
     /* refusals */

@@ -38,8 +38,8 @@
  * (x86/att_quant_fused.h): S = Q.K^T four keys at a time against 4 (AVX2: 2) packed query rows with
  * the horizontal sums batched, O += P.V with each V vector decoded once and multiplied into 4 rows
  * of O held in registers; only the blocks are read from memory (the opt-in variants avx512-vnni /
- * avx2-q8 take 8-bit query codes for a q8_0 / q4_0 K and fold V's block scales into P:
- * attention_q8.h). The f32 panel path
+ * avx2-q8 take 8-bit query codes for a q8_0 / q4_0 / q4_1 / qh8 K and 8-bit softmax weights for
+ * such a V: attention_q8.h). The f32 panel path
  * (many query rows) is used for F32/F16 caches only; BF16 tiles are converted as F16 ones.
  * Tasks are spread over OpenMP threads (dynamic schedule: causal tiles differ in cost). With fewer
  * tasks than threads (decoding with few kv heads) the keys are split as in flash-decoding (Dao et al.
@@ -96,6 +96,13 @@ typedef struct att_ctx {
     int32_t q8off;
     int (*qpv8)(kvs_dtype dt, const void *V, int64_t rb, const float *P, int64_t ldp, int64_t M, int64_t n, int64_t d,
                 float *O); /* -vnni: P . block V with the scales folded into P (attention_q8.h), or NULL */
+    /* -vnni / -q8 over a qh8 (k_lo / v_lo given) or q4_1 K / V: 8-bit query codes / weights on the
+     * codes read in place or repacked into q8_0 / q4_0 blocks in the work's Kc / Vc buffer (the
+     * scratch argument), plus per-key constants (attention_q8.h, "qh8 and q4_1"), or NULL */
+    int (*qqk8h)(kvs_dtype dt, const void *K, const void *K_lo, int64_t rb, const kvs_att_q8 *Q, int64_t M, int64_t n,
+                 float scale, float *S, int64_t lds, void *scratch);
+    int (*qpv8h)(kvs_dtype dt, const void *V, const void *V_lo, int64_t rb, const float *P, int64_t ldp, int64_t M,
+                 int64_t n, int64_t d, float *O, void *scratch);
     float *out;
     const int32_t *q_pos, *k_pos, *kv_len, *row_len;
     const float *mask;

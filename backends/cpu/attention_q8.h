@@ -1,6 +1,7 @@
 /* CPU backend attention: the 8-bit paths of decode attention over a block-quantized K and V
  * (variants attention:avx512-vnni and attention:avx2-q8; issue 17): 8-bit query codes against a
- * q8_0 / q4_0 K, 8-bit softmax weights against a q8_0 / q4_0 V.
+ * q8_0 / q4_0 K, 8-bit softmax weights against a q8_0 / q4_0 V; and QuantSpec's qh8 (8-bit read)
+ * and q4_1 (its 4-bit view) through the same schemes ("qh8 and q4_1" below).
  *
  * Scheme (llama.cpp's CPU attention quantizes Q to K's vec_dot_type, q8_0 for q8_0 / q4_0 caches,
  * and dots it with the K blocks in integers: ggml's quantize_row_q8_0 and vec_dot_q4_0_q8_0 /
@@ -91,6 +92,42 @@ int kvs_cpu_att_pv_q8_vnni(kvs_dtype dt, const void *V, int64_t rb, const float 
                            int64_t d, float *O);
 int kvs_cpu_att_pv_q8_avx2(kvs_dtype dt, const void *V, int64_t rb, const float *P, int64_t ldp, int64_t M, int64_t n,
                            int64_t d, float *O);
+
+/* qh8 and q4_1 (QuantSpec's 8-bit read, k_lo / v_lo given, and its 4-bit view, the draft's q4_1):
+ * the same 8-bit schemes through the q8_0 / q4_0 kernels above. A qh8 value is an unsigned 8-bit
+ * code u = 16 hi + lo on a step s = d/16 (core/quant/quant_blocks.h): x8 = s (u - 128) + cst with
+ * cst = m + 120.5 s, i.e. a q8_0 block (code u - 128, scale s) plus a per-(key, block) constant; a
+ * q4_1 value d c + m = d (c - 8) + cst with cst = m + 8 d, a q4_0 block plus a constant.
+ * Read in place where a kernel takes the layout (x86/att_q8.h): on AVX512-VNNI Q.K^T in groups of
+ * 16 keys (aq8h_tile16: both planes transposed as q4_0's, u = 16 hi + lo formed by vpternlogd, the
+ * unsigned u or c dotted by vpdpbusd, x = step * code + cst' with step d/16 or d, cst' = m - 7.5 d/16
+ * or m: the same products), P.V of a q4_1 V on every ISA (q4_0's chunk kernel at shifted block
+ * addresses) and of a qh8 V on VNNI up to 4 query rows (aq8h_pv_chunk512: codes formed per 4 keys);
+ * otherwise (the last n % 16 keys, AVX2's qh8, a qh8 V with more rows, whose codes are then formed
+ * once) the tile is repacked into those blocks in the caller's scratch (aq8h_repack; the q8_0 block
+ * keeps the f16 d, so the kernels run with scale / 16 and on 16 O, exact powers of two). The
+ * constants are added in f32: S[r][j] += scale sum_b cst_jb
+ * dq_rb sum_{i in b} qq_ri (sum_i qq_i cst dq = sum_i (dq qq_i) cst: q.x8 with the same quantized
+ * query, so the query's error bound above holds unchanged with k the dequantized key, x8 or the
+ * q4_1 value) and O[r][b*32 + t] += sum_j P[r][j] cst_jb (f32, from the unquantized weights).
+ * The weights' bound above holds with |d_v| read as the repacked scale delta_jb (|s| for qh8, |d|
+ * for q4_1) and |x_jt - o_j| = |v_jt - cst_jb| / delta_jb (|u - 128| <= 128, |c - 8| <= 8):
+ *     B_rt = e^(2 E_r) (1/2 + 2^-14) / wmax sum_chunks max_{j in chunk} p_j delta_jb sum_{j in chunk} |v_jt - cst_jb| / delta_jb
+ * (wmax as for q8_0 / q4_0: 255; qh8 on AVX2 127, the q8_0 kernel's). The constants' f32 products
+ * add rounding only (relative 2^-24 of |cst| sum_j p_j: f32 tolerances). A non-finite block
+ * scale or min gives non-finite output in that block's columns (the q8_0 / q4_0 f32 fallback and
+ * the constant). Scratch: AQ8H_SCRATCH(head_dim / 32) bytes (x86/att_q8.h: 256 x 38 bytes per
+ * block of a row; the attention's K / V tile buffers of 256 x head_dim floats hold it). dt must
+ * be Q4_1 (the upper plane, row stride rb; the lower plane's rows are head_dim/2 bytes); head_dim
+ * <= 256, n <= 256. Returns 0 (nothing done) otherwise. */
+int kvs_cpu_att_qk_qh8_vnni(kvs_dtype dt, const void *K, const void *K_lo, int64_t rb, const kvs_att_q8 *Q, int64_t M,
+                            int64_t n, float scale, float *S, int64_t lds, void *scratch);
+int kvs_cpu_att_qk_qh8_avx2(kvs_dtype dt, const void *K, const void *K_lo, int64_t rb, const kvs_att_q8 *Q, int64_t M,
+                            int64_t n, float scale, float *S, int64_t lds, void *scratch);
+int kvs_cpu_att_pv_qh8_vnni(kvs_dtype dt, const void *V, const void *V_lo, int64_t rb, const float *P, int64_t ldp,
+                            int64_t M, int64_t n, int64_t d, float *O, void *scratch);
+int kvs_cpu_att_pv_qh8_avx2(kvs_dtype dt, const void *V, const void *V_lo, int64_t rb, const float *P, int64_t ldp,
+                            int64_t M, int64_t n, int64_t d, float *O, void *scratch);
 
 /* The code offset the kernel of `vnni` (1) or AVX2 (0) expects in corr for K of dtype dt: 8 for
  * Q4_0, 128 for Q8_0 on VNNI, 0 for Q8_0 on AVX2; -1 when dt has no 8-bit kernel. */

@@ -131,7 +131,14 @@ static int att_logits(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int6
         }
         if (kmin > max_qpos) return 0;
     }
-    if (c->qqk8 && !c->k_lo) { /* variants -vnni / -q8: 8-bit query codes (attention_q8.h) */
+    const size_t row0 = (size_t)(h * a->capacity + j0);
+    const kvs_att_q8 Q8h = {w->q8, w->q8d, w->q8c, w->q8c ? w->q8c + M * d / 4 : NULL, d, NULL, 0};
+    if (c->qqk8h && c->qqk8h(c->k_dt, (const uint8_t *)c->k + row0 * (size_t)c->k_rb,
+                             c->k_lo ? (const uint8_t *)c->k_lo + row0 * (size_t)(d / 2) : NULL, c->k_rb, &Q8h, M, n,
+                             a->p.scale, w->S, ATT_BK, w->Kc)) {
+        /* variants -vnni / -q8 over a qh8 / q4_1 K: 8-bit query codes, Kc the repacking scratch
+         * (attention_q8.h, "qh8 and q4_1") */
+    } else if (c->qqk8 && !c->k_lo) { /* variants -vnni / -q8: 8-bit query codes (attention_q8.h) */
         /* V's rows of the tile are prefetched as the keys are read (P.V then finds them in cache) */
         const kvs_att_q8 Q = {w->q8, w->q8d, w->q8c, w->q8c + M * d / 4, d,
                               c->v_lo ? NULL : (const uint8_t *)c->v + (size_t)(h * a->capacity + j0) * (size_t)c->v_rb, c->v_rb};
@@ -234,7 +241,7 @@ int64_t kvs_cpu_att_rows(const att_ctx *c, att_work *w, int64_t h, int64_t qt, i
     }
     const int64_t Mp = (M + 7) & ~(int64_t)7; /* rows padded for the 8-row kernels */
     memset(w->Qp + M * d, 0, (size_t)((Mp - M) * d) * sizeof(float));
-    if (c->qqk8) kvs_cpu_att_q8_quantize(w->Qp, M, d, c->q8off, w->q8, w->q8d, w->q8c, w->q8c + M * d / 4);
+    if (c->qqk8 || c->qqk8h) kvs_cpu_att_q8_quantize(w->Qp, M, d, c->q8off, w->q8, w->q8d, w->q8c, w->q8c + M * d / 4);
     memset(w->O, 0, (size_t)(Mp * c->dv) * sizeof(float));
     *jend_out = jend;
     *max_qpos_out = max_qpos;
@@ -276,6 +283,13 @@ void kvs_cpu_att_pass(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int6
         if (c->fast) {
             c->kern->pv(w->S, (M + 7) & ~(int64_t)7, n, c->V32 + (h * c->a->capacity + j0) * d, d, w->O);
         } else {
+            if (c->qpv8h) { /* -vnni / -q8 over a qh8 / q4_1 V: 8-bit weights, Vc the repacking scratch */
+                const size_t row = (size_t)(h * c->a->capacity + j0);
+                if (c->qpv8h(c->v_dt, (const uint8_t *)c->v + row * (size_t)c->v_rb,
+                             c->v_lo ? (const uint8_t *)c->v_lo + row * (size_t)(d / 2) : NULL, c->v_rb, w->S, ATT_BK, M, n, d,
+                             w->O, w->Vc))
+                    continue;
+            }
             if (c->qpv8 && !c->v_lo &&
                 c->qpv8(c->v_dt, (const uint8_t *)c->v + (size_t)(h * c->a->capacity + j0) * (size_t)c->v_rb, c->v_rb, w->S,
                         ATT_BK, M, n, d, w->O))

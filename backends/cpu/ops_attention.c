@@ -247,6 +247,15 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
             c.qqk8 = vnni ? kvs_cpu_att_qk_q8_vnni : kvs_cpu_att_qk_q8_avx2;
         if ((variant & KVS_CPU_V_Q8) && (c.v_dt == KVS_Q8_0 || c.v_dt == KVS_Q4_0) && !c.v_lo)
             c.qpv8 = vnni ? kvs_cpu_att_pv_q8_vnni : kvs_cpu_att_pv_q8_avx2;
+        /* qh8 (k_lo / v_lo) and q4_1 (the draft's 4-bit view): the same 8-bit schemes, read in place
+         * or repacked per tile into the q8_0 / q4_0 kernels' blocks (attention_q8.h, "qh8 and q4_1");
+         * head_dim <= 256 */
+        if ((variant & KVS_CPU_V_Q8) && c.k_dt == KVS_Q4_1 && d <= 256) {
+            c.qqk8h = vnni ? kvs_cpu_att_qk_qh8_vnni : kvs_cpu_att_qk_qh8_avx2;
+            c.q8off = kvs_cpu_att_q8_offset(c.k_lo ? KVS_Q8_0 : KVS_Q4_0, vnni);
+        }
+        if ((variant & KVS_CPU_V_Q8) && c.v_dt == KVS_Q4_1 && d <= 256)
+            c.qpv8h = vnni ? kvs_cpu_att_pv_qh8_vnni : kvs_cpu_att_pv_qh8_avx2;
     }
 #endif
 #if KVS_CPU_HAVE_NEON
@@ -320,9 +329,10 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
         w.qpos = w.best + M;
         w.lim = w.qpos + M;
         w.km = want_km ? base + off_km : NULL;
-        w.q8 = c.qqk8 ? (int8_t *)(base + off_q8) : NULL;
-        w.q8d = c.qqk8 ? base + off_q8 + M * d / 4 : NULL;
-        w.q8c = c.qqk8 ? (int32_t *)(base + off_q8 + M * d / 4 + M * d / 32) : NULL;
+        const int q8q = c.qqk8 || c.qqk8h; /* the query rows take 8-bit codes */
+        w.q8 = q8q ? (int8_t *)(base + off_q8) : NULL;
+        w.q8d = q8q ? base + off_q8 + M * d / 4 : NULL;
+        w.q8c = q8q ? (int32_t *)(base + off_q8 + M * d / 4 + M * d / 32) : NULL;
         /* every path: both passes call the same exp_row (c.kern's, or the portable one) */
         w.E = keep_exp ? base + off_e : NULL;
         w.ldl = ldl;

@@ -152,7 +152,8 @@ static bench_copy *side_copy(bench *b, bench_copy **cpp) {
 }
 
 /* Issue 17's decode attention rows ("attn-kvq"): one query row of h heads over a K/V cache of type t
- * (K and V), n_kv keys of head_dim d in hkv kv heads; work = the cache bytes as stored (blocks with
+ * (K and V; KVS_QH8: q4_1 upper planes read with their k_lo / v_lo lower planes), n_kv keys of
+ * head_dim d in hkv kv heads; work = the cache bytes as stored (blocks with
  * their scales) + q + out; timed side by side with a copy (time_side_by_side). */
 static void case_attn_kvq(bench *b, bench_copy **cpp, int64_t n_kv, int64_t d, int64_t h, int64_t hkv, kvs_dtype t,
                           const char *variant) {
@@ -165,10 +166,15 @@ static void case_attn_kvq(bench *b, bench_copy **cpp, int64_t n_kv, int64_t d, i
     bench_copy *cp = side_copy(b, cpp);
     att_state s = {0};
     s.p = kvs_attention_params_default();
+    const kvs_dtype st_t = t == KVS_QH8 ? KVS_Q4_1 : t; /* qh8: the q4_1 upper planes + the lower ones */
     kvs_status st = bench_new_tensor(b, &s.q, KVS_F32, d, h, 1, 0);
-    if (st == KVS_OK) st = bench_new_tensor(b, &s.k, t, d, n_kv, hkv, 0);
-    if (st == KVS_OK) st = bench_new_tensor(b, &s.v, t, d, n_kv, hkv, 0);
+    if (st == KVS_OK) st = bench_new_tensor(b, &s.k, st_t, d, n_kv, hkv, 0);
+    if (st == KVS_OK) st = bench_new_tensor(b, &s.v, st_t, d, n_kv, hkv, 0);
     if (st == KVS_OK) st = bench_new_tensor(b, &s.o, KVS_F32, d, h, 1, 0);
+    if (st == KVS_OK && t == KVS_QH8) st = bench_new_tensor(b, &s.k_lo, KVS_QH8_LO, d, n_kv, hkv, 0);
+    if (st == KVS_OK && t == KVS_QH8) st = bench_new_tensor(b, &s.v_lo, KVS_QH8_LO, d, n_kv, hkv, 0);
+    s.p.k_lo = s.k_lo;
+    s.p.v_lo = s.v_lo;
     if (st == KVS_OK) time_side_by_side(b, cp, r, run_att, &s);
     else bench_finish_row(b, r, st, 0);
     bench_destroy_all(&s.q, 6);
@@ -359,6 +365,18 @@ void bench_run_suite(bench *b) {
                             (void)kvs_device_set_variants(b->dev, env); /* the user's choice for the plain rows */
                         case_attn_kvq(b, &cp, nks[ni], di ? 64 : 128, di ? 16 : 32, di ? 4 : 8, t3[ti], vi ? v8 : NULL);
                     }
+        /* QuantSpec's cache, n_kv 16k (quick: 4k), head_dim 128: qh8 (the verify's 8-bit read of both
+         * planes, 36 bytes per 32 values) and q4_1 (the draft's 4-bit view: the upper planes alone),
+         * automatic and under the 8-bit query variant */
+        static const kvs_dtype tq[] = {KVS_QH8, KVS_Q4_1};
+        for (int ti = 0; ti < 2; ti++)
+            for (int vi = 0; vi < (v8 ? 2 : 1); vi++) {
+                char spec[48];
+                snprintf(spec, sizeof spec, "attention:%s", vi ? v8 : "auto");
+                if (v8 && kvs_device_set_variants(b->dev, spec) == KVS_OK && !vi && env)
+                    (void)kvs_device_set_variants(b->dev, env);
+                case_attn_kvq(b, &cp, q ? 4096 : 16384, 128, 32, 8, tq[ti], vi ? v8 : NULL);
+            }
         if (v8) {
             (void)kvs_device_set_variants(b->dev, "attention:auto");
             if (env) (void)kvs_device_set_variants(b->dev, env);

@@ -619,3 +619,428 @@ static int aq8_pv(kvs_dtype dt, const void *V_, int64_t rb, const float *P, int6
     }
     return 1;
 }
+
+/* ---- qh8 (the 8-bit read of QuantSpec's hierarchical cache) and q4_1 (its 4-bit view) ---------
+ * (contract and error bounds: ../attention_q8.h, "qh8 and q4_1".) Each tile is first repacked into
+ * the blocks the kernels above read, in the caller's scratch (L1/L2-resident: 256 keys x 4 blocks
+ * of 34 bytes at head_dim 128), with the per-(block, key) constant cst that the repacked value
+ * leaves out:
+ *   qh8:  x8 = m + (d/16)(u - 7.5) = (d/16) x + cst, x = u - 128 (a q8_0 code: u XOR 0x80),
+ *         cst = m + 120.5 d/16; the q8_0 block keeps qh8's f16 d (16 times the step), so Q.K^T
+ *         runs with scale / 16 and P.V on 16 O (both exact powers of two);
+ *   q4_1: x = d c + m = d (c - 8) + cst, the nibbles c unchanged (a q4_0 block), cst = m + 8 d.
+ * The constant's share is added in f32: S[r][j] += scale sum_b cst_jb dq_rb sum_{i in b} qq_ri
+ * (the query codes' block sums) and O[r][b*32 + t] += sum_j P[r][j] cst_jb. */
+
+/* Repacks the n rows (n <= AQ8_PV_MAXN) of a qh8 tile (lo != NULL: upper q4_1 plane at K, row
+ * stride rb, lower plane at lo, row stride nb * 16) or of a q4_1 tile (lo NULL) into q8_0 / q4_0
+ * rows at dst (row stride nb * 34 / nb * 18) and cst[b * AQ8_PV_MAXN + j] (f32; keys n .. n + 7
+ * set to 0). */
+static void aq8h_repack(const uint8_t *K, const uint8_t *lo, int64_t rb, int64_t n, int64_t nb, uint8_t *dst,
+                        float *cst) {
+    const int h8 = lo != NULL;
+    const int64_t ob = h8 ? 34 : 18, orb = nb * ob;
+    uint16_t dh[AQ8_PV_MAXD / 32][AQ8_PV_MAXN + 8], mh[AQ8_PV_MAXD / 32][AQ8_PV_MAXN + 8];
+    const __m128i m4 = _mm_set1_epi8(15), x80 = _mm_set1_epi8((char)0x80);
+    for (int64_t j = 0; j < n; j++) {
+        const uint8_t *k = K + j * rb, *l = h8 ? lo + j * nb * 16 : NULL;
+        uint8_t *o = dst + j * orb;
+        /* the next tile's rows (AQ8_PV_MAXN = the attention's 256-key tile; prefetches never fault) */
+        for (int64_t e = 0; e < rb; e += 64) _mm_prefetch((const char *)(k + AQ8_PV_MAXN * rb + e), _MM_HINT_T1);
+        if (h8)
+            for (int64_t e = 0; e < nb * 16; e += 64) _mm_prefetch((const char *)(l + AQ8_PV_MAXN * nb * 16 + e), _MM_HINT_T1);
+        for (int64_t b = 0; b < nb; b++, k += 20, o += ob) {
+            memcpy(&dh[b][j], k, 2);
+            memcpy(&mh[b][j], k + 2, 2);
+            memcpy(o, k, 2); /* the f16 d */
+            const __m128i hi = _mm_loadu_si128((const __m128i *)(k + 4));
+            if (h8) {
+                const __m128i lv = _mm_loadu_si128((const __m128i *)(l + 16 * b));
+                /* u(i) = 16 hi(i) + lo(i): values 0..15 from the low nibbles, 16..31 from the high ones */
+                const __m128i u0 = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(hi, m4), 4), _mm_and_si128(lv, m4));
+                const __m128i u1 = _mm_or_si128(_mm_andnot_si128(m4, hi), _mm_and_si128(_mm_srli_epi16(lv, 4), m4));
+                _mm_storeu_si128((__m128i *)(o + 2), _mm_xor_si128(u0, x80));
+                _mm_storeu_si128((__m128i *)(o + 18), _mm_xor_si128(u1, x80));
+            } else {
+                _mm_storeu_si128((__m128i *)(o + 2), hi);
+            }
+        }
+    }
+    const __m256 cd = _mm256_set1_ps(h8 ? 7.53125f : 8.0f); /* 120.5 / 16, 8 */
+    for (int64_t b = 0; b < nb; b++) {
+        for (int64_t j = n; j < ((n + 7) & ~(int64_t)7); j++) dh[b][j] = mh[b][j] = 0;
+        for (int64_t j = 0; j < n; j += 8) {
+            const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)&dh[b][j]));
+            const __m256 mv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)&mh[b][j]));
+            _mm256_storeu_ps(cst + b * AQ8_PV_MAXN + j, _mm256_fmadd_ps(cd, dv, mv)); /* as aq8h_pv_inplace: the same bits */
+        }
+    }
+}
+
+/* qh8 P.V in place up to this many rows (one pass of aq8h_pv_chunk512 per group of 4 rows forms the
+ * codes again; past it the tile is repacked once) */
+#ifndef AQ8H_PV_INPLACE_ROWS
+#define AQ8H_PV_INPLACE_ROWS 4
+#endif
+
+/* The scratch a qh8 / q4_1 tile of nb blocks a row takes (bytes): the repacked rows (up to
+ * AQ8_PV_MAXN), then cst [nb][AQ8_PV_MAXN]: 256 x 38 nb bytes, within 256 x head_dim floats. */
+#define AQ8H_CST_OFF(nb) (AQ8_PV_MAXN * (nb) * 34)
+#define AQ8H_SCRATCH(nb) (AQ8H_CST_OFF(nb) + (nb) * AQ8_PV_MAXN * 4)
+
+#if AQ8_VNNI
+/* The 16 keys [j, j + 16) of a q4_1 (L NULL) or qh8 (L: the lower plane, row stride nb * 16) tile
+ * against rows [r0, r0 + R), read in place (VNNI; no repacking): the upper planes' 16 code bytes of
+ * 16 keys transposed as q4_0's in aq8_tile16 (lane p = key p), for qh8 the lower plane's likewise,
+ * and the 8-bit codes u = 16 hi + lo of 4 values a lane formed by one vpternlogd per vector (q4_1:
+ * the nibbles c); vpdpbusd with the query word (u <= 255 unsigned, q codes signed; no offset), then
+ * per (row, block) acc += p * (step_k dq) + cst'_k (dq sum qq): step sk = d (q4_1) or d / 16 (qh8),
+ * cst' ck = m (q4_1) or m - 7.5 d / 16 (qh8), both [block][key] f32 (x = step * code + cst'); qs
+ * [r][b] = dq_rb sum_i qq_ri. */
+AQ8_INLINE void aq8h_tile16(const int h8, const int R, const uint8_t *K, const uint8_t *L, int64_t rb,
+                            const kvs_att_q8 *Q, int64_t r0, int64_t j, float scale, float *S, int64_t lds,
+                            const float (*sk)[AQ8_PV_MAXN], const float (*ck)[AQ8_PV_MAXN], const float *qs) {
+    const int64_t d = Q->d, nb = d / 32, lb = nb * 16;
+    __m512 acc[4];
+    for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
+    if (r0 == 0) { /* once per key: this tile's V rows, the next tile's K rows (never faults) */
+        if (Q->pf)
+            for (int64_t o = 0; o < 16 * Q->pf_rb; o += 64) _mm_prefetch((const char *)(Q->pf + j * Q->pf_rb + o), _MM_HINT_T0);
+        for (int64_t o = 0; o < 16 * rb; o += 64) _mm_prefetch((const char *)(K + (j + 256) * rb + o), _MM_HINT_T1);
+        if (h8)
+            for (int64_t o = 0; o < 16 * lb; o += 64) _mm_prefetch((const char *)(L + (j + 256) * lb + o), _MM_HINT_T1);
+    }
+    const __m512i m4 = _mm512_set1_epi8(15), hm = _mm512_set1_epi8((char)0xF0);
+    for (int64_t b = 0; b < nb; b++) {
+        __m512i t[4], tl[4], cu[8];
+        for (int pl = 0; pl < 1 + h8; pl++) {
+            const uint8_t *k0 = pl ? L + j * lb + b * 16 : K + j * rb + b * 20 + 4;
+            const int64_t st = pl ? lb : rb;
+            __m512i x[4];
+            for (int m = 0; m < 4; m++) {
+                __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(k0 + m * st)));
+                v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(k0 + (m + 4) * st)), 1);
+                v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(k0 + (m + 8) * st)), 2);
+                x[m] = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(k0 + (m + 12) * st)), 3);
+            }
+            const __m512i a0 = _mm512_unpacklo_epi32(x[0], x[1]), a1 = _mm512_unpackhi_epi32(x[0], x[1]);
+            const __m512i a2 = _mm512_unpacklo_epi32(x[2], x[3]), a3 = _mm512_unpackhi_epi32(x[2], x[3]);
+            __m512i *tt = pl ? tl : t;
+            tt[0] = _mm512_unpacklo_epi64(a0, a2), tt[1] = _mm512_unpackhi_epi64(a0, a2);
+            tt[2] = _mm512_unpacklo_epi64(a1, a3), tt[3] = _mm512_unpackhi_epi64(a1, a3);
+        }
+        for (int g = 0; g < 4; g++) {
+            if (h8) { /* hm ? a : b (vpternlogd 0xCA) */
+                cu[g] = _mm512_ternarylogic_epi32(hm, _mm512_slli_epi16(t[g], 4), tl[g], 0xCA);
+                cu[g + 4] = _mm512_ternarylogic_epi32(hm, t[g], _mm512_srli_epi16(tl[g], 4), 0xCA);
+            } else {
+                cu[g] = _mm512_and_si512(t[g], m4);
+                cu[g + 4] = _mm512_and_si512(_mm512_srli_epi16(t[g], 4), m4);
+            }
+        }
+        const __m512 skv = _mm512_loadu_ps(&sk[b][j]), ckv = _mm512_loadu_ps(&ck[b][j]);
+        for (int r = 0; r < R; r++) {
+            const int64_t row = r0 + r;
+            const int8_t *qb = Q->q + row * d + b * 32;
+            __m512i p[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+            for (int g = 0; g < 8; g++) { /* word g < 4: values 4g.., g >= 4: values 16 + 4(g - 4).. */
+                int32_t w;
+                memcpy(&w, qb + (g < 4 ? 4 * g : 16 + 4 * (g - 4)), 4);
+                p[g & 1] = _mm512_dpbusd_epi32(p[g & 1], cu[g], _mm512_set1_epi32(w));
+            }
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(p[0], p[1])),
+                                     _mm512_mul_ps(skv, _mm512_set1_ps(Q->dq[row * nb + b])), acc[r]);
+            acc[r] = _mm512_fmadd_ps(ckv, _mm512_set1_ps(qs[row * nb + b]), acc[r]);
+        }
+    }
+    const __m512 vs = _mm512_set1_ps(scale);
+    for (int r = 0; r < R; r++) _mm512_storeu_ps(S + (r0 + r) * lds + j, _mm512_mul_ps(acc[r], vs));
+}
+#endif
+
+/* Q.K^T over a qh8 (K_lo given) or q4_1 K (see aq8h_repack): on VNNI the keys in groups of 16 read in
+ * place (aq8h_tile16), the rest (AVX2: all) through the repacked blocks and aq8_qk, then the constants. */
+static int aq8h_qk(kvs_dtype dt, const void *K_, const void *K_lo, int64_t rb, const kvs_att_q8 *Q, int64_t M, int64_t n,
+                   float scale, float *S, int64_t lds, void *scratch) {
+    const int64_t d = Q->d, nb = d / 32;
+    if (dt != KVS_Q4_1 || d > AQ8_PV_MAXD || d % 32 || n > AQ8_PV_MAXN || n <= 0) return 0;
+    const int h8 = K_lo != NULL;
+    const uint8_t *K = K_, *Kl = K_lo;
+    int64_t j0 = 0; /* keys [0, j0) done in place */
+#if AQ8_VNNI
+    if (n >= 16) {
+        float qs[64 * (AQ8_PV_MAXD / 32)]; /* dq_rb sum_i qq_ri, 64 rows a pass */
+        float sk[AQ8_PV_MAXD / 32][AQ8_PV_MAXN], ck[AQ8_PV_MAXD / 32][AQ8_PV_MAXN];
+        uint16_t dh[AQ8_PV_MAXD / 32][AQ8_PV_MAXN], mh[AQ8_PV_MAXD / 32][AQ8_PV_MAXN];
+        j0 = n & ~(int64_t)15;
+        for (int64_t j = 0; j < j0; j++)
+            for (int64_t b = 0; b < nb; b++) {
+                memcpy(&dh[b][j], K + j * rb + b * 20, 2);
+                memcpy(&mh[b][j], K + j * rb + b * 20 + 2, 2);
+            }
+        const __m512 c16 = _mm512_set1_ps(0.0625f), c75 = _mm512_set1_ps(7.5f);
+        for (int64_t b = 0; b < nb; b++)
+            for (int64_t j = 0; j < j0; j += 16) {
+                __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)&dh[b][j]));
+                const __m512 mv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)&mh[b][j]));
+                if (h8) dv = _mm512_mul_ps(dv, c16);
+                _mm512_storeu_ps(&sk[b][j], dv);
+                _mm512_storeu_ps(&ck[b][j], h8 ? _mm512_fnmadd_ps(c75, dv, mv) : mv);
+            }
+        for (int64_t g0 = 0; g0 < M; g0 += 64) {
+            const int64_t G = M - g0 < 64 ? M - g0 : 64;
+            for (int64_t r = 0; r < G; r++)
+                for (int64_t b = 0; b < nb; b++) {
+                    const int8_t *qb = Q->q + (g0 + r) * d + b * 32;
+                    int32_t sq = 0;
+                    for (int i = 0; i < 32; i++) sq += qb[i];
+                    qs[(g0 + r) % 64 * nb + b] = Q->dq[(g0 + r) * nb + b] * (float)sq;
+                }
+            const float *qsr = qs - g0 % 64 * nb; /* indexed by the absolute row */
+            for (int64_t r0 = g0; r0 < g0 + G; r0 += 4) {
+                const int64_t R = g0 + G - r0 < 4 ? g0 + G - r0 : 4;
+#define AQ8H_T16(H8, RR)                                                                               \
+    for (int64_t j = 0; j < j0; j += 16) aq8h_tile16((H8), (RR), K, Kl, rb, Q, r0, j, scale, S, lds, sk, ck, qsr)
+                if (h8) {
+                    switch (R) {
+                    case 1: AQ8H_T16(1, 1); break;
+                    case 2: AQ8H_T16(1, 2); break;
+                    case 3: AQ8H_T16(1, 3); break;
+                    default: AQ8H_T16(1, 4); break;
+                    }
+                } else {
+                    switch (R) {
+                    case 1: AQ8H_T16(0, 1); break;
+                    case 2: AQ8H_T16(0, 2); break;
+                    case 3: AQ8H_T16(0, 3); break;
+                    default: AQ8H_T16(0, 4); break;
+                    }
+                }
+#undef AQ8H_T16
+            }
+        }
+        if (j0 == n) return 1;
+    }
+#endif
+    /* the keys [j0, n): repacked, through aq8_qk, then the constants */
+    const int64_t nt = n - j0;
+    uint8_t *rp = scratch;
+    float *cst = (float *)(void *)(rp + AQ8H_CST_OFF(nb));
+    aq8h_repack(K + j0 * rb, h8 ? Kl + j0 * nb * 16 : NULL, rb, nt, nb, rp, cst);
+    if (!aq8_qk(h8 ? KVS_Q8_0 : KVS_Q4_0, rp, nb * (h8 ? 34 : 18), Q, M, nt, h8 ? scale * 0.0625f : scale, S + j0, lds))
+        return 0;
+    for (int64_t r = 0; r < M; r++) {
+        __m256 t[AQ8_PV_MAXD / 32];
+        float ts[AQ8_PV_MAXD / 32];
+        for (int64_t b = 0; b < nb; b++) { /* scale dq_rb sum_i qq_ri */
+            const __m256i qv = _mm256_loadu_si256((const __m256i *)(Q->q + r * d + b * 32));
+            const __m256i s16 = _mm256_maddubs_epi16(_mm256_set1_epi8(1), qv);
+            __m256i s32 = _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
+            __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s32), _mm256_extracti128_si256(s32, 1));
+            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+            ts[b] = scale * (Q->dq[r * nb + b] * (float)_mm_cvtsi128_si32(s4));
+            t[b] = _mm256_set1_ps(ts[b]);
+        }
+        float *s = S + r * lds + j0;
+        int64_t j = 0;
+        for (; j + 8 <= nt; j += 8) {
+            __m256 a = _mm256_loadu_ps(s + j);
+            for (int64_t b = 0; b < nb; b++) a = _mm256_fmadd_ps(_mm256_loadu_ps(cst + b * AQ8_PV_MAXN + j), t[b], a);
+            _mm256_storeu_ps(s + j, a);
+        }
+        for (; j < nt; j++) {
+            float a = s[j];
+            for (int64_t b = 0; b < nb; b++) a = fmaf(cst[b * AQ8_PV_MAXN + j], ts[b], a);
+            s[j] = a;
+        }
+    }
+    return 1;
+}
+
+#if AQ8_VNNI
+/* aq8_pv_chunk512's q8_0 path for a qh8 V read in place: the 32 codes of a key formed from its
+ * upper (V, rows of rb bytes, block b at 20 b + 4) and lower (L, rows of d / 2 bytes) nibbles,
+ * u XOR 0x80 = u - 128 as q8_0's signed code, then the same interleave, dpbusd and column order. */
+AQ8_INLINE void aq8h_pv_chunk512(const int R, const uint8_t *V, const uint8_t *L, int64_t rb, int64_t n, int64_t b,
+                                 int64_t c, int64_t j0, int64_t j1, const aq8_pvt *t, const aq8_pvw *w, float *O, int64_t d) {
+    const int64_t lb = d / 2;
+    __m512i acc[AQ8_ROWS][2];
+    for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm512_set1_epi32(-w->corr[b][r][c]);
+    const uint8_t *hb = V + b * 20 + 4, *lbp = L + b * 16;
+    const __m128i hm = _mm_set1_epi8((char)0xF0), x80 = _mm_set1_epi8((char)0x80);
+    for (int64_t j = j0; j < j1; j += 4) {
+        __m256i cd[4];
+        for (int u = 0; u < 4; u++) {
+            const int ok = j + u < n; /* the last keys: rows past the tile may not exist (weight 0) */
+            const __m128i hv = _mm_loadu_si128((const __m128i *)(ok ? hb + (j + u) * rb : aq8_zero));
+            const __m128i lv = _mm_loadu_si128((const __m128i *)(ok ? lbp + (j + u) * lb : aq8_zero));
+            const __m128i u0 = _mm_ternarylogic_epi32(hm, _mm_slli_epi16(hv, 4), lv, 0xCA); /* values 0..15 */
+            const __m128i u1 = _mm_ternarylogic_epi32(hm, hv, _mm_srli_epi16(lv, 4), 0xCA); /* 16..31 */
+            cd[u] = _mm256_set_m128i(_mm_xor_si128(u1, x80), _mm_xor_si128(u0, x80));
+        }
+        int32_t nmw;
+        memcpy(&nmw, &t->nm[b][j], 4);
+        const __m512i m = _mm512_set1_epi32(nmw);
+        __m512i cv[2];
+        const __m512i A = _mm512_inserti64x4(_mm512_castsi256_si512(cd[0]), cd[1], 1);
+        const __m512i B = _mm512_inserti64x4(_mm512_castsi256_si512(cd[2]), cd[3], 1);
+        const __m512i lo = _mm512_unpacklo_epi8(A, B), hi = _mm512_unpackhi_epi8(A, B);
+        const __m512i p = _mm512_shuffle_i64x2(lo, hi, 0x44), q = _mm512_shuffle_i64x2(lo, hi, 0xee);
+        cv[0] = _mm512_xor_si512(_mm512_unpacklo_epi16(p, q), m);
+        cv[1] = _mm512_xor_si512(_mm512_unpackhi_epi16(p, q), m);
+        for (int r = 0; r < R; r++) {
+            int32_t ww;
+            memcpy(&ww, &w->w[b][r][j], 4);
+            const __m512i wv = _mm512_set1_epi32(ww);
+            acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], wv, cv[0]);
+            acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], wv, cv[1]);
+        }
+    }
+    const __m512i i0 = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
+    const __m512i i1 = _mm512_setr_epi32(4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
+    for (int r = 0; r < R; r++) {
+        const __m512 s = _mm512_set1_ps(w->s[b][r][c]);
+        const __m512 g0 = _mm512_cvtepi32_ps(acc[r][0]), g1 = _mm512_cvtepi32_ps(acc[r][1]);
+        const __m512 f0 = _mm512_permutex2var_ps(g0, i0, g1), f1 = _mm512_permutex2var_ps(g0, i1, g1);
+        float *o = O + r * d + b * 32;
+        _mm512_storeu_ps(o, _mm512_fmadd_ps(f0, s, _mm512_loadu_ps(o)));
+        _mm512_storeu_ps(o + 16, _mm512_fmadd_ps(f1, s, _mm512_loadu_ps(o + 16)));
+    }
+}
+#endif
+
+/* O += P.V over a q4_1 V, or on VNNI a qh8 one, in place (no repacking): a q4_1 value d c + m =
+ * d (c - 8) + cst is q4_0's code c on scale d plus cst = m + 8 d, a qh8 value (d/16)(u - 128) + cst
+ * q8_0's code u - 128 on scale d/16 plus cst = m + 120.5 d/16; the tile's table is aq8_pv_tile's for
+ * that type with the scales read from the 20-byte upper blocks (delta = |d|, qh8 |d| / 16), the
+ * weights aq8_pv_weights's; q4_1: the q4_0 chunk kernel reads the nibbles of block b at V + 20 b + 4
+ * when handed V + 2 b + 2 (it reads V' + 18 b + 2); qh8: aq8h_pv_chunk512. Then the constants.
+ * 0 (nothing done: the caller's repacked path) for NaN in P or a non-finite d or m. */
+static int aq8h_pv_inplace(const int h8, const uint8_t *V, const uint8_t *L, int64_t rb, const float *P, int64_t ldp,
+                           int64_t M, int64_t n, int64_t d, float *O) {
+    (void)L; /* (AVX2: q4_1 only) */
+    const int64_t nb = d / 32, n4 = (n + 3) & ~(int64_t)3, np = (n + 31) & ~(int64_t)31;
+    for (int64_t r = 0; r < M; r++) { /* NaN in P (NaN logits): the f32 kernel */
+        const float *p = P + r * ldp;
+        __m256 un = _mm256_setzero_ps();
+        int64_t j = 0;
+        for (; j + 8 <= n; j += 8) {
+            const __m256 x = _mm256_loadu_ps(p + j);
+            un = _mm256_or_ps(un, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+        }
+        if (!_mm256_testz_ps(un, un)) return 0;
+        for (; j < n; j++)
+            if (p[j] != p[j]) return 0;
+    }
+    aq8_pvt t;
+    float cst[AQ8_PV_MAXD / 32][AQ8_PV_MAXN];
+    {
+        uint16_t h16[AQ8_PV_MAXD / 32][AQ8_PV_MAXN], m16[AQ8_PV_MAXD / 32][AQ8_PV_MAXN];
+        for (int64_t j = 0; j < n; j++)
+            for (int64_t b = 0; b < nb; b++) {
+                memcpy(&h16[b][j], V + j * rb + b * 20, 2);
+                memcpy(&m16[b][j], V + j * rb + b * 20 + 2, 2);
+            }
+        for (int64_t b = 0; b < nb; b++) {
+            __m256i bad = _mm256_setzero_si256();
+            for (int64_t j = n; j < np; j++) h16[b][j] = m16[b][j] = 0;
+            for (int64_t j = 0; j < np; j += 8) {
+                const __m128i h = _mm_loadu_si128((const __m128i *)&h16[b][j]), mh = _mm_loadu_si128((const __m128i *)&m16[b][j]);
+                const __m128i neg = _mm_srai_epi16(h, 15);
+                const __m128i ah = _mm_and_si128(h, _mm_set1_epi16(0x7fff));
+                const __m128i am = _mm_and_si128(mh, _mm_set1_epi16(0x7fff));
+                bad = _mm256_or_si256(bad, _mm256_castsi128_si256(_mm_or_si128(_mm_cmpgt_epi16(ah, _mm_set1_epi16(0x7bff)),
+                                                                                _mm_cmpgt_epi16(am, _mm_set1_epi16(0x7bff)))));
+                /* qh8: delta = |d| / 16, cst = m + 120.5 d / 16; q4_1: |d|, m + 8 d */
+                _mm256_storeu_ps(&t.adv[b][j], _mm256_mul_ps(_mm256_cvtph_ps(ah), _mm256_set1_ps(h8 ? 0.0625f : 1.0f)));
+                _mm256_storeu_ps(&cst[b][j], _mm256_fmadd_ps(_mm256_set1_ps(h8 ? 7.53125f : 8.0f), _mm256_cvtph_ps(h), _mm256_cvtph_ps(mh)));
+                const __m128i m8 = _mm_packs_epi16(neg, neg);
+                /* qh8 (the q8_0 kernel's codes): keys in dword order 0, 2, 1, 3 on VNNI, offset 0 / -1;
+                 * q4_1 (q4_0's): offset 8 / 7 */
+                _mm_storel_epi64((__m128i *)&t.nm[b][j],
+                                 (AQ8_VNNI && h8) ? _mm_shuffle_epi8(m8, _mm_setr_epi8(0, 2, 1, 3, 4, 6, 5, 7, 8, 9, 10, 11, 12, 13, 14, 15)) : m8);
+                _mm_storel_epi64((__m128i *)&t.off[b][j], h8 ? m8 : _mm_add_epi8(m8, _mm_set1_epi8(8)));
+            }
+            if (!_mm256_testz_si256(bad, bad)) return 0;
+        }
+    }
+    aq8_pvw w;
+    for (int64_t r0 = 0; r0 < M; r0 += AQ8_ROWS) {
+        const int R = M - r0 < AQ8_ROWS ? (int)(M - r0) : AQ8_ROWS;
+        aq8_pv_weights(!h8, R, P + r0 * ldp, ldp, &t, n, nb, 255, &w);
+        float *o = O + r0 * d;
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *Vb = V + 2 * b + 2; /* the chunk kernel reads Vb + 18 b + 2 = V + 20 b + 4 */
+            for (int64_t c0 = 0, c = 0; c0 < n4; c0 += AQ8_PV_CH, c++) {
+                const int64_t c1 = c0 + AQ8_PV_CH < n4 ? c0 + AQ8_PV_CH : n4;
+#if AQ8_VNNI
+#define AQ8H_PVC(RR)                                                                                   \
+    do {                                                                                               \
+        if (h8) aq8h_pv_chunk512((RR), V, L, rb, n, b, c, c0, c1, &t, &w, o, d);                       \
+        else AQ8_PV_CHUNK(1, (RR), Vb, rb, n, b, c, c0, c1, &t, &w, o, d);                             \
+    } while (0)
+#else
+#define AQ8H_PVC(RR) AQ8_PV_CHUNK(1, (RR), Vb, rb, n, b, c, c0, c1, &t, &w, o, d)
+#endif
+                if (R == AQ8_ROWS) AQ8H_PVC(AQ8_ROWS);
+                else if (R == 1) AQ8H_PVC(1);
+#if AQ8_ROWS > 2
+                else if (R == 2) AQ8H_PVC(2);
+                else AQ8H_PVC(3);
+#endif
+#undef AQ8H_PVC
+            }
+        }
+    }
+    for (int64_t r = 0; r < M; r++) { /* sum_j P[r][j] cst_jb, added to the block's 32 columns */
+        const float *p = P + r * ldp;
+        for (int64_t b = 0; b < nb; b++) {
+            __m256 a = _mm256_setzero_ps();
+            int64_t j = 0;
+            for (; j + 8 <= n; j += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(p + j), _mm256_loadu_ps(&cst[b][j]), a);
+            float sc = aq8_hsum(a);
+            for (; j < n; j++) sc = fmaf(p[j], cst[b][j], sc);
+            const __m256 sv = _mm256_set1_ps(sc);
+            float *oo = O + r * d + b * 32;
+            for (int u = 0; u < 4; u++) _mm256_storeu_ps(oo + 8 * u, _mm256_add_ps(_mm256_loadu_ps(oo + 8 * u), sv));
+        }
+    }
+    return 1;
+}
+
+/* O += P.V over a qh8 (V_lo given) or q4_1 V: the repacked tile through pv (the ISA's q8_0 / q4_0
+ * P.V with its f32 fallback), then the constants. 0 (nothing done) for other types and sizes. */
+static int aq8h_pv(kvs_dtype dt, const void *V, const void *V_lo, int64_t rb, const float *P, int64_t ldp, int64_t M,
+                   int64_t n, int64_t d, float *O, void *scratch,
+                   int (*pv)(kvs_dtype, const void *, int64_t, const float *, int64_t, int64_t, int64_t, int64_t, float *)) {
+    const int64_t nb = d / 32;
+    if (dt != KVS_Q4_1 || d > AQ8_PV_MAXD || d % 32 || n > AQ8_PV_MAXN || n <= 0) return 0;
+    const int h8 = V_lo != NULL;
+    if ((!h8 || (AQ8_VNNI && M <= AQ8H_PV_INPLACE_ROWS)) && aq8h_pv_inplace(h8, V, V_lo, rb, P, ldp, M, n, d, O)) return 1;
+    uint8_t *rp = scratch;
+    float *cst = (float *)(void *)(rp + AQ8H_CST_OFF(nb));
+    aq8h_repack(V, V_lo, rb, n, nb, rp, cst);
+    const __m256 x16 = _mm256_set1_ps(16.0f), i16 = _mm256_set1_ps(0.0625f);
+    if (h8) /* the kernel multiplies by the q8_0 block's d = 16 steps: O scaled by 16 around it (exact) */
+        for (int64_t e = 0; e < M * d; e += 8) _mm256_storeu_ps(O + e, _mm256_mul_ps(_mm256_loadu_ps(O + e), x16));
+    const int ok = pv(h8 ? KVS_Q8_0 : KVS_Q4_0, rp, nb * (h8 ? 34 : 18), P, ldp, M, n, d, O);
+    if (h8)
+        for (int64_t e = 0; e < M * d; e += 8) _mm256_storeu_ps(O + e, _mm256_mul_ps(_mm256_loadu_ps(O + e), i16));
+    if (!ok) return 0; /* (not reached: pv takes every tile of these sizes) */
+    for (int64_t r = 0; r < M; r++) {
+        const float *p = P + r * ldp;
+        for (int64_t b = 0; b < nb; b++) { /* sum_j P[r][j] cst_jb, added to the block's 32 columns */
+            const float *cb = cst + b * AQ8_PV_MAXN;
+            __m256 a = _mm256_setzero_ps();
+            int64_t j = 0;
+            for (; j + 8 <= n; j += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(p + j), _mm256_loadu_ps(cb + j), a);
+            float sc = aq8_hsum(a);
+            for (; j < n; j++) sc = fmaf(p[j], cb[j], sc);
+            const __m256 sv = _mm256_set1_ps(sc);
+            float *o = O + r * d + b * 32;
+            for (int u = 0; u < 4; u++) _mm256_storeu_ps(o + 8 * u, _mm256_add_ps(_mm256_loadu_ps(o + 8 * u), sv));
+        }
+    }
+    return 1;
+}

@@ -207,4 +207,15 @@ int kvs_cpu_att_qk_q8_avx2(kvs_dtype dt, const void *K, int64_t rb, const kvs_at
                            float scale, float *S, int64_t lds) {
     return aq8_qk(dt, K, rb, Q, M, n, scale, S, lds);
 }
+
+/* qh8 (K_lo / V_lo given) and q4_1 K / V, repacked per tile (att_q8.h, aq8h_*; ../attention_q8.h) */
+int kvs_cpu_att_qk_qh8_avx2(kvs_dtype dt, const void *K, const void *K_lo, int64_t rb, const kvs_att_q8 *Q, int64_t M,
+                           int64_t n, float scale, float *S, int64_t lds, void *scratch) {
+    return aq8h_qk(dt, K, K_lo, rb, Q, M, n, scale, S, lds, scratch);
+}
+
+int kvs_cpu_att_pv_qh8_avx2(kvs_dtype dt, const void *V, const void *V_lo, int64_t rb, const float *P, int64_t ldp,
+                           int64_t M, int64_t n, int64_t d, float *O, void *scratch) {
+    return aq8h_pv(dt, V, V_lo, rb, P, ldp, M, n, d, O, scratch, kvs_cpu_att_pv_q8_avx2);
+}
 #endif
