@@ -185,10 +185,11 @@ AQ8_INLINE void aq8_tile16(const int q4, const int R, const uint8_t *K, int64_t 
     const __m512i kidx = _mm512_mullo_epi32(kperm, _mm512_set1_epi32((int)rb)); /* lane p: key kperm[p]'s row */
     __m512 acc[AQ8_ROWS];
     for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
-    if (r0 == 0) { /* once per key (the first row group): this tile's V rows, the next tile's K rows
-                    * (ATT_BK keys on: prefetches never fault) */
+    if (r0 == 0) { /* once per key (the first row group): this tile's V rows into L2 (a q8_0 tile's
+                    * 34 KiB would push out of L1 what is read now), the next tile's K rows into L2,
+                    * the K rows AQ8_KPF keys on into L1 (ATT_BK keys on: prefetches never fault) */
         if (Q->pf)
-            for (int64_t o = 0; o < 16 * Q->pf_rb; o += 64) _mm_prefetch((const char *)(Q->pf + j * Q->pf_rb + o), _MM_HINT_T0);
+            for (int64_t o = 0; o < 16 * Q->pf_rb; o += 64) _mm_prefetch((const char *)(Q->pf + j * Q->pf_rb + o), _MM_HINT_T1);
         for (int64_t o = 0; o < 16 * rb; o += 64) _mm_prefetch((const char *)(K + (j + 256) * rb + o), _MM_HINT_T1);
         for (int64_t o = 0; o < 16 * rb; o += 64) _mm_prefetch((const char *)(K + (j + AQ8_KPF) * rb + o), _MM_HINT_T0);
     }
