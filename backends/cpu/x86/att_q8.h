@@ -44,7 +44,7 @@ AQ8_INLINE void aq8_tile(const int q4, const int R, const int NK, const uint8_t 
     for (int r = 0; r < R; r++)
         for (int u = 0; u < NK; u++) acc[r][u] = _mm256_setzero_ps();
     if (Q->pf && r0 == 0 && NK == 4) /* the V rows, once per key (AVX2's q8_0 takes this path) */
-        for (int64_t o = 0; o < 4 * Q->pf_rb; o += 64) _mm_prefetch((const char *)(Q->pf + j * Q->pf_rb + o), _MM_HINT_T0);
+        for (int64_t o = 0; o < 4 * Q->pf_rb; o += 64) _mm_prefetch((const char *)(Q->pf + j * Q->pf_rb + o), _MM_HINT_T1);
     for (int64_t b = 0; b < nb; b++) {
         __m256i cu[4], cs[4];
         float dk[4];
