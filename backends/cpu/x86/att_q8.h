@@ -22,6 +22,12 @@
 #define AQ8_KPF 64
 #endif
 
+AQ8_INLINE int32_t aq8_ld32(const void *p) {
+    int32_t w;
+    memcpy(&w, p, 4);
+    return w;
+}
+
 /* out[0..3] = the lane sums of a, b, c, d */
 AQ8_INLINE void aq8_hsum4(__m256 a, __m256 b, __m256 c, __m256 d, float *out) {
     const __m256 abcd = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
@@ -148,6 +154,14 @@ AQ8_INLINE void aq8_tile8(const int q4, const int R, const uint8_t *K, int64_t r
             const int64_t row = r0 + r;
             const int32_t *qw = (const int32_t *)(const void *)(Q->q + row * d + b * 32);
             __m256i p = _mm256_set1_epi32(Q->corrb[row * nb + b]);
+#if !AQ8_VNNI
+            if (q4) { /* vpmaddubsw's pairs (|c q + c' q'| <= 2 * 15 * 127) summed over the 8 words in
+                       * 16 bits (<= 30480: exact), then one vpmaddwd: the same sums */
+                __m256i h = _mm256_maddubs_epi16(cu[0], _mm256_set1_epi32(aq8_ld32(qw)));
+                for (int g = 1; g < 8; g++) h = _mm256_add_epi16(h, _mm256_maddubs_epi16(cu[g], _mm256_set1_epi32(aq8_ld32(qw + g))));
+                p = _mm256_add_epi32(p, _mm256_madd_epi16(h, _mm256_set1_epi16(1)));
+            } else
+#endif
             for (int g = 0; g < 8; g++) {
                 /* q4_0: word g < 4 holds values 4g..4g+3 (low nibbles), g >= 4 values 16 + 4(g-4) .. */
                 int32_t w;
