@@ -18,7 +18,8 @@
 #define AQ8_INLINE static inline __attribute__((always_inline))
 #define AQ8_PV_MAXD 256 /* the largest head_dim and tile (keys) of the 16-key Q.K^T and the integer P.V */
 #define AQ8_PV_MAXN 256
-#ifndef AQ8_KPF
+#ifndef AQ8_KPF /* how many keys ahead the 16-key Q.K^T prefetches K rows into L1 (measured at n_kv
+                 * 16k, one thread: 64 beats 32 by 5-10% and 128 by 0-12%) */
 #define AQ8_KPF 64
 #endif
 
