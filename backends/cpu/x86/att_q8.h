@@ -413,7 +413,7 @@ __attribute__((noinline)) static void aq8_pv_weights(const int q4, const int R, 
             _mm_storeu_ps(w->s[b][r], _mm512_castps512_ps128(_mm512_permutexvar_ps(p4, sv)));
             __m512i cs[4];
             for (int c = 0; c < 4; c++) {
-                const __m512 vi = _mm512_shuffle_f32x4(inv, inv, 0x55 * c);
+                const __m512 vi = _mm512_permutexvar_ps(_mm512_set1_epi32(4 * c), inv); /* chunk c's inv */
                 __m512i q[4];
                 for (int u = 0; u < 4; u++) q[u] = _mm512_cvtps_epi32(_mm512_mul_ps(W[4 * c + u], vi));
                 /* lane l of the pack: dwords of vectors 0..3 (keys 16u + 4l ..); p4 puts them in key order */
