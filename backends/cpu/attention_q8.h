@@ -31,7 +31,8 @@
  * to key 0: tiles start at multiples of ATT_BK) get s = max W / wmax and w = rint(W / s) in
  * 0..wmax (u8; wmax = 255, 127 for q8_0 on AVX2, whose vpmaddubsw sums two products in 16 bits).
  * V's codes of 4 keys are interleaved into the 4 bytes of each 32-bit lane (lane = column; unpack
- * shuffles, shared by the M rows), each row's 4 weights broadcast as one dword, vpdpbusd (AVX2:
+ * shuffles on AVX2, one vpermd + one vpshufb on AVX512-VNNI, shared by the M rows), each row's 4
+ * weights broadcast as one dword, vpdpbusd (AVX2:
  * vpmaddubsw + vpmaddwd) accumulates sum_j w_j x_jt in int32 over the chunk (|sum| <= 64 * 255 * 128
  * < 2^24: exact in f32), and O_t += s (sum_j w_j x_jt - sum_j w_j o_j) in f32.
  * Error bound of that step: rint of fl(W * fl(wmax / max W)) with W <= max W, then s = fl(max W /
@@ -61,7 +62,7 @@ typedef struct kvs_att_q8 {
     const int32_t *corr;
     const int32_t *corrb; /* [M][d/32]: the sum of each block's 8 corr values */
     int64_t d;
-    const uint8_t *pf;    /* rows to prefetch while the keys are read (the tile's V, row stride pf_rb,
+    const uint8_t *pf;    /* rows to prefetch into L2 while the keys are read (the tile's V, row stride pf_rb,
                            * the same count as the keys), or NULL */
     int64_t pf_rb;
 } kvs_att_q8;

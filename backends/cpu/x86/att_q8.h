@@ -18,6 +18,16 @@
 #define AQ8_INLINE static inline __attribute__((always_inline))
 #define AQ8_PV_MAXD 256 /* the largest head_dim and tile (keys) of the 16-key Q.K^T and the integer P.V */
 #define AQ8_PV_MAXN 256
+#ifndef AQ8_KPF /* how many keys ahead the 16-key Q.K^T prefetches K rows into L1 (measured at n_kv
+                 * 16k, one thread: 64 beats 32 by 5-10% and 128 by 0-12%) */
+#define AQ8_KPF 64
+#endif
+
+AQ8_INLINE int32_t aq8_ld32(const void *p) {
+    int32_t w;
+    memcpy(&w, p, 4);
+    return w;
+}
 
 /* out[0..3] = the lane sums of a, b, c, d */
 AQ8_INLINE void aq8_hsum4(__m256 a, __m256 b, __m256 c, __m256 d, float *out) {
@@ -41,7 +51,7 @@ AQ8_INLINE void aq8_tile(const int q4, const int R, const int NK, const uint8_t 
     for (int r = 0; r < R; r++)
         for (int u = 0; u < NK; u++) acc[r][u] = _mm256_setzero_ps();
     if (Q->pf && r0 == 0 && NK == 4) /* the V rows, once per key (AVX2's q8_0 takes this path) */
-        for (int64_t o = 0; o < 4 * Q->pf_rb; o += 64) _mm_prefetch((const char *)(Q->pf + j * Q->pf_rb + o), _MM_HINT_T0);
+        for (int64_t o = 0; o < 4 * Q->pf_rb; o += 64) _mm_prefetch((const char *)(Q->pf + j * Q->pf_rb + o), _MM_HINT_T1);
     for (int64_t b = 0; b < nb; b++) {
         __m256i cu[4], cs[4];
         float dk[4];
@@ -111,7 +121,7 @@ AQ8_INLINE void aq8_tile8(const int q4, const int R, const uint8_t *K, int64_t r
     __m256 acc[4];
     for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
     if (Q->pf && r0 == 0) /* once per key (the first row group) */
-        for (int64_t o = 0; o < 8 * Q->pf_rb; o += 64) _mm_prefetch((const char *)(Q->pf + j * Q->pf_rb + o), _MM_HINT_T0);
+        for (int64_t o = 0; o < 8 * Q->pf_rb; o += 64) _mm_prefetch((const char *)(Q->pf + j * Q->pf_rb + o), _MM_HINT_T1);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *k0 = K + j * rb + b * bb;
         __m256i cu[8], cs[8]; /* cu[g]: unsigned codes of word g (values 4g .. 4g+3), cs: signed (AVX2 q8_0) */
@@ -145,6 +155,14 @@ AQ8_INLINE void aq8_tile8(const int q4, const int R, const uint8_t *K, int64_t r
             const int64_t row = r0 + r;
             const int32_t *qw = (const int32_t *)(const void *)(Q->q + row * d + b * 32);
             __m256i p = _mm256_set1_epi32(Q->corrb[row * nb + b]);
+#if !AQ8_VNNI
+            if (q4) { /* vpmaddubsw's pairs (|c q + c' q'| <= 2 * 15 * 127) summed over the 8 words in
+                       * 16 bits (<= 30480: exact), then one vpmaddwd: the same sums */
+                __m256i h = _mm256_maddubs_epi16(cu[0], _mm256_set1_epi32(aq8_ld32(qw)));
+                for (int g = 1; g < 8; g++) h = _mm256_add_epi16(h, _mm256_maddubs_epi16(cu[g], _mm256_set1_epi32(aq8_ld32(qw + g))));
+                p = _mm256_add_epi32(p, _mm256_madd_epi16(h, _mm256_set1_epi16(1)));
+            } else
+#endif
             for (int g = 0; g < 8; g++) {
                 /* q4_0: word g < 4 holds values 4g..4g+3 (low nibbles), g >= 4 values 16 + 4(g-4) .. */
                 int32_t w;
@@ -161,23 +179,34 @@ AQ8_INLINE void aq8_tile8(const int q4, const int R, const uint8_t *K, int64_t r
 }
 
 #if AQ8_VNNI
+/* acc + vpdpbusd(a, the dword at p broadcast) with the broadcast embedded in the instruction's memory
+ * operand (compilers load it into a register first: one more uop a step) */
+AQ8_INLINE __m512i aq8_dpbusd_bcst(__m512i acc, __m512i a, const void *p) {
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(a), "m"(*(const int32_t *)p));
+    return acc;
+}
+
 /* aq8_tile8 on 512-bit registers (AVX512-VNNI): the 16 keys [j, j + 16), lane p of every vector key
  * j + kperm[p]: q4_0, lane p key p (4 keys a register from 128-bit loads, dwords transposed within
  * the 128-bit lanes); q8_0, keys m and m + 8 side by side (two 256-bit halves), dwords transposed
- * within 128-bit lanes, then the lanes regrouped: keys 0-3, 8-11, 4-7, 12-15. dk: the tile's K
- * block scales, [b][key] (aq8_qk). One store per row, put back in key order. */
-AQ8_INLINE void aq8_tile16(const int q4, const int R, const uint8_t *K, int64_t rb, const kvs_att_q8 *Q, int64_t r0,
-                           int64_t j, float scale, float *S, int64_t lds, const float (*dk)[AQ8_PV_MAXN]) {
-    const int64_t d = Q->d, nb = d / 32, bb = q4 ? 18 : 34;
+ * within 128-bit lanes, then the lanes regrouped: keys 0-3, 8-11, 4-7, 12-15. The K block scales
+ * of the 16 keys: one vpgatherdd per block (in lane order; no separate pass over the tile). One
+ * store per row, put back in key order. */
+AQ8_INLINE void aq8_tile16(const int q4, const int R, const uint8_t *K, int64_t rb, int64_t d, const kvs_att_q8 *Q,
+                           int64_t r0, int64_t j, float scale, float *S, int64_t lds) {
+    const int64_t nb = d / 32, bb = q4 ? 18 : 34;
     const __m512i kperm = q4 ? _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
                              : _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15);
+    const __m512i kidx = _mm512_mullo_epi32(kperm, _mm512_set1_epi32((int)rb)); /* lane p: key kperm[p]'s row */
     __m512 acc[AQ8_ROWS];
     for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
-    if (r0 == 0) { /* once per key (the first row group): this tile's V rows, the next tile's K rows
-                    * (ATT_BK keys on: prefetches never fault) */
+    if (r0 == 0) { /* once per key (the first row group): this tile's V rows into L2 (a q8_0 tile's
+                    * 34 KiB would push out of L1 what is read now), the next tile's K rows into L2,
+                    * the K rows AQ8_KPF keys on into L1 (ATT_BK keys on: prefetches never fault) */
         if (Q->pf)
-            for (int64_t o = 0; o < 16 * Q->pf_rb; o += 64) _mm_prefetch((const char *)(Q->pf + j * Q->pf_rb + o), _MM_HINT_T0);
+            for (int64_t o = 0; o < 16 * Q->pf_rb; o += 64) _mm_prefetch((const char *)(Q->pf + j * Q->pf_rb + o), _MM_HINT_T1);
         for (int64_t o = 0; o < 16 * rb; o += 64) _mm_prefetch((const char *)(K + (j + 256) * rb + o), _MM_HINT_T1);
+        for (int64_t o = 0; o < 16 * rb; o += 64) _mm_prefetch((const char *)(K + (j + AQ8_KPF) * rb + o), _MM_HINT_T0);
     }
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *k0 = K + j * rb + b * bb + 2;
@@ -220,15 +249,17 @@ AQ8_INLINE void aq8_tile16(const int q4, const int R, const uint8_t *K, int64_t 
                 cu[g + 4] = _mm512_xor_si512(_mm512_shuffle_i64x2(u[g], u[4 + g], 0xdd), x80);
             }
         }
-        const __m512 dkv = _mm512_permutexvar_ps(kperm, _mm512_loadu_ps(&dk[b][j]));
+        /* the 16 keys' d_k of block b in lane order: one gather of the dword at each block's start
+         * (the f16 scale and two code bytes) */
+        const __m512 dkv = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_i32gather_epi32(kidx, k0 - 2, 1)));
         for (int r = 0; r < R; r++) {
             const int64_t row = r0 + r;
             const int8_t *qb = Q->q + row * d + b * 32;
             __m512i p[2] = {_mm512_set1_epi32(Q->corrb[row * nb + b]), _mm512_setzero_si512()}; /* two chains */
             for (int g = 0; g < 8; g++) {
-                int32_t w;
-                memcpy(&w, q4 ? (const void *)(qb + (g < 4 ? 4 * g : 16 + 4 * (g - 4))) : (const void *)(qb + 4 * g), 4);
-                p[g & 1] = _mm512_dpbusd_epi32(p[g & 1], cu[g], _mm512_set1_epi32(w));
+                /* q4_0: word g < 4 holds values 4g..4g+3 (low nibbles), g >= 4 values 16 + 4(g-4) ..:
+                 * word g of the query either way; its broadcast embedded in the vpdpbusd */
+                p[g & 1] = aq8_dpbusd_bcst(p[g & 1], cu[g], qb + 4 * g);
             }
             acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(p[0], p[1])), _mm512_mul_ps(dkv, _mm512_set1_ps(Q->dq[row * nb + b])), acc[r]);
         }
@@ -237,9 +268,9 @@ AQ8_INLINE void aq8_tile16(const int q4, const int R, const uint8_t *K, int64_t 
     for (int r = 0; r < R; r++) /* lane p is key kperm[p]: kperm is its own inverse */
         _mm512_storeu_ps(S + (r0 + r) * lds + j, _mm512_permutexvar_ps(kperm, _mm512_mul_ps(acc[r], vs)));
 }
-#define AQ8_KEYS16(Q4, R) for (; dk && j + 16 <= n; j += 16) aq8_tile16((Q4), (R), K, rb, Q, r0, j, scale, S, lds, dk)
+#define AQ8_KEYS16(Q4, R) for (; big && j + 16 <= n; j += 16) aq8_tile16((Q4), (R), K, rb, Q->d, Q, r0, j, scale, S, lds)
 #else
-#define AQ8_KEYS16(Q4, R) (void)dk
+#define AQ8_KEYS16(Q4, R) (void)big
 #endif
 
 #define AQ8_KEYS(Q4, R)                                                                                \
@@ -253,7 +284,7 @@ AQ8_INLINE void aq8_tile16(const int q4, const int R, const uint8_t *K, int64_t 
     } while (0)
 
 static void aq8_rows(const int q4, const uint8_t *K, int64_t rb, const kvs_att_q8 *Q, int64_t M, int64_t n, float scale,
-                     float *S, int64_t lds, const float (*dk)[AQ8_PV_MAXN]) {
+                     float *S, int64_t lds, int big) {
     /* q4_0 (and all of VNNI) 4 rows a group: the transposed keys are shared by more rows; AVX2's
      * q8_0 (4 accumulators a row) AQ8_ROWS */
     const int64_t RG = q4 ? 4 : AQ8_ROWS;
@@ -285,19 +316,9 @@ static void aq8_rows(const int q4, const uint8_t *K, int64_t rb, const kvs_att_q
 static int aq8_qk(kvs_dtype dt, const void *K, int64_t rb, const kvs_att_q8 *Q, int64_t M, int64_t n, float scale,
                   float *S, int64_t lds) {
     if (dt != KVS_Q4_0 && dt != KVS_Q8_0) return 0;
-    float dk[AQ8_PV_MAXD / 32][AQ8_PV_MAXN]; /* the K block scales, [block][key] (the 16-key kernel) */
-    const int64_t nb = Q->d / 32, bb = dt == KVS_Q4_0 ? 18 : 34;
-    if (AQ8_VNNI && n >= 16 && Q->d <= AQ8_PV_MAXD && n <= AQ8_PV_MAXN) {
-        uint16_t h16[AQ8_PV_MAXD / 32][AQ8_PV_MAXN];
-        for (int64_t j = 0; j < n; j++)
-            for (int64_t b = 0; b < nb; b++) memcpy(&h16[b][j], (const uint8_t *)K + j * rb + b * bb, 2);
-        for (int64_t b = 0; b < nb; b++)
-            for (int64_t j = 0; j + 8 <= n; j += 8)
-                _mm256_storeu_ps(&dk[b][j], _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)&h16[b][j])));
-    }
-    /* (the 8-key kernels read their scales themselves) */
-    const int big = AQ8_VNNI && n >= 16 && Q->d <= AQ8_PV_MAXD && n <= AQ8_PV_MAXN;
-    aq8_rows(dt == KVS_Q4_0, (const uint8_t *)K, rb, Q, M, n, scale, S, lds, big ? (const float (*)[AQ8_PV_MAXN])dk : NULL);
+    /* VNNI: the 16-key kernel (it gathers its K block scales) where the tile holds 16 keys */
+    const int big = AQ8_VNNI && n >= 16;
+    aq8_rows(dt == KVS_Q4_0, (const uint8_t *)K, rb, Q, M, n, scale, S, lds, big);
     return 1;
 }
 
@@ -328,7 +349,8 @@ static const uint8_t aq8_zero[64];
 
 /* The V side of the tile; 0 when a block scale is not finite (the caller then takes the f32 kernel) */
 __attribute__((noinline)) static int aq8_pv_tile(const int q4, const uint8_t *V, int64_t rb, int64_t n, int64_t nb, aq8_pvt *t) {
-    const int64_t bb = q4 ? 18 : 34, np = (n + 31) & ~(int64_t)31;
+    /* (VNNI: zeros up to AQ8_PV_MAXN keys; its weights take whole tiles, aq8_pv_weights) */
+    const int64_t bb = q4 ? 18 : 34, np = AQ8_VNNI ? AQ8_PV_MAXN : (n + 31) & ~(int64_t)31;
     uint16_t h16[AQ8_PV_MAXD / 32][AQ8_PV_MAXN];
     for (int64_t j = 0; j < n; j++) { /* the scales, key by key */
         const uint8_t *row = V + j * rb;
@@ -344,9 +366,7 @@ __attribute__((noinline)) static int aq8_pv_tile(const int q4, const uint8_t *V,
             bad = _mm256_or_si256(bad, _mm256_castsi128_si256(_mm_cmpgt_epi16(ah, _mm_set1_epi16(0x7bff))));
             _mm256_storeu_ps(&t->adv[b][j], _mm256_cvtph_ps(ah));
             const __m128i m8 = _mm_packs_epi16(neg, neg); /* 8 bytes 0xFF / 0 */
-            /* (AVX-512's q8_0 kernel: in its dword key order 0, 2, 1, 3) */
-            _mm_storel_epi64((__m128i *)&t->nm[b][j],
-                             (AQ8_VNNI && !q4) ? _mm_shuffle_epi8(m8, _mm_setr_epi8(0, 2, 1, 3, 4, 6, 5, 7, 8, 9, 10, 11, 12, 13, 14, 15)) : m8);
+            _mm_storel_epi64((__m128i *)&t->nm[b][j], m8);
             /* q4_0: 8 + neg (neg = -1 or 0); q8_0: neg */
             _mm_storel_epi64((__m128i *)&t->off[b][j], q4 ? _mm_add_epi8(m8, _mm_set1_epi8(8)) : m8);
         }
@@ -358,6 +378,60 @@ __attribute__((noinline)) static int aq8_pv_tile(const int q4, const uint8_t *V,
 /* Quantizes the weights of rows p[r * ldp] (r < R) against the tile t (n keys, nb blocks) into w. */
 __attribute__((noinline)) static void aq8_pv_weights(const int q4, const int R, const float *P, int64_t ldp, const aq8_pvt *t, int64_t n, int64_t nb, int wmax,
                            aq8_pvw *w) {
+    (void)q4; /* (one weight layout for both types) */
+#if AQ8_VNNI
+    /* 512-bit: a whole tile of AQ8_PV_MAXN keys (t zero-padded, P zeroed past n), 16 keys a vector:
+     * W of a (row, block) in 16 registers, the 4 chunk maxima reduced together (one division each
+     * for inv and s), 4 vectors of rint(W inv) packed to one 64-byte chunk of u8 weights. Keys past
+     * n get weight 0. The same arithmetic, element by element, as the 256-bit code below. */
+    const __m512i kidx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i p4 = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    const __m512 vw = _mm512_set1_ps((float)wmax), tiny = _mm512_set1_ps(0x1p-100f);
+    for (int r = 0; r < R; r++) {
+        const float *p = P + r * ldp;
+        __m512 pp[AQ8_PV_MAXN / 16]; /* P with the keys past n zeroed (S holds anything there) */
+        for (int v = 0; v < AQ8_PV_MAXN / 16; v++) {
+            const int64_t j = 16 * v;
+            const __mmask16 m = _mm512_cmpgt_epi32_mask(_mm512_set1_epi32((int)n), _mm512_add_epi32(_mm512_set1_epi32((int)j), kidx));
+            pp[v] = _mm512_maskz_loadu_ps(m, p + (j < n ? j : 0));
+        }
+        for (int64_t b = 0; b < nb; b++) {
+            __m512 W[AQ8_PV_MAXN / 16], mc[4];
+            for (int v = 0; v < AQ8_PV_MAXN / 16; v++) W[v] = _mm512_mul_ps(pp[v], _mm512_loadu_ps(&t->adv[b][16 * v]));
+            for (int c = 0; c < 4; c++)
+                mc[c] = _mm512_max_ps(_mm512_max_ps(W[4 * c], W[4 * c + 1]), _mm512_max_ps(W[4 * c + 2], W[4 * c + 3]));
+            /* 128-bit lane c of mx: chunk c's maximum in all 4 lanes */
+            const __m512 u01 = _mm512_max_ps(_mm512_shuffle_f32x4(mc[0], mc[1], 0x44), _mm512_shuffle_f32x4(mc[0], mc[1], 0xee));
+            const __m512 u23 = _mm512_max_ps(_mm512_shuffle_f32x4(mc[2], mc[3], 0x44), _mm512_shuffle_f32x4(mc[2], mc[3], 0xee));
+            __m512 mx = _mm512_max_ps(_mm512_shuffle_f32x4(u01, u23, 0x88), _mm512_shuffle_f32x4(u01, u23, 0xdd));
+            mx = _mm512_max_ps(mx, _mm512_permute_ps(mx, 0x4e));
+            mx = _mm512_max_ps(mx, _mm512_permute_ps(mx, 0xb1));
+            /* weights below 2^-100 (all of the chunk's) are dropped: inv would overflow */
+            const __mmask16 ok = _mm512_cmp_ps_mask(mx, tiny, _CMP_GE_OQ);
+            const __m512 inv = _mm512_maskz_div_ps(ok, vw, mx);
+            const __m512 sv = _mm512_maskz_div_ps(ok, mx, vw);
+            _mm_storeu_ps(w->s[b][r], _mm512_castps512_ps128(_mm512_permutexvar_ps(p4, sv)));
+            __m512i cs[4];
+            for (int c = 0; c < 4; c++) {
+                const __m512 vi = _mm512_permutexvar_ps(_mm512_set1_epi32(4 * c), inv); /* chunk c's inv */
+                __m512i q[4];
+                for (int u = 0; u < 4; u++) q[u] = _mm512_cvtps_epi32(_mm512_mul_ps(W[4 * c + u], vi));
+                /* lane l of the pack: dwords of vectors 0..3 (keys 16u + 4l ..); p4 puts them in key order */
+                const __m512i w8 = _mm512_permutexvar_epi32(
+                    p4, _mm512_packus_epi16(_mm512_packus_epi32(q[0], q[1]), _mm512_packus_epi32(q[2], q[3])));
+                _mm512_storeu_si512((void *)&w->w[b][r][64 * c], w8);
+                cs[c] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w8, _mm512_loadu_si512((const void *)&t->off[b][64 * c]));
+            }
+            /* the 4 chunks' sums of w o together */
+            const __m512i s01 = _mm512_add_epi32(_mm512_shuffle_i32x4(cs[0], cs[1], 0x44), _mm512_shuffle_i32x4(cs[0], cs[1], 0xee));
+            const __m512i s23 = _mm512_add_epi32(_mm512_shuffle_i32x4(cs[2], cs[3], 0x44), _mm512_shuffle_i32x4(cs[2], cs[3], 0xee));
+            __m512i sx = _mm512_add_epi32(_mm512_shuffle_i32x4(s01, s23, 0x88), _mm512_shuffle_i32x4(s01, s23, 0xdd));
+            sx = _mm512_add_epi32(sx, _mm512_shuffle_epi32(sx, 0x4e));
+            sx = _mm512_add_epi32(sx, _mm512_shuffle_epi32(sx, 0xb1));
+            _mm_storeu_si128((__m128i *)w->corr[b][r], _mm512_castsi512_si128(_mm512_permutexvar_epi32(p4, sx)));
+        }
+    }
+#else
     const int64_t np = (n + 31) & ~(int64_t)31;
     const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     for (int r = 0; r < R; r++) {
@@ -371,28 +445,6 @@ __attribute__((noinline)) static void aq8_pv_weights(const int q4, const int R, 
         for (int64_t b = 0; b < nb; b++)
             for (int64_t c0 = 0, c = 0; c0 < np; c0 += AQ8_PV_CH, c++) {
                 const int64_t c1 = c0 + AQ8_PV_CH < np ? c0 + AQ8_PV_CH : np;
-#if AQ8_VNNI /* 16 keys a vector */
-                __m512 mx16 = _mm512_setzero_ps();
-                for (int64_t j = c0; j < c1; j += 16)
-                    mx16 = _mm512_max_ps(mx16, _mm512_mul_ps(_mm512_loadu_ps(pp + j), _mm512_loadu_ps(&t->adv[b][j])));
-                const float m16 = _mm512_reduce_max_ps(mx16);
-                const float inv16 = m16 >= 0x1p-100f ? (float)wmax / m16 : 0.0f;
-                w->s[b][r][c] = m16 >= 0x1p-100f ? m16 / (float)wmax : 0.0f;
-                const __m512 vi16 = _mm512_set1_ps(inv16);
-                __m128i cs16 = _mm_setzero_si128();
-                for (int64_t j = c0; j < c1; j += 16) {
-                    const __m128i w8 = _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(
-                        _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(pp + j), _mm512_loadu_ps(&t->adv[b][j])), vi16)));
-                    cs16 = _mm_dpbusd_epi32(cs16, w8, _mm_loadu_si128((const __m128i *)&t->off[b][j]));
-                    /* the q8_0 kernel interleaves keys 0, 2, 1, 3 in a dword (aq8_pv_chunk512) */
-                    _mm_storeu_si128((__m128i *)&w->w[b][r][j],
-                                     q4 ? w8 : _mm_shuffle_epi8(w8, _mm_setr_epi8(0, 2, 1, 3, 4, 6, 5, 7, 8, 10, 9, 11, 12, 14, 13, 15)));
-                }
-                cs16 = _mm_add_epi32(cs16, _mm_shuffle_epi32(cs16, 0x4e));
-                cs16 = _mm_add_epi32(cs16, _mm_shuffle_epi32(cs16, 0xb1));
-                w->corr[b][r][c] = _mm_cvtsi128_si32(cs16);
-                continue;
-#endif
                 __m256 mx = _mm256_setzero_ps();
                 for (int64_t j = c0; j < c1; j += 8)
                     mx = _mm256_max_ps(mx, _mm256_mul_ps(_mm256_loadu_ps(pp + j), _mm256_loadu_ps(&t->adv[b][j])));
@@ -413,10 +465,7 @@ __attribute__((noinline)) static void aq8_pv_weights(const int q4, const int R, 
                                                                 vi));
                     const __m256i w8 = _mm256_permutevar8x32_epi32(
                         _mm256_packus_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3])), perm);
-                    /* AVX-512's q8_0 kernel interleaves keys 0, 2, 1, 3 in a dword (aq8_pv_chunk512) */
-                    _mm256_storeu_si256((__m256i *)&w->w[b][r][j],
-                                        (AQ8_VNNI && !q4) ? _mm256_shuffle_epi8(w8, _mm256_setr_epi8(0, 2, 1, 3, 4, 6, 5, 7, 8, 10, 9, 11, 12, 14, 13, 15, 0, 2, 1, 3, 4, 6, 5, 7, 8, 10, 9, 11, 12, 14, 13, 15))
-                                                          : w8);
+                    _mm256_storeu_si256((__m256i *)&w->w[b][r][j], w8);
                     cs = Q8_DPBUSD(cs, w8, _mm256_loadu_si256((const __m256i *)&t->off[b][j]));
                 }
                 __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(cs), _mm256_extracti128_si256(cs, 1));
@@ -425,6 +474,7 @@ __attribute__((noinline)) static void aq8_pv_weights(const int q4, const int R, 
                 w->corr[b][r][c] = _mm_cvtsi128_si32(s4);
             }
     }
+#endif
 }
 
 /* Rows [0, R) of O (row stride d), block b's 32 columns, += the keys [j0, j1) of chunk c (j1 a
@@ -494,17 +544,21 @@ AQ8_INLINE void aq8_pv_chunk(const int q4, const int R, const uint8_t *V, int64_
 }
 
 #if AQ8_VNNI
-/* aq8_pv_chunk on 512-bit registers (AVX512-VNNI): 2 vectors of 16 columns per row. q4_0: the 4 keys'
- * packed bytes interleaved in 128-bit registers, joined, split into nibbles (columns 0-15, 16-31);
- * q8_0: keys (0, 1) and (2, 3) side by side in two registers, bytes interleaved, 128-bit lanes
- * regrouped, words interleaved: dwords hold keys 0, 2, 1, 3 (the weights are stored so), columns
- * [0-3 | 16-19 | 8-11 | 24-27] and [4-7 | 20-23 | 12-15 | 28-31], put back in order at the end. */
+/* aq8_pv_chunk on 512-bit registers (AVX512-VNNI): 2 vectors of 16 columns per row. The 4 keys'
+ * codes of the block put into 128-bit lanes (q4_0: lane k = key k's 16 bytes; q8_0: two registers
+ * of two keys' 32 bytes), one dword permutation (lane m, dword k = key k's bytes 4m .. 4m+3) and a
+ * 4 x 4 byte transpose in every lane (vpshufb): dword i = byte i of the 4 keys, in key order
+ * (q4_0: then split into its nibbles, columns i and 16 + i). */
 AQ8_INLINE void aq8_pv_chunk512(const int q4, const int R, const uint8_t *V, int64_t rb, int64_t n, int64_t b, int64_t c,
                                 int64_t j0, int64_t j1, const aq8_pvt *t, const aq8_pvw *w, float *O, int64_t d) {
     const int64_t bb = q4 ? 18 : 34;
     __m512i acc[AQ8_ROWS][2];
     for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm512_set1_epi32(-w->corr[b][r][c]);
     const uint8_t *vb = V + b * bb + 2;
+    const __m512i bt = _mm512_set4_epi32(0x0f0b0703, 0x0e0a0602, 0x0d090501, 0x0c080400); /* 4 x 4 byte transpose */
+    const __m512i p4 = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    const __m512i p8a = _mm512_setr_epi32(0, 8, 16, 24, 1, 9, 17, 25, 2, 10, 18, 26, 3, 11, 19, 27);
+    const __m512i p8b = _mm512_add_epi32(p8a, _mm512_set1_epi32(4));
     for (int64_t j = j0; j < j1; j += 4) {
         const uint8_t *k0 = vb + j * rb, *k1 = k0 + rb, *k2 = k1 + rb, *k3 = k2 + rb;
         if (j + 4 > n) { /* the last keys: rows past the tile may not exist */
@@ -517,13 +571,11 @@ AQ8_INLINE void aq8_pv_chunk512(const int q4, const int R, const uint8_t *V, int
         const __m512i m = _mm512_set1_epi32(nmw);
         __m512i cv[2];
         if (q4) {
-            const __m128i x0 = _mm_loadu_si128((const __m128i *)k0), x1 = _mm_loadu_si128((const __m128i *)k1);
-            const __m128i x2 = _mm_loadu_si128((const __m128i *)k2), x3 = _mm_loadu_si128((const __m128i *)k3);
-            const __m128i a = _mm_unpacklo_epi8(x0, x1), e = _mm_unpackhi_epi8(x0, x1);
-            const __m128i f = _mm_unpacklo_epi8(x2, x3), g = _mm_unpackhi_epi8(x2, x3);
-            const __m256i y01 = _mm256_set_m128i(_mm_unpackhi_epi16(a, f), _mm_unpacklo_epi16(a, f));
-            const __m256i y23 = _mm256_set_m128i(_mm_unpackhi_epi16(e, g), _mm_unpacklo_epi16(e, g));
-            const __m512i y = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(y01), y23, 1), m);
+            __m512i x = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)k0));
+            x = _mm512_inserti32x4(x, _mm_loadu_si128((const __m128i *)k1), 1);
+            x = _mm512_inserti32x4(x, _mm_loadu_si128((const __m128i *)k2), 2);
+            x = _mm512_inserti32x4(x, _mm_loadu_si128((const __m128i *)k3), 3);
+            const __m512i y = _mm512_xor_si512(_mm512_shuffle_epi8(_mm512_permutexvar_epi32(p4, x), bt), m);
             const __m512i m4 = _mm512_set1_epi8(15);
             cv[0] = _mm512_and_si512(y, m4);
             cv[1] = _mm512_and_si512(_mm512_srli_epi16(y, 4), m4);
@@ -532,11 +584,8 @@ AQ8_INLINE void aq8_pv_chunk512(const int q4, const int R, const uint8_t *V, int
                                                  _mm256_loadu_si256((const __m256i *)k1), 1);
             const __m512i B = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)k2)),
                                                  _mm256_loadu_si256((const __m256i *)k3), 1);
-            const __m512i lo = _mm512_unpacklo_epi8(A, B), hi = _mm512_unpackhi_epi8(A, B);
-            /* lo: [k0k2 c0-7 | k0k2 c16-23 | k1k3 c0-7 | k1k3 c16-23], hi the same for c8-15, c24-31 */
-            const __m512i p = _mm512_shuffle_i64x2(lo, hi, 0x44), q = _mm512_shuffle_i64x2(lo, hi, 0xee);
-            cv[0] = _mm512_xor_si512(_mm512_unpacklo_epi16(p, q), m);
-            cv[1] = _mm512_xor_si512(_mm512_unpackhi_epi16(p, q), m);
+            cv[0] = _mm512_xor_si512(_mm512_shuffle_epi8(_mm512_permutex2var_epi32(A, p8a, B), bt), m);
+            cv[1] = _mm512_xor_si512(_mm512_shuffle_epi8(_mm512_permutex2var_epi32(A, p8b, B), bt), m);
         }
         for (int r = 0; r < R; r++) {
             int32_t ww;
@@ -546,19 +595,11 @@ AQ8_INLINE void aq8_pv_chunk512(const int q4, const int R, const uint8_t *V, int
             acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], wv, cv[1]);
         }
     }
-    const __m512i i0 = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
-    const __m512i i1 = _mm512_setr_epi32(4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
     for (int r = 0; r < R; r++) {
         const __m512 s = _mm512_set1_ps(w->s[b][r][c]);
-        __m512 f0 = _mm512_cvtepi32_ps(acc[r][0]), f1 = _mm512_cvtepi32_ps(acc[r][1]);
-        if (!q4) {
-            const __m512 g0 = f0, g1 = f1;
-            f0 = _mm512_permutex2var_ps(g0, i0, g1);
-            f1 = _mm512_permutex2var_ps(g0, i1, g1);
-        }
         float *o = O + r * d + b * 32;
-        _mm512_storeu_ps(o, _mm512_fmadd_ps(f0, s, _mm512_loadu_ps(o)));
-        _mm512_storeu_ps(o + 16, _mm512_fmadd_ps(f1, s, _mm512_loadu_ps(o + 16)));
+        _mm512_storeu_ps(o, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][0]), s, _mm512_loadu_ps(o)));
+        _mm512_storeu_ps(o + 16, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][1]), s, _mm512_loadu_ps(o + 16)));
     }
 }
 #define AQ8_PV_CHUNK aq8_pv_chunk512
