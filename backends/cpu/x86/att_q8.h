@@ -910,6 +910,9 @@ AQ8_INLINE void aq8h_pv_chunk512(const int R, const uint8_t *V, const uint8_t *L
     for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm512_set1_epi32(-w->corr[b][r][c]);
     const uint8_t *hb = V + b * 20 + 4, *lbp = L + b * 16;
     const __m128i hm = _mm_set1_epi8((char)0xF0), x80 = _mm_set1_epi8((char)0x80);
+    const __m512i bt = _mm512_set4_epi32(0x0f0b0703, 0x0e0a0602, 0x0d090501, 0x0c080400); /* 4 x 4 byte transpose */
+    const __m512i p8a = _mm512_setr_epi32(0, 8, 16, 24, 1, 9, 17, 25, 2, 10, 18, 26, 3, 11, 19, 27);
+    const __m512i p8b = _mm512_add_epi32(p8a, _mm512_set1_epi32(4));
     for (int64_t j = j0; j < j1; j += 4) {
         __m256i cd[4];
         for (int u = 0; u < 4; u++) {
@@ -926,10 +929,9 @@ AQ8_INLINE void aq8h_pv_chunk512(const int R, const uint8_t *V, const uint8_t *L
         __m512i cv[2];
         const __m512i A = _mm512_inserti64x4(_mm512_castsi256_si512(cd[0]), cd[1], 1);
         const __m512i B = _mm512_inserti64x4(_mm512_castsi256_si512(cd[2]), cd[3], 1);
-        const __m512i lo = _mm512_unpacklo_epi8(A, B), hi = _mm512_unpackhi_epi8(A, B);
-        const __m512i p = _mm512_shuffle_i64x2(lo, hi, 0x44), q = _mm512_shuffle_i64x2(lo, hi, 0xee);
-        cv[0] = _mm512_xor_si512(_mm512_unpacklo_epi16(p, q), m);
-        cv[1] = _mm512_xor_si512(_mm512_unpackhi_epi16(p, q), m);
+        /* aq8_pv_chunk512's q8_0 interleave: dword t of cv[h] = the 4 keys' codes of column 16 h + t */
+        cv[0] = _mm512_xor_si512(_mm512_shuffle_epi8(_mm512_permutex2var_epi32(A, p8a, B), bt), m);
+        cv[1] = _mm512_xor_si512(_mm512_shuffle_epi8(_mm512_permutex2var_epi32(A, p8b, B), bt), m);
         for (int r = 0; r < R; r++) {
             int32_t ww;
             memcpy(&ww, &w->w[b][r][j], 4);
@@ -938,15 +940,11 @@ AQ8_INLINE void aq8h_pv_chunk512(const int R, const uint8_t *V, const uint8_t *L
             acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], wv, cv[1]);
         }
     }
-    const __m512i i0 = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
-    const __m512i i1 = _mm512_setr_epi32(4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
-    for (int r = 0; r < R; r++) {
+    for (int r = 0; r < R; r++) { /* columns in natural order, as aq8_pv_chunk512's */
         const __m512 s = _mm512_set1_ps(w->s[b][r][c]);
-        const __m512 g0 = _mm512_cvtepi32_ps(acc[r][0]), g1 = _mm512_cvtepi32_ps(acc[r][1]);
-        const __m512 f0 = _mm512_permutex2var_ps(g0, i0, g1), f1 = _mm512_permutex2var_ps(g0, i1, g1);
         float *o = O + r * d + b * 32;
-        _mm512_storeu_ps(o, _mm512_fmadd_ps(f0, s, _mm512_loadu_ps(o)));
-        _mm512_storeu_ps(o + 16, _mm512_fmadd_ps(f1, s, _mm512_loadu_ps(o + 16)));
+        _mm512_storeu_ps(o, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][0]), s, _mm512_loadu_ps(o)));
+        _mm512_storeu_ps(o + 16, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][1]), s, _mm512_loadu_ps(o + 16)));
     }
 }
 #endif
@@ -997,10 +995,9 @@ static int aq8h_pv_inplace(const int h8, const uint8_t *V, const uint8_t *L, int
                 _mm256_storeu_ps(&t.adv[b][j], _mm256_mul_ps(_mm256_cvtph_ps(ah), _mm256_set1_ps(h8 ? 0.0625f : 1.0f)));
                 _mm256_storeu_ps(&cst[b][j], _mm256_fmadd_ps(_mm256_set1_ps(h8 ? 7.53125f : 8.0f), _mm256_cvtph_ps(h), _mm256_cvtph_ps(mh)));
                 const __m128i m8 = _mm_packs_epi16(neg, neg);
-                /* qh8 (the q8_0 kernel's codes): keys in dword order 0, 2, 1, 3 on VNNI, offset 0 / -1;
-                 * q4_1 (q4_0's): offset 8 / 7 */
-                _mm_storel_epi64((__m128i *)&t.nm[b][j],
-                                 (AQ8_VNNI && h8) ? _mm_shuffle_epi8(m8, _mm_setr_epi8(0, 2, 1, 3, 4, 6, 5, 7, 8, 9, 10, 11, 12, 13, 14, 15)) : m8);
+                /* qh8 (the q8_0 kernel's codes): keys in natural order, offset 0 / -1; q4_1 (q4_0's):
+                 * offset 8 / 7 */
+                _mm_storel_epi64((__m128i *)&t.nm[b][j], m8);
                 _mm_storel_epi64((__m128i *)&t.off[b][j], h8 ? m8 : _mm_add_epi8(m8, _mm_set1_epi8(8)));
             }
             if (!_mm256_testz_si256(bad, bad)) return 0;
