@@ -579,6 +579,47 @@ START_TEST(test_attention_kvq_nonfinite) {
 }
 END_TEST
 
+/* A non-finite query under every variant, K and V q8_0 / q4_0: query head 1 holds a NaN, head 6 an
+ * inf; every output column of those heads must be non-finite (as the f32 path gives; the 8-bit query
+ * codes of -vnni / -q8 give such a block a NaN step instead of finite codes), the other heads finite.
+ * 2 kv heads of G = 4, head_dim 64, 300 keys. */
+START_TEST(test_attention_kvq_nonfinite_q) {
+    t_begin("attention_kvq_nonfinite_q");
+    const int64_t d = 64, Hkv = 2, G = 4, H = Hkv * G, cap = 300;
+    for (int ti = 0; ti < 2; ti++) {
+        const kvs_dtype kt_ = ti ? KVS_Q4_0 : KVS_Q8_0;
+        t_case("attention-kvq NaN / inf in q: k=v=%s", kvs_dtype_name(kt_));
+        float *q = t_alloc(4 * (size_t)(H * d)), *k = t_alloc(4 * (size_t)(Hkv * cap * d)), *v = t_alloc(4 * (size_t)(Hkv * cap * d));
+        t_fill_normal(q, H * d, 1.0);
+        t_fill_normal(k, Hkv * cap * d, 1.0);
+        t_fill_normal(v, Hkv * cap * d, 1.0);
+        q[1 * d + 5] = NAN;
+        q[6 * d + 40] = INFINITY;
+        double *kd = NULL, *vd = NULL;
+        tt *kt = store(kt_, k, Hkv, cap, d, cap, &kd);
+        if (!kt) return;
+        tt *vt = store(kt_, v, Hkv, cap, d, cap, &vd);
+        if (!vt) return;
+        tt *qt = t_new3(KVS_F32, d, H, 1), *ot = t_new3(KVS_F32, d, H, 1);
+        t_upload_f32(qt, q);
+        kvs_attention_params p = kvs_attention_params_default();
+        if (t_op(kvs_attention(t_dev(), qt->t, kt->t, vt->t, ot->t, &p))) return;
+        float *out = t_alloc(4 * (size_t)(H * d));
+        t_download(ot, out);
+        for (int64_t g = 0; g < H; g++)
+            for (int64_t t = 0; t < d; t++) {
+                const float x = out[g * d + t];
+                if (g == 1 || g == 6)
+                    T_ASSERT(!isfinite(x), "head %lld column %lld = %g: the non-finite query was lost", (long long)g,
+                             (long long)t, (double)x);
+                else
+                    T_ASSERT(isfinite(x), "head %lld column %lld = %g: not finite", (long long)g, (long long)t, (double)x);
+            }
+    }
+    t_end();
+}
+END_TEST
+
 /* Non-finite rows reaching a quantized cache (quant_encode.c's rule, on every backend's converting
  * scatter): for q8_0, q4_0, q4_1 and iq4_nl, 5 token-major rows of 3 kv heads x 96 values in which
  * block (row r, head h, block b) holds a NaN, an inf or a -inf at one value when (r + h + b) % 3 == 0:
@@ -709,6 +750,7 @@ Suite *suite_attention_kvq(void) {
     tcase_add_test(tc, test_attention_kvq_refusals);
     tcase_add_test(tc, test_attention_kvq_nonfinite);
     tcase_add_test(tc, test_scatter_nonfinite);
+    tcase_add_test(tc, test_attention_kvq_nonfinite_q);
     tcase_add_loop_test(tc, test_attention_kvq_qh8, 0, N_SHAPES * N_QH8P);
     tcase_add_test(tc, test_attention_kvq_rows_independent);
     suite_add_tcase(s, tc);

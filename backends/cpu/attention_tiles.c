@@ -202,13 +202,19 @@ void kvs_cpu_att_q8_quantize(const float *Qp, int64_t M, int64_t d, int32_t off,
             const float *x = Qp + r * d + b * 32;
             int8_t *qq = q + r * d + b * 32;
             float amax = 0.0f;
-            for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[i]));
-            const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+            int finite = 1;
+            for (int i = 0; i < 32; i++) {
+                amax = fmaxf(amax, fabsf(x[i]));
+                finite &= fabsf(x[i]) <= FLT_MAX;
+            }
+            /* NaN / inf in q: codes 0 and a NaN step, so the block's logits come out NaN as in f32
+             * (rounding would turn the NaN into finite codes and lose it) */
+            const float id = finite && amax > 0.0f ? 127.0f / amax : 0.0f;
             for (int i = 0; i < 32; i++) {
                 const long v = lrintf(x[i] * id);
                 qq[i] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
             }
-            dq[r * nb + b] = amax / 127.0f;
+            dq[r * nb + b] = finite ? amax / 127.0f : NAN;
             int32_t sum = 0;
             for (int g = 0; g < 8; g++) {
                 corr[r * (d / 4) + b * 8 + g] = -off * (qq[4 * g] + qq[4 * g + 1] + qq[4 * g + 2] + qq[4 * g + 3]);
