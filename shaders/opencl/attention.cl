@@ -294,7 +294,7 @@ void attn_main(ATTN_PARAMS) {
         if (!active || j0 >= rlen) continue;
         float sv[BK];
         float tmax = -FLT_MAX;
-        int targ = -1;
+        int targ = -1, tnan = 0;
         for (int jj = 0; jj < BK; jj++) {
             int j = j0 + jj;
             float s = -INFINITY;
@@ -303,7 +303,7 @@ void attn_main(ATTN_PARAMS) {
                 for (int c = 0; c < HEAD_DIM; c++) d += qv[c] * Kt[jj * HEAD_DIM + c];
                 s = scale * d;
                 if (flags & F_MASK) s += mask[mask_off + (long)i * n_kv + j];
-                if (!(s > -INFINITY)) s = -INFINITY; /* -inf (and NaN) logits hide the key */
+                tnan |= isnan(s); /* a NaN logit is kept: exp(NaN) makes the row NaN, as on the CPU */
             }
             sv[jj] = s;
             if (s > -INFINITY && (targ < 0 || s > tmax)) {
@@ -311,8 +311,8 @@ void attn_main(ATTN_PARAMS) {
                 targ = j;
             }
         }
-        if (targ < 0) continue;
-        if (best < 0 || tmax > m) {
+        if (targ < 0 && !tnan) continue;
+        if (targ >= 0 && (best < 0 || tmax > m)) {
             best = targ; /* strictly larger only: ties keep the lower key */
             float mn = fmax(m, tmax);
             float corr = exp(m - mn);
@@ -321,7 +321,7 @@ void attn_main(ATTN_PARAMS) {
             m = mn;
         }
         for (int jj = 0; jj < BK; jj++) {
-            if (!(sv[jj] > -INFINITY)) continue;
+            if (sv[jj] == -INFINITY) continue; /* hidden; NaN goes on */
             float p = exp(sv[jj] - m);
             l += p;
             for (int c = 0; c < HEAD_DIM_V; c++) acc[c] += p * Vt[jj * HEAD_DIM_V + c];
@@ -524,7 +524,7 @@ void attn_dec(ATTN_PARAMS) {
                 if (j < jend && j < Rl[p] && (!causal || kp <= Qp[p])) {
                     s = scale * sc[t];
                     if (flags & F_MASK) s += mask[mask_off + (long)(i0 + p / G) * n_kv + j];
-                    if (!(s > -INFINITY)) s = -INFINITY; /* -inf (and NaN) logits hide the key */
+                    /* a NaN logit is kept: its weight below is NaN and so is the row, as on the CPU */
                 }
                 S[p * SK + js] = s;
             }
@@ -557,7 +557,7 @@ void attn_dec(ATTN_PARAMS) {
         for (int e = lid; e < PB * BK; e += DNT) {
             int p = e / BK, jj = e - p * BK;
             float s = S[p * SK + jj];
-            S[p * SK + jj] = s > -INFINITY ? exp(s - Mn[p]) : 0.0f;
+            S[p * SK + jj] = s > -INFINITY ? exp(s - Mn[p]) : isnan(s) ? s : 0.0f;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int t = 0; t < NACC; t++) {
@@ -672,7 +672,7 @@ __kernel void attn_combine(__global const float *part, int n_split, __global flo
             av[u] = pp[3 + c];
         }
         for (int u = 0; u < 4; u++) {
-            if (bv[u] < 0) continue;
+            if (bv[u] < 0 && !(s0 + u < n_split && isnan(lv[u]))) continue; /* no visible key; a NaN sum goes on */
             float w = exp(mv[u] - M);
             l += lv[u] * w;
             acc += av[u] * w;

@@ -199,7 +199,7 @@ void main() {
             float l = sL[rr] * alpha;
             for (uint jj = 0u; jj < TK; jj++) {
                 float s = sS[rr * TK + jj];
-                float pj = s >= -FLT_MAX_ ? exp(s - mn) : 0.0;
+                float pj = s >= -FLT_MAX_ ? exp(s - mn) : (isnan(s) ? s : 0.0); // NaN: a NaN row, as on the CPU
                 sS[rr * TK + jj] = pj;
                 l += pj;
             }
