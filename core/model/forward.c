@@ -259,7 +259,9 @@ static kvs_status exchange_x(fwd_ctx *f, int l, const int32_t *prev, int64_t np,
 /* Logits that are NaN or infinite mean the weights or the activations are (the loader does not scan
  * a multi-GB file's weights): an error, never a token chosen from them. One pass over the bits, a
  * vanishing cost next to the output product that made them. */
-static kvs_status check_finite(const float *lg, int64_t nl, int64_t V, const int32_t *rows) {
+/* rows: the plan's logit rows (indices into its tokens); positions: the plan's token positions (NULL:
+ * the row index is the position), so the message names the token's position in the sequence. */
+static kvs_status check_finite(const float *lg, int64_t nl, int64_t V, const int32_t *rows, const int32_t *positions) {
     const uint32_t *u = (const uint32_t *)(const void *)lg;
     const int64_t n = nl * V;
     uint32_t bad = 0;
@@ -270,7 +272,7 @@ static kvs_status check_finite(const float *lg, int64_t nl, int64_t V, const int
     return kvs_error(KVS_ERR_NUMERIC,
                      "kvs_model_forward: the logits of position %d hold %s at token id %lld: the model's weights or its "
                      "activations are not finite (a damaged file, or values beyond the activation type's range)",
-                     rows[i / V], isnan(lg[i]) ? "NaN" : "infinity", (long long)(i % V));
+                     positions ? positions[rows[i / V]] : rows[i / V], isnan(lg[i]) ? "NaN" : "infinity", (long long)(i % V));
 }
 
 /* SPA-Cache proxy scores of the rows[0..n) in ws.x at layer l, into m->proxy_host [n][*rank]:
@@ -550,7 +552,7 @@ static kvs_status final_logits(fwd_ctx *f, const int32_t *rows, int64_t n, kvs_s
     if (s == KVS_OK) s = kvs_matmul(m->dev, head, xn, lg, 0);
     if (s == KVS_OK) s = fwd_host_grow((void **)&m->logits_host, &m->logits_host_cap, nl * hp->vocab, sizeof(float));
     if (s == KVS_OK) s = kvs_tensor_download(lg, m->logits_host, 0, (size_t)nl * hp->vocab * 4);
-    if (s == KVS_OK) s = check_finite(m->logits_host, nl, hp->vocab, plan->logit_rows);
+    if (s == KVS_OK) s = check_finite(m->logits_host, nl, hp->vocab, plan->logit_rows, plan->positions);
     if (s == KVS_OK) res->logits = m->logits_host;
     kvs_tensor *all[] = {idx, x3, xn3, xn, lg};
     for (size_t i = 0; i < 5; i++) fwd_view_done(&all[i]);

@@ -54,7 +54,8 @@ kvs_status kvs_think_check_cache(const kvs_cache_params *p) {
     if (!p) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_think_check_cache: p is NULL");
     if (p->type_k != KVS_F32 && p->type_k != KVS_F16)
         return kvs_error(KVS_ERR_UNSUPPORTED, "%s: keys of type %s cannot have channels zeroed in place (f32 or f16 keys "
-                         "only: a block type's 32 channels share one scale)", op, kvs_dtype_name(p->type_k));
+                         "only: the scoring pass reads those, and a block type's 32 channels share one scale)", op,
+                         kvs_dtype_name(p->type_k));
     if (p->flags & KVS_CACHE_ROTATE)
         return kvs_error(KVS_ERR_UNSUPPORTED, "%s: a KVS_CACHE_ROTATE cache stores Hadamard-rotated keys, whose channels "
                          "are mixtures of the RoPE channels ThinK scores and prunes", op);

@@ -363,8 +363,8 @@ class Model:
             fail(INVALID_ARGUMENT, "policy must be None, a name or a Policy")
         p.policy = pol._h if pol is not None else None
         p.budget, p.scope, p.evict_buffer = float(budget), L.SCOPES[scope], int(buffer)
-        if isinstance(draft, bool) or not isinstance(draft, (int, np.integer)):
-            fail(INVALID_ARGUMENT, "draft must be an int (tokens drafted per verify step), not %r" % (draft,))
+        if isinstance(draft, bool) or not isinstance(draft, (int, np.integer)) or not 0 <= draft < 2**31:
+            fail(INVALID_ARGUMENT, "draft must be an int >= 0 (tokens drafted per verify step), not %r" % (draft,))
         p.draft = int(draft)
         if max_new < 1:
             fail(INVALID_ARGUMENT, "max_new must be >= 1")

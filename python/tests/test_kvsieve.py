@@ -354,7 +354,7 @@ class Models(unittest.TestCase):
         self.assertEqual(m.set_draft_weights("f32"), 0)
         with self.assertRaises(kvsieve.KvsError):  # drafts need a qh8 cache
             m.generate_ar([1], max_new=4, draft=2)
-        for bad in (2.5, "3", True):  # draft is a token count, not silently converted
+        for bad in (2.5, "3", True, 2**40, -1):  # draft is a token count, not silently converted or wrapped
             with self.assertRaises(kvsieve.KvsError):
                 m.generate_ar([1], max_new=4, cache_dtype="qh8", draft=bad)
         with self.assertRaises(kvsieve.KvsError):  # stories260K: head_dim 8

@@ -309,8 +309,8 @@ int bench_model(int argc, char **argv) {
             return cli_fail(CLI_EXIT_USAGE, spec.prog, "--fill: '%s' is neither random nor prefill", fill_arg);
         if (context != CLI_UNSET_I64 && context < 1) return cli_fail(CLI_EXIT_USAGE, spec.prog, "--context must be >= 1");
         if (n_decode != CLI_UNSET_I64 && n_decode < 2)
-            return cli_fail(CLI_EXIT_USAGE, spec.prog, "--speculative needs --decode >= 2: with one token to decode "
-                            "there is nothing to draft");
+            return cli_fail(CLI_EXIT_USAGE, spec.prog, "--speculative needs --decode >= 2 (got %lld): with fewer than "
+                            "two tokens to decode there is nothing to draft", (long long)n_decode);
         const char *inert = n_prompt != CLI_UNSET_I64 ? "--prompt" : variants_arg ? "--variants" : gen != CLI_UNSET_I64 ? "--gen"
                             : steps != CLI_UNSET_I64 ? "--steps" : no_dlm ? "--no-dlm" : no_ops ? "--no-ops" : NULL;
         if (inert)
