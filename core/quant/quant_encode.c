@@ -191,7 +191,7 @@ void kvs_quant_row_unchecked(kvs_dtype dt, const float *src, int64_t n, void *ds
     case KVS_Q8_0: case KVS_Q4_0: case KVS_Q4_1: case KVS_IQ4_NL: break;
     default: return;
     }
-    const int bytes = dt == KVS_Q8_0 ? 34 : dt == KVS_Q4_1 ? 20 : 18;
+    const int bytes = (int)kvs_dtype_bytes(dt, KVS_QK);
     for (int64_t i = 0; i < nb; i++) {
         const float *x = src + i * 32;
         uint8_t *b = o + i * bytes;

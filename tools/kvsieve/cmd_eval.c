@@ -156,18 +156,11 @@ int cmd_eval(int argc, char **argv) {
     if (rc != CLI_EXIT_OK) return rc;
     /* an extra cell: the typed (or rotated) cache, no eviction */
     const int kvq = ctypes[0] != KVS_F32 || ctypes[1] != KVS_F32 || ct.rotate;
-    if (e.rerotate) {
-        kvs_cache_params rp = kvs_cache_params_default();
-        rp.type_k = ctypes[0];
-        if (ct.rotate) rp.flags |= KVS_CACHE_ROTATE;
-        if (kvs_cache_check_rerotate(&rp) != KVS_OK) return cli_fail(CLI_EXIT_USAGE, prog, "--rerotate: %s", kvs_last_error());
-    }
-    if (e.think > 0.0) {
-        kvs_cache_params tp = kvs_cache_params_default();
-        tp.type_k = ctypes[0];
-        if (ct.rotate) tp.flags |= KVS_CACHE_ROTATE;
-        if (kvs_think_check_cache(&tp) != KVS_OK) return cli_fail(CLI_EXIT_USAGE, prog, "--think: %s", kvs_last_error());
-    }
+    const kvs_cache_params kp = cli_cache_key_params(&ct, ctypes);
+    if (e.rerotate && kvs_cache_check_rerotate(&kp) != KVS_OK)
+        return cli_fail(CLI_EXIT_USAGE, prog, "--rerotate: %s", kvs_last_error());
+    if (e.think > 0.0 && kvs_think_check_cache(&kp) != KVS_OK)
+        return cli_fail(CLI_EXIT_USAGE, prog, "--think: %s", kvs_last_error());
 
     /* lists */
     char pol_buf[512], bud_buf[512];

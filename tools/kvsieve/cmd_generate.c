@@ -232,9 +232,10 @@ int cmd_generate(int argc, char **argv) {
         exit_code = cli_fail(CLI_EXIT_FAIL, PROG, "%s", kvs_last_error());
         goto done;
     }
-    /* the --rerotate hints only where it can be taken: autoregressive, not --speculative, keys f32 or
-     * f16 (the types kvs_cache_rerotate rotates) and not Hadamard-rotated (--kv-rotate) */
-    const int can_stream = !dlm && !o.speculative && !ct.rotate && (ctypes[0] == KVS_F32 || ctypes[0] == KVS_F16);
+    /* the --rerotate hints only where it can be taken: autoregressive, not --speculative, and keys the
+     * library can re-rotate */
+    const kvs_cache_params kp = cli_cache_key_params(&ct, ctypes);
+    const int can_stream = !dlm && !o.speculative && kvs_cache_check_rerotate(&kp) == KVS_OK;
     if (o.ctx > hp->ctx_len)
         fprintf(stderr, "%s: note: -c %lld is above the model's trained context %d; the context stays %d (kvsieve "
                         "does not extend it%s)\n",
@@ -344,14 +345,9 @@ int cmd_generate(int argc, char **argv) {
         exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "--think R needs R in [0, 1) and an eviction --policy (autoregressive models)");
         goto done;
     }
-    if (o.think > 0.0) { /* refused before decoding, with the library's reason */
-        kvs_cache_params tp = kvs_cache_params_default();
-        tp.type_k = ctypes[0];
-        tp.flags = ct.rotate ? KVS_CACHE_ROTATE : 0;
-        if (kvs_think_check_cache(&tp) != KVS_OK) {
-            exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "--think: %s", kvs_last_error());
-            goto done;
-        }
+    if (o.think > 0.0 && kvs_think_check_cache(&kp) != KVS_OK) { /* refused before decoding, with the library's reason */
+        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "--think: %s", kvs_last_error());
+        goto done;
     }
     ap.think_ratio = o.think;
     kvs_cache_params cp = kvs_model_cache_params(m);

@@ -49,6 +49,14 @@ int cli_cache_types(const char *prog, const cache_type_opts *o, kvs_dtype types[
     return CLI_EXIT_OK;
 }
 
+kvs_cache_params cli_cache_key_params(const cache_type_opts *o, const kvs_dtype types[2]) {
+    kvs_cache_params p = kvs_cache_params_default();
+    p.type_k = types[0];
+    p.type_v = types[1];
+    if (o->rotate) p.flags |= KVS_CACHE_ROTATE;
+    return p;
+}
+
 int cli_cache_types_fit(const char *prog, const kvs_dtype types[2], const kvs_model_hparams *hp) {
     for (int w = 0; w < 2; w++)
         if (kvs_dtype_block(types[w]) > 1 && hp->head_dim % kvs_dtype_block(types[w]) != 0)

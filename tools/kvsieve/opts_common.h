@@ -54,6 +54,10 @@ int cli_cache_types(const char *prog, const cache_type_opts *o, kvs_dtype types[
 /* CLI_EXIT_OK when the model's head_dim takes the block types among types (a multiple of 32), else
  * CLI_EXIT_USAGE after "PROG: --cache-type-k q8_0 needs head_dim % 32 == 0; MODEL has head_dim 8 ...". */
 int cli_cache_types_fit(const char *prog, const kvs_dtype types[2], const kvs_model_hparams *hp);
+/* kvs_cache_params_default() with the parsed types and --kv-rotate (KVS_CACHE_ROTATE): what the
+ * library's key-layout checks take (kvs_cache_check_rerotate, kvs_think_check_cache) before a model's
+ * cache exists. */
+kvs_cache_params cli_cache_key_params(const cache_type_opts *o, const kvs_dtype types[2]);
 /* --draft-weights T (kvs_model_set_draft_weights): *out = q8_0, q4_0, q4_1 or iq4_nl by name;
  * CLI_EXIT_OK, or CLI_EXIT_USAGE after "PROG: --draft-weights: ..." for any other name. */
 int cli_draft_weight_type(const char *prog, const char *name, kvs_dtype *out);

@@ -549,6 +549,37 @@ AQ8_INLINE void aq8_pv_chunk(const int q4, const int R, const uint8_t *V, int64_
  * of two keys' 32 bytes), one dword permutation (lane m, dword k = key k's bytes 4m .. 4m+3) and a
  * 4 x 4 byte transpose in every lane (vpshufb): dword i = byte i of the 4 keys, in key order
  * (q4_0: then split into its nibbles, columns i and 16 + i). */
+/* The q8_0 interleave of 4 keys' 32 codes each (A: keys 0 | 1, B: keys 2 | 3, 32 bytes a key) XOR the
+ * keys' negation mask m: dword t of cv[h] = the 4 keys' codes of column 16 h + t, in key order. */
+AQ8_INLINE void aq8_interleave4(__m512i A, __m512i B, __m512i m, __m512i cv[2]) {
+    const __m512i bt = _mm512_set4_epi32(0x0f0b0703, 0x0e0a0602, 0x0d090501, 0x0c080400); /* 4 x 4 byte transpose */
+    const __m512i p8a = _mm512_setr_epi32(0, 8, 16, 24, 1, 9, 17, 25, 2, 10, 18, 26, 3, 11, 19, 27);
+    const __m512i p8b = _mm512_add_epi32(p8a, _mm512_set1_epi32(4));
+    cv[0] = _mm512_xor_si512(_mm512_shuffle_epi8(_mm512_permutex2var_epi32(A, p8a, B), bt), m);
+    cv[1] = _mm512_xor_si512(_mm512_shuffle_epi8(_mm512_permutex2var_epi32(A, p8b, B), bt), m);
+}
+
+/* acc[r] += the 4 weights of keys j .. j+3 (row r, block b) dotted with cv, rows r < R. */
+AQ8_INLINE void aq8_pv_dot4(const int R, __m512i acc[][2], const __m512i cv[2], const aq8_pvw *w, int64_t b, int64_t j) {
+    for (int r = 0; r < R; r++) {
+        int32_t ww;
+        memcpy(&ww, &w->w[b][r][j], 4);
+        const __m512i wv = _mm512_set1_epi32(ww);
+        acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], wv, cv[0]);
+        acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], wv, cv[1]);
+    }
+}
+
+/* O[r][32 b + t] += s_r acc[r] (columns in natural order), rows r < R, chunk c's scale s. */
+AQ8_INLINE void aq8_pv_store512(const int R, __m512i acc[][2], const aq8_pvw *w, int64_t b, int64_t c, float *O, int64_t d) {
+    for (int r = 0; r < R; r++) {
+        const __m512 s = _mm512_set1_ps(w->s[b][r][c]);
+        float *o = O + r * d + b * 32;
+        _mm512_storeu_ps(o, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][0]), s, _mm512_loadu_ps(o)));
+        _mm512_storeu_ps(o + 16, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][1]), s, _mm512_loadu_ps(o + 16)));
+    }
+}
+
 AQ8_INLINE void aq8_pv_chunk512(const int q4, const int R, const uint8_t *V, int64_t rb, int64_t n, int64_t b, int64_t c,
                                 int64_t j0, int64_t j1, const aq8_pvt *t, const aq8_pvw *w, float *O, int64_t d) {
     const int64_t bb = q4 ? 18 : 34;
@@ -557,8 +588,6 @@ AQ8_INLINE void aq8_pv_chunk512(const int q4, const int R, const uint8_t *V, int
     const uint8_t *vb = V + b * bb + 2;
     const __m512i bt = _mm512_set4_epi32(0x0f0b0703, 0x0e0a0602, 0x0d090501, 0x0c080400); /* 4 x 4 byte transpose */
     const __m512i p4 = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    const __m512i p8a = _mm512_setr_epi32(0, 8, 16, 24, 1, 9, 17, 25, 2, 10, 18, 26, 3, 11, 19, 27);
-    const __m512i p8b = _mm512_add_epi32(p8a, _mm512_set1_epi32(4));
     for (int64_t j = j0; j < j1; j += 4) {
         const uint8_t *k0 = vb + j * rb, *k1 = k0 + rb, *k2 = k1 + rb, *k3 = k2 + rb;
         if (j + 4 > n) { /* the last keys: rows past the tile may not exist */
@@ -584,23 +613,11 @@ AQ8_INLINE void aq8_pv_chunk512(const int q4, const int R, const uint8_t *V, int
                                                  _mm256_loadu_si256((const __m256i *)k1), 1);
             const __m512i B = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)k2)),
                                                  _mm256_loadu_si256((const __m256i *)k3), 1);
-            cv[0] = _mm512_xor_si512(_mm512_shuffle_epi8(_mm512_permutex2var_epi32(A, p8a, B), bt), m);
-            cv[1] = _mm512_xor_si512(_mm512_shuffle_epi8(_mm512_permutex2var_epi32(A, p8b, B), bt), m);
+            aq8_interleave4(A, B, m, cv);
         }
-        for (int r = 0; r < R; r++) {
-            int32_t ww;
-            memcpy(&ww, &w->w[b][r][j], 4);
-            const __m512i wv = _mm512_set1_epi32(ww);
-            acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], wv, cv[0]);
-            acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], wv, cv[1]);
-        }
+        aq8_pv_dot4(R, acc, cv, w, b, j);
     }
-    for (int r = 0; r < R; r++) {
-        const __m512 s = _mm512_set1_ps(w->s[b][r][c]);
-        float *o = O + r * d + b * 32;
-        _mm512_storeu_ps(o, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][0]), s, _mm512_loadu_ps(o)));
-        _mm512_storeu_ps(o + 16, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][1]), s, _mm512_loadu_ps(o + 16)));
-    }
+    aq8_pv_store512(R, acc, w, b, c, O, d);
 }
 #define AQ8_PV_CHUNK aq8_pv_chunk512
 #else
@@ -910,9 +927,6 @@ AQ8_INLINE void aq8h_pv_chunk512(const int R, const uint8_t *V, const uint8_t *L
     for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm512_set1_epi32(-w->corr[b][r][c]);
     const uint8_t *hb = V + b * 20 + 4, *lbp = L + b * 16;
     const __m128i hm = _mm_set1_epi8((char)0xF0), x80 = _mm_set1_epi8((char)0x80);
-    const __m512i bt = _mm512_set4_epi32(0x0f0b0703, 0x0e0a0602, 0x0d090501, 0x0c080400); /* 4 x 4 byte transpose */
-    const __m512i p8a = _mm512_setr_epi32(0, 8, 16, 24, 1, 9, 17, 25, 2, 10, 18, 26, 3, 11, 19, 27);
-    const __m512i p8b = _mm512_add_epi32(p8a, _mm512_set1_epi32(4));
     for (int64_t j = j0; j < j1; j += 4) {
         __m256i cd[4];
         for (int u = 0; u < 4; u++) {
@@ -927,25 +941,11 @@ AQ8_INLINE void aq8h_pv_chunk512(const int R, const uint8_t *V, const uint8_t *L
         memcpy(&nmw, &t->nm[b][j], 4);
         const __m512i m = _mm512_set1_epi32(nmw);
         __m512i cv[2];
-        const __m512i A = _mm512_inserti64x4(_mm512_castsi256_si512(cd[0]), cd[1], 1);
-        const __m512i B = _mm512_inserti64x4(_mm512_castsi256_si512(cd[2]), cd[3], 1);
-        /* aq8_pv_chunk512's q8_0 interleave: dword t of cv[h] = the 4 keys' codes of column 16 h + t */
-        cv[0] = _mm512_xor_si512(_mm512_shuffle_epi8(_mm512_permutex2var_epi32(A, p8a, B), bt), m);
-        cv[1] = _mm512_xor_si512(_mm512_shuffle_epi8(_mm512_permutex2var_epi32(A, p8b, B), bt), m);
-        for (int r = 0; r < R; r++) {
-            int32_t ww;
-            memcpy(&ww, &w->w[b][r][j], 4);
-            const __m512i wv = _mm512_set1_epi32(ww);
-            acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], wv, cv[0]);
-            acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], wv, cv[1]);
-        }
+        aq8_interleave4(_mm512_inserti64x4(_mm512_castsi256_si512(cd[0]), cd[1], 1),
+                        _mm512_inserti64x4(_mm512_castsi256_si512(cd[2]), cd[3], 1), m, cv);
+        aq8_pv_dot4(R, acc, cv, w, b, j);
     }
-    for (int r = 0; r < R; r++) { /* columns in natural order, as aq8_pv_chunk512's */
-        const __m512 s = _mm512_set1_ps(w->s[b][r][c]);
-        float *o = O + r * d + b * 32;
-        _mm512_storeu_ps(o, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][0]), s, _mm512_loadu_ps(o)));
-        _mm512_storeu_ps(o + 16, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][1]), s, _mm512_loadu_ps(o + 16)));
-    }
+    aq8_pv_store512(R, acc, w, b, c, O, d);
 }
 #endif
 
