@@ -65,6 +65,10 @@ typedef struct env {
     kvs_model *m;
 } env;
 
+/* Every reference case on the CPU and OpenCL; every other one on Vulkan, whose lavapipe forward is
+ * the suite's long pole (cases 0, 2, 4: both block lengths' neighbours, thresholds none / 0.9 / 0.3) */
+static int case_stride(void) { return g_params.backend == KVS_BACKEND_VULKAN ? 2 : 1; }
+
 static void env_open(env *e) {
     char path[4096];
     ck_assert(kvs_device_open(&e->dev, &g_params) == KVS_OK);
@@ -102,7 +106,7 @@ static void assert_same(const int32_t *a, const int32_t *b, int64_t n, const cha
 START_TEST(test_prefix_dual_one_step_per_block) {
     env e = {0};
     env_open(&e);
-    for (int ci = 0; ci < g_ncases; ci++) {
+    for (int ci = 0; ci < g_ncases; ci += case_stride()) {
         refcase *rc = &g_cases[ci];
         kvs_dlm_params p = rc->p;
         p.threshold = 0.0f;
@@ -126,7 +130,7 @@ END_TEST
 START_TEST(test_delayed_reload1_and_elastic_gamma1) {
     env e = {0};
     env_open(&e);
-    for (int ci = 0; ci < g_ncases; ci++) {
+    for (int ci = 0; ci < g_ncases; ci += case_stride()) {
         refcase *rc = &g_cases[ci];
         int32_t got[1024];
         kvs_gen_stats st;
@@ -154,7 +158,7 @@ START_TEST(test_wavefilter_budget1) {
     env e = {0};
     env_open(&e);
     const char *bases[] = {"none", "dual", "delayed", "elastic"};
-    for (int ci = 0; ci < g_ncases; ci += 2) {
+    for (int ci = 0; ci < g_ncases; ci += 2 * case_stride()) {
         refcase *rc = &g_cases[ci];
         for (size_t b = 0; b < sizeof bases / sizeof bases[0]; b++) {
             int32_t want[1024], got[1024];

@@ -125,7 +125,12 @@ static tt *store(kvs_dtype t, const float *x, int64_t Hkv, int64_t cap, int64_t 
     return dst;
 }
 
-/* The cases a backend runs. The CPU: every shape x every pair, in the loop and in the sequence.
+/* The cases a backend runs. The CPU: with the automatic variants every shape x every pair in the
+ * loop; under a forced variant (the sweep) every shape with the pairs whose V type is the K type or
+ * the next one in kv_types (each K type and each V type twice, block and element partners: the K
+ * and the V path of a CPU kernel are chosen by their own type alone), under the 8-bit query
+ * variants also every pair of two types they read on 8-bit codes; the sequence (one device through
+ * many cases) runs those diagonal pairs on every shape.
  * OpenCL (PoCL: a device opened and kernels run per case, ~1 s of CPU each): each of the 49 pairs on
  * one shape, pair p on shape p % N_SHAPES (so every shape reads K and V of several types, block and
  * element), under every variant, in the loop and in the sequence: the full pair sweep at a sixth of
@@ -136,8 +141,16 @@ static tt *store(kvs_dtype t, const float *x, int64_t Hkv, int64_t cap, int64_t 
  * iq4_nl/f32) and the four block-type-K pairs q8_0/q4_0 .. iq4_nl/f32 on the d_k 64 / d_v 32 shape
  * (under every variant); under a forced variant 4 block-type pairs on prefill13 and the decode pairs; in the
  * one-device sequence (`seq`) the decode pairs. */
+static int q8_variant(void);
+static int q8_type(kvs_dtype t);
 static int kvq_selected(int ci, int seq) {
-    if (t_params.backend == KVS_BACKEND_CPU) return 1;
+    if (t_params.backend == KVS_BACKEND_CPU) {
+        const int ki = (ci / N_TYPES) % N_TYPES, vi = ci % N_TYPES;
+        const int diag2 = vi == ki || vi == (ki + 1) % N_TYPES;
+        if (seq) return diag2;
+        if (!t_variant[0] || strcmp(t_variant, "auto") == 0) return 1;
+        return diag2 || (q8_variant() && q8_type(kv_types[ki]) && q8_type(kv_types[vi]));
+    }
     if (t_params.backend == KVS_BACKEND_OPENCL) return (ci % (N_TYPES * N_TYPES)) % N_SHAPES == ci / (N_TYPES * N_TYPES);
     const int sh = ci / (N_TYPES * N_TYPES), ki = (ci / N_TYPES) % N_TYPES, vi = ci % N_TYPES;
     const int diag = vi == (ki + 1) % N_TYPES, autov = !t_variant[0] || strcmp(t_variant, "auto") == 0;
