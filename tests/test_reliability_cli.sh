@@ -44,6 +44,10 @@ run 2 "not a regular file" eval -m "$tiny" --text "$dir/fifo" --windows 1
 run 2 "not a regular file" eval --dlm --tasks "$dir/fifo"
 run 2 "not a regular file" generate -m "$dir/fifo" -p Once
 run 2 "not a regular file" generate -m "$tiny" -p Once --policy retention --policy-file "$dir/fifo" -n 4
+# a KVS_VARIANT this CPU cannot run (NEON on x86, AVX2 on aarch64), or no such variant: a usage error
+if [ "$(uname -m)" = aarch64 ]; then novar=dwt:avx2; else novar=dwt:neon; fi
+KVS_VARIANT=$novar run 2 "cannot run on cpu" generate -m "$tiny" -n 4
+KVS_VARIANT=dwt:nosuch run 2 "dwt" generate -m "$tiny" -n 4
 # defaults longer than the model's context 32: use the context and say so
 run 0 "generating 32 tokens" generate -m "$tiny" --no-stream
 run 0 "using the model's context 32" eval -m "$tiny" --text "$text" --policies h2o --budgets 0.5 --windows 1

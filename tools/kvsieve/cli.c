@@ -190,7 +190,12 @@ int cli_open_device(const char *prog, const char *spec, int n_threads, kvs_devic
     p.n_threads = n_threads;
     kvs_status s = kvs_device_open(out, &p);
     if (s != KVS_OK) {
-        int code = (s == KVS_ERR_BACKEND_NOT_BUILT || s == KVS_ERR_NO_DEVICE || s == KVS_ERR_INVALID_ARGUMENT) ? CLI_EXIT_USAGE : CLI_EXIT_FAIL;
+        /* what the user asked for does not exist here (a backend, a device, a KVS_VARIANT the device
+         * cannot run): a usage error, as a missing device */
+        int code = (s == KVS_ERR_BACKEND_NOT_BUILT || s == KVS_ERR_NO_DEVICE || s == KVS_ERR_INVALID_ARGUMENT ||
+                    s == KVS_ERR_UNSUPPORTED)
+                       ? CLI_EXIT_USAGE
+                       : CLI_EXIT_FAIL;
         return cli_fail(code, prog, "cannot open device '%s': %s (%s)", spec, kvs_last_error(),
                         kvs_status_name(s));
     }
