@@ -509,7 +509,20 @@ START_TEST(test_attention_accumulate_split) {
 }
 END_TEST
 
-static const t_seq test_attention_sequence_seq[] = {{attention_run, N_CASES}, {attention_accumulate_split_run, 1}};
+/* One device through every case. The GPU backends run it with the automatic choice only (which
+ * takes each of their kernels: attn_dec, attn_main, key splits), their cases per forced variant once
+ * each in the loop above; the CPU, whose attention keeps scratch between calls per variant, under
+ * every variant. */
+static int attention_seq_applies(void) {
+    return t_backend() == KVS_BACKEND_CPU || !t_variant[0] || strcmp(t_variant, "auto") == 0;
+}
+static void attention_seq_run(int ci) {
+    if (attention_seq_applies()) attention_run(ci);
+}
+static void attention_seq_accumulate_run(int ci) {
+    if (attention_seq_applies()) attention_accumulate_split_run(ci);
+}
+static const t_seq test_attention_sequence_seq[] = {{attention_seq_run, N_CASES}, {attention_seq_accumulate_run, 1}};
 T_SEQUENCE_TEST(test_attention_sequence, test_attention_sequence_seq)
 
 /* The support query agrees with the op: for a head_dim past what GPU kernels take in shared/local
