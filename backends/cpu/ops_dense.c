@@ -678,6 +678,8 @@ static void rope_table(double pos, const kvs_rope_params *p, const double *inv_f
 typedef struct rope_ctx {
     const kvs_rope_args *a;
     const double *inv_freq;
+    const float *tab;     /* the device's tables of positions [0, npos) (rope_tables), or NULL */
+    int64_t npos;
     float *work;          /* per thread: cos, sin, f32 staging of one vector */
     int64_t *last;        /* per thread: the position its tables hold */
     size_t per;
@@ -694,7 +696,10 @@ static void rope_vec(void *cv, int tid, int64_t t) {
     float *cs = c->work + (size_t)tid * c->per, *sn = cs + half, *tmp = sn + half;
     int64_t r = (t / c->nrow) * c->stride + (t % c->nrow);
     int64_t pv = kvs_i32(a->pos)[r / a->pos_div];
-    if (pv != c->last[tid]) {
+    if (pv >= 0 && pv < c->npos) {
+        cs = (float *)c->tab + pv * n_rot; /* (read only) */
+        sn = cs + half;
+    } else if (pv != c->last[tid]) {
         rope_table((double)pv, &a->p, c->inv_freq, cs, sn);
         c->last[tid] = pv;
     }
@@ -706,6 +711,40 @@ static void rope_vec(void *cv, int tid, int64_t t) {
     } else {
         rope_apply_f32((float *)kvs_tensor_host_ptr(a->x) + r * hd, cs, sn, n_rot, a->p.mode);
     }
+}
+
+/* Positions below which kvs_cpu_rope keeps its tables across calls, and their most bytes. */
+#define ROPE_TAB_POS 8192
+#define ROPE_TAB_BYTES ((size_t)4 << 20)
+
+/* The device's cos/sin tables (kvs_cpu.rope_tab) extended to cover positions [0, need) for a's
+ * parameters, each entry rope_table's values bit for bit, so a table lookup rotates exactly as a
+ * recomputation: the per-step rope of a decode then computes no trigonometry for positions it saw.
+ * Returns the positions covered (0: none; the caller computes every table). */
+static int64_t rope_tables(kvs_device *dev, const kvs_rope_args *a, const double *inv_freq, int64_t need) {
+    kvs_cpu *c = dev->impl;
+    const int n_rot = a->p.n_rot;
+    if (c->rope_tab && (c->rope_n_rot != n_rot || c->rope_theta != a->p.theta_base || c->rope_fscale != a->p.freq_scale)) {
+        free(c->rope_tab); /* other parameters (or NaN ones, never equal): start again */
+        c->rope_tab = NULL;
+        c->rope_npos = 0;
+    }
+    if (need <= c->rope_npos) return c->rope_npos;
+    int64_t cap = (int64_t)(ROPE_TAB_BYTES / ((size_t)n_rot * sizeof(float)));
+    if (cap > ROPE_TAB_POS) cap = ROPE_TAB_POS;
+    if (need > cap) return c->rope_npos;
+    int64_t np = 2 * c->rope_npos > need ? 2 * c->rope_npos : need;
+    if (np < 256) np = 256;
+    if (np > cap) np = cap;
+    float *t = realloc(c->rope_tab, (size_t)np * (size_t)n_rot * sizeof(float));
+    if (!t) return c->rope_npos;
+    for (int64_t p = c->rope_npos; p < np; p++) rope_table((double)p, &a->p, inv_freq, t + p * n_rot, t + p * n_rot + n_rot / 2);
+    c->rope_tab = t;
+    c->rope_npos = np;
+    c->rope_n_rot = n_rot;
+    c->rope_theta = a->p.theta_base;
+    c->rope_fscale = a->p.freq_scale;
+    return np;
 }
 
 kvs_status kvs_cpu_rope(kvs_device *dev, const kvs_rope_args *a) {
@@ -726,6 +765,13 @@ kvs_status kvs_cpu_rope(kvs_device *dev, const kvs_rope_args *a) {
     /* vectors to visit: rope: all n_vec; rope_shift: rows [0, n_rows) of every head */
     c.stride = a->vec_stride_rows ? a->vec_stride_rows : a->n_vec;
     c.nrow = a->vec_stride_rows ? a->n_rows : a->n_vec;
+    if (!a->vec_stride_rows && n_rot > 0) { /* rope (rope_shift's deltas are not positions): the kept tables */
+        const int32_t *pos = kvs_i32(a->pos);
+        int64_t hi = -1, n_pos = (a->n_vec + a->pos_div - 1) / a->pos_div;
+        for (int64_t e = 0; e < n_pos; e++) hi = pos[e] > hi ? pos[e] : hi;
+        c.npos = rope_tables(dev, a, inv_freq, hi + 1);
+        c.tab = ((kvs_cpu *)dev->impl)->rope_tab;
+    }
     kvs_par_for(nt, a->n_vec / c.stride * c.nrow, 0, rope_vec, &c);
     return KVS_OK;
 }
