@@ -683,19 +683,28 @@ typedef struct rope_ctx {
     float *work;          /* per thread: cos, sin, f32 staging of one vector */
     int64_t *last;        /* per thread: the position its tables hold */
     size_t per;
-    int64_t stride, nrow; /* vectors to visit: rows [0, nrow) of every block of stride */
+    int64_t stride, nrow; /* rope_shift's vectors: rows [0, nrow) of every block of stride */
 } rope_ctx;
 
-/* vector t: its position's cos/sin tables (kept while consecutive vectors share the position),
- * then the rotation in place */
-static void rope_vec(void *cv, int tid, int64_t t) {
+/* Unit t: rope: the pos_div vectors of position entry t; rope_shift: visited vector t. The
+ * position's cos/sin tables (the device's, or computed into thread tid's work, kept while its
+ * consecutive units share the position), then the rotation of each vector in place. */
+static void rope_unit(void *cv, int tid, int64_t t) {
     const rope_ctx *c = cv;
     const kvs_rope_args *a = c->a;
     const int n_rot = a->p.n_rot, half = n_rot / 2;
     const int64_t hd = a->head_dim;
     float *cs = c->work + (size_t)tid * c->per, *sn = cs + half, *tmp = sn + half;
-    int64_t r = (t / c->nrow) * c->stride + (t % c->nrow);
-    int64_t pv = kvs_i32(a->pos)[r / a->pos_div];
+    int64_t r0, r1, pv;
+    if (!a->vec_stride_rows) {
+        r0 = t * a->pos_div;
+        r1 = r0 + a->pos_div < a->n_vec ? r0 + a->pos_div : a->n_vec;
+        pv = kvs_i32(a->pos)[t];
+    } else {
+        r0 = (t / c->nrow) * c->stride + (t % c->nrow);
+        r1 = r0 + 1;
+        pv = kvs_i32(a->pos)[r0 / a->pos_div];
+    }
     if (pv >= 0 && pv < c->npos) {
         cs = (float *)c->tab + pv * n_rot; /* (read only) */
         sn = cs + half;
@@ -703,13 +712,15 @@ static void rope_vec(void *cv, int tid, int64_t t) {
         rope_table((double)pv, &a->p, c->inv_freq, cs, sn);
         c->last[tid] = pv;
     }
-    if (a->x->dtype == KVS_F16) {
-        uint16_t *v = (uint16_t *)kvs_tensor_host_ptr(a->x) + r * hd;
-        for (int64_t col = 0; col < n_rot; col++) tmp[col] = kvs_h2f(v[col]);
-        rope_apply_f32(tmp, cs, sn, n_rot, a->p.mode);
-        for (int64_t col = 0; col < n_rot; col++) v[col] = kvs_f2h(tmp[col]);
-    } else {
-        rope_apply_f32((float *)kvs_tensor_host_ptr(a->x) + r * hd, cs, sn, n_rot, a->p.mode);
+    for (int64_t r = r0; r < r1; r++) {
+        if (a->x->dtype == KVS_F16) {
+            uint16_t *v = (uint16_t *)kvs_tensor_host_ptr(a->x) + r * hd;
+            for (int64_t col = 0; col < n_rot; col++) tmp[col] = kvs_h2f(v[col]);
+            rope_apply_f32(tmp, cs, sn, n_rot, a->p.mode);
+            for (int64_t col = 0; col < n_rot; col++) v[col] = kvs_f2h(tmp[col]);
+        } else {
+            rope_apply_f32((float *)kvs_tensor_host_ptr(a->x) + r * hd, cs, sn, n_rot, a->p.mode);
+        }
     }
 }
 
@@ -762,16 +773,20 @@ kvs_status kvs_cpu_rope(kvs_device *dev, const kvs_rope_args *a) {
     c.work = (float *)(scr + head);
     for (int i = 0; i < half; i++) inv_freq[i] = pow((double)a->p.theta_base, -2.0 * i / (double)n_rot);
     for (int t = 0; t < nt; t++) c.last[t] = INT64_MIN;
-    /* vectors to visit: rope: all n_vec; rope_shift: rows [0, n_rows) of every head */
-    c.stride = a->vec_stride_rows ? a->vec_stride_rows : a->n_vec;
-    c.nrow = a->vec_stride_rows ? a->n_rows : a->n_vec;
-    if (!a->vec_stride_rows && n_rot > 0) { /* rope (rope_shift's deltas are not positions): the kept tables */
+    if (!a->vec_stride_rows) {
+        /* rope: units of pos_div vectors, one position each; the kept tables (rope_shift's deltas
+         * are not positions) */
         const int32_t *pos = kvs_i32(a->pos);
         int64_t hi = -1, n_pos = (a->n_vec + a->pos_div - 1) / a->pos_div;
         for (int64_t e = 0; e < n_pos; e++) hi = pos[e] > hi ? pos[e] : hi;
-        c.npos = rope_tables(dev, a, inv_freq, hi + 1);
+        if (n_rot > 0) c.npos = rope_tables(dev, a, inv_freq, hi + 1);
         c.tab = ((kvs_cpu *)dev->impl)->rope_tab;
+        kvs_par_for(nt, n_pos, 0, rope_unit, &c);
+        return KVS_OK;
     }
-    kvs_par_for(nt, a->n_vec / c.stride * c.nrow, 0, rope_vec, &c);
+    /* rope_shift: rows [0, n_rows) of every block of vec_stride_rows vectors (a kv head) */
+    c.stride = a->vec_stride_rows;
+    c.nrow = a->n_rows;
+    kvs_par_for(nt, a->n_vec / c.stride * c.nrow, 0, rope_unit, &c);
     return KVS_OK;
 }
