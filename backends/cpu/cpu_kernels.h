@@ -1,6 +1,8 @@
 /* CPU backend: helpers shared by the ops_*.c files (not installed, not part of the API).
  *
  * - KVS_OMP(...): an OpenMP pragma when compiled with OpenMP, nothing otherwise.
+ * - kvs_par_for / kvs_par_team / kvs_team_for: the ops' parallel loops, which make no OpenMP call
+ *   when the op runs on one thread.
  * - KVS_CLONES: GCC function multiversioning (avx512f / avx2 / baseline, chosen at load time by
  *   ifunc) for hot loops; the project is never compiled with -march=native.
  * - Inline f16/bf16 <-> f32 conversions written as branch-free bit arithmetic, so that loops using
