@@ -190,14 +190,63 @@ START_TEST(test_rope_compose) {
 }
 END_TEST
 
+/* Calls on one device whose positions grow from call to call (a decode's pattern: the CPU backend
+ * keeps the tables of the positions it has seen for the last parameters), then reach past what it
+ * keeps, then come back with other parameters, and negative positions: each call against the
+ * reference. */
+static void rope_grow_run(int _i) {
+    (void)_i;
+    static const struct {
+        int n, maxpos;
+        float base;
+        int n_rot;
+    } calls[] = {{20, 40, 10000.0f, 0}, {50, 300, 10000.0f, 0}, {40, 3000, 10000.0f, 0}, {30, 20000, 10000.0f, 0},
+                 {30, 300, 500000.0f, 0}, {30, 300, 10000.0f, 4}, {30, 300, 10000.0f, 0}};
+    const int heads = 3, hd = 8;
+    t_case("rope_grow heads=%d head_dim=%d, %d calls on one device", heads, hd, (int)(sizeof calls / sizeof calls[0]));
+    for (size_t k = 0; k < sizeof calls / sizeof calls[0]; k++) {
+        kvs_rope_params p = kvs_rope_params_default();
+        p.theta_base = calls[k].base;
+        p.n_rot = calls[k].n_rot;
+        const int n = calls[k].n;
+        int64_t nel = (int64_t)n * heads * hd;
+        float *x = t_alloc(4 * (size_t)nel), *y = t_alloc(4 * (size_t)nel);
+        t_fill_normal(x, nel, 1.0);
+        int32_t *pos = t_alloc(4 * (size_t)n);
+        for (int i = 0; i < n; i++) pos[i] = (int32_t)t_rand_int(0, calls[k].maxpos);
+        pos[0] = calls[k].maxpos;
+        pos[1] = -(int32_t)k - 1;
+        tt *xt = t_new3(KVS_F32, hd, heads, n), *pt = t_new1(KVS_I32, n);
+        t_upload_f32(xt, x);
+        t_upload_i32(pt, pos);
+        double *ref = t_alloc(sizeof(double) * (size_t)nel);
+        for (int64_t i = 0; i < nel; i++) ref[i] = x[i];
+        for (int i = 0; i < n; i++)
+            for (int h = 0; h < heads; h++) ref_rope_vec(ref + ((int64_t)i * heads + h) * hd, hd, pos[i], &p);
+        if (t_op(kvs_rope(t_dev(), xt->t, pt->t, &p))) return;
+        t_download(xt, y);
+        char what[48];
+        snprintf(what, sizeof what, "x of call %d (maxpos %d)", (int)k, calls[k].maxpos);
+        t_check_nmse(what, y, ref, nel, 1e-7);
+    }
+}
+
+START_TEST(test_rope_grow) {
+    BEGIN_LOOP("rope_grow");
+    rope_grow_run(_i);
+    t_end();
+}
+END_TEST
+
 static const t_seq test_rope_sequence_seq[] = {{rope_run, (int)(sizeof rope_cases / sizeof rope_cases[0])},
-    {rope_shift_run, (int)(sizeof shift_cases / sizeof shift_cases[0])}, {rope_compose_run, 2}};
+    {rope_shift_run, (int)(sizeof shift_cases / sizeof shift_cases[0])}, {rope_compose_run, 2}, {rope_grow_run, 1}};
 T_SEQUENCE_TEST(test_rope_sequence, test_rope_sequence_seq)
 
 Suite *suite_rope(void) {
     Suite *s = suite_create("rope");
     TCase *tc = tcase_create("rope");
     tcase_add_loop_test(tc, test_rope, 0, (int)(sizeof rope_cases / sizeof rope_cases[0]));
+    tcase_add_loop_test(tc, test_rope_grow, 0, 1);
     suite_add_tcase(s, tc);
     tc = tcase_create("rope_shift");
     tcase_add_loop_test(tc, test_rope_shift, 0, (int)(sizeof shift_cases / sizeof shift_cases[0]));

@@ -97,7 +97,10 @@ kvs_status kvs_cpu_device_open(kvs_device *dev, const kvs_device_params *p) {
 
 void kvs_cpu_device_close(kvs_device *dev) {
     kvs_cpu *c = dev->impl;
-    if (c) free(c->scratch);
+    if (c) {
+        free(c->scratch);
+        free(c->rope_tab);
+    }
     free(c);
     dev->impl = NULL;
 }

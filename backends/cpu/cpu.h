@@ -11,6 +11,12 @@ typedef struct kvs_cpu {
     int n_threads;       /* worker threads for OpenMP regions and OpenBLAS */
     void *scratch;       /* grow-only scratch buffer (kvs_cpu_scratch) */
     size_t scratch_bytes;
+    /* kvs_cpu_rope's cos/sin tables of positions [0, rope_npos) for the last (theta_base,
+     * freq_scale, n_rot): [rope_npos][n_rot] f32, cos of the n_rot/2 pairs then sin; NULL: none */
+    float *rope_tab;
+    int64_t rope_npos;
+    int rope_n_rot;
+    float rope_theta, rope_fscale;
 } kvs_cpu;
 
 /* Returns a scratch buffer of at least nbytes owned by the device (valid until the next call), or

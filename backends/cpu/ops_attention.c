@@ -115,6 +115,130 @@ static void att_task_stats(const att_ctx *c, att_work *w, int64_t h, int64_t qt,
     kvs_cpu_att_stats(c, w, h, i0, M, ja, jb, max_qpos);
 }
 
+/* The f32 panels of the SIMD path, keys [64 j0, +64) of kv head h (block hb = h * nb + j0): K
+ * transposed into kt [n_kv_heads][ldk/32][d][32] (zero beyond n_kv), f16 V converted into v32. */
+typedef struct att_kt_ctx {
+    const att_ctx *c;
+    float *kt, *v32;
+    int64_t nb;
+} att_kt_ctx;
+
+static void att_kt_block(void *cv, int tid, int64_t hb) {
+    const att_kt_ctx *kc = cv;
+    const att_ctx *c = kc->c;
+    const kvs_attention_args *a = c->a;
+    const int64_t nkv = a->n_kv, ldk = c->ldk, cap_ = a->capacity, nb = kc->nb, d = c->d, dv = c->dv;
+    (void)tid;
+    int64_t h = hb / nb, j0 = (hb % nb) * 64, j1 = j0 + 64 < nkv ? j0 + 64 : nkv;
+    /* panel p = j / 32 holds keys [32p, 32p+32): dst[p][t][j % 32] */
+    float *dst = kc->kt + h * d * ldk;
+    for (int64_t j = j0; j < j1; j++) {
+        float *pj = dst + (j / 32) * d * 32 + (j % 32);
+        if (c->k_dt == KVS_F16) {
+            const uint16_t *src = (const uint16_t *)c->k + (h * cap_ + j) * d;
+            float row[64]; /* F16C conversion (the SIMD kernels' CPUs have it), 64 at a time */
+            for (int64_t t0 = 0; t0 < d; t0 += 64) {
+                const int64_t nt0 = d - t0 < 64 ? d - t0 : 64;
+                kvs_cpu_h2f_row_f16c(src + t0, row, nt0);
+                for (int64_t t = 0; t < nt0; t++) pj[(t0 + t) * 32] = row[t];
+            }
+        } else {
+            const float *src = (const float *)c->k + (h * cap_ + j) * d;
+            for (int64_t t = 0; t < d; t++) pj[t * 32] = src[t];
+        }
+    }
+    if (j1 == nkv)
+        for (int64_t j = nkv; j < ldk; j++)
+            for (int64_t t = 0; t < d; t++) dst[(j / 32) * d * 32 + t * 32 + (j % 32)] = 0.0f;
+    if (c->v_dt == KVS_F16) {
+        const uint16_t *src = (const uint16_t *)c->v + (h * cap_ + j0) * dv;
+        float *vd = kc->v32 + (h * cap_ + j0) * dv;
+        kvs_cpu_h2f_row_f16c(src, vd, (j1 - j0) * dv);
+    }
+}
+
+/* The attention's threads: the context, each thread's work areas in scr (per floats apart: the
+ * tile buffers, then from off_km its key_mass partial, off_q8 its query codes, off_e its kept
+ * exponentials), the task counts; team: the threads the region got. */
+typedef struct att_region {
+    const att_ctx *c;
+    float *scr;
+    size_t per, off_km, off_q8, off_e;
+    int64_t M, ldl, n_tiles, n_qt, n_tasks, cap;
+    int want_km, keep_exp, team;
+} att_region;
+
+/* One thread's view: the region and its work areas. */
+typedef struct att_thread_ctx {
+    const att_region *r;
+    att_work w;
+} att_thread_ctx;
+
+/* run t = (kv head, query tile, split): the tile pass */
+static void att_run_task(void *cv, int tid, int64_t t) {
+    att_thread_ctx *tc = cv;
+    const att_ctx *c = tc->r->c;
+    const int64_t n_qt = tc->r->n_qt;
+    (void)tid;
+    att_task(c, &tc->w, t / (n_qt * c->splits), (t / c->splits) % n_qt, t % c->splits);
+}
+
+/* task t = (kv head, query tile): merge its splits */
+static void att_run_merge(void *cv, int tid, int64_t t) {
+    att_thread_ctx *tc = cv;
+    (void)tid;
+    att_merge(tc->r->c, &tc->w, t / tc->r->n_qt, t % tc->r->n_qt);
+}
+
+/* run t: the statistics pass of a split task */
+static void att_run_stats(void *cv, int tid, int64_t t) {
+    att_thread_ctx *tc = cv;
+    const att_ctx *c = tc->r->c;
+    const int64_t n_qt = tc->r->n_qt;
+    (void)tid;
+    att_task_stats(c, &tc->w, t / (n_qt * c->splits), (t / c->splits) % n_qt, t % c->splits);
+}
+
+static void att_thread(void *rv, int tid, int team) {
+    att_region *r = rv;
+    const att_ctx *c = r->c;
+    const kvs_attention_args *a = c->a;
+    const int64_t M = r->M, d = c->d, dv = c->dv;
+    if (tid == 0) r->team = team;
+    float *base = r->scr + (size_t)tid * r->per;
+    att_thread_ctx tc = {.r = r};
+    att_work *w = &tc.w;
+    w->Qp = base;
+    w->O = w->Qp + M * d;
+    w->S = w->O + M * dv;
+    w->Kc = w->S + M * ATT_BK;
+    w->Vc = w->Kc + ATT_BK * d;
+    w->m = w->Vc + ATT_BK * dv;
+    w->l = w->m + M;
+    w->bestv = w->l + M;
+    w->best = (int32_t *)(w->bestv + M);
+    w->qpos = w->best + M;
+    w->lim = w->qpos + M;
+    w->km = r->want_km ? base + r->off_km : NULL;
+    const int q8q = c->qqk8 || c->qqk8h; /* the query rows take 8-bit codes */
+    w->q8 = q8q ? (int8_t *)(base + r->off_q8) : NULL;
+    w->q8d = q8q ? base + r->off_q8 + M * d / 4 : NULL;
+    w->q8c = q8q ? (int32_t *)(base + r->off_q8 + M * d / 4 + M * d / 32) : NULL;
+    /* every path: both passes call the same exp_row (c->kern's, or the portable one) */
+    w->E = r->keep_exp ? base + r->off_e : NULL;
+    w->ldl = r->ldl;
+    w->mu = r->keep_exp ? base + r->off_e + M * r->ldl : NULL;
+    w->n_tiles = r->n_tiles;
+    w->tile_ok = r->keep_exp ? (uint8_t *)(base + r->off_e + M * r->ldl + M * r->n_tiles) : NULL;
+    if (w->km) memset(w->km, 0, (size_t)(a->n_kv_heads * r->cap) * sizeof(float));
+    const int64_t n_run = r->n_tasks * c->splits;
+    kvs_team_for(tid, team, n_run, 1, att_run_task, &tc);
+    if (c->splits > 1) { /* (each shared loop ends with a barrier: partials, then merges, then statistics) */
+        kvs_team_for(tid, team, r->n_tasks, 0, att_run_merge, &tc);
+        if (c->stat_w || c->probs) kvs_team_for(tid, team, n_run, 1, att_run_stats, &tc);
+    }
+}
+
 kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
     const char *op = "kvs_attention (cpu)";
     att_ctx c;
@@ -275,84 +399,19 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
             free(v_buf);
             return kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: cannot allocate the transposed K", op);
         }
-        const int64_t nkv = a->n_kv, ldk = c.ldk, cap_ = a->capacity, nb = (nkv + 63) / 64;
-        KVS_OMP(parallel for num_threads(nt) schedule(static))
-        for (int64_t hb = 0; hb < a->n_kv_heads * nb; hb++) {
-            int64_t h = hb / nb, j0 = (hb % nb) * 64, j1 = j0 + 64 < nkv ? j0 + 64 : nkv;
-            /* panel p = j / 32 holds keys [32p, 32p+32): dst[p][t][j % 32] */
-            float *dst = kt_buf + h * d * ldk;
-            for (int64_t j = j0; j < j1; j++) {
-                float *pj = dst + (j / 32) * d * 32 + (j % 32);
-                if (k_f16) {
-                    const uint16_t *src = (const uint16_t *)c.k + (h * cap_ + j) * d;
-                    float row[64]; /* F16C conversion (the SIMD kernels' CPUs have it), 64 at a time */
-                    for (int64_t t0 = 0; t0 < d; t0 += 64) {
-                        const int64_t nt0 = d - t0 < 64 ? d - t0 : 64;
-                        kvs_cpu_h2f_row_f16c(src + t0, row, nt0);
-                        for (int64_t t = 0; t < nt0; t++) pj[(t0 + t) * 32] = row[t];
-                    }
-                } else {
-                    const float *src = (const float *)c.k + (h * cap_ + j) * d;
-                    for (int64_t t = 0; t < d; t++) pj[t * 32] = src[t];
-                }
-            }
-            if (j1 == nkv)
-                for (int64_t j = nkv; j < ldk; j++)
-                    for (int64_t t = 0; t < d; t++) dst[(j / 32) * d * 32 + t * 32 + (j % 32)] = 0.0f;
-            if (v_f16) {
-                const uint16_t *src = (const uint16_t *)c.v + (h * cap_ + j0) * dv;
-                float *vd = v_buf + (h * cap_ + j0) * dv;
-                kvs_cpu_h2f_row_f16c(src, vd, (j1 - j0) * dv);
-            }
-        }
         c.KT = kt_buf;
+        att_kt_ctx kc = {.c = &c, .kt = kt_buf, .v32 = v_buf, .nb = (a->n_kv + 63) / 64};
+        kvs_par_for(nt, a->n_kv_heads * kc.nb, 0, att_kt_block, &kc);
         c.V32 = v_f16 ? v_buf : (const float *)c.v;
     }
     c.dec = c.kern && !c.fast;
 
     kvs_cpu_blas_threads(1);
-    int team = 1; /* threads the region got (key_mass partials to reduce) */
-    KVS_OMP(parallel num_threads(nt))
-    {
-        if (kvs_omp_tid() == 0) team = kvs_omp_team();
-        float *base = scr + (size_t)kvs_omp_tid() * per;
-        att_work w;
-        w.Qp = base;
-        w.O = w.Qp + M * d;
-        w.S = w.O + M * dv;
-        w.Kc = w.S + M * ATT_BK;
-        w.Vc = w.Kc + ATT_BK * d;
-        w.m = w.Vc + ATT_BK * dv;
-        w.l = w.m + M;
-        w.bestv = w.l + M;
-        w.best = (int32_t *)(w.bestv + M);
-        w.qpos = w.best + M;
-        w.lim = w.qpos + M;
-        w.km = want_km ? base + off_km : NULL;
-        const int q8q = c.qqk8 || c.qqk8h; /* the query rows take 8-bit codes */
-        w.q8 = q8q ? (int8_t *)(base + off_q8) : NULL;
-        w.q8d = q8q ? base + off_q8 + M * d / 4 : NULL;
-        w.q8c = q8q ? (int32_t *)(base + off_q8 + M * d / 4 + M * d / 32) : NULL;
-        /* every path: both passes call the same exp_row (c.kern's, or the portable one) */
-        w.E = keep_exp ? base + off_e : NULL;
-        w.ldl = ldl;
-        w.mu = keep_exp ? base + off_e + M * ldl : NULL;
-        w.n_tiles = n_tiles;
-        w.tile_ok = keep_exp ? (uint8_t *)(base + off_e + M * ldl + M * n_tiles) : NULL;
-        if (w.km) memset(w.km, 0, (size_t)(a->n_kv_heads * cap) * sizeof(float));
-        const int64_t n_run = n_tasks * c.splits;
-        KVS_OMP(for schedule(dynamic, 1))
-        for (int64_t t = 0; t < n_run; t++) att_task(&c, &w, t / (n_qt * c.splits), (t / c.splits) % n_qt, t % c.splits);
-        if (c.splits > 1) { /* (each omp for ends with a barrier: partials, then merges, then statistics) */
-            KVS_OMP(for schedule(static))
-            for (int64_t t = 0; t < n_tasks; t++) att_merge(&c, &w, t / n_qt, t % n_qt);
-            if (c.stat_w || c.probs) {
-                KVS_OMP(for schedule(dynamic, 1))
-                for (int64_t t = 0; t < n_run; t++)
-                    att_task_stats(&c, &w, t / (n_qt * c.splits), (t / c.splits) % n_qt, t % c.splits);
-            }
-        }
-    }
+    att_region r = {.c = &c, .scr = scr, .per = per, .off_km = off_km, .off_q8 = off_q8, .off_e = off_e, .M = M,
+                    .ldl = ldl, .n_tiles = n_tiles, .n_qt = n_qt, .n_tasks = n_tasks, .cap = cap,
+                    .want_km = want_km, .keep_exp = keep_exp, .team = 1};
+    kvs_par_team(nt, att_thread, &r);
+    const int team = r.team; /* threads the region got (key_mass partials to reduce) */
 
     if (want_km) {
         float *km = kvs_tensor_host_ptr(a->p.key_mass);

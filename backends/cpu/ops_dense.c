@@ -76,110 +76,142 @@ KVS_DEFINE_DOT_ROWS(dot_rows_f16, uint16_t, kvs_h2f)
 KVS_DEFINE_DOT_ROWS(dot_rows_bf16, uint16_t, kvs_bf2f)
 
 
-static void matmul_small_n(kvs_device *dev, const kvs_matmul_args *a) {
-    const void *W = kvs_tensor_host_ptr(a->W);
-    const float *x = kvs_tensor_host_ptr(a->x);
-    float *y = kvs_tensor_host_ptr(a->y);
+/* What a GEMV row needs: the operands and the kernel choices made once per call. */
+typedef struct gemv_ctx {
+    const kvs_matmul_args *a;
+    const void *W;
+    const float *x;
+    float *y;
+    size_t wrow;
+    int isa, fast, quant;
+    kvs_cpu_qdot_fn qdot;
+#if KVS_CPU_HAVE_NEON
+    int neon_f;
+    const int8_t *xq;
+    const float *xsc;
+    const uint16_t *xh;
+#endif
+} gemv_ctx;
+
+/* y[i][r] (+)= W row r . x_i for every x row i */
+static void gemv_row(void *cv, int tid, int64_t r) {
+    const gemv_ctx *c = cv;
+    const kvs_matmul_args *a = c->a;
     const int64_t m = a->m, k = a->k, n = a->n;
     const kvs_dtype dt = a->W->dtype;
-    const size_t wrow = kvs_dtype_bytes(dt, k);
+    const float *x = c->x;
+    float *y = c->y;
+    (void)tid;
+    float acc[KVS_GEMV_MAX_N];
+    const void *wr = (const char *)c->W + (size_t)r * c->wrow;
+#if KVS_CPU_HAVE_NEON
+#if KVS_CPU_HAVE_NEON_EXT
+    if (c->xq) {
+        kvs_cpu_dot_rows_q8_dotprod(wr, c->xq, c->xq + n * k, c->xsc, k, n, acc);
+    } else if (c->xh) {
+        kvs_cpu_dot_rows_f16_fml(wr, c->xh, k, n, acc);
+    } else
+#endif
+    if (c->neon_f) {
+        kvs_cpu_dot_rows_neon(wr, dt, x, k, n, acc);
+    } else
+#endif
+    if (c->quant) {
+        c->qdot(wr, dt, x, k, n, acc);
+    } else
+#if KVS_CPU_HAVE_AVX512
+    if (c->fast) {
+        kvs_cpu_dot_rows_avx512(wr, dt, x, k, n, acc);
+    } else if (c->isa == KVS_ISA_AVX2) {
+        kvs_cpu_dot_rows_avx2(wr, dt, x, k, n, acc);
+    } else
+#endif
+    {
+        switch (dt) {
+        case KVS_F32: dot_rows_f32(wr, x, k, n, acc); break;
+        case KVS_F16: dot_rows_f16(wr, x, k, n, acc); break;
+        default: dot_rows_bf16(wr, x, k, n, acc); break;
+        }
+    }
+    for (int64_t i = 0; i < n; i++) y[i * m + r] = a->accumulate ? y[i * m + r] + acc[i] : acc[i];
+}
+
+static void matmul_small_n(kvs_device *dev, const kvs_matmul_args *a) {
+    const int64_t m = a->m, k = a->k, n = a->n;
+    const kvs_dtype dt = a->W->dtype;
+    gemv_ctx c = {.a = a, .W = kvs_tensor_host_ptr(a->W), .x = kvs_tensor_host_ptr(a->x), .y = kvs_tensor_host_ptr(a->y),
+                  .wrow = kvs_dtype_bytes(dt, k)};
     /* block types (q8_0 included): the variant's quant kernels (matmul.h, ops_quant.c: AVX-512,
      * AVX2, NEON or portable); float weights: the AVX-512 GEMV where k % 16 == 0, the AVX2 one (any
      * k), the NEON one where k % 16 == 0, else the portable one. aarch64 extensions on top (the
      * variant's, or the CPU's): q8_0 by SDOT on x split into two int8 planes, f16 by FMLAL on x
      * rounded to f16 (arm/matmul_neon.c), x prepared once per call in scratch. */
-    const int isa = kvs_cpu_isa(dev, KVS_OP_matmul);
-    const int fast = isa == KVS_ISA_AVX512 && k % 16 == 0;
-    (void)fast;
-    const int quant = kvs_dtype_is_quant(dt);
-    kvs_cpu_qdot_fn qdot = NULL;
-    if (quant) kvs_cpu_quant_kernels(dev, KVS_OP_matmul, &qdot, NULL);
+    c.isa = kvs_cpu_isa(dev, KVS_OP_matmul);
+    c.fast = c.isa == KVS_ISA_AVX512 && k % 16 == 0;
+    c.quant = kvs_dtype_is_quant(dt);
+    if (c.quant) kvs_cpu_quant_kernels(dev, KVS_OP_matmul, &c.qdot, NULL);
 #if KVS_CPU_HAVE_NEON
-    const int neon = isa == KVS_ISA_NEON ? kvs_cpu_use_neon(dev, KVS_OP_matmul) : 0;
-    const int neon_f = (neon & KVS_ARM_NEON) && !quant && k % 16 == 0; /* float weights */
-    int8_t *xq = NULL;
-    float *xsc = NULL;
-    uint16_t *xh = NULL;
+    const int neon = c.isa == KVS_ISA_NEON ? kvs_cpu_use_neon(dev, KVS_OP_matmul) : 0;
+    c.neon_f = (neon & KVS_ARM_NEON) && !c.quant && k % 16 == 0; /* float weights */
     if (dt == KVS_Q8_0 && (neon & KVS_ARM_DOTPROD)) {
-        xq = kvs_cpu_scratch(dev, (size_t)(n * k) * 2 + (size_t)(n * (k / KVS_Q8_BLOCK)) * sizeof(float));
-        xsc = xq ? (float *)(xq + 2 * n * k) : NULL;
-        if (xq && !kvs_cpu_q8_split_x_neon(x, k, n, xq, xq + n * k, xsc)) xq = NULL;
-    } else if (neon_f && dt == KVS_F16 && (neon & KVS_ARM_FP16FML)) {
-        xh = kvs_cpu_scratch(dev, (size_t)(n * k) * sizeof(uint16_t));
-        if (xh && !kvs_cpu_f16_x_neon(x, n * k, xh)) xh = NULL;
+        int8_t *xq = kvs_cpu_scratch(dev, (size_t)(n * k) * 2 + (size_t)(n * (k / KVS_Q8_BLOCK)) * sizeof(float));
+        float *xsc = xq ? (float *)(xq + 2 * n * k) : NULL;
+        if (xq && !kvs_cpu_q8_split_x_neon(c.x, k, n, xq, xq + n * k, xsc)) xq = NULL;
+        c.xq = xq;
+        c.xsc = xsc;
+    } else if (c.neon_f && dt == KVS_F16 && (neon & KVS_ARM_FP16FML)) {
+        uint16_t *xh = kvs_cpu_scratch(dev, (size_t)(n * k) * sizeof(uint16_t));
+        if (xh && !kvs_cpu_f16_x_neon(c.x, n * k, xh)) xh = NULL;
+        c.xh = xh;
     }
     /* (no scratch, or x outside what the extension's kernel represents: the plain NEON kernels) */
 #endif
-    int nt = kvs_cpu_nt(dev, (double)m * (double)k * (double)n);
-    (void)nt; /* unused without OpenMP */
-    KVS_OMP(parallel for num_threads(nt) schedule(static))
-    for (int64_t r = 0; r < m; r++) {
-        float acc[KVS_GEMV_MAX_N];
-        const void *wr = (const char *)W + (size_t)r * wrow;
-#if KVS_CPU_HAVE_NEON
-#if KVS_CPU_HAVE_NEON_EXT
-        if (xq) {
-            kvs_cpu_dot_rows_q8_dotprod(wr, xq, xq + n * k, xsc, k, n, acc);
-        } else if (xh) {
-            kvs_cpu_dot_rows_f16_fml(wr, xh, k, n, acc);
-        } else
-#endif
-        if (neon_f) {
-            kvs_cpu_dot_rows_neon(wr, dt, x, k, n, acc);
-        } else
-#endif
-        if (quant) {
-            qdot(wr, dt, x, k, n, acc);
-        } else
-#if KVS_CPU_HAVE_AVX512
-        if (fast) {
-            kvs_cpu_dot_rows_avx512(wr, dt, x, k, n, acc);
-        } else if (isa == KVS_ISA_AVX2) {
-            kvs_cpu_dot_rows_avx2(wr, dt, x, k, n, acc);
-        } else
-#endif
-        {
-            switch (dt) {
-            case KVS_F32: dot_rows_f32(wr, x, k, n, acc); break;
-            case KVS_F16: dot_rows_f16(wr, x, k, n, acc); break;
-            default: dot_rows_bf16(wr, x, k, n, acc); break;
-            }
-        }
-        for (int64_t i = 0; i < n; i++) y[i * m + r] = a->accumulate ? y[i * m + r] + acc[i] : acc[i];
-    }
+    kvs_par_for(kvs_cpu_nt(dev, (double)m * (double)k * (double)n), m, 0, gemv_row, &c);
 }
 
 /* Block-type W on 8-bit activations (matmul.h; n <= KVS_Q8_MAX_N): x quantized once into scratch,
  * then each W row (rows split over the threads) dotted with every group of up to 4 x rows, so a W
  * row is read from memory once and stays in L1 while the quantized x rows stream from the caches.
  * Returns 0 (nothing done) without scratch memory. */
+typedef struct q8mm_ctx {
+    const kvs_matmul_args *a;
+    kvs_cpu_q8dot_fn q8dot;
+    kvs_q8_rows xq;
+    int64_t ba;
+    const uint8_t *W;
+    float *y;
+    size_t wrow;
+} q8mm_ctx;
+
+/* y[i][r] (+)= W row r . x_i for every x row i, KVS_GEMV_MAX_N x rows a call */
+static void q8mm_row(void *cv, int tid, int64_t r) {
+    const q8mm_ctx *c = cv;
+    const kvs_matmul_args *a = c->a;
+    const int64_t m = a->m, k = a->k, n = a->n, ba = c->ba;
+    const kvs_q8_rows *xq = &c->xq;
+    (void)tid;
+    for (int64_t i0 = 0; i0 < n; i0 += KVS_GEMV_MAX_N) {
+        const int64_t nn = n - i0 < KVS_GEMV_MAX_N ? n - i0 : KVS_GEMV_MAX_N;
+        const kvs_q8_rows xr = {.q = xq->q + i0 * k, .d = xq->d + i0 * (k / ba), .s = xq->s ? xq->s + i0 * (k / 32) : NULL,
+                                .bs = xq->bs + i0 * (k / 16), .k = k};
+        float acc[KVS_GEMV_MAX_N];
+        c->q8dot(c->W + (size_t)r * c->wrow, a->W->dtype, &xr, nn, acc);
+        for (int64_t i = 0; i < nn; i++) {
+            float *yi = c->y + (i0 + i) * m + r;
+            *yi = a->accumulate ? *yi + acc[i] : acc[i];
+        }
+    }
+}
+
 static int matmul_q8(kvs_device *dev, const kvs_matmul_args *a, kvs_cpu_q8dot_fn q8dot) {
     const int64_t m = a->m, k = a->k, n = a->n;
     const kvs_dtype dt = a->W->dtype;
     void *scratch = kvs_cpu_scratch(dev, kvs_cpu_q8_bytes(k, n));
     if (!scratch) return 0;
-    kvs_q8_rows xq;
-    kvs_cpu_q8_quantize(dt, kvs_tensor_host_ptr(a->x), k, n, scratch, &xq);
-    const int64_t ba = kvs_dtype_block(dt) == 256 ? 256 : 32;
-    const uint8_t *W = kvs_tensor_host_ptr(a->W);
-    float *y = kvs_tensor_host_ptr(a->y);
-    const size_t wrow = kvs_dtype_bytes(dt, k);
-    int nt = kvs_cpu_nt(dev, (double)m * (double)k * (double)n);
-    (void)nt; /* unused without OpenMP */
-    KVS_OMP(parallel for num_threads(nt) schedule(static))
-    for (int64_t r = 0; r < m; r++) {
-        for (int64_t i0 = 0; i0 < n; i0 += KVS_GEMV_MAX_N) {
-            const int64_t nn = n - i0 < KVS_GEMV_MAX_N ? n - i0 : KVS_GEMV_MAX_N;
-            const kvs_q8_rows xr = {.q = xq.q + i0 * k, .d = xq.d + i0 * (k / ba), .s = xq.s ? xq.s + i0 * (k / 32) : NULL,
-                                    .bs = xq.bs + i0 * (k / 16), .k = k};
-            float acc[KVS_GEMV_MAX_N];
-            q8dot(W + (size_t)r * wrow, dt, &xr, nn, acc);
-            for (int64_t i = 0; i < nn; i++) {
-                float *yi = y + (i0 + i) * m + r;
-                *yi = a->accumulate ? *yi + acc[i] : acc[i];
-            }
-        }
-    }
+    q8mm_ctx c = {.a = a, .q8dot = q8dot, .ba = kvs_dtype_block(dt) == 256 ? 256 : 32, .W = kvs_tensor_host_ptr(a->W),
+                  .y = kvs_tensor_host_ptr(a->y), .wrow = kvs_dtype_bytes(dt, k)};
+    kvs_cpu_q8_quantize(dt, kvs_tensor_host_ptr(a->x), k, n, scratch, &c.xq);
+    kvs_par_for(kvs_cpu_nt(dev, (double)m * (double)k * (double)n), m, 0, q8mm_row, &c);
     return 1;
 }
 
@@ -196,90 +228,118 @@ static int matmul_q8(kvs_device *dev, const kvs_matmul_args *a, kvs_cpu_q8dot_fn
 typedef void (*mm_kernel_fn)(const float *A, int64_t lda, const float *B, int64_t ldb, int64_t K, float *C,
                              int64_t ldc, int load_c);
 
-static kvs_status matmul_own(kvs_device *dev, const kvs_matmul_args *a, int isa) {
 #if KVS_CPU_HAVE_AVX512
-    const mm_kernel_fn tile = isa == KVS_ISA_AVX2 ? kvs_cpu_mm_kernel_8x32_avx2 : kvs_cpu_mm_kernel_8x32_avx512;
-    const int64_t m = a->m, k = a->k, n = a->n;
-    const int64_t np = (n + 31) & ~(int64_t)31;
-    const float *x = kvs_tensor_host_ptr(a->x);
-    float *y = kvs_tensor_host_ptr(a->y);
-    const void *W = kvs_tensor_host_ptr(a->W);
-    const kvs_dtype dt = a->W->dtype;
-    const size_t wrow = kvs_dtype_bytes(dt, k);
-    const int64_t n_rb = (m + MM_RB - 1) / MM_RB;
-    const int qblk = kvs_dtype_block(dt);
-    const size_t qbytes = kvs_dtype_bytes(dt, qblk);
+typedef struct mmown_ctx {
+    const kvs_matmul_args *a;
+    mm_kernel_fn tile;
     kvs_cpu_qdecode_fn qdecode;
-    kvs_cpu_quant_kernels(dev, KVS_OP_matmul, NULL, &qdecode);
-    int nt = kvs_cpu_nt(dev, 1e9);
-    (void)nt; /* unused without OpenMP */
-    if (nt > n_rb) nt = (int)n_rb;
-    if (nt < 1) nt = 1;
-    const size_t per = (size_t)MM_RB * MM_KC + (size_t)MM_RB * MM_NB + (size_t)MM_RB + 32; /* Wp, Ct, row */
-    /* the device's grow-only scratch: a malloc per call cost ~10% of a small diffusion step */
-    float *buf = kvs_cpu_scratch(dev, ((size_t)k * (size_t)np + (size_t)nt * per) * sizeof(float));
-    if (!buf) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_matmul (cpu): cannot allocate GEMM scratch");
-    float *xT = buf;
-    KVS_OMP(parallel num_threads(nt))
-    {
-        /* x [n][k] -> xP [np/32][k][32], zero beyond n */
-        KVS_OMP(for schedule(static))
-        for (int64_t p = 0; p < np / 32; p++) {
-            float *panel = xT + p * k * 32;
-            for (int64_t ii = 0; ii < 32; ii++) {
-                int64_t i = p * 32 + ii;
-                if (i < n)
-                    for (int64_t c = 0; c < k; c++) panel[c * 32 + ii] = x[i * k + c];
-                else
-                    for (int64_t c = 0; c < k; c++) panel[c * 32 + ii] = 0.0f;
+    const float *x;
+    float *y, *buf;
+    const void *W;
+    size_t wrow, qbytes, per;
+    int64_t np, n_rb;
+    int qblk;
+} mmown_ctx;
+
+/* x [n][k] -> xP [np/32][k][32] panel p, zero beyond n */
+static void mmown_pack_x(void *cv, int tid, int64_t p) {
+    const mmown_ctx *c = cv;
+    const int64_t n = c->a->n, k = c->a->k;
+    (void)tid;
+    float *panel = c->buf + p * k * 32;
+    for (int64_t ii = 0; ii < 32; ii++) {
+        int64_t i = p * 32 + ii;
+        if (i < n)
+            for (int64_t col = 0; col < k; col++) panel[col * 32 + ii] = c->x[i * k + col];
+        else
+            for (int64_t col = 0; col < k; col++) panel[col * 32 + ii] = 0.0f;
+    }
+}
+
+/* W rows [rb * MM_RB, +MM_RB) against every x row, in thread tid's Wp / Ct / row scratch */
+static void mmown_block(void *cv, int tid, int64_t rb) {
+    const mmown_ctx *c = cv;
+    const kvs_matmul_args *a = c->a;
+    const int64_t m = a->m, k = a->k, n = a->n, np = c->np;
+    const kvs_dtype dt = a->W->dtype;
+    const void *W = c->W;
+    const float *xT = c->buf;
+    float *y = c->y;
+    float *Wp = c->buf + (size_t)k * (size_t)np + (size_t)tid * c->per;
+    float *Ct = Wp + (size_t)MM_RB * MM_KC;
+    float *row = Ct + (size_t)MM_RB * MM_NB;
+    const int64_t r0 = rb * MM_RB, nr = m - r0 < MM_RB ? m - r0 : MM_RB;
+    const int64_t nr8 = (nr + 7) & ~(int64_t)7; /* rows the 8-row tiles cover */
+    for (int64_t i0 = 0; i0 < np; i0 += MM_NB) {
+        const int64_t ni = np - i0 < MM_NB ? np - i0 : MM_NB;
+        for (int64_t c0 = 0; c0 < k; c0 += MM_KC) {
+            const int64_t kc = k - c0 < MM_KC ? k - c0 : MM_KC;
+            /* pack W rows [r0, r0+nr) x columns [c0, c0+kc) as f32, zero rows to nr8 */
+            for (int64_t r = 0; r < nr8; r++) {
+                float *dst = Wp + r * MM_KC;
+                if (r >= nr) {
+                    memset(dst, 0, (size_t)kc * sizeof(float));
+                } else if (dt == KVS_F32) {
+                    memcpy(dst, (const float *)W + (r0 + r) * k + c0, (size_t)kc * sizeof(float));
+                } else if (c->qblk > 1) {
+                    /* c0 is a multiple of 256, kc of the block: decode the blocks of this chunk */
+                    c->qdecode(dt, (const uint8_t *)W + (size_t)(r0 + r) * c->wrow + (size_t)(c0 / c->qblk) * c->qbytes,
+                               kc, dst);
+                } else if (dt == KVS_F16) {
+                    kvs_cpu_h2f_row_f16c((const uint16_t *)W + (r0 + r) * k + c0, dst, kc);
+                } else {
+                    row_bf16_to_f32((const uint16_t *)W + (r0 + r) * k + c0, dst, kc);
+                }
             }
+            for (int64_t ib = 0; ib < ni; ib += 32)
+                for (int64_t rr = 0; rr < nr8; rr += 8)
+                    c->tile(Wp + rr * MM_KC, MM_KC, xT + ((i0 + ib) / 32) * k * 32 + c0 * 32, 32, kc,
+                            Ct + rr * MM_NB + ib, MM_NB, c0 > 0);
         }
-        float *Wp = buf + (size_t)k * (size_t)np + (size_t)kvs_omp_tid() * per;
-        float *Ct = Wp + (size_t)MM_RB * MM_KC;
-        float *row = Ct + (size_t)MM_RB * MM_NB;
-        KVS_OMP(for schedule(dynamic, 1))
-        for (int64_t rb = 0; rb < n_rb; rb++) {
-            const int64_t r0 = rb * MM_RB, nr = m - r0 < MM_RB ? m - r0 : MM_RB;
-            const int64_t nr8 = (nr + 7) & ~(int64_t)7; /* rows the 8-row tiles cover */
-            for (int64_t i0 = 0; i0 < np; i0 += MM_NB) {
-                const int64_t ni = np - i0 < MM_NB ? np - i0 : MM_NB;
-                for (int64_t c0 = 0; c0 < k; c0 += MM_KC) {
-                    const int64_t kc = k - c0 < MM_KC ? k - c0 : MM_KC;
-                    /* pack W rows [r0, r0+nr) x columns [c0, c0+kc) as f32, zero rows to nr8 */
-                    for (int64_t r = 0; r < nr8; r++) {
-                        float *dst = Wp + r * MM_KC;
-                        if (r >= nr) {
-                            memset(dst, 0, (size_t)kc * sizeof(float));
-                        } else if (dt == KVS_F32) {
-                            memcpy(dst, (const float *)W + (r0 + r) * k + c0, (size_t)kc * sizeof(float));
-                        } else if (qblk > 1) {
-                            /* c0 is a multiple of 256, kc of the block: decode the blocks of this chunk */
-                            qdecode(dt, (const uint8_t *)W + (size_t)(r0 + r) * wrow + (size_t)(c0 / qblk) * qbytes, kc,
-                                    dst);
-                        } else if (dt == KVS_F16) {
-                            kvs_cpu_h2f_row_f16c((const uint16_t *)W + (r0 + r) * k + c0, dst, kc);
-                        } else {
-                            row_bf16_to_f32((const uint16_t *)W + (r0 + r) * k + c0, dst, kc);
-                        }
-                    }
-                    for (int64_t ib = 0; ib < ni; ib += 32)
-                        for (int64_t rr = 0; rr < nr8; rr += 8)
-                            tile(Wp + rr * MM_KC, MM_KC, xT + ((i0 + ib) / 32) * k * 32 + c0 * 32, 32, kc,
-                                 Ct + rr * MM_NB + ib, MM_NB, c0 > 0);
-                }
-                /* y[i][r0 + r] (+)= Ct[r][i - i0] */
-                const int64_t iend = i0 + ni < n ? i0 + ni : n;
-                for (int64_t i = i0; i < iend; i++) {
-                    float *yr = y + i * m + r0;
-                    for (int64_t r = 0; r < nr; r++) row[r] = Ct[r * MM_NB + (i - i0)];
-                    if (a->accumulate)
-                        for (int64_t r = 0; r < nr; r++) yr[r] += row[r];
-                    else
-                        memcpy(yr, row, (size_t)nr * sizeof(float));
-                }
-            }
+        /* y[i][r0 + r] (+)= Ct[r][i - i0] */
+        const int64_t iend = i0 + ni < n ? i0 + ni : n;
+        for (int64_t i = i0; i < iend; i++) {
+            float *yr = y + i * m + r0;
+            for (int64_t r = 0; r < nr; r++) row[r] = Ct[r * MM_NB + (i - i0)];
+            if (a->accumulate)
+                for (int64_t r = 0; r < nr; r++) yr[r] += row[r];
+            else
+                memcpy(yr, row, (size_t)nr * sizeof(float));
         }
     }
+}
+
+/* one thread of the team: x into panels (shared, then a barrier), then blocks of W rows */
+static void mmown_thread(void *cv, int tid, int team) {
+    mmown_ctx *c = cv;
+    kvs_team_for(tid, team, c->np / 32, 0, mmown_pack_x, c);
+    kvs_team_for(tid, team, c->n_rb, 1, mmown_block, c);
+}
+#endif
+
+static kvs_status matmul_own(kvs_device *dev, const kvs_matmul_args *a, int isa) {
+#if KVS_CPU_HAVE_AVX512
+    const int64_t m = a->m, k = a->k, n = a->n;
+    const kvs_dtype dt = a->W->dtype;
+    mmown_ctx c = {.a = a,
+                   .tile = isa == KVS_ISA_AVX2 ? kvs_cpu_mm_kernel_8x32_avx2 : kvs_cpu_mm_kernel_8x32_avx512,
+                   .x = kvs_tensor_host_ptr(a->x),
+                   .y = kvs_tensor_host_ptr(a->y),
+                   .W = kvs_tensor_host_ptr(a->W),
+                   .wrow = kvs_dtype_bytes(dt, k),
+                   .np = (n + 31) & ~(int64_t)31,
+                   .n_rb = (m + MM_RB - 1) / MM_RB,
+                   .qblk = kvs_dtype_block(dt)};
+    c.qbytes = kvs_dtype_bytes(dt, c.qblk);
+    kvs_cpu_quant_kernels(dev, KVS_OP_matmul, NULL, &c.qdecode);
+    int nt = kvs_cpu_nt(dev, 1e9);
+    if (nt > c.n_rb) nt = (int)c.n_rb;
+    if (nt < 1) nt = 1;
+    c.per = (size_t)MM_RB * MM_KC + (size_t)MM_RB * MM_NB + (size_t)MM_RB + 32; /* Wp, Ct, row */
+    /* the device's grow-only scratch: a malloc per call cost ~10% of a small diffusion step */
+    c.buf = kvs_cpu_scratch(dev, ((size_t)k * (size_t)c.np + (size_t)nt * c.per) * sizeof(float));
+    if (!c.buf) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_matmul (cpu): cannot allocate GEMM scratch");
+    kvs_par_team(nt, mmown_thread, &c);
     return KVS_OK;
 #else
     (void)dev;
@@ -287,6 +347,55 @@ static kvs_status matmul_own(kvs_device *dev, const kvs_matmul_args *a, int isa)
     (void)isa;
     return kvs_error(KVS_ERR_INTERNAL, "kvs_matmul (cpu): own GEMM not built");
 #endif
+}
+
+typedef struct blasmm_ctx {
+    const kvs_matmul_args *a;
+    const float *x;
+    float *y, *panels;
+    const void *W;
+    kvs_cpu_qdecode_fn qdecode;
+    int64_t per, P;
+    float beta;
+    int isa;
+} blasmm_ctx;
+
+/* block blk of W rows [blk * per, +per): one single-threaded SGEMM (f32 W), or W converted in
+ * panels of P rows into thread tid's scratch, one SGEMM a panel */
+static void blasmm_block(void *cv, int tid, int64_t blk) {
+    const blasmm_ctx *c = cv;
+    const kvs_matmul_args *a = c->a;
+    const int64_t m = a->m, k = a->k, n = a->n, P = c->P;
+    const kvs_dtype dt = a->W->dtype;
+    const void *W = c->W;
+    int64_t r0 = blk * c->per, r1 = r0 + c->per < m ? r0 + c->per : m;
+    if (dt == KVS_F32) {
+        if (r1 > r0)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)(r1 - r0), (int)k, 1.0f, c->x, (int)k,
+                        (const float *)W + r0 * k, (int)k, c->beta, c->y + r0, (int)m);
+        return;
+    }
+    float *Wp = c->panels + (size_t)tid * (size_t)P * (size_t)k;
+    for (int64_t p0 = r0; p0 < r1; p0 += P) {
+        int64_t pr = r1 - p0 < P ? r1 - p0 : P;
+        for (int64_t r = 0; r < pr; r++) {
+#if KVS_CPU_HAVE_AVX2
+            if (dt == KVS_F16 && c->isa != KVS_ISA_C) {
+                kvs_cpu_h2f_row_f16c((const uint16_t *)W + (p0 + r) * k, Wp + r * k, k);
+                continue;
+            }
+#endif
+#if KVS_CPU_HAVE_NEON
+            if (dt == KVS_F16 && c->isa == KVS_ISA_NEON) {
+                kvs_cpu_f16_to_f32_neon((const uint16_t *)W + (p0 + r) * k, Wp + r * k, k);
+                continue;
+            }
+#endif
+            row_to_f32(W, dt, p0 + r, k, Wp + r * k, c->qdecode);
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)pr, (int)k, 1.0f, c->x, (int)k, Wp, (int)k,
+                    c->beta, c->y + p0, (int)m);
+    }
 }
 
 /* Larger n: y = x . W^T through cblas_sgemm. The threads split the rows of W (the columns of y)
@@ -309,64 +418,30 @@ kvs_status kvs_cpu_matmul(kvs_device *dev, const kvs_matmul_args *a) {
     const int vf = variant & ~KVS_CPU_V_Q8; /* avx512-vnni, avx2-q8: their ISA's own GEMM */
     if (variant ? vf == KVS_CPU_V_AVX512 || vf == KVS_CPU_V_AVX2 : kvs_cpu_own_gemm())
         return matmul_own(dev, a, kvs_cpu_isa(dev, KVS_OP_matmul));
-    const float *x = kvs_tensor_host_ptr(a->x);
-    float *y = kvs_tensor_host_ptr(a->y);
-    const float beta = a->accumulate ? 1.0f : 0.0f;
-    const int isa = kvs_cpu_isa(dev, KVS_OP_matmul); /* f16 panels through F16C / FCVTL unless portable */
-    (void)isa;
-    const void *W = kvs_tensor_host_ptr(a->W);
+    blasmm_ctx c = {.a = a,
+                    .x = kvs_tensor_host_ptr(a->x),
+                    .y = kvs_tensor_host_ptr(a->y),
+                    .W = kvs_tensor_host_ptr(a->W),
+                    .beta = a->accumulate ? 1.0f : 0.0f,
+                    .isa = kvs_cpu_isa(dev, KVS_OP_matmul)}; /* f16 panels through F16C / FCVTL unless portable */
     const kvs_dtype dt = a->W->dtype;
     int nt = kvs_cpu_nt(dev, (double)m * (double)k * (double)n / 64.0);
-    (void)nt; /* unused without OpenMP */
     int64_t min_rows = 64;
     if ((int64_t)nt * min_rows > m) nt = (int)((m + min_rows - 1) / min_rows);
     if (nt < 1) nt = 1;
-    kvs_cpu_qdecode_fn qdecode;
-    kvs_cpu_quant_kernels(dev, KVS_OP_matmul, NULL, &qdecode);
-    int64_t P = (int64_t)((2u << 20) / ((size_t)k * sizeof(float)));
-    if (P < 16) P = 16;
-    float *panels = NULL;
+    kvs_cpu_quant_kernels(dev, KVS_OP_matmul, NULL, &c.qdecode);
+    c.P = (int64_t)((2u << 20) / ((size_t)k * sizeof(float)));
+    if (c.P < 16) c.P = 16;
     if (dt != KVS_F32) {
-        panels = kvs_cpu_scratch(dev, (size_t)nt * (size_t)P * (size_t)k * sizeof(float));
-        if (!panels)
+        c.panels = kvs_cpu_scratch(dev, (size_t)nt * (size_t)c.P * (size_t)k * sizeof(float));
+        if (!c.panels)
             return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_matmul (cpu): cannot allocate %d panels of %lld x %lld", nt,
-                             (long long)P, (long long)k);
+                             (long long)c.P, (long long)k);
     }
     kvs_cpu_blas_threads(1);
     /* nt blocks of rows of W, a multiple of 16 each */
-    const int64_t per = ((m + nt - 1) / nt + 15) & ~(int64_t)15;
-    KVS_OMP(parallel for num_threads(nt) schedule(static))
-    for (int blk = 0; blk < nt; blk++) {
-        int tid = kvs_omp_tid();
-        int64_t r0 = blk * per, r1 = r0 + per < m ? r0 + per : m;
-        if (dt == KVS_F32) {
-            if (r1 > r0)
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)(r1 - r0), (int)k, 1.0f, x, (int)k,
-                            (const float *)W + r0 * k, (int)k, beta, y + r0, (int)m);
-        } else {
-            float *Wp = panels + (size_t)tid * (size_t)P * (size_t)k;
-            for (int64_t p0 = r0; p0 < r1; p0 += P) {
-                int64_t pr = r1 - p0 < P ? r1 - p0 : P;
-                for (int64_t r = 0; r < pr; r++) {
-#if KVS_CPU_HAVE_AVX2
-                    if (dt == KVS_F16 && isa != KVS_ISA_C) {
-                        kvs_cpu_h2f_row_f16c((const uint16_t *)W + (p0 + r) * k, Wp + r * k, k);
-                        continue;
-                    }
-#endif
-#if KVS_CPU_HAVE_NEON
-                    if (dt == KVS_F16 && isa == KVS_ISA_NEON) {
-                        kvs_cpu_f16_to_f32_neon((const uint16_t *)W + (p0 + r) * k, Wp + r * k, k);
-                        continue;
-                    }
-#endif
-                    row_to_f32(W, dt, p0 + r, k, Wp + r * k, qdecode);
-                }
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)pr, (int)k, 1.0f, x, (int)k, Wp,
-                            (int)k, beta, y + p0, (int)m);
-            }
-        }
-    }
+    c.per = ((m + nt - 1) / nt + 15) & ~(int64_t)15;
+    kvs_par_for(nt, nt, 0, blasmm_block, &c);
     return KVS_OK;
 }
 
@@ -377,21 +452,30 @@ static void add_f32(const float *a, const float *b, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = a[i] + b[i];
 }
 
+/* The element-wise ops' loops: n values in chunks of `chunk` (or rows of `dim`), inputs a and b,
+ * output y. */
+typedef struct ew_ctx {
+    const void *a, *b;
+    void *y;
+    int64_t n, chunk, dim;
+    kvs_dtype at, yt;
+    float s; /* eps, scale */
+    const int32_t *ids;
+    kvs_cpu_qdecode_fn qdecode;
+} ew_ctx;
+
+static void add_chunk(void *cv, int tid, int64_t c) {
+    const ew_ctx *e = cv;
+    (void)tid;
+    int64_t i0 = c * e->chunk, len = e->n - i0 < e->chunk ? e->n - i0 : e->chunk;
+    add_f32((const float *)e->a + i0, (const float *)e->b + i0, (float *)e->y + i0, len);
+}
+
 kvs_status kvs_cpu_add(kvs_device *dev, const kvs_binary_args *oa) {
-    const kvs_tensor *a = oa->a, *b = oa->b;
-    kvs_tensor *y = oa->y;
-    const int64_t n = oa->n;
-    const float *pa = kvs_tensor_host_ptr(a), *pb = kvs_tensor_host_ptr(b);
-    float *py = kvs_tensor_host_ptr(y);
-    int nt = kvs_cpu_nt(dev, (double)n);
-    (void)nt; /* unused without OpenMP */
-    const int64_t chunk = 16384;
-    int64_t nchunks = (n + chunk - 1) / chunk;
-    KVS_OMP(parallel for num_threads(nt) schedule(static))
-    for (int64_t c = 0; c < nchunks; c++) {
-        int64_t i0 = c * chunk, len = n - i0 < chunk ? n - i0 : chunk;
-        add_f32(pa + i0, pb + i0, py + i0, len);
-    }
+    const int64_t n = oa->n, chunk = 16384;
+    ew_ctx e = {.a = kvs_tensor_host_ptr(oa->a), .b = kvs_tensor_host_ptr(oa->b), .y = kvs_tensor_host_ptr(oa->y),
+                .n = n, .chunk = chunk};
+    kvs_par_for(kvs_cpu_nt(dev, (double)n), (n + chunk - 1) / chunk, 0, add_chunk, &e);
     return KVS_OK;
 }
 
@@ -433,21 +517,18 @@ static void convert_chunk(const void *src, kvs_dtype st, void *dst, kvs_dtype dt
     else conv_bf16_f16(sh, dh, n);
 }
 
+static void copy_chunk(void *cv, int tid, int64_t c) {
+    const ew_ctx *e = cv;
+    (void)tid;
+    int64_t i0 = c * e->chunk, len = e->n - i0 < e->chunk ? e->n - i0 : e->chunk;
+    convert_chunk(e->a, e->at, e->y, e->yt, i0, len);
+}
+
 kvs_status kvs_cpu_copy(kvs_device *dev, const kvs_copy_args *oa) {
-    const kvs_tensor *src = oa->src;
-    kvs_tensor *dst = oa->dst;
-    const int64_t n = oa->n;
-    const void *s = kvs_tensor_host_ptr(src);
-    void *d = kvs_tensor_host_ptr(dst);
-    int nt = kvs_cpu_nt(dev, (double)n);
-    (void)nt; /* unused without OpenMP */
-    const int64_t chunk = 16384;
-    int64_t nchunks = (n + chunk - 1) / chunk;
-    KVS_OMP(parallel for num_threads(nt) schedule(static))
-    for (int64_t c = 0; c < nchunks; c++) {
-        int64_t i0 = c * chunk, len = n - i0 < chunk ? n - i0 : chunk;
-        convert_chunk(s, src->dtype, d, dst->dtype, i0, len);
-    }
+    const int64_t n = oa->n, chunk = 16384;
+    ew_ctx e = {.a = kvs_tensor_host_ptr(oa->src), .at = oa->src->dtype, .y = kvs_tensor_host_ptr(oa->dst),
+                .yt = oa->dst->dtype, .n = n, .chunk = chunk};
+    kvs_par_for(kvs_cpu_nt(dev, (double)n), (n + chunk - 1) / chunk, 0, copy_chunk, &e);
     return KVS_OK;
 }
 
@@ -464,17 +545,17 @@ static void rmsnorm_row(const float *x, const float *w, float *y, int64_t dim, f
     for (int64_t c = 0; c < dim; c++) y[c] = (x[c] * inv) * w[c];
 }
 
+static void rmsnorm_one(void *cv, int tid, int64_t r) {
+    const ew_ctx *e = cv;
+    (void)tid;
+    rmsnorm_row((const float *)e->a + r * e->dim, e->b, (float *)e->y + r * e->dim, e->dim, e->s);
+}
+
 kvs_status kvs_cpu_rmsnorm(kvs_device *dev, const kvs_rmsnorm_args *oa) {
-    const kvs_tensor *x = oa->x, *w = oa->w;
-    kvs_tensor *y = oa->y;
     const int64_t rows = oa->rows, dim = oa->dim;
-    const float eps = oa->eps;
-    const float *px = kvs_tensor_host_ptr(x), *pw = kvs_tensor_host_ptr(w);
-    float *py = kvs_tensor_host_ptr(y);
-    int nt = kvs_cpu_nt(dev, (double)rows * (double)dim);
-    (void)nt; /* unused without OpenMP */
-    KVS_OMP(parallel for num_threads(nt) schedule(static))
-    for (int64_t r = 0; r < rows; r++) rmsnorm_row(px + r * dim, pw, py + r * dim, dim, eps);
+    ew_ctx e = {.a = kvs_tensor_host_ptr(oa->x), .b = kvs_tensor_host_ptr(oa->w), .y = kvs_tensor_host_ptr(oa->y),
+                .dim = dim, .s = oa->eps};
+    kvs_par_for(kvs_cpu_nt(dev, (double)rows * (double)dim), rows, 0, rmsnorm_one, &e);
     return KVS_OK;
 }
 
@@ -483,21 +564,18 @@ static void swiglu_chunk(const float *g, const float *u, float *o, int64_t n) {
     for (int64_t i = 0; i < n; i++) o[i] = g[i] / (1.0f + kvs_expf(-g[i])) * u[i];
 }
 
+static void swiglu_one(void *cv, int tid, int64_t c) {
+    const ew_ctx *e = cv;
+    (void)tid;
+    int64_t i0 = c * e->chunk, len = e->n - i0 < e->chunk ? e->n - i0 : e->chunk;
+    swiglu_chunk((const float *)e->a + i0, (const float *)e->b + i0, (float *)e->y + i0, len);
+}
+
 kvs_status kvs_cpu_swiglu(kvs_device *dev, const kvs_binary_args *oa) {
-    const kvs_tensor *gate = oa->a, *up = oa->b;
-    kvs_tensor *out = oa->y;
-    const int64_t n = oa->n;
-    const float *g = kvs_tensor_host_ptr(gate), *u = kvs_tensor_host_ptr(up);
-    float *o = kvs_tensor_host_ptr(out);
-    int nt = kvs_cpu_nt(dev, (double)n * 8.0);
-    (void)nt; /* unused without OpenMP */
-    const int64_t chunk = 8192;
-    int64_t nchunks = (n + chunk - 1) / chunk;
-    KVS_OMP(parallel for num_threads(nt) schedule(static))
-    for (int64_t c = 0; c < nchunks; c++) {
-        int64_t i0 = c * chunk, len = n - i0 < chunk ? n - i0 : chunk;
-        swiglu_chunk(g + i0, u + i0, o + i0, len);
-    }
+    const int64_t n = oa->n, chunk = 8192;
+    ew_ctx e = {.a = kvs_tensor_host_ptr(oa->a), .b = kvs_tensor_host_ptr(oa->b), .y = kvs_tensor_host_ptr(oa->y),
+                .n = n, .chunk = chunk};
+    kvs_par_for(kvs_cpu_nt(dev, (double)n * 8.0), (n + chunk - 1) / chunk, 0, swiglu_one, &e);
     return KVS_OK;
 }
 
@@ -539,33 +617,31 @@ static void softmax_row(const float *x, float *y, int64_t n, float s) {
     for (j = 0; j < n; j++) y[j] *= inv;
 }
 
+static void softmax_one(void *cv, int tid, int64_t r) {
+    const ew_ctx *e = cv;
+    (void)tid;
+    softmax_row((const float *)e->a + r * e->dim, (float *)e->y + r * e->dim, e->dim, e->s);
+}
+
 kvs_status kvs_cpu_softmax(kvs_device *dev, const kvs_softmax_args *oa) {
-    const kvs_tensor *x = oa->x;
-    kvs_tensor *y = oa->y;
     const int64_t rows = oa->rows, n = oa->n;
-    const float scale = oa->scale;
-    const float *px = kvs_tensor_host_ptr(x);
-    float *py = kvs_tensor_host_ptr(y);
-    int nt = kvs_cpu_nt(dev, (double)rows * (double)n * 8.0);
-    (void)nt; /* unused without OpenMP */
-    KVS_OMP(parallel for num_threads(nt) schedule(static))
-    for (int64_t r = 0; r < rows; r++) softmax_row(px + r * n, py + r * n, n, scale);
+    ew_ctx e = {.a = kvs_tensor_host_ptr(oa->x), .y = kvs_tensor_host_ptr(oa->y), .dim = n, .s = oa->scale};
+    kvs_par_for(kvs_cpu_nt(dev, (double)rows * (double)n * 8.0), rows, 0, softmax_one, &e);
     return KVS_OK;
 }
 
+static void embedding_one(void *cv, int tid, int64_t i) {
+    const ew_ctx *e = cv;
+    (void)tid;
+    row_to_f32(e->a, e->at, e->ids[i], e->dim, (float *)e->y + i * e->dim, e->qdecode);
+}
+
 kvs_status kvs_cpu_embedding(kvs_device *dev, const kvs_embedding_args *oa) {
-    const kvs_tensor *table = oa->table;
-    kvs_tensor *out = oa->out;
-    const int32_t *ids = oa->ids;
     const int64_t n = oa->n, dim = oa->dim;
-    const void *t = kvs_tensor_host_ptr(table);
-    float *o = kvs_tensor_host_ptr(out);
-    int nt = kvs_cpu_nt(dev, (double)n * (double)dim);
-    (void)nt; /* unused without OpenMP */
-    kvs_cpu_qdecode_fn qdecode;
-    kvs_cpu_quant_kernels(dev, KVS_OP_embedding, NULL, &qdecode);
-    KVS_OMP(parallel for num_threads(nt) schedule(static))
-    for (int64_t i = 0; i < n; i++) row_to_f32(t, table->dtype, ids[i], dim, o + i * dim, qdecode);
+    ew_ctx e = {.a = kvs_tensor_host_ptr(oa->table), .at = oa->table->dtype, .y = kvs_tensor_host_ptr(oa->out),
+                .dim = dim, .ids = oa->ids};
+    kvs_cpu_quant_kernels(dev, KVS_OP_embedding, NULL, &e.qdecode);
+    kvs_par_for(kvs_cpu_nt(dev, (double)n * (double)dim), n, 0, embedding_one, &e);
     return KVS_OK;
 }
 
@@ -599,53 +675,118 @@ static void rope_table(double pos, const kvs_rope_params *p, const double *inv_f
     }
 }
 
+typedef struct rope_ctx {
+    const kvs_rope_args *a;
+    const double *inv_freq;
+    const float *tab;     /* the device's tables of positions [0, npos) (rope_tables), or NULL */
+    int64_t npos;
+    float *work;          /* per thread: cos, sin, f32 staging of one vector */
+    int64_t *last;        /* per thread: the position its tables hold */
+    size_t per;
+    int64_t stride, nrow; /* rope_shift's vectors: rows [0, nrow) of every block of stride */
+} rope_ctx;
+
+/* Unit t: rope: the pos_div vectors of position entry t; rope_shift: visited vector t. The
+ * position's cos/sin tables (the device's, or computed into thread tid's work, kept while its
+ * consecutive units share the position), then the rotation of each vector in place. */
+static void rope_unit(void *cv, int tid, int64_t t) {
+    const rope_ctx *c = cv;
+    const kvs_rope_args *a = c->a;
+    const int n_rot = a->p.n_rot, half = n_rot / 2;
+    const int64_t hd = a->head_dim;
+    float *cs = c->work + (size_t)tid * c->per, *sn = cs + half, *tmp = sn + half;
+    int64_t r0, r1, pv;
+    if (!a->vec_stride_rows) {
+        r0 = t * a->pos_div;
+        r1 = r0 + a->pos_div < a->n_vec ? r0 + a->pos_div : a->n_vec;
+        pv = kvs_i32(a->pos)[t];
+    } else {
+        r0 = (t / c->nrow) * c->stride + (t % c->nrow);
+        r1 = r0 + 1;
+        pv = kvs_i32(a->pos)[r0 / a->pos_div];
+    }
+    if (pv >= 0 && pv < c->npos) {
+        cs = (float *)c->tab + pv * n_rot; /* (read only) */
+        sn = cs + half;
+    } else if (pv != c->last[tid]) {
+        rope_table((double)pv, &a->p, c->inv_freq, cs, sn);
+        c->last[tid] = pv;
+    }
+    for (int64_t r = r0; r < r1; r++) {
+        if (a->x->dtype == KVS_F16) {
+            uint16_t *v = (uint16_t *)kvs_tensor_host_ptr(a->x) + r * hd;
+            for (int64_t col = 0; col < n_rot; col++) tmp[col] = kvs_h2f(v[col]);
+            rope_apply_f32(tmp, cs, sn, n_rot, a->p.mode);
+            for (int64_t col = 0; col < n_rot; col++) v[col] = kvs_f2h(tmp[col]);
+        } else {
+            rope_apply_f32((float *)kvs_tensor_host_ptr(a->x) + r * hd, cs, sn, n_rot, a->p.mode);
+        }
+    }
+}
+
+/* Positions below which kvs_cpu_rope keeps its tables across calls, and their most bytes. */
+#define ROPE_TAB_POS 8192
+#define ROPE_TAB_BYTES ((size_t)4 << 20)
+
+/* The device's cos/sin tables (kvs_cpu.rope_tab) extended to cover positions [0, need) for a's
+ * parameters, each entry rope_table's values bit for bit, so a table lookup rotates exactly as a
+ * recomputation: the per-step rope of a decode then computes no trigonometry for positions it saw.
+ * Returns the positions covered (0: none; the caller computes every table). */
+static int64_t rope_tables(kvs_device *dev, const kvs_rope_args *a, const double *inv_freq, int64_t need) {
+    kvs_cpu *c = dev->impl;
+    const int n_rot = a->p.n_rot;
+    if (c->rope_tab && (c->rope_n_rot != n_rot || c->rope_theta != a->p.theta_base || c->rope_fscale != a->p.freq_scale)) {
+        free(c->rope_tab); /* other parameters (or NaN ones, never equal): start again */
+        c->rope_tab = NULL;
+        c->rope_npos = 0;
+    }
+    if (need <= c->rope_npos) return c->rope_npos;
+    int64_t cap = (int64_t)(ROPE_TAB_BYTES / ((size_t)n_rot * sizeof(float)));
+    if (cap > ROPE_TAB_POS) cap = ROPE_TAB_POS;
+    if (need > cap) return c->rope_npos;
+    int64_t np = 2 * c->rope_npos > need ? 2 * c->rope_npos : need;
+    if (np < 256) np = 256;
+    if (np > cap) np = cap;
+    float *t = realloc(c->rope_tab, (size_t)np * (size_t)n_rot * sizeof(float));
+    if (!t) return c->rope_npos;
+    for (int64_t p = c->rope_npos; p < np; p++) rope_table((double)p, &a->p, inv_freq, t + p * n_rot, t + p * n_rot + n_rot / 2);
+    c->rope_tab = t;
+    c->rope_npos = np;
+    c->rope_n_rot = n_rot;
+    c->rope_theta = a->p.theta_base;
+    c->rope_fscale = a->p.freq_scale;
+    return np;
+}
+
 kvs_status kvs_cpu_rope(kvs_device *dev, const kvs_rope_args *a) {
     const int n_rot = a->p.n_rot, half = n_rot / 2;
     const int64_t hd = a->head_dim;
-    /* per-thread: inv_freq (f64) shared, then cos, sin, f32 staging of one vector */
-    double *inv_freq = malloc((size_t)half * sizeof(double));
     int nt = kvs_cpu_nt(dev, (double)a->n_vec * (double)hd * 4.0);
-    (void)nt; /* unused without OpenMP */
-    size_t per = (size_t)(2 * half + hd);
-    float *work = malloc((size_t)nt * per * sizeof(float));
-    if (!inv_freq || !work) {
-        free(inv_freq);
-        free(work);
-        return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_rope (cpu): out of host memory");
-    }
+    rope_ctx c = {.a = a, .per = (size_t)(2 * half + hd)};
+    /* the device's scratch: inv_freq (f64), each thread's last position, then each thread's work */
+    const size_t head = ((size_t)half + (size_t)nt) * 8;
+    char *scr = kvs_cpu_scratch(dev, head + (size_t)nt * c.per * sizeof(float));
+    if (!scr) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_rope (cpu): out of host memory");
+    double *inv_freq = (double *)scr;
+    c.inv_freq = inv_freq;
+    c.last = (int64_t *)(scr + (size_t)half * 8);
+    c.work = (float *)(scr + head);
     for (int i = 0; i < half; i++) inv_freq[i] = pow((double)a->p.theta_base, -2.0 * i / (double)n_rot);
-    const int32_t *pos = kvs_i32(a->pos);
-    const int is_f16 = a->x->dtype == KVS_F16;
-    float *xf = is_f16 ? NULL : kvs_tensor_host_ptr(a->x);
-    uint16_t *xh = is_f16 ? kvs_tensor_host_ptr(a->x) : NULL;
-    /* vectors to visit: rope: all n_vec; rope_shift: rows [0, n_rows) of every head */
-    const int64_t stride = a->vec_stride_rows ? a->vec_stride_rows : a->n_vec;
-    const int64_t nrow = a->vec_stride_rows ? a->n_rows : a->n_vec;
-    const int64_t nblk = a->n_vec / stride;
-    const int64_t total = nblk * nrow;
-    KVS_OMP(parallel num_threads(nt))
-    {
-        float *cs = work + (size_t)kvs_omp_tid() * per, *sn = cs + half, *tmp = sn + half;
-        int64_t last = INT64_MIN;
-        KVS_OMP(for schedule(static))
-        for (int64_t t = 0; t < total; t++) {
-            int64_t r = (t / nrow) * stride + (t % nrow);
-            int64_t pv = pos[r / a->pos_div];
-            if (pv != last) {
-                rope_table((double)pv, &a->p, inv_freq, cs, sn);
-                last = pv;
-            }
-            if (is_f16) {
-                uint16_t *v = xh + r * hd;
-                for (int64_t c = 0; c < n_rot; c++) tmp[c] = kvs_h2f(v[c]);
-                rope_apply_f32(tmp, cs, sn, n_rot, a->p.mode);
-                for (int64_t c = 0; c < n_rot; c++) v[c] = kvs_f2h(tmp[c]);
-            } else {
-                rope_apply_f32(xf + r * hd, cs, sn, n_rot, a->p.mode);
-            }
-        }
+    for (int t = 0; t < nt; t++) c.last[t] = INT64_MIN;
+    if (!a->vec_stride_rows) {
+        /* rope: units of pos_div vectors, one position each; the kept tables (rope_shift's deltas
+         * are not positions) */
+        const int32_t *pos = kvs_i32(a->pos);
+        int64_t hi = -1, n_pos = (a->n_vec + a->pos_div - 1) / a->pos_div;
+        for (int64_t e = 0; e < n_pos; e++) hi = pos[e] > hi ? pos[e] : hi;
+        if (n_rot > 0) c.npos = rope_tables(dev, a, inv_freq, hi + 1);
+        c.tab = ((kvs_cpu *)dev->impl)->rope_tab;
+        kvs_par_for(nt, n_pos, 0, rope_unit, &c);
+        return KVS_OK;
     }
-    free(inv_freq);
-    free(work);
+    /* rope_shift: rows [0, n_rows) of every block of vec_stride_rows vectors (a kv head) */
+    c.stride = a->vec_stride_rows;
+    c.nrow = a->n_rows;
+    kvs_par_for(nt, a->n_vec / c.stride * c.nrow, 0, rope_unit, &c);
     return KVS_OK;
 }

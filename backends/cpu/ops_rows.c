@@ -56,69 +56,112 @@ static kvs_status rows_check(const char *op, const kvs_rows_args *a, const int32
     return KVS_OK;
 }
 
+/* What the row loops below read: the op's arguments and its resolved pointers. */
+typedef struct rows_ctx {
+    const kvs_rows_args *a;
+    const int32_t *idx;
+    const char *src;
+    char *dst, *tmp;
+    int64_t rb, sb, n, G;
+} rows_ctx;
+
+/* gather: output row t = (group g, row i) */
+static void gather_row(void *cv, int tid, int64_t t) {
+    const rows_ctx *c = cv;
+    const kvs_rows_args *a = c->a;
+    (void)tid;
+    int64_t g = t / c->n, i = t % c->n;
+    int64_t j = a->idx_shared ? c->idx[i] : c->idx[t];
+    row_copy(c->dst + (g * a->dst_rows + i) * c->rb, c->src + (g * a->src_rows + j) * c->rb, c->rb);
+}
+
 kvs_status kvs_cpu_gather(kvs_device *dev, const kvs_rows_args *a) {
     const int32_t *idx = kvs_i32(a->idx);
     KVS_TRY(rows_check("kvs_gather (cpu)", a, idx, a->src_rows));
-    const char *src = kvs_tensor_host_ptr(a->src);
-    char *dst = kvs_tensor_host_ptr(a->dst);
-    const int64_t rb = a->row_bytes, n = a->n, total = a->groups * n;
-    int nt = kvs_cpu_nt(dev, (double)total * (double)rb / 4.0);
-    (void)nt; /* unused without OpenMP */
-    KVS_OMP(parallel for num_threads(nt) schedule(static))
-    for (int64_t t = 0; t < total; t++) {
-        int64_t g = t / n, i = t % n;
-        int64_t j = a->idx_shared ? idx[i] : idx[t];
-        row_copy(dst + (g * a->dst_rows + i) * rb, src + (g * a->src_rows + j) * rb, rb);
-    }
+    rows_ctx c = {.a = a, .idx = idx, .src = kvs_tensor_host_ptr(a->src), .dst = kvs_tensor_host_ptr(a->dst),
+                  .rb = a->row_bytes, .n = a->n};
+    const int64_t total = a->groups * a->n;
+    kvs_par_for(kvs_cpu_nt(dev, (double)total * (double)c.rb / 4.0), total, 0, gather_row, &c);
     return KVS_OK;
+}
+
+/* scatter, [n][G][row] source: thread tid of team takes a range of groups and walks the tokens in
+ * order, so it reads src sequentially (a per-group walk would stride by G rows) */
+static void scatter_token_major(void *cv, int tid, int team) {
+    const rows_ctx *c = cv;
+    const kvs_rows_args *a = c->a;
+    const int64_t G = c->G, rb = c->rb;
+    int64_t g0 = G * tid / team, g1 = G * (tid + 1) / team;
+    for (int64_t i = 0; i < c->n; i++)
+        for (int64_t g = g0; g < g1; g++) {
+            int64_t j = a->idx_shared ? c->idx[i] : c->idx[g * c->n + i];
+            row_put(a, g * a->dst_rows + j, c->dst + (g * a->dst_rows + j) * rb, c->src + (i * G + g) * c->sb, rb);
+        }
+}
+
+/* scatter, [G][n][row] source: group g */
+static void scatter_group(void *cv, int tid, int64_t g) {
+    const rows_ctx *c = cv;
+    const kvs_rows_args *a = c->a;
+    (void)tid;
+    const int32_t *gi = a->idx_shared ? c->idx : c->idx + g * c->n;
+    for (int64_t i = 0; i < c->n; i++)
+        row_put(a, g * a->dst_rows + gi[i], c->dst + (g * a->dst_rows + gi[i]) * c->rb,
+                c->src + (g * c->n + i) * c->sb, c->rb);
 }
 
 kvs_status kvs_cpu_scatter(kvs_device *dev, const kvs_rows_args *a) {
     const int32_t *idx = kvs_i32(a->idx);
     KVS_TRY(rows_check("kvs_scatter (cpu)", a, idx, a->dst_rows));
-    const char *src = kvs_tensor_host_ptr(a->src);
-    char *dst = kvs_tensor_host_ptr(a->dst);
     const int64_t rb = a->row_bytes, n = a->n, G = a->groups;
-    const int64_t sb = a->convert ? a->dst->ne[0] * 4 : rb; /* bytes of one src row */
+    rows_ctx c = {.a = a, .idx = idx, .src = kvs_tensor_host_ptr(a->src), .dst = kvs_tensor_host_ptr(a->dst),
+                  .rb = rb, .sb = a->convert ? a->dst->ne[0] * 4 : rb /* bytes of one src row */, .n = n, .G = G};
     /* Within a group rows are written in order i = 0..n-1, so a duplicate's highest i wins;
      * groups write disjoint memory and run in parallel. */
     int nt = kvs_cpu_nt(dev, (double)G * (double)n * (double)rb / 4.0);
-    (void)nt; /* unused without OpenMP */
     if (nt > G) nt = (int)G;
-    if (a->src_token_major) {
-        /* [n][G][row]: each thread takes a range of groups and walks the tokens in order, so it
-         * reads src sequentially (a per-group walk would stride by G rows) */
-        KVS_OMP(parallel num_threads(nt))
-        {
-            int t = kvs_omp_tid(), nth = 1;
-#ifdef _OPENMP
-            nth = omp_get_num_threads();
-#endif
-            int64_t g0 = G * t / nth, g1 = G * (t + 1) / nth;
-            for (int64_t i = 0; i < n; i++)
-                for (int64_t g = g0; g < g1; g++) {
-                    int64_t j = a->idx_shared ? idx[i] : idx[g * n + i];
-                    row_put(a, g * a->dst_rows + j, dst + (g * a->dst_rows + j) * rb, src + (i * G + g) * sb, rb);
-                }
-        }
-        return KVS_OK;
-    }
-    KVS_OMP(parallel for num_threads(nt) schedule(static))
-    for (int64_t g = 0; g < G; g++) {
-        const int32_t *gi = a->idx_shared ? idx : idx + g * n;
-        for (int64_t i = 0; i < n; i++)
-            row_put(a, g * a->dst_rows + gi[i], dst + (g * a->dst_rows + gi[i]) * rb, src + (g * n + i) * sb, rb);
-    }
+    if (a->src_token_major)
+        kvs_par_team(nt, scatter_token_major, &c);
+    else
+        kvs_par_for(nt, G, 0, scatter_group, &c);
     return KVS_OK;
+}
+
+/* compact in place, strictly increasing lists: group g front to back (row i reads idx[i] >= i,
+ * never a row already overwritten) */
+static void compact_group(void *cv, int tid, int64_t g) {
+    const rows_ctx *c = cv;
+    const kvs_rows_args *a = c->a;
+    (void)tid;
+    const int32_t *gi = a->idx_shared ? c->idx : c->idx + g * c->n;
+    char *base = c->dst + g * a->dst_rows * c->rb;
+    for (int64_t i = 0; i < c->n; i++)
+        if (gi[i] != i) memmove(base + i * c->rb, base + gi[i] * c->rb, (size_t)c->rb);
+}
+
+/* compact through scratch: row e = (group g, row i) into tmp, then each group's rows back */
+static void compact_to_tmp(void *cv, int tid, int64_t e) {
+    const rows_ctx *c = cv;
+    const kvs_rows_args *a = c->a;
+    (void)tid;
+    int64_t g = e / c->n, i = e % c->n;
+    int64_t j = a->idx_shared ? c->idx[i] : c->idx[e];
+    memcpy(c->tmp + e * c->rb, c->dst + (g * a->dst_rows + j) * c->rb, (size_t)c->rb);
+}
+
+static void compact_from_tmp(void *cv, int tid, int64_t g) {
+    const rows_ctx *c = cv;
+    (void)tid;
+    memcpy(c->dst + g * c->a->dst_rows * c->rb, c->tmp + g * c->n * c->rb, (size_t)(c->n * c->rb));
 }
 
 kvs_status kvs_cpu_compact(kvs_device *dev, const kvs_rows_args *a) {
     const int32_t *idx = kvs_i32(a->idx);
     KVS_TRY(rows_check("kvs_compact (cpu)", a, idx, a->src_rows));
-    char *t = kvs_tensor_host_ptr(a->dst);
     const int64_t rb = a->row_bytes, n = a->n, G = a->groups;
-    /* Strictly increasing lists (the contract) compact in place front to back: row i reads
-     * idx[i] >= i, never a row already overwritten. Other lists go through scratch. */
+    rows_ctx c = {.a = a, .idx = idx, .dst = kvs_tensor_host_ptr(a->dst), .rb = rb, .n = n, .G = G};
+    /* Strictly increasing lists (the contract) compact in place front to back. Other lists go
+     * through scratch. */
     int64_t lists = a->idx_shared ? 1 : G;
     int increasing = 1;
     for (int64_t g = 0; g < lists && increasing; g++)
@@ -128,28 +171,14 @@ kvs_status kvs_cpu_compact(kvs_device *dev, const kvs_rows_args *a) {
                 break;
             }
     int nt = kvs_cpu_nt(dev, (double)G * (double)n * (double)rb / 4.0);
-    (void)nt; /* unused without OpenMP */
     if (increasing) {
-        if (nt > G) nt = (int)G;
-        KVS_OMP(parallel for num_threads(nt) schedule(static))
-        for (int64_t g = 0; g < G; g++) {
-            const int32_t *gi = a->idx_shared ? idx : idx + g * n;
-            char *base = t + g * a->dst_rows * rb;
-            for (int64_t i = 0; i < n; i++)
-                if (gi[i] != i) memmove(base + i * rb, base + gi[i] * rb, (size_t)rb);
-        }
+        kvs_par_for(nt > G ? (int)G : nt, G, 0, compact_group, &c);
         return KVS_OK;
     }
-    char *tmp = malloc((size_t)(n * rb) * (size_t)G + 1);
-    if (!tmp) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_compact (cpu): cannot allocate scratch");
-    KVS_OMP(parallel for num_threads(nt) schedule(static))
-    for (int64_t e = 0; e < G * n; e++) {
-        int64_t g = e / n, i = e % n;
-        int64_t j = a->idx_shared ? idx[i] : idx[e];
-        memcpy(tmp + e * rb, t + (g * a->dst_rows + j) * rb, (size_t)rb);
-    }
-    KVS_OMP(parallel for num_threads(nt) schedule(static))
-    for (int64_t g = 0; g < G; g++) memcpy(t + g * a->dst_rows * rb, tmp + g * n * rb, (size_t)(n * rb));
-    free(tmp);
+    c.tmp = malloc((size_t)(n * rb) * (size_t)G + 1);
+    if (!c.tmp) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_compact (cpu): cannot allocate scratch");
+    kvs_par_for(nt, G * n, 0, compact_to_tmp, &c);
+    kvs_par_for(nt, G, 0, compact_from_tmp, &c);
+    free(c.tmp);
     return KVS_OK;
 }

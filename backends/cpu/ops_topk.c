@@ -359,42 +359,68 @@ static void topk_row(int avx, const float *x, int64_t n, int64_t k, int by_index
     topk_finish(avx, x, ci, c, k, by_index, ck, sk, si, tk, ti, out_idx, out_val);
 }
 
-kvs_status kvs_cpu_topk(kvs_device *dev, const kvs_topk_args *a) {
-    const int avx = kvs_cpu_isa(dev, KVS_OP_topk); /* KVS_ISA_* */
-    const float *x = kvs_tensor_host_ptr(a->x);
-    int32_t *oi = kvs_tensor_host_ptr(a->idx);
-    float *ov = a->val ? kvs_tensor_host_ptr(a->val) : NULL;
+typedef struct topk_ctx {
+    const kvs_topk_args *a;
+    int avx;
+    const float *x;
+    int32_t *oi;
+    float *ov;
+    uint32_t *scr; /* per thread: per words */
+    size_t per;
+} topk_ctx;
+
+/* row r, in thread tid's work area */
+static void topk_one(void *cv, int tid, int64_t r) {
+    const topk_ctx *c = cv;
+    const kvs_topk_args *a = c->a;
     const int32_t *row_len = kvs_i32(a->p.row_len);
     const int64_t n = a->n, k = a->k;
-    int nt = kvs_cpu_nt(dev, (double)a->rows * (double)n * 4.0);
-    (void)nt; /* unused without OpenMP */
-    if (nt > a->rows) nt = (int)a->rows;
-    size_t per = topk_work_words(n);
-    /* the device's grow-only scratch: a fresh allocation per call would fault its pages in again */
-    uint32_t *scr = kvs_cpu_scratch(dev, (size_t)nt * per * sizeof(uint32_t));
-    if (!scr) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_topk (cpu): cannot allocate scratch");
-    KVS_OMP(parallel num_threads(nt))
-    {
-        uint32_t *work = scr + (size_t)kvs_omp_tid() * per;
-        KVS_OMP(for schedule(dynamic, 4))
-        for (int64_t r = 0; r < a->rows; r++) {
-            int64_t len = n;
-            if (row_len) {
-                len = row_len[r];
-                if (len < 0) len = 0;
-                if (len > n) len = n;
-            }
-            int64_t kk = k < len ? k : len;
-            int32_t *ri = oi + r * k;
-            float *rv = ov ? ov + r * k : NULL;
-            if (kk > 0) topk_row(avx, x + r * n, len, kk, a->p.order_by_index, work, ri, rv);
-            for (int64_t t = kk; t < k; t++) {
-                ri[t] = -1;
-                if (rv) rv[t] = -INFINITY;
-            }
-        }
+    int64_t len = n;
+    if (row_len) {
+        len = row_len[r];
+        if (len < 0) len = 0;
+        if (len > n) len = n;
     }
+    int64_t kk = k < len ? k : len;
+    int32_t *ri = c->oi + r * k;
+    float *rv = c->ov ? c->ov + r * k : NULL;
+    if (kk > 0) topk_row(c->avx, c->x + r * n, len, kk, a->p.order_by_index, c->scr + (size_t)tid * c->per, ri, rv);
+    for (int64_t t = kk; t < k; t++) {
+        ri[t] = -1;
+        if (rv) rv[t] = -INFINITY;
+    }
+}
+
+kvs_status kvs_cpu_topk(kvs_device *dev, const kvs_topk_args *a) {
+    topk_ctx c = {.a = a, .avx = kvs_cpu_isa(dev, KVS_OP_topk) /* KVS_ISA_* */, .x = kvs_tensor_host_ptr(a->x),
+                  .oi = kvs_tensor_host_ptr(a->idx), .ov = a->val ? kvs_tensor_host_ptr(a->val) : NULL,
+                  .per = topk_work_words(a->n)};
+    int nt = kvs_cpu_nt(dev, (double)a->rows * (double)a->n * 4.0);
+    if (nt > a->rows) nt = (int)a->rows;
+    /* the device's grow-only scratch: a fresh allocation per call would fault its pages in again */
+    c.scr = kvs_cpu_scratch(dev, (size_t)nt * c.per * sizeof(uint32_t));
+    if (!c.scr) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_topk (cpu): cannot allocate scratch");
+    kvs_par_for(nt, a->rows, 4, topk_one, &c);
     return KVS_OK;
+}
+
+/* topk_global's candidates of chunk t of x (keys above threshold t0) into its region of ci */
+typedef struct topk_collect_ctx {
+    int avx;
+    uint32_t t0;
+    const float *x;
+    int64_t n, chunk;
+    size_t region;
+    int32_t *ci;
+    int64_t *cnt;
+} topk_collect_ctx;
+
+static void topk_collect_chunk(void *cv, int tid, int64_t t) {
+    const topk_collect_ctx *c = cv;
+    (void)tid;
+    int64_t c0 = t * c->chunk, c1 = c0 + c->chunk < c->n ? c0 + c->chunk : c->n;
+    if (c0 > c1) c0 = c1;
+    c->cnt[t] = topk_collect(c->avx, c->x + c0, c1 - c0, c0, c->t0, c->ci + (size_t)t * c->region);
 }
 
 kvs_status kvs_cpu_topk_global(kvs_device *dev, const kvs_topk_args *a) {
@@ -416,14 +442,10 @@ kvs_status kvs_cpu_topk_global(kvs_device *dev, const kvs_topk_args *a) {
     int64_t cnt[512];
     if (!ci) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_topk_global (cpu): cannot allocate scratch");
     int64_t c = 0;
+    topk_collect_ctx cc = {.avx = avx, .x = x, .n = n, .chunk = chunk, .region = region, .ci = ci, .cnt = cnt};
     for (int attempt = 0; c < k; attempt++) {
-        uint32_t t0 = topk_threshold(x, n, k, sample, attempt);
-        KVS_OMP(parallel for num_threads(nt) schedule(static, 1))
-        for (int t = 0; t < nt; t++) {
-            int64_t c0 = (int64_t)t * chunk, c1 = c0 + chunk < n ? c0 + chunk : n;
-            if (c0 > c1) c0 = c1;
-            cnt[t] = topk_collect(avx, x + c0, c1 - c0, c0, t0, ci + (size_t)t * region);
-        }
+        cc.t0 = topk_threshold(x, n, k, sample, attempt);
+        kvs_par_for(nt, nt, 0, topk_collect_chunk, &cc); /* one chunk a thread */
         c = 0;
         for (int t = 0; t < nt; t++) {
             if ((size_t)c != (size_t)t * region) memmove(ci + c, ci + (size_t)t * region, (size_t)cnt[t] * sizeof *ci);

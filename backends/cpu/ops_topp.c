@@ -43,6 +43,30 @@ static void topp_row(const float *x, int64_t len, double p, float *w, int32_t *c
     *thr = w[k - 1];
 }
 
+typedef struct topp_ctx {
+    const kvs_topp_args *a;
+    const float *x;
+    int32_t *oc;
+    float *ot;
+    const int32_t *row_len;
+    float *scr; /* per thread: n floats */
+} topp_ctx;
+
+/* row r, in thread tid's work area */
+static void topp_one(void *cv, int tid, int64_t r) {
+    const topp_ctx *c = cv;
+    const int64_t n = c->a->n;
+    int64_t len = n;
+    if (c->row_len) {
+        len = c->row_len[r];
+        if (len < 0) len = 0;
+        if (len > n) len = n;
+    }
+    float t;
+    topp_row(c->x + r * n, len, c->a->p.p, c->scr + (size_t)tid * (size_t)n, &c->oc[r], &t);
+    if (c->ot) c->ot[r] = t;
+}
+
 kvs_status kvs_cpu_topp(kvs_device *dev, const kvs_topp_args *a) {
     const float *x = kvs_tensor_host_ptr(a->x);
     int32_t *oc = kvs_tensor_host_ptr(a->count);
@@ -52,23 +76,9 @@ kvs_status kvs_cpu_topp(kvs_device *dev, const kvs_topp_args *a) {
     int nt = kvs_cpu_nt(dev, (double)a->rows * (double)n * 16.0);
     if (nt > a->rows) nt = (int)a->rows;
     if (nt < 1) nt = 1;
-    float *scr = kvs_cpu_scratch(dev, (size_t)nt * (size_t)n * sizeof(float));
-    if (!scr) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_topp (cpu): cannot allocate scratch");
-    KVS_OMP(parallel num_threads(nt))
-    {
-        float *w = scr + (size_t)kvs_omp_tid() * (size_t)n;
-        KVS_OMP(for schedule(dynamic, 4))
-        for (int64_t r = 0; r < a->rows; r++) {
-            int64_t len = n;
-            if (row_len) {
-                len = row_len[r];
-                if (len < 0) len = 0;
-                if (len > n) len = n;
-            }
-            float t;
-            topp_row(x + r * n, len, a->p.p, w, &oc[r], &t);
-            if (ot) ot[r] = t;
-        }
-    }
+    topp_ctx c = {.a = a, .x = x, .oc = oc, .ot = ot, .row_len = row_len,
+                  .scr = kvs_cpu_scratch(dev, (size_t)nt * (size_t)n * sizeof(float))};
+    if (!c.scr) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_topp (cpu): cannot allocate scratch");
+    kvs_par_for(nt, a->rows, 4, topp_one, &c);
     return KVS_OK;
 }

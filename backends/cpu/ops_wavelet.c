@@ -192,30 +192,52 @@ static kvs_status dwt_plan_make(kvs_device *dev, const kvs_dwt_args *a, int64_t 
     return KVS_OK;
 }
 
+typedef struct dwt_ctx {
+    const kvs_dwt_args *a;
+    const dwt_plan *pl;
+} dwt_ctx;
+
+/* DWT of row r, the levels ping-ponging in thread tid's two buffers */
+static void dwt_one(void *cv, int tid, int64_t r) {
+    const dwt_ctx *c = cv;
+    const kvs_dwt_args *a = c->a;
+    const dwt_plan *pl = c->pl;
+    float *bufs[2];
+    bufs[0] = pl->scr + (size_t)tid * 2 * (size_t)pl->hb;
+    bufs[1] = bufs[0] + pl->hb;
+    const float *cur = (const float *)kvs_tensor_host_ptr(a->src) + r * a->n;
+    float *yr = (float *)kvs_tensor_host_ptr(a->dst) + r * a->ncoef;
+    for (int l = 1; l <= a->levels; l++) {
+        /* the last level writes a_J straight into the output row */
+        float *dst = l == a->levels ? yr : bufs[l & 1];
+        dwt_level(cur, pl->len[l - 1], dst, yr + pl->doff[l], &pl->f, pl->isa);
+        cur = dst;
+    }
+}
+
+/* IDWT of row r, the levels ping-ponging in thread tid's two buffers */
+static void idwt_one(void *cv, int tid, int64_t r) {
+    const dwt_ctx *c = cv;
+    const kvs_dwt_args *a = c->a;
+    const dwt_plan *pl = c->pl;
+    float *bufs[2];
+    bufs[0] = pl->scr + (size_t)tid * 2 * (size_t)pl->hb;
+    bufs[1] = bufs[0] + pl->hb;
+    const float *yr = (const float *)kvs_tensor_host_ptr(a->src) + r * a->ncoef;
+    const float *cur = yr; /* a_J */
+    for (int l = a->levels; l >= 1; l--) {
+        float *dst = l == 1 ? (float *)kvs_tensor_host_ptr(a->dst) + r * a->n : bufs[l & 1];
+        idwt_level(cur, yr + pl->doff[l], pl->len[l], pl->len[l - 1], dst, &pl->f, pl->isa);
+        cur = dst;
+    }
+}
+
 kvs_status kvs_cpu_dwt(kvs_device *dev, const kvs_dwt_args *a) {
     dwt_plan pl;
     kvs_status st = dwt_plan_make(dev, a, a->n / 2 + 16, "kvs_dwt", KVS_OP_dwt, &pl);
     if (st != KVS_OK) return st;
-    const int64_t n = a->n, nc = a->ncoef;
-    const float *x = kvs_tensor_host_ptr(a->src);
-    float *y = kvs_tensor_host_ptr(a->dst);
-    KVS_OMP(parallel num_threads(pl.nt))
-    {
-        float *bufs[2];
-        bufs[0] = pl.scr + (size_t)kvs_omp_tid() * 2 * (size_t)pl.hb;
-        bufs[1] = bufs[0] + pl.hb;
-        KVS_OMP(for schedule(static))
-        for (int64_t r = 0; r < a->rows; r++) {
-            const float *cur = x + r * n;
-            float *yr = y + r * nc;
-            for (int l = 1; l <= a->levels; l++) {
-                /* the last level writes a_J straight into the output row */
-                float *dst = l == a->levels ? yr : bufs[l & 1];
-                dwt_level(cur, pl.len[l - 1], dst, yr + pl.doff[l], &pl.f, pl.isa);
-                cur = dst;
-            }
-        }
-    }
+    dwt_ctx c = {.a = a, .pl = &pl};
+    kvs_par_for(pl.nt, a->rows, 0, dwt_one, &c);
     return KVS_OK;
 }
 
@@ -223,24 +245,7 @@ kvs_status kvs_cpu_idwt(kvs_device *dev, const kvs_dwt_args *a) {
     dwt_plan pl;
     kvs_status st = dwt_plan_make(dev, a, a->n + 2, "kvs_idwt", KVS_OP_idwt, &pl);
     if (st != KVS_OK) return st;
-    const int64_t n = a->n, nc = a->ncoef;
-    const float *y = kvs_tensor_host_ptr(a->src);
-    float *x = kvs_tensor_host_ptr(a->dst);
-    KVS_OMP(parallel num_threads(pl.nt))
-    {
-        float *bufs[2];
-        bufs[0] = pl.scr + (size_t)kvs_omp_tid() * 2 * (size_t)pl.hb;
-        bufs[1] = bufs[0] + pl.hb;
-        KVS_OMP(for schedule(static))
-        for (int64_t r = 0; r < a->rows; r++) {
-            const float *yr = y + r * nc;
-            const float *cur = yr; /* a_J */
-            for (int l = a->levels; l >= 1; l--) {
-                float *dst = l == 1 ? x + r * n : bufs[l & 1];
-                idwt_level(cur, yr + pl.doff[l], pl.len[l], pl.len[l - 1], dst, &pl.f, pl.isa);
-                cur = dst;
-            }
-        }
-    }
+    dwt_ctx c = {.a = a, .pl = &pl};
+    kvs_par_for(pl.nt, a->rows, 0, idwt_one, &c);
     return KVS_OK;
 }
