@@ -33,7 +33,24 @@ struct kvs_kv_cache {
     /* qh8 (hierarchical) K and/or V: k[l] / v[l] hold the upper planes (Q4_1 tensors), these the
      * lower ones (QH8_LO [n_kv_heads][capacity][head_dim]); NULL arrays for other types */
     kvs_tensor **k_lo, **v_lo;
+    /* ThinK's pruned key segment per layer (kvs_cache_prune_keys; zeroed = none): rows [0, rows[h])
+     * of kv head h hold only the channels ch[h][0..d) of their keys, in k ([n_kv_heads][capacity][d],
+     * type_k); k[l] holds the rows from rows[h] on (appended since) at full width. */
+    struct kvs_pruned_seg {
+        kvs_tensor *k, *len, *tpos; /* len: [n_kv_heads] I32 = rows; tpos: [n_kv_heads][capacity] I32, the
+                                     * positions with the pruned rows' set to INT32_MAX */
+        int32_t *ch;                /* host [n_kv_heads][d] ascending */
+        int64_t *rows;              /* host [n_kv_heads] */
+        int d;                      /* d_k' (0: no segment yet) */
+    } *kp;                          /* [n_layers] */
 };
+
+static int kp_active(const kvs_kv_cache *c, int l) {
+    if (!c->kp || !c->kp[l].d) return 0;
+    for (int h = 0; h < c->p.n_kv_heads; h++)
+        if (c->kp[l].rows[h] > 0) return 1;
+    return 0;
+}
 
 kvs_cache_params kvs_cache_params_default(void) {
     kvs_cache_params p;
@@ -44,12 +61,32 @@ kvs_cache_params kvs_cache_params_default(void) {
     return p;
 }
 
+/* The pruned segment's device row counts and the full-width rows' positions (pruned rows hidden
+ * behind INT32_MAX, so a causal attention over k[l] sees only the rows appended since). */
+static kvs_status sync_pruned(kvs_kv_cache *c, int l) {
+    if (!kp_active(c, l)) return KVS_OK;
+    const kvs_cache_params *p = &c->p;
+    struct kvs_pruned_seg *g = &c->kp[l];
+    const size_t cap = (size_t)p->capacity, npos = (size_t)p->n_kv_heads * cap;
+    int32_t *tp = malloc(npos * sizeof *tp);
+    if (!tp) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_cache: out of host memory");
+    memcpy(tp, c->host_pos + (size_t)l * npos, npos * sizeof *tp);
+    for (int h = 0; h < p->n_kv_heads; h++)
+        for (int64_t r = 0; r < g->rows[h]; r++) tp[h * cap + r] = INT32_MAX;
+    kvs_status s = kvs_tensor_upload(g->tpos, tp, 0, npos * 4);
+    for (int h = 0; h < p->n_kv_heads; h++) tp[h] = (int32_t)g->rows[h];
+    if (s == KVS_OK) s = kvs_tensor_upload(g->len, tp, 0, (size_t)p->n_kv_heads * 4);
+    free(tp);
+    return s;
+}
+
 static kvs_status sync_layer(kvs_kv_cache *c, int l) {
     const kvs_cache_params *p = &c->p;
     size_t npos = (size_t)p->n_kv_heads * (size_t)p->capacity;
     KVS_TRY(kvs_tensor_upload(c->pos[l], c->host_pos + (size_t)l * npos, 0, npos * 4));
     for (int h = 0; h < p->n_kv_heads; h++) c->scratch[h] = (int32_t)c->host_len[(size_t)l * p->n_kv_heads + h];
-    return kvs_tensor_upload(c->len[l], c->scratch, 0, (size_t)p->n_kv_heads * 4);
+    KVS_TRY(kvs_tensor_upload(c->len[l], c->scratch, 0, (size_t)p->n_kv_heads * 4));
+    return sync_pruned(c, l);
 }
 
 void kvs_cache_destroy(kvs_kv_cache **cp) {
@@ -64,7 +101,15 @@ void kvs_cache_destroy(kvs_kv_cache **cp) {
         if (c->rdelta) kvs_tensor_destroy(&c->rdelta[l]);
         if (c->k_lo) kvs_tensor_destroy(&c->k_lo[l]);
         if (c->v_lo) kvs_tensor_destroy(&c->v_lo[l]);
+        if (c->kp) {
+            kvs_tensor_destroy(&c->kp[l].k);
+            kvs_tensor_destroy(&c->kp[l].len);
+            kvs_tensor_destroy(&c->kp[l].tpos);
+            free(c->kp[l].ch);
+            free(c->kp[l].rows);
+        }
     }
+    free(c->kp);
     free(c->k_lo); free(c->v_lo);
     free(c->k); free(c->v); free(c->pos); free(c->len); free(c->x); free(c->rdelta);
     free(c->host_pos); free(c->host_rpos); free(c->host_len); free(c->scratch);
@@ -254,6 +299,8 @@ kvs_status kvs_cache_reset(kvs_kv_cache *c) {
     size_t n = (size_t)c->p.n_layers * c->p.n_kv_heads * c->p.capacity;
     for (size_t i = 0; i < n; i++) c->host_pos[i] = c->host_rpos[i] = -1;
     memset(c->host_len, 0, (size_t)c->p.n_layers * c->p.n_kv_heads * sizeof *c->host_len);
+    for (int l = 0; c->kp && l < c->p.n_layers; l++)
+        if (c->kp[l].rows) memset(c->kp[l].rows, 0, (size_t)c->p.n_kv_heads * sizeof *c->kp[l].rows);
     c->next_pos = 0;
     for (int l = 0; l < c->p.n_layers; l++) KVS_TRY(sync_layer(c, l));
     return KVS_OK;
@@ -298,14 +345,20 @@ int64_t kvs_cache_max_len(const kvs_kv_cache *c, int l) {
 
 int64_t kvs_cache_bytes_used(const kvs_kv_cache *c) {
     if (!c) return 0;
-    int64_t rows = 0, xrows = 0;
+    int64_t rows = 0, xrows = 0, pruned = 0;
     for (int l = 0; l < c->p.n_layers; l++) {
-        for (int h = 0; h < c->p.n_kv_heads; h++) rows += c->host_len[(size_t)l * c->p.n_kv_heads + h];
+        for (int h = 0; h < c->p.n_kv_heads; h++) {
+            rows += c->host_len[(size_t)l * c->p.n_kv_heads + h];
+            /* a pruned key row: d_k' values instead of head_dim (f32 / f16 keys) */
+            if (c->kp && c->kp[l].d)
+                pruned += c->kp[l].rows[h] * (int64_t)(kvs_dtype_bytes(c->p.type_k, c->p.head_dim) -
+                                                       kvs_dtype_bytes(c->p.type_k, c->kp[l].d));
+        }
         if (c->x[l]) xrows += kvs_cache_max_len(c, l);
         if (c->rdelta[l]) xrows += kvs_cache_max_len(c, l);
     }
-    return rows * (int64_t)(kvs_dtype_bytes(c->p.type_k, c->p.head_dim) + kvs_dtype_bytes(c->p.type_v, c->p.head_dim)) +
-           xrows * (int64_t)c->p.dim * 4;
+    return rows * (int64_t)(kvs_dtype_bytes(c->p.type_k, c->p.head_dim) + kvs_dtype_bytes(c->p.type_v, c->p.head_dim)) -
+           pruned + xrows * (int64_t)c->p.dim * 4;
 }
 
 int64_t kvs_cache_bytes_allocated(const kvs_kv_cache *c) {
@@ -314,7 +367,139 @@ int64_t kvs_cache_bytes_allocated(const kvs_kv_cache *c) {
                         c->p.capacity * c->p.n_kv_heads;
     if (c->p.flags & KVS_CACHE_KEEP_X) per_layer += (int64_t)c->p.dim * 4 * c->p.capacity;
     if (c->p.flags & KVS_CACHE_KEEP_DELTA) per_layer += (int64_t)c->p.dim * 4 * c->p.capacity;
-    return per_layer * c->p.n_layers;
+    int64_t seg = 0;
+    for (int l = 0; c->kp && l < c->p.n_layers; l++)
+        if (c->kp[l].k) seg += (int64_t)c->kp[l].k->nbytes;
+    return per_layer * c->p.n_layers + seg;
+}
+
+/* ---- ThinK's pruned key segment ---- */
+
+int kvs_cache_pruned_dim(const kvs_kv_cache *c, int l) { return LAYER_OK(c, l) && c->kp ? c->kp[l].d : 0; }
+
+int64_t kvs_cache_pruned_rows(const kvs_kv_cache *c, int l, int h) {
+    if (!LAYER_OK(c, l) || h < 0 || h >= c->p.n_kv_heads) return -1;
+    return c->kp && c->kp[l].d ? c->kp[l].rows[h] : 0;
+}
+
+kvs_tensor *kvs_cache_k_pruned(kvs_kv_cache *c, int l) { return LAYER_OK(c, l) && c->kp && c->kp[l].d ? c->kp[l].k : NULL; }
+kvs_tensor *kvs_cache_pruned_len_tensor(kvs_kv_cache *c, int l) { return LAYER_OK(c, l) && c->kp && c->kp[l].d ? c->kp[l].len : NULL; }
+kvs_tensor *kvs_cache_tail_pos_tensor(kvs_kv_cache *c, int l) { return LAYER_OK(c, l) && c->kp && c->kp[l].d ? c->kp[l].tpos : NULL; }
+const int32_t *kvs_cache_pruned_channels(const kvs_kv_cache *c, int l) {
+    return LAYER_OK(c, l) && c->kp && c->kp[l].d ? c->kp[l].ch : NULL;
+}
+
+/* Raw key bytes of layer l with the pruned rows expanded to full width (0 in the channels they do
+ * not hold), into buf [n_kv_heads][capacity][head_dim] elements of es bytes (f32 / f16 keys). */
+static kvs_status pruned_expand(kvs_kv_cache *c, int l, uint8_t *buf, size_t es) {
+    const struct kvs_pruned_seg *g = &c->kp[l];
+    const int H = c->p.n_kv_heads, hd = c->p.head_dim, d = g->d;
+    const size_t cap = (size_t)c->p.capacity;
+    uint8_t *pr = malloc(g->k->nbytes);
+    if (!pr) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_cache: out of host memory");
+    kvs_status s = kvs_tensor_download(g->k, pr, 0, g->k->nbytes);
+    for (int h = 0; s == KVS_OK && h < H; h++)
+        for (int64_t r = 0; r < g->rows[h]; r++) {
+            uint8_t *dst = buf + ((size_t)h * cap + (size_t)r) * hd * es;
+            const uint8_t *src = pr + ((size_t)h * cap + (size_t)r) * d * es;
+            memset(dst, 0, (size_t)hd * es);
+            for (int t = 0; t < d; t++) memcpy(dst + (size_t)g->ch[h * d + t] * es, src + (size_t)t * es, es);
+        }
+    free(pr);
+    return s;
+}
+
+kvs_status kvs_cache_unprune_keys(kvs_kv_cache *c, int l) {
+    if (!LAYER_OK(c, l)) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_cache_unprune_keys: NULL cache or bad layer %d", l);
+    if (!kp_active(c, l)) return KVS_OK;
+    kvs_tensor *t = c->k[l];
+    const size_t es = kvs_dtype_bytes(t->dtype, 1);
+    uint8_t *buf = malloc(t->nbytes);
+    if (!buf) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_cache_unprune_keys: out of host memory (%zu bytes)", t->nbytes);
+    kvs_status s = kvs_tensor_download(t, buf, 0, t->nbytes);
+    if (s == KVS_OK) s = pruned_expand(c, l, buf, es);
+    if (s == KVS_OK) s = kvs_tensor_upload(t, buf, 0, t->nbytes);
+    free(buf);
+    if (s == KVS_OK) memset(c->kp[l].rows, 0, (size_t)c->p.n_kv_heads * sizeof *c->kp[l].rows);
+    return s;
+}
+
+kvs_status kvs_cache_prune_keys(kvs_kv_cache *c, int l, const uint8_t *pruned) {
+    const char *op = "kvs_cache_prune_keys";
+    if (!LAYER_OK(c, l) || !pruned) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: NULL argument or bad layer %d", op, l);
+    if (c->p.mode != KVS_CACHE_APPEND)
+        return kvs_error(KVS_ERR_STATE, "%s: only append caches hold pruned keys (this cache is positional)", op);
+    if ((c->p.type_k != KVS_F32 && c->p.type_k != KVS_F16) || (c->p.flags & KVS_CACHE_ROTATE))
+        return kvs_error(KVS_ERR_UNSUPPORTED, "%s: keys of type %s%s: only plain f32 / f16 keys store a channel subset", op,
+                         kvs_dtype_name(c->p.type_k), (c->p.flags & KVS_CACHE_ROTATE) ? " (Hadamard-rotated)" : "");
+    const int H = c->p.n_kv_heads, hd = c->p.head_dim;
+    int d = -1;
+    for (int h = 0; h < H; h++) {
+        int kept = 0;
+        for (int t = 0; t < hd; t++) kept += !pruned[h * hd + t];
+        if (d >= 0 && kept != d)
+            return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: kv head %d keeps %d channels, head 0 keeps %d (one d_k' per layer)", op, h,
+                             kept, d);
+        d = kept;
+    }
+    if (d < 1) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: every channel pruned (keep at least one)", op);
+    KVS_TRY(kvs_cache_unprune_keys(c, l)); /* the old pruned rows to full width (0 outside their set) */
+    if (!c->kp) {
+        c->kp = calloc((size_t)c->p.n_layers, sizeof *c->kp);
+        if (!c->kp) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
+    }
+    struct kvs_pruned_seg *g = &c->kp[l];
+    const size_t cap = (size_t)c->p.capacity;
+    if (g->d != d) { /* made at the first pruning of the layer (the same d_k' after) */
+        kvs_tensor_destroy(&g->k);
+        kvs_tensor_destroy(&g->len);
+        kvs_tensor_destroy(&g->tpos);
+        free(g->ch);
+        free(g->rows);
+        memset(g, 0, sizeof *g);
+        g->ch = malloc((size_t)H * d * sizeof *g->ch);
+        g->rows = calloc((size_t)H, sizeof *g->rows);
+        kvs_status s = g->ch && g->rows ? KVS_OK : kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
+        if (s == KVS_OK) s = kvs_tensor_new(&g->k, c->dev, c->p.type_k, d, (int64_t)cap, H, 0);
+        if (s == KVS_OK) s = kvs_tensor_new(&g->len, c->dev, KVS_I32, H, 0, 0, 0);
+        if (s == KVS_OK) s = kvs_tensor_new(&g->tpos, c->dev, KVS_I32, (int64_t)cap, H, 0, 0);
+        if (s != KVS_OK) {
+            kvs_tensor_destroy(&g->k);
+            kvs_tensor_destroy(&g->len);
+            kvs_tensor_destroy(&g->tpos);
+            free(g->ch);
+            free(g->rows);
+            memset(g, 0, sizeof *g);
+            return s;
+        }
+        kvs_tensor_set_name(g->k, "cache.k_pruned");
+        g->d = d;
+    }
+    kvs_tensor *t = c->k[l];
+    const size_t es = kvs_dtype_bytes(t->dtype, 1);
+    uint8_t *buf = malloc(t->nbytes + g->k->nbytes);
+    if (!buf) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
+    uint8_t *pr = buf + t->nbytes;
+    memset(pr, 0, g->k->nbytes);
+    kvs_status s = kvs_tensor_download(t, buf, 0, t->nbytes);
+    for (int h = 0; h < H; h++) {
+        int n = 0;
+        for (int ch = 0; ch < hd; ch++)
+            if (!pruned[h * hd + ch]) g->ch[h * d + n++] = ch;
+    }
+    for (int h = 0; s == KVS_OK && h < H; h++) {
+        const int64_t len = c->host_len[(size_t)l * H + h];
+        for (int64_t r = 0; r < len; r++) {
+            const uint8_t *src = buf + ((size_t)h * cap + (size_t)r) * hd * es;
+            uint8_t *dst = pr + ((size_t)h * cap + (size_t)r) * d * es;
+            for (int x = 0; x < d; x++) memcpy(dst + (size_t)x * es, src + (size_t)g->ch[h * d + x] * es, es);
+        }
+    }
+    if (s == KVS_OK) s = kvs_tensor_upload(g->k, pr, 0, g->k->nbytes);
+    free(buf);
+    if (s != KVS_OK) return s;
+    for (int h = 0; h < H; h++) g->rows[h] = c->host_len[(size_t)l * H + h];
+    return sync_pruned(c, l);
 }
 
 static int rot_block(int head_dim) {
@@ -355,6 +540,17 @@ kvs_status kvs_cache_read_f32(kvs_kv_cache *c, int layer, int which, float *dst)
         if (s == KVS_OK) kvs_qb_qh8_n(hi, lo, n / 32, dst);
         free(hi);
         if (s == KVS_OK && which == 0 && (c->p.flags & KVS_CACHE_ROTATE)) kvs_cache_rotate_rows(dst, n / d, (int)d);
+        return s;
+    }
+    if (which == 0 && kp_active(c, layer)) { /* pruned rows: 0 in the channels they do not hold */
+        const size_t es = kvs_dtype_bytes(t->dtype, 1);
+        uint8_t *buf = malloc(t->nbytes);
+        if (!buf) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_cache_read_f32: out of host memory");
+        kvs_status s = kvs_tensor_download(t, buf, 0, t->nbytes);
+        if (s == KVS_OK) s = pruned_expand(c, layer, buf, es);
+        for (int64_t i = 0; s == KVS_OK && i < n; i++)
+            dst[i] = es == 4 ? ((const float *)buf)[i] : kvs_f16_to_f32(((const uint16_t *)buf)[i]);
+        free(buf);
         return s;
     }
     if (t->dtype == KVS_F32) {
@@ -510,6 +706,9 @@ kvs_status kvs_cache_keep(kvs_kv_cache *c, int layer, const int32_t *keep, const
         }
         if (n_keep[h] > nmax) nmax = n_keep[h];
     }
+    /* pruned keys back to full width (0 outside their channels) before the rows move; ThinK prunes
+     * the kept rows again after the eviction (kvs_cache_prune_keys) */
+    KVS_TRY(kvs_cache_unprune_keys(c, layer));
     if (nmax == 0) {
         for (int h = 0; h < H; h++) c->host_len[(size_t)layer * H + h] = 0;
         return sync_layer(c, layer);
@@ -568,6 +767,7 @@ kvs_status kvs_cache_rerotate(kvs_kv_cache *c, int layer, const kvs_rope_params 
     if (c->p.mode != KVS_CACHE_APPEND)
         return kvs_error(KVS_ERR_STATE, "%s: only append caches renumber their rows (this cache is positional)", op);
     KVS_TRY(kvs_cache_check_rerotate(&c->p));
+    KVS_TRY(kvs_cache_unprune_keys(c, layer)); /* pruned keys are shifted at full width */
     int H = c->p.n_kv_heads;
     int64_t cap = c->p.capacity, nmax = kvs_cache_max_len(c, layer), shifted = 0;
     if (!c->scratch_delta) {
@@ -625,6 +825,7 @@ kvs_status kvs_cache_truncate(kvs_kv_cache *c, int64_t n_rows) {
     int64_t next = 0;
     for (int l = 0; l < c->p.n_layers; l++) {
         int any = 0;
+        KVS_TRY(kvs_cache_unprune_keys(c, l)); /* pruned keys back to full width first */
         for (int h = 0; h < H; h++) {
             int64_t *len = &c->host_len[(size_t)l * H + h];
             int32_t *pos = c->host_pos + ((size_t)l * H + h) * cap, *rpos = c->host_rpos + ((size_t)l * H + h) * cap;

@@ -1,6 +1,8 @@
 /* One layer's attention in the forward: dense over the cache rows or over a keep-set gathered
- * from them (kvs_layer_plan.keep), the statistics the plan asks for (key mass, probe rows, argmax),
- * and the latent-memory merge. See model.h and forward.c. */
+ * from them (kvs_layer_plan.keep), or over ThinK's two key segments (pruned_attention), the
+ * statistics the plan asks for (key mass, probe rows, argmax), and the latent-memory merge. See
+ * model.h and forward.c. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -102,6 +104,123 @@ static kvs_status gather_keep(fwd_ctx *f, int l, const kvs_layer_plan *lp, int64
     if (s == KVS_OK) s = kvs_tensor_upload(*klen, lenp, 0, (size_t)H * 4);
     fwd_view_done(&iv);
     *kmax = km;
+    return s;
+}
+
+/* Whether layer l holds ThinK's pruned keys (kvs_cache_prune_keys): some kv head has pruned rows. */
+static int pruned_on(kvs_kv_cache *c, int l) {
+    if (kvs_cache_pruned_dim(c, l) < 1) return 0;
+    for (int h = 0; h < kvs_cache_get_params(c)->n_kv_heads; h++)
+        if (kvs_cache_pruned_rows(c, l, h) > 0) return 1;
+    return 0;
+}
+
+/* log of the softmax mass of a call: m + log l; -inf when no key was visible (l = 0); NaN stays. */
+static void lse_of(const float *m, const float *l, float *out, int64_t n) {
+    for (int64_t i = 0; i < n; i++) out[i] = l[i] == 0.0f ? -INFINITY : m[i] + logf(l[i]);
+}
+
+/* Attention over ThinK's two key segments (cache.h, kvs_cache_prune_keys): the pruned rows [0, P[h])
+ * (keys of d_k' channels, kvs_attention_params.q_channels) and the full-width rows appended since
+ * (kvs_cache_k with the pruned rows hidden by kvs_cache_tail_pos_tensor, so causal only). Merged
+ * exactly through lse_extra (ops.h): (1) the full-width rows alone give their log-normaliser lse_t;
+ * (2) the pruned rows with lse_extra = lse_t give their exact share of out, key mass and probe rows
+ * (and lse_p); (3) the full-width rows again with lse_extra = lse_p, key mass accumulated, probe rows
+ * into a second buffer; out and probs are the sums, argmax the one of the larger row maximum (the
+ * pruned rows on ties: they are the lower rows). ap: the dense call's parameters (cache positions,
+ * lengths, statistics); out: [n][n_heads][head_dim]. */
+static kvs_status pruned_attention(fwd_ctx *f, int l, int64_t n, const kvs_tensor *q, kvs_tensor *out,
+                                   const kvs_attention_params *ap) {
+    kvs_model *m = f->m;
+    kvs_kv_cache *c = f->c;
+    kvs_workspace *ws = &m->ws;
+    const kvs_model_hparams *hp = &m->hp;
+    const int H = hp->n_kv_heads, NH = hp->n_heads;
+    const int64_t cap = kvs_cache_get_params(c)->capacity, nr = n * NH;
+    int64_t n_probe = ap->probs ? kvs_tensor_nelements(ap->probe_rows) : 0, pmax = 0;
+    for (int h = 0; h < H; h++)
+        if (kvs_cache_pruned_rows(c, l, h) > pmax) pmax = kvs_cache_pruned_rows(c, l, h);
+    kvs_status s = KVS_OK;
+    if (ws->tk_rows < ws->rows) { /* grown with the per-token buffers, made on first use */
+        ws->tk_rows = 0;
+        s = fwd_grow_tensor(&ws->tk_stat, m->dev, KVS_F32, NH, ws->rows, 6, "ws.tk_stat");
+        if (s == KVS_OK) s = fwd_grow_tensor(&ws->tk_out, m->dev, KVS_F32, (int64_t)NH * hp->head_dim, ws->rows, 0, "ws.tk_out");
+        if (s == KVS_OK) s = fwd_grow_tensor(&ws->tk_am, m->dev, KVS_I32, NH, ws->rows, 0, "ws.tk_am");
+        float *hf = s == KVS_OK ? realloc(ws->h_tk, sizeof(float) * 6 * (size_t)(ws->rows * NH)) : NULL;
+        if (hf) ws->h_tk = hf;
+        int32_t *hi = hf ? realloc(ws->h_tk_am, sizeof(int32_t) * 2 * (size_t)(ws->rows * NH)) : NULL;
+        if (hi) ws->h_tk_am = hi;
+        if (s == KVS_OK && (!hf || !hi)) s = kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_model_forward: out of host memory");
+        if (s == KVS_OK) ws->tk_rows = ws->rows;
+    }
+    if (s == KVS_OK && n_probe * NH * cap > ws->tk_probs_n) {
+        ws->tk_probs_n = 0;
+        s = fwd_grow_tensor(&ws->tk_probs, m->dev, KVS_F32, cap, NH, n_probe, "ws.tk_probs");
+        if (s == KVS_OK) ws->tk_probs_n = n_probe * NH * cap;
+    }
+    KVS_TRY(s);
+    kvs_tensor *st[6] = {NULL}, *out2 = NULL, *am2 = NULL, *pv2 = NULL;
+    for (int i = 0; i < 6 && s == KVS_OK; i++) s = fwd_view3(m, &st[i], ws->tk_stat, (int64_t)i * nr, NH, n, 1);
+    if (s == KVS_OK) s = fwd_view3(m, &out2, ws->tk_out, 0, hp->head_dim, NH, n);
+    if (s == KVS_OK && ap->argmax) s = fwd_view3(m, &am2, ws->tk_am, 0, NH, n, 1);
+    if (s == KVS_OK && n_probe) s = fwd_view3(m, &pv2, ws->tk_probs, 0, cap, NH, n_probe);
+    float *h = ws->h_tk; /* [rm_t, rs_t, rm_p, rs_p, lse_t, lse_p] */
+    const kvs_tensor *kf = kvs_cache_k(c, l), *vv = kvs_cache_v(c, l);
+
+    /* (1) the full-width rows: their normaliser */
+    kvs_attention_params a1 = kvs_attention_params_default();
+    a1.scale = ap->scale;
+    a1.causal = 1;
+    a1.n_kv = ap->n_kv;
+    a1.q_pos = ap->q_pos;
+    a1.k_pos = kvs_cache_tail_pos_tensor(c, l);
+    a1.kv_len = ap->kv_len;
+    a1.row_max = st[0];
+    a1.row_sum = st[1];
+    if (s == KVS_OK) s = kvs_attention(m->dev, q, kf, vv, out2, &a1);
+    if (s == KVS_OK) s = kvs_tensor_download(ws->tk_stat, h, 0, sizeof(float) * 2 * (size_t)nr); /* st[0], st[1] */
+    if (s == KVS_OK) {
+        lse_of(h, h + nr, h + 4 * nr, nr);
+        s = kvs_tensor_upload(st[4], h + 4 * nr, 0, sizeof(float) * (size_t)nr);
+    }
+    /* (2) the pruned rows, normalised with the full-width rows' mass */
+    kvs_attention_params a2 = *ap;
+    a2.n_kv = pmax;
+    a2.kv_len = kvs_cache_pruned_len_tensor(c, l);
+    a2.q_channels = kvs_cache_pruned_channels(c, l);
+    a2.lse_extra = st[4];
+    a2.row_max = st[2];
+    a2.row_sum = st[3];
+    a2.argmax = am2;
+    a2.probs = pv2;
+    a2.probe_rows = pv2 ? ap->probe_rows : NULL;
+    if (s == KVS_OK) s = kvs_attention(m->dev, q, kvs_cache_k_pruned(c, l), vv, out, &a2);
+    if (s == KVS_OK) s = kvs_tensor_download(ws->tk_stat, h + 2 * nr, sizeof(float) * 2 * (size_t)nr, sizeof(float) * 2 * (size_t)nr);
+    if (s == KVS_OK) {
+        lse_of(h + 2 * nr, h + 3 * nr, h + 5 * nr, nr);
+        s = kvs_tensor_upload(st[5], h + 5 * nr, 0, sizeof(float) * (size_t)nr);
+    }
+    /* (3) the full-width rows, normalised with the pruned rows' mass; statistics added */
+    kvs_attention_params a3 = a1;
+    a3.lse_extra = st[5];
+    a3.row_max = a3.row_sum = NULL;
+    a3.stat_rows = ap->stat_rows;
+    a3.key_mass = ap->key_mass;
+    a3.key_mass_accumulate = 1;
+    a3.probe_rows = ap->probe_rows;
+    a3.probs = ap->probs;
+    a3.argmax = ap->argmax;
+    if (s == KVS_OK) s = kvs_attention(m->dev, q, kf, vv, out2, &a3);
+    if (s == KVS_OK) s = kvs_add(m->dev, out, out2, out);
+    if (s == KVS_OK && n_probe) s = kvs_add(m->dev, ap->probs, pv2, ap->probs);
+    if (s == KVS_OK && ap->argmax) {
+        int32_t *at = ws->h_tk_am, *apr = at + nr;
+        s = kvs_tensor_download(ap->argmax, at, 0, sizeof(int32_t) * (size_t)nr);
+        if (s == KVS_OK) s = kvs_tensor_download(am2, apr, 0, sizeof(int32_t) * (size_t)nr);
+        for (int64_t i = 0; s == KVS_OK && i < nr; i++)
+            if (apr[i] >= 0 && (at[i] < 0 || h[2 * nr + i] >= h[i])) at[i] = apr[i];
+        if (s == KVS_OK) s = kvs_tensor_upload(ap->argmax, at, 0, sizeof(int32_t) * (size_t)nr);
+    }
     return s;
 }
 
@@ -218,7 +337,15 @@ kvs_status fwd_layer_attention(fwd_ctx *f, int l, const kvs_layer_plan *lp, int6
         if (s == KVS_OK) s = kvs_tensor_upload(qr, ws->h_q, 0, (size_t)nel * sizeof(float));
         qa = qr;
     }
-    if (s == KVS_OK) s = kvs_attention(m->dev, qa, kk, vv, out, &ap);
+    if (s == KVS_OK && pruned_on(c, l)) { /* ThinK's pruned keys: two segments, merged exactly */
+        if (sparse || lat || qa != q || !ap.causal)
+            s = kvs_error(KVS_ERR_UNSUPPORTED, "kvs_model_forward: layer %d holds pruned keys (ThinK, kvs_cache_prune_keys), "
+                          "which a sparse keep-set, latent memory, a KVS_CACHE_ROTATE cache or non-causal attention "
+                          "does not read", l);
+        if (s == KVS_OK) s = pruned_attention(f, l, n, q, out, &ap);
+    } else if (s == KVS_OK) {
+        s = kvs_attention(m->dev, qa, kk, vv, out, &ap);
+    }
 
     if (s == KVS_OK && lat) s = kvs_latent_merge(lat, l, q, out, lat_max, lat_sum);
         /* statistics to host, as [.][n_kv] over cache rows */

@@ -183,7 +183,8 @@ KVS_API void kvs_cache_rotate_rows(float *x, int64_t n, int head_dim);
 KVS_API kvs_status kvs_cache_read_f32(kvs_kv_cache *c, int layer, int which, float *dst);
 
 /* Bytes of K/V (and x, when kept) for the rows in use, summed over layers and heads: the cache's
- * logical footprint (each row at its stored size: head_dim * 4 for F32, * 2 for F16/BF16,
+ * logical footprint (each row at its stored size: head_dim * 4 for F32, * 2 for F16/BF16 (a key in
+ * ThinK's pruned segment: d_k' values, kvs_cache_prune_keys),
  * head_dim / 32 blocks of 34 (q8_0), 18 (q4_0, iq4_nl), 20 (q4_1) or 36 (qh8: 20 + 16) bytes); and the bytes
  * allocated (capacity). */
 KVS_API int64_t kvs_cache_bytes_used(const kvs_kv_cache *c);
@@ -217,6 +218,42 @@ KVS_API kvs_status kvs_cache_keep(kvs_kv_cache *c, int layer, const int32_t *kee
  * (keys of a block type or bf16, or a KVS_CACHE_ROTATE cache: only plain f32/f16 keys are shifted),
  * KVS_ERR_OUT_OF_MEMORY, and kvs_rope_shift's and the upload's errors. */
 KVS_API kvs_status kvs_cache_rerotate(kvs_kv_cache *c, int layer, const kvs_rope_params *p, int64_t *n_shifted);
+
+/* ThinK's pruned key storage (Xu et al. 2024, arXiv 2407.21018, sec. 3: the pruned channels are not
+ * stored; core/policy/think.c chooses them). A layer may hold, per kv head h, a pruned segment: its
+ * rows [0, P[h]) store only d_k' = head_dim - (pruned channels) key channels, in
+ * kvs_cache_k_pruned(c, l) [n_kv_heads][capacity][d_k'] (type_k), channel t of head h being key
+ * channel kvs_cache_pruned_channels(c, l)[h * d_k' + t] (ascending); values stay full width in
+ * kvs_cache_v. The rows from P[h] on (appended since) are full width in kvs_cache_k; that tensor's
+ * rows below P[h] are then not meaningful (kvs_cache_read_f32 returns the pruned rows expanded, 0 in
+ * the channels they do not hold: exactly the keys with those channels zeroed in place).
+ * kvs_cache_bytes_used counts a pruned row's key at d_k' values; kvs_cache_bytes_allocated adds the
+ * segment (made at the layer's first pruning; kvs_cache_k keeps its capacity).
+ *
+ * kvs_cache_prune_keys: moves every row in use of layer l into the pruned segment, keeping the
+ * channels c with pruned[h * head_dim + c] == 0 (pruned: host [n_kv_heads][head_dim], 1 = drop; the
+ * same count per head). Rows pruned before are expanded first (0 outside their old channels), so
+ * a channel kept now that they did not hold reads 0. Afterwards P[h] = len[h].
+ * kvs_cache_unprune_keys: writes the pruned rows back into kvs_cache_k at full width (0 outside
+ * their channels) and empties the segment (P = 0); kvs_cache_keep, kvs_cache_rerotate and
+ * kvs_cache_truncate call it first. A layer without pruned rows runs nothing.
+ * Errors: KVS_ERR_INVALID_ARGUMENT (NULL, bad layer, counts differing between heads, every channel
+ * pruned), KVS_ERR_STATE (positional cache), KVS_ERR_UNSUPPORTED (keys other than plain f32 / f16:
+ * block types, bf16, KVS_CACHE_ROTATE), KVS_ERR_OUT_OF_MEMORY, transfer errors. */
+KVS_API kvs_status kvs_cache_prune_keys(kvs_kv_cache *c, int layer, const uint8_t *pruned);
+KVS_API kvs_status kvs_cache_unprune_keys(kvs_kv_cache *c, int layer);
+/* d_k' of layer l's pruned segment, 0 when the layer was never pruned (or bad arguments). */
+KVS_API int kvs_cache_pruned_dim(const kvs_kv_cache *c, int layer);
+/* P[h]: rows of (layer, head) in the pruned segment (0: none); -1 on bad arguments. */
+KVS_API int64_t kvs_cache_pruned_rows(const kvs_kv_cache *c, int layer, int head);
+/* The segment's tensors (NULL when the layer has none): the keys [n_kv_heads][capacity][d_k'];
+ * the host channel lists [n_kv_heads][d_k']; P as I32 [n_kv_heads] on the device (an attention's
+ * kv_len over the segment); the positions [n_kv_heads][capacity] I32 with rows below P[h] set to
+ * INT32_MAX (a causal attention's k_pos over kvs_cache_k then sees the full-width rows alone). */
+KVS_API kvs_tensor *kvs_cache_k_pruned(kvs_kv_cache *c, int layer);
+KVS_API const int32_t *kvs_cache_pruned_channels(const kvs_kv_cache *c, int layer);
+KVS_API kvs_tensor *kvs_cache_pruned_len_tensor(kvs_kv_cache *c, int layer);
+KVS_API kvs_tensor *kvs_cache_tail_pos_tensor(kvs_kv_cache *c, int layer);
 
 /* Whether caches made with params p can be re-rotated (kvs_cache_rerotate): KVS_OK for plain F32/F16
  * keys; KVS_ERR_UNSUPPORTED with the reason for block-type or BF16 keys (a decode/re-quantize round
