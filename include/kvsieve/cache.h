@@ -186,7 +186,7 @@ KVS_API kvs_status kvs_cache_read_f32(kvs_kv_cache *c, int layer, int which, flo
  * logical footprint (each row at its stored size: head_dim * 4 for F32, * 2 for F16/BF16 (a key in
  * ThinK's pruned segment: d_k' values, kvs_cache_prune_keys),
  * head_dim / 32 blocks of 34 (q8_0), 18 (q4_0, iq4_nl), 20 (q4_1) or 36 (qh8: 20 + 16) bytes); and the bytes
- * allocated (capacity). */
+ * allocated (capacity, plus the pruned key segments ThinK made). */
 KVS_API int64_t kvs_cache_bytes_used(const kvs_kv_cache *c);
 KVS_API int64_t kvs_cache_bytes_allocated(const kvs_kv_cache *c);
 

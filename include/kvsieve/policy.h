@@ -292,7 +292,7 @@ typedef struct kvs_evict_params {
                             * kvs_generate_ar does with kvs_ar_params.rerotate); 0 (default): kept keys
                             * keep their RoPE positions. RoPE parameters: the model's (hparams). */
     /* ThinK (Xu et al. 2024, arXiv 2407.21018, sec. 3; kvpress ThinKPress): after each eviction of a
-     * layer (after the re-rotation, with rerotate), each kv head zeroes the floor(head_dim *
+     * layer (after the re-rotation, with rerotate), each kv head prunes the floor(head_dim *
      * think_ratio) key channels with the lowest ||Q[:, c]||^2 ||K[:, c]||^2 (kvs_think_select) in all
      * its kept rows; Q: the rotated queries of the last think_window steps before the eviction
      * (group heads pooled), K: the kept rows. The kept rows then move into the cache's pruned key
@@ -375,8 +375,8 @@ KVS_API kvs_status kvs_think_select(const double *q_sq, const float *keys, const
                                     int head_dim, double ratio, uint8_t *pruned, double *scores);
 
 /* Whether ThinK (kvs_evict_params.think_ratio > 0) can run on a cache of these parameters; the
- * evictor checks it in kvs_evictor_begin, so the refusal comes before decoding starts. The pruned
- * key channels are zeroed in place and scored in the RoPE basis, so the keys must be f32 or f16
+ * evictor checks it in kvs_evictor_begin, so the refusal comes before decoding starts. The key
+ * channels are scored in the RoPE basis and a subset stored per row (or zeroed in place), so the keys must be f32 or f16
  * (a block type's 32 channels share a scale) and not Hadamard-rotated (KVS_CACHE_ROTATE mixes the
  * channels). Errors: KVS_ERR_INVALID_ARGUMENT (p NULL), KVS_ERR_UNSUPPORTED (either case; the
  * message says which). */
