@@ -4,6 +4,10 @@
  *    think_ratio 0 is exact (the same logits, bit for bit, as no ThinK, with the same token policy),
  *    and with think_ratio 0.5 every layer's every kv head has exactly head_dim/2 key channels zero
  *    in all its rows right after each eviction (the others not), counted in channels_pruned;
+ *  - the cache's pruned key segment by hand (kvs_cache_prune_keys: values, channels, bytes, re-pruning,
+ *    eviction back to full width, refusals);
+ *  - the pruned layout's anchor: decoding with it equals decoding with the channels zeroed in place
+ *    (snapkv and h2o at ratio 0.4; logits, key mass, probe rows), with fewer bytes in use;
  *  - the refusals at kvs_evictor_begin (bf16 keys, Hadamard-rotated keys). */
 #include <check.h>
 #include <math.h>
@@ -277,6 +281,146 @@ START_TEST(test_think_pruned_anchor) {
 }
 END_TEST
 
+/* Appends n rows to layer 0 of c: key (row r, head h, channel t) = 100 h + 10 r + t + 1 (r the row's
+ * index in the head, from r0), value = its negative; positions p0.. */
+static void put_rows(kvs_device *dev, kvs_kv_cache *c, int H, int hd, int64_t r0, int64_t n) {
+    kvs_tensor *k = NULL, *v = NULL;
+    ck_assert(kvs_tensor_new(&k, dev, KVS_F32, hd, H, n, 0) == KVS_OK);
+    ck_assert(kvs_tensor_new(&v, dev, KVS_F32, hd, H, n, 0) == KVS_OK);
+    float *kh = malloc(sizeof(float) * (size_t)(n * H * hd)), *vh = malloc(sizeof(float) * (size_t)(n * H * hd));
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) {
+        pos[i] = (int32_t)(r0 + i);
+        for (int h = 0; h < H; h++)
+            for (int t = 0; t < hd; t++) {
+                kh[(i * H + h) * hd + t] = (float)(100 * h + 10 * (r0 + i) + t + 1);
+                vh[(i * H + h) * hd + t] = -kh[(i * H + h) * hd + t];
+            }
+    }
+    ck_assert(kvs_tensor_upload(k, kh, 0, sizeof(float) * (size_t)(n * H * hd)) == KVS_OK);
+    ck_assert(kvs_tensor_upload(v, vh, 0, sizeof(float) * (size_t)(n * H * hd)) == KVS_OK);
+    ck_assert_msg(kvs_cache_write_rows(c, 0, k, v, pos, n) == KVS_OK, "%s", kvs_last_error());
+    free(kh), free(vh), free(pos);
+    kvs_tensor_destroy(&k);
+    kvs_tensor_destroy(&v);
+}
+
+/* The cache's pruned key segment by hand (f32 and f16 keys, 2 kv heads, head_dim 5, capacity 9):
+ * 4 rows pruned with head 0 keeping channels {1, 3, 4} and head 1 {0, 2, 3}: the segment holds
+ * exactly those values, kvs_cache_read_f32 returns them with 0 in the other channels, bytes in use
+ * count 3 key values a pruned row; 2 rows appended stay full width; a second pruning onto head 0
+ * {0, 1, 3} re-gathers the old rows (channel 0, not held, reads 0) and takes the new ones; keeping
+ * rows (eviction) returns the layer to full width with the zeros in place; the refusals. */
+START_TEST(test_prune_storage) {
+    kvs_device *dev = NULL;
+    ck_assert_msg(kvs_device_open(&dev, &g_params) == KVS_OK, "%s", kvs_last_error());
+    const int H = 2, hd = 5, cap = 9;
+    for (int f16 = 0; f16 < 2; f16++) {
+        kvs_cache_params cp = kvs_cache_params_default();
+        cp.n_layers = 2, cp.n_kv_heads = H, cp.head_dim = hd, cp.capacity = cap, cp.mode = KVS_CACHE_APPEND;
+        cp.type_k = f16 ? KVS_F16 : KVS_F32;
+        kvs_kv_cache *c = NULL;
+        ck_assert_msg(kvs_cache_create(&c, dev, &cp) == KVS_OK, "%s", kvs_last_error());
+        const int64_t es = f16 ? 2 : 4, vrow = 4 * hd; /* key element bytes, f32 value row bytes */
+        put_rows(dev, c, H, hd, 0, 4);
+        const int64_t full = kvs_cache_bytes_used(c), alloc0 = kvs_cache_bytes_allocated(c);
+        ck_assert_int_eq(full, (int64_t)H * 4 * (hd * es + vrow) + (int64_t)0);
+        ck_assert_int_eq(kvs_cache_pruned_dim(c, 0), 0);
+        ck_assert_ptr_null(kvs_cache_k_pruned(c, 0));
+        uint8_t pr[10] = {1, 0, 1, 0, 0, /* head 1 */ 0, 1, 0, 0, 1};
+        ck_assert_msg(kvs_cache_prune_keys(c, 0, pr) == KVS_OK, "%s", kvs_last_error());
+        ck_assert_int_eq(kvs_cache_pruned_dim(c, 0), 3);
+        ck_assert_int_eq(kvs_cache_pruned_dim(c, 1), 0);
+        for (int h = 0; h < H; h++) ck_assert_int_eq(kvs_cache_pruned_rows(c, 0, h), 4);
+        const int32_t want_ch[6] = {1, 3, 4, 0, 2, 3};
+        ck_assert(memcmp(kvs_cache_pruned_channels(c, 0), want_ch, sizeof want_ch) == 0);
+        ck_assert_int_eq(kvs_cache_bytes_used(c), (int64_t)H * 4 * (3 * es + vrow));
+        ck_assert_int_eq(kvs_cache_bytes_allocated(c), alloc0 + (int64_t)H * cap * 3 * es);
+        float seg[2 * 9 * 3], keys[2 * 9 * 5];
+        kvs_tensor *kp = kvs_cache_k_pruned(c, 0);
+        ck_assert_int_eq(kvs_tensor_ne(kp, 0), 3);
+        ck_assert_int_eq(kvs_tensor_ne(kp, 1), cap);
+        if (f16) {
+            uint16_t raw[2 * 9 * 3];
+            ck_assert(kvs_tensor_download(kp, raw, 0, sizeof raw) == KVS_OK);
+            for (int i = 0; i < 2 * 9 * 3; i++) seg[i] = kvs_f16_to_f32(raw[i]);
+        } else {
+            ck_assert(kvs_tensor_download(kp, seg, 0, sizeof seg) == KVS_OK);
+        }
+        for (int h = 0; h < H; h++)
+            for (int r = 0; r < 4; r++)
+                for (int t = 0; t < 3; t++)
+                    ck_assert_float_eq(seg[(h * cap + r) * 3 + t], (float)(100 * h + 10 * r + want_ch[h * 3 + t] + 1));
+        /* two rows appended: full width, outside the segment */
+        put_rows(dev, c, H, hd, 4, 2);
+        for (int h = 0; h < H; h++) ck_assert_int_eq(kvs_cache_pruned_rows(c, 0, h), 4);
+        ck_assert_int_eq(kvs_cache_bytes_used(c), (int64_t)H * (4 * (3 * es + vrow) + 2 * (hd * es + vrow)));
+        ck_assert(kvs_cache_read_f32(c, 0, 0, keys) == KVS_OK);
+        for (int h = 0; h < H; h++)
+            for (int r = 0; r < 6; r++)
+                for (int t = 0; t < hd; t++) {
+                    int held = r >= 4 || !pr[h * hd + t];
+                    ck_assert_float_eq(keys[(h * cap + r) * hd + t], held ? (float)(100 * h + 10 * r + t + 1) : 0.0f);
+                }
+        /* the pruned rows' positions hidden from a causal attention over the full-width rows */
+        int32_t tp[2 * 9];
+        ck_assert(kvs_tensor_download(kvs_cache_tail_pos_tensor(c, 0), tp, 0, sizeof tp) == KVS_OK);
+        for (int h = 0; h < H; h++)
+            for (int r = 0; r < 6; r++) ck_assert_int_eq(tp[h * cap + r], r < 4 ? INT32_MAX : r);
+        /* second pruning: head 0 keeps {0, 1, 3}, head 1 {1, 2, 4} */
+        uint8_t pr2[10] = {0, 0, 1, 1, 0, 1, 0, 0, 1, 0};
+        ck_assert(kvs_cache_prune_keys(c, 0, pr2) == KVS_OK);
+        for (int h = 0; h < H; h++) ck_assert_int_eq(kvs_cache_pruned_rows(c, 0, h), 6);
+        ck_assert(kvs_cache_read_f32(c, 0, 0, keys) == KVS_OK);
+        for (int h = 0; h < H; h++)
+            for (int r = 0; r < 6; r++)
+                for (int t = 0; t < hd; t++) {
+                    int held = !pr2[h * hd + t] && (r >= 4 || !pr[h * hd + t]);
+                    ck_assert_float_eq(keys[(h * cap + r) * hd + t], held ? (float)(100 * h + 10 * r + t + 1) : 0.0f);
+                }
+        ck_assert_int_eq(kvs_cache_bytes_used(c), (int64_t)H * 6 * (3 * es + vrow));
+        /* eviction: keep rows {1, 4} of head 0, {0} of head 1 -> full width again, zeros in place */
+        const int32_t keep[4] = {1, 4, 0, 0};
+        const int64_t nk[2] = {2, 1};
+        ck_assert(kvs_cache_keep(c, 0, keep, nk, 2) == KVS_OK);
+        for (int h = 0; h < H; h++) ck_assert_int_eq(kvs_cache_pruned_rows(c, 0, h), 0);
+        float raw32[2 * 9 * 5];
+        if (!f16) {
+            ck_assert(kvs_tensor_download(kvs_cache_k(c, 0), raw32, 0, sizeof raw32) == KVS_OK);
+            for (int h = 0; h < H; h++)
+                for (int i = 0; i < nk[h]; i++)
+                    for (int t = 0; t < hd; t++) {
+                        int r = keep[h * 2 + i];
+                        int held = !pr2[h * hd + t] && (r >= 4 || !pr[h * hd + t]);
+                        ck_assert_float_eq(raw32[(h * cap + i) * hd + t], held ? (float)(100 * h + 10 * r + t + 1) : 0.0f);
+                    }
+        }
+        ck_assert_int_eq(kvs_cache_bytes_used(c), (int64_t)3 * (hd * es + vrow));
+        /* refusals */
+        uint8_t bad[10] = {1, 0, 0, 0, 0, 1, 1, 0, 0, 0};
+        ck_assert_int_eq(kvs_cache_prune_keys(c, 0, bad), KVS_ERR_INVALID_ARGUMENT);
+        uint8_t all[10] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+        ck_assert_int_eq(kvs_cache_prune_keys(c, 0, all), KVS_ERR_INVALID_ARGUMENT);
+        ck_assert_int_eq(kvs_cache_prune_keys(c, 2, pr), KVS_ERR_INVALID_ARGUMENT);
+        ck_assert_int_eq(kvs_cache_prune_keys(NULL, 0, pr), KVS_ERR_INVALID_ARGUMENT);
+        kvs_cache_destroy(&c);
+    }
+    const kvs_dtype other[2] = {KVS_BF16, KVS_F32};
+    for (int i = 0; i < 2; i++) { /* bf16 keys; a positional cache */
+        kvs_cache_params cp = kvs_cache_params_default();
+        cp.n_layers = 1, cp.n_kv_heads = 1, cp.head_dim = 4, cp.capacity = 4;
+        cp.mode = i == 0 ? KVS_CACHE_APPEND : KVS_CACHE_POSITIONAL;
+        cp.type_k = other[i];
+        kvs_kv_cache *c = NULL;
+        ck_assert_msg(kvs_cache_create(&c, dev, &cp) == KVS_OK, "%s", kvs_last_error());
+        const uint8_t p1[4] = {1, 0, 0, 0};
+        ck_assert_int_eq(kvs_cache_prune_keys(c, 0, p1), i == 0 ? KVS_ERR_UNSUPPORTED : KVS_ERR_STATE);
+        kvs_cache_destroy(&c);
+    }
+    kvs_device_destroy(&dev);
+}
+END_TEST
+
 /* The caches ThinK cannot prune are refused at kvs_evictor_begin, before decoding: keys of a type
  * other than f32 / f16 (bf16, q8_0) and Hadamard-rotated keys (KVS_CACHE_ROTATE); f16 keys are taken. */
 START_TEST(test_think_refusals) {
@@ -326,6 +470,7 @@ int main(int argc, char **argv) {
     TCase *tc = tcase_create("think");
     tcase_set_timeout(tc, 900);
     tcase_add_test(tc, test_select_hand);
+    tcase_add_test(tc, test_prune_storage);
     tcase_add_test(tc, test_think_model);
     tcase_add_test(tc, test_think_pruned_anchor);
     tcase_add_test(tc, test_think_refusals);
