@@ -681,6 +681,49 @@ START_TEST(test_attention_q_channels_refusals) {
 }
 END_TEST
 
+/* lse_extra refusals: with unnormalised = 1 (KVS_ERR_INVALID_ARGUMENT), of another size
+ * (KVS_ERR_SHAPE) or type (KVS_ERR_DTYPE); all -INFINITY changes nothing (bit for bit). */
+START_TEST(test_attention_lse_refusals) {
+    t_begin("attention_lse_refusals");
+    t_case("lse_extra with unnormalised, wrong size, wrong dtype; -inf is no external mass");
+    tt *q = t_new3(KVS_F32, 16, 2, 3), *k = t_new3(KVS_F32, 16, 8, 1), *v = t_new3(KVS_F32, 16, 8, 1);
+    tt *out = t_new3(KVS_F32, 16, 2, 3), *out0 = t_new3(KVS_F32, 16, 2, 3);
+    tt *lse = t_new2(KVS_F32, 2, 3), *lse_small = t_new2(KVS_F32, 2, 2), *lse_i = t_new2(KVS_I32, 2, 3);
+    float x[16 * 8], ninf[6];
+    for (int i = 0; i < 16 * 8; i++) x[i] = (float)((i * 37) % 11) / 7.0f - 0.6f;
+    for (int i = 0; i < 6; i++) ninf[i] = -INFINITY;
+    t_upload_f32(q, x);
+    t_upload_f32(k, x);
+    t_upload_f32(v, x);
+    t_upload_f32(lse, ninf);
+    kvs_attention_params p = kvs_attention_params_default();
+    p.lse_extra = lse->t;
+    p.unnormalised = 1;
+    kvs_status st = kvs_attention(t_dev(), q->t, k->t, v->t, out->t, &p);
+    T_ASSERT(st == KVS_ERR_INVALID_ARGUMENT && strstr(kvs_last_error(), "lse_extra"), "unnormalised: %s: %s",
+             kvs_status_name(st), kvs_last_error());
+    p.unnormalised = 0;
+    p.lse_extra = lse_small->t;
+    st = kvs_attention(t_dev(), q->t, k->t, v->t, out->t, &p);
+    T_ASSERT(st == KVS_ERR_SHAPE && strstr(kvs_last_error(), "lse_extra"), "4 of 6 entries: %s: %s", kvs_status_name(st),
+             kvs_last_error());
+    p.lse_extra = lse_i->t;
+    st = kvs_attention(t_dev(), q->t, k->t, v->t, out->t, &p);
+    T_ASSERT(st == KVS_ERR_DTYPE && strstr(kvs_last_error(), "lse_extra"), "i32: %s: %s", kvs_status_name(st), kvs_last_error());
+    p.lse_extra = lse->t;
+    st = kvs_attention(t_dev(), q->t, k->t, v->t, out->t, &p);
+    T_ASSERT(st == KVS_OK, "-inf: %s: %s", kvs_status_name(st), kvs_last_error());
+    p.lse_extra = NULL;
+    st = kvs_attention(t_dev(), q->t, k->t, v->t, out0->t, &p);
+    T_ASSERT(st == KVS_OK, "none: %s: %s", kvs_status_name(st), kvs_last_error());
+    float a[16 * 6], b[16 * 6];
+    t_download(out, a);
+    t_download(out0, b);
+    T_ASSERT(memcmp(a, b, sizeof a) == 0, "lse_extra all -inf changed out");
+    t_end();
+}
+END_TEST
+
 /* d_k != d_v is a shape, but q vs k and v vs out must still agree: KVS_ERR_SHAPE naming the pair. */
 START_TEST(test_attention_dk_dv_shapes) {
     t_begin("attention_dk_dv_shapes");
@@ -709,6 +752,7 @@ Suite *suite_attention(void) {
     tcase_add_test(tc, test_attention_dk_dv_shapes);
     tcase_add_test(tc, test_attention_pruned_anchor);
     tcase_add_test(tc, test_attention_q_channels_refusals);
+    tcase_add_test(tc, test_attention_lse_refusals);
     suite_add_tcase(s, tc);
     tc = tcase_create("sequence");
     tcase_add_test(tc, test_attention_sequence);
