@@ -80,6 +80,7 @@ typedef struct run_rec {
     double *pr;                /* [2 * n * n_layers]: per step and layer with probe rows, their sum and
                                 * index-weighted sum (first probe row block); NULL: not kept */
     int64_t pr_n;
+    int rerotate;              /* in: kvs_evict_params.rerotate (steps with rope_in_cache) */
 } run_rec;
 
 /* Teacher-forced decode of n pseudo-random tokens with `policy` at budget_tokens, ThinK ratio r
@@ -95,6 +96,7 @@ static void run_ex(kvs_model *m, kvs_device *dev, const char *policy, int64_t bu
     ep.policy = pol;
     ep.budget_tokens = budget;
     ep.buffer = 6;
+    ep.rerotate = rec ? rec->rerotate : 0;
     ep.think_ratio = r;
     ep.think_in_place = in_place;
     kvs_evictor *ev = NULL;
@@ -114,7 +116,8 @@ static void run_ex(kvs_model *m, kvs_device *dev, const char *policy, int64_t bu
     int events = 0;
     for (int64_t t = 0; t + 1 < n; t++) {
         int32_t zero = 0, pos = (int32_t)t;
-        kvs_step_plan plan = {.tokens = &tok, .n_tokens = 1, .positions = &pos, .logit_rows = &zero, .n_logit_rows = 1};
+        kvs_step_plan plan = {.tokens = &tok, .n_tokens = 1, .positions = &pos, .logit_rows = &zero, .n_logit_rows = 1,
+                              .rope_in_cache = ep.rerotate};
         int any = 0;
         ck_assert(kvs_evictor_plan(ev, 1, lp, &any) == KVS_OK);
         plan.layers = any ? lp : NULL;
@@ -217,7 +220,8 @@ END_TEST
  * segments merged through lse_extra) equals decoding with the channels zeroed in place in the
  * full-width cache, for ThinK 0.4 with snapkv and with h2o (whose scores accumulate the key mass):
  * the same evictions and channels, logits and per-step key mass within float tolerance; the cache's
- * bytes in use drop (keys of d_k' = 5 of 8 channels for the kept rows). */
+ * bytes in use drop (keys of d_k' = 5 of 8 channels for the kept rows). snapkv again with re-rotation
+ * (kvs_cache_rerotate shifts the pruned rows at full width before they are pruned again). */
 START_TEST(test_think_pruned_anchor) {
     kvs_device *dev = NULL;
     ck_assert_msg(kvs_device_open(&dev, &g_params) == KVS_OK, "%s", kvs_last_error());
@@ -225,12 +229,13 @@ START_TEST(test_think_pruned_anchor) {
     ck_assert_msg(kvs_model_load(&m, dev, g_model, NULL) == KVS_OK, "%s", kvs_last_error());
     const kvs_model_hparams *hp = kvs_model_get_hparams(m);
     const int64_t n = 90, V = hp->vocab, per = n * hp->n_layers * hp->n_kv_heads;
-    const char *pols[2] = {"snapkv", "h2o"};
-    for (int pi = 0; pi < 2; pi++) {
+    const char *pols[3] = {"snapkv", "h2o", "snapkv"}; /* the last with re-rotation */
+    for (int pi = 0; pi < 3; pi++) {
         float *a = malloc(sizeof(float) * n * V), *b = malloc(sizeof(float) * n * V);
         run_rec ra = {.km = calloc((size_t)per, sizeof(double)), .pr = calloc((size_t)(2 * n * hp->n_layers), sizeof(double))};
         run_rec rb = {.km = calloc((size_t)per, sizeof(double)), .pr = calloc((size_t)(2 * n * hp->n_layers), sizeof(double))};
         kvs_evict_stats ea, eb;
+        ra.rerotate = rb.rerotate = pi == 2;
         run_ex(m, dev, pols[pi], 24, 0.4, n, a, 1, &ea, 1, &ra); /* zeroed in place */
         run_ex(m, dev, pols[pi], 24, 0.4, n, b, 1, &eb, 0, &rb); /* the pruned segment */
         ck_assert_int_eq(ea.evictions, eb.evictions);
@@ -258,12 +263,13 @@ START_TEST(test_think_pruned_anchor) {
         double pworst = 0.0;
         for (int64_t i = 0; i < 2 * ra.pr_n; i++)
             if (fabs(ra.pr[i] - rb.pr[i]) > pworst) pworst = fabs(ra.pr[i] - rb.pr[i]);
-        printf("think 0.4 %s: probe rows at %lld (step, layer)s, max diff of their sums %.3g\n", pols[pi], (long long)ra.pr_n, pworst);
+        printf("think 0.4 %s%s: probe rows at %lld (step, layer)s, max diff of their sums %.3g\n", pols[pi],
+               pi == 2 ? " (rerotate)" : "", (long long)ra.pr_n, pworst);
         ck_assert_msg(pworst < 1e-4, "%s: probe rows differ by %g", pols[pi], pworst);
-        printf("think 0.4 %s: pruned vs in place: max |logit diff| %.3g, max |key mass diff| %.3g over %lld steps, "
+        printf("think 0.4 %s%s: pruned vs in place: max |logit diff| %.3g, max |key mass diff| %.3g over %lld steps, "
                "top-1 differs at %d steps; cache bytes in use: peak %lld vs %lld, mean %.0f vs %.0f, after the last "
                "eviction %lld vs %lld; allocated %lld vs %lld\n",
-               pols[pi], worst, kworst, (long long)ra.km_steps, top_differs, (long long)rb.peak, (long long)ra.peak, rb.mean,
+               pols[pi], pi == 2 ? " (rerotate)" : "", worst, kworst, (long long)ra.km_steps, top_differs, (long long)rb.peak, (long long)ra.peak, rb.mean,
                ra.mean, (long long)rb.last, (long long)ra.last, (long long)rb.alloc, (long long)ra.alloc);
         ck_assert_msg(worst < 1e-3, "%s: logits differ by %g", pols[pi], worst);
         ck_assert_msg(kworst < 1e-4, "%s: key mass differs by %g", pols[pi], kworst);
