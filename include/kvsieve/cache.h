@@ -246,7 +246,7 @@ KVS_API kvs_status kvs_cache_unprune_keys(kvs_kv_cache *c, int layer);
 KVS_API int kvs_cache_pruned_dim(const kvs_kv_cache *c, int layer);
 /* P[h]: rows of (layer, head) in the pruned segment (0: none); -1 on bad arguments. */
 KVS_API int64_t kvs_cache_pruned_rows(const kvs_kv_cache *c, int layer, int head);
-/* The segment's tensors (NULL when the layer has none): the keys [n_kv_heads][capacity][d_k'];
+/* The segment's tensors (NULL when the layer was never pruned; kept, emptied, by kvs_cache_unprune_keys): the keys [n_kv_heads][capacity][d_k'];
  * the host channel lists [n_kv_heads][d_k']; P as I32 [n_kv_heads] on the device (an attention's
  * kv_len over the segment); the positions [n_kv_heads][capacity] I32 with rows below P[h] set to
  * INT32_MAX (a causal attention's k_pos over kvs_cache_k then sees the full-width rows alone). */
