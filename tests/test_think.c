@@ -74,7 +74,8 @@ END_TEST
  * order the steps come; NULL: not kept), the peak of the cache's bytes in use, the bytes allocated. */
 typedef struct run_rec {
     double *km;       /* [n][n_layers][n_kv_heads] or NULL */
-    int64_t peak, alloc, last; /* bytes in use: peak, after the last step */
+    int64_t peak, alloc, last; /* bytes in use: peak, after the last step; allocated after the last step */
+    int64_t alloc_peak, alloc_ev; /* bytes allocated: the most over the run, the most after the first eviction */
     double mean;               /* bytes in use, mean over the steps */
     int64_t km_steps;          /* steps with a key mass */
     double *pr;                /* [2 * n * n_layers]: per step and layer with probe rows, their sum and
@@ -154,7 +155,12 @@ static void run_ex(kvs_model *m, kvs_device *dev, const char *policy, int64_t bu
         int64_t e0 = kvs_evictor_get_stats(ev).evictions;
         ck_assert_msg(kvs_evictor_update(ev, c, &res) == KVS_OK, "%s", kvs_last_error());
         memcpy(logits + t * hp->vocab, res.logits, sizeof(float) * hp->vocab);
-        if (rec) rec->last = kvs_cache_bytes_used(c);
+        if (rec) {
+            rec->last = kvs_cache_bytes_used(c);
+            const int64_t al = kvs_cache_bytes_allocated(c);
+            if (al > rec->alloc_peak) rec->alloc_peak = al;
+            if (kvs_evictor_get_stats(ev).evictions > 0 && al > rec->alloc_ev) rec->alloc_ev = al;
+        }
         if (check && kvs_evictor_get_stats(ev).evictions > e0) {
             events++;
             for (int l = 0; l < hp->n_layers; l++) {
@@ -268,9 +274,11 @@ START_TEST(test_think_pruned_anchor) {
         ck_assert_msg(pworst < 1e-4, "%s: probe rows differ by %g", pols[pi], pworst);
         printf("think 0.4 %s%s: pruned vs in place: max |logit diff| %.3g, max |key mass diff| %.3g over %lld steps, "
                "top-1 differs at %d steps; cache bytes in use: peak %lld vs %lld, mean %.0f vs %.0f, after the last "
-               "eviction %lld vs %lld; allocated %lld vs %lld\n",
-               pols[pi], pi == 2 ? " (rerotate)" : "", worst, kworst, (long long)ra.km_steps, top_differs, (long long)rb.peak, (long long)ra.peak, rb.mean,
-               ra.mean, (long long)rb.last, (long long)ra.last, (long long)rb.alloc, (long long)ra.alloc);
+               "eviction %lld vs %lld; allocated: peak %lld vs %lld, most after the first eviction %lld vs %lld, "
+               "after the last step %lld vs %lld\n",
+               pols[pi], pi == 2 ? " (rerotate)" : "", worst, kworst, (long long)ra.km_steps, top_differs, (long long)rb.peak,
+               (long long)ra.peak, rb.mean, ra.mean, (long long)rb.last, (long long)ra.last, (long long)rb.alloc_peak,
+               (long long)ra.alloc_peak, (long long)rb.alloc_ev, (long long)ra.alloc_ev, (long long)rb.alloc, (long long)ra.alloc);
         ck_assert_msg(worst < 1e-3, "%s: logits differ by %g", pols[pi], worst);
         ck_assert_msg(kworst < 1e-4, "%s: key mass differs by %g", pols[pi], kworst);
         ck_assert_int_eq(top_differs, 0);
@@ -279,6 +287,11 @@ START_TEST(test_think_pruned_anchor) {
         ck_assert_int_eq(rb.peak, ra.peak);
         ck_assert_msg(rb.mean < ra.mean && rb.last < ra.last, "%s: bytes in use (mean %g, last %lld) not below the in-place "
                       "(%g, %lld)", pols[pi], rb.mean, (long long)rb.last, ra.mean, (long long)ra.last);
+        /* allocated: the same before the first eviction (full width); after it every layer holds the
+         * pruned segment and a tail of the buffer's rows instead of the full-width keys */
+        ck_assert_int_eq(rb.alloc_peak, ra.alloc_peak);
+        ck_assert_msg(rb.alloc_ev < ra.alloc_ev, "%s: allocated after the first eviction %lld, not below the in-place %lld",
+                      pols[pi], (long long)rb.alloc_ev, (long long)ra.alloc_ev);
         free(ra.km), free(rb.km), free(ra.pr), free(rb.pr);
         free(a), free(b);
     }
@@ -313,10 +326,13 @@ static void put_rows(kvs_device *dev, kvs_kv_cache *c, int H, int hd, int64_t r0
 
 /* The cache's pruned key segment by hand (f32 and f16 keys, 2 kv heads, head_dim 5, capacity 9):
  * 4 rows pruned with head 0 keeping channels {1, 3, 4} and head 1 {0, 2, 3}: the segment holds
- * exactly those values, kvs_cache_read_f32 returns them with 0 in the other channels, bytes in use
- * count 3 key values a pruned row; 2 rows appended stay full width; a second pruning onto head 0
- * {0, 1, 3} re-gathers the old rows (channel 0, not held, reads 0) and takes the new ones; keeping
- * rows (eviction) returns the layer to full width with the zeros in place; the refusals. */
+ * exactly those values, the full-width keys are replaced by a tail of capacity - 4 rows (bytes
+ * allocated), kvs_cache_read_f32 returns the keys with 0 in the other channels, bytes in use count
+ * 3 key values a pruned row; 2 rows appended go to the tail at full width (its positions and
+ * lengths); a second pruning onto head 0 {0, 1, 4} with a 1-row tail announced re-gathers the old
+ * rows (channel 0, not held, reads 0) and takes the new ones; a 2-row write grows the tail; keeping
+ * rows (eviction) returns the layer to full width (the allocation of before) with the zeros in place;
+ * the refusals. */
 START_TEST(test_prune_storage) {
     kvs_device *dev = NULL;
     ck_assert_msg(kvs_device_open(&dev, &g_params) == KVS_OK, "%s", kvs_last_error());
@@ -341,7 +357,11 @@ START_TEST(test_prune_storage) {
         const int32_t want_ch[6] = {1, 3, 4, 0, 2, 3};
         ck_assert(memcmp(kvs_cache_pruned_channels(c, 0), want_ch, sizeof want_ch) == 0);
         ck_assert_int_eq(kvs_cache_bytes_used(c), (int64_t)H * 4 * (3 * es + vrow));
-        ck_assert_int_eq(kvs_cache_bytes_allocated(c), alloc0 + (int64_t)H * cap * 3 * es);
+        /* allocated: the segment [H][cap][3] and a tail of cap - 4 = 5 rows instead of the keys [H][cap][5] */
+        ck_assert_int_eq(kvs_cache_tail_capacity(c, 0), cap - 4);
+        ck_assert_int_eq(kvs_tensor_ne(kvs_cache_k(c, 0), 1), cap - 4);
+        ck_assert_int_eq(kvs_cache_bytes_allocated(c), alloc0 - (int64_t)H * cap * hd * es + (int64_t)H * cap * 3 * es +
+                                                           (int64_t)H * (cap - 4) * hd * es);
         float seg[2 * 9 * 3], keys[2 * 9 * 5];
         kvs_tensor *kp = kvs_cache_k_pruned(c, 0);
         ck_assert_int_eq(kvs_tensor_ne(kp, 0), 3);
@@ -369,11 +389,19 @@ START_TEST(test_prune_storage) {
                     ck_assert_float_eq(keys[(h * cap + r) * hd + t], held ? (float)(100 * h + 10 * r + t + 1) : 0.0f);
                 }
         /* the pruned rows' positions hidden from a causal attention over the full-width rows */
-        int32_t tp[2 * 9];
+        int32_t tp[2 * 5], tl[2];
         ck_assert(kvs_tensor_download(kvs_cache_tail_pos_tensor(c, 0), tp, 0, sizeof tp) == KVS_OK);
-        for (int h = 0; h < H; h++)
-            for (int r = 0; r < 6; r++) ck_assert_int_eq(tp[h * cap + r], r < 4 ? INT32_MAX : r);
-        /* second pruning: head 0 keeps {0, 1, 3}, head 1 {1, 2, 4} */
+        ck_assert(kvs_tensor_download(kvs_cache_tail_len_tensor(c, 0), tl, 0, sizeof tl) == KVS_OK);
+        for (int h = 0; h < H; h++) {
+            ck_assert_int_eq(tl[h], 2);
+            for (int j = 0; j < 5; j++) ck_assert_int_eq(tp[h * 5 + j], j < 2 ? 4 + j : INT32_MAX);
+        }
+        /* a tail of 1 row announced (the evictor's buffer): the next pruning makes it, and a write of 2
+         * rows grows it (to 2: doubled, at most cap - 6 = 3) */
+        ck_assert_int_eq(kvs_cache_set_tail_rows(NULL, 1), KVS_ERR_INVALID_ARGUMENT);
+        ck_assert_int_eq(kvs_cache_set_tail_rows(c, -1), KVS_ERR_INVALID_ARGUMENT);
+        ck_assert(kvs_cache_set_tail_rows(c, 1) == KVS_OK);
+        /* second pruning: head 0 keeps {0, 1, 4}, head 1 {1, 2, 4} */
         uint8_t pr2[10] = {0, 0, 1, 1, 0, 1, 0, 0, 1, 0};
         ck_assert(kvs_cache_prune_keys(c, 0, pr2) == KVS_OK);
         for (int h = 0; h < H; h++) ck_assert_int_eq(kvs_cache_pruned_rows(c, 0, h), 6);
@@ -385,11 +413,26 @@ START_TEST(test_prune_storage) {
                     ck_assert_float_eq(keys[(h * cap + r) * hd + t], held ? (float)(100 * h + 10 * r + t + 1) : 0.0f);
                 }
         ck_assert_int_eq(kvs_cache_bytes_used(c), (int64_t)H * 6 * (3 * es + vrow));
+        ck_assert_int_eq(kvs_cache_tail_capacity(c, 0), 1);
+        put_rows(dev, c, H, hd, 6, 2);
+        ck_assert_int_eq(kvs_cache_tail_capacity(c, 0), 2);
+        ck_assert_int_eq(kvs_cache_bytes_allocated(c), alloc0 - (int64_t)H * cap * hd * es + (int64_t)H * cap * 3 * es +
+                                                           (int64_t)H * 2 * hd * es);
+        ck_assert(kvs_cache_read_f32(c, 0, 0, keys) == KVS_OK);
+        for (int h = 0; h < H; h++)
+            for (int r = 0; r < 8; r++)
+                for (int t = 0; t < hd; t++) {
+                    int held = r >= 6 || (!pr2[h * hd + t] && (r >= 4 || !pr[h * hd + t]));
+                    ck_assert_float_eq(keys[(h * cap + r) * hd + t], held ? (float)(100 * h + 10 * r + t + 1) : 0.0f);
+                }
         /* eviction: keep rows {1, 4} of head 0, {0} of head 1 -> full width again, zeros in place */
         const int32_t keep[4] = {1, 4, 0, 0};
         const int64_t nk[2] = {2, 1};
         ck_assert(kvs_cache_keep(c, 0, keep, nk, 2) == KVS_OK);
         for (int h = 0; h < H; h++) ck_assert_int_eq(kvs_cache_pruned_rows(c, 0, h), 0);
+        ck_assert_ptr_null(kvs_cache_k_pruned(c, 0));
+        ck_assert_int_eq(kvs_tensor_ne(kvs_cache_k(c, 0), 1), cap);
+        ck_assert_int_eq(kvs_cache_bytes_allocated(c), alloc0);
         float raw32[2 * 9 * 5];
         if (!f16) {
             ck_assert(kvs_tensor_download(kvs_cache_k(c, 0), raw32, 0, sizeof raw32) == KVS_OK);

@@ -44,7 +44,7 @@ void kvs_workspace_free(kvs_workspace *ws) {
                           &ws->rowsel, &ws->zeros, &ws->stat_rows, &ws->lat_max, &ws->lat_sum, &ws->argmax, &ws->logits,
                           &ws->key_mass, &ws->probs, &ws->probe_rows, &ws->ks, &ws->vs, &ws->ks_pos, &ws->ks_len,
                           &ws->keep_idx, &ws->qr, &ws->ks_lo, &ws->vs_lo, &ws->spa_a, &ws->spa_b, &ws->spa_idx,
-                          &ws->tk_stat, &ws->tk_out, &ws->tk_am, &ws->tk_probs};
+                          &ws->tk_stat, &ws->tk_out, &ws->tk_am, &ws->tk_probs, &ws->tk_v, &ws->tk_idx, &ws->tk_km};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) kvs_tensor_destroy(all[i]);
     free(ws->h_q);
     free(ws->h_tk), free(ws->h_tk_am);
