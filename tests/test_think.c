@@ -454,6 +454,39 @@ START_TEST(test_prune_storage) {
         ck_assert_int_eq(kvs_cache_prune_keys(NULL, 0, pr), KVS_ERR_INVALID_ARGUMENT);
         kvs_cache_destroy(&c);
     }
+    /* a 7B-like head shape: 4 kv heads of head_dim 64, f16 K and V, capacity 288 = budget 256 + buffer 32,
+     * 256 rows, ThinK 0.4 (25 channels pruned, d_k' 39), the buffer announced as the tail */
+    {
+        const int H2 = 4, hd2 = 64, cap2 = 288, d2 = 39;
+        kvs_cache_params cp = kvs_cache_params_default();
+        cp.n_layers = 1, cp.n_kv_heads = H2, cp.head_dim = hd2, cp.capacity = cap2, cp.mode = KVS_CACHE_APPEND;
+        cp.type_k = cp.type_v = KVS_F16;
+        kvs_kv_cache *c = NULL;
+        ck_assert_msg(kvs_cache_create(&c, dev, &cp) == KVS_OK, "%s", kvs_last_error());
+        put_rows(dev, c, H2, hd2, 0, 256);
+        const int64_t alloc0 = kvs_cache_bytes_allocated(c), used0 = kvs_cache_bytes_used(c);
+        ck_assert_int_eq(alloc0, (int64_t)H2 * cap2 * hd2 * 2 * 2);
+        uint8_t *prb = calloc((size_t)H2 * hd2, 1);
+        for (int h = 0; h < H2; h++)
+            for (int t = 0; t < hd2 - d2; t++) prb[h * hd2 + (t * 5 + h) % hd2] = 1; /* 25 distinct channels */
+        ck_assert(kvs_cache_set_tail_rows(c, 32) == KVS_OK);
+        ck_assert_msg(kvs_cache_prune_keys(c, 0, prb) == KVS_OK, "%s", kvs_last_error());
+        ck_assert_int_eq(kvs_cache_pruned_dim(c, 0), d2);
+        const int64_t alloc1 = kvs_cache_bytes_allocated(c), used1 = kvs_cache_bytes_used(c);
+        ck_assert_int_eq(alloc1, (int64_t)H2 * (cap2 * d2 + 32 * hd2 + cap2 * hd2) * 2);
+        ck_assert_int_eq(used1, (int64_t)H2 * 256 * (d2 + hd2) * 2);
+        put_rows(dev, c, H2, hd2, 256, 32); /* the buffer fills the tail, no growth */
+        ck_assert_int_eq(kvs_cache_tail_capacity(c, 0), 32);
+        ck_assert_int_eq(kvs_cache_bytes_allocated(c), alloc1);
+        printf("head_dim 64, 4 kv heads, f16, capacity 288, 256 rows, ThinK 0.4: allocated %lld -> %lld bytes (%.1f%%; keys "
+               "%lld -> %lld), in use %lld -> %lld, full with the buffer %lld\n",
+               (long long)alloc0, (long long)alloc1, 100.0 * (double)(alloc1 - alloc0) / (double)alloc0,
+               (long long)H2 * cap2 * hd2 * 2, (long long)H2 * (cap2 * d2 + 32 * hd2) * 2, (long long)used0, (long long)used1,
+               (long long)kvs_cache_bytes_used(c));
+        ck_assert_int_lt(alloc1, alloc0);
+        free(prb);
+        kvs_cache_destroy(&c);
+    }
     const kvs_dtype other[2] = {KVS_BF16, KVS_F32};
     for (int i = 0; i < 2; i++) { /* bf16 keys; a positional cache */
         kvs_cache_params cp = kvs_cache_params_default();

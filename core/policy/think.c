@@ -1,9 +1,9 @@
 /* ThinK (Xu et al. 2024, "ThinK: Thinner Key Cache by Query-Driven Pruning", arXiv 2407.21018;
  * kvpress ThinKPress): query-driven pruning of key channels per kv head. The host channel choice
  * (kvs_think_select, policy.h) and the evictor's pruning step (kvs_evictor_think, evictor_internal.h):
- * the kept rows move into the cache's pruned key segment, which stores only the kept channels
- * (kvs_cache_prune_keys, cache.h; the forward attends over it and the full-width rows appended since,
- * core/model/forward_attention.c), or, with kvs_evict_params.think_in_place, the pruned channels are
+ * the kept rows move into the cache's pruned key segment, which stores only the kept channels, and
+ * the full-width keys are freed (kvs_cache_prune_keys, cache.h; the forward attends over it and the
+ * full-width tail of the rows appended since, core/model/forward_attention.c), or, with kvs_evict_params.think_in_place, the pruned channels are
  * zeroed in place (kvpress's way: the usual layout, no memory saved; the results are the same). */
 #include <math.h>
 #include <stdlib.h>

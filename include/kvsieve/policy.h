@@ -296,9 +296,11 @@ typedef struct kvs_evict_params {
      * think_ratio) key channels with the lowest ||Q[:, c]||^2 ||K[:, c]||^2 (kvs_think_select) in all
      * its kept rows; Q: the rotated queries of the last think_window steps before the eviction
      * (group heads pooled), K: the kept rows. The kept rows then move into the cache's pruned key
-     * segment, which stores only the other channels (kvs_cache_prune_keys, cache.h: the cache's bytes
-     * in use drop), and the forward's attention reads that layout; rows appended later keep every
-     * channel until the next eviction (kvpress prunes only the keys it compresses). */
+     * segment, which stores only the other channels, and the layer's full-width keys are freed
+     * (kvs_cache_prune_keys, cache.h: the cache's bytes in use and allocated drop); the forward's
+     * attention reads that layout; rows appended later keep every channel, in a full-width key tail
+     * of `buffer` rows (grown when a step needs more), until the next eviction (kvpress prunes only
+     * the keys it compresses). */
     double think_ratio;    /* [0, 1); 0 (default): off (the paper prunes 0.4; kvpress's default is 0) */
     int64_t think_window;  /* queries observed, >= 1; default 32 (kvpress window_size) */
     int think_in_place;    /* 1: zero the pruned channels in place in the full-width rows instead
