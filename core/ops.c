@@ -334,6 +334,7 @@ kvs_status kvs_attention(kvs_device *dev, const kvs_tensor *q, const kvs_tensor 
         {p->argmax, "argmax", KVS_I32, a.n_q * a.n_heads},
         {p->row_max, "row_max", KVS_F32, a.n_q * a.n_heads},
         {p->row_sum, "row_sum", KVS_F32, a.n_q * a.n_heads},
+        {p->lse_extra, "lse_extra", KVS_F32, a.n_q * a.n_heads},
     };
     for (size_t i = 0; i < sizeof in / sizeof in[0]; i++) {
         if (!in[i].t) continue;
@@ -349,6 +350,12 @@ kvs_status kvs_attention(kvs_device *dev, const kvs_tensor *q, const kvs_tensor 
     } else if (p->key_mass) {
         a.n_stat_rows = a.n_q;
     }
+    if (p->lse_extra && p->unnormalised)
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: lse_extra (an external normaliser) with unnormalised = 1 "
+                         "(an unnormalised output has no normaliser to add it to)", op);
+    if (p->lse_extra && (overlaps(p->lse_extra, out) || overlaps(p->lse_extra, p->row_max) ||
+                         overlaps(p->lse_extra, p->row_sum)))
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: lse_extra aliases out, row_max or row_sum", op);
     if ((p->probe_rows == NULL) != (p->probs == NULL))
         return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: probe_rows and probs must be given together", op);
     if (p->probe_rows) {

@@ -215,11 +215,13 @@ void ref_attention(ref_attn *a) {
             if (a->row_max) a->row_max[i * a->n_heads + g] = am >= 0 ? m : -FLT_MAX;
             if (a->row_sum) a->row_sum[i * a->n_heads + g] = l;
             if (a->argmax) a->argmax[i * a->n_heads + g] = (int32_t)am;
+            /* the normaliser with the external mass: l + exp(lse_extra - m) */
+            const double lt = a->lse_extra && am >= 0 ? l + exp(a->lse_extra[i * a->n_heads + g] - m) : l;
             if (a->out) {
                 double *o = a->out + (i * a->n_heads + g) * dv;
                 for (int64_t t = 0; t < dv; t++) o[t] = 0;
                 if (am >= 0) {
-                    double norm = a->unnormalised ? 1.0 : 1.0 / l;
+                    double norm = a->unnormalised ? 1.0 : 1.0 / lt;
                     for (int64_t j = 0; j < a->n_kv; j++) {
                         if (p[j] == 0) continue;
                         const double *vv = a->v + (h * cap + j) * dv;
@@ -229,7 +231,7 @@ void ref_attention(ref_attn *a) {
             }
             /* normalised probabilities for the statistics */
             if (am >= 0)
-                for (int64_t j = 0; j < a->n_kv; j++) p[j] /= l;
+                for (int64_t j = 0; j < a->n_kv; j++) p[j] /= lt;
             if (a->probs)
                 for (int64_t r = 0; r < a->n_probe; r++)
                     if (a->probe_rows[r] == i)

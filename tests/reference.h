@@ -49,6 +49,8 @@ typedef struct ref_attn {
     int64_t n_stat;
     const int32_t *probe_rows;
     int64_t n_probe;
+    const double *lse_extra;       /* [n_q][n_heads] external log-normaliser (kvs_attention_params.lse_extra):
+                                    * out and the probabilities divide by l + exp(lse_extra - m); NULL = none */
     /* outputs, each optional (NULL = not computed) */
     double *out;      /* [n_q][n_heads][head_dim_v] */
     double *key_mass; /* [n_kv_heads][capacity]: ADDED into (caller zeroes or preloads); only

@@ -45,6 +45,8 @@ enum {
     A_TIES = 1 << 12,    /* exact argmax ties (duplicate keys) */
     A_QCH = 1 << 13,     /* q_channels: q has d_q = d + d/2 + 3 channels, kv head h's keys a random
                           * d of them (ThinK's pruned layout) */
+    A_LSE = 1 << 14,     /* lse_extra: an external log-normaliser per (row, head) near the row's own
+                          * log-sum-exp (-INFINITY for some rows, far above / below for others) */
 };
 
 typedef struct attn_case {
@@ -116,14 +118,24 @@ static const attn_case cases[] = {
     {"qch_dk32_everything", 33, 8, 2, 32, 70, 65, 1, 0,
      A_QCH | A_QPOS | A_KPOS | A_KVLEN | A_ROWLEN | A_MASK | A_MASKINF | A_STATS | A_STATROWS | A_ACCUM | A_NANPAD, 0.3f, 48},
     {"f16_qch_dk48_dv64_prefill", 129, 4, 2, 48, 300, 257, 1, 1, A_QCH | A_STATS | A_STATROWS | A_NANPAD, 0, 64},
+    /* lse_extra (an external normaliser: the second half of a two-call attention, ThinK's segments):
+     * decode and prefill paths, split keys, GQA, odd sizes, q_channels, f16, every statistic */
+    {"lse_decode_gqa4", 1, 8, 2, 64, 1100, 1027, 1, 0, A_LSE | A_STATS | A_NANPAD | A_KVLEN, 0, 0},
+    {"lse_odd_dk13_dv21_gqa3", 7, 3, 1, 13, 20, 19, 0, 0, A_LSE | A_STATS | A_NANPAD, 0, 21},
+    {"lse_everything", 33, 8, 2, 64, 70, 65, 1, 0,
+     A_LSE | A_QPOS | A_KPOS | A_KVLEN | A_ROWLEN | A_MASK | A_MASKINF | A_STATS | A_STATROWS | A_ACCUM | A_NANPAD, 0.3f, 0},
+    {"lse_qch_dk21_dv40_decode3", 3, 4, 2, 21, 300, 257, 1, 0, A_LSE | A_QCH | A_STATS | A_NANPAD | A_KVLEN, 0, 40},
+    {"lse_prefill_long", 129, 4, 2, 64, 300, 257, 1, 0, A_LSE | A_STATS | A_STATROWS | A_NANPAD, 0, 0},
+    {"f16_lse_decode_d128", 1, 8, 2, 128, 4100, 4099, 1, 1, A_LSE | A_STATS | A_NANPAD, 0, 0},
+    {"f16_lse_qch_dk48_dv64_prefill", 40, 4, 2, 48, 60, 57, 1, 1, A_LSE | A_QCH | A_STATS | A_ACCUM, 0, 64},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
 static void flags_str(unsigned f, char *buf, size_t n) {
     static const char *names[] = {"qpos", "kpos", "kvlen", "rowlen", "mask", "maskinf", "stats",
-                                  "statrows", "accum", "unnorm", "extreme", "nanpad", "ties", "qch"};
+                                  "statrows", "accum", "unnorm", "extreme", "nanpad", "ties", "qch", "lse"};
     buf[0] = '\0';
-    for (int i = 0; i < 14; i++)
+    for (int i = 0; i < 15; i++)
         if (f & (1u << i)) {
             strncat(buf, buf[0] ? "," : "", n - strlen(buf) - 1);
             strncat(buf, names[i], n - strlen(buf) - 1);
@@ -246,6 +258,15 @@ static void attention_run(int _i) {
         if (n_probe > 1) probe_rows[1] = 0;
         if (n_probe > 2) probe_rows[2] = (int32_t)(nq / 2);
     }
+    float *lse = NULL;
+    if (f & A_LSE) { /* around the row's own log-sum-exp (~ log n_kv on these logits), some rows far off */
+        lse = t_alloc(4 * (size_t)(nq * H));
+        for (int64_t i = 0; i < nq * H; i++) {
+            int64_t kind = t_rand_int(0, 5);
+            lse[i] = kind == 0 ? -INFINITY : kind == 1 ? 40.0f : kind == 2 ? -30.0f
+                                                           : (float)(log((double)nkv) + 2.0 * t_rand_normal());
+        }
+    }
     float *km0 = NULL;
     if (f & A_STATS) {
         km0 = t_alloc(4 * (size_t)(Hkv * cap));
@@ -265,7 +286,8 @@ static void attention_run(int _i) {
     p.unnormalised = (f & A_UNNORM) != 0;
     p.q_channels = qch;
     tt *qpt = NULL, *kpt = NULL, *klt = NULL, *rlt = NULL, *mt = NULL, *srt = NULL, *prt = NULL;
-    tt *kmt = NULL, *pbt = NULL, *amt = NULL, *rmt = NULL, *rst = NULL;
+    tt *kmt = NULL, *pbt = NULL, *amt = NULL, *rmt = NULL, *rst = NULL, *lst = NULL;
+    if (lse) { lst = t_new2(KVS_F32, H, nq); t_upload_f32(lst, lse); p.lse_extra = lst->t; }
     if (qpos) { qpt = t_new1(KVS_I32, nq); t_upload_i32(qpt, qpos); p.q_pos = qpt->t; }
     if (kpos) { kpt = t_new2(KVS_I32, cap, Hkv); t_upload_i32(kpt, kpos); p.k_pos = kpt->t; }
     if (kvlen) { klt = t_new1(KVS_I32, Hkv); t_upload_i32(klt, kvlen); p.kv_len = klt->t; }
@@ -318,6 +340,12 @@ static void attention_run(int _i) {
     r.mask = maskd;
     r.stat_rows = stat_rows; r.n_stat = n_stat;
     r.probe_rows = probe_rows; r.n_probe = n_probe;
+    double *lsed = NULL;
+    if (lse) {
+        lsed = t_alloc(sizeof(double) * (size_t)(nq * H));
+        for (int64_t i = 0; i < nq * H; i++) lsed[i] = lse[i];
+    }
+    r.lse_extra = lsed;
     r.out = t_alloc(sizeof(double) * (size_t)(nq * H * dv));
     r.logits = t_alloc(sizeof(double) * (size_t)(nq * H * nkv));
     r.bound = t_alloc(sizeof(double) * (size_t)(nq * H));
@@ -445,6 +473,7 @@ static void attention_run(int _i) {
     t_assert_unchanged(kt, "k");
     t_assert_unchanged(vt, "v");
     if (mt) t_assert_unchanged(mt, "mask");
+    if (lst) t_assert_unchanged(lst, "lse_extra");
 }
 
 START_TEST(test_attention) {
@@ -665,6 +694,49 @@ START_TEST(test_attention_q_channels_refusals) {
 }
 END_TEST
 
+/* lse_extra refusals: with unnormalised = 1 (KVS_ERR_INVALID_ARGUMENT), of another size
+ * (KVS_ERR_SHAPE) or type (KVS_ERR_DTYPE); all -INFINITY changes nothing (bit for bit). */
+START_TEST(test_attention_lse_refusals) {
+    t_begin("attention_lse_refusals");
+    t_case("lse_extra with unnormalised, wrong size, wrong dtype; -inf is no external mass");
+    tt *q = t_new3(KVS_F32, 16, 2, 3), *k = t_new3(KVS_F32, 16, 8, 1), *v = t_new3(KVS_F32, 16, 8, 1);
+    tt *out = t_new3(KVS_F32, 16, 2, 3), *out0 = t_new3(KVS_F32, 16, 2, 3);
+    tt *lse = t_new2(KVS_F32, 2, 3), *lse_small = t_new2(KVS_F32, 2, 2), *lse_i = t_new2(KVS_I32, 2, 3);
+    float x[16 * 8], ninf[6];
+    for (int i = 0; i < 16 * 8; i++) x[i] = (float)((i * 37) % 11) / 7.0f - 0.6f;
+    for (int i = 0; i < 6; i++) ninf[i] = -INFINITY;
+    t_upload_f32(q, x);
+    t_upload_f32(k, x);
+    t_upload_f32(v, x);
+    t_upload_f32(lse, ninf);
+    kvs_attention_params p = kvs_attention_params_default();
+    p.lse_extra = lse->t;
+    p.unnormalised = 1;
+    kvs_status st = kvs_attention(t_dev(), q->t, k->t, v->t, out->t, &p);
+    T_ASSERT(st == KVS_ERR_INVALID_ARGUMENT && strstr(kvs_last_error(), "lse_extra"), "unnormalised: %s: %s",
+             kvs_status_name(st), kvs_last_error());
+    p.unnormalised = 0;
+    p.lse_extra = lse_small->t;
+    st = kvs_attention(t_dev(), q->t, k->t, v->t, out->t, &p);
+    T_ASSERT(st == KVS_ERR_SHAPE && strstr(kvs_last_error(), "lse_extra"), "4 of 6 entries: %s: %s", kvs_status_name(st),
+             kvs_last_error());
+    p.lse_extra = lse_i->t;
+    st = kvs_attention(t_dev(), q->t, k->t, v->t, out->t, &p);
+    T_ASSERT(st == KVS_ERR_DTYPE && strstr(kvs_last_error(), "lse_extra"), "i32: %s: %s", kvs_status_name(st), kvs_last_error());
+    p.lse_extra = lse->t;
+    st = kvs_attention(t_dev(), q->t, k->t, v->t, out->t, &p);
+    T_ASSERT(st == KVS_OK, "-inf: %s: %s", kvs_status_name(st), kvs_last_error());
+    p.lse_extra = NULL;
+    st = kvs_attention(t_dev(), q->t, k->t, v->t, out0->t, &p);
+    T_ASSERT(st == KVS_OK, "none: %s: %s", kvs_status_name(st), kvs_last_error());
+    float a[16 * 6], b[16 * 6];
+    t_download(out, a);
+    t_download(out0, b);
+    T_ASSERT(memcmp(a, b, sizeof a) == 0, "lse_extra all -inf changed out");
+    t_end();
+}
+END_TEST
+
 /* d_k != d_v is a shape, but q vs k and v vs out must still agree: KVS_ERR_SHAPE naming the pair. */
 START_TEST(test_attention_dk_dv_shapes) {
     t_begin("attention_dk_dv_shapes");
@@ -693,6 +765,7 @@ Suite *suite_attention(void) {
     tcase_add_test(tc, test_attention_dk_dv_shapes);
     tcase_add_test(tc, test_attention_pruned_anchor);
     tcase_add_test(tc, test_attention_q_channels_refusals);
+    tcase_add_test(tc, test_attention_lse_refusals);
     suite_add_tcase(s, tc);
     tc = tcase_create("sequence");
     tcase_add_test(tc, test_attention_sequence);

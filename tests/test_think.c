@@ -4,6 +4,10 @@
  *    think_ratio 0 is exact (the same logits, bit for bit, as no ThinK, with the same token policy),
  *    and with think_ratio 0.5 every layer's every kv head has exactly head_dim/2 key channels zero
  *    in all its rows right after each eviction (the others not), counted in channels_pruned;
+ *  - the cache's pruned key segment by hand (kvs_cache_prune_keys: values, channels, bytes, re-pruning,
+ *    eviction back to full width, refusals);
+ *  - the pruned layout's anchor: decoding with it equals decoding with the channels zeroed in place
+ *    (snapkv and h2o at ratio 0.4; logits, key mass, probe rows), with fewer bytes in use;
  *  - the refusals at kvs_evictor_begin (bf16 keys, Hadamard-rotated keys). */
 #include <check.h>
 #include <math.h>
@@ -66,10 +70,26 @@ START_TEST(test_select_hand) {
 }
 END_TEST
 
-/* Teacher-forced decode of n pseudo-random tokens with `policy` at budget_tokens, ThinK ratio r;
- * logits [n-1][V] out; after every eviction (when check) the zero channels are counted. */
-static void run(kvs_model *m, kvs_device *dev, const char *policy, int64_t budget, double r, int64_t n, float *logits, int check,
-                kvs_evict_stats *es) {
+/* What one run records beside its logits: the layers' key mass per step (summed over keys, in the
+ * order the steps come; NULL: not kept), the peak of the cache's bytes in use, the bytes allocated. */
+typedef struct run_rec {
+    double *km;       /* [n][n_layers][n_kv_heads] or NULL */
+    int64_t peak, alloc, last; /* bytes in use: peak, after the last step; allocated after the last step */
+    int64_t alloc_peak, alloc_ev; /* bytes allocated: the most over the run, the most after the first eviction */
+    double mean;               /* bytes in use, mean over the steps */
+    int64_t km_steps;          /* steps with a key mass */
+    double *pr;                /* [2 * n * n_layers]: per step and layer with probe rows, their sum and
+                                * index-weighted sum (first probe row block); NULL: not kept */
+    int64_t pr_n;
+    int rerotate;              /* in: kvs_evict_params.rerotate (steps with rope_in_cache) */
+} run_rec;
+
+/* Teacher-forced decode of n pseudo-random tokens with `policy` at budget_tokens, ThinK ratio r
+ * (in_place: kvs_evict_params.think_in_place); logits [n-1][V] out; after every eviction (when
+ * check) the channels read 0 in every kept row (kvs_cache_read_f32) are counted, and, with the
+ * pruned layout, the segment's rows and d_k' are checked. */
+static void run_ex(kvs_model *m, kvs_device *dev, const char *policy, int64_t budget, double r, int64_t n, float *logits,
+                   int check, kvs_evict_stats *es, int in_place, run_rec *rec) {
     const kvs_model_hparams *hp = kvs_model_get_hparams(m);
     kvs_policy *pol = NULL;
     ck_assert(kvs_policy_create(&pol, policy, NULL) == KVS_OK);
@@ -77,7 +97,9 @@ static void run(kvs_model *m, kvs_device *dev, const char *policy, int64_t budge
     ep.policy = pol;
     ep.budget_tokens = budget;
     ep.buffer = 6;
+    ep.rerotate = rec ? rec->rerotate : 0;
     ep.think_ratio = r;
+    ep.think_in_place = in_place;
     kvs_evictor *ev = NULL;
     ck_assert_msg(kvs_evictor_create(&ev, &ep, hp, n) == KVS_OK, "%s", kvs_last_error());
     kvs_cache_params cp = kvs_model_cache_params(m);
@@ -95,19 +117,58 @@ static void run(kvs_model *m, kvs_device *dev, const char *policy, int64_t budge
     int events = 0;
     for (int64_t t = 0; t + 1 < n; t++) {
         int32_t zero = 0, pos = (int32_t)t;
-        kvs_step_plan plan = {.tokens = &tok, .n_tokens = 1, .positions = &pos, .logit_rows = &zero, .n_logit_rows = 1};
+        kvs_step_plan plan = {.tokens = &tok, .n_tokens = 1, .positions = &pos, .logit_rows = &zero, .n_logit_rows = 1,
+                              .rope_in_cache = ep.rerotate};
         int any = 0;
         ck_assert(kvs_evictor_plan(ev, 1, lp, &any) == KVS_OK);
         plan.layers = any ? lp : NULL;
         kvs_step_result res;
         ck_assert_msg(kvs_model_forward(m, c, &plan, &res) == KVS_OK, "%s", kvs_last_error());
+        if (rec) {
+            int64_t used = kvs_cache_bytes_used(c);
+            if (used > rec->peak) rec->peak = used;
+            rec->mean += (double)used / (double)(n - 1);
+            rec->alloc = kvs_cache_bytes_allocated(c);
+            if (rec->km && res.layers[0].key_mass) {
+                for (int l = 0; l < hp->n_layers; l++)
+                    for (int h = 0; h < H; h++) {
+                        double sum = 0.0;
+                        const kvs_layer_stats *ls = &res.layers[l];
+                        for (int64_t j = 0; ls->key_mass && j < kvs_cache_len(c, l, h); j++) sum += ls->key_mass[h * ls->n_kv + j];
+                        rec->km[(rec->km_steps * hp->n_layers + l) * H + h] = sum;
+                    }
+                rec->km_steps++;
+            }
+            for (int l = 0; l < hp->n_layers && rec->pr; l++) { /* probe rows: mass and mean key index */
+                const kvs_layer_stats *ls = &res.layers[l];
+                if (!ls->probs) continue;
+                double sum = 0.0, at = 0.0;
+                for (int64_t i = 0; i < (int64_t)hp->n_heads * ls->n_kv; i++) {
+                    sum += ls->probs[i];
+                    at += ls->probs[i] * (double)(i % ls->n_kv);
+                }
+                rec->pr[2 * rec->pr_n] = sum;
+                rec->pr[2 * rec->pr_n + 1] = at;
+                rec->pr_n++;
+            }
+        }
         int64_t e0 = kvs_evictor_get_stats(ev).evictions;
         ck_assert_msg(kvs_evictor_update(ev, c, &res) == KVS_OK, "%s", kvs_last_error());
         memcpy(logits + t * hp->vocab, res.logits, sizeof(float) * hp->vocab);
+        if (rec) {
+            rec->last = kvs_cache_bytes_used(c);
+            const int64_t al = kvs_cache_bytes_allocated(c);
+            if (al > rec->alloc_peak) rec->alloc_peak = al;
+            if (kvs_evictor_get_stats(ev).evictions > 0 && al > rec->alloc_ev) rec->alloc_ev = al;
+        }
         if (check && kvs_evictor_get_stats(ev).evictions > e0) {
             events++;
             for (int l = 0; l < hp->n_layers; l++) {
-                ck_assert(kvs_tensor_download(kvs_cache_k(c, l), kbuf, 0, per * 4) == KVS_OK);
+                ck_assert(kvs_cache_read_f32(c, l, 0, kbuf) == KVS_OK);
+                if (!in_place && r > 0.0) { /* the kept rows moved into the pruned segment of d_k' channels */
+                    ck_assert_int_eq(kvs_cache_pruned_dim(c, l), hd - (int)floor(hd * r));
+                    for (int h = 0; h < H; h++) ck_assert_int_eq(kvs_cache_pruned_rows(c, l, h), kvs_cache_len(c, l, h));
+                }
                 for (int h = 0; h < H; h++) {
                     int64_t len = kvs_cache_len(c, l, h);
                     int zeros = 0;
@@ -133,6 +194,11 @@ static void run(kvs_model *m, kvs_device *dev, const char *policy, int64_t budge
     kvs_policy_destroy(&pol);
 }
 
+static void run(kvs_model *m, kvs_device *dev, const char *policy, int64_t budget, double r, int64_t n, float *logits, int check,
+                kvs_evict_stats *es) {
+    run_ex(m, dev, policy, budget, r, n, logits, check, es, 0, NULL);
+}
+
 START_TEST(test_think_model) {
     kvs_device *dev = NULL;
     ck_assert_msg(kvs_device_open(&dev, &g_params) == KVS_OK, "%s", kvs_last_error());
@@ -152,6 +218,287 @@ START_TEST(test_think_model) {
     ck_assert_msg(memcmp(a, b, sizeof(float) * (n - 1) * V) != 0, "pruning half the key channels changed nothing");
     free(a), free(b);
     kvs_model_destroy(&m);
+    kvs_device_destroy(&dev);
+}
+END_TEST
+
+/* The anchor of the pruned layout: decoding with the pruned key segment (the attention over its two
+ * segments merged through lse_extra) equals decoding with the channels zeroed in place in the
+ * full-width cache, for ThinK 0.4 with snapkv and with h2o (whose scores accumulate the key mass):
+ * the same evictions and channels, logits and per-step key mass within float tolerance; the cache's
+ * bytes in use drop (keys of d_k' = 5 of 8 channels for the kept rows). snapkv again with re-rotation
+ * (kvs_cache_rerotate shifts the pruned rows at full width before they are pruned again). */
+START_TEST(test_think_pruned_anchor) {
+    kvs_device *dev = NULL;
+    ck_assert_msg(kvs_device_open(&dev, &g_params) == KVS_OK, "%s", kvs_last_error());
+    kvs_model *m = NULL;
+    ck_assert_msg(kvs_model_load(&m, dev, g_model, NULL) == KVS_OK, "%s", kvs_last_error());
+    const kvs_model_hparams *hp = kvs_model_get_hparams(m);
+    const int64_t n = 90, V = hp->vocab, per = n * hp->n_layers * hp->n_kv_heads;
+    const char *pols[3] = {"snapkv", "h2o", "snapkv"}; /* the last with re-rotation */
+    for (int pi = 0; pi < 3; pi++) {
+        float *a = malloc(sizeof(float) * n * V), *b = malloc(sizeof(float) * n * V);
+        run_rec ra = {.km = calloc((size_t)per, sizeof(double)), .pr = calloc((size_t)(2 * n * hp->n_layers), sizeof(double))};
+        run_rec rb = {.km = calloc((size_t)per, sizeof(double)), .pr = calloc((size_t)(2 * n * hp->n_layers), sizeof(double))};
+        kvs_evict_stats ea, eb;
+        ra.rerotate = rb.rerotate = pi == 2;
+        run_ex(m, dev, pols[pi], 24, 0.4, n, a, 1, &ea, 1, &ra); /* zeroed in place */
+        run_ex(m, dev, pols[pi], 24, 0.4, n, b, 1, &eb, 0, &rb); /* the pruned segment */
+        ck_assert_int_eq(ea.evictions, eb.evictions);
+        ck_assert_int_eq(ea.rows_evicted, eb.rows_evicted);
+        ck_assert_int_eq(ea.channels_pruned, eb.channels_pruned);
+        ck_assert_int_gt(eb.evictions, 1);
+        double worst = 0.0, kworst = 0.0;
+        int top_differs = 0;
+        for (int64_t t = 0; t + 1 < n; t++) {
+            int64_t ia = 0, ib = 0;
+            for (int64_t v = 0; v < V; v++) {
+                double d = fabs((double)a[t * V + v] - (double)b[t * V + v]);
+                if (d > worst) worst = d;
+                if (a[t * V + v] > a[t * V + ia]) ia = v;
+                if (b[t * V + v] > b[t * V + ib]) ib = v;
+            }
+            top_differs += ia != ib;
+        }
+        ck_assert_int_eq(ra.km_steps, rb.km_steps);
+        for (int64_t i = 0; i < ra.km_steps * hp->n_layers * hp->n_kv_heads; i++) {
+            double d = fabs(ra.km[i] - rb.km[i]);
+            if (d > kworst) kworst = d;
+        }
+        ck_assert_int_eq(ra.pr_n, rb.pr_n);
+        double pworst = 0.0;
+        for (int64_t i = 0; i < 2 * ra.pr_n; i++)
+            if (fabs(ra.pr[i] - rb.pr[i]) > pworst) pworst = fabs(ra.pr[i] - rb.pr[i]);
+        printf("think 0.4 %s%s: probe rows at %lld (step, layer)s, max diff of their sums %.3g\n", pols[pi],
+               pi == 2 ? " (rerotate)" : "", (long long)ra.pr_n, pworst);
+        ck_assert_msg(pworst < 1e-4, "%s: probe rows differ by %g", pols[pi], pworst);
+        printf("think 0.4 %s%s: pruned vs in place: max |logit diff| %.3g, max |key mass diff| %.3g over %lld steps, "
+               "top-1 differs at %d steps; cache bytes in use: peak %lld vs %lld, mean %.0f vs %.0f, after the last "
+               "eviction %lld vs %lld; allocated: peak %lld vs %lld, most after the first eviction %lld vs %lld, "
+               "after the last step %lld vs %lld\n",
+               pols[pi], pi == 2 ? " (rerotate)" : "", worst, kworst, (long long)ra.km_steps, top_differs, (long long)rb.peak,
+               (long long)ra.peak, rb.mean, ra.mean, (long long)rb.last, (long long)ra.last, (long long)rb.alloc_peak,
+               (long long)ra.alloc_peak, (long long)rb.alloc_ev, (long long)ra.alloc_ev, (long long)rb.alloc, (long long)ra.alloc);
+        ck_assert_msg(worst < 1e-3, "%s: logits differ by %g", pols[pi], worst);
+        ck_assert_msg(kworst < 1e-4, "%s: key mass differs by %g", pols[pi], kworst);
+        ck_assert_int_eq(top_differs, 0);
+        /* the peak is the first fill (no eviction yet: every row full width); afterwards the kept rows
+         * hold d_k' key channels */
+        ck_assert_int_eq(rb.peak, ra.peak);
+        ck_assert_msg(rb.mean < ra.mean && rb.last < ra.last, "%s: bytes in use (mean %g, last %lld) not below the in-place "
+                      "(%g, %lld)", pols[pi], rb.mean, (long long)rb.last, ra.mean, (long long)ra.last);
+        /* allocated: the same before the first eviction (full width); after it every layer holds the
+         * pruned segment and a tail of the buffer's rows instead of the full-width keys */
+        ck_assert_int_eq(rb.alloc_peak, ra.alloc_peak);
+        ck_assert_msg(rb.alloc_ev < ra.alloc_ev, "%s: allocated after the first eviction %lld, not below the in-place %lld",
+                      pols[pi], (long long)rb.alloc_ev, (long long)ra.alloc_ev);
+        free(ra.km), free(rb.km), free(ra.pr), free(rb.pr);
+        free(a), free(b);
+    }
+    kvs_model_destroy(&m);
+    kvs_device_destroy(&dev);
+}
+END_TEST
+
+/* Appends n rows to layer 0 of c: key (row r, head h, channel t) = 100 h + 10 r + t + 1 (r the row's
+ * index in the head, from r0), value = its negative; positions p0.. */
+static void put_rows(kvs_device *dev, kvs_kv_cache *c, int H, int hd, int64_t r0, int64_t n) {
+    kvs_tensor *k = NULL, *v = NULL;
+    ck_assert(kvs_tensor_new(&k, dev, KVS_F32, hd, H, n, 0) == KVS_OK);
+    ck_assert(kvs_tensor_new(&v, dev, KVS_F32, hd, H, n, 0) == KVS_OK);
+    float *kh = malloc(sizeof(float) * (size_t)(n * H * hd)), *vh = malloc(sizeof(float) * (size_t)(n * H * hd));
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) {
+        pos[i] = (int32_t)(r0 + i);
+        for (int h = 0; h < H; h++)
+            for (int t = 0; t < hd; t++) {
+                kh[(i * H + h) * hd + t] = (float)(100 * h + 10 * (r0 + i) + t + 1);
+                vh[(i * H + h) * hd + t] = -kh[(i * H + h) * hd + t];
+            }
+    }
+    ck_assert(kvs_tensor_upload(k, kh, 0, sizeof(float) * (size_t)(n * H * hd)) == KVS_OK);
+    ck_assert(kvs_tensor_upload(v, vh, 0, sizeof(float) * (size_t)(n * H * hd)) == KVS_OK);
+    ck_assert_msg(kvs_cache_write_rows(c, 0, k, v, pos, n) == KVS_OK, "%s", kvs_last_error());
+    free(kh), free(vh), free(pos);
+    kvs_tensor_destroy(&k);
+    kvs_tensor_destroy(&v);
+}
+
+/* The cache's pruned key segment by hand (f32 and f16 keys, 2 kv heads, head_dim 5, capacity 9):
+ * 4 rows pruned with head 0 keeping channels {1, 3, 4} and head 1 {0, 2, 3}: the segment holds
+ * exactly those values, the full-width keys are replaced by a tail of capacity - 4 rows (bytes
+ * allocated), kvs_cache_read_f32 returns the keys with 0 in the other channels, bytes in use count
+ * 3 key values a pruned row; 2 rows appended go to the tail at full width (its positions and
+ * lengths); a second pruning onto head 0 {0, 1, 4} with a 1-row tail announced re-gathers the old
+ * rows (channel 0, not held, reads 0) and takes the new ones; a 2-row write grows the tail; keeping
+ * rows (eviction) returns the layer to full width (the allocation of before) with the zeros in place;
+ * the refusals. */
+START_TEST(test_prune_storage) {
+    kvs_device *dev = NULL;
+    ck_assert_msg(kvs_device_open(&dev, &g_params) == KVS_OK, "%s", kvs_last_error());
+    const int H = 2, hd = 5, cap = 9;
+    for (int f16 = 0; f16 < 2; f16++) {
+        kvs_cache_params cp = kvs_cache_params_default();
+        cp.n_layers = 2, cp.n_kv_heads = H, cp.head_dim = hd, cp.capacity = cap, cp.mode = KVS_CACHE_APPEND;
+        cp.type_k = f16 ? KVS_F16 : KVS_F32;
+        kvs_kv_cache *c = NULL;
+        ck_assert_msg(kvs_cache_create(&c, dev, &cp) == KVS_OK, "%s", kvs_last_error());
+        const int64_t es = f16 ? 2 : 4, vrow = 4 * hd; /* key element bytes, f32 value row bytes */
+        put_rows(dev, c, H, hd, 0, 4);
+        const int64_t full = kvs_cache_bytes_used(c), alloc0 = kvs_cache_bytes_allocated(c);
+        ck_assert_int_eq(full, (int64_t)H * 4 * (hd * es + vrow) + (int64_t)0);
+        ck_assert_int_eq(kvs_cache_pruned_dim(c, 0), 0);
+        ck_assert_ptr_null(kvs_cache_k_pruned(c, 0));
+        uint8_t pr[10] = {1, 0, 1, 0, 0, /* head 1 */ 0, 1, 0, 0, 1};
+        ck_assert_msg(kvs_cache_prune_keys(c, 0, pr) == KVS_OK, "%s", kvs_last_error());
+        ck_assert_int_eq(kvs_cache_pruned_dim(c, 0), 3);
+        ck_assert_int_eq(kvs_cache_pruned_dim(c, 1), 0);
+        for (int h = 0; h < H; h++) ck_assert_int_eq(kvs_cache_pruned_rows(c, 0, h), 4);
+        const int32_t want_ch[6] = {1, 3, 4, 0, 2, 3};
+        ck_assert(memcmp(kvs_cache_pruned_channels(c, 0), want_ch, sizeof want_ch) == 0);
+        ck_assert_int_eq(kvs_cache_bytes_used(c), (int64_t)H * 4 * (3 * es + vrow));
+        /* allocated: the segment [H][cap][3] and a tail of cap - 4 = 5 rows instead of the keys [H][cap][5] */
+        ck_assert_int_eq(kvs_cache_tail_capacity(c, 0), cap - 4);
+        ck_assert_int_eq(kvs_tensor_ne(kvs_cache_k(c, 0), 1), cap - 4);
+        ck_assert_int_eq(kvs_cache_bytes_allocated(c), alloc0 - (int64_t)H * cap * hd * es + (int64_t)H * cap * 3 * es +
+                                                           (int64_t)H * (cap - 4) * hd * es);
+        float seg[2 * 9 * 3], keys[2 * 9 * 5];
+        kvs_tensor *kp = kvs_cache_k_pruned(c, 0);
+        ck_assert_int_eq(kvs_tensor_ne(kp, 0), 3);
+        ck_assert_int_eq(kvs_tensor_ne(kp, 1), cap);
+        if (f16) {
+            uint16_t raw[2 * 9 * 3];
+            ck_assert(kvs_tensor_download(kp, raw, 0, sizeof raw) == KVS_OK);
+            for (int i = 0; i < 2 * 9 * 3; i++) seg[i] = kvs_f16_to_f32(raw[i]);
+        } else {
+            ck_assert(kvs_tensor_download(kp, seg, 0, sizeof seg) == KVS_OK);
+        }
+        for (int h = 0; h < H; h++)
+            for (int r = 0; r < 4; r++)
+                for (int t = 0; t < 3; t++)
+                    ck_assert_float_eq(seg[(h * cap + r) * 3 + t], (float)(100 * h + 10 * r + want_ch[h * 3 + t] + 1));
+        /* two rows appended: full width, outside the segment */
+        put_rows(dev, c, H, hd, 4, 2);
+        for (int h = 0; h < H; h++) ck_assert_int_eq(kvs_cache_pruned_rows(c, 0, h), 4);
+        ck_assert_int_eq(kvs_cache_bytes_used(c), (int64_t)H * (4 * (3 * es + vrow) + 2 * (hd * es + vrow)));
+        ck_assert(kvs_cache_read_f32(c, 0, 0, keys) == KVS_OK);
+        for (int h = 0; h < H; h++)
+            for (int r = 0; r < 6; r++)
+                for (int t = 0; t < hd; t++) {
+                    int held = r >= 4 || !pr[h * hd + t];
+                    ck_assert_float_eq(keys[(h * cap + r) * hd + t], held ? (float)(100 * h + 10 * r + t + 1) : 0.0f);
+                }
+        /* the pruned rows' positions hidden from a causal attention over the full-width rows */
+        int32_t tp[2 * 5], tl[2];
+        ck_assert(kvs_tensor_download(kvs_cache_tail_pos_tensor(c, 0), tp, 0, sizeof tp) == KVS_OK);
+        ck_assert(kvs_tensor_download(kvs_cache_tail_len_tensor(c, 0), tl, 0, sizeof tl) == KVS_OK);
+        for (int h = 0; h < H; h++) {
+            ck_assert_int_eq(tl[h], 2);
+            for (int j = 0; j < 5; j++) ck_assert_int_eq(tp[h * 5 + j], j < 2 ? 4 + j : INT32_MAX);
+        }
+        /* a tail of 1 row announced (the evictor's buffer): the next pruning makes it, and a write of 2
+         * rows grows it (to 2: doubled, at most cap - 6 = 3) */
+        ck_assert_int_eq(kvs_cache_set_tail_rows(NULL, 1), KVS_ERR_INVALID_ARGUMENT);
+        ck_assert_int_eq(kvs_cache_set_tail_rows(c, -1), KVS_ERR_INVALID_ARGUMENT);
+        ck_assert(kvs_cache_set_tail_rows(c, 1) == KVS_OK);
+        /* second pruning: head 0 keeps {0, 1, 4}, head 1 {1, 2, 4} */
+        uint8_t pr2[10] = {0, 0, 1, 1, 0, 1, 0, 0, 1, 0};
+        ck_assert(kvs_cache_prune_keys(c, 0, pr2) == KVS_OK);
+        for (int h = 0; h < H; h++) ck_assert_int_eq(kvs_cache_pruned_rows(c, 0, h), 6);
+        ck_assert(kvs_cache_read_f32(c, 0, 0, keys) == KVS_OK);
+        for (int h = 0; h < H; h++)
+            for (int r = 0; r < 6; r++)
+                for (int t = 0; t < hd; t++) {
+                    int held = !pr2[h * hd + t] && (r >= 4 || !pr[h * hd + t]);
+                    ck_assert_float_eq(keys[(h * cap + r) * hd + t], held ? (float)(100 * h + 10 * r + t + 1) : 0.0f);
+                }
+        ck_assert_int_eq(kvs_cache_bytes_used(c), (int64_t)H * 6 * (3 * es + vrow));
+        ck_assert_int_eq(kvs_cache_tail_capacity(c, 0), 1);
+        put_rows(dev, c, H, hd, 6, 2);
+        ck_assert_int_eq(kvs_cache_tail_capacity(c, 0), 2);
+        ck_assert_int_eq(kvs_cache_bytes_allocated(c), alloc0 - (int64_t)H * cap * hd * es + (int64_t)H * cap * 3 * es +
+                                                           (int64_t)H * 2 * hd * es);
+        ck_assert(kvs_cache_read_f32(c, 0, 0, keys) == KVS_OK);
+        for (int h = 0; h < H; h++)
+            for (int r = 0; r < 8; r++)
+                for (int t = 0; t < hd; t++) {
+                    int held = r >= 6 || (!pr2[h * hd + t] && (r >= 4 || !pr[h * hd + t]));
+                    ck_assert_float_eq(keys[(h * cap + r) * hd + t], held ? (float)(100 * h + 10 * r + t + 1) : 0.0f);
+                }
+        /* eviction: keep rows {1, 4} of head 0, {0} of head 1 -> full width again, zeros in place */
+        const int32_t keep[4] = {1, 4, 0, 0};
+        const int64_t nk[2] = {2, 1};
+        ck_assert(kvs_cache_keep(c, 0, keep, nk, 2) == KVS_OK);
+        for (int h = 0; h < H; h++) ck_assert_int_eq(kvs_cache_pruned_rows(c, 0, h), 0);
+        ck_assert_ptr_null(kvs_cache_k_pruned(c, 0));
+        ck_assert_int_eq(kvs_tensor_ne(kvs_cache_k(c, 0), 1), cap);
+        ck_assert_int_eq(kvs_cache_bytes_allocated(c), alloc0);
+        float raw32[2 * 9 * 5];
+        if (!f16) {
+            ck_assert(kvs_tensor_download(kvs_cache_k(c, 0), raw32, 0, sizeof raw32) == KVS_OK);
+            for (int h = 0; h < H; h++)
+                for (int i = 0; i < nk[h]; i++)
+                    for (int t = 0; t < hd; t++) {
+                        int r = keep[h * 2 + i];
+                        int held = !pr2[h * hd + t] && (r >= 4 || !pr[h * hd + t]);
+                        ck_assert_float_eq(raw32[(h * cap + i) * hd + t], held ? (float)(100 * h + 10 * r + t + 1) : 0.0f);
+                    }
+        }
+        ck_assert_int_eq(kvs_cache_bytes_used(c), (int64_t)3 * (hd * es + vrow));
+        /* refusals */
+        uint8_t bad[10] = {1, 0, 0, 0, 0, 1, 1, 0, 0, 0};
+        ck_assert_int_eq(kvs_cache_prune_keys(c, 0, bad), KVS_ERR_INVALID_ARGUMENT);
+        uint8_t all[10] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+        ck_assert_int_eq(kvs_cache_prune_keys(c, 0, all), KVS_ERR_INVALID_ARGUMENT);
+        ck_assert_int_eq(kvs_cache_prune_keys(c, 2, pr), KVS_ERR_INVALID_ARGUMENT);
+        ck_assert_int_eq(kvs_cache_prune_keys(NULL, 0, pr), KVS_ERR_INVALID_ARGUMENT);
+        kvs_cache_destroy(&c);
+    }
+    /* a 7B-like head shape: 4 kv heads of head_dim 64, f16 K and V, capacity 288 = budget 256 + buffer 32,
+     * 256 rows, ThinK 0.4 (25 channels pruned, d_k' 39), the buffer announced as the tail */
+    {
+        const int H2 = 4, hd2 = 64, cap2 = 288, d2 = 39;
+        kvs_cache_params cp = kvs_cache_params_default();
+        cp.n_layers = 1, cp.n_kv_heads = H2, cp.head_dim = hd2, cp.capacity = cap2, cp.mode = KVS_CACHE_APPEND;
+        cp.type_k = cp.type_v = KVS_F16;
+        kvs_kv_cache *c = NULL;
+        ck_assert_msg(kvs_cache_create(&c, dev, &cp) == KVS_OK, "%s", kvs_last_error());
+        put_rows(dev, c, H2, hd2, 0, 256);
+        const int64_t alloc0 = kvs_cache_bytes_allocated(c), used0 = kvs_cache_bytes_used(c);
+        ck_assert_int_eq(alloc0, (int64_t)H2 * cap2 * hd2 * 2 * 2);
+        uint8_t *prb = calloc((size_t)H2 * hd2, 1);
+        for (int h = 0; h < H2; h++)
+            for (int t = 0; t < hd2 - d2; t++) prb[h * hd2 + (t * 5 + h) % hd2] = 1; /* 25 distinct channels */
+        ck_assert(kvs_cache_set_tail_rows(c, 32) == KVS_OK);
+        ck_assert_msg(kvs_cache_prune_keys(c, 0, prb) == KVS_OK, "%s", kvs_last_error());
+        ck_assert_int_eq(kvs_cache_pruned_dim(c, 0), d2);
+        const int64_t alloc1 = kvs_cache_bytes_allocated(c), used1 = kvs_cache_bytes_used(c);
+        ck_assert_int_eq(alloc1, (int64_t)H2 * (cap2 * d2 + 32 * hd2 + cap2 * hd2) * 2);
+        ck_assert_int_eq(used1, (int64_t)H2 * 256 * (d2 + hd2) * 2);
+        put_rows(dev, c, H2, hd2, 256, 32); /* the buffer fills the tail, no growth */
+        ck_assert_int_eq(kvs_cache_tail_capacity(c, 0), 32);
+        ck_assert_int_eq(kvs_cache_bytes_allocated(c), alloc1);
+        printf("head_dim 64, 4 kv heads, f16, capacity 288, 256 rows, ThinK 0.4: allocated %lld -> %lld bytes (%.1f%%; keys "
+               "%lld -> %lld), in use %lld -> %lld, full with the buffer %lld\n",
+               (long long)alloc0, (long long)alloc1, 100.0 * (double)(alloc1 - alloc0) / (double)alloc0,
+               (long long)H2 * cap2 * hd2 * 2, (long long)H2 * (cap2 * d2 + 32 * hd2) * 2, (long long)used0, (long long)used1,
+               (long long)kvs_cache_bytes_used(c));
+        ck_assert_int_lt(alloc1, alloc0);
+        free(prb);
+        kvs_cache_destroy(&c);
+    }
+    const kvs_dtype other[2] = {KVS_BF16, KVS_F32};
+    for (int i = 0; i < 2; i++) { /* bf16 keys; a positional cache */
+        kvs_cache_params cp = kvs_cache_params_default();
+        cp.n_layers = 1, cp.n_kv_heads = 1, cp.head_dim = 4, cp.capacity = 4;
+        cp.mode = i == 0 ? KVS_CACHE_APPEND : KVS_CACHE_POSITIONAL;
+        cp.type_k = other[i];
+        kvs_kv_cache *c = NULL;
+        ck_assert_msg(kvs_cache_create(&c, dev, &cp) == KVS_OK, "%s", kvs_last_error());
+        const uint8_t p1[4] = {1, 0, 0, 0};
+        ck_assert_int_eq(kvs_cache_prune_keys(c, 0, p1), i == 0 ? KVS_ERR_UNSUPPORTED : KVS_ERR_STATE);
+        kvs_cache_destroy(&c);
+    }
     kvs_device_destroy(&dev);
 }
 END_TEST
@@ -205,7 +552,9 @@ int main(int argc, char **argv) {
     TCase *tc = tcase_create("think");
     tcase_set_timeout(tc, 900);
     tcase_add_test(tc, test_select_hand);
+    tcase_add_test(tc, test_prune_storage);
     tcase_add_test(tc, test_think_model);
+    tcase_add_test(tc, test_think_pruned_anchor);
     tcase_add_test(tc, test_think_refusals);
     suite_add_tcase(s, tc);
     return kvs_test_run(s);

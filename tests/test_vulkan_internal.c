@@ -307,6 +307,9 @@ static const uint32_t off_attn[] = PC_OFFSETS(KVS_VK_PC_ATTN);
 #define PC_T kvs_vk_pc_attn_combine
 static const uint32_t off_attn_combine[] = PC_OFFSETS(KVS_VK_PC_ATTN_COMBINE);
 #undef PC_T
+#define PC_T kvs_vk_pc_attn_lse
+static const uint32_t off_attn_lse[] = PC_OFFSETS(KVS_VK_PC_ATTN_LSE);
+#undef PC_T
 #define PC_T kvs_vk_pc_attn_stats
 static const uint32_t off_attn_stats[] = PC_OFFSETS(KVS_VK_PC_ATTN_STATS);
 #undef PC_T
@@ -355,6 +358,7 @@ static c_layout c_layout_of(kvs_vk_shader_id id) {
     case KVS_VK_SH_ATTN: return (c_layout)C_LAYOUT(off_attn, kvs_vk_pc_attn);
     case KVS_VK_SH_ATTN_STATS: return (c_layout)C_LAYOUT(off_attn_stats, kvs_vk_pc_attn_stats);
     case KVS_VK_SH_ATTN_COMBINE: return (c_layout)C_LAYOUT(off_attn_combine, kvs_vk_pc_attn_combine);
+    case KVS_VK_SH_ATTN_LSE: return (c_layout)C_LAYOUT(off_attn_lse, kvs_vk_pc_attn_lse);
     case KVS_VK_SH_DWT: case KVS_VK_SH_IDWT: return (c_layout)C_LAYOUT(off_dwt, kvs_vk_pc_dwt);
     case KVS_VK_SH_TOPK_HIST: return (c_layout)C_LAYOUT(off_topk_hist, kvs_vk_pc_topk_hist);
     case KVS_VK_SH_TOPK_SELECT: return (c_layout)C_LAYOUT(off_topk_select, kvs_vk_pc_topk_select);

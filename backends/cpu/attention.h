@@ -107,6 +107,7 @@ typedef struct att_ctx {
     const int32_t *q_pos, *k_pos, *kv_len, *row_len;
     const float *mask;
     float *row_max, *row_sum;
+    const float *lse_extra; /* [n_q][n_heads] external log-normaliser (kvs_attention_params.lse_extra) or NULL */
     int32_t *argmax;
     /* statistics */
     const int32_t *stat_w;       /* [n_q] multiplicity of each row in stat_rows (NULL: no key_mass) */
@@ -157,8 +158,10 @@ int64_t kvs_cpu_att_rows(const att_ctx *c, att_work *w, int64_t h, int64_t qt, i
 /* The online-softmax pass of M rows over keys [ja, jb) (one key split, or all keys). */
 void kvs_cpu_att_pass(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int64_t M, int64_t ja, int64_t jb,
                       int64_t max_qpos);
-/* Writes out, row_max, row_sum and argmax of the M rows from w's final softmax state. */
-void kvs_cpu_att_write(const att_ctx *c, const att_work *w, int64_t h, int64_t i0, int64_t M);
+/* Writes out, row_max, row_sum and argmax of the M rows from w's final softmax state; with
+ * lse_extra, w->l then becomes the full normaliser l + exp(lse_extra - m) the statistics pass uses
+ * (row_sum keeps the call's own l). */
+void kvs_cpu_att_write(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int64_t M);
 /* Zeroes the probs rows of the probe rows among the M rows (invisible and invalid keys read 0). */
 void kvs_cpu_att_zero_probes(const att_ctx *c, int64_t h, int64_t i0, int64_t M);
 /* Second pass over keys [ja, jb) with each row's final (m, l) in w: normalised probabilities for

@@ -322,24 +322,28 @@ void kvs_cpu_att_pass(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int6
 }
 
 /* Writes out, row_max, row_sum and argmax of the M rows from w's final softmax state. */
-void kvs_cpu_att_write(const att_ctx *c, const att_work *w, int64_t h, int64_t i0, int64_t M) {
+void kvs_cpu_att_write(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int64_t M) {
     const kvs_attention_args *a = c->a;
     const int64_t d = c->dv, G = c->G;
     for (int64_t r = 0; r < M; r++) {
         int64_t i = i0 + r / G, g = h * G + r % G;
-        float *o = c->out + (i * a->n_heads + g) * d;
+        int64_t qi = i * a->n_heads + g;
+        float *o = c->out + qi * d;
         const float *src = w->O + r * d;
-        float l = w->l[r];
+        float l = w->l[r], lt = l;
+        /* the external mass of lse_extra joins the normaliser of a row that sees a key (exp(x - m) for x
+         * = -inf is 0; a NaN lse_extra makes the row NaN, as a NaN logit would) */
+        if (c->lse_extra && l != 0.0f) lt = l + kvs_expf(c->lse_extra[qi] - w->m[r]);
         if (l != 0.0f) { /* a NaN sum (NaN scores or values) gives NaN rows, never zeros */
-            float f = a->p.unnormalised ? 1.0f : 1.0f / l;
+            float f = a->p.unnormalised ? 1.0f : 1.0f / lt;
             for (int64_t t = 0; t < d; t++) o[t] = src[t] * f;
         } else {
             memset(o, 0, (size_t)d * sizeof(float));
         }
-        int64_t qi = i * a->n_heads + g;
         if (c->row_max) c->row_max[qi] = w->m[r];
         if (c->row_sum) c->row_sum[qi] = l;
         if (c->argmax) c->argmax[qi] = w->best[r];
+        w->l[r] = lt;
     }
 }
 

@@ -268,6 +268,7 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
     c.mask = a->p.mask ? kvs_tensor_host_ptr(a->p.mask) : NULL;
     c.row_max = a->p.row_max ? kvs_tensor_host_ptr(a->p.row_max) : NULL;
     c.row_sum = a->p.row_sum ? kvs_tensor_host_ptr(a->p.row_sum) : NULL;
+    c.lse_extra = a->p.lse_extra ? kvs_tensor_host_ptr(a->p.lse_extra) : NULL;
     c.argmax = a->p.argmax ? kvs_tensor_host_ptr(a->p.argmax) : NULL;
     c.probs = a->p.probs ? kvs_tensor_host_ptr(a->p.probs) : NULL;
 

@@ -3,7 +3,8 @@
  * kv head's group as BQ*G work-items, so a K/V tile in local memory serves the whole group (GQA
  * without expanding K/V); online softmax per (row, head); out, row_max, row_sum, argmax and the
  * (m, l) pairs the statistics passes need. Pass 2 (attn_keymass, attn_probs) recomputes the
- * logits of the requested rows against the final (m, l): deterministic sums, no atomics.
+ * logits of the requested rows against the final (m, l): deterministic sums, no atomics. With
+ * lse_extra, attn_lse runs between them: out rescaled to the external normaliser, (m, l) updated.
  * Few query rows (decoding, n_q <= 16), head_dim > 64 or a (query tile, kv head) grid too small
  * for the device take attn_dec instead: a work-group of 128-256 items per (RB rows, kv head, key
  * split) whose items share the keys (score lanes) and the head dimension (PV lanes),
@@ -185,7 +186,7 @@ kvs_status kvs_ocl_attention(kvs_device *dev, const kvs_attention_args *a) {
     const int64_t v_off = (int64_t)(a->v->offset / (rt ? 1 : kvs_dtype_bytes(a->v->dtype, 1)));
     if (hd > 512 || dv > 512)
         return kvs_error(KVS_ERR_UNSUPPORTED, "kvs_attention (opencl): head_dim %d (d_v %d) > 512 not supported", hd, dv);
-    int need_ml = p->key_mass || p->probs;
+    int need_ml = p->key_mass || p->probs || p->lse_extra; /* lse_extra: attn_lse reads and updates (m, l) */
     int flags = (p->q_pos ? F_QPOS : 0) | (p->k_pos ? F_KPOS : 0) | (p->kv_len ? F_KVLEN : 0) |
                 (p->row_len ? F_ROWLEN : 0) | (p->mask ? F_MASK : 0) | (p->row_max ? F_ROWMAX : 0) |
                 (p->row_sum ? F_ROWSUM : 0) | (p->argmax ? F_ARGMAX : 0) | (need_ml ? F_ML : 0) |
@@ -303,6 +304,14 @@ kvs_status kvs_ocl_attention(kvs_device *dev, const kvs_attention_args *a) {
         size_t lws[2] = {kvs_ocl_wg(dev, dv <= 32 ? 32 : dv <= 64 ? 64 : 128), 1};
         size_t gws[2] = {kvs_ocl_round_up((size_t)dv, lws[0]), (size_t)(a->n_q * a->n_heads)};
         KVS_TRY(kvs_ocl_launch(dev, k, "attn_combine", 2, gws, lws, (int)(sizeof args / sizeof args[0]), args));
+    }
+    if (p->lse_extra) { /* the external normaliser: out rescaled, ml's l made l + exp(lse - m) */
+        KVS_TRY(kvs_ocl_kernel(dev, "attention.cl", defs, "attn_lse", &k));
+        kvs_ocl_arg args[] = {ARG_MEM(kvs_ocl_mem(p->lse_extra)), ARG_L(off_or(p->lse_extra)), ARG_MEM(kvs_ocl_mem(a->out)),
+                              ARG_L(a->out->offset / 4), ARG_MEM(ml), ARG_I(a->n_q), ARG_I(a->n_heads)};
+        size_t lws[1] = {kvs_ocl_wg(dev, 64)};
+        size_t gws[1] = {kvs_ocl_round_up((size_t)(a->n_q * a->n_heads), lws[0])};
+        KVS_TRY(kvs_ocl_launch(dev, k, "attn_lse", 1, gws, lws, (int)(sizeof args / sizeof args[0]), args));
     }
     if (p->key_mass && a->n_stat_rows >= 0) {
         KVS_TRY(kvs_ocl_kernel(dev, "attention.cl", defs, "attn_keymass", &k));

@@ -1,6 +1,7 @@
 /* Vulkan attention op: the attn shader (one tiled online-softmax pass, split-K for few query rows
  * with attn_combine merging the splits) and the attn_stats passes (key mass, probe
- * probabilities). K and V may each be f32, f16, bf16 or a block type (the quantized KV cache,
+ * probabilities), with lse_extra the attn_lse pass between them (out and the statistics' normaliser
+ * take the external mass). K and V may each be f32, f16, bf16 or a block type (the quantized KV cache,
  * issue 17): the shaders decode the stored blocks while staging a key tile (quant.glsl). Push constants and flags: vk_params.h. Inputs are validated by core/ops.c. */
 #include <stdio.h>
 #include <string.h>
@@ -88,7 +89,7 @@ kvs_status kvs_vk_attention(kvs_device *dev, const kvs_attention_args *a) {
     const uint64_t base = pl.base, nsplit = pl.nsplit, split_len = pl.split_len;
     VkDeviceSize mbytes = nrows * 4;
     VkDeviceSize pbytes = nsplit > 1 ? nsplit * nrows * 4 : 0, obytes = nsplit > 1 ? nsplit * nrows * DV * 4 : 0;
-    KVS_TRY(kvs_vk_reserve(v, 2 * mbytes + 3 * pbytes + obytes, 0));
+    KVS_TRY(kvs_vk_reserve(v, (pp->lse_extra ? 3 : 2) * mbytes + 3 * pbytes + obytes, 0));
     uint32_t flags = (pp->q_pos ? KVS_VK_ATTN_QPOS : 0) | (pp->k_pos ? KVS_VK_ATTN_KPOS : 0) |
                      (pp->kv_len ? KVS_VK_ATTN_KVLEN : 0) | (pp->row_len ? KVS_VK_ATTN_ROWLEN : 0) |
                      (pp->mask ? KVS_VK_ATTN_MASK : 0) | (pp->argmax ? KVS_VK_ATTN_ARGMAX : 0) |
@@ -140,6 +141,8 @@ kvs_status kvs_vk_attention(kvs_device *dev, const kvs_attention_args *a) {
      * 2 and 8: d_k and d_v */
     const uint32_t kdt = (uint32_t)a->k->dtype, vdt = (uint32_t)a->v->dtype;
     uint32_t spec[9] = {kvs_vk_wg(dev, 128), kdt, D, R, TK, vdt, pp->k_lo != NULL, pp->v_lo != NULL, DV};
+    const kvs_vk_arg out_arg = args[3];
+    const uint32_t out_off = pc.oo;
     if (nsplit == 1) {
         KVS_TRY(kvs_vk_dispatch(v, KVS_VK_SH_ATTN, spec, 9, args, 14, &pc, sizeof pc, base, op));
     } else {
@@ -172,6 +175,24 @@ kvs_status kvs_vk_attention(kvs_device *dev, const kvs_attention_args *a) {
         /* the stats pass reads the final row_max / row_sum */
         args[10] = fin[2], pc.orm = fin_off[2];
         args[11] = fin[3], pc.ors = fin_off[3];
+    }
+    if (pp->lse_extra) {
+        /* the external normaliser (attn_lse.comp): out rescaled to l + exp(lse - m); the statistics
+         * read that normaliser from scratch instead of row_sum */
+        kvs_vk_pc_attn_lse lpc = {(uint32_t)nrows, DV, 0, out_off, pc.orm, pc.ors, 0};
+        kvs_vk_arg largs[5];
+        KVS_TRY(kvs_vk_bind(v, pp->lse_extra, 0, 4, &largs[0], &lpc.olse, op));
+        largs[1] = out_arg;
+        largs[2] = args[10];
+        largs[3] = args[11];
+        largs[2].write = largs[3].write = 0;
+        kvs_vk_alloc *la;
+        VkDeviceSize lo;
+        KVS_TRY(kvs_vk_scratch(v, mbytes, &la, &lo));
+        KVS_TRY(kvs_vk_bind_alloc(v, la, lo, mbytes, 1, 4, &largs[4], &lpc.olt, op));
+        uint32_t lwg = kvs_vk_wg(dev, 64);
+        KVS_TRY(kvs_vk_dispatch(v, KVS_VK_SH_ATTN_LSE, &lwg, 1, largs, 5, &lpc, sizeof lpc, kvs_vk_ceil_div(nrows, lwg), op));
+        args[11] = largs[4], pc.ors = lpc.olt;
     }
     if (!need_stats) return KVS_OK;
 

@@ -33,7 +33,24 @@ struct kvs_kv_cache {
     /* qh8 (hierarchical) K and/or V: k[l] / v[l] hold the upper planes (Q4_1 tensors), these the
      * lower ones (QH8_LO [n_kv_heads][capacity][head_dim]); NULL arrays for other types */
     kvs_tensor **k_lo, **v_lo;
+    /* ThinK's pruned key layout per layer (kvs_cache_prune_keys; zeroed = never pruned). While on,
+     * rows [0, rows[h]) of kv head h hold only the channels ch[h][0..d) of their keys, in k
+     * ([n_kv_heads][capacity][d], type_k), and k[l] is not the full-width tensor but the tail
+     * [n_kv_heads][tcap][head_dim]: its row j is the cache row rows[h] + j (appended since). */
+    struct kvs_pruned_seg {
+        kvs_tensor *k, *len;        /* len: [n_kv_heads] I32 = rows */
+        kvs_tensor *tlen, *tpos;    /* the tail's rows [n_kv_heads] I32 and positions [n_kv_heads][tcap] I32 */
+        kvs_tensor *tslots;         /* [n_kv_heads * tcap] I32: tail rows written by the last write */
+        int32_t *ch;                /* host [n_kv_heads][d] ascending */
+        int64_t *rows;              /* host [n_kv_heads] */
+        int64_t tcap;               /* the tail's capacity */
+        int d;                      /* d_k' of the last pruning (0: never pruned) */
+        int on;                     /* 1: the pruned layout (k[l] is the tail) */
+    } *kp;                          /* [n_layers] */
+    int64_t tail_rows;              /* kvs_cache_set_tail_rows (0: the capacity decides) */
 };
+
+static int kp_active(const kvs_kv_cache *c, int l) { return c->kp && c->kp[l].on; }
 
 kvs_cache_params kvs_cache_params_default(void) {
     kvs_cache_params p;
@@ -44,12 +61,38 @@ kvs_cache_params kvs_cache_params_default(void) {
     return p;
 }
 
+/* The pruned layout's device state: P per head, the tail's row counts and its rows' positions
+ * (INT32_MAX beyond the tail's length). */
+static kvs_status sync_pruned(kvs_kv_cache *c, int l) {
+    if (!kp_active(c, l)) return KVS_OK;
+    const kvs_cache_params *p = &c->p;
+    struct kvs_pruned_seg *g = &c->kp[l];
+    const int H = p->n_kv_heads;
+    const size_t cap = (size_t)p->capacity, tcap = (size_t)g->tcap;
+    int32_t *tp = malloc(((size_t)H * tcap + 2 * (size_t)H) * sizeof *tp);
+    if (!tp) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_cache: out of host memory");
+    int32_t *P = tp + (size_t)H * tcap, *A = P + H;
+    for (int h = 0; h < H; h++) {
+        const int64_t len = c->host_len[(size_t)l * H + h], a = len - g->rows[h];
+        const int32_t *pos = c->host_pos + ((size_t)l * H + h) * cap;
+        for (int64_t j = 0; j < (int64_t)tcap; j++) tp[h * tcap + j] = j < a ? pos[g->rows[h] + j] : INT32_MAX;
+        P[h] = (int32_t)g->rows[h];
+        A[h] = (int32_t)a;
+    }
+    kvs_status s = kvs_tensor_upload(g->tpos, tp, 0, (size_t)H * tcap * 4);
+    if (s == KVS_OK) s = kvs_tensor_upload(g->len, P, 0, (size_t)H * 4);
+    if (s == KVS_OK) s = kvs_tensor_upload(g->tlen, A, 0, (size_t)H * 4);
+    free(tp);
+    return s;
+}
+
 static kvs_status sync_layer(kvs_kv_cache *c, int l) {
     const kvs_cache_params *p = &c->p;
     size_t npos = (size_t)p->n_kv_heads * (size_t)p->capacity;
     KVS_TRY(kvs_tensor_upload(c->pos[l], c->host_pos + (size_t)l * npos, 0, npos * 4));
     for (int h = 0; h < p->n_kv_heads; h++) c->scratch[h] = (int32_t)c->host_len[(size_t)l * p->n_kv_heads + h];
-    return kvs_tensor_upload(c->len[l], c->scratch, 0, (size_t)p->n_kv_heads * 4);
+    KVS_TRY(kvs_tensor_upload(c->len[l], c->scratch, 0, (size_t)p->n_kv_heads * 4));
+    return sync_pruned(c, l);
 }
 
 void kvs_cache_destroy(kvs_kv_cache **cp) {
@@ -64,7 +107,17 @@ void kvs_cache_destroy(kvs_kv_cache **cp) {
         if (c->rdelta) kvs_tensor_destroy(&c->rdelta[l]);
         if (c->k_lo) kvs_tensor_destroy(&c->k_lo[l]);
         if (c->v_lo) kvs_tensor_destroy(&c->v_lo[l]);
+        if (c->kp) {
+            kvs_tensor_destroy(&c->kp[l].k);
+            kvs_tensor_destroy(&c->kp[l].len);
+            kvs_tensor_destroy(&c->kp[l].tlen);
+            kvs_tensor_destroy(&c->kp[l].tpos);
+            kvs_tensor_destroy(&c->kp[l].tslots);
+            free(c->kp[l].ch);
+            free(c->kp[l].rows);
+        }
     }
+    free(c->kp);
     free(c->k_lo); free(c->v_lo);
     free(c->k); free(c->v); free(c->pos); free(c->len); free(c->x); free(c->rdelta);
     free(c->host_pos); free(c->host_rpos); free(c->host_len); free(c->scratch);
@@ -251,6 +304,7 @@ fail:
 
 kvs_status kvs_cache_reset(kvs_kv_cache *c) {
     if (!c) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_cache_reset: NULL cache");
+    for (int l = 0; c->kp && l < c->p.n_layers; l++) KVS_TRY(kvs_cache_unprune_keys(c, l)); /* full-width K back */
     size_t n = (size_t)c->p.n_layers * c->p.n_kv_heads * c->p.capacity;
     for (size_t i = 0; i < n; i++) c->host_pos[i] = c->host_rpos[i] = -1;
     memset(c->host_len, 0, (size_t)c->p.n_layers * c->p.n_kv_heads * sizeof *c->host_len);
@@ -298,23 +352,265 @@ int64_t kvs_cache_max_len(const kvs_kv_cache *c, int l) {
 
 int64_t kvs_cache_bytes_used(const kvs_kv_cache *c) {
     if (!c) return 0;
-    int64_t rows = 0, xrows = 0;
+    int64_t rows = 0, xrows = 0, pruned = 0;
     for (int l = 0; l < c->p.n_layers; l++) {
-        for (int h = 0; h < c->p.n_kv_heads; h++) rows += c->host_len[(size_t)l * c->p.n_kv_heads + h];
+        for (int h = 0; h < c->p.n_kv_heads; h++) {
+            rows += c->host_len[(size_t)l * c->p.n_kv_heads + h];
+            /* a pruned key row: d_k' values instead of head_dim (f32 / f16 keys) */
+            if (kp_active(c, l))
+                pruned += c->kp[l].rows[h] * (int64_t)(kvs_dtype_bytes(c->p.type_k, c->p.head_dim) -
+                                                       kvs_dtype_bytes(c->p.type_k, c->kp[l].d));
+        }
         if (c->x[l]) xrows += kvs_cache_max_len(c, l);
         if (c->rdelta[l]) xrows += kvs_cache_max_len(c, l);
     }
-    return rows * (int64_t)(kvs_dtype_bytes(c->p.type_k, c->p.head_dim) + kvs_dtype_bytes(c->p.type_v, c->p.head_dim)) +
-           xrows * (int64_t)c->p.dim * 4;
+    return rows * (int64_t)(kvs_dtype_bytes(c->p.type_k, c->p.head_dim) + kvs_dtype_bytes(c->p.type_v, c->p.head_dim)) -
+           pruned + xrows * (int64_t)c->p.dim * 4;
 }
 
 int64_t kvs_cache_bytes_allocated(const kvs_kv_cache *c) {
     if (!c) return 0;
-    int64_t per_layer = (int64_t)(kvs_dtype_bytes(c->p.type_k, c->p.head_dim) + kvs_dtype_bytes(c->p.type_v, c->p.head_dim)) *
-                        c->p.capacity * c->p.n_kv_heads;
+    const int64_t kfull = (int64_t)kvs_dtype_bytes(c->p.type_k, c->p.head_dim) * c->p.capacity * c->p.n_kv_heads;
+    int64_t per_layer = (int64_t)kvs_dtype_bytes(c->p.type_v, c->p.head_dim) * c->p.capacity * c->p.n_kv_heads;
     if (c->p.flags & KVS_CACHE_KEEP_X) per_layer += (int64_t)c->p.dim * 4 * c->p.capacity;
     if (c->p.flags & KVS_CACHE_KEEP_DELTA) per_layer += (int64_t)c->p.dim * 4 * c->p.capacity;
-    return per_layer * c->p.n_layers;
+    int64_t tot = 0;
+    for (int l = 0; l < c->p.n_layers; l++) /* a pruned layer: the pruned segment and the full-width tail */
+        tot += per_layer + (kp_active(c, l) ? (int64_t)c->kp[l].k->nbytes + (int64_t)c->k[l]->nbytes : kfull);
+    return tot;
+}
+
+kvs_status kvs_cache_set_tail_rows(kvs_kv_cache *c, int64_t rows) {
+    if (!c || rows < 0) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_cache_set_tail_rows: NULL cache or rows %lld < 0",
+                                         (long long)rows);
+    c->tail_rows = rows;
+    return KVS_OK;
+}
+
+int64_t kvs_cache_tail_capacity(const kvs_kv_cache *c, int l) { return LAYER_OK(c, l) && kp_active(c, l) ? c->kp[l].tcap : 0; }
+kvs_tensor *kvs_cache_tail_len_tensor(kvs_kv_cache *c, int l) { return LAYER_OK(c, l) && kp_active(c, l) ? c->kp[l].tlen : NULL; }
+
+/* ---- ThinK's pruned key segment ---- */
+
+int kvs_cache_pruned_dim(const kvs_kv_cache *c, int l) { return LAYER_OK(c, l) && c->kp ? c->kp[l].d : 0; }
+
+int64_t kvs_cache_pruned_rows(const kvs_kv_cache *c, int l, int h) {
+    if (!LAYER_OK(c, l) || h < 0 || h >= c->p.n_kv_heads) return -1;
+    return kp_active(c, l) ? c->kp[l].rows[h] : 0;
+}
+
+kvs_tensor *kvs_cache_k_pruned(kvs_kv_cache *c, int l) { return LAYER_OK(c, l) && kp_active(c, l) ? c->kp[l].k : NULL; }
+kvs_tensor *kvs_cache_pruned_len_tensor(kvs_kv_cache *c, int l) { return LAYER_OK(c, l) && kp_active(c, l) ? c->kp[l].len : NULL; }
+kvs_tensor *kvs_cache_tail_pos_tensor(kvs_kv_cache *c, int l) { return LAYER_OK(c, l) && kp_active(c, l) ? c->kp[l].tpos : NULL; }
+const int32_t *kvs_cache_pruned_channels(const kvs_kv_cache *c, int l) {
+    return LAYER_OK(c, l) && c->kp && c->kp[l].d ? c->kp[l].ch : NULL;
+}
+
+/* Raw key bytes of a pruned layer l in the full-width layout: the pruned rows expanded (0 in the
+ * channels they do not hold), the tail's rows at rows[h] + j, into buf [n_kv_heads][capacity][head_dim]
+ * elements of es bytes (f32 / f16 keys), zeroed by the caller. */
+static kvs_status pruned_full(kvs_kv_cache *c, int l, uint8_t *buf, size_t es) {
+    const struct kvs_pruned_seg *g = &c->kp[l];
+    const int H = c->p.n_kv_heads, hd = c->p.head_dim, d = g->d;
+    const size_t cap = (size_t)c->p.capacity, tcap = (size_t)g->tcap;
+    const kvs_tensor *tail = c->k[l];
+    uint8_t *pr = malloc(g->k->nbytes + tail->nbytes);
+    if (!pr) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_cache: out of host memory");
+    uint8_t *tr = pr + g->k->nbytes;
+    kvs_status s = kvs_tensor_download(g->k, pr, 0, g->k->nbytes);
+    if (s == KVS_OK) s = kvs_tensor_download(tail, tr, 0, tail->nbytes);
+    for (int h = 0; s == KVS_OK && h < H; h++) {
+        for (int64_t r = 0; r < g->rows[h]; r++) {
+            uint8_t *dst = buf + ((size_t)h * cap + (size_t)r) * hd * es;
+            const uint8_t *src = pr + ((size_t)h * cap + (size_t)r) * d * es;
+            for (int t = 0; t < d; t++) memcpy(dst + (size_t)g->ch[h * d + t] * es, src + (size_t)t * es, es);
+        }
+        const int64_t a = c->host_len[(size_t)l * H + h] - g->rows[h];
+        for (int64_t j = 0; j < a; j++)
+            memcpy(buf + ((size_t)h * cap + (size_t)(g->rows[h] + j)) * hd * es, tr + ((size_t)h * tcap + (size_t)j) * hd * es,
+                   (size_t)hd * es);
+    }
+    free(pr);
+    return s;
+}
+
+static void seg_tensors_free(struct kvs_pruned_seg *g) {
+    kvs_tensor_destroy(&g->k);
+    kvs_tensor_destroy(&g->len);
+    kvs_tensor_destroy(&g->tlen);
+    kvs_tensor_destroy(&g->tpos);
+    kvs_tensor_destroy(&g->tslots);
+}
+
+kvs_status kvs_cache_unprune_keys(kvs_kv_cache *c, int l) {
+    const char *op = "kvs_cache_unprune_keys";
+    if (!LAYER_OK(c, l)) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: NULL cache or bad layer %d", op, l);
+    if (!kp_active(c, l)) return KVS_OK;
+    const int H = c->p.n_kv_heads;
+    const size_t es = kvs_dtype_bytes(c->p.type_k, 1), nb = (size_t)H * (size_t)c->p.capacity * c->p.head_dim * es;
+    uint8_t *buf = calloc(1, nb);
+    if (!buf) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory (%zu bytes)", op, nb);
+    kvs_tensor *full = NULL;
+    kvs_status s = pruned_full(c, l, buf, es);
+    if (s == KVS_OK) s = kvs_tensor_new(&full, c->dev, c->p.type_k, c->p.head_dim, c->p.capacity, H, 0);
+    if (s == KVS_OK) s = kvs_tensor_upload(full, buf, 0, nb);
+    free(buf);
+    if (s != KVS_OK) {
+        kvs_tensor_destroy(&full);
+        return s;
+    }
+    kvs_tensor_set_name(full, "cache.k");
+    kvs_tensor_destroy(&c->k[l]); /* the tail */
+    c->k[l] = full;
+    struct kvs_pruned_seg *g = &c->kp[l];
+    seg_tensors_free(g);
+    memset(g->rows, 0, (size_t)H * sizeof *g->rows);
+    g->tcap = 0;
+    g->on = 0;
+    return sync_layer(c, l);
+}
+
+/* The tail tensors of capacity tcap (positions and write indices with them). */
+static kvs_status tail_new(kvs_kv_cache *c, struct kvs_pruned_seg *g, int64_t tcap, kvs_tensor **tail) {
+    const int H = c->p.n_kv_heads;
+    kvs_tensor *tp = NULL, *ts = NULL;
+    uint8_t *z = calloc(1, kvs_dtype_bytes(c->p.type_k, c->p.head_dim) * (size_t)tcap * H);
+    kvs_status s = z ? KVS_OK : kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_cache: out of host memory");
+    if (s == KVS_OK) s = kvs_tensor_new(tail, c->dev, c->p.type_k, c->p.head_dim, tcap, H, 0);
+    if (s == KVS_OK) s = kvs_tensor_upload(*tail, z, 0, (*tail)->nbytes); /* never-written rows read 0 */
+    if (s == KVS_OK) s = kvs_tensor_new(&tp, c->dev, KVS_I32, tcap, H, 0, 0);
+    if (s == KVS_OK) s = kvs_tensor_new(&ts, c->dev, KVS_I32, tcap * H, 0, 0, 0);
+    free(z);
+    if (s != KVS_OK) {
+        kvs_tensor_destroy(tail);
+        kvs_tensor_destroy(&tp);
+        kvs_tensor_destroy(&ts);
+        return s;
+    }
+    kvs_tensor_set_name(*tail, "cache.k_tail");
+    kvs_tensor_destroy(&g->tpos);
+    kvs_tensor_destroy(&g->tslots);
+    g->tpos = tp;
+    g->tslots = ts;
+    g->tcap = tcap;
+    return KVS_OK;
+}
+
+/* Grows layer l's tail to hold need rows per head (a write of more rows than the evictor's buffer
+ * announced, kvs_cache_set_tail_rows): at least doubled, at most capacity - max P (the most rows an
+ * append can add before the cache is full). */
+static kvs_status tail_grow(kvs_kv_cache *c, int l, int64_t need) {
+    struct kvs_pruned_seg *g = &c->kp[l];
+    if (need <= g->tcap) return KVS_OK;
+    const int H = c->p.n_kv_heads;
+    int64_t maxp = 0;
+    for (int h = 0; h < H; h++) maxp = g->rows[h] > maxp ? g->rows[h] : maxp;
+    int64_t nt = 2 * g->tcap > need ? 2 * g->tcap : need;
+    if (nt > c->p.capacity - maxp) nt = c->p.capacity - maxp;
+    if (nt < need) nt = need;
+    const size_t rb = kvs_dtype_bytes(c->p.type_k, c->p.head_dim), old = (size_t)g->tcap;
+    kvs_tensor *otail = c->k[l], *ntail = NULL;
+    uint8_t *o = malloc(otail->nbytes), *n = calloc(1, rb * (size_t)nt * H);
+    kvs_status s = o && n ? kvs_tensor_download(otail, o, 0, otail->nbytes) : kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_cache: out of host memory");
+    if (s == KVS_OK)
+        for (int h = 0; h < H; h++) memcpy(n + (size_t)h * nt * rb, o + (size_t)h * old * rb, old * rb);
+    if (s == KVS_OK) s = tail_new(c, g, nt, &ntail);
+    if (s == KVS_OK) s = kvs_tensor_upload(ntail, n, 0, ntail->nbytes);
+    free(o);
+    free(n);
+    if (s != KVS_OK) return s; /* (tail_new failing leaves the old tail and its tensors) */
+    kvs_tensor_destroy(&c->k[l]);
+    c->k[l] = ntail;
+    return sync_pruned(c, l);
+}
+
+kvs_status kvs_cache_prune_keys(kvs_kv_cache *c, int l, const uint8_t *pruned) {
+    const char *op = "kvs_cache_prune_keys";
+    if (!LAYER_OK(c, l) || !pruned) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: NULL argument or bad layer %d", op, l);
+    if (c->p.mode != KVS_CACHE_APPEND)
+        return kvs_error(KVS_ERR_STATE, "%s: only append caches hold pruned keys (this cache is positional)", op);
+    if ((c->p.type_k != KVS_F32 && c->p.type_k != KVS_F16) || (c->p.flags & KVS_CACHE_ROTATE))
+        return kvs_error(KVS_ERR_UNSUPPORTED, "%s: keys of type %s%s: only plain f32 / f16 keys store a channel subset", op,
+                         kvs_dtype_name(c->p.type_k), (c->p.flags & KVS_CACHE_ROTATE) ? " (Hadamard-rotated)" : "");
+    const int H = c->p.n_kv_heads, hd = c->p.head_dim;
+    int d = -1;
+    for (int h = 0; h < H; h++) {
+        int kept = 0;
+        for (int t = 0; t < hd; t++) kept += !pruned[h * hd + t];
+        if (d >= 0 && kept != d)
+            return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: kv head %d keeps %d channels, head 0 keeps %d (one d_k' per layer)", op, h,
+                             kept, d);
+        d = kept;
+    }
+    if (d < 1) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: every channel pruned (keep at least one)", op);
+    KVS_TRY(kvs_cache_unprune_keys(c, l)); /* the old layout back to full width (0 outside the old channels) */
+    if (!c->kp) {
+        c->kp = calloc((size_t)c->p.n_layers, sizeof *c->kp);
+        if (!c->kp) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
+    }
+    struct kvs_pruned_seg *g = &c->kp[l];
+    if (g->d != d) {
+        int32_t *ch = malloc((size_t)H * d * sizeof *ch);
+        int64_t *rows = g->rows ? g->rows : calloc((size_t)H, sizeof *rows);
+        if (!ch || !rows) {
+            free(ch);
+            if (rows != g->rows) free(rows);
+            return kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
+        }
+        free(g->ch);
+        g->ch = ch;
+        g->rows = rows;
+        g->d = d;
+    }
+    for (int h = 0; h < H; h++) {
+        int n = 0;
+        for (int ch = 0; ch < hd; ch++)
+            if (!pruned[h * hd + ch]) g->ch[h * d + n++] = ch;
+    }
+    const size_t cap = (size_t)c->p.capacity;
+    int64_t maxp = 0;
+    for (int h = 0; h < H; h++) maxp = c->host_len[(size_t)l * H + h] > maxp ? c->host_len[(size_t)l * H + h] : maxp;
+    if (maxp == 0) return KVS_OK; /* nothing to prune: the layer stays full width */
+    /* the tail: the rows appended until the next eviction, at most capacity - max P */
+    int64_t tcap = (int64_t)cap - maxp;
+    if (c->tail_rows > 0 && c->tail_rows < tcap) tcap = c->tail_rows;
+    if (tcap < 1) tcap = 1;
+    kvs_tensor *t = c->k[l], *kp = NULL, *plen = NULL, *tlen = NULL, *tail = NULL;
+    const size_t es = kvs_dtype_bytes(t->dtype, 1);
+    uint8_t *buf = malloc(t->nbytes + (size_t)H * cap * d * es);
+    if (!buf) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
+    uint8_t *pr = buf + t->nbytes;
+    memset(pr, 0, (size_t)H * cap * d * es);
+    kvs_status s = kvs_tensor_download(t, buf, 0, t->nbytes);
+    for (int h = 0; s == KVS_OK && h < H; h++) {
+        const int64_t len = c->host_len[(size_t)l * H + h];
+        for (int64_t r = 0; r < len; r++) {
+            const uint8_t *src = buf + ((size_t)h * cap + (size_t)r) * hd * es;
+            uint8_t *dst = pr + ((size_t)h * cap + (size_t)r) * d * es;
+            for (int x = 0; x < d; x++) memcpy(dst + (size_t)x * es, src + (size_t)g->ch[h * d + x] * es, es);
+        }
+    }
+    if (s == KVS_OK) s = kvs_tensor_new(&kp, c->dev, c->p.type_k, d, (int64_t)cap, H, 0);
+    if (s == KVS_OK) s = kvs_tensor_upload(kp, pr, 0, kp->nbytes);
+    if (s == KVS_OK) s = kvs_tensor_new(&plen, c->dev, KVS_I32, H, 0, 0, 0);
+    if (s == KVS_OK) s = kvs_tensor_new(&tlen, c->dev, KVS_I32, H, 0, 0, 0);
+    if (s == KVS_OK) s = tail_new(c, g, tcap, &tail);
+    free(buf);
+    if (s != KVS_OK) {
+        kvs_tensor_destroy(&kp);
+        kvs_tensor_destroy(&plen);
+        kvs_tensor_destroy(&tlen);
+        return s;
+    }
+    kvs_tensor_set_name(kp, "cache.k_pruned");
+    g->k = kp;
+    g->len = plen;
+    g->tlen = tlen;
+    kvs_tensor_destroy(&c->k[l]); /* the full-width keys: the tail replaces them */
+    c->k[l] = tail;
+    for (int h = 0; h < H; h++) g->rows[h] = c->host_len[(size_t)l * H + h];
+    g->on = 1;
+    return sync_pruned(c, l);
 }
 
 static int rot_block(int head_dim) {
@@ -355,6 +651,16 @@ kvs_status kvs_cache_read_f32(kvs_kv_cache *c, int layer, int which, float *dst)
         if (s == KVS_OK) kvs_qb_qh8_n(hi, lo, n / 32, dst);
         free(hi);
         if (s == KVS_OK && which == 0 && (c->p.flags & KVS_CACHE_ROTATE)) kvs_cache_rotate_rows(dst, n / d, (int)d);
+        return s;
+    }
+    if (which == 0 && kp_active(c, layer)) { /* pruned rows: 0 in the channels they do not hold */
+        const size_t es = kvs_dtype_bytes(t->dtype, 1), nf = (size_t)c->p.n_kv_heads * (size_t)c->p.capacity * (size_t)d;
+        uint8_t *buf = calloc(nf, es);
+        if (!buf) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_cache_read_f32: out of host memory");
+        kvs_status s = pruned_full(c, layer, buf, es);
+        for (size_t i = 0; s == KVS_OK && i < nf; i++)
+            dst[i] = es == 4 ? ((const float *)buf)[i] : kvs_f16_to_f32(((const uint16_t *)buf)[i]);
+        free(buf);
         return s;
     }
     if (t->dtype == KVS_F32) {
@@ -422,6 +728,25 @@ kvs_status kvs_cache_write_rows_rope(kvs_kv_cache *c, int l, const kvs_tensor *k
             for (int64_t i = 0; i < n; i++) slots[h * n + i] = (int32_t)(len[h] + i);
         }
     }
+    /* ThinK's pruned layout: the keys go to the full-width tail (row len - P), grown if it must */
+    kvs_tensor tidx;
+    const int tail = cp->mode == KVS_CACHE_APPEND && kp_active(c, l);
+    if (tail) {
+        int64_t need = 0;
+        for (int h = 0; h < H; h++)
+            if (len[h] - c->kp[l].rows[h] + n > need) need = len[h] - c->kp[l].rows[h] + n;
+        KVS_TRY(tail_grow(c, l, need));
+        int32_t *ts = c->scratch_slots + (size_t)H * n; /* after the cache rows ([H][n] <= [H][cap] / 2, or a buffer) */
+        int32_t *tsb = (size_t)H * n * 2 <= (size_t)H * (size_t)cp->capacity ? ts : malloc((size_t)H * n * sizeof *ts);
+        if (!tsb) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
+        for (int h = 0; h < H; h++)
+            for (int64_t i = 0; i < n; i++) tsb[h * n + i] = (int32_t)(len[h] - c->kp[l].rows[h] + i);
+        int64_t tne[2] = {n, H};
+        kvs_status st = kvs_tensor_view_into(&tidx, c->kp[l].tslots, 0, 2, tne);
+        if (st == KVS_OK) st = kvs_tensor_upload(&tidx, tsb, 0, (size_t)H * n * sizeof *tsb);
+        if (tsb != ts) free(tsb);
+        KVS_TRY(st);
+    }
     /* the device row indices [H][n], uploaded only when they changed */
     kvs_tensor idx;
     int64_t ne[2] = {n, H};
@@ -459,7 +784,8 @@ kvs_status kvs_cache_write_rows_rope(kvs_kv_cache *c, int l, const kvs_tensor *k
     }
     /* qh8: both planes coded by the backend (kvs_qh8_encode_row's rule; on the device for GPUs) */
     if (s == KVS_OK)
-        s = c->k_lo ? kvs_scatter_qh8(c->dev, ksrc, &idx, c->k[l], c->k_lo[l], 1) : kvs_scatter(c->dev, ksrc, &idx, c->k[l], 1);
+        s = c->k_lo ? kvs_scatter_qh8(c->dev, ksrc, &idx, c->k[l], c->k_lo[l], 1)
+                    : kvs_scatter(c->dev, ksrc, tail ? &tidx : &idx, c->k[l], 1);
     if (s == KVS_OK)
         s = c->v_lo ? kvs_scatter_qh8(c->dev, v, &idx, c->v[l], c->v_lo[l], 1) : kvs_scatter(c->dev, v, &idx, c->v[l], 1);
     KVS_TRY(s);
@@ -510,6 +836,9 @@ kvs_status kvs_cache_keep(kvs_kv_cache *c, int layer, const int32_t *keep, const
         }
         if (n_keep[h] > nmax) nmax = n_keep[h];
     }
+    /* pruned keys back to full width (0 outside their channels) before the rows move; ThinK prunes
+     * the kept rows again after the eviction (kvs_cache_prune_keys) */
+    KVS_TRY(kvs_cache_unprune_keys(c, layer));
     if (nmax == 0) {
         for (int h = 0; h < H; h++) c->host_len[(size_t)layer * H + h] = 0;
         return sync_layer(c, layer);
@@ -568,6 +897,7 @@ kvs_status kvs_cache_rerotate(kvs_kv_cache *c, int layer, const kvs_rope_params 
     if (c->p.mode != KVS_CACHE_APPEND)
         return kvs_error(KVS_ERR_STATE, "%s: only append caches renumber their rows (this cache is positional)", op);
     KVS_TRY(kvs_cache_check_rerotate(&c->p));
+    KVS_TRY(kvs_cache_unprune_keys(c, layer)); /* pruned keys are shifted at full width */
     int H = c->p.n_kv_heads;
     int64_t cap = c->p.capacity, nmax = kvs_cache_max_len(c, layer), shifted = 0;
     if (!c->scratch_delta) {
@@ -625,6 +955,7 @@ kvs_status kvs_cache_truncate(kvs_kv_cache *c, int64_t n_rows) {
     int64_t next = 0;
     for (int l = 0; l < c->p.n_layers; l++) {
         int any = 0;
+        KVS_TRY(kvs_cache_unprune_keys(c, l)); /* pruned keys back to full width first */
         for (int h = 0; h < H; h++) {
             int64_t *len = &c->host_len[(size_t)l * H + h];
             int32_t *pos = c->host_pos + ((size_t)l * H + h) * cap, *rpos = c->host_rpos + ((size_t)l * H + h) * cap;

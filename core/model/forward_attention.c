@@ -1,6 +1,8 @@
 /* One layer's attention in the forward: dense over the cache rows or over a keep-set gathered
- * from them (kvs_layer_plan.keep), the statistics the plan asks for (key mass, probe rows, argmax),
- * and the latent-memory merge. See model.h and forward.c. */
+ * from them (kvs_layer_plan.keep), or over ThinK's two key segments (pruned_attention), the
+ * statistics the plan asks for (key mass, probe rows, argmax), and the latent-memory merge. See
+ * model.h and forward.c. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -102,6 +104,183 @@ static kvs_status gather_keep(fwd_ctx *f, int l, const kvs_layer_plan *lp, int64
     if (s == KVS_OK) s = kvs_tensor_upload(*klen, lenp, 0, (size_t)H * 4);
     fwd_view_done(&iv);
     *kmax = km;
+    return s;
+}
+
+/* Whether layer l holds ThinK's pruned keys (kvs_cache_prune_keys): some kv head has pruned rows. */
+static int pruned_on(kvs_kv_cache *c, int l) {
+    if (kvs_cache_pruned_dim(c, l) < 1) return 0;
+    for (int h = 0; h < kvs_cache_get_params(c)->n_kv_heads; h++)
+        if (kvs_cache_pruned_rows(c, l, h) > 0) return 1;
+    return 0;
+}
+
+/* log of the softmax mass of a call: m + log l; -inf when no key was visible (l = 0); NaN stays. */
+static void lse_of(const float *m, const float *l, float *out, int64_t n) {
+    for (int64_t i = 0; i < n; i++) out[i] = l[i] == 0.0f ? -INFINITY : m[i] + logf(l[i]);
+}
+
+/* Attention over ThinK's two key segments (cache.h, kvs_cache_prune_keys): the pruned rows [0, P[h])
+ * (keys of d_k' channels, kvs_attention_params.q_channels, values kvs_cache_v's rows) and the tail,
+ * the full-width rows appended since (kvs_cache_k [H][T][head_dim], its row j being cache row
+ * P[h] + j; their values gathered from kvs_cache_v into ws.tk_v, causal only). Merged exactly through
+ * lse_extra (ops.h): (1) the tail alone gives its log-normaliser lse_t; (2) the pruned rows with
+ * lse_extra = lse_t give their exact share of out, key mass and probe rows (and lse_p), in the cache's
+ * row space (the tail's rows there are 0: untouched after the zero fill, or written 0 as invalid);
+ * (3) the tail again with lse_extra = lse_p, its key mass, probe rows and argmax in tail rows, added
+ * on the host into cache rows P[h] + j; out is the sum, argmax the one of the larger row maximum (the
+ * pruned rows on ties: they are the lower rows). ap: the dense call's parameters (cache positions,
+ * lengths, statistics, over the cache's capacity); out: [n][n_heads][head_dim]. */
+static kvs_status pruned_attention(fwd_ctx *f, int l, int64_t n, const kvs_tensor *q, kvs_tensor *out,
+                                   const kvs_attention_params *ap) {
+    kvs_model *m = f->m;
+    kvs_kv_cache *c = f->c;
+    kvs_workspace *ws = &m->ws;
+    const kvs_model_hparams *hp = &m->hp;
+    const int H = hp->n_kv_heads, NH = hp->n_heads, G = NH / H;
+    const int64_t cap = kvs_cache_get_params(c)->capacity, nr = n * NH;
+    const kvs_tensor *kt = kvs_cache_k(c, l), *vv = kvs_cache_v(c, l);
+    const int64_t T = kvs_tensor_ne(kt, 1);
+    int64_t n_probe = ap->probs ? kvs_tensor_nelements(ap->probe_rows) : 0, pmax = 0, P[256], A[256];
+    if (H > 256) return kvs_error(KVS_ERR_UNSUPPORTED, "kvs_model_forward: ThinK's pruned keys support at most 256 kv heads");
+    for (int h = 0; h < H; h++) {
+        P[h] = kvs_cache_pruned_rows(c, l, h);
+        A[h] = kvs_cache_len(c, l, h) - P[h]; /* the tail's rows */
+        if (P[h] > pmax) pmax = P[h];
+    }
+    kvs_status s = KVS_OK;
+    if (ws->tk_rows < ws->rows) { /* grown with the per-token buffers, made on first use */
+        ws->tk_rows = 0;
+        s = fwd_grow_tensor(&ws->tk_stat, m->dev, KVS_F32, NH, ws->rows, 6, "ws.tk_stat");
+        if (s == KVS_OK) s = fwd_grow_tensor(&ws->tk_out, m->dev, KVS_F32, (int64_t)NH * hp->head_dim, ws->rows, 0, "ws.tk_out");
+        if (s == KVS_OK) s = fwd_grow_tensor(&ws->tk_am, m->dev, KVS_I32, NH, ws->rows, 0, "ws.tk_am");
+        float *hf = s == KVS_OK ? realloc(ws->h_tk, sizeof(float) * 6 * (size_t)(ws->rows * NH)) : NULL;
+        if (hf) ws->h_tk = hf;
+        int32_t *hi = hf ? realloc(ws->h_tk_am, sizeof(int32_t) * 2 * (size_t)(ws->rows * NH)) : NULL;
+        if (hi) ws->h_tk_am = hi;
+        if (s == KVS_OK && (!hf || !hi)) s = kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_model_forward: out of host memory");
+        if (s == KVS_OK) ws->tk_rows = ws->rows;
+    }
+    /* the tail's values (gathered), its key mass and probe rows: [H][T] shaped, grown with T */
+    kvs_dtype vt = kvs_tensor_dtype(vv);
+    if (s == KVS_OK && (ws->tk_cap < T || !ws->tk_v || kvs_tensor_dtype(ws->tk_v) != vt)) {
+        ws->tk_cap = 0;
+        s = fwd_grow_tensor(&ws->tk_v, m->dev, vt, hp->head_dim, T, H, "ws.tk_v");
+        if (s == KVS_OK) s = fwd_grow_tensor(&ws->tk_idx, m->dev, KVS_I32, T, H, 0, "ws.tk_idx");
+        if (s == KVS_OK) s = fwd_grow_tensor(&ws->tk_km, m->dev, KVS_F32, T, H, 0, "ws.tk_km");
+        if (s == KVS_OK) ws->tk_cap = T;
+        ws->tk_probs_n = 0;
+    }
+    if (s == KVS_OK && n_probe * NH * T > ws->tk_probs_n) {
+        ws->tk_probs_n = 0;
+        s = fwd_grow_tensor(&ws->tk_probs, m->dev, KVS_F32, T, NH, n_probe, "ws.tk_probs");
+        if (s == KVS_OK) ws->tk_probs_n = n_probe * NH * T;
+    }
+    KVS_TRY(s);
+    kvs_tensor *st[6] = {NULL}, *out2 = NULL, *am2 = NULL, *pv2 = NULL, *vtail = NULL, *iv = NULL, *km2 = NULL;
+    for (int i = 0; i < 6 && s == KVS_OK; i++) s = fwd_view3(m, &st[i], ws->tk_stat, (int64_t)i * nr, NH, n, 1);
+    if (s == KVS_OK) s = fwd_view3(m, &out2, ws->tk_out, 0, hp->head_dim, NH, n);
+    if (s == KVS_OK && ap->argmax) s = fwd_view3(m, &am2, ws->tk_am, 0, NH, n, 1);
+    if (s == KVS_OK && n_probe) s = fwd_view3(m, &pv2, ws->tk_probs, 0, T, NH, n_probe);
+    if (s == KVS_OK) s = fwd_view3(m, &vtail, ws->tk_v, 0, hp->head_dim, T, H);
+    if (s == KVS_OK) s = fwd_view3(m, &iv, ws->tk_idx, 0, T, H, 1);
+    if (s == KVS_OK && ap->key_mass) s = fwd_view3(m, &km2, ws->tk_km, 0, T, H, 1);
+    /* the tail's values: cache rows P[h] + j (rows past the tail repeat a valid row, never read) */
+    int32_t *idx = NULL;
+    if (s == KVS_OK) s = fwd_host_grow((void **)&ws->h_keep, &ws->h_keep_cap, (int64_t)H * T, sizeof *ws->h_keep);
+    if (s == KVS_OK) {
+        idx = ws->h_keep;
+        for (int h = 0; h < H; h++)
+            for (int64_t j = 0; j < T; j++) {
+                int64_t r = P[h] + (j < A[h] ? j : (A[h] > 0 ? A[h] - 1 : 0));
+                idx[h * T + j] = (int32_t)(r < cap ? r : cap - 1);
+            }
+        s = kvs_tensor_upload(iv, idx, 0, (size_t)(H * T) * 4);
+    }
+    if (s == KVS_OK) s = kvs_gather(m->dev, vv, iv, vtail);
+    float *h = ws->h_tk; /* [rm_t, rs_t, rm_p, rs_p, lse_t, lse_p] */
+
+    /* (1) the tail: its normaliser */
+    kvs_attention_params a1 = kvs_attention_params_default();
+    a1.scale = ap->scale;
+    a1.causal = 1;
+    a1.n_kv = T;
+    a1.q_pos = ap->q_pos;
+    a1.k_pos = kvs_cache_tail_pos_tensor(c, l);
+    a1.kv_len = kvs_cache_tail_len_tensor(c, l);
+    a1.row_max = st[0];
+    a1.row_sum = st[1];
+    if (s == KVS_OK) s = kvs_attention(m->dev, q, kt, vtail, out2, &a1);
+    if (s == KVS_OK) s = kvs_tensor_download(ws->tk_stat, h, 0, sizeof(float) * 2 * (size_t)nr); /* st[0], st[1] */
+    if (s == KVS_OK) {
+        lse_of(h, h + nr, h + 4 * nr, nr);
+        s = kvs_tensor_upload(st[4], h + 4 * nr, 0, sizeof(float) * (size_t)nr);
+    }
+    /* (2) the pruned rows, normalised with the tail's mass, statistics in cache rows */
+    kvs_attention_params a2 = *ap;
+    a2.n_kv = pmax;
+    a2.kv_len = kvs_cache_pruned_len_tensor(c, l);
+    a2.q_channels = kvs_cache_pruned_channels(c, l);
+    a2.lse_extra = st[4];
+    a2.row_max = st[2];
+    a2.row_sum = st[3];
+    a2.argmax = am2;
+    if (s == KVS_OK) s = kvs_attention(m->dev, q, kvs_cache_k_pruned(c, l), vv, out, &a2);
+    if (s == KVS_OK) s = kvs_tensor_download(ws->tk_stat, h + 2 * nr, sizeof(float) * 2 * (size_t)nr, sizeof(float) * 2 * (size_t)nr);
+    if (s == KVS_OK) {
+        lse_of(h + 2 * nr, h + 3 * nr, h + 5 * nr, nr);
+        s = kvs_tensor_upload(st[5], h + 5 * nr, 0, sizeof(float) * (size_t)nr);
+    }
+    /* (3) the tail, normalised with the pruned rows' mass; statistics in tail rows */
+    kvs_attention_params a3 = a1;
+    a3.lse_extra = st[5];
+    a3.row_max = a3.row_sum = NULL;
+    a3.stat_rows = ap->stat_rows;
+    a3.key_mass = km2;
+    a3.probe_rows = pv2 ? ap->probe_rows : NULL;
+    a3.probs = pv2;
+    a3.argmax = ap->argmax;
+    if (s == KVS_OK && km2) s = kvs_tensor_fill(km2, 0.0);
+    if (s == KVS_OK) s = kvs_attention(m->dev, q, kt, vtail, out2, &a3);
+    if (s == KVS_OK) s = kvs_add(m->dev, out, out2, out);
+    /* the tail's statistics into cache rows P[h] + j (added: the pruned call left 0 there) */
+    if (s == KVS_OK && (km2 || n_probe)) {
+        const int64_t nk = km2 ? (int64_t)H * (cap + T) : 0, np = n_probe * NH * (cap + T);
+        float *buf = malloc(sizeof(float) * (size_t)(nk > np ? nk : np));
+        if (!buf) s = kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_model_forward: out of host memory");
+        if (s == KVS_OK && km2) {
+            float *km = buf, *kt2 = buf + (int64_t)H * cap;
+            s = kvs_tensor_download(ap->key_mass, km, 0, sizeof(float) * (size_t)(H * cap));
+            if (s == KVS_OK) s = kvs_tensor_download(km2, kt2, 0, sizeof(float) * (size_t)(H * T));
+            for (int hh = 0; s == KVS_OK && hh < H; hh++)
+                for (int64_t j = 0; j < A[hh]; j++) km[hh * cap + P[hh] + j] += kt2[hh * T + j];
+            if (s == KVS_OK) s = kvs_tensor_upload(ap->key_mass, km, 0, sizeof(float) * (size_t)(H * cap));
+        }
+        if (s == KVS_OK && n_probe) {
+            const int64_t rows = n_probe * NH;
+            float *pc = buf, *pt = buf + rows * cap;
+            s = kvs_tensor_download(ap->probs, pc, 0, sizeof(float) * (size_t)(rows * cap));
+            if (s == KVS_OK) s = kvs_tensor_download(pv2, pt, 0, sizeof(float) * (size_t)(rows * T));
+            for (int64_t r = 0; s == KVS_OK && r < rows; r++) {
+                const int hh = (int)(r % NH) / G;
+                for (int64_t j = 0; j < A[hh]; j++) pc[r * cap + P[hh] + j] += pt[r * T + j];
+            }
+            if (s == KVS_OK) s = kvs_tensor_upload(ap->probs, pc, 0, sizeof(float) * (size_t)(rows * cap));
+        }
+        free(buf);
+    }
+    if (s == KVS_OK && ap->argmax) {
+        int32_t *at = ws->h_tk_am, *apr = at + nr;
+        s = kvs_tensor_download(ap->argmax, at, 0, sizeof(int32_t) * (size_t)nr);
+        if (s == KVS_OK) s = kvs_tensor_download(am2, apr, 0, sizeof(int32_t) * (size_t)nr);
+        for (int64_t i = 0; s == KVS_OK && i < nr; i++) {
+            if (at[i] >= 0) at[i] += (int32_t)P[(i % NH) / G]; /* tail row -> cache row */
+            if (apr[i] >= 0 && (at[i] < 0 || h[2 * nr + i] >= h[i])) at[i] = apr[i];
+        }
+        if (s == KVS_OK) s = kvs_tensor_upload(ap->argmax, at, 0, sizeof(int32_t) * (size_t)nr);
+    }
+    kvs_tensor *all[] = {st[0], st[1], st[2], st[3], st[4], st[5], out2, am2, pv2, vtail, iv, km2};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) fwd_view_done(&all[i]);
     return s;
 }
 
@@ -218,7 +397,15 @@ kvs_status fwd_layer_attention(fwd_ctx *f, int l, const kvs_layer_plan *lp, int6
         if (s == KVS_OK) s = kvs_tensor_upload(qr, ws->h_q, 0, (size_t)nel * sizeof(float));
         qa = qr;
     }
-    if (s == KVS_OK) s = kvs_attention(m->dev, qa, kk, vv, out, &ap);
+    if (s == KVS_OK && pruned_on(c, l)) { /* ThinK's pruned keys: two segments, merged exactly */
+        if (sparse || lat || qa != q || !ap.causal)
+            s = kvs_error(KVS_ERR_UNSUPPORTED, "kvs_model_forward: layer %d holds pruned keys (ThinK, kvs_cache_prune_keys), "
+                          "which a sparse keep-set, latent memory, a KVS_CACHE_ROTATE cache or non-causal attention "
+                          "does not read", l);
+        if (s == KVS_OK) s = pruned_attention(f, l, n, q, out, &ap);
+    } else if (s == KVS_OK) {
+        s = kvs_attention(m->dev, qa, kk, vv, out, &ap);
+    }
 
     if (s == KVS_OK && lat) s = kvs_latent_merge(lat, l, q, out, lat_max, lat_sum);
         /* statistics to host, as [.][n_kv] over cache rows */

@@ -68,6 +68,15 @@ typedef struct kvs_workspace {
     int64_t spa_rows;        /* rows the SPA residual buffers hold (0: not made yet) */
     kvs_tensor *spa_a, *spa_b; /* [spa_rows][dim] F32 (kvs_layer_plan.spa_delta: selected rows' input, deltas) */
     kvs_tensor *spa_idx;     /* [spa_rows] I32 cache rows (positions) of the residual store */
+    /* ThinK's pruned keys (forward_attention.c, pruned_attention): per-row statistics [6][rows][n_heads]
+     * F32 (row max / sum of the two segments, their log-normalisers), the tail's output
+     * [rows][n_heads][head_dim], the pruned rows' argmax [rows][n_heads] I32, the tail's probe rows
+     * [probe][n_heads][tk_cap], its gathered values [n_kv_heads][tk_cap][head_dim] (V's type), their
+     * cache rows [n_kv_heads][tk_cap] I32 and its key mass [n_kv_heads][tk_cap] F32 */
+    int64_t tk_rows, tk_probs_n, tk_cap;
+    kvs_tensor *tk_stat, *tk_out, *tk_am, *tk_probs, *tk_v, *tk_idx, *tk_km;
+    float *h_tk;             /* host [6][rows][n_heads] */
+    int32_t *h_tk_am;        /* host [2][rows][n_heads] */
     kvs_tensor views[KVS_WS_VIEWS]; /* view arena (kvs_tensor_view_into: no references, never destroyed) */
     int n_views;
     int32_t *h_pos, *h_rows, *h_pos_rows, *h_tmp, *h_keep; /* host: positions, identity rows, rows of ws.pos,

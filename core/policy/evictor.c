@@ -142,6 +142,13 @@ kvs_status kvs_evictor_begin(kvs_evictor *e, kvs_kv_cache *c) {
     if (!e->noop && cp->mode != KVS_CACHE_APPEND)
         return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: eviction needs an APPEND cache", op);
     if (!e->noop && e->p.think_ratio > 0.0) KVS_TRY(kvs_think_check_cache(cp));
+    if (!e->noop && e->p.think_ratio > 0.0 && !e->p.think_in_place && e->pol->latent)
+        return kvs_error(KVS_ERR_UNSUPPORTED, "%s: ThinK's pruned keys (think_ratio > 0) are not merged with the %s policy's "
+                         "latent memory (its unnormalised attention reads one key segment); think_in_place = 1 zeroes "
+                         "the channels in place instead", op, kvs_policy_name(e->pol));
+    /* ThinK's pruned layout: the full-width key tail holds the rows appended between two evictions,
+     * the buffer (a longer step grows it, kvs_cache_prune_keys) */
+    if (!e->noop && e->p.think_ratio > 0.0 && !e->p.think_in_place) KVS_TRY(kvs_cache_set_tail_rows(c, e->buffer));
     e->c = c;
     e->cap = cp->capacity;
     e->n_new = -1;

@@ -63,8 +63,9 @@ static inline kvs_status xalloc(void **p, size_t n) {
  * and the host statistics. cur_pos: position of the newest token. (evictor_evict.c) */
 kvs_status kvs_evictor_evict_pool(kvs_evictor *e, int l0, int l1, int32_t cur_pos);
 
-/* ThinK after an eviction of layer l: zeroes the key channels kvs_think_select picks from the
- * accumulated window queries and the kept rows, then clears the accumulator. (think.c) */
+/* ThinK after an eviction of layer l: prunes the key channels kvs_think_select picks from the
+ * accumulated window queries and the kept rows (the cache's pruned segment, or zeroed in place with
+ * think_in_place), then clears the accumulator. (think.c) */
 kvs_status kvs_evictor_think(kvs_evictor *e, int l);
 
 #endif

@@ -1,8 +1,10 @@
 /* ThinK (Xu et al. 2024, "ThinK: Thinner Key Cache by Query-Driven Pruning", arXiv 2407.21018;
  * kvpress ThinKPress): query-driven pruning of key channels per kv head. The host channel choice
  * (kvs_think_select, policy.h) and the evictor's pruning step (kvs_evictor_think, evictor_internal.h):
- * the pruned channels of the kept rows are zeroed in place, so the attention reads the same layout
- * and the cache's memory does not drop yet. */
+ * the kept rows move into the cache's pruned key segment, which stores only the kept channels, and
+ * the full-width keys are freed (kvs_cache_prune_keys, cache.h; the forward attends over it and the
+ * full-width tail of the rows appended since, core/model/forward_attention.c), or, with kvs_evict_params.think_in_place, the pruned channels are
+ * zeroed in place (kvpress's way: the usual layout, no memory saved; the results are the same). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,7 +55,7 @@ kvs_status kvs_think_check_cache(const kvs_cache_params *p) {
     const char *op = "ThinK (think_ratio > 0)";
     if (!p) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_think_check_cache: p is NULL");
     if (p->type_k != KVS_F32 && p->type_k != KVS_F16)
-        return kvs_error(KVS_ERR_UNSUPPORTED, "%s: keys of type %s cannot have channels zeroed in place (f32 or f16 keys "
+        return kvs_error(KVS_ERR_UNSUPPORTED, "%s: keys of type %s cannot have channels pruned (f32 or f16 keys "
                          "only: the scoring pass reads those, and a block type's 32 channels share one scale)", op,
                          kvs_dtype_name(p->type_k));
     if (p->flags & KVS_CACHE_ROTATE)
@@ -62,8 +64,10 @@ kvs_status kvs_think_check_cache(const kvs_cache_params *p) {
     return KVS_OK;
 }
 
-/* Zeroes, in layer l of the evictor's cache, the key channels ThinK selects from the window queries
- * accumulated in s->q_sq and the kept rows, then clears the accumulator. */
+/* Prunes, in layer l of the evictor's cache, the key channels ThinK selects from the window queries
+ * accumulated in s->q_sq and the kept rows: the rows move into the cache's pruned segment holding the
+ * other channels (kvs_cache_prune_keys), or, with think_in_place, the channels are zeroed in place in
+ * the full-width rows; then clears the accumulator. */
 kvs_status kvs_evictor_think(kvs_evictor *e, int l) {
     layer_state *s = &e->ls[l];
     int H = e->H, hd = e->hd;
@@ -74,6 +78,19 @@ kvs_status kvs_evictor_think(kvs_evictor *e, int l) {
     kvs_tensor *kt = kvs_cache_k(e->c, l);
     int f16 = kvs_tensor_dtype(kt) == KVS_F16;
     if (!e->keys) KVS_TRY(xalloc((void **)&e->keys, KV * sizeof(float)));
+    if (!e->p.think_in_place) {
+        /* the pruned layout: the kept rows (pruned ones expanded, 0 outside their channels) score the
+         * channels, then move into the cache's pruned segment holding the kept channels alone */
+        uint8_t *prs = malloc((size_t)H * hd);
+        kvs_status st = prs ? kvs_cache_read_f32(e->c, l, 0, e->keys) : kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_evictor: out of host memory");
+        if (st == KVS_OK) st = kvs_think_select(s->q_sq, e->keys, len, H, e->cap, hd, e->p.think_ratio, prs, NULL);
+        if (st == KVS_OK) st = kvs_cache_prune_keys(e->c, l, prs);
+        for (int h = 0; st == KVS_OK && h < H; h++)
+            for (int c = 0; c < hd; c++) e->st.channels_pruned += prs[(size_t)h * hd + c];
+        memset(s->q_sq, 0, sizeof(double) * (size_t)H * hd);
+        free(prs);
+        return st;
+    }
     uint16_t *h16 = f16 ? malloc(KV * 2) : NULL;
     uint8_t *pr = malloc((size_t)H * hd);
     kvs_status st = (f16 && !h16) || !pr ? kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_evictor: out of host memory") : KVS_OK;

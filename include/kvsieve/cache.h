@@ -109,8 +109,10 @@ KVS_API kvs_status kvs_cache_reset(kvs_kv_cache *c);
 
 KVS_API const kvs_cache_params *kvs_cache_get_params(const kvs_kv_cache *c);
 
-/* Device tensors of layer l (borrowed; valid until the cache is destroyed). NULL for a bad layer
- * or an extra the cache does not keep. */
+/* Device tensors of layer l (borrowed; valid until the cache is destroyed, except kvs_cache_k's:
+ * valid until the layer's key layout changes, kvs_cache_prune_keys / kvs_cache_unprune_keys or a write
+ * that grows the tail; for a layer in ThinK's pruned layout it is the full-width tail, see there).
+ * NULL for a bad layer or an extra the cache does not keep. */
 KVS_API kvs_tensor *kvs_cache_k(kvs_kv_cache *c, int layer);
 KVS_API kvs_tensor *kvs_cache_v(kvs_kv_cache *c, int layer);
 KVS_API kvs_tensor *kvs_cache_pos_tensor(kvs_kv_cache *c, int layer);
@@ -183,9 +185,11 @@ KVS_API void kvs_cache_rotate_rows(float *x, int64_t n, int head_dim);
 KVS_API kvs_status kvs_cache_read_f32(kvs_kv_cache *c, int layer, int which, float *dst);
 
 /* Bytes of K/V (and x, when kept) for the rows in use, summed over layers and heads: the cache's
- * logical footprint (each row at its stored size: head_dim * 4 for F32, * 2 for F16/BF16,
+ * logical footprint (each row at its stored size: head_dim * 4 for F32, * 2 for F16/BF16 (a key in
+ * ThinK's pruned segment: d_k' values, kvs_cache_prune_keys),
  * head_dim / 32 blocks of 34 (q8_0), 18 (q4_0, iq4_nl), 20 (q4_1) or 36 (qh8: 20 + 16) bytes); and the bytes
- * allocated (capacity). */
+ * allocated (capacity; for a layer in ThinK's pruned layout its pruned key segment and full-width
+ * tail instead of the full-width keys, kvs_cache_prune_keys). */
 KVS_API int64_t kvs_cache_bytes_used(const kvs_kv_cache *c);
 KVS_API int64_t kvs_cache_bytes_allocated(const kvs_kv_cache *c);
 
@@ -217,6 +221,59 @@ KVS_API kvs_status kvs_cache_keep(kvs_kv_cache *c, int layer, const int32_t *kee
  * (keys of a block type or bf16, or a KVS_CACHE_ROTATE cache: only plain f32/f16 keys are shifted),
  * KVS_ERR_OUT_OF_MEMORY, and kvs_rope_shift's and the upload's errors. */
 KVS_API kvs_status kvs_cache_rerotate(kvs_kv_cache *c, int layer, const kvs_rope_params *p, int64_t *n_shifted);
+
+/* ThinK's pruned key storage (Xu et al. 2024, arXiv 2407.21018, sec. 3: the pruned channels are not
+ * stored; core/policy/think.c chooses them). After kvs_cache_prune_keys a layer's keys live in two
+ * tensors instead of the full-width [n_kv_heads][capacity][head_dim] one (which is freed):
+ *  - the pruned segment kvs_cache_k_pruned(c, l) [n_kv_heads][capacity][d_k'] (type_k): per kv head h
+ *    its rows [0, P[h]) hold only d_k' = head_dim - (pruned channels) key channels, channel t being
+ *    key channel kvs_cache_pruned_channels(c, l)[h * d_k' + t] (ascending);
+ *  - the tail, which kvs_cache_k(c, l) then returns: [n_kv_heads][T][head_dim] (type_k), T =
+ *    kvs_cache_tail_capacity(c, l); its row j of head h is cache row P[h] + j (rows appended since;
+ *    an append adds one row to every head, so all heads hold len - P of them).
+ * Values stay full width in kvs_cache_v [n_kv_heads][capacity][head_dim], rows as before (row r of
+ * head h is cache row r). T is capacity - max_h P[h] (the most rows an append can add before the cache
+ * is full), or kvs_cache_set_tail_rows's count when smaller (the evictor sets its buffer: the rows
+ * appended between two evictions); a write needing more rows grows the tail (at least doubled, at most
+ * capacity - max P). kvs_cache_read_f32 returns the keys in the full-width layout (the pruned rows with
+ * 0 in the channels they do not hold: exactly the keys with those channels zeroed in place).
+ * kvs_cache_bytes_used counts a pruned row's key at d_k' values; kvs_cache_bytes_allocated counts, for a
+ * pruned layer, the pruned segment and the tail instead of the full-width keys.
+ *
+ * kvs_cache_prune_keys: moves every row in use of layer l into the pruned segment, keeping the
+ * channels c with pruned[h * head_dim + c] == 0 (pruned: host [n_kv_heads][head_dim], 1 = drop; the
+ * same count per head), and makes an empty tail. Rows pruned before are expanded first (0 outside
+ * their old channels), so a channel kept now that they did not hold reads 0. Afterwards P[h] = len[h].
+ * With every head empty it only records the channels (the layer stays full width).
+ * kvs_cache_unprune_keys: back to the full-width key tensor (capacity rows; the pruned rows with 0
+ * outside their channels, the tail's rows at P[h] + j); the segment and the tail are freed (P = 0);
+ * kvs_cache_keep, kvs_cache_rerotate, kvs_cache_truncate and kvs_cache_reset call it first. A layer
+ * without the pruned layout runs nothing. Both hold the old and the new key tensors on the device
+ * for the duration of the call.
+ * Errors: KVS_ERR_INVALID_ARGUMENT (NULL, bad layer, counts differing between heads, every channel
+ * pruned), KVS_ERR_STATE (positional cache), KVS_ERR_UNSUPPORTED (keys other than plain f32 / f16:
+ * block types, bf16, KVS_CACHE_ROTATE), KVS_ERR_OUT_OF_MEMORY, transfer errors. */
+KVS_API kvs_status kvs_cache_prune_keys(kvs_kv_cache *c, int layer, const uint8_t *pruned);
+KVS_API kvs_status kvs_cache_unprune_keys(kvs_kv_cache *c, int layer);
+/* The tail capacity later prunings make: rows >= 1, or 0 (default) for capacity - max P. Errors:
+ * KVS_ERR_INVALID_ARGUMENT (NULL cache, rows < 0). */
+KVS_API kvs_status kvs_cache_set_tail_rows(kvs_kv_cache *c, int64_t rows);
+/* d_k' of layer l's last pruning, 0 when the layer was never pruned (or bad arguments). */
+KVS_API int kvs_cache_pruned_dim(const kvs_kv_cache *c, int layer);
+/* P[h]: rows of (layer, head) in the pruned segment (0: not in the pruned layout); -1 on bad arguments. */
+KVS_API int64_t kvs_cache_pruned_rows(const kvs_kv_cache *c, int layer, int head);
+/* T: rows of layer l's tail (0: not in the pruned layout, or bad arguments). */
+KVS_API int64_t kvs_cache_tail_capacity(const kvs_kv_cache *c, int layer);
+/* The pruned layout's tensors (NULL when the layer is not in it; the channel list is that of the
+ * last pruning, NULL when never pruned): the keys [n_kv_heads][capacity][d_k']; the host channel lists
+ * [n_kv_heads][d_k']; P as I32 [n_kv_heads] on the device (an attention's kv_len over the segment);
+ * the tail's positions [n_kv_heads][T] I32 (INT32_MAX beyond its rows) and its row counts
+ * [n_kv_heads] I32 (len - P): a causal attention's k_pos and kv_len over the tail. */
+KVS_API kvs_tensor *kvs_cache_k_pruned(kvs_kv_cache *c, int layer);
+KVS_API const int32_t *kvs_cache_pruned_channels(const kvs_kv_cache *c, int layer);
+KVS_API kvs_tensor *kvs_cache_pruned_len_tensor(kvs_kv_cache *c, int layer);
+KVS_API kvs_tensor *kvs_cache_tail_pos_tensor(kvs_kv_cache *c, int layer);
+KVS_API kvs_tensor *kvs_cache_tail_len_tensor(kvs_kv_cache *c, int layer);
 
 /* Whether caches made with params p can be re-rotated (kvs_cache_rerotate): KVS_OK for plain F32/F16
  * keys; KVS_ERR_UNSUPPORTED with the reason for block-type or BF16 keys (a decode/re-quantize round

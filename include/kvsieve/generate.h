@@ -31,7 +31,7 @@ typedef struct kvs_gen_stats {
                                 * per step; AR: what a cache-less recompute would run) */
     double compute_fraction;   /* rows_computed / rows_baseline */
     int64_t cache_bytes_peak;  /* peak of kvs_cache_bytes_used over the run, bytes */
-    int64_t cache_bytes_allocated; /* cache capacity allocated, bytes */
+    int64_t cache_bytes_allocated; /* cache allocated at the end of the run, bytes (kvs_cache_bytes_allocated) */
     int64_t evictions;         /* AR eviction events (kvs_evict_stats.evictions) */
     int64_t rows_evicted;      /* K/V rows evicted, summed over layers and kv heads */
     int64_t tokens;            /* tokens produced by decoding: AR: *n_out; DLM: generated positions

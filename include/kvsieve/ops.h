@@ -172,6 +172,19 @@ typedef struct kvs_attention_params {
                                 * (default scale 1/sqrt(d_q)). The front-end gathers q into a
                                 * temporary [n_q][n_heads][d_k] (kvs_gather, every backend) first.
                                 * NULL (default): q->ne[0] == d_k */
+    const kvs_tensor *lse_extra; /* F32 [n_q][n_heads]: per query row and head, the log of the softmax
+                                * mass of keys outside this call, on this call's logit scale
+                                * (log sum_j' exp(logit_j') over the other keys: m + log l of another
+                                * call with row_max m and row_sum l; -INFINITY: none). The op then
+                                * normalises out and every probability statistic (key_mass, probs) by
+                                * l + exp(lse_extra - m) instead of l, so attention over keys split
+                                * into two calls (ThinK's pruned rows and the full-width rows appended
+                                * since, core/model/forward_attention.c) gives each call's exact share:
+                                * out = out_1 + out_2, key_mass and probs exact per key. row_max,
+                                * row_sum and argmax stay the call's own. A row with no visible key
+                                * keeps out = 0. Not with unnormalised = 1 (KVS_ERR_INVALID_ARGUMENT).
+                                * Every backend (cpu with every variant, opencl, vulkan). NULL
+                                * (default): none */
 } kvs_attention_params;
 
 KVS_API kvs_attention_params kvs_attention_params_default(void);

@@ -292,14 +292,20 @@ typedef struct kvs_evict_params {
                             * kvs_generate_ar does with kvs_ar_params.rerotate); 0 (default): kept keys
                             * keep their RoPE positions. RoPE parameters: the model's (hparams). */
     /* ThinK (Xu et al. 2024, arXiv 2407.21018, sec. 3; kvpress ThinKPress): after each eviction of a
-     * layer (after the re-rotation, with rerotate), each kv head zeroes the floor(head_dim *
+     * layer (after the re-rotation, with rerotate), each kv head prunes the floor(head_dim *
      * think_ratio) key channels with the lowest ||Q[:, c]||^2 ||K[:, c]||^2 (kvs_think_select) in all
      * its kept rows; Q: the rotated queries of the last think_window steps before the eviction
-     * (group heads pooled), K: the kept rows. Zeroed in place: the attention reads the usual layout and
-     * the cache's memory does not drop. Rows appended later keep every channel until the next
-     * eviction (kvpress prunes only the keys it compresses). */
+     * (group heads pooled), K: the kept rows. The kept rows then move into the cache's pruned key
+     * segment, which stores only the other channels, and the layer's full-width keys are freed
+     * (kvs_cache_prune_keys, cache.h: the cache's bytes in use and allocated drop); the forward's
+     * attention reads that layout; rows appended later keep every channel, in a full-width key tail
+     * of `buffer` rows (grown when a step needs more), until the next eviction (kvpress prunes only
+     * the keys it compresses). */
     double think_ratio;    /* [0, 1); 0 (default): off (the paper prunes 0.4; kvpress's default is 0) */
     int64_t think_window;  /* queries observed, >= 1; default 32 (kvpress window_size) */
+    int think_in_place;    /* 1: zero the pruned channels in place in the full-width rows instead
+                            * (kvpress's layout: nothing saved; equal results to float rounding);
+                            * 0 (default): the pruned segment */
 } kvs_evict_params;
 
 KVS_API kvs_evict_params kvs_evict_params_default(void);
@@ -371,8 +377,8 @@ KVS_API kvs_status kvs_think_select(const double *q_sq, const float *keys, const
                                     int head_dim, double ratio, uint8_t *pruned, double *scores);
 
 /* Whether ThinK (kvs_evict_params.think_ratio > 0) can run on a cache of these parameters; the
- * evictor checks it in kvs_evictor_begin, so the refusal comes before decoding starts. The pruned
- * key channels are zeroed in place and scored in the RoPE basis, so the keys must be f32 or f16
+ * evictor checks it in kvs_evictor_begin, so the refusal comes before decoding starts. The key
+ * channels are scored in the RoPE basis and a subset stored per row (or zeroed in place), so the keys must be f32 or f16
  * (a block type's 32 channels share a scale) and not Hadamard-rotated (KVS_CACHE_ROTATE mixes the
  * channels). Errors: KVS_ERR_INVALID_ARGUMENT (p NULL), KVS_ERR_UNSUPPORTED (either case; the
  * message says which). */

@@ -101,7 +101,7 @@ class AttentionParams(Structure):
                 ("mask", c_void_p), ("k_lo", c_void_p), ("v_lo", c_void_p), ("stat_rows", c_void_p), ("key_mass", c_void_p),
                 ("key_mass_accumulate", c_int), ("probe_rows", c_void_p), ("probs", c_void_p),
                 ("argmax", c_void_p), ("row_max", c_void_p), ("row_sum", c_void_p),
-                ("unnormalised", c_int), ("q_channels", c_void_p)]
+                ("unnormalised", c_int), ("q_channels", c_void_p), ("lse_extra", c_void_p)]
 
 
 class TopkParams(Structure):
@@ -184,7 +184,7 @@ class PolicyParams(Structure):
 class EvictParams(Structure):
     _fields_ = [("policy", c_void_p), ("budget", c_double), ("scope", c_int), ("buffer", c_int64),
                 ("head_cap", c_double), ("budget_tokens", c_int64), ("rerotate", c_int),
-                ("think_ratio", c_double), ("think_window", c_int64)]
+                ("think_ratio", c_double), ("think_window", c_int64), ("think_in_place", c_int)]
 
 
 class EvictStats(Structure):

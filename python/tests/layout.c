@@ -11,7 +11,7 @@ int main(void) {
     ROW("Caps", kvs_caps, kv_hierarchical);
     ROW("DeviceInfo", kvs_device_info, driver);
     ROW("RopeParams", kvs_rope_params, freq_scale);
-    ROW("AttentionParams", kvs_attention_params, q_channels);
+    ROW("AttentionParams", kvs_attention_params, lse_extra);
     ROW("TopkParams", kvs_topk_params, row_len);
     ROW("ModelHparams", kvs_model_hparams, logit_shift);
     ROW("ModelFileParams", kvs_model_file_params, tokenizer_path);
@@ -22,7 +22,7 @@ int main(void) {
     ROW("StepPlan", kvs_step_plan, key_limit);
     ROW("StepResult", kvs_step_result, seconds_logits);
     ROW("PolicyParams", kvs_policy_params, keep_mass);
-    ROW("EvictParams", kvs_evict_params, think_window);
+    ROW("EvictParams", kvs_evict_params, think_in_place);
     ROW("EvictStats", kvs_evict_stats, channels_pruned);
     ROW("ElasticParams", kvs_elastic_params, block_refresh);
     ROW("WavefilterParams", kvs_wavefilter_params, dev);

@@ -689,6 +689,23 @@ __kernel void attn_combine(__global const float *part, int n_split, __global flo
     }
 }
 
+/* External normaliser (kvs_attention_params.lse_extra), after the main pass (and attn_combine):
+ * per (row, head) o with a visible key (l != 0), lt = l + exp(lse[o] - m); out[o] *= l / lt (out
+ * was acc / l, so it becomes acc / lt) and ml's l becomes lt, the normaliser the statistics passes
+ * then divide by (row_sum keeps the call's own l). One work-item per o, grid round_up(n_q * n_heads). */
+__kernel void attn_lse(__global const float *lse, long lse_off, __global float *out, long out_off, __global float *ml,
+                       int n_q, int n_heads) {
+    long o = get_global_id(0);
+    if (o >= (long)n_q * n_heads) return;
+    float m = ml[2 * o], l = ml[2 * o + 1];
+    if (l == 0.0f) return; /* no visible key: out stays 0 */
+    float lt = l + exp(lse[lse_off + o] - m);
+    float f = l / lt;
+    __global float *orow = out + out_off + o * HEAD_DIM_V;
+    for (int c = 0; c < HEAD_DIM_V; c++) orow[c] *= f;
+    ml[2 * o + 1] = lt;
+}
+
 /* Key mass: km[h][j] (+)= (1/G) sum_{g in group h} sum_{i in stat rows} p[i][g][j], for
  * j < klen(h); p = exp(logit - m) / l with (m, l) from the main pass (ml [n_q][n_heads][2]).
  * Grid: (ceil(cap / KM_WG) * KM_WG, n_kv_heads). Sums in a fixed order (rows, then heads). */

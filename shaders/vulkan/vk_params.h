@@ -108,6 +108,9 @@
 /* attn_combine: rows = n_q * n_heads, partial O/m/l/argmax offsets, final out/argmax/max/sum. */
 #define KVS_VK_PC_ATTN_COMBINE(U, F, FA)                                                            \
     U(rows) U(D) U(nsplit) U(oop) U(omp) U(olp) U(oap) U(oo) U(oam) U(orm) U(ors) U(flags)
+/* attn_lse: rows = n_q * n_heads, D = d_v, offsets of lse_extra, out, row_max, row_sum and the
+ * normaliser lt it writes (bindings 0..4). */
+#define KVS_VK_PC_ATTN_LSE(U, F, FA) U(rows) U(D) U(olse) U(oo) U(orm) U(ors) U(olt)
 /* attn_stats: offsets of q, k, q_pos, k_pos, kv_len, row_len, mask, row list, output, row_max,
  * row_sum (bindings 0..10), then sizes, flags, n_rows (length of the row list) and scale, then the
  * byte offset of a qh8 K's lower plane (binding 11, read when spec constant KLO). */
@@ -183,6 +186,7 @@ KVS_VK_PC_STRUCT(kvs_vk_pc_rope, KVS_VK_PC_ROPE);
 KVS_VK_PC_STRUCT(kvs_vk_pc_attn, KVS_VK_PC_ATTN);
 KVS_VK_PC_STRUCT(kvs_vk_pc_attn_combine, KVS_VK_PC_ATTN_COMBINE);
 KVS_VK_PC_STRUCT(kvs_vk_pc_attn_stats, KVS_VK_PC_ATTN_STATS);
+KVS_VK_PC_STRUCT(kvs_vk_pc_attn_lse, KVS_VK_PC_ATTN_LSE);
 KVS_VK_PC_STRUCT(kvs_vk_pc_dwt, KVS_VK_PC_DWT);
 KVS_VK_PC_STRUCT(kvs_vk_pc_rows, KVS_VK_PC_ROWS);
 KVS_VK_PC_STRUCT(kvs_vk_pc_scatter_win, KVS_VK_PC_SCATTER_WIN);

@@ -121,9 +121,10 @@ int cmd_eval(int argc, char **argv) {
         POLICY_MODE_OPTS(po),
         {"rerotate", 0, CLI_FLAG, &e.rerotate, NULL, "evicted runs use positions within the cache: after each eviction the "
                                                      "kept keys are re-rotated to 0..n-1 (StreamingLLM; kvs_ar_params.rerotate)"},
-        {"think", 0, CLI_DOUBLE, &e.think, "R", "ThinK (arXiv 2407.21018): every policy cell also zeroes the fraction R in "
+        {"think", 0, CLI_DOUBLE, &e.think, "R", "ThinK (arXiv 2407.21018): every policy cell also prunes the fraction R in "
                                                 "[0, 1) of key channels per kv head with the lowest query-key score at each "
-                                                "eviction (paper: 0.4; default 0 = off)"},
+                                                "eviction, the kept rows storing the other channels alone (paper: 0.4; "
+                                                "default 0 = off)"},
         {"needle", 0, CLI_FLAG, &needle, NULL, "also a passkey placed at 10/50/90% depth of the first window: the mean "
                                                "log-probability of its tokens after the question, per policy and budget"},
         {"json", 0, CLI_FLAG, &json, NULL, "print one JSON object instead of the table"},
@@ -420,7 +421,7 @@ int cmd_eval(int argc, char **argv) {
         printf("kvsieve eval: %s, %s (split %s): %lld windows x %lld tokens (%lld predictions), scope %s%s\n", path, text, split,
                (long long)windows, (long long)ctx, (long long)cells[0].n, kvs_budget_scope_name(scope),
                e.rerotate ? ", keys re-rotated after eviction" : "");
-        if (e.think > 0.0) printf("ThinK: %g of the key channels of each kv head zeroed at each eviction\n", e.think);
+        if (e.think > 0.0) printf("ThinK: %g of the key channels of each kv head pruned at each eviction (not stored)\n", e.think);
         if (thr > -INFINITY || fl >= 0.0f) {
             if (thr > -INFINITY) printf("threshold mode: learned policies evict every token scoring below %g", (double)thr);
             if (fl >= 0.0f) printf("%sfloor: each kv head keeps at least %g x its share", thr > -INFINITY ? "; " : "", (double)fl);

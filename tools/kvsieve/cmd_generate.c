@@ -118,9 +118,10 @@ int cmd_generate(int argc, char **argv) {
                                                      "eviction the kept keys are re-rotated to positions 0..n-1 and a new token "
                                                      "takes the cache length; with --policy and a budget inside the model "
                                                      "context, -n may exceed the context"},
-        {"think", 0, CLI_DOUBLE, &o.think, "R", "autoregressive, with --policy: ThinK (arXiv 2407.21018) zeroes the "
+        {"think", 0, CLI_DOUBLE, &o.think, "R", "autoregressive, with --policy: ThinK (arXiv 2407.21018) prunes the "
                                                 "fraction R in [0, 1) of key channels per kv head with the lowest query-key "
-                                                "score at each eviction (paper: 0.4; default 0 = off; memory does not drop yet)"},
+                                                "score at each eviction; the kept rows store the other channels alone "
+                                                "(paper: 0.4; default 0 = off)"},
         {"speculative", 0, CLI_FLAG, &o.speculative, NULL, "autoregressive: QuantSpec self-speculative decoding: the model "
                                                            "drafts tokens reading the 4-bit view of a qh8 cache and verifies "
                                                            "them in one step over the 8-bit cache (cache types default to qh8); "
@@ -641,7 +642,7 @@ int cmd_generate(int argc, char **argv) {
             else snprintf(bud, sizeof bud, "%g", ap.budget);
             char think[96] = "";
             if (o.think > 0)
-                snprintf(think, sizeof think, "; ThinK: %g of the key channels per kv head zeroed at each eviction", o.think);
+                snprintf(think, sizeof think, "; ThinK: %g of the key channels per kv head pruned at each eviction", o.think);
             fprintf(stderr, "eviction: %s, budget %s, scope %s: %lld evictions, %lld K/V rows evicted%s%s\n", kvs_policy_name(pol),
                     bud, kvs_budget_scope_name(kvs_policy_effective_scope(pol, ap.scope)), (long long)st.evictions,
                     (long long)st.rows_evicted, o.rerotate ? "; keys re-rotated to positions within the cache" : "", think);
