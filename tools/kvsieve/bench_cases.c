@@ -296,8 +296,8 @@ static void case_rows(bench *b, rows_op op, int64_t G, int64_t cap, int64_t d, i
 void bench_run_suite(bench *b) {
     const int q = b->quick;
     if (!b->json) {
-        printf("\n%-10s %-36s %10s %9s %-7s %6s\n", "op", "shape", "ms", "rate", "unit", "/peak");
-        printf("%-10s %-36s %10s %9s %-7s %6s\n", "----------", "------------------------------------", "----------",
+        printf("\n%-10s %-48s %10s %9s %-7s %6s\n", "op", "shape", "ms", "rate", "unit", "/peak");
+        printf("%-10s %-48s %10s %9s %-7s %6s\n", "----------", "------------------------------------------------", "----------",
                "---------", "-------", "------");
     }
     /* dense matmul and decode-shape GEMV */

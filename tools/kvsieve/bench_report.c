@@ -9,7 +9,7 @@ const char *const bench_row_status_names[] = {"ok", "unsupported", "too large",
 
 void bench_print_row(const bench *b, const row *r) {
     if (b->json) return;
-    printf("%-10s %-36s ", r->op, r->shape);
+    printf("%-10s %-48s ", r->op, r->shape);
     if (r->status == ROW_OK) {
         double rate = bench_row_rate(r);
         const peak *pk = bench_row_peak(b, r);
