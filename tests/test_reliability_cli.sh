@@ -48,6 +48,25 @@ run 2 "not a regular file" generate -m "$tiny" -p Once --policy retention --poli
 if [ "$(uname -m)" = aarch64 ]; then novar=dwt:avx2; else novar=dwt:neon; fi
 KVS_VARIANT=$novar run 2 "cannot run on cpu" generate -m "$tiny" -n 4
 KVS_VARIANT=dwt:nosuch run 2 "dwt" generate -m "$tiny" -n 4
+# eviction on a diffusion model: refused (its next-token perplexity meant nothing), not garbage
+run 2 "is a diffusion model" eval -m "$llada" --text "$text" --policies h2o --budgets 0.5 --windows 1
+# WaveFilter over spa: refused before decoding, not a mid-run failure
+run 2 "does not run over spa" generate -m "$llada" -n 16 --block 16 --cache spa --wavefilter
+# an output that cannot be written is a failure (exit 1), never exit 0 with the result lost
+if [ -c /dev/full ]; then
+  "$exe" generate -m "$tiny" -n 4 --no-stream >/dev/full 2>"$dir/err"
+  rc=$?
+  if [ $rc -ne 1 ] || ! grep -q "writing the output failed" "$dir/err"; then
+    echo "FAIL: generate > /dev/full -> rc $rc"; cat "$dir/err"; fails=$((fails + 1))
+  else
+    echo "ok: generate > /dev/full -> 1"
+  fi
+fi
+# outputs that are a FIFO (the open would block) or a symbolic link (the rename would replace it)
+run 2 "not a regular file" eval -m "$tiny" --text "$text" --policies h2o --budgets 0.5 --windows 1 --plot "$dir/fifo"
+ln -s "$dir/target.gguf" "$dir/link.gguf"
+run 2 "not a regular file" train --kind retention -m "$tiny" --text "$text" --out "$dir/link.gguf" --steps 1 --ctx 16
+[ ! -e "$dir/target.gguf" ] || { echo "FAIL: train wrote through the link"; fails=$((fails + 1)); }
 # defaults longer than the model's context 32: use the context and say so
 run 0 "generating 32 tokens" generate -m "$tiny" --no-stream
 run 0 "using the model's context 32" eval -m "$tiny" --text "$text" --policies h2o --budgets 0.5 --windows 1

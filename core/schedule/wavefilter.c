@@ -399,6 +399,13 @@ kvs_status kvs_dlm_schedule_wavefilter(kvs_dlm_schedule **out, kvs_dlm_schedule 
         return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_dlm_schedule_wavefilter: NULL argument");
     }
     *out = NULL;
+    /* SPA-Cache's steps compute their rows from singular-proxy deltas (the forward's spa_delta path),
+     * which takes no keep-set: the sparse steps could only fail mid-decode */
+    if (strcmp(kvs_dlm_schedule_name(base), "spa") == 0) {
+        kvs_dlm_schedule_destroy(&base);
+        return kvs_error(KVS_ERR_UNSUPPORTED, "kvs_dlm_schedule_wavefilter: WaveFilter does not run over spa (its "
+                         "proxy-delta steps take no sparse keep-set); bases: none, prefix, dual, delayed, elastic, d2cache");
+    }
     kvs_wavefilter_params p = pp ? *pp : kvs_wavefilter_params_default();
     double lo[8];
     if (kvs_wavelet_filter(p.family, lo) == 0 || p.levels < 1 || p.levels > 8 || !(p.rho >= 0.0f && p.rho <= 1.0f) ||

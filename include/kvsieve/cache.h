@@ -95,7 +95,7 @@ typedef struct kvs_kv_cache kvs_kv_cache;
  * an odd head_dim), KVS_ERR_DTYPE
  * (type_k/type_v not one of the eight cache types; a block type or qh8 with head_dim % 32 != 0, the
  * message names the type and head_dim), KVS_ERR_UNSUPPORTED (F16 on a device without fp16 storage;
- * QH8 on a device without kvs_caps.kv_hierarchical (none of the built-in backends), the message says why;
+ * QH8 on a device without kvs_caps.kv_hierarchical (every built-in backend has it), the message says why;
  * a type other than F32 on a backend whose scatter cannot convert rows to it (none of the built-in
  * ones: CPU, OpenCL and Vulkan all convert; the message would give the backend's reason); refused
  * here, never mid-decode),

@@ -92,7 +92,8 @@ KVS_API kvs_learned_kind kvs_learned_get_kind(const kvs_learned *lw);
 /* All trainable parameters as one flat f32 array (for tests and checksums); n via *n. */
 KVS_API float *kvs_learned_params(kvs_learned *lw, int64_t *n);
 
-/* Writes the side file atomically (path.tmp, then rename).
+/* Writes the side file atomically (path.tmp, then rename); an existing path that is not a regular
+ * file (directory, device, FIFO, symbolic link) is refused with KVS_ERR_INVALID_ARGUMENT.
  * Errors: KVS_ERR_INVALID_ARGUMENT, KVS_ERR_IO, KVS_ERR_OUT_OF_MEMORY. */
 KVS_API kvs_status kvs_learned_save(const kvs_learned *lw, const char *path);
 

@@ -226,8 +226,10 @@ KVS_API kvs_wavefilter_params kvs_wavefilter_params_default(void);
  * signal height; then the highest s fill the budget (ceil(budget * n_kv) rows). The other steps of the block attend only the kept rows (sparse
  * gather, kvs_layer_plan.keep). With keep_mass the rows beyond the always-kept ones are the top-p
  * set of s (kvs_topp), no wavelet involved.
- * Errors: KVS_ERR_INVALID_ARGUMENT (NULL, parameters out of range), KVS_ERR_OUT_OF_MEMORY; with
- * keep_mass, at the block's first feedback, kvs_device_open's and kvs_topp's. */
+ * Errors: KVS_ERR_INVALID_ARGUMENT (NULL, parameters out of range), KVS_ERR_UNSUPPORTED for an spa
+ * base (its proxy-delta steps take no keep-set), KVS_ERR_OUT_OF_MEMORY; with
+ * keep_mass, at the block's first feedback, kvs_device_open's and kvs_topp's. base is taken (destroyed
+ * on error). */
 KVS_API kvs_status kvs_dlm_schedule_wavefilter(kvs_dlm_schedule **out, kvs_dlm_schedule *base,
                                                const kvs_wavefilter_params *p);
 

@@ -423,6 +423,9 @@ class Model:
         window (BOS + ctx-1 tokens) is decoded token by token with the full cache and with the
         policy's evictor; returns {"kl" (mean KL(full || evicted), nats), "top1_agreement",
         "perplexity", "perplexity_full", "predictions"}."""
+        if self.arch in L.DIFFUSION_ARCHS:
+            fail(INVALID_ARGUMENT, "eval_eviction: %s is a %s model: eviction is evaluated on autoregressive "
+                 "models (next-token perplexity means nothing for a masked-diffusion one)" % (self.path, self.arch))
         ids = self.tokenize(text, bos=True)[: int(ctx)]
         if ids.size < 2:
             fail(INVALID_ARGUMENT, "eval_eviction: text too short")

@@ -428,6 +428,10 @@ class Models(unittest.TestCase):
         for name in ("critical", "critical:h2o", "expected"):
             e = self.ar.eval_eviction(text, name, budget=0.5, ctx=64)
             self.assertGreater(e["top1_agreement"], 0.5, name)
+        # a diffusion model has no next-token perplexity: refused, not garbage
+        with self.assertRaises(kvsieve.KvsError) as e:
+            self.dlm.eval_eviction(text, "h2o", budget=0.5, ctx=64)
+        self.assertIn("autoregressive", str(e.exception))
 
     def test_model_errors_raise(self):
         with self.assertRaises(kvsieve.KvsError) as e:

@@ -106,7 +106,8 @@ int cli_open_regular(const char *prog, const char *flag, const char *path, FILE 
  * FLAG PATH" (missing, unreadable, a directory). */
 int cli_read_file(const char *prog, const char *flag, const char *path, char **buf, size_t *len);
 
-/* Checks before a long run that `path` can be written (not a directory, its folder writable; a
+/* Checks before a long run that `path` can be written (not a directory, nor any other existing
+ * non-regular file: FIFO, device, symbolic link; its folder writable; a
  * file that did not exist is not left behind). CLI_EXIT_OK, or CLI_EXIT_USAGE after one line
  * "PROG: FLAG PATH: reason". */
 int cli_check_writable(const char *prog, const char *flag, const char *path);

@@ -21,6 +21,7 @@
  * (teacher-forced) at each depth, printed as its own table (JSON: needle_logprob). A model that cannot
  * retrieve the passkey still scores how much of the full cache's log-probability an eviction keeps.
  * One window's measurement: eval_window.c. */
+#include <errno.h>
 #include <json-c/json.h>
 #include <math.h>
 #include <stdio.h>
@@ -222,6 +223,11 @@ int cmd_eval(int argc, char **argv) {
     e.dev = cm.dev;
     e.m = cm.m;
     e.hp = cm.hp;
+    if (kvs_arch_is_diffusion(e.hp->arch)) { /* teacher-forced next-token perplexity means nothing there */
+        rc = cli_fail(CLI_EXIT_USAGE, prog, "%s is a diffusion model (%s): eviction is evaluated on autoregressive models; "
+                      "for the diffusion caches use `kvsieve eval --dlm`", path, kvs_arch_name(e.hp->arch));
+        goto done;
+    }
     rc = cli_cache_types_fit(prog, ctypes, e.hp);
     if (rc != CLI_EXIT_OK) goto done;
     rc = CLI_EXIT_FAIL;
@@ -494,8 +500,12 @@ int cmd_eval(int argc, char **argv) {
             rc = cli_fail(CLI_EXIT_FAIL, prog, "cannot write plot %s", plot);
             goto done;
         }
-        fclose(pf);
+        const int werr = ferror(pf) | (fclose(pf) != 0);
         free(x), free(ya), free(yk), free(yn);
+        if (werr) {
+            rc = cli_fail(CLI_EXIT_FAIL, prog, "cannot write plot %s: %s", plot, strerror(errno));
+            goto done;
+        }
         if (!json) printf("plot written to %s\n", plot);
     }
     rc = CLI_EXIT_OK;

@@ -64,7 +64,8 @@ int eval_dlm_write_svg(const char *path, const agg *a, int na, const int64_t *ge
     svg_panel(f, 370, 60, 260, 220, "compute fraction", a, na, gens, ng, 1, 1.0);
     svg_panel(f, 690, 60, 260, 220, "token agreement", a, na, gens, ng, 2, 1.0);
     fprintf(f, "</svg>\n");
-    return fclose(f);
+    const int werr = ferror(f);
+    return (fclose(f) != 0 || werr) ? -1 : 0;
 }
 
 json_object *eval_dlm_agg_json(const agg *a) {
@@ -176,5 +177,6 @@ int eval_tasks_write_svg(const char *path, const char *model, const variant *v, 
         }
     }
     fprintf(f, "</g>\n</svg>\n");
-    return fclose(f);
+    const int werr = ferror(f);
+    return (fclose(f) != 0 || werr) ? -1 : 0;
 }

@@ -1,4 +1,5 @@
 /* kvsieve — command-line tool: one executable, one subcommand per file (cmd_*.c). */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -49,6 +50,18 @@ static void usage(FILE *f) {
                "                          threads can hang at exit\n");
 }
 
+/* A command's output that could not be written (a full disk, a closed pipe's reader gone, /dev/full)
+ * is a failure: exit 1 with the reason, never 0 with the result lost. */
+static int output_checked(int rc) {
+    errno = 0;
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        const int e = errno;
+        fprintf(stderr, "kvsieve: writing the output failed%s%s\n", e ? ": " : "", e ? strerror(e) : "");
+        return rc == CLI_EXIT_OK ? CLI_EXIT_FAIL : rc;
+    }
+    return rc;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
@@ -67,6 +80,6 @@ int main(int argc, char **argv) {
         return CLI_EXIT_OK;
     }
     for (int i = 0; i < N_COMMANDS; i++)
-        if (strcmp(name, commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
+        if (strcmp(name, commands[i].name) == 0) return output_checked(commands[i].run(argc - 1, argv + 1));
     return cli_fail(CLI_EXIT_USAGE, "kvsieve", "unknown command '%s' (kvsieve --help lists them)", name);
 }

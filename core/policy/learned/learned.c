@@ -1,6 +1,7 @@
 /* Learned eviction policies (issue 8): weights, GGUF side files and the scorers; the kvs_policy
  * object built on them is learned_policy.c. See include/kvsieve/learned.h for the methods and their
  * sources. */
+#include <sys/stat.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -179,6 +180,12 @@ float *kvs_learned_params(kvs_learned *lw, int64_t *n) {
 kvs_status kvs_learned_save(const kvs_learned *w, const char *path) {
     const char *op = "kvs_learned_save";
     if (!w || !path) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: NULL argument", op);
+    /* the file is written beside and renamed over path: a device node, FIFO or symbolic link there
+     * would be replaced by a regular file */
+    struct stat sb;
+    if (lstat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: %s exists and is not a regular file (a directory, device, FIFO or "
+                         "symbolic link); give a file path", op, path);
     kvs_gguf_writer *g = NULL;
     KVS_TRY(kvs_gguf_writer_create(&g, 3));
     kvs_status s = kvs_gguf_writer_set_str(g, "general.architecture", "kvsieve-policy");
