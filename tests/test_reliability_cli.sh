@@ -67,6 +67,9 @@ run 2 "not a regular file" eval -m "$tiny" --text "$text" --policies h2o --budge
 ln -s "$dir/target.gguf" "$dir/link.gguf"
 run 2 "not a regular file" train --kind retention -m "$tiny" --text "$text" --out "$dir/link.gguf" --steps 1 --ctx 16
 [ ! -e "$dir/target.gguf" ] || { echo "FAIL: train wrote through the link"; fails=$((fails + 1)); }
+# a policy file for a policy that reads none; a ThinK ratio that prunes no channel says so
+run 2 "for the learned policies" generate -m "$tiny" -n 4 --policy h2o --budget 0.5 --policy-file "$dir/none.gguf"
+run 0 "nothing is pruned" generate -m "$tiny" -n 8 --no-stream --policy h2o --budget 0.5 --think 0.01
 # defaults longer than the model's context 32: use the context and say so
 run 0 "generating 32 tokens" generate -m "$tiny" --no-stream
 run 0 "using the model's context 32" eval -m "$tiny" --text "$text" --policies h2o --budgets 0.5 --windows 1

@@ -351,6 +351,9 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     ap.think_ratio = o.think;
+    if (o.think > 0.0 && (int)(hp->head_dim * o.think) == 0) /* floor(head_dim R) channels are pruned */
+        fprintf(stderr, "%s: note: --think %g prunes floor(%d x %g) = 0 of the %d key channels: nothing is pruned (at least "
+                        "%g prunes one)\n", PROG, o.think, hp->head_dim, o.think, hp->head_dim, 1.0 / hp->head_dim);
     kvs_cache_params cp = kvs_model_cache_params(m);
     cp.mode = dlm ? KVS_CACHE_POSITIONAL : KVS_CACHE_APPEND;
     cp.capacity = dlm ? n_prompt + n_gen : kvs_ar_capacity(m, n_prompt, &ap);

@@ -123,6 +123,9 @@ int policy_opts_make(const char *prog, const policy_opts *po, kvs_policy **pol, 
     int rc = policy_parse_modes(prog, po, &po->policy, 1, &thr, &fl);
     if (rc != CLI_EXIT_OK) return rc;
     if (fl >= 0.0f) pp.alpha = fl;
+    if (!policy_is_learned(po->policy) && po->policy_file)
+        return cli_fail(CLI_EXIT_USAGE, prog, "--policy-file is for the learned policies (retention, indexer, rl), not '%s'",
+                        po->policy);
     if (policy_is_learned(po->policy)) {
         rc = policy_make_learned(prog, po->policy, po->policy_file, po->hp, thr, fl, pol);
         if (rc != CLI_EXIT_OK) return rc;
