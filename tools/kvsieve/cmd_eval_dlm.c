@@ -111,15 +111,18 @@ static int run_table(ctx *c, const dlm_cache_opts *co, char **caches, int nc, co
         return cli_fail(CLI_EXIT_FAIL, PROG, "out of memory");
     }
     int first = *na;
-    /* variants: cache x (no WaveFilter, budgets...) */
+    /* variants: cache x (no WaveFilter, budgets...); spa takes no WaveFilter (its proxy-delta steps
+     * read no keep-set: kvs_dlm_schedule_wavefilter refuses it), so its rows are the cache alone */
     for (int ci = 0; ci < nc; ci++)
         for (int bi = -1; bi < nb; bi++) {
+            if (bi >= 0 && strcmp(caches[ci], "spa") == 0) continue;
             agg *g = &a[(*na)++];
             memset(g, 0, sizeof *g);
             snprintf(g->name, sizeof g->name, "%s%s", caches[ci],
                      bi < 0 ? "" : co->wf_keep_mass > 0 ? "+wavefilter-mass" : "+wavefilter");
             g->gen = gen;
             g->budget = bi >= 0 ? budgets[bi] : 0;
+            g->cache = ci;
         }
     int rc = 0;
     for (int pi = 0; pi < np && rc == 0; pi++) {
@@ -131,7 +134,7 @@ static int run_table(ctx *c, const dlm_cache_opts *co, char **caches, int nc, co
         }
         for (int vi = first; vi < *na && rc == 0; vi++) {
             agg *g = &a[vi];
-            int ci = (vi - first) / (nb + 1);
+            int ci = g->cache;
             kvs_dlm_schedule *sc = NULL;
             rc = dlm_cache_build(PROG, co, caches[ci], g->budget, &sc);
             if (rc) break;
@@ -219,6 +222,7 @@ int cmd_eval_dlm(int argc, char **argv) {
     };
     int rc = cli_parse(&spec, argc, argv, NULL, NULL);
     if (rc >= 0) return rc;
+    co.wavefilter = 0; /* ignored here, as the epilog says: the WaveFilter rows come from --budgets */
     if (!dlm_flag)
         return cli_fail(CLI_EXIT_USAGE, "kvsieve eval", "--dlm is required (the diffusion cache evaluation is the one built)");
     if (!prompts_path) return cli_fail(CLI_EXIT_USAGE, PROG, "--prompts FILE is required");

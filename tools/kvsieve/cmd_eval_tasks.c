@@ -261,14 +261,19 @@ int cmd_eval_dlm_tasks(int argc, char **argv) {
     snprintf(v[0].name, sizeof v[0].name, "llada-baseline");
     v[0].cache = "none";
     v[0].threshold = 0;
-    for (int ci = 0, k = 1; ci < nc; ci++)
-        for (int bi = -1; bi < nb; bi++, k++) {
-            v[k].cache = caches[ci];
-            v[k].budget = bi >= 0 ? budgets[bi] : 0;
-            v[k].threshold = (float)threshold;
-            if (bi >= 0) snprintf(v[k].name, sizeof v[k].name, "%s+wavefilter@%.2f", caches[ci], budgets[bi]);
-            else snprintf(v[k].name, sizeof v[k].name, "%s", caches[ci]);
+    /* spa takes no WaveFilter (kvs_dlm_schedule_wavefilter refuses it): its row is the cache alone */
+    int nvar = 1;
+    for (int ci = 0; ci < nc; ci++)
+        for (int bi = -1; bi < nb; bi++) {
+            if (bi >= 0 && strcmp(caches[ci], "spa") == 0) continue;
+            variant *vk = &v[nvar++];
+            vk->cache = caches[ci];
+            vk->budget = bi >= 0 ? budgets[bi] : 0;
+            vk->threshold = (float)threshold;
+            if (bi >= 0) snprintf(vk->name, sizeof vk->name, "%s+wavefilter@%.2f", caches[ci], budgets[bi]);
+            else snprintf(vk->name, sizeof vk->name, "%s", caches[ci]);
         }
+    nv = nvar;
     for (int k = 0; k < nv; k++) {
         v[k].cells = calloc((size_t)nt, sizeof *v[k].cells);
         v[k].answers = answers ? calloc((size_t)ncase, sizeof *v[k].answers) : NULL;

@@ -19,6 +19,7 @@ typedef struct agg {
     int64_t kept, context;
     int64_t fid_match, fid_total; /* step fidelity (--fidelity) */
     int64_t first_div;            /* sum over prompts of the first position that differs (gen if none) */
+    int cache;                    /* index of the row's schedule in --caches */
 } agg;
 
 /* The row as a JSON object (schedule, gen, speedup, compute_fraction, agreement, ...). */
