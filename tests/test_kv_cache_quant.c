@@ -97,6 +97,17 @@ START_TEST(test_create_types) {
         ck_assert_msg(kvs_cache_create(&c, dev, &p) == KVS_OK, "%s", kvs_last_error());
         kvs_cache_destroy(&c);
     }
+    /* a request beyond any machine's memory: refused with the figure before allocating (2^30 layers
+     * of 2^20 rows allocated handles until the OS stopped it) */
+    {
+        kvs_cache_params big = p;
+        big.type_k = big.type_v = KVS_F32;
+        big.n_layers = 1 << 30;
+        big.capacity = 1 << 20;
+        kvs_kv_cache *cb = NULL;
+        ck_assert_int_eq(kvs_cache_create(&cb, dev, &big), KVS_ERR_OUT_OF_MEMORY);
+        ck_assert_msg(strstr(kvs_last_error(), "bytes") && cb == NULL, "%s", kvs_last_error());
+    }
     p.type_k = KVS_Q4_K;
     ck_assert_int_eq(kvs_cache_create(&c, dev, &p), KVS_ERR_DTYPE);
     ck_assert_msg(strstr(kvs_last_error(), "q4_k"), "%s", kvs_last_error());

@@ -1,5 +1,7 @@
 /* The KV cache object: per-layer K/V/pos/len tensors on the device with host mirrors, and the RoPE
  * position each key row is rotated at (kvs_cache_rerotate renumbers them within the cache). */
+#include <stdint.h>
+#include <unistd.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -218,6 +220,28 @@ kvs_status kvs_cache_create(kvs_kv_cache **out, kvs_device *dev, const kvs_cache
         return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_cache_create: KVS_CACHE_KEEP_X needs dim >= 1");
     if ((p->flags & KVS_CACHE_KEEP_DELTA) && p->dim < 1)
         return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_cache_create: KVS_CACHE_KEEP_DELTA needs dim >= 1");
+    /* the whole request, before any allocation: device rows (K, V, their qh8 planes, positions,
+     * lengths) and the host's per-row bookkeeping (positions, RoPE positions: 8 bytes a row) plus a
+     * few hundred bytes of tensor handles per layer. More than this machine's memory (or than a
+     * size_t) is refused with the figure instead of allocating until the OS stops it. */
+    {
+        const double rows = (double)p->n_layers * p->n_kv_heads * (double)p->capacity;
+        double row = (double)kvs_dtype_bytes(p->type_k == KVS_QH8 ? KVS_Q4_1 : p->type_k, p->head_dim) +
+                     (double)kvs_dtype_bytes(p->type_v == KVS_QH8 ? KVS_Q4_1 : p->type_v, p->head_dim) + 4.0 + 8.0;
+        if (p->type_k == KVS_QH8) row += p->head_dim / 2.0;
+        if (p->type_v == KVS_QH8) row += p->head_dim / 2.0;
+        const double per_layer = 512.0 * 8 + (double)p->n_kv_heads * 8.0 +
+                                 ((p->flags & (KVS_CACHE_KEEP_X | KVS_CACHE_KEEP_DELTA)) ? 8.0 * p->dim * (double)p->capacity : 0.0);
+        const double total = rows * row + (double)p->n_layers * per_layer;
+        const long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+        const double phys = pages > 0 && psz > 0 ? (double)pages * (double)psz : 0.0;
+        if (total >= (double)SIZE_MAX / 2 || (phys > 0 && total > phys))
+            return kvs_error(KVS_ERR_OUT_OF_MEMORY,
+                             "kvs_cache_create: %d layers x %d kv heads x %lld rows (head_dim %d, %s / %s) ask for %.3g bytes, "
+                             "more than this machine's %.3g bytes of memory",
+                             p->n_layers, p->n_kv_heads, (long long)p->capacity, p->head_dim, kvs_dtype_name(p->type_k),
+                             kvs_dtype_name(p->type_v), total, phys);
+    }
     kvs_kv_cache *c = calloc(1, sizeof *c);
     if (!c) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_cache_create: out of host memory");
     c->dev = dev;

@@ -99,7 +99,8 @@ typedef struct kvs_kv_cache kvs_kv_cache;
  * a type other than F32 on a backend whose scatter cannot convert rows to it (none of the built-in
  * ones: CPU, OpenCL and Vulkan all convert; the message would give the backend's reason); refused
  * here, never mid-decode),
- * KVS_ERR_OUT_OF_MEMORY (message gives the bytes asked for). */
+ * KVS_ERR_OUT_OF_MEMORY (message gives the bytes asked for; a request above this machine's physical
+ * memory is refused before anything is allocated). */
 KVS_API kvs_status kvs_cache_create(kvs_kv_cache **out, kvs_device *dev, const kvs_cache_params *p);
 KVS_API void kvs_cache_destroy(kvs_kv_cache **c);
 
