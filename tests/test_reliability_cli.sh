@@ -67,6 +67,8 @@ run 2 "not a regular file" eval -m "$tiny" --text "$text" --policies h2o --budge
 ln -s "$dir/target.gguf" "$dir/link.gguf"
 run 2 "not a regular file" train --kind retention -m "$tiny" --text "$text" --out "$dir/link.gguf" --steps 1 --ctx 16
 [ ! -e "$dir/target.gguf" ] || { echo "FAIL: train wrote through the link"; fails=$((fails + 1)); }
+# WaveFilter's options without --wavefilter: refused, as the other schedules' options are
+run 2 "for --wavefilter" generate -m "$llada" -n 16 --block 16 --wf-levels 9
 # a policy file for a policy that reads none; a ThinK ratio that prunes no channel says so
 run 2 "for the learned policies" generate -m "$tiny" -n 4 --policy h2o --budget 0.5 --policy-file "$dir/none.gguf"
 run 0 "nothing is pruned" generate -m "$tiny" -n 8 --no-stream --policy h2o --budget 0.5 --think 0.01
