@@ -47,7 +47,7 @@ void kvs_workspace_free(kvs_workspace *ws) {
                           &ws->tk_stat, &ws->tk_out, &ws->tk_am, &ws->tk_probs, &ws->tk_v, &ws->tk_idx, &ws->tk_km};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) kvs_tensor_destroy(all[i]);
     free(ws->h_q);
-    free(ws->h_tk), free(ws->h_tk_am);
+    free(ws->h_tk), free(ws->h_tk_am), free(ws->h_tk_merge);
     free(ws->h_pos), free(ws->h_rows), free(ws->h_pos_rows), free(ws->h_tmp), free(ws->h_keep), free(ws->h_spa);
     memset(ws, 0, sizeof *ws);
 }

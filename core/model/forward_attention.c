@@ -246,8 +246,8 @@ static kvs_status pruned_attention(fwd_ctx *f, int l, int64_t n, const kvs_tenso
     /* the tail's statistics into cache rows P[h] + j (added: the pruned call left 0 there) */
     if (s == KVS_OK && (km2 || n_probe)) {
         const int64_t nk = km2 ? (int64_t)H * (cap + T) : 0, np = n_probe * NH * (cap + T);
-        float *buf = malloc(sizeof(float) * (size_t)(nk > np ? nk : np));
-        if (!buf) s = kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_model_forward: out of host memory");
+        s = fwd_host_grow((void **)&ws->h_tk_merge, &ws->h_tk_merge_cap, nk > np ? nk : np, sizeof(float));
+        float *buf = ws->h_tk_merge;
         if (s == KVS_OK && km2) {
             float *km = buf, *kt2 = buf + (int64_t)H * cap;
             s = kvs_tensor_download(ap->key_mass, km, 0, sizeof(float) * (size_t)(H * cap));
@@ -267,7 +267,6 @@ static kvs_status pruned_attention(fwd_ctx *f, int l, int64_t n, const kvs_tenso
             }
             if (s == KVS_OK) s = kvs_tensor_upload(ap->probs, pc, 0, sizeof(float) * (size_t)(rows * cap));
         }
-        free(buf);
     }
     if (s == KVS_OK && ap->argmax) {
         int32_t *at = ws->h_tk_am, *apr = at + nr;

@@ -77,6 +77,9 @@ typedef struct kvs_workspace {
     kvs_tensor *tk_stat, *tk_out, *tk_am, *tk_probs, *tk_v, *tk_idx, *tk_km;
     float *h_tk;             /* host [6][rows][n_heads] */
     int32_t *h_tk_am;        /* host [2][rows][n_heads] */
+    float *h_tk_merge;       /* host: a pruned layer's statistics (cache rows + tail rows) while the tail's
+                              * are added in, grown on use */
+    int64_t h_tk_merge_cap;
     kvs_tensor views[KVS_WS_VIEWS]; /* view arena (kvs_tensor_view_into: no references, never destroyed) */
     int n_views;
     int32_t *h_pos, *h_rows, *h_pos_rows, *h_tmp, *h_keep; /* host: positions, identity rows, rows of ws.pos,
