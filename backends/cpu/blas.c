@@ -1,6 +1,7 @@
 /* CPU backend: the BLAS library behind matmul's larger products: its thread count, its name in
  * device descriptions, and the automatic choice between cblas_sgemm and the own AVX-512 GEMM
  * (the variants avx512 / avx512-blas force one; backend.c). */
+#include <ctype.h>
 #include <string.h>
 
 #include <cblas.h>
@@ -46,10 +47,14 @@ int kvs_cpu_own_gemm(void) {
     if (cached < 0) {
         int own = kvs_cpu_avx512();
 #ifdef OPENBLAS_VERSION
+        /* OpenBLAS's AVX-512 SGEMM cores, matched without case ("SkylakeX", "Cooperlake",
+         * "SapphireRapids"; an earlier case-sensitive match missed "SkylakeX") */
         const char *core = openblas_get_corename();
-        if (core && (strstr(core, "kylakex") || strstr(core, "KYLAKEX") || strstr(core, "ooperlake") ||
-                     strstr(core, "OOPERLAKE") || strstr(core, "apphire") || strstr(core, "APPHIRE")))
-            own = 0;
+        static const char *const avx512_cores[] = {"skylakex", "cooperlake", "sapphirerapids"};
+        char lower[64] = {0};
+        for (size_t i = 0; core && core[i] && i + 1 < sizeof lower; i++) lower[i] = (char)tolower((unsigned char)core[i]);
+        for (size_t i = 0; i < sizeof avx512_cores / sizeof avx512_cores[0]; i++)
+            if (strstr(lower, avx512_cores[i])) own = 0;
 #endif
         cached = own;
     }
