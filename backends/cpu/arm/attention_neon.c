@@ -174,5 +174,6 @@ const att_kernels kvs_cpu_att_neon = {
     .row_max = att_row_max_neon,
     .exp_row = att_exp_row_neon,
     .h2f = kvs_cpu_f16_to_f32_neon,
+    .dec_align = 4, /* qk_dec / pv_dec: d_k, d_v % 4 == 0 */
 };
 #endif
