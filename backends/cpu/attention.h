@@ -74,9 +74,10 @@ typedef struct att_kernels {
     float (*exp_row)(float *s, int64_t n, float m);
     /* d[i] = f16 s[i] as f32 for i < n (K/V tiles of f16 caches) */
     void (*h2f)(const uint16_t *s, float *d, int64_t n);
-    /* qk_dec / pv_dec take d_k, d_v that are multiples of this (1: any); row_max, exp_row, h2f,
-     * qk and pv take any size */
-    int64_t dec_align;
+    /* qk_dec / pv_dec take d_k, d_v that are multiples of dec_align (1: any) and run where both are
+     * at least dec_min (narrower heads: cblas products, which beat a lane-reduced dot product per
+     * key at d_k = 8); row_max, exp_row, h2f, qk and pv take any size */
+    int64_t dec_align, dec_min;
 } att_kernels;
 
 typedef struct att_ctx {
@@ -125,7 +126,7 @@ typedef struct att_ctx {
      * whose row kernels (row_max, exp_row, h2f) run for every head size; which tile products run is
      * apart: fast: the panel kernels, K as f32 panels [n_kv_heads][ldk/32][d][32] (zero-padded to
      * ldk), V as f32 [..][dv] (any d_k, d_v); dec: the decoding kernels on row-major K/V tiles (few
-     * query rows; d_k, d_v multiples of kern->dec_align); neither: cblas per tile */
+     * query rows; d_k, d_v multiples of kern->dec_align, at least kern->dec_min); neither: cblas per tile */
     const att_kernels *kern;
     int fast;
     int dec;
@@ -197,7 +198,7 @@ float kvs_cpu_att_row_max_avx512(const float *s, int64_t n);
 /* p[t] = exp(s[t] - m) in place; returns the sum. */
 float kvs_cpu_att_exp_row_avx512(float *s, int64_t n, float m);
 
-/* The kernel tables: AVX-512F (the functions above, any d; dec_align 1), AVX2 + FMA + F16C
+/* The kernel tables: AVX-512F (the functions above, any d; dec_align 1, dec_min 16), AVX2 + FMA + F16C
  * (x86/attention_avx2.c, the same contracts; qk_dec/pv_dec take any M; AVX2 masks the last d % 8
  * lanes) and aarch64 NEON (arm/attention_neon.c: qk_dec, pv_dec for any M, d % 4 == 0 (dec_align
  * 4); row_max, exp_row and h2f for any n; no panel kernels, qk = pv = NULL). */

@@ -267,5 +267,6 @@ const att_kernels kvs_cpu_att_avx2 = {
     .exp_row = att_exp_row_avx2,
     .h2f = kvs_cpu_h2f_row_f16c, /* every CPU of these kernels has F16C */
     .dec_align = 1, /* qk_dec / pv_dec mask the last lanes: any d_k, d_v */
+    .dec_min = 16, /* below 16 (d_k 8: one lane-reduced dot per key and row) cblas is faster */
 };
 #endif

@@ -253,6 +253,7 @@ const att_kernels kvs_cpu_att_avx512 = {
     .exp_row = kvs_cpu_att_exp_row_avx512,
     .h2f = kvs_cpu_h2f_row_f16c, /* every CPU of these kernels has F16C */
     .dec_align = 1, /* qk_dec / pv_dec mask the last lanes: any d_k, d_v */
+    .dec_min = 16, /* below 16 (d_k 8: one lane-reduced dot per key and row) cblas is faster */
 };
 #endif
 
