@@ -112,6 +112,27 @@ static const attn_case cases[] = {
     {"dk16_dv48_prefill_gqa4", 100, 4, 1, 16, 128, 100, 1, 0, A_NANPAD, 0, 48},
     {"f16_dk24_dv40", 13, 8, 2, 24, 40, 37, 1, 1, A_STATS | A_NANPAD, 0, 40},
     {"f16_dk48_dv32_decode", 1, 8, 2, 48, 2100, 2049, 1, 1, A_STATS | A_NANPAD, 0, 32},
+    /* head sizes not multiples of 16 under every SIMD variant (the ISA's row kernels for any size; the
+     * panel path with n_q >= 4 and n_q*G >= 8, P.V's masked / 8-wide tails: d_v % 16 of 8, 4, 12, 5, 9;
+     * with fewer rows the decoding kernels' masked tails (d_k, d_v >= 16: 56, 20 / 36, odd row counts)
+     * or, narrower, cblas products with the ISA's row kernels): stories260K's 8 heads of 8 over 4 kv
+     * heads, odd d_k != d_v, every statistic, split keys, f16 */
+    {"d8_gqa2_bidir_lse", 20, 8, 4, 8, 40, 37, 0, 0, A_LSE | A_STATS | A_NANPAD, 0, 0},
+    {"d8_gqa2_causal_long", 13, 8, 4, 8, 300, 257, 1, 0, A_STATS | A_STATROWS | A_NANPAD, 0, 0},
+    {"d8_argmax_ties", 8, 4, 2, 8, 20, 0, 0, 0, A_TIES | A_STATS, 0, 0},
+    {"dk12_dv8_gqa2", 9, 4, 2, 12, 50, 45, 1, 0, A_STATS | A_MASK | A_KVLEN, 0, 8},
+    {"dk7_dv5_gqa3", 8, 6, 2, 7, 70, 65, 1, 0, A_QPOS | A_KPOS | A_LSE | A_STATS | A_NANPAD, 0, 5},
+    {"dk40_dv24_everything", 33, 8, 2, 40, 70, 65, 1, 0,
+     A_QPOS | A_KPOS | A_KVLEN | A_ROWLEN | A_MASK | A_MASKINF | A_STATS | A_STATROWS | A_ACCUM | A_NANPAD, 0.3f, 24},
+    {"dk20_dv60_prefill", 40, 4, 2, 20, 60, 57, 1, 0, A_STATS | A_UNNORM, 0, 60},
+    {"dk9_dv57_mha", 5, 2, 2, 9, 40, 0, 0, 0, A_STATS | A_EXTREME, 0, 57},
+    {"f16_d8_gqa2_long", 20, 8, 4, 8, 300, 257, 0, 1, A_STATS | A_NANPAD, 0, 0},
+    {"f16_dk12_dv20_lse", 13, 4, 2, 12, 40, 37, 1, 1, A_STATS | A_LSE, 0, 20},
+    {"decode_d8_gqa2_split", 1, 8, 4, 8, 1100, 1027, 1, 0, A_STATS | A_NANPAD | A_KVLEN, 0, 0},
+    {"decode3_dk12_dv20_lse", 3, 4, 2, 12, 300, 257, 1, 0, A_STATS | A_LSE | A_MASK, 0, 20},
+    {"decode3_dk56_dv56_gqa2", 3, 6, 3, 56, 200, 0, 1, 0, A_STATS, 0, 56},
+    {"decode_dk40_dv9_gqa3", 1, 6, 2, 40, 301, 300, 1, 1, A_STATS | A_NANPAD, 0, 9},
+    {"decode3_dk20_dv36_gqa3", 3, 3, 1, 20, 260, 257, 1, 0, A_STATS | A_LSE | A_NANPAD, 0, 36},
     /* q_channels (pruned keys): d_k channels of a wider q, per kv head; with d_v the full width */
     {"qch_dk21_dv40_gqa2", 13, 4, 2, 21, 40, 37, 1, 0, A_QCH | A_STATS | A_NANPAD, 0, 40},
     {"qch_dk64_dv96_decode_gqa4", 1, 8, 2, 64, 1100, 1027, 1, 0, A_QCH | A_STATS | A_NANPAD | A_KVLEN, 0, 96},

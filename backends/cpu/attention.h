@@ -20,18 +20,21 @@
  *
  * The two tile products run either (AVX2 kernels: the same paths in blocks of 4 rows x 16 columns,
  * where the CPU has AVX2, FMA and F16C but no AVX-512)
- *  - on register-blocked AVX-512 kernels (8 rows x 32 keys / 8 rows x 32 dims, FMA) when the CPU
- *    has AVX-512F, d % 16 == 0 and there are enough query rows (n_q >= 4, n_q*G >= 8) to amortise
- *    one f32 copy of K per call, laid out in panels of 32 keys [n_kv_heads][n_kv/32][d][32];
+ *  - on register-blocked AVX-512 kernels (8 rows x 32 keys / 8 rows x 32 dims, FMA; any d_k, d_v:
+ *    the Q.K^T panels loop over d_k, P.V masks the last d_v % 16 columns) when the CPU has AVX-512F
+ *    and there are enough query rows (n_q >= 4, n_q*G >= 8) to amortise one f32 copy of K per
+ *    call, laid out in panels of 32 keys [n_kv_heads][n_kv/32][d][32];
  *  - on AVX-512 decoding kernels over the row-major K/V tiles when there are fewer query rows
  *    (each key row loaded once for up to 4 packed rows, lane-reduced dot products; P.V with 4 rows
- *    x 64 columns in registers), f16 tiles converted to f32 first;
+ *    x 64 columns in registers; the last d % 16 lanes masked), f16 tiles converted to f32 first;
  *  - on aarch64, NEON kernels over the row-major K/V tiles for every row count (4 rows x 4 keys
  *    for Q.K^T, 4 rows x 16 columns for P.V; d % 4 == 0; no transposed copy of K), f16 tiles
  *    converted by FCVTL;
  *  - or through cblas_sgemm on each tile (single-threaded OpenBLAS inside the OpenMP tasks),
- *    f16 K/V tiles converted to f32 first (head sizes the SIMD kernels do not take, CPUs without
- *    them, the portable variants).
+ *    f16 K/V tiles converted to f32 first (NEON with d_k or d_v not a multiple of 4, CPUs without
+ *    SIMD kernels, the portable variants, bf16 tiles).
+ * The row kernels of the online softmax (row max, exp-sum, f16 conversion) are the ISA's for every
+ * head size; the portable variants keep the portable ones (the reference).
  * Quantized K/V (the block types of a quantized KV cache; issue 17): never expanded to an f32 copy
  * of the cache. The portable path decodes each tile (core/quant's reference decoders) into the
  * Kc/Vc tile buffers for cblas. With AVX-512/AVX2 the blocks are decoded in registers
@@ -60,7 +63,8 @@
 
 /* One ISA's kernels of the tile pass (contracts: the AVX-512 prototypes below). qk and pv (the
  * panel path, c->fast) may be NULL: the ISA then runs every call on its decoding kernels over
- * row-major K/V tiles (NEON). */
+ * row-major K/V tiles (NEON), or on cblas products where d_k or d_v is not a multiple of
+ * dec_align. The row kernels (row_max, exp_row, h2f) serve every head size. */
 typedef struct att_kernels {
     void (*qk)(const float *Qp, const float *KP, int64_t d, int64_t Mp, int64_t np, float scale, float *S);
     void (*pv)(const float *P, int64_t Mp, int64_t n, const float *V, int64_t d, float *O);
@@ -70,6 +74,10 @@ typedef struct att_kernels {
     float (*exp_row)(float *s, int64_t n, float m);
     /* d[i] = f16 s[i] as f32 for i < n (K/V tiles of f16 caches) */
     void (*h2f)(const uint16_t *s, float *d, int64_t n);
+    /* qk_dec / pv_dec take d_k, d_v that are multiples of dec_align (1: any) and run where both are
+     * at least dec_min (narrower heads: cblas products, which beat a lane-reduced dot product per
+     * key at d_k = 8); row_max, exp_row, h2f, qk and pv take any size */
+    int64_t dec_align, dec_min;
 } att_kernels;
 
 typedef struct att_ctx {
@@ -114,11 +122,14 @@ typedef struct att_ctx {
     const int32_t *probe_start;  /* [n_q + 1] CSR into probe_list */
     const int32_t *probe_list;   /* probe output indices r, grouped by query row */
     float *probs;
-    /* SIMD paths (kern: the AVX-512, AVX2 or NEON kernels; NULL: portable): fast: the tile kernels, K as
-     * f32 panels [n_kv_heads][ldk/32][d][32] (zero-padded to ldk), V as f32 [..][dv] */
+    /* SIMD paths. kern: the ISA's table (AVX-512, AVX2 or NEON; NULL under the portable variants),
+     * whose row kernels (row_max, exp_row, h2f) run for every head size; which tile products run is
+     * apart: fast: the panel kernels, K as f32 panels [n_kv_heads][ldk/32][d][32] (zero-padded to
+     * ldk), V as f32 [..][dv] (any d_k, d_v); dec: the decoding kernels on row-major K/V tiles (few
+     * query rows; d_k, d_v multiples of kern->dec_align, at least kern->dec_min); neither: cblas per tile */
     const att_kernels *kern;
     int fast;
-    int dec; /* the decoding kernels on row-major K/V tiles (few query rows) */
+    int dec;
     /* split-key decoding: keys cut into `splits` ranges of split_keys (a multiple of ATT_BK) when
      * there are fewer (query tile, kv head) tasks than threads; part: partial states */
     int64_t splits, split_keys, part_words;
@@ -187,9 +198,10 @@ float kvs_cpu_att_row_max_avx512(const float *s, int64_t n);
 /* p[t] = exp(s[t] - m) in place; returns the sum. */
 float kvs_cpu_att_exp_row_avx512(float *s, int64_t n, float m);
 
-/* The kernel tables: AVX-512F (the functions above), AVX2 + FMA + F16C (x86/attention_avx2.c,
- * the same contracts; qk_dec/pv_dec take any M) and aarch64 NEON (arm/attention_neon.c: qk_dec,
- * pv_dec, row_max, exp_row and h2f for any M, d % 4 == 0; no panel kernels, qk = pv = NULL). */
+/* The kernel tables: AVX-512F (the functions above, any d; dec_align 1, dec_min 16), AVX2 + FMA + F16C
+ * (x86/attention_avx2.c, the same contracts; qk_dec/pv_dec take any M; AVX2 masks the last d % 8
+ * lanes) and aarch64 NEON (arm/attention_neon.c: qk_dec, pv_dec for any M, d % 4 == 0 (dec_align
+ * 4); row_max, exp_row and h2f for any n; no panel kernels, qk = pv = NULL). */
 extern const att_kernels kvs_cpu_att_avx512;
 extern const att_kernels kvs_cpu_att_avx2;
 extern const att_kernels kvs_cpu_att_neon;

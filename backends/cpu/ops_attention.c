@@ -354,13 +354,17 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
         c.probe_list = list;
     }
 
-    /* SIMD kernels: AVX-512 or AVX2 (d_k and d_v % 16 == 0), NEON (d_k and d_v % 4 == 0); other head
-     * sizes take the portable kernels under every variant; the panel path (AVX-512, AVX2)
-     * when there are enough query rows per kv head to amortise a transposed f32 copy of K */
+    /* SIMD kernels: c.kern is the ISA's table (AVX-512, AVX2, NEON) for every head size; the portable
+     * variants keep c.kern NULL (the reference kernels). Which tile products run is decided apart
+     * (c.fast, c.dec below): the x86 panel and decoding kernels take any d_k / d_v (masked tails;
+     * the decoding ones run from 16 up, narrower heads take cblas products); NEON's decoding kernels
+     * need d_k, d_v % 4 == 0 (other sizes: cblas products with NEON's row kernels). The panel path (AVX-512, AVX2) runs when there are enough query rows per kv head to
+     * amortise a transposed f32 copy of K. The fused block kernels (qqk, qpv, qqk8, ...) only meet
+     * block-quantized K / V, whose widths are multiples of 32. */
     float *kt_buf = NULL, *v_buf = NULL;
     const int isa = kvs_cpu_isa(dev, KVS_OP_attention);
 #if KVS_CPU_HAVE_AVX512
-    if (d % 16 == 0 && dv % 16 == 0) c.kern = isa == KVS_ISA_AVX512 ? &kvs_cpu_att_avx512 : isa == KVS_ISA_AVX2 ? &kvs_cpu_att_avx2 : NULL;
+    c.kern = isa == KVS_ISA_AVX512 ? &kvs_cpu_att_avx512 : isa == KVS_ISA_AVX2 ? &kvs_cpu_att_avx2 : NULL;
     if (c.kern) {
         c.qpv = isa == KVS_ISA_AVX512 ? kvs_cpu_att_pv_q_avx512 : kvs_cpu_att_pv_q_avx2;
         c.qqk = isa == KVS_ISA_AVX512 ? kvs_cpu_att_qk_q_avx512 : kvs_cpu_att_qk_q_avx2;
@@ -384,7 +388,7 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
     }
 #endif
 #if KVS_CPU_HAVE_NEON
-    if (d % 4 == 0 && dv % 4 == 0 && isa == KVS_ISA_NEON) c.kern = &kvs_cpu_att_neon;
+    if (isa == KVS_ISA_NEON) c.kern = &kvs_cpu_att_neon;
 #endif
     (void)isa;
     /* the f32 panel path: F32/F16 K and V only (a block or bf16 cache takes the decoding kernels);
@@ -405,7 +409,9 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
         kvs_par_for(nt, a->n_kv_heads * kc.nb, 0, att_kt_block, &kc);
         c.V32 = v_f16 ? v_buf : (const float *)c.v;
     }
-    c.dec = c.kern && !c.fast;
+    /* the decoding kernels over row-major tiles (x86: d_k, d_v >= 16; NEON: multiples of 4), else cblas */
+    c.dec = c.kern && !c.fast && d % c.kern->dec_align == 0 && dv % c.kern->dec_align == 0 &&
+            d >= c.kern->dec_min && dv >= c.kern->dec_min;
 
     kvs_cpu_blas_threads(1);
     att_region r = {.c = &c, .scr = scr, .per = per, .off_km = off_km, .off_q8 = off_q8, .off_e = off_e, .M = M,

@@ -174,5 +174,7 @@ const att_kernels kvs_cpu_att_neon = {
     .row_max = att_row_max_neon,
     .exp_row = att_exp_row_neon,
     .h2f = kvs_cpu_f16_to_f32_neon,
+    .dec_align = 4, /* qk_dec / pv_dec: d_k, d_v % 4 == 0 */
+    .dec_min = 1, /* every d_k, d_v % 4 == 0 (as before this field) */
 };
 #endif

@@ -61,16 +61,48 @@ ATT_INLINE void att_pv_block(int R, int C, const float *p, int64_t n, const floa
         for (int u = 0; u < C; u++) _mm256_storeu_ps(o + r * d + c + 8 * u, acc[r][u]);
 }
 
+/* Lanes [0, w) of an 8-lane mask for _mm256_maskload_ps / _mm256_maskstore_ps (0 < w < 8). */
+ATT_INLINE __m256i att_mask8(int64_t w) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)w), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* Columns [c, c+w) (0 < w < 8, lane mask tm = att_mask8(w)) of O's R rows += P . V, as
+ * att_pv_block with one masked vector per row (loads and stores stay inside the rows). */
+ATT_INLINE void att_pv_block_tail(int R, const float *p, int64_t n, const float *V, int64_t d, float *o, int64_t c,
+                                  __m256i tm) {
+    __m256 acc[4];
+    for (int r = 0; r < R; r++) acc[r] = _mm256_maskload_ps(o + r * d + c, tm);
+    for (int64_t j = 0; j < n; j++) {
+        const __m256 v = _mm256_maskload_ps(V + j * d + c, tm);
+        for (int r = 0; r < R; r++) acc[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + r * ATT_BK + j), v, acc[r]);
+    }
+    for (int r = 0; r < R; r++) _mm256_maskstore_ps(o + r * d + c, tm, acc[r]);
+}
+
+/* Columns [c, d) of O's R rows, fewer than 16 left: an 8-column block, then a masked one. */
+ATT_INLINE void att_pv_cols_tail(int R, const float *p, int64_t n, const float *V, int64_t d, float *o, int64_t c) {
+    if (c + 8 <= d) {
+        att_pv_block(R, 1, p, n, V, d, o, c);
+        c += 8;
+    }
+    if (c < d) att_pv_block_tail(R, p, n, V, d, o, c, att_mask8(d - c));
+}
+
 /* O[r] += sum_j P[r][j] V[j] for r < Mp (multiple of 8), j < n; P row stride ATT_BK, V [n][d],
- * d % 16 == 0: blocks of 4 rows x 16 columns (2 loads and 4 broadcasts per 8 FMAs). */
+ * any d: blocks of 4 rows x 16 columns (2 loads and 4 broadcasts per 8 FMAs), the last d % 16
+ * columns as an 8-column block and a masked one. */
 static void att_pv_avx2(const float *P, int64_t Mp, int64_t n, const float *V, int64_t d, float *O) {
-    for (int64_t r0 = 0; r0 < Mp; r0 += 4)
-        for (int64_t c = 0; c < d; c += 16) att_pv_block(4, 2, P + r0 * ATT_BK, n, V, d, O + r0 * d, c);
+    for (int64_t r0 = 0; r0 < Mp; r0 += 4) {
+        int64_t c = 0;
+        for (; c + 16 <= d; c += 16) att_pv_block(4, 2, P + r0 * ATT_BK, n, V, d, O + r0 * d, c);
+        if (c < d) att_pv_cols_tail(4, P + r0 * ATT_BK, n, V, d, O + r0 * d, c);
+    }
 }
 
 /* Decoding: O[r] += sum_j P[r][j] V[j] for r < M (any, usually the few rows of one GQA group); V
- * [n][d] row-major, d % 16 == 0. Row pairs x 32 columns (4 loads and 2 broadcasts per 8 FMAs), a
- * last 16-column block where d % 32 == 16; a last single row (M odd) x 64 columns. */
+ * [n][d] row-major, any d. Row pairs x 32 columns (4 loads and 2 broadcasts per 8 FMAs), a last
+ * 16-column block where 16 <= d % 32; a last single row (M odd) x 64 columns; the last d % 16
+ * columns as an 8-column block and a masked one. */
 static void att_pv_dec_avx2(const float *P, int64_t M, int64_t n, const float *V, int64_t d, float *O) {
     for (int64_t r0 = 0; r0 < M; r0 += 2) {
         const float *p = P + r0 * ATT_BK;
@@ -78,13 +110,20 @@ static void att_pv_dec_avx2(const float *P, int64_t M, int64_t n, const float *V
         int64_t c = 0;
         if (M - r0 >= 2) {
             for (; c + 32 <= d; c += 32) att_pv_block(2, 4, p, n, V, d, o, c);
-            if (c < d) att_pv_block(2, 2, p, n, V, d, o, c);
+            if (c + 16 <= d) att_pv_block(2, 2, p, n, V, d, o, c), c += 16;
+            if (c < d) att_pv_cols_tail(2, p, n, V, d, o, c);
         } else {
             for (; c + 64 <= d; c += 64) att_pv_block(1, 8, p, n, V, d, o, c);
             for (; c + 32 <= d; c += 32) att_pv_block(1, 4, p, n, V, d, o, c);
-            if (c < d) att_pv_block(1, 2, p, n, V, d, o, c);
+            if (c + 16 <= d) att_pv_block(1, 2, p, n, V, d, o, c), c += 16;
+            if (c < d) att_pv_cols_tail(1, p, n, V, d, o, c);
         }
     }
+}
+
+/* 8 floats from p, or (full == 0) the lanes of mask tm, the others 0. */
+ATT_INLINE __m256 att_ld(const float *p, int full, __m256i tm) {
+    return full ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, tm);
 }
 
 /* The four row sums of a0..a3 (8 lanes each), as lanes 0..3. */
@@ -95,9 +134,11 @@ ATT_INLINE __m128 att_hsum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
 
 /* S[r][j..j+4) = scale * Qp[r] . K[j..j+4) for the R (1 or 2, constant after inlining) rows of q,
  * keys in groups of 4 (8 accumulators: 4 key loads and R query loads per 4R FMAs; one horizontal
- * reduction per row gives the 4 dot products), the last n % 4 keys one at a time; d % 16 == 0. */
+ * reduction per row gives the 4 dot products), the last n % 4 keys one at a time; any d (the last
+ * d % 8 channels through masked loads). */
 ATT_INLINE void att_qk_dec_rows(int R, const float *q, const float *K, int64_t d, int64_t n, float scale, float *s) {
     const __m128 vs = _mm_set1_ps(scale);
+    const __m256i tm = att_mask8(d % 8 ? d % 8 : 1); /* used only where d - t < 8 */
     int64_t j = 0;
     for (; j + 4 <= n; j += 4) {
         const float *k = K + j * d;
@@ -105,10 +146,11 @@ ATT_INLINE void att_qk_dec_rows(int R, const float *q, const float *K, int64_t d
         for (int r = 0; r < R; r++)
             for (int u = 0; u < 4; u++) a[r][u] = _mm256_setzero_ps();
         for (int64_t t = 0; t < d; t += 8) {
-            const __m256 k0 = _mm256_loadu_ps(k + t), k1 = _mm256_loadu_ps(k + d + t),
-                         k2 = _mm256_loadu_ps(k + 2 * d + t), k3 = _mm256_loadu_ps(k + 3 * d + t);
+            const int full = t + 8 <= d;
+            const __m256 k0 = att_ld(k + t, full, tm), k1 = att_ld(k + d + t, full, tm),
+                         k2 = att_ld(k + 2 * d + t, full, tm), k3 = att_ld(k + 3 * d + t, full, tm);
             for (int r = 0; r < R; r++) {
-                const __m256 qv = _mm256_loadu_ps(q + r * d + t);
+                const __m256 qv = att_ld(q + r * d + t, full, tm);
                 a[r][0] = _mm256_fmadd_ps(qv, k0, a[r][0]);
                 a[r][1] = _mm256_fmadd_ps(qv, k1, a[r][1]);
                 a[r][2] = _mm256_fmadd_ps(qv, k2, a[r][2]);
@@ -122,8 +164,9 @@ ATT_INLINE void att_qk_dec_rows(int R, const float *q, const float *K, int64_t d
         const float *k = K + j * d;
         __m256 a[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
         for (int64_t t = 0; t < d; t += 8) {
-            const __m256 kv = _mm256_loadu_ps(k + t);
-            for (int r = 0; r < R; r++) a[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q + r * d + t), kv, a[r]);
+            const int full = t + 8 <= d;
+            const __m256 kv = att_ld(k + t, full, tm);
+            for (int r = 0; r < R; r++) a[r] = _mm256_fmadd_ps(att_ld(q + r * d + t, full, tm), kv, a[r]);
         }
         float out[4];
         _mm_storeu_ps(out, _mm_mul_ps(vs, att_hsum4(a[0], R > 1 ? a[1] : a[0], a[0], a[0])));
@@ -223,5 +266,7 @@ const att_kernels kvs_cpu_att_avx2 = {
     .row_max = att_row_max_avx2,
     .exp_row = att_exp_row_avx2,
     .h2f = kvs_cpu_h2f_row_f16c, /* every CPU of these kernels has F16C */
+    .dec_align = 1, /* qk_dec / pv_dec mask the last lanes: any d_k, d_v */
+    .dec_min = 16, /* below 16 (d_k 8: one lane-reduced dot per key and row) cblas is faster */
 };
 #endif

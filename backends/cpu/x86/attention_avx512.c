@@ -8,7 +8,7 @@
 #if KVS_CPU_HAVE_AVX512
 #include <immintrin.h>
 
-/* ---- AVX-512 register-blocked tile products (used when the CPU has AVX-512F, d % 16 == 0) ---- */
+/* ---- AVX-512 register-blocked tile products (used when the CPU has AVX-512F; any d) ---- */
 
 /* S[r][j] = scale * sum_t Qp[r][t] K[j][t] for r < Mp (multiple of 8), j < np (multiple of 32).
  * Qp: [Mp][d]; KP: K transposed in panels of 32 keys, [np/32][d][32] (contiguous streams; a
@@ -47,7 +47,8 @@ void kvs_cpu_att_qk_avx512(const float *Qp, const float *KP, int64_t d, int64_t 
 }
 
 /* O[r][:] += sum_{j<n} P[r][j] V[j][:] for r < Mp (multiple of 8); P row stride ATT_BK, V [n][d],
- * O [Mp][d], d % 16 == 0. 8 rows x 32 columns per block (16 accumulators). */
+ * O [Mp][d], any d. 8 rows x 32 columns per block (16 accumulators), then 8 rows x 16 columns, the
+ * last d % 16 columns under a lane mask. */
 __attribute__((target("avx512f")))
 void kvs_cpu_att_pv_avx512(const float *P, int64_t Mp, int64_t n, const float *V, int64_t d, float *O) {
     for (int64_t r0 = 0; r0 < Mp; r0 += 8) {
@@ -78,13 +79,14 @@ void kvs_cpu_att_pv_avx512(const float *P, int64_t Mp, int64_t n, const float *V
             ATT_PV_STORE(4) ATT_PV_STORE(5) ATT_PV_STORE(6) ATT_PV_STORE(7)
 #undef ATT_PV_STORE
         }
-        for (; c < d; c += 16) {
-            __m512 a0 = _mm512_loadu_ps(o + c), a1 = _mm512_loadu_ps(o + d + c), a2 = _mm512_loadu_ps(o + 2 * d + c),
-                   a3 = _mm512_loadu_ps(o + 3 * d + c), a4 = _mm512_loadu_ps(o + 4 * d + c),
-                   a5 = _mm512_loadu_ps(o + 5 * d + c), a6 = _mm512_loadu_ps(o + 6 * d + c),
-                   a7 = _mm512_loadu_ps(o + 7 * d + c);
+        for (; c < d; c += 16) { /* 16 columns, the last d % 16 masked (loads and stores stay in the rows) */
+            const __mmask16 k = (__mmask16)(d - c >= 16 ? 0xffff : (1u << (d - c)) - 1);
+            __m512 a0 = _mm512_maskz_loadu_ps(k, o + c), a1 = _mm512_maskz_loadu_ps(k, o + d + c),
+                   a2 = _mm512_maskz_loadu_ps(k, o + 2 * d + c), a3 = _mm512_maskz_loadu_ps(k, o + 3 * d + c),
+                   a4 = _mm512_maskz_loadu_ps(k, o + 4 * d + c), a5 = _mm512_maskz_loadu_ps(k, o + 5 * d + c),
+                   a6 = _mm512_maskz_loadu_ps(k, o + 6 * d + c), a7 = _mm512_maskz_loadu_ps(k, o + 7 * d + c);
             for (int64_t j = 0; j < n; j++) {
-                __m512 v0 = _mm512_loadu_ps(V + j * d + c);
+                __m512 v0 = _mm512_maskz_loadu_ps(k, V + j * d + c);
                 a0 = _mm512_fmadd_ps(_mm512_set1_ps(p[j]), v0, a0);
                 a1 = _mm512_fmadd_ps(_mm512_set1_ps(p[ATT_BK + j]), v0, a1);
                 a2 = _mm512_fmadd_ps(_mm512_set1_ps(p[2 * ATT_BK + j]), v0, a2);
@@ -94,21 +96,21 @@ void kvs_cpu_att_pv_avx512(const float *P, int64_t Mp, int64_t n, const float *V
                 a6 = _mm512_fmadd_ps(_mm512_set1_ps(p[6 * ATT_BK + j]), v0, a6);
                 a7 = _mm512_fmadd_ps(_mm512_set1_ps(p[7 * ATT_BK + j]), v0, a7);
             }
-            _mm512_storeu_ps(o + c, a0);
-            _mm512_storeu_ps(o + d + c, a1);
-            _mm512_storeu_ps(o + 2 * d + c, a2);
-            _mm512_storeu_ps(o + 3 * d + c, a3);
-            _mm512_storeu_ps(o + 4 * d + c, a4);
-            _mm512_storeu_ps(o + 5 * d + c, a5);
-            _mm512_storeu_ps(o + 6 * d + c, a6);
-            _mm512_storeu_ps(o + 7 * d + c, a7);
+            _mm512_mask_storeu_ps(o + c, k, a0);
+            _mm512_mask_storeu_ps(o + d + c, k, a1);
+            _mm512_mask_storeu_ps(o + 2 * d + c, k, a2);
+            _mm512_mask_storeu_ps(o + 3 * d + c, k, a3);
+            _mm512_mask_storeu_ps(o + 4 * d + c, k, a4);
+            _mm512_mask_storeu_ps(o + 5 * d + c, k, a5);
+            _mm512_mask_storeu_ps(o + 6 * d + c, k, a6);
+            _mm512_mask_storeu_ps(o + 7 * d + c, k, a7);
         }
     }
 }
 
 /* Decoding (few query rows, K/V row-major as stored): S[r][j] = scale * Qp[r] . K[j] for r < M,
- * j < n; K [n][d], S row stride ATT_BK, d % 16 == 0. Each key row is loaded once for up to four
- * query rows; the dot products reduce across lanes. */
+ * j < n; K [n][d], S row stride ATT_BK, any d (the last d % 16 channels under a lane mask). Each
+ * key row is loaded once for up to four query rows; the dot products reduce across lanes. */
 __attribute__((target("avx512f")))
 void kvs_cpu_att_qk_dec_avx512(const float *Qp, const float *K, int64_t d, int64_t M, int64_t n, float scale,
                               float *S) {
@@ -120,11 +122,12 @@ void kvs_cpu_att_qk_dec_avx512(const float *Qp, const float *K, int64_t d, int64
             const float *k = K + j * d;
             __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
             for (int64_t t = 0; t < d; t += 16) {
-                __m512 kv = _mm512_loadu_ps(k + t);
-                a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + t), kv, a0);
-                if (R > 1) a1 = _mm512_fmadd_ps(_mm512_loadu_ps(q + d + t), kv, a1);
-                if (R > 2) a2 = _mm512_fmadd_ps(_mm512_loadu_ps(q + 2 * d + t), kv, a2);
-                if (R > 3) a3 = _mm512_fmadd_ps(_mm512_loadu_ps(q + 3 * d + t), kv, a3);
+                const __mmask16 m = (__mmask16)(d - t >= 16 ? 0xffff : (1u << (d - t)) - 1);
+                __m512 kv = _mm512_maskz_loadu_ps(m, k + t);
+                a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + t), kv, a0);
+                if (R > 1) a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + d + t), kv, a1);
+                if (R > 2) a2 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + 2 * d + t), kv, a2);
+                if (R > 3) a3 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + 3 * d + t), kv, a3);
             }
             s[j] = scale * _mm512_reduce_add_ps(a0);
             if (R > 1) s[ATT_BK + j] = scale * _mm512_reduce_add_ps(a1);
@@ -135,23 +138,29 @@ void kvs_cpu_att_qk_dec_avx512(const float *Qp, const float *K, int64_t d, int64
 }
 
 /* Decoding: O[r][:] += sum_{j<n} P[r][j] V[j][:] for r < M; P row stride ATT_BK, V [n][d], O [M][d],
- * d % 16 == 0. Blocks of up to 4 rows x 64 columns stay in registers over all n keys. */
+ * any d. Blocks of up to 4 rows x 64 columns stay in registers over all n keys (the last d % 16
+ * columns under a lane mask). */
 __attribute__((target("avx512f")))
 void kvs_cpu_att_pv_dec_avx512(const float *P, int64_t M, int64_t n, const float *V, int64_t d, float *O) {
     for (int64_t r0 = 0; r0 < M; r0 += 4) {
         const int64_t R = M - r0 < 4 ? M - r0 : 4;
         const float *p = P + r0 * ATT_BK;
         for (int64_t c = 0; c < d; c += 64) {
-            const int64_t C = d - c < 64 ? (d - c) / 16 : 4; /* vectors in this column block */
+            const int64_t C = d - c < 64 ? (d - c + 15) / 16 : 4; /* vectors in this column block */
+            __mmask16 km[4];
+            for (int64_t u = 0; u < 4; u++) {
+                const int64_t w = d - c - 16 * u;
+                km[u] = (__mmask16)(w >= 16 ? 0xffff : w > 0 ? (1u << w) - 1 : 0);
+            }
             __m512 acc[4][4];
             for (int64_t r = 0; r < R; r++)
-                for (int64_t u = 0; u < C; u++) acc[r][u] = _mm512_loadu_ps(O + (r0 + r) * d + c + 16 * u);
+                for (int64_t u = 0; u < C; u++) acc[r][u] = _mm512_maskz_loadu_ps(km[u], O + (r0 + r) * d + c + 16 * u);
             for (int64_t j = 0; j < n; j++) {
                 const float *v = V + j * d + c;
-                __m512 v0 = _mm512_loadu_ps(v);
-                __m512 v1 = C > 1 ? _mm512_loadu_ps(v + 16) : v0;
-                __m512 v2 = C > 2 ? _mm512_loadu_ps(v + 32) : v0;
-                __m512 v3 = C > 3 ? _mm512_loadu_ps(v + 48) : v0;
+                __m512 v0 = _mm512_maskz_loadu_ps(km[0], v);
+                __m512 v1 = C > 1 ? _mm512_maskz_loadu_ps(km[1], v + 16) : v0;
+                __m512 v2 = C > 2 ? _mm512_maskz_loadu_ps(km[2], v + 32) : v0;
+                __m512 v3 = C > 3 ? _mm512_maskz_loadu_ps(km[3], v + 48) : v0;
                 for (int64_t r = 0; r < R; r++) {
                     __m512 b = _mm512_set1_ps(p[r * ATT_BK + j]);
                     acc[r][0] = _mm512_fmadd_ps(b, v0, acc[r][0]);
@@ -161,7 +170,7 @@ void kvs_cpu_att_pv_dec_avx512(const float *P, int64_t M, int64_t n, const float
                 }
             }
             for (int64_t r = 0; r < R; r++)
-                for (int64_t u = 0; u < C; u++) _mm512_storeu_ps(O + (r0 + r) * d + c + 16 * u, acc[r][u]);
+                for (int64_t u = 0; u < C; u++) _mm512_mask_storeu_ps(O + (r0 + r) * d + c + 16 * u, km[u], acc[r][u]);
         }
     }
 }
@@ -243,6 +252,8 @@ const att_kernels kvs_cpu_att_avx512 = {
     .row_max = kvs_cpu_att_row_max_avx512,
     .exp_row = kvs_cpu_att_exp_row_avx512,
     .h2f = kvs_cpu_h2f_row_f16c, /* every CPU of these kernels has F16C */
+    .dec_align = 1, /* qk_dec / pv_dec mask the last lanes: any d_k, d_v */
+    .dec_min = 16, /* below 16 (d_k 8: one lane-reduced dot per key and row) cblas is faster */
 };
 #endif
 
