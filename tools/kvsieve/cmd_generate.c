@@ -387,6 +387,7 @@ int cmd_generate(int argc, char **argv) {
              co.wf_rho != d0.wf_rho || co.wf_keep_mass != d0.wf_keep_mass))
             rc = cli_fail(CLI_EXIT_USAGE, PROG, "--wf-family, --wf-levels, --wf-budget, --wf-rho and --wf-keep-mass are for "
                           "--wavefilter, which is not on");
+        if (rc == 0) rc = dlm_cache_check_model(PROG, &co, one, 1, hp);
         if (rc == 0) rc = dlm_cache_build(PROG, &co, NULL, 0, &sched);
         if (rc == 0 && o.block_causal && sched && strcmp(kvs_dlm_schedule_name(sched), "prefix") != 0)
             rc = cli_fail(CLI_EXIT_USAGE, PROG, "--block-causal decodes with --cache none or prefix (exact under block-causal "
