@@ -392,12 +392,6 @@ int cmd_generate(int argc, char **argv) {
         if (rc == 0 && o.block_causal && sched && strcmp(kvs_dlm_schedule_name(sched), "prefix") != 0)
             rc = cli_fail(CLI_EXIT_USAGE, PROG, "--block-causal decodes with --cache none or prefix (exact under block-causal "
                                                 "attention), not '%s'", kvs_dlm_schedule_name(sched));
-        /* d2cache plans no row before a masked position (core/schedule/d2cache.c refuses at its first
-         * plan, after the prompt would be on stdout): refuse it here as the usage error it is */
-        if (rc == 0 && hp->logit_shift && sched && strncmp(kvs_dlm_schedule_name(sched), "d2cache", 7) == 0)
-            rc = cli_fail(CLI_EXIT_USAGE, PROG, "--cache d2cache does not support '%s' (shifted logits: position i is "
-                                                "predicted from row i-1); use prefix, dual, delayed or elastic",
-                          kvs_arch_name(hp->arch));
         if (rc) {
             exit_code = rc;
             goto done;
