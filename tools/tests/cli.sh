@@ -176,7 +176,11 @@ d = json.load(open(sys.argv[1]))
 t = {r["matrix"]: r["type"] for r in d["matmul"]}
 assert t["attn_q"] == "q5_0" and t["ffn_gate"] == "q5_0" and t["ffn_down"] == "f16", t
 assert d["forward"]["ok"] and "dlm_step" not in d, d
+# the header's types are the ones used, not only --type (it printed "weights q4_k" for q5_0 + f16)
+assert d["type"] == "q4_k" and d["types_used"] == ["q5_0", "f16"], (d["type"], d["types_used"])
 PY
+expect 0 bench model --shape stories260K-f32.v3.gguf --reps 1 --prompt 4 --decode 2 -t 1 --no-ops \
+  && contains "weights q5_0 + f16 (--type q4_k; rows not whole q4_k blocks fall back)"
 
 # Every subcommand listed by --help (including ones added later): --help works, a bad flag is a
 # one-line error with exit status 2.
