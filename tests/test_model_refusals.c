@@ -97,6 +97,23 @@ START_TEST(test_gguf_rope_base) {
 }
 END_TEST
 
+/* A llama GGUF whose rope.dimension_count is below head_dim (4 here) asks for partial RoPE, which
+ * no supported architecture has (llama.cpp asserts n_rot == head_dim): refused, never run. */
+START_TEST(test_gguf_partial_rope) {
+    size_t n;
+    unsigned char *b = slurp("gguf/tiny-f32.gguf", &n);
+    size_t at = after_key(b, n, "llama.rope.dimension_count") + 4; /* skip the value type */
+    uint32_t v;
+    memcpy(&v, b + at, 4);
+    ck_assert_uint_eq(v, 4);
+    v = 2;
+    memcpy(b + at, &v, 4);
+    expect_open(put("partial.gguf", b, n), KVS_ERR_UNSUPPORTED, "partial.gguf", "rope.dimension_count 2 < head_dim 4",
+                "partial RoPE", NULL);
+    free(b);
+}
+END_TEST
+
 START_TEST(test_gguf_special_ids) {
     size_t n;
     unsigned char *b = slurp("gguf/tiny-f32.gguf", &n);
@@ -285,6 +302,7 @@ int main(void) {
     TCase *tc = tcase_create("refusals");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_gguf_rope_base);
+    tcase_add_test(tc, test_gguf_partial_rope);
     tcase_add_test(tc, test_gguf_special_ids);
     tcase_add_test(tc, test_gguf_block_count);
     tcase_add_test(tc, test_gguf_messages_name_the_file);
