@@ -77,6 +77,9 @@ expect 2 bench ops --reps x && one_line_error
 expect 2 bench ops --reps 0 && one_line_error
 expect 2 bench ops --max-seconds 0 && one_line_error
 expect 2 bench ops --quick --reps 1 --filter no-such-case && one_line_error
+# ... checked before the peaks are measured (nothing on stdout), naming the ops a filter can pick
+contains_err "ops: matmul, gemv, attention"
+[[ ! -s "$tmp/out" ]] || { echo "FAIL: bench ops --filter no-such-case measured before refusing:"; cat "$tmp/out"; fails=$((fails + 1)); }
 expect 2 bench ops --json=1 && one_line_error
 expect 2 bench ops --backend nope && one_line_error
 expect 2 bench ops --backend cpu:7 && one_line_error
