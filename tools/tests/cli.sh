@@ -181,6 +181,8 @@ assert t["attn_q"] == "q5_0" and t["ffn_gate"] == "q5_0" and t["ffn_down"] == "f
 assert d["forward"]["ok"] and "dlm_step" not in d, d
 # the header's types are the ones used, not only --type (it printed "weights q4_k" for q5_0 + f16)
 assert d["type"] == "q4_k" and d["types_used"] == ["q5_0", "f16"], (d["type"], d["types_used"])
+# the weights' build and the kernel builds (the CPU has none) under their own unit-last keys
+assert d["weights_build_seconds"] >= 0 and d["build_seconds"] == 0.0, d
 PY
 expect 0 bench model --shape stories260K-f32.v3.gguf --reps 1 --prompt 4 --decode 2 -t 1 --no-ops \
   && contains "weights q5_0 + f16 (--type q4_k; rows not whole q4_k blocks fall back)"
