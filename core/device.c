@@ -122,6 +122,8 @@ kvs_status kvs_backend_check(const kvs_backend_ops *ops) {
     return KVS_OK;
 }
 
+static kvs_status variants_apply(kvs_device *dev, const char *spec, bool skip_foreign);
+
 kvs_status kvs_device_open(kvs_device **out, const kvs_device_params *p) {
     if (!out) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_device_open: out is NULL");
     *out = NULL;
@@ -148,7 +150,8 @@ kvs_status kvs_device_open(kvs_device **out, const kvs_device_params *p) {
         return s;
     }
     const char *env = getenv("KVS_VARIANT");
-    if (env && env[0] && (s = kvs_device_set_variants(dev, env)) != KVS_OK) {
+    /* one KVS_VARIANT serves every backend: each device applies the entries its backend knows */
+    if (env && env[0] && (s = variants_apply(dev, env, true)) != KVS_OK) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", kvs_last_error());
         kvs_device_destroy(&dev);
@@ -216,9 +219,25 @@ const char *kvs_device_variant_name(const kvs_device *dev, const char *op, int i
     return NULL;
 }
 
+/* 1 when a backend compiled into this build other than dev's lists variant vn (vl bytes) of op. */
+static bool variant_known_elsewhere(const kvs_device *dev, int op, const char *vn, size_t vl) {
+    for (int b = 0; b < KVS_BACKEND_COUNT; b++) {
+        const kvs_backend_ops *o = kvs_backend_lookup((kvs_backend)b);
+        if (!o || o == dev->ops) continue;
+        for (int i = 0; i < o->n_variants; i++)
+            if (o->variants[i].op == (kvs_op_id)op && strlen(o->variants[i].name) == vl &&
+                strncmp(o->variants[i].name, vn, vl) == 0)
+                return true;
+    }
+    return false;
+}
+
 /* Forces one "op:variant" entry (len bytes of e); seen[op] marks the ops named earlier in the same
- * spec (an op named twice is a typo or a conflict, never "the last one wins"). */
-static kvs_status variant_force(kvs_device *dev, const char *e, size_t len, bool seen[KVS_OP_COUNT]) {
+ * spec (an op named twice is a typo or a conflict, never "the last one wins"). skip_foreign (the
+ * KVS_VARIANT list, which names the variants of every backend at once): an entry dev's backend does
+ * not know but another built backend does is skipped, not an error. */
+static kvs_status variant_force(kvs_device *dev, const char *e, size_t len, bool seen[KVS_OP_COUNT],
+                                bool skip_foreign) {
     const char *colon = memchr(e, ':', len);
     if (!colon || colon == e || colon + 1 == e + len)
         return kvs_error(KVS_ERR_INVALID_ARGUMENT, "variant spec entry '%.*s' is not OP:VARIANT", (int)len, e);
@@ -249,12 +268,13 @@ static kvs_status variant_force(kvs_device *dev, const char *e, size_t len, bool
         size_t used = strlen(names);
         snprintf(names + used, sizeof names - used, ", %s", v->name);
     }
+    if (skip_foreign && variant_known_elsewhere(dev, op, vn, vl)) return KVS_OK;
     return kvs_error(KVS_ERR_INVALID_ARGUMENT, "variant spec: op '%s' has no variant '%.*s' on the %s backend (%s)",
                      kvs_op_name((kvs_op_id)op), (int)vl, vn, dev->ops->name, names);
 }
 
-kvs_status kvs_device_set_variants(kvs_device *dev, const char *spec) {
-    if (!dev) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_device_set_variants: dev is NULL");
+/* kvs_device_set_variants; skip_foreign: see variant_force. */
+static kvs_status variants_apply(kvs_device *dev, const char *spec, bool skip_foreign) {
     if (!spec || !spec[0]) {
         for (int i = 0; i < KVS_OP_COUNT; i++) dev->forced[i] = NULL;
         return KVS_OK;
@@ -265,9 +285,14 @@ kvs_status kvs_device_set_variants(kvs_device *dev, const char *spec) {
         size_t len = strcspn(e, ",");
         size_t tl = len;
         while (tl > 0 && e[tl - 1] == ' ') tl--;
-        KVS_TRY(variant_force(dev, e, tl, seen));
+        KVS_TRY(variant_force(dev, e, tl, seen, skip_foreign));
         if (!e[len]) break;
         e += len + 1;
     }
     return KVS_OK;
+}
+
+kvs_status kvs_device_set_variants(kvs_device *dev, const char *spec) {
+    if (!dev) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_device_set_variants: dev is NULL");
+    return variants_apply(dev, spec, false);
 }

@@ -120,6 +120,57 @@ START_TEST(test_variants_api) {
 }
 END_TEST
 
+/* 1 when backend table o lists variant `name` of op. */
+static int table_has(const kvs_backend_ops *o, kvs_op_id op, const char *name) {
+    for (int i = 0; i < o->n_variants; i++)
+        if (o->variants[i].op == op && !strcmp(o->variants[i].name, name)) return 1;
+    return 0;
+}
+
+/* One KVS_VARIANT serves every backend: on each built backend with a device, an entry only another
+ * backend knows (KVS_VARIANT=attention:avx512 on OpenCL) is skipped and the open succeeds with that
+ * op on automatic choice; the entries the backend knows still apply; a variant no backend knows
+ * still fails the open. */
+START_TEST(test_variant_env_foreign) {
+    for (int b = 0; b < KVS_BACKEND_COUNT; b++) {
+        const kvs_backend_ops *ops = kvs_backend_lookup((kvs_backend)b);
+        int n = 0;
+        if (!ops || ops->device_count(&n) != KVS_OK || n < 1) continue;
+        const kvs_variant *foreign = NULL;
+        for (int o = 0; o < KVS_BACKEND_COUNT && !foreign; o++) {
+            const kvs_backend_ops *other = kvs_backend_lookup((kvs_backend)o);
+            for (int i = 0; other && other != ops && i < other->n_variants && !foreign; i++)
+                if (!table_has(ops, other->variants[i].op, other->variants[i].name)) foreign = &other->variants[i];
+        }
+        if (!foreign) continue; /* a build with one backend */
+        char spec[128];
+        kvs_device_params p = kvs_device_params_default();
+        p.backend = (kvs_backend)b;
+        kvs_device *dev = NULL;
+        const char *own = ops->n_variants > 0 && ops->variants[0].op != foreign->op && !ops->variants[0].usable
+                              ? ops->variants[0].name
+                              : NULL;
+        if (own)
+            snprintf(spec, sizeof spec, "%s:%s,%s:%s", kvs_op_name(foreign->op), foreign->name,
+                     kvs_op_name(ops->variants[0].op), own);
+        else
+            snprintf(spec, sizeof spec, "%s:%s", kvs_op_name(foreign->op), foreign->name);
+        setenv("KVS_VARIANT", spec, 1);
+        kvs_status s = kvs_device_open(&dev, &p);
+        ck_assert_msg(s == KVS_OK, "%s KVS_VARIANT=%s: %s", ops->name, spec, kvs_last_error());
+        ck_assert_int_eq(kvs_device_variant(dev, foreign->op), 0);
+        if (own) ck_assert_int_eq(kvs_device_variant(dev, ops->variants[0].op), ops->variants[0].code);
+        kvs_device_destroy(&dev);
+        snprintf(spec, sizeof spec, "%s:%s,%s:nosuch", kvs_op_name(foreign->op), foreign->name,
+                 kvs_op_name(foreign->op == KVS_OP_topk ? KVS_OP_attention : KVS_OP_topk));
+        setenv("KVS_VARIANT", spec, 1);
+        ck_assert_int_eq(kvs_device_open(&dev, &p), KVS_ERR_INVALID_ARGUMENT);
+        ck_assert_msg(strstr(kvs_last_error(), "'nosuch'") != NULL, "%s", kvs_last_error());
+        unsetenv("KVS_VARIANT");
+    }
+}
+END_TEST
+
 /* Query mode validates and answers without running: the output keeps its contents. */
 START_TEST(test_query_mode) {
     kvs_device *dev = NULL;
@@ -155,6 +206,7 @@ int main(void) {
     tcase_add_test(tc, test_op_names);
     tcase_add_test(tc, test_table_check);
     tcase_add_test(tc, test_variants_api);
+    tcase_add_test(tc, test_variant_env_foreign);
     tcase_add_test(tc, test_query_mode);
     suite_add_tcase(s, tc);
     return kvs_test_run(s);

@@ -10,6 +10,7 @@
 #include <check.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,6 +94,23 @@ START_TEST(test_gguf_rope_base) {
         memcpy(b + at, &bad[i], 4);
         expect_open(put("rope.gguf", b, n), KVS_ERR_FORMAT, "rope.gguf", "rope base", NULL);
     }
+    free(b);
+}
+END_TEST
+
+/* A llama GGUF whose rope.dimension_count is below head_dim (4 here) asks for partial RoPE, which
+ * no supported architecture has (llama.cpp asserts n_rot == head_dim): refused, never run. */
+START_TEST(test_gguf_partial_rope) {
+    size_t n;
+    unsigned char *b = slurp("gguf/tiny-f32.gguf", &n);
+    size_t at = after_key(b, n, "llama.rope.dimension_count") + 4; /* skip the value type */
+    uint32_t v;
+    memcpy(&v, b + at, 4);
+    ck_assert_uint_eq(v, 4);
+    v = 2;
+    memcpy(b + at, &v, 4);
+    expect_open(put("partial.gguf", b, n), KVS_ERR_UNSUPPORTED, "partial.gguf", "rope.dimension_count 2 < head_dim 4",
+                "partial RoPE", NULL);
     free(b);
 }
 END_TEST
@@ -219,6 +237,28 @@ START_TEST(test_safetensors_config) {
                 KVS_ERR_NOT_FOUND, "lm_head.weight", "tie_word_embeddings", NULL);
     expect_open(st_dir("safetensors/tiny-tied", "\"tie_word_embeddings\":true,", ""), KVS_ERR_NOT_FOUND, "lm_head.weight",
                 NULL);
+    /* tie_word_embeddings true with a lm_head.weight: the output is the embedding (transformers'
+     * tie_weights); an equal copy (the seed's lm_head is one: saved both) loads tied, a lm_head that
+     * differs from the embedding is refused */
+    const char *dtie = st_dir("safetensors/tiny-untied", "\"tie_word_embeddings\":false", "\"tie_word_embeddings\":true");
+    kvs_model_file *mf = NULL;
+    ck_assert_msg(kvs_model_file_open(&mf, dtie, NULL) == KVS_OK, "%s", kvs_last_error());
+    ck_assert_int_eq(kvs_model_file_hparams(mf)->tied_output, 1);
+    kvs_model_file_close(&mf);
+    char sp[600];
+    snprintf(sp, sizeof sp, "%s/model.safetensors", dtie);
+    FILE *sf = fopen(sp, "r+b");
+    ck_assert(sf != NULL);
+    uint64_t hn = 0;
+    ck_assert(fread(&hn, 8, 1, sf) == 1);
+    char *hdr = calloc(1, (size_t)hn + 1);
+    ck_assert(fread(hdr, 1, (size_t)hn, sf) == (size_t)hn);
+    /* the seed's layout: lm_head [16][8] f32 at data bytes 544..1056 */
+    ck_assert(strstr(hdr, "\"lm_head.weight\":{\"dtype\":\"F32\",\"shape\":[16,8],\"data_offsets\":[544,1056]}"));
+    free(hdr);
+    const float other = 0.125f;
+    ck_assert(fseek(sf, (long)(8 + hn + 544), SEEK_SET) == 0 && fwrite(&other, 4, 1, sf) == 1 && fclose(sf) == 0);
+    expect_open(dtie, KVS_ERR_FORMAT, "tie_word_embeddings: true", "'lm_head.weight' differs", NULL);
     expect_open(st_dir("safetensors/tiny-tied", "\"bos_token_id\":1", "\"bos_token_id\":99999"), KVS_ERR_FORMAT,
                 "bos_token_id", "99999", "vocab_size 16", NULL);
     expect_open(st_dir("safetensors/tiny-tied", "\"rope_theta\":10000.0", "\"rope_theta\":1"), KVS_ERR_FORMAT, "rope base",
@@ -285,6 +325,7 @@ int main(void) {
     TCase *tc = tcase_create("refusals");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_gguf_rope_base);
+    tcase_add_test(tc, test_gguf_partial_rope);
     tcase_add_test(tc, test_gguf_special_ids);
     tcase_add_test(tc, test_gguf_block_count);
     tcase_add_test(tc, test_gguf_messages_name_the_file);

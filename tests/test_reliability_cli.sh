@@ -50,8 +50,17 @@ KVS_VARIANT=$novar run 2 "cannot run on cpu" generate -m "$tiny" -n 4
 KVS_VARIANT=dwt:nosuch run 2 "dwt" generate -m "$tiny" -n 4
 # eviction on a diffusion model: refused (its next-token perplexity meant nothing), not garbage
 run 2 "is a diffusion model" eval -m "$llada" --text "$text" --policies h2o --budgets 0.5 --windows 1
+# d2cache on Dream (shifted logits): refused before the table's first row, as generate refuses it
+# (eval --dlm failed mid-table with exit 1)
+dream="$(cd "$(dirname "$0")/.." && pwd)/models/tiny-dream.gguf"
+run 2 "does not support 'dream'" eval --dlm -m "$dream" --prompts "$text" --gen 32 --caches prefix,d2cache --long-prompts 0
+run 2 "does not support 'dream'" generate -m "$dream" -n 32 --cache d2cache
 # WaveFilter over spa: refused before decoding, not a mid-run failure
 run 2 "does not run over spa" generate -m "$llada" -n 16 --block 16 --cache spa --wavefilter
+# a spa proxy rank above what the model has (tiny-llada: dim 8, kv dim 4): refused with the range
+# before decoding (it failed at the first step with exit 1)
+run 2 "1..4 for this model" generate -m "$llada" -n 16 --block 16 --cache spa --spa-rank 100000
+run 2 "1..4 for this model" eval --dlm -m "$llada" --prompts "$text" --gen 16 --block 16 --caches spa --spa-rank 5 --long-prompts 0
 # an output that cannot be written is a failure (exit 1), never exit 0 with the result lost
 if [ -c /dev/full ]; then
   "$exe" generate -m "$tiny" -n 4 --no-stream >/dev/full 2>"$dir/err"

@@ -161,6 +161,11 @@ kvs_status kvs_mf_load_gguf(kvs_model_file *m) {
     int64_t te = kvs_gguf_find_tensor(m->gguf, "token_embd.weight");
     if (h->vocab == 0 && te >= 0) h->vocab = (int)kvs_gguf_tensor(m->gguf, te)->ne[1];
     KVS_TRY(kvs_mf_check_hparams(m));
+    /* none of the five architectures rotates part of a head: llama.cpp's graphs for them assert
+     * n_embd_head == n_rot, and running the partial RoPE the key asks for would be another model */
+    if (h->rope_dim < h->head_dim)
+        return kvs_error(KVS_ERR_UNSUPPORTED, "%s: %s.rope.dimension_count %d < head_dim %d: partial RoPE is not part of "
+                         "the %s architecture (llama.cpp refuses it too)", m->path, arch, h->rope_dim, h->head_dim, arch);
     KVS_TRY(extra_hparams(m, arch));
     /* SentencePiece llama vocabularies: BOS 1, EOS 2 unless the file says otherwise */
     kvs_gguf_str tm;

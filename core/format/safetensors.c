@@ -13,7 +13,8 @@
  * than run wrongly. Qwen2: self_attn.{q,k,v}_proj.bias; Qwen3: self_attn.{q,k}_norm.weight
  * [head_dim] (and the biases when attention_bias is true).
  * Tensor names: model.embed_tokens, model.layers.N.{input_layernorm, self_attn.{q,k,v,o}_proj,
- * post_attention_layernorm, mlp.{gate,down,up}_proj}, model.norm, lm_head (absent when tied).
+ * post_attention_layernorm, mlp.{gate,down,up}_proj}, model.norm, lm_head (absent when tied; when
+ * tied and present, it must equal the embedding, which is used, as transformers ties it).
  * llama q/k rows are in rotate-half order (transformers' convert_llama_weights_to_hf.py permute):
  * HF row h*hd + p*hd/2 + i holds Meta row h*hd + 2i + p; we un-permute into Meta order. Qwen rows
  * are used as stored, with NEOX RoPE (model_file.c). */
@@ -325,9 +326,22 @@ kvs_status kvs_mf_load_safetensors(kvs_model_file *m, const char *st_path, const
     if ((s = st_weight(&f, "model.norm.weight", 1, D, 0, &m->w.output_norm))) goto done;
     int found = 0;
     {
-        kvs_dtype dt;
-        const void *d;
+        kvs_dtype dt, edt;
+        const void *d, *e;
         if ((s = st_tensor(&f, "lm_head.weight", V, D, 1, &dt, &d, &found))) goto done;
+        /* tie_word_embeddings: transformers' tie_weights() makes the output weight the embedding, so
+         * a lm_head.weight beside it is a saved copy (kept only when it is one, else refused: which
+         * of the two was meant is not in the file) */
+        if (found && h->tied_output) {
+            if ((s = st_tensor(&f, "model.embed_tokens.weight", V, D, 0, &edt, &e, NULL))) goto done;
+            if (dt != edt || memcmp(d, e, (size_t)(V * D) * (dt == KVS_F32 ? 4 : 2)) != 0) {
+                s = kvs_error(KVS_ERR_FORMAT, "%s: config.json says tie_word_embeddings: true but tensor 'lm_head.weight' "
+                              "differs from 'model.embed_tokens.weight' (tied: the output weight is the embedding)",
+                              m->path);
+                goto done;
+            }
+            found = 0;
+        }
     }
     if (found) {
         if ((s = st_weight(&f, "lm_head.weight", V, D, 0, &m->w.output))) goto done;

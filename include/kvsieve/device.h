@@ -199,7 +199,10 @@ KVS_API const char *kvs_device_variant_name(const kvs_device *dev, const char *o
  * matmul:blas"); VARIANT "auto" returns that op to automatic choice; NULL or "" returns every op to
  * automatic choice. Applied in order; on error, entries before the bad one stay applied.
  * kvs_device_open applies the environment variable KVS_VARIANT the same way (an error there fails
- * the open), which is the one override of kernel choice for experts.
+ * the open), which is the one override of kernel choice for experts, except that one list serves
+ * every backend: an entry naming a variant that another backend compiled into this build has but
+ * the device's backend has not (KVS_VARIANT=attention:avx512 on an OpenCL device) is skipped there;
+ * a variant no built backend has is still an error.
  * Errors: KVS_ERR_INVALID_ARGUMENT (dev NULL, malformed spec, unknown op or variant: the message
  * lists the op's variants; an op named twice in one spec); KVS_ERR_UNSUPPORTED (the device cannot run that variant, e.g. AVX-512
  * kernels on a CPU without AVX-512: the message says why). */

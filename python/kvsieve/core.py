@@ -20,7 +20,7 @@ _NUMPY = {L.F32: np.float32, L.F16: np.float16, L.BF16: np.uint16, L.I32: np.int
 _NUMPY.update({q: np.uint8 for q in L.QUANT_TYPES})
 
 OK, INVALID_ARGUMENT, SHAPE, DTYPE, UNSUPPORTED = 0, 1, 2, 3, 4
-OUT_OF_RANGE, NOT_FOUND = 6, 7
+OUT_OF_RANGE, NOT_FOUND, STATE = 6, 7, 15
 
 
 class KvsError(Exception):
@@ -43,6 +43,17 @@ def check(status, what=""):
 
 def fail(status, message):
     raise KvsError(status, message)
+
+
+def _closed(what, how):
+    """Raises KvsError(KVS_ERR_STATE) for a call on a closed object: "Class.method: WHAT is closed
+    HOW", the method being the caller of the .handle property that found no handle."""
+    import sys
+    f = sys._getframe(2)
+    owner = f.f_locals.get("self")
+    method = f.f_code.co_name
+    call = "%s.%s: " % (type(owner).__name__, method) if owner is not None else ""
+    fail(STATE, "%s%s is closed %s" % (call, what, how))
 
 
 def version():
@@ -89,13 +100,14 @@ class Device:
         p.n_threads = threads
         h = ctypes.c_void_p()
         check(L.lib.kvs_device_open(ctypes.byref(h), ctypes.byref(p)), "device '%s'" % spec)
-        self._h = h
+        self._h, self._spec = h, spec
         self._children = weakref.WeakSet()  # live tensors, caches, models: closed before the device
 
     @property
     def handle(self):
         if not self._h:
-            fail(15, "device is closed")
+            _closed("the Device '%s'" % self._spec, "(by .close() or the end of its with-block, which also "
+                    "closes its tensors, caches and models): open a new kvsieve.Device")
         return self._h
 
     @property
@@ -188,7 +200,7 @@ class Tensor:
     @property
     def handle(self):
         if not self._h:
-            fail(15, "tensor is closed")
+            _closed("the Tensor %s %s" % (self.dtype, self.shape), "(by .close() or by closing its Device)")
         return self._h
 
     @property

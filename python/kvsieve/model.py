@@ -2,11 +2,12 @@
 generate (autoregressive with any eviction policy, masked diffusion with any cache schedule) and a
 teacher-forced eviction eval (include/kvsieve/model.h, generate.h, policy.h, schedule.h)."""
 import ctypes
+import os
 
 import numpy as np
 
 from . import _lib as L
-from .core import INVALID_ARGUMENT, Device, KvsError, check, fail
+from .core import INVALID_ARGUMENT, Device, KvsError, _closed, check, fail
 
 
 def locate(name):
@@ -180,14 +181,20 @@ class Cache:
         self.model, self.capacity, self.mode = model, int(capacity), mode
         model.device._children.add(self)
 
+    @property
+    def handle(self):
+        if not self._h:
+            _closed("the Cache", "(by .close() or by closing its Model's Device)")
+        return self._h
+
     def reset(self):
-        check(L.lib.kvs_cache_reset(self._h))
+        check(L.lib.kvs_cache_reset(self.handle))
 
     def length(self, layer=0, head=0):
-        return int(L.lib.kvs_cache_len(self._h, layer, head))
+        return int(L.lib.kvs_cache_len(self.handle, layer, head))
 
     def bytes_used(self):
-        return int(L.lib.kvs_cache_bytes_used(self._h))
+        return int(L.lib.kvs_cache_bytes_used(self.handle))
 
     def close(self):
         if self._h:
@@ -231,6 +238,18 @@ class Model:
         device._children.add(self)
 
     @property
+    def handle(self):
+        if not self._h:
+            _closed("the Model %s" % os.path.basename(self.path), "(by .close() or by closing its Device)")
+        return self._h
+
+    @property
+    def _tok_handle(self):
+        if not self._tok:
+            _closed("the Model %s" % os.path.basename(self.path), "(by .close() or by closing its Device)")
+        return self._tok
+
+    @property
     def arch(self):
         return self.hparams["arch"]
 
@@ -241,8 +260,8 @@ class Model:
         from .core import _DTYPES
         if dtype not in _DTYPES:
             fail(INVALID_ARGUMENT, "unknown dtype %r" % (dtype,))
-        check(L.lib.kvs_model_set_draft_weights(self._h, _DTYPES[dtype]))
-        return int(L.lib.kvs_model_draft_weight_bytes(self._h))
+        check(L.lib.kvs_model_set_draft_weights(self.handle, _DTYPES[dtype]))
+        return int(L.lib.kvs_model_draft_weight_bytes(self.handle))
 
     # ---- tokenizer ---------------------------------------------------------------------------
     def tokenize(self, text, bos=True, eos=False):
@@ -254,17 +273,17 @@ class Model:
         n = ctypes.c_int64(0)
         cap = len(b) + 8
         ids = np.zeros(cap, dtype=np.int32)
-        check(L.lib.kvs_tokenizer_encode(self._tok, b, len(b), flags, _p32(ids), cap, ctypes.byref(n)))
+        check(L.lib.kvs_tokenizer_encode(self._tok_handle, b, len(b), flags, _p32(ids), cap, ctypes.byref(n)))
         return ids[: n.value].copy()
 
     def detokenize(self, ids):
         ids = _i32(ids, "ids")
         n = ctypes.c_size_t(0)
         buf = ctypes.create_string_buffer(16 * len(ids) + 16)
-        st = L.lib.kvs_tokenizer_decode(self._tok, _p32(ids), len(ids), buf, len(buf), ctypes.byref(n))
+        st = L.lib.kvs_tokenizer_decode(self._tok_handle, _p32(ids), len(ids), buf, len(buf), ctypes.byref(n))
         if st == 6 and n.value >= len(buf):
             buf = ctypes.create_string_buffer(n.value + 1)
-            st = L.lib.kvs_tokenizer_decode(self._tok, _p32(ids), len(ids), buf, len(buf), ctypes.byref(n))
+            st = L.lib.kvs_tokenizer_decode(self._tok_handle, _p32(ids), len(ids), buf, len(buf), ctypes.byref(n))
         check(st)
         return buf.raw[: n.value].decode(errors="replace")
 
@@ -318,7 +337,7 @@ class Model:
             keep.append(arr)
             plan.layers = arr
         res = L.StepResult()
-        check(L.lib.kvs_model_forward(self._h, cache._h, ctypes.byref(plan), ctypes.byref(res)))
+        check(L.lib.kvs_model_forward(self.handle, cache.handle, ctypes.byref(plan), ctypes.byref(res)))
         out = {"logits": np.ctypeslib.as_array(res.logits, (res.n_logit_rows, res.vocab)).copy(),
                "rows_computed": int(res.rows_computed), "layers": []}
         for i in range(nl):
@@ -368,14 +387,14 @@ class Model:
         p.draft = int(draft)
         if max_new < 1:
             fail(INVALID_ARGUMENT, "max_new must be >= 1")
-        cap = int(L.lib.kvs_ar_capacity(self._h, ids.size, ctypes.byref(p)))
+        cap = int(L.lib.kvs_ar_capacity(self.handle, ids.size, ctypes.byref(p)))
         check(0 if cap > 0 else 1)
         c = Cache(self, cap, "append", dtype=cache_dtype)
         out = np.zeros(int(max_new), dtype=np.int32)
         n = ctypes.c_int64(0)
         st = L.GenStats()
         try:
-            check(L.lib.kvs_generate_ar(self._h, c._h, _p32(ids), ids.size, ctypes.byref(p), L.TOKEN_CB(0), None,
+            check(L.lib.kvs_generate_ar(self.handle, c._h, _p32(ids), ids.size, ctypes.byref(p), L.TOKEN_CB(0), None,
                                         _p32(out), ctypes.byref(n), ctypes.byref(st)))
         finally:
             c.close()
@@ -409,7 +428,7 @@ class Model:
         out = np.zeros(max(int(gen_len), 1), dtype=np.int32)
         st = L.GenStats()
         try:
-            check(L.lib.kvs_generate_dlm(self._h, c._h, _p32(ids), ids.size, ctypes.byref(p), L.TOKEN_CB(0), None,
+            check(L.lib.kvs_generate_dlm(self.handle, c._h, _p32(ids), ids.size, ctypes.byref(p), L.TOKEN_CB(0), None,
                                          _p32(out), ctypes.byref(st)))
         finally:
             c.close()
@@ -431,7 +450,7 @@ class Model:
             fail(INVALID_ARGUMENT, "eval_eviction: text too short")
         pol = Policy(policy) if isinstance(policy, str) else policy
         # the weight-reading policies (critical: Wo, expected: Wq) score from this model's weights
-        L.lib.kvs_policy_set_model(pol._h, self._h)
+        L.lib.kvs_policy_set_model(pol._h, self.handle)
         ep = L.lib.kvs_evict_params_default()
         ep.policy, ep.budget, ep.scope, ep.buffer = pol._h, float(budget), L.SCOPES.get(scope, -1), int(buffer)
         ev = ctypes.c_void_p()
@@ -451,7 +470,7 @@ class Model:
                 plan = L.StepPlan(tokens=_p32(tok), n_tokens=1, positions=_p32(pos), logit_rows=_p32(zero),
                                   n_logit_rows=1, layers=lplan if any_.value else None)
                 res = L.StepResult()
-                check(L.lib.kvs_model_forward(self._h, evc._h, ctypes.byref(plan), ctypes.byref(res)))
+                check(L.lib.kvs_model_forward(self.handle, evc._h, ctypes.byref(plan), ctypes.byref(res)))
                 le = np.ctypeslib.as_array(res.logits, (1, res.vocab))[0].astype(np.float64)
                 check(L.lib.kvs_evictor_update(ev, evc._h, ctypes.byref(res)))
                 lpf, lpe = lf - np.logaddexp.reduce(lf), le - np.logaddexp.reduce(le)

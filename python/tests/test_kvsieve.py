@@ -152,6 +152,25 @@ class Tensors(unittest.TestCase):
         self.assertEqual(e.exception.name, "KVS_ERR_STATE")
         self.dev = kvsieve.Device("cpu")
 
+    def test_closed_objects_say_so(self):
+        # a call on a closed device, or on what it closed, names the call and what is closed (it
+        # was "device is closed", and a model's methods passed NULL to C: "bad argument", or -1)
+        dev = kvsieve.Device("cpu")
+        t = dev.tensor(shape=(4,))
+        m = kvsieve.Model(dev, "stories260K-f32.v3.gguf")
+        c = m.cache(16)
+        dev.close()
+        for call, want in ((dev.sync, "Device.sync: the Device 'cpu' is closed"),
+                           (lambda: dev.tensor(shape=(2,)), "the Device 'cpu' is closed"),
+                           (t.numpy, "Tensor.numpy: the Tensor f32 (4,) is closed"),
+                           (lambda: m.tokenize("Once"), "Model.tokenize: the Model stories260K-f32.v3.gguf is closed"),
+                           (lambda: m.forward(c, [1]), "Model.forward: the Model stories260K-f32.v3.gguf is closed"),
+                           (c.length, "Cache.length: the Cache is closed")):
+            with self.assertRaises(kvsieve.KvsError) as e:
+                call()
+            self.assertEqual(e.exception.name, "KVS_ERR_STATE")
+            self.assertIn(want, e.exception.message)
+
 
 class Ops(unittest.TestCase):
     def setUp(self):

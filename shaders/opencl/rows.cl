@@ -250,7 +250,9 @@ __kernel void scatter_convert(__global const float *src, long src_off, __global 
         const int nbytes = DT == QT_QH8 ? 20 : qt_bytes(DT);
         for (int c = 0; c < nbytes; c++) b[c] = 0;
         b[1] = 0x7e;
-        if (DT == QT_QH8 || DT == QT_Q4_1) b[3] = 0x7e;
+#if DT == QT_QH8 || DT == QT_Q4_1 /* a preprocessor test: a C || of constants warns in clang (PoCL) */
+        b[3] = 0x7e;
+#endif
 #if DT == QT_QH8
         __global uchar *L = dlo + dlo_off + ((long)g * dst_rows + d) * (nv / 2) + (long)w * 16;
         for (int c = 0; c < 16; c++) L[c] = 0;

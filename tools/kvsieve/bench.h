@@ -54,6 +54,10 @@ typedef struct bench {
     peak gemm, bw;
     row rows[MAX_ROWS];
     int n_rows, n_errors;
+    /* list_only: bench_run_suite runs nothing; every case's op name is collected in ops (each once)
+     * and the cases --filter selects are counted in n_rows (checking a filter before the peaks) */
+    int list_only, n_ops;
+    char ops[32][16];
 } bench;
 
 /* Names of row_status values, for the table and the JSON report (bench_report.c). */

@@ -90,6 +90,23 @@ static int parse_type(const char *s, kvs_dtype *out) {
     return 0;
 }
 
+/* The matrix types m was built with (layer 0's roles and the output, in role order, each once):
+ * used[0..*n_used), at most N_ROLES. A requested K type on rows that are not whole 256-blocks takes
+ * its fallback (kvs_quant_fallback), so the types used may differ from the one asked for. */
+static void types_used(const kvs_model *m, kvs_dtype used[N_ROLES], int *n_used) {
+    *n_used = 0;
+    for (int r = 0; r < N_ROLES; r++) {
+        char nm[64];
+        snprintf(nm, sizeof nm, strcmp(roles[r], "output") ? "blk.0.%s" : "%s", roles[r]);
+        const kvs_tensor *t = kvs_model_tensor(m, nm);
+        if (!t) continue;
+        const kvs_dtype dt = kvs_tensor_dtype(t);
+        int seen = 0;
+        for (int i = 0; i < *n_used; i++) seen |= used[i] == dt;
+        if (!seen) used[(*n_used)++] = dt;
+    }
+}
+
 static double cpu_seconds(void) { /* CPU time of the process, all threads */
     struct timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
@@ -456,11 +473,21 @@ int bench_model(int argc, char **argv) {
     double n_params = (double)hp->vocab * hp->dim * (hp->tied_output ? 1 : 2);
     n_params += (double)hp->n_layers * ((double)hp->dim * hp->head_dim * (2.0 * hp->n_heads + 2.0 * hp->n_kv_heads) +
                                         3.0 * hp->dim * hp->ffn_dim);
+    kvs_dtype used[N_ROLES];
+    int n_used = 0;
+    types_used(m, used, &n_used);
     if (!b.json) {
         printf("shape %s (%s): %s, %d layers, dim %d, heads %d/%d x %d, ffn %d, vocab %d, %.3gM parameters\n", sh.name,
                sh.source, kvs_arch_name(hp->arch), hp->n_layers, hp->dim, hp->n_heads, hp->n_kv_heads, hp->head_dim,
                hp->ffn_dim, hp->vocab, n_params * 1e-6);
-        printf("weights %s: %.1f MiB, built in %.2f s; KV cache %s/%s: %.1f KiB per token\n", kvs_dtype_name(type),
+        /* the types the matrices have, not only the one asked for (q4_k on rows of 896 is q5_0) */
+        char wl[128] = "";
+        for (int i = 0; i < n_used; i++)
+            snprintf(wl + strlen(wl), sizeof wl - strlen(wl), "%s%s", i ? " + " : "", kvs_dtype_name(used[i]));
+        if (n_used != 1 || used[0] != type)
+            snprintf(wl + strlen(wl), sizeof wl - strlen(wl), " (--type %s; rows not whole %s blocks fall back)",
+                     kvs_dtype_name(type), kvs_dtype_name(type));
+        printf("weights %s: %.1f MiB, built in %.2f s; KV cache %s/%s: %.1f KiB per token\n", n_used ? wl : kvs_dtype_name(type),
                wbytes / 1048576.0, build_s, kvs_dtype_name(b.kv_types[0]), kvs_dtype_name(b.kv_types[1]),
                (double)kv_tok / 1024.0);
         if (draft_wt != KVS_F32)
@@ -597,11 +624,16 @@ int bench_model(int argc, char **argv) {
         json_object_object_add(sj, "parameters", json_object_new_double(n_params));
         json_object_object_add(js, "shape", sj);
         json_object_object_add(js, "type", json_object_new_string(kvs_dtype_name(type)));
+        json_object *tu = json_object_new_array();
+        for (int i = 0; i < n_used; i++) json_object_array_add(tu, json_object_new_string(kvs_dtype_name(used[i])));
+        json_object_object_add(js, "types_used", tu);
         json_object_object_add(js, "cache_type_k", json_object_new_string(kvs_dtype_name(b.kv_types[0])));
         json_object_object_add(js, "cache_type_v", json_object_new_string(kvs_dtype_name(b.kv_types[1])));
         json_object_object_add(js, "model_bytes", json_object_new_int64((int64_t)wbytes));
         json_object_object_add(js, "kv_bytes_per_token", json_object_new_int64(kv_tok));
-        json_object_object_add(js, "build_seconds", json_object_new_double(build_s));
+        /* the random weights' build; "build_seconds" is the kernel builds, as in generate's stats */
+        json_object_object_add(js, "weights_build_seconds", json_object_new_double(build_s));
+        json_object_object_add(js, "build_seconds", json_object_new_double(kvs_device_build_seconds(b.dev)));
         if (speculative) {
             bench_spec_opts so = {.context = context, .decode = n_decode, .draft = (int)draft, .reps = reps, .fill_prefill = fill_prefill,
                                   .draft_weights = draft_wt};

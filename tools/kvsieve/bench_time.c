@@ -147,6 +147,14 @@ void bench_finish_row(bench *b, row *r, kvs_status s, double sec) {
 }
 
 row *bench_new_row(bench *b, const char *op, const char *shape, unit u, double work) {
+    if (b->list_only) {
+        int known = 0;
+        for (int i = 0; i < b->n_ops; i++) known |= strcmp(b->ops[i], op) == 0;
+        if (!known && b->n_ops < (int)(sizeof b->ops / sizeof b->ops[0]))
+            snprintf(b->ops[b->n_ops++], sizeof b->ops[0], "%s", op);
+        b->n_rows += selected(b, op, shape);
+        return NULL;
+    }
     if (!selected(b, op, shape) || b->n_rows >= MAX_ROWS) return NULL;
     row *r = &b->rows[b->n_rows++];
     memset(r, 0, sizeof *r);

@@ -35,6 +35,25 @@ int dlm_cache_check_flags(const char *prog, const dlm_cache_opts *o, char *const
     return 0;
 }
 
+int dlm_cache_check_model(const char *prog, const dlm_cache_opts *o, char *const *caches, int n,
+                          const kvs_model_hparams *hp) {
+    for (int i = 0; i < n; i++) {
+        /* d2cache plans no row before a masked position (core/schedule/d2cache.c refuses at its first
+         * plan, after a table's earlier rows or the prompt echo): refuse it here as the usage error it is */
+        if (hp->logit_shift && !strncmp(caches[i], "d2cache", 7))
+            return cli_fail(CLI_EXIT_USAGE, prog, "the d2cache schedule does not support '%s' (shifted logits: position i is "
+                            "predicted from row i-1); use prefix, dual, delayed, elastic or spa", kvs_arch_name(hp->arch));
+        if (!strcmp(caches[i], "spa") && o->spa_rank != CLI_UNSET_INT) {
+            int64_t kd = (int64_t)hp->n_kv_heads * hp->head_dim, kmax = hp->dim < kd ? hp->dim : kd;
+            if (o->spa_rank > kmax)
+                return cli_fail(CLI_EXIT_USAGE, prog, "--spa-rank %d: want 0 (automatic) or 1..%lld for this model "
+                                "(min(dim %d, kv dim %lld): the value projection's singular values)",
+                                o->spa_rank, (long long)kmax, hp->dim, (long long)kd);
+        }
+    }
+    return 0;
+}
+
 void dlm_cache_cli_opts(dlm_cache_opts *o, cli_opt *opts) {
     const cli_opt t[DLM_CACHE_N_OPTS] = {
         {"cache", 0, CLI_STRING, &o->cache, "C", "diffusion cache: none | prefix | dual | delayed | elastic | d2cache | spa "

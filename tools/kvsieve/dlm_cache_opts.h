@@ -45,4 +45,12 @@ int dlm_cache_build(const char *prog, const dlm_cache_opts *o, const char *cache
  * delayed, --spa-* without spa. 0 when fine. */
 int dlm_cache_check_flags(const char *prog, const dlm_cache_opts *o, char *const *caches, int n);
 
+/* Refuses (CLI_EXIT_USAGE, one line naming the valid range or the reason) what the loaded model
+ * rules out for the listed caches before anything runs: --spa-rank above min(dim,
+ * n_kv_heads*head_dim) (the singular values the value projection has; kvs_model_spa_proxy), and
+ * d2cache on a model with shifted logits (Dream: hparams.logit_shift).
+ * 0 when fine. */
+int dlm_cache_check_model(const char *prog, const dlm_cache_opts *o, char *const *caches, int n,
+                          const kvs_model_hparams *hp);
+
 #endif

@@ -77,6 +77,9 @@ expect 2 bench ops --reps x && one_line_error
 expect 2 bench ops --reps 0 && one_line_error
 expect 2 bench ops --max-seconds 0 && one_line_error
 expect 2 bench ops --quick --reps 1 --filter no-such-case && one_line_error
+# ... checked before the peaks are measured (nothing on stdout), naming the ops a filter can pick
+contains_err "ops: matmul, gemv, attention"
+[[ ! -s "$tmp/out" ]] || { echo "FAIL: bench ops --filter no-such-case measured before refusing:"; cat "$tmp/out"; fails=$((fails + 1)); }
 expect 2 bench ops --json=1 && one_line_error
 expect 2 bench ops --backend nope && one_line_error
 expect 2 bench ops --backend cpu:7 && one_line_error
@@ -176,7 +179,13 @@ d = json.load(open(sys.argv[1]))
 t = {r["matrix"]: r["type"] for r in d["matmul"]}
 assert t["attn_q"] == "q5_0" and t["ffn_gate"] == "q5_0" and t["ffn_down"] == "f16", t
 assert d["forward"]["ok"] and "dlm_step" not in d, d
+# the header's types are the ones used, not only --type (it printed "weights q4_k" for q5_0 + f16)
+assert d["type"] == "q4_k" and d["types_used"] == ["q5_0", "f16"], (d["type"], d["types_used"])
+# the weights' build and the kernel builds (the CPU has none) under their own unit-last keys
+assert d["weights_build_seconds"] >= 0 and d["build_seconds"] == 0.0, d
 PY
+expect 0 bench model --shape stories260K-f32.v3.gguf --reps 1 --prompt 4 --decode 2 -t 1 --no-ops \
+  && contains "weights q5_0 + f16 (--type q4_k; rows not whole q4_k blocks fall back)"
 
 # Every subcommand listed by --help (including ones added later): --help works, a bad flag is a
 # one-line error with exit status 2.

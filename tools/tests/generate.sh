@@ -26,6 +26,8 @@ s = j["stats"]
 assert s["steps"] == 256 and s["rows_computed"] == 256 * 5, s
 assert 0 < s["compute_fraction"] < 0.01, s
 assert s["cache_bytes_peak"] == 256 * 5 * 2 * 4 * 8 * 4, s
+# kernel builds under the unit-last key; the older "seconds_build" (README) stays beside it
+assert s["build_seconds"] == s["seconds_build"] == 0.0 and s["load_seconds"] >= 0, s
 PY
 
 # diffusion: reference case 1 of stories260K-llada-ref.json
