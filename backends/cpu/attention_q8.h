@@ -134,7 +134,8 @@ int kvs_cpu_att_pv_qh8_avx2(kvs_dtype dt, const void *V, const void *V_lo, int64
  * Q4_0, 128 for Q8_0 on VNNI, 0 for Q8_0 on AVX2; -1 when dt has no 8-bit kernel. */
 static inline int32_t kvs_cpu_att_q8_offset(kvs_dtype dt, int vnni) {
     if (dt == KVS_Q4_0) return 8;
-    if (dt == KVS_Q8_0) return vnni ? 128 : 0;
+    if (dt == KVS_Q8_0) return 128;
+    (void)vnni;
     return -1;
 }
 

@@ -70,7 +70,9 @@ AQ8_INLINE void aq8_tile(const int q4, const int R, const int NK, const uint8_t 
         for (int r = 0; r < R; r++) {
             const int64_t row = r0 + r;
             const __m256i qv = _mm256_loadu_si256((const __m256i *)(Q->q + row * d + b * 32));
-            const __m256i cv = _mm256_loadu_si256((const __m256i *)(Q->corr + row * (d / 4) + b * 8));
+            /* AVX2's q8_0 here dots signed codes (the sign trick): no offset, corr unused */
+            const __m256i cv = (!q4 && !AQ8_VNNI) ? _mm256_setzero_si256()
+                                                  : _mm256_loadu_si256((const __m256i *)(Q->corr + row * (d / 4) + b * 8));
             const float dq = Q->dq[row * nb + b];
             for (int u = 0; u < NK; u++) {
                 const __m256i y = (!q4 && !AQ8_VNNI) ? _mm256_sign_epi8(qv, cs[u]) : qv;
@@ -122,14 +124,30 @@ AQ8_INLINE void aq8_tile8(const int q4, const int R, const uint8_t *K, int64_t r
     for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
     if (Q->pf && r0 == 0) /* once per key (the first row group) */
         for (int64_t o = 0; o < 8 * Q->pf_rb; o += 64) _mm_prefetch((const char *)(Q->pf + j * Q->pf_rb + o), _MM_HINT_T1);
+#if !AQ8_VNNI
+    if (r0 == 0) { /* once per key: the next tile's K rows into L2, the rows AQ8_KPF keys on into L1
+                    * (ATT_BK keys on: prefetches never fault) */
+        for (int64_t o = 0; o < 8 * rb; o += 64) _mm_prefetch((const char *)(K + (j + 256) * rb + o), _MM_HINT_T1);
+        for (int64_t o = 0; o < 8 * rb; o += 64) _mm_prefetch((const char *)(K + (j + AQ8_KPF) * rb + o), _MM_HINT_T0);
+    }
+    const __m256i kidx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)rb));
+#endif
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *k0 = K + j * rb + b * bb;
-        __m256i cu[8], cs[8]; /* cu[g]: unsigned codes of word g (values 4g .. 4g+3), cs: signed (AVX2 q8_0) */
+        __m256i cu[8], cs[8]; /* cu[g]: unsigned codes of word g (values 4g .. 4g+3), cs: signed (q8_0) */
+#if !AQ8_VNNI
+        /* the 8 keys' d_k of block b: one vpgatherdd of the dword at each block's start (the f16
+         * scale and two code bytes), the low halves packed */
+        const __m256i g32 = _mm256_and_si256(_mm256_i32gather_epi32((const int *)(const void *)k0, kidx, 1), _mm256_set1_epi32(0xffff));
+        const __m256 dk = _mm256_cvtph_ps(_mm256_castsi256_si128(
+            _mm256_permute4x64_epi64(_mm256_packus_epi32(g32, _mm256_setzero_si256()), 0x08)));
+#else
         const __m128i h16 = _mm_setr_epi16((short)(k0[0] | k0[1] << 8), (short)(k0[rb] | k0[rb + 1] << 8),
                                            (short)(k0[2 * rb] | k0[2 * rb + 1] << 8), (short)(k0[3 * rb] | k0[3 * rb + 1] << 8),
                                            (short)(k0[4 * rb] | k0[4 * rb + 1] << 8), (short)(k0[5 * rb] | k0[5 * rb + 1] << 8),
                                            (short)(k0[6 * rb] | k0[6 * rb + 1] << 8), (short)(k0[7 * rb] | k0[7 * rb + 1] << 8));
         const __m256 dk = _mm256_cvtph_ps(h16);
+#endif
         if (q4) {
             __m256i x[4], a[4];
             for (int m = 0; m < 4; m++)
@@ -148,8 +166,33 @@ AQ8_INLINE void aq8_tile8(const int q4, const int R, const uint8_t *K, int64_t r
             __m256i x[8];
             for (int l = 0; l < 8; l++) x[l] = _mm256_loadu_si256((const __m256i *)(k0 + l * rb + 2));
             aq8_transpose8(x, cs);
-            for (int g = 0; g < 8; g++)
-                cu[g] = AQ8_VNNI ? _mm256_xor_si256(cs[g], _mm256_set1_epi8((char)0x80)) : _mm256_sign_epi8(cs[g], cs[g]);
+#if AQ8_VNNI
+            for (int g = 0; g < 8; g++) cu[g] = _mm256_xor_si256(cs[g], _mm256_set1_epi8((char)0x80));
+#else
+            /* AVX2: u = c + 128 (0..255) split into nibbles, q.u = 16 q.hi + q.lo; each nibble's
+             * vpmaddubsw pairs (<= 2 * 15 * 127) summed over the 8 words in 16 bits (<= 30480:
+             * exact), two vpmaddwd (x 1, x 16) a row; corrb holds -128 sum q */
+            __m256i hl[4], hh[4];
+            const __m256i m4 = _mm256_set1_epi8(15), x80 = _mm256_set1_epi8((char)0x80);
+            for (int g = 0; g < 8; g++) {
+                const __m256i u = _mm256_xor_si256(cs[g], x80);
+                const __m256i lo = _mm256_and_si256(u, m4), hi = _mm256_and_si256(_mm256_srli_epi16(u, 4), m4);
+                for (int r = 0; r < R; r++) {
+                    const __m256i y = _mm256_set1_epi32(aq8_ld32(Q->q + (r0 + r) * d + b * 32 + 4 * g));
+                    const __m256i pl = _mm256_maddubs_epi16(lo, y), ph = _mm256_maddubs_epi16(hi, y);
+                    hl[r] = g ? _mm256_add_epi16(hl[r], pl) : pl;
+                    hh[r] = g ? _mm256_add_epi16(hh[r], ph) : ph;
+                }
+            }
+            for (int r = 0; r < R; r++) {
+                const int64_t row = r0 + r;
+                const __m256i p = _mm256_add_epi32(_mm256_set1_epi32(Q->corrb[row * nb + b]),
+                                                   _mm256_add_epi32(_mm256_madd_epi16(hl[r], _mm256_set1_epi16(1)),
+                                                                    _mm256_madd_epi16(hh[r], _mm256_set1_epi16(16))));
+                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dk, _mm256_set1_ps(Q->dq[row * nb + b])), acc[r]);
+            }
+            continue;
+#endif
         }
         for (int r = 0; r < R; r++) {
             const int64_t row = r0 + r;
@@ -277,17 +320,15 @@ AQ8_INLINE void aq8_tile16(const int q4, const int R, const uint8_t *K, int64_t 
     do {                                                                                               \
         int64_t j = 0;                                                                                 \
         AQ8_KEYS16(Q4, R);                                                                             \
-        if ((Q4) || AQ8_VNNI) /* AVX2's q8_0 (the sign trick per row and word) keeps 4 keys a step */   \
-            for (; j + 8 <= n; j += 8) aq8_tile8((Q4), (R), K, rb, Q, r0, j, scale, S, lds);           \
+        for (; j + 8 <= n; j += 8) aq8_tile8((Q4), (R), K, rb, Q, r0, j, scale, S, lds);           \
         for (; j + 4 <= n; j += 4) aq8_tile((Q4), (R), 4, K, rb, Q, r0, j, scale, S, lds);             \
         for (; j < n; j++) aq8_tile((Q4), (R), 1, K, rb, Q, r0, j, scale, S, lds);                     \
     } while (0)
 
 static void aq8_rows(const int q4, const uint8_t *K, int64_t rb, const kvs_att_q8 *Q, int64_t M, int64_t n, float scale,
                      float *S, int64_t lds, int big) {
-    /* q4_0 (and all of VNNI) 4 rows a group: the transposed keys are shared by more rows; AVX2's
-     * q8_0 (4 accumulators a row) AQ8_ROWS */
-    const int64_t RG = q4 ? 4 : AQ8_ROWS;
+    /* 4 rows a group: the transposed keys are shared by more rows */
+    const int64_t RG = 4;
     for (int64_t r0 = 0; r0 < M; r0 += RG) {
         const int64_t R = M - r0 < RG ? M - r0 : RG;
         if (q4) {
@@ -300,13 +341,9 @@ static void aq8_rows(const int q4, const uint8_t *K, int64_t rb, const kvs_att_q
         } else {
             switch (R) {
             case 1: AQ8_KEYS(0, 1); break;
-#if AQ8_ROWS > 2
             case 2: AQ8_KEYS(0, 2); break;
             case 3: AQ8_KEYS(0, 3); break;
             default: AQ8_KEYS(0, 4); break;
-#else
-            default: AQ8_KEYS(0, 2); break;
-#endif
             }
         }
     }
