@@ -514,8 +514,49 @@ __attribute__((noinline)) static void aq8_pv_weights(const int q4, const int R, 
 #endif
 }
 
+/* The codes of keys j .. j+3 of block b (vb: the block's codes in row 0, row stride rb; keys >= n
+ * read as zeros), XORed with their negation masks, interleaved: cv[u] lane = column, its 4 bytes the
+ * 4 keys (q4_0: columns 4u'.. of the nibbles, see aq8_pv_chunk; q8_0: columns [0-3 | 16-19], ...). */
+AQ8_INLINE void aq8_pv_codes(const int q4, const uint8_t *vb, int64_t rb, int64_t n, int64_t j, const aq8_pvt *t,
+                             int64_t b, __m256i cv[4]) {
+    const uint8_t *k0 = vb + j * rb, *k1 = k0 + rb, *k2 = k1 + rb, *k3 = k2 + rb;
+    if (j + 4 > n) { /* the last keys: rows past the tile may not exist */
+        k1 = j + 1 < n ? k1 : aq8_zero;
+        k2 = j + 2 < n ? k2 : aq8_zero;
+        k3 = j + 3 < n ? k3 : aq8_zero;
+    }
+    int32_t nmw;
+    memcpy(&nmw, &t->nm[b][j], 4);
+    const __m256i m = _mm256_set1_epi32(nmw);
+    if (q4) {
+        const __m128i x0 = _mm_loadu_si128((const __m128i *)k0), x1 = _mm_loadu_si128((const __m128i *)k1);
+        const __m128i x2 = _mm_loadu_si128((const __m128i *)k2), x3 = _mm_loadu_si128((const __m128i *)k3);
+        const __m128i a = _mm_unpacklo_epi8(x0, x1), e = _mm_unpackhi_epi8(x0, x1);
+        const __m128i f = _mm_unpacklo_epi8(x2, x3), g = _mm_unpackhi_epi8(x2, x3);
+        const __m256i y01 = _mm256_xor_si256(_mm256_set_m128i(_mm_unpackhi_epi16(a, f), _mm_unpacklo_epi16(a, f)), m);
+        const __m256i y23 = _mm256_xor_si256(_mm256_set_m128i(_mm_unpackhi_epi16(e, g), _mm_unpacklo_epi16(e, g)), m);
+        const __m256i m4 = _mm256_set1_epi8(15);
+        cv[0] = _mm256_and_si256(y01, m4);
+        cv[1] = _mm256_and_si256(y23, m4);
+        cv[2] = _mm256_and_si256(_mm256_srli_epi16(y01, 4), m4);
+        cv[3] = _mm256_and_si256(_mm256_srli_epi16(y23, 4), m4);
+    } else {
+        const __m256i x0 = _mm256_loadu_si256((const __m256i *)k0), x1 = _mm256_loadu_si256((const __m256i *)k1);
+        const __m256i x2 = _mm256_loadu_si256((const __m256i *)k2), x3 = _mm256_loadu_si256((const __m256i *)k3);
+        const __m256i a = _mm256_unpacklo_epi8(x0, x1), e = _mm256_unpackhi_epi8(x0, x1);
+        const __m256i f = _mm256_unpacklo_epi8(x2, x3), g = _mm256_unpackhi_epi8(x2, x3);
+        /* columns [0-3 | 16-19], [4-7 | 20-23], [8-11 | 24-27], [12-15 | 28-31] */
+        cv[0] = _mm256_xor_si256(_mm256_unpacklo_epi16(a, f), m);
+        cv[1] = _mm256_xor_si256(_mm256_unpackhi_epi16(a, f), m);
+        cv[2] = _mm256_xor_si256(_mm256_unpacklo_epi16(e, g), m);
+        cv[3] = _mm256_xor_si256(_mm256_unpackhi_epi16(e, g), m);
+    }
+}
+
 /* Rows [0, R) of O (row stride d), block b's 32 columns, += the keys [j0, j1) of chunk c (j1 a
- * multiple of 4, keys >= n read as zeros with weight 0). */
+ * multiple of 4, keys >= n read as zeros with weight 0). AVX2's q4_0: vpmaddubsw's pairs (w x <=
+ * 2 * 255 * 15 = 7650) summed over 4 steps (16 keys) in 16 bits (<= 30600: exact), then one
+ * vpmaddwd: the same integer sums as Q8_DPBUSD per step. */
 AQ8_INLINE void aq8_pv_chunk(const int q4, const int R, const uint8_t *V, int64_t rb, int64_t n, int64_t b, int64_t c,
                              int64_t j0, int64_t j1, const aq8_pvt *t, const aq8_pvw *w, float *O, int64_t d) {
     const int64_t bb = q4 ? 18 : 34;
@@ -523,45 +564,39 @@ AQ8_INLINE void aq8_pv_chunk(const int q4, const int R, const uint8_t *V, int64_
     for (int r = 0; r < R; r++)
         for (int u = 0; u < 4; u++) acc[r][u] = _mm256_set1_epi32(-w->corr[b][r][c]);
     const uint8_t *vb = V + b * bb + 2;
-    for (int64_t j = j0; j < j1; j += 4) {
-        const uint8_t *k0 = vb + j * rb, *k1 = k0 + rb, *k2 = k1 + rb, *k3 = k2 + rb;
-        if (j + 4 > n) { /* the last keys: rows past the tile may not exist */
-            k1 = j + 1 < n ? k1 : aq8_zero;
-            k2 = j + 2 < n ? k2 : aq8_zero;
-            k3 = j + 3 < n ? k3 : aq8_zero;
+    if (q4 && !AQ8_VNNI) {
+        const __m256i one = _mm256_set1_epi16(1);
+        for (int64_t js = j0; js < j1; js += 16) {
+            const int64_t je = js + 16 < j1 ? js + 16 : j1;
+            __m256i h[AQ8_ROWS][4];
+            for (int r = 0; r < R; r++)
+                for (int u = 0; u < 4; u++) h[r][u] = _mm256_setzero_si256();
+            for (int64_t j = js; j < je; j += 4) {
+                __m256i cv[4];
+                aq8_pv_codes(q4, vb, rb, n, j, t, b, cv);
+                for (int r = 0; r < R; r++) {
+                    int32_t ww;
+                    memcpy(&ww, &w->w[b][r][j], 4);
+                    const __m256i wv = _mm256_set1_epi32(ww);
+                    for (int u = 0; u < 4; u++) {
+                        const __m256i pr = _mm256_maddubs_epi16(wv, cv[u]);
+                        h[r][u] = _mm256_add_epi16(h[r][u], pr);
+                    }
+                }
+            }
+            for (int r = 0; r < R; r++)
+                for (int u = 0; u < 4; u++) acc[r][u] = _mm256_add_epi32(acc[r][u], _mm256_madd_epi16(h[r][u], one));
         }
-        int32_t nmw;
-        memcpy(&nmw, &t->nm[b][j], 4);
-        const __m256i m = _mm256_set1_epi32(nmw);
-        __m256i cv[4];
-        if (q4) {
-            const __m128i x0 = _mm_loadu_si128((const __m128i *)k0), x1 = _mm_loadu_si128((const __m128i *)k1);
-            const __m128i x2 = _mm_loadu_si128((const __m128i *)k2), x3 = _mm_loadu_si128((const __m128i *)k3);
-            const __m128i a = _mm_unpacklo_epi8(x0, x1), e = _mm_unpackhi_epi8(x0, x1);
-            const __m128i f = _mm_unpacklo_epi8(x2, x3), g = _mm_unpackhi_epi8(x2, x3);
-            const __m256i y01 = _mm256_xor_si256(_mm256_set_m128i(_mm_unpackhi_epi16(a, f), _mm_unpacklo_epi16(a, f)), m);
-            const __m256i y23 = _mm256_xor_si256(_mm256_set_m128i(_mm_unpackhi_epi16(e, g), _mm_unpacklo_epi16(e, g)), m);
-            const __m256i m4 = _mm256_set1_epi8(15);
-            cv[0] = _mm256_and_si256(y01, m4);
-            cv[1] = _mm256_and_si256(y23, m4);
-            cv[2] = _mm256_and_si256(_mm256_srli_epi16(y01, 4), m4);
-            cv[3] = _mm256_and_si256(_mm256_srli_epi16(y23, 4), m4);
-        } else {
-            const __m256i x0 = _mm256_loadu_si256((const __m256i *)k0), x1 = _mm256_loadu_si256((const __m256i *)k1);
-            const __m256i x2 = _mm256_loadu_si256((const __m256i *)k2), x3 = _mm256_loadu_si256((const __m256i *)k3);
-            const __m256i a = _mm256_unpacklo_epi8(x0, x1), e = _mm256_unpackhi_epi8(x0, x1);
-            const __m256i f = _mm256_unpacklo_epi8(x2, x3), g = _mm256_unpackhi_epi8(x2, x3);
-            /* columns [0-3 | 16-19], [4-7 | 20-23], [8-11 | 24-27], [12-15 | 28-31] */
-            cv[0] = _mm256_xor_si256(_mm256_unpacklo_epi16(a, f), m);
-            cv[1] = _mm256_xor_si256(_mm256_unpackhi_epi16(a, f), m);
-            cv[2] = _mm256_xor_si256(_mm256_unpacklo_epi16(e, g), m);
-            cv[3] = _mm256_xor_si256(_mm256_unpackhi_epi16(e, g), m);
-        }
-        for (int r = 0; r < R; r++) {
-            int32_t ww;
-            memcpy(&ww, &w->w[b][r][j], 4);
-            const __m256i wv = _mm256_set1_epi32(ww);
-            for (int u = 0; u < 4; u++) acc[r][u] = Q8_DPBUSD(acc[r][u], wv, cv[u]);
+    } else {
+        for (int64_t j = j0; j < j1; j += 4) {
+            __m256i cv[4];
+            aq8_pv_codes(q4, vb, rb, n, j, t, b, cv);
+            for (int r = 0; r < R; r++) {
+                int32_t ww;
+                memcpy(&ww, &w->w[b][r][j], 4);
+                const __m256i wv = _mm256_set1_epi32(ww);
+                for (int u = 0; u < 4; u++) acc[r][u] = Q8_DPBUSD(acc[r][u], wv, cv[u]);
+            }
         }
     }
     for (int r = 0; r < R; r++) {
