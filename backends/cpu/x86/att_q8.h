@@ -6,14 +6,16 @@
  * quant_avx2.c (vpmaddubsw + vpmaddwd, AQ8_VNNI 0, 2 rows: 16 registers), after quant_q8.h, whose
  * Q8_DPBUSD(acc, u8, s8) they define. Not a public header; no include guard on purpose.
  *
- * K codes as unsigned bytes (q4_0: the nibbles 0..15; q8_0 on VNNI: code + 128 by an XOR; on AVX2:
- * |code|, the query taking the code's sign), the offset's share (-off * the query codes' sums) as the
- * integer start value. Main path (aq8_tile8, VNNI and AVX2's q4_0): 8 keys a step, each block of the 8
- * keys transposed in registers so that lane l is key l: 8 dot products of 4 codes against the query
- * word broadcast, then one conversion and one FMA by the 8 keys' d_k times dq per (row, block); no
- * horizontal sums. Tails (fewer than 8 keys) and AVX2's q8_0 (aq8_tile: 4 keys a step, a block per
- * register per key, the 8 integer lanes converted and FMA'd by d_k dq into one accumulator per (row,
- * key), the four horizontal sums of a row together at the end). */
+ * K codes as unsigned bytes (q4_0: the nibbles 0..15; q8_0: code + 128 by an XOR, on AVX2 then split
+ * into its two nibbles, q.u = 16 q.hi + q.lo), the offset's share (-off * the query codes' sums) as
+ * the integer start value. Main path (aq8_tile8; VNNI's aq8_tile16 above it): 8 keys a step, each
+ * block of the 8 keys transposed in registers so that lane l is key l: 8 dot products of 4 codes
+ * against the query word broadcast, then one conversion and one FMA by the 8 keys' d_k times dq per
+ * (row, block); no horizontal sums; on AVX2 the 8 keys' d_k by one vpgatherdd and the K rows
+ * prefetched (the next tile's into L2, AQ8_KPF keys on into L1). Tails (fewer than 8 keys; aq8_tile:
+ * 4 keys a step, a block per register per key, the 8 integer lanes converted and FMA'd by d_k dq into
+ * one accumulator per (row, key), the four horizontal sums of a row together at the end; AVX2's
+ * q8_0 there by the sign trick, |c| against sign(q, c), with no offset). */
 
 #define AQ8_INLINE static inline __attribute__((always_inline))
 #define AQ8_PV_MAXD 256 /* the largest head_dim and tile (keys) of the 16-key Q.K^T and the integer P.V */
@@ -50,7 +52,7 @@ AQ8_INLINE void aq8_tile(const int q4, const int R, const int NK, const uint8_t 
     __m256 acc[4][4];
     for (int r = 0; r < R; r++)
         for (int u = 0; u < NK; u++) acc[r][u] = _mm256_setzero_ps();
-    if (Q->pf && r0 == 0 && NK == 4) /* the V rows, once per key (AVX2's q8_0 takes this path) */
+    if (Q->pf && r0 == 0 && NK == 4) /* the V rows, once per key (tails) */
         for (int64_t o = 0; o < 4 * Q->pf_rb; o += 64) _mm_prefetch((const char *)(Q->pf + j * Q->pf_rb + o), _MM_HINT_T1);
     for (int64_t b = 0; b < nb; b++) {
         __m256i cu[4], cs[4];
@@ -210,9 +212,7 @@ AQ8_INLINE void aq8_tile8(const int q4, const int R, const uint8_t *K, int64_t r
                 /* q4_0: word g < 4 holds values 4g..4g+3 (low nibbles), g >= 4 values 16 + 4(g-4) .. */
                 int32_t w;
                 memcpy(&w, q4 ? (const void *)((const int8_t *)qw + (g < 4 ? 4 * g : 16 + 4 * (g - 4))) : (const void *)(qw + g), 4);
-                __m256i y = _mm256_set1_epi32(w);
-                if (!q4 && !AQ8_VNNI) y = _mm256_sign_epi8(y, cs[g]);
-                p = Q8_DPBUSD(p, cu[g], y);
+                p = Q8_DPBUSD(p, cu[g], _mm256_set1_epi32(w));
             }
             acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dk, _mm256_set1_ps(Q->dq[row * nb + b])), acc[r]);
         }
