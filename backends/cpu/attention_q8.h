@@ -54,8 +54,8 @@
 
 /* M packed query rows quantized for one task: q [M][d] codes, dq [M][d/32] block scales, corr
  * [M][d/4] the integer start value of every 4-code group's dot product (-off * the sum of the 4
- * codes: the offset of unsigned K codes, 8 for q4_0's 0..15, 128 for q8_0 + 128 on VNNI; 0 on
- * AVX2's q8_0, which dots signed codes by the sign trick). */
+ * codes: the offset of unsigned K codes, 8 for q4_0's 0..15, 128 for q8_0 + 128; AVX2's tails of
+ * fewer than 8 keys over q8_0 dot signed codes by the sign trick and ignore corr). */
 typedef struct kvs_att_q8 {
     const int8_t *q;
     const float *dq;
@@ -76,8 +76,9 @@ void kvs_cpu_att_q8_quantize(const float *Qp, int64_t M, int64_t d, int32_t off,
 /* S[r*lds + j] = scale * sum_b d_k(j, b) dq(r, b) sum_{i in b} c_ji qq_ri for r < M, j < n: K rows
  * of dtype dt (Q8_0 or Q4_0; row stride rb bytes, d = Q->d values, whole blocks). Returns 0
  * (nothing done) for other dtypes. _vnni: AVX512-VNNI + VL (256-bit vpdpbusd; CPUs with
- * kvs_cpu_avx512_vnni), _avx2: AVX2 (vpmaddubsw: |codes| <= 15 for q4_0; q8_0 by the sign trick,
- * pairs at most 2 * 128 * 127 < 2^15, so never saturating). */
+ * kvs_cpu_avx512_vnni), _avx2: AVX2 (vpmaddubsw: |codes| <= 15 for q4_0; q8_0's code + 128 split
+ * into two nibbles 0..15, each summed over a block in 16 bits, <= 8 * 2 * 15 * 127 = 30480; the
+ * last n % 8 keys by the sign trick, pairs at most 2 * 128 * 127 < 2^15: never saturating). */
 int kvs_cpu_att_qk_q8_vnni(kvs_dtype dt, const void *K, int64_t rb, const kvs_att_q8 *Q, int64_t M, int64_t n,
                            float scale, float *S, int64_t lds);
 int kvs_cpu_att_qk_q8_avx2(kvs_dtype dt, const void *K, int64_t rb, const kvs_att_q8 *Q, int64_t M, int64_t n,
@@ -131,10 +132,11 @@ int kvs_cpu_att_pv_qh8_avx2(kvs_dtype dt, const void *V, const void *V_lo, int64
                             int64_t M, int64_t n, int64_t d, float *O, void *scratch);
 
 /* The code offset the kernel of `vnni` (1) or AVX2 (0) expects in corr for K of dtype dt: 8 for
- * Q4_0, 128 for Q8_0 on VNNI, 0 for Q8_0 on AVX2; -1 when dt has no 8-bit kernel. */
+ * Q4_0, 128 for Q8_0 (both ISAs); -1 when dt has no 8-bit kernel. */
 static inline int32_t kvs_cpu_att_q8_offset(kvs_dtype dt, int vnni) {
     if (dt == KVS_Q4_0) return 8;
-    if (dt == KVS_Q8_0) return vnni ? 128 : 0;
+    if (dt == KVS_Q8_0) return 128;
+    (void)vnni;
     return -1;
 }
 

@@ -6,14 +6,16 @@
  * quant_avx2.c (vpmaddubsw + vpmaddwd, AQ8_VNNI 0, 2 rows: 16 registers), after quant_q8.h, whose
  * Q8_DPBUSD(acc, u8, s8) they define. Not a public header; no include guard on purpose.
  *
- * K codes as unsigned bytes (q4_0: the nibbles 0..15; q8_0 on VNNI: code + 128 by an XOR; on AVX2:
- * |code|, the query taking the code's sign), the offset's share (-off * the query codes' sums) as the
- * integer start value. Main path (aq8_tile8, VNNI and AVX2's q4_0): 8 keys a step, each block of the 8
- * keys transposed in registers so that lane l is key l: 8 dot products of 4 codes against the query
- * word broadcast, then one conversion and one FMA by the 8 keys' d_k times dq per (row, block); no
- * horizontal sums. Tails (fewer than 8 keys) and AVX2's q8_0 (aq8_tile: 4 keys a step, a block per
- * register per key, the 8 integer lanes converted and FMA'd by d_k dq into one accumulator per (row,
- * key), the four horizontal sums of a row together at the end). */
+ * K codes as unsigned bytes (q4_0: the nibbles 0..15; q8_0: code + 128 by an XOR, on AVX2 then split
+ * into its two nibbles, q.u = 16 q.hi + q.lo), the offset's share (-off * the query codes' sums) as
+ * the integer start value. Main path (aq8_tile8; VNNI's aq8_tile16 above it): 8 keys a step, each
+ * block of the 8 keys transposed in registers so that lane l is key l: 8 dot products of 4 codes
+ * against the query word broadcast, then one conversion and one FMA by the 8 keys' d_k times dq per
+ * (row, block); no horizontal sums; on AVX2 the 8 keys' d_k by one vpgatherdd and the K rows
+ * prefetched (the next tile's into L2, AQ8_KPF keys on into L1). Tails (fewer than 8 keys; aq8_tile:
+ * 4 keys a step, a block per register per key, the 8 integer lanes converted and FMA'd by d_k dq into
+ * one accumulator per (row, key), the four horizontal sums of a row together at the end; AVX2's
+ * q8_0 there by the sign trick, |c| against sign(q, c), with no offset). */
 
 #define AQ8_INLINE static inline __attribute__((always_inline))
 #define AQ8_PV_MAXD 256 /* the largest head_dim and tile (keys) of the 16-key Q.K^T and the integer P.V */
@@ -50,7 +52,7 @@ AQ8_INLINE void aq8_tile(const int q4, const int R, const int NK, const uint8_t 
     __m256 acc[4][4];
     for (int r = 0; r < R; r++)
         for (int u = 0; u < NK; u++) acc[r][u] = _mm256_setzero_ps();
-    if (Q->pf && r0 == 0 && NK == 4) /* the V rows, once per key (AVX2's q8_0 takes this path) */
+    if (Q->pf && r0 == 0 && NK == 4) /* the V rows, once per key (tails) */
         for (int64_t o = 0; o < 4 * Q->pf_rb; o += 64) _mm_prefetch((const char *)(Q->pf + j * Q->pf_rb + o), _MM_HINT_T1);
     for (int64_t b = 0; b < nb; b++) {
         __m256i cu[4], cs[4];
@@ -70,7 +72,9 @@ AQ8_INLINE void aq8_tile(const int q4, const int R, const int NK, const uint8_t 
         for (int r = 0; r < R; r++) {
             const int64_t row = r0 + r;
             const __m256i qv = _mm256_loadu_si256((const __m256i *)(Q->q + row * d + b * 32));
-            const __m256i cv = _mm256_loadu_si256((const __m256i *)(Q->corr + row * (d / 4) + b * 8));
+            /* AVX2's q8_0 here dots signed codes (the sign trick): no offset, corr unused */
+            const __m256i cv = (!q4 && !AQ8_VNNI) ? _mm256_setzero_si256()
+                                                  : _mm256_loadu_si256((const __m256i *)(Q->corr + row * (d / 4) + b * 8));
             const float dq = Q->dq[row * nb + b];
             for (int u = 0; u < NK; u++) {
                 const __m256i y = (!q4 && !AQ8_VNNI) ? _mm256_sign_epi8(qv, cs[u]) : qv;
@@ -122,14 +126,30 @@ AQ8_INLINE void aq8_tile8(const int q4, const int R, const uint8_t *K, int64_t r
     for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
     if (Q->pf && r0 == 0) /* once per key (the first row group) */
         for (int64_t o = 0; o < 8 * Q->pf_rb; o += 64) _mm_prefetch((const char *)(Q->pf + j * Q->pf_rb + o), _MM_HINT_T1);
+#if !AQ8_VNNI
+    if (r0 == 0) { /* once per key: the next tile's K rows into L2, the rows AQ8_KPF keys on into L1
+                    * (ATT_BK keys on: prefetches never fault) */
+        for (int64_t o = 0; o < 8 * rb; o += 64) _mm_prefetch((const char *)(K + (j + 256) * rb + o), _MM_HINT_T1);
+        for (int64_t o = 0; o < 8 * rb; o += 64) _mm_prefetch((const char *)(K + (j + AQ8_KPF) * rb + o), _MM_HINT_T0);
+    }
+    const __m256i kidx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)rb));
+#endif
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *k0 = K + j * rb + b * bb;
-        __m256i cu[8], cs[8]; /* cu[g]: unsigned codes of word g (values 4g .. 4g+3), cs: signed (AVX2 q8_0) */
+        __m256i cu[8], cs[8]; /* cu[g]: unsigned codes of word g (values 4g .. 4g+3), cs: signed (q8_0) */
+#if !AQ8_VNNI
+        /* the 8 keys' d_k of block b: one vpgatherdd of the dword at each block's start (the f16
+         * scale and two code bytes), the low halves packed */
+        const __m256i g32 = _mm256_and_si256(_mm256_i32gather_epi32((const int *)(const void *)k0, kidx, 1), _mm256_set1_epi32(0xffff));
+        const __m256 dk = _mm256_cvtph_ps(_mm256_castsi256_si128(
+            _mm256_permute4x64_epi64(_mm256_packus_epi32(g32, _mm256_setzero_si256()), 0x08)));
+#else
         const __m128i h16 = _mm_setr_epi16((short)(k0[0] | k0[1] << 8), (short)(k0[rb] | k0[rb + 1] << 8),
                                            (short)(k0[2 * rb] | k0[2 * rb + 1] << 8), (short)(k0[3 * rb] | k0[3 * rb + 1] << 8),
                                            (short)(k0[4 * rb] | k0[4 * rb + 1] << 8), (short)(k0[5 * rb] | k0[5 * rb + 1] << 8),
                                            (short)(k0[6 * rb] | k0[6 * rb + 1] << 8), (short)(k0[7 * rb] | k0[7 * rb + 1] << 8));
         const __m256 dk = _mm256_cvtph_ps(h16);
+#endif
         if (q4) {
             __m256i x[4], a[4];
             for (int m = 0; m < 4; m++)
@@ -148,8 +168,33 @@ AQ8_INLINE void aq8_tile8(const int q4, const int R, const uint8_t *K, int64_t r
             __m256i x[8];
             for (int l = 0; l < 8; l++) x[l] = _mm256_loadu_si256((const __m256i *)(k0 + l * rb + 2));
             aq8_transpose8(x, cs);
-            for (int g = 0; g < 8; g++)
-                cu[g] = AQ8_VNNI ? _mm256_xor_si256(cs[g], _mm256_set1_epi8((char)0x80)) : _mm256_sign_epi8(cs[g], cs[g]);
+#if AQ8_VNNI
+            for (int g = 0; g < 8; g++) cu[g] = _mm256_xor_si256(cs[g], _mm256_set1_epi8((char)0x80));
+#else
+            /* AVX2: u = c + 128 (0..255) split into nibbles, q.u = 16 q.hi + q.lo; each nibble's
+             * vpmaddubsw pairs (<= 2 * 15 * 127) summed over the 8 words in 16 bits (<= 30480:
+             * exact), two vpmaddwd (x 1, x 16) a row; corrb holds -128 sum q */
+            __m256i hl[4], hh[4];
+            const __m256i m4 = _mm256_set1_epi8(15), x80 = _mm256_set1_epi8((char)0x80);
+            for (int g = 0; g < 8; g++) {
+                const __m256i u = _mm256_xor_si256(cs[g], x80);
+                const __m256i lo = _mm256_and_si256(u, m4), hi = _mm256_and_si256(_mm256_srli_epi16(u, 4), m4);
+                for (int r = 0; r < R; r++) {
+                    const __m256i y = _mm256_set1_epi32(aq8_ld32(Q->q + (r0 + r) * d + b * 32 + 4 * g));
+                    const __m256i pl = _mm256_maddubs_epi16(lo, y), ph = _mm256_maddubs_epi16(hi, y);
+                    hl[r] = g ? _mm256_add_epi16(hl[r], pl) : pl;
+                    hh[r] = g ? _mm256_add_epi16(hh[r], ph) : ph;
+                }
+            }
+            for (int r = 0; r < R; r++) {
+                const int64_t row = r0 + r;
+                const __m256i p = _mm256_add_epi32(_mm256_set1_epi32(Q->corrb[row * nb + b]),
+                                                   _mm256_add_epi32(_mm256_madd_epi16(hl[r], _mm256_set1_epi16(1)),
+                                                                    _mm256_madd_epi16(hh[r], _mm256_set1_epi16(16))));
+                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dk, _mm256_set1_ps(Q->dq[row * nb + b])), acc[r]);
+            }
+            continue;
+#endif
         }
         for (int r = 0; r < R; r++) {
             const int64_t row = r0 + r;
@@ -167,9 +212,7 @@ AQ8_INLINE void aq8_tile8(const int q4, const int R, const uint8_t *K, int64_t r
                 /* q4_0: word g < 4 holds values 4g..4g+3 (low nibbles), g >= 4 values 16 + 4(g-4) .. */
                 int32_t w;
                 memcpy(&w, q4 ? (const void *)((const int8_t *)qw + (g < 4 ? 4 * g : 16 + 4 * (g - 4))) : (const void *)(qw + g), 4);
-                __m256i y = _mm256_set1_epi32(w);
-                if (!q4 && !AQ8_VNNI) y = _mm256_sign_epi8(y, cs[g]);
-                p = Q8_DPBUSD(p, cu[g], y);
+                p = Q8_DPBUSD(p, cu[g], _mm256_set1_epi32(w));
             }
             acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dk, _mm256_set1_ps(Q->dq[row * nb + b])), acc[r]);
         }
@@ -277,17 +320,15 @@ AQ8_INLINE void aq8_tile16(const int q4, const int R, const uint8_t *K, int64_t 
     do {                                                                                               \
         int64_t j = 0;                                                                                 \
         AQ8_KEYS16(Q4, R);                                                                             \
-        if ((Q4) || AQ8_VNNI) /* AVX2's q8_0 (the sign trick per row and word) keeps 4 keys a step */   \
-            for (; j + 8 <= n; j += 8) aq8_tile8((Q4), (R), K, rb, Q, r0, j, scale, S, lds);           \
+        for (; j + 8 <= n; j += 8) aq8_tile8((Q4), (R), K, rb, Q, r0, j, scale, S, lds);           \
         for (; j + 4 <= n; j += 4) aq8_tile((Q4), (R), 4, K, rb, Q, r0, j, scale, S, lds);             \
         for (; j < n; j++) aq8_tile((Q4), (R), 1, K, rb, Q, r0, j, scale, S, lds);                     \
     } while (0)
 
 static void aq8_rows(const int q4, const uint8_t *K, int64_t rb, const kvs_att_q8 *Q, int64_t M, int64_t n, float scale,
                      float *S, int64_t lds, int big) {
-    /* q4_0 (and all of VNNI) 4 rows a group: the transposed keys are shared by more rows; AVX2's
-     * q8_0 (4 accumulators a row) AQ8_ROWS */
-    const int64_t RG = q4 ? 4 : AQ8_ROWS;
+    /* 4 rows a group: the transposed keys are shared by more rows */
+    const int64_t RG = 4;
     for (int64_t r0 = 0; r0 < M; r0 += RG) {
         const int64_t R = M - r0 < RG ? M - r0 : RG;
         if (q4) {
@@ -300,13 +341,9 @@ static void aq8_rows(const int q4, const uint8_t *K, int64_t rb, const kvs_att_q
         } else {
             switch (R) {
             case 1: AQ8_KEYS(0, 1); break;
-#if AQ8_ROWS > 2
             case 2: AQ8_KEYS(0, 2); break;
             case 3: AQ8_KEYS(0, 3); break;
             default: AQ8_KEYS(0, 4); break;
-#else
-            default: AQ8_KEYS(0, 2); break;
-#endif
             }
         }
     }
@@ -477,8 +514,49 @@ __attribute__((noinline)) static void aq8_pv_weights(const int q4, const int R, 
 #endif
 }
 
+/* The codes of keys j .. j+3 of block b (vb: the block's codes in row 0, row stride rb; keys >= n
+ * read as zeros), XORed with their negation masks, interleaved: cv[u] lane = column, its 4 bytes the
+ * 4 keys (q4_0: columns 4u'.. of the nibbles, see aq8_pv_chunk; q8_0: columns [0-3 | 16-19], ...). */
+AQ8_INLINE void aq8_pv_codes(const int q4, const uint8_t *vb, int64_t rb, int64_t n, int64_t j, const aq8_pvt *t,
+                             int64_t b, __m256i cv[4]) {
+    const uint8_t *k0 = vb + j * rb, *k1 = k0 + rb, *k2 = k1 + rb, *k3 = k2 + rb;
+    if (j + 4 > n) { /* the last keys: rows past the tile may not exist */
+        k1 = j + 1 < n ? k1 : aq8_zero;
+        k2 = j + 2 < n ? k2 : aq8_zero;
+        k3 = j + 3 < n ? k3 : aq8_zero;
+    }
+    int32_t nmw;
+    memcpy(&nmw, &t->nm[b][j], 4);
+    const __m256i m = _mm256_set1_epi32(nmw);
+    if (q4) {
+        const __m128i x0 = _mm_loadu_si128((const __m128i *)k0), x1 = _mm_loadu_si128((const __m128i *)k1);
+        const __m128i x2 = _mm_loadu_si128((const __m128i *)k2), x3 = _mm_loadu_si128((const __m128i *)k3);
+        const __m128i a = _mm_unpacklo_epi8(x0, x1), e = _mm_unpackhi_epi8(x0, x1);
+        const __m128i f = _mm_unpacklo_epi8(x2, x3), g = _mm_unpackhi_epi8(x2, x3);
+        const __m256i y01 = _mm256_xor_si256(_mm256_set_m128i(_mm_unpackhi_epi16(a, f), _mm_unpacklo_epi16(a, f)), m);
+        const __m256i y23 = _mm256_xor_si256(_mm256_set_m128i(_mm_unpackhi_epi16(e, g), _mm_unpacklo_epi16(e, g)), m);
+        const __m256i m4 = _mm256_set1_epi8(15);
+        cv[0] = _mm256_and_si256(y01, m4);
+        cv[1] = _mm256_and_si256(y23, m4);
+        cv[2] = _mm256_and_si256(_mm256_srli_epi16(y01, 4), m4);
+        cv[3] = _mm256_and_si256(_mm256_srli_epi16(y23, 4), m4);
+    } else {
+        const __m256i x0 = _mm256_loadu_si256((const __m256i *)k0), x1 = _mm256_loadu_si256((const __m256i *)k1);
+        const __m256i x2 = _mm256_loadu_si256((const __m256i *)k2), x3 = _mm256_loadu_si256((const __m256i *)k3);
+        const __m256i a = _mm256_unpacklo_epi8(x0, x1), e = _mm256_unpackhi_epi8(x0, x1);
+        const __m256i f = _mm256_unpacklo_epi8(x2, x3), g = _mm256_unpackhi_epi8(x2, x3);
+        /* columns [0-3 | 16-19], [4-7 | 20-23], [8-11 | 24-27], [12-15 | 28-31] */
+        cv[0] = _mm256_xor_si256(_mm256_unpacklo_epi16(a, f), m);
+        cv[1] = _mm256_xor_si256(_mm256_unpackhi_epi16(a, f), m);
+        cv[2] = _mm256_xor_si256(_mm256_unpacklo_epi16(e, g), m);
+        cv[3] = _mm256_xor_si256(_mm256_unpackhi_epi16(e, g), m);
+    }
+}
+
 /* Rows [0, R) of O (row stride d), block b's 32 columns, += the keys [j0, j1) of chunk c (j1 a
- * multiple of 4, keys >= n read as zeros with weight 0). */
+ * multiple of 4, keys >= n read as zeros with weight 0). AVX2's q4_0: vpmaddubsw's pairs (w x <=
+ * 2 * 255 * 15 = 7650) summed over 4 steps (16 keys) in 16 bits (<= 30600: exact), then one
+ * vpmaddwd: the same integer sums as Q8_DPBUSD per step. */
 AQ8_INLINE void aq8_pv_chunk(const int q4, const int R, const uint8_t *V, int64_t rb, int64_t n, int64_t b, int64_t c,
                              int64_t j0, int64_t j1, const aq8_pvt *t, const aq8_pvw *w, float *O, int64_t d) {
     const int64_t bb = q4 ? 18 : 34;
@@ -486,45 +564,39 @@ AQ8_INLINE void aq8_pv_chunk(const int q4, const int R, const uint8_t *V, int64_
     for (int r = 0; r < R; r++)
         for (int u = 0; u < 4; u++) acc[r][u] = _mm256_set1_epi32(-w->corr[b][r][c]);
     const uint8_t *vb = V + b * bb + 2;
-    for (int64_t j = j0; j < j1; j += 4) {
-        const uint8_t *k0 = vb + j * rb, *k1 = k0 + rb, *k2 = k1 + rb, *k3 = k2 + rb;
-        if (j + 4 > n) { /* the last keys: rows past the tile may not exist */
-            k1 = j + 1 < n ? k1 : aq8_zero;
-            k2 = j + 2 < n ? k2 : aq8_zero;
-            k3 = j + 3 < n ? k3 : aq8_zero;
+    if (q4 && !AQ8_VNNI) {
+        const __m256i one = _mm256_set1_epi16(1);
+        for (int64_t js = j0; js < j1; js += 16) {
+            const int64_t je = js + 16 < j1 ? js + 16 : j1;
+            __m256i h[AQ8_ROWS][4];
+            for (int r = 0; r < R; r++)
+                for (int u = 0; u < 4; u++) h[r][u] = _mm256_setzero_si256();
+            for (int64_t j = js; j < je; j += 4) {
+                __m256i cv[4];
+                aq8_pv_codes(q4, vb, rb, n, j, t, b, cv);
+                for (int r = 0; r < R; r++) {
+                    int32_t ww;
+                    memcpy(&ww, &w->w[b][r][j], 4);
+                    const __m256i wv = _mm256_set1_epi32(ww);
+                    for (int u = 0; u < 4; u++) {
+                        const __m256i pr = _mm256_maddubs_epi16(wv, cv[u]);
+                        h[r][u] = _mm256_add_epi16(h[r][u], pr);
+                    }
+                }
+            }
+            for (int r = 0; r < R; r++)
+                for (int u = 0; u < 4; u++) acc[r][u] = _mm256_add_epi32(acc[r][u], _mm256_madd_epi16(h[r][u], one));
         }
-        int32_t nmw;
-        memcpy(&nmw, &t->nm[b][j], 4);
-        const __m256i m = _mm256_set1_epi32(nmw);
-        __m256i cv[4];
-        if (q4) {
-            const __m128i x0 = _mm_loadu_si128((const __m128i *)k0), x1 = _mm_loadu_si128((const __m128i *)k1);
-            const __m128i x2 = _mm_loadu_si128((const __m128i *)k2), x3 = _mm_loadu_si128((const __m128i *)k3);
-            const __m128i a = _mm_unpacklo_epi8(x0, x1), e = _mm_unpackhi_epi8(x0, x1);
-            const __m128i f = _mm_unpacklo_epi8(x2, x3), g = _mm_unpackhi_epi8(x2, x3);
-            const __m256i y01 = _mm256_xor_si256(_mm256_set_m128i(_mm_unpackhi_epi16(a, f), _mm_unpacklo_epi16(a, f)), m);
-            const __m256i y23 = _mm256_xor_si256(_mm256_set_m128i(_mm_unpackhi_epi16(e, g), _mm_unpacklo_epi16(e, g)), m);
-            const __m256i m4 = _mm256_set1_epi8(15);
-            cv[0] = _mm256_and_si256(y01, m4);
-            cv[1] = _mm256_and_si256(y23, m4);
-            cv[2] = _mm256_and_si256(_mm256_srli_epi16(y01, 4), m4);
-            cv[3] = _mm256_and_si256(_mm256_srli_epi16(y23, 4), m4);
-        } else {
-            const __m256i x0 = _mm256_loadu_si256((const __m256i *)k0), x1 = _mm256_loadu_si256((const __m256i *)k1);
-            const __m256i x2 = _mm256_loadu_si256((const __m256i *)k2), x3 = _mm256_loadu_si256((const __m256i *)k3);
-            const __m256i a = _mm256_unpacklo_epi8(x0, x1), e = _mm256_unpackhi_epi8(x0, x1);
-            const __m256i f = _mm256_unpacklo_epi8(x2, x3), g = _mm256_unpackhi_epi8(x2, x3);
-            /* columns [0-3 | 16-19], [4-7 | 20-23], [8-11 | 24-27], [12-15 | 28-31] */
-            cv[0] = _mm256_xor_si256(_mm256_unpacklo_epi16(a, f), m);
-            cv[1] = _mm256_xor_si256(_mm256_unpackhi_epi16(a, f), m);
-            cv[2] = _mm256_xor_si256(_mm256_unpacklo_epi16(e, g), m);
-            cv[3] = _mm256_xor_si256(_mm256_unpackhi_epi16(e, g), m);
-        }
-        for (int r = 0; r < R; r++) {
-            int32_t ww;
-            memcpy(&ww, &w->w[b][r][j], 4);
-            const __m256i wv = _mm256_set1_epi32(ww);
-            for (int u = 0; u < 4; u++) acc[r][u] = Q8_DPBUSD(acc[r][u], wv, cv[u]);
+    } else {
+        for (int64_t j = j0; j < j1; j += 4) {
+            __m256i cv[4];
+            aq8_pv_codes(q4, vb, rb, n, j, t, b, cv);
+            for (int r = 0; r < R; r++) {
+                int32_t ww;
+                memcpy(&ww, &w->w[b][r][j], 4);
+                const __m256i wv = _mm256_set1_epi32(ww);
+                for (int u = 0; u < 4; u++) acc[r][u] = Q8_DPBUSD(acc[r][u], wv, cv[u]);
+            }
         }
     }
     for (int r = 0; r < R; r++) {
