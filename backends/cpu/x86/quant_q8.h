@@ -22,66 +22,88 @@ static inline float q8_f16(const uint8_t *p) { return _cvtsh_ss((unsigned short)
 
 #define Q8_LOAD(p) _mm256_loadu_si256((const __m256i *)(p))
 
+/* One q8_0 block b of the W row (34 bytes at w) into the n rows' accumulators a. */
+static inline __attribute__((always_inline)) void q8_blk_q8_0(const uint8_t *w, int64_t b, const kvs_q8_rows *x,
+                                                               int64_t n, __m256 *a) {
+    const int64_t k = x->k, nb = k / 32;
+    const float dw = q8_f16(w);
+    const __m256i wq = Q8_LOAD(w + 2), wa = _mm256_sign_epi8(wq, wq); /* |w| as u8, x takes w's sign */
+    for (int64_t i = 0; i < n; i++) {
+        const __m256i y = _mm256_sign_epi8(Q8_LOAD(x->q + i * k + b * 32), wq);
+        const __m256i p = Q8_DPBUSD(_mm256_setzero_si256(), wa, y);
+        a[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * x->d[i * nb + b]), a[i]);
+    }
+}
+
+/* Blocks in pairs, each of the pair into its own accumulators: two FMA chains per row (one chain
+ * bounded a one-row GEMV by the FMA latency per block); the same order for every n, so a row's
+ * result does not depend on the rows beside it. */
 static inline __attribute__((always_inline)) void q8_dot_q8_0(const uint8_t *w, const kvs_q8_rows *x, int64_t n,
                                                                float *acc) {
-    const int64_t k = x->k, nb = k / 32;
-    __m256 a[KVS_GEMV_MAX_N];
-    for (int64_t i = 0; i < n; i++) a[i] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++, w += 34) {
-        const float dw = q8_f16(w);
-        const __m256i wq = Q8_LOAD(w + 2), wa = _mm256_sign_epi8(wq, wq); /* |w| as u8, x takes w's sign */
-        for (int64_t i = 0; i < n; i++) {
-            const __m256i y = _mm256_sign_epi8(Q8_LOAD(x->q + i * k + b * 32), wq);
-            const __m256i p = Q8_DPBUSD(_mm256_setzero_si256(), wa, y);
-            a[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * x->d[i * nb + b]), a[i]);
-        }
+    const int64_t nb = x->k / 32;
+    __m256 a[KVS_GEMV_MAX_N], a2[KVS_GEMV_MAX_N];
+    for (int64_t i = 0; i < n; i++) a[i] = a2[i] = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 1 < nb; b += 2, w += 68) {
+        q8_blk_q8_0(w, b, x, n, a);
+        q8_blk_q8_0(w + 34, b + 1, x, n, a2);
     }
-    for (int64_t i = 0; i < n; i++) acc[i] = q8_hsum(a[i]);
+    if (b < nb) q8_blk_q8_0(w, b, x, n, a);
+    for (int64_t i = 0; i < n; i++) acc[i] = q8_hsum(_mm256_add_ps(a[i], a2[i]));
 }
 
 /* The 32-value types but q8_0: q4_1 / q5_1 codes as u8 (0..15, 0..31) with the min through x's s;
  * q4_0 / q5_0 codes minus their offset (8, 16) and iq4_nl's table values as i8, with q8_0's sign trick.
- * T: the kvs_dtype, a constant. */
-static inline __attribute__((always_inline)) void q8_dot_b32(const uint8_t *w, const kvs_q8_rows *x, int64_t n,
-                                                              float *acc, const kvs_dtype T) {
+ * One block b (at w) into the n rows' accumulators a and min sums c. T: the kvs_dtype, a constant. */
+static inline __attribute__((always_inline)) void q8_blk_b32(const uint8_t *w, int64_t b, const kvs_q8_rows *x,
+                                                              int64_t n, __m256 *a, float *c, const kvs_dtype T) {
     const int64_t k = x->k, nb = k / 32;
     const int five = T == KVS_Q5_0 || T == KVS_Q5_1, has_min = T == KVS_Q4_1 || T == KVS_Q5_1;
-    const int bb = T == KVS_Q4_1 ? 20 : T == KVS_Q5_0 ? 22 : T == KVS_Q5_1 ? 24 : 18;
     const int qoff = T == KVS_Q4_1 ? 4 : T == KVS_Q5_0 ? 6 : T == KVS_Q5_1 ? 8 : 2;
     const float off = T == KVS_Q4_0 ? 8.0f : T == KVS_Q5_0 ? 16.0f : 0.0f;
     const __m256i m4 = _mm256_set1_epi8(15);
-    const __m256i bsel = _mm256_set_epi8(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0,
-                                         0, 0, 0, 0);
-    const __m256i bbit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
-    const __m256i tab = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kvs_iq4_values));
-    __m256 a[KVS_GEMV_MAX_N];
-    float c[KVS_GEMV_MAX_N] = {0}; /* the min's share, summed per row */
-    for (int64_t i = 0; i < n; i++) a[i] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++, w += bb) {
-        const float dw = q8_f16(w), mw = has_min ? q8_f16(w + 2) : 0.0f;
-        const __m128i v = _mm_loadu_si128((const __m128i *)(w + qoff));
-        __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), m4);
-        if (five) { /* bit i of qh -> bit 4 of value i: byte i of qh's bytes spread 8 ways, tested per bit */
-            uint32_t qh;
-            memcpy(&qh, w + (T == KVS_Q5_1 ? 4 : 2), 4);
-            const __m256i hb = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), bsel);
-            const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(hb, bbit), bbit);
-            q = _mm256_or_si256(q, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
-        }
-        /* signed codes (q4_0, q5_0: code - offset; iq4_nl: the table values): |w| as u8, x takes w's sign */
-        const int sgn = !has_min;
-        if (T == KVS_IQ4_NL) q = _mm256_shuffle_epi8(tab, q);
-        else if (sgn) q = _mm256_sub_epi8(q, _mm256_set1_epi8((char)off));
-        const __m256i wa = sgn ? _mm256_sign_epi8(q, q) : q;
-        for (int64_t i = 0; i < n; i++) {
-            __m256i y = Q8_LOAD(x->q + i * k + b * 32);
-            if (sgn) y = _mm256_sign_epi8(y, q);
-            const __m256i p = Q8_DPBUSD(_mm256_setzero_si256(), wa, y);
-            a[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * x->d[i * nb + b]), a[i]);
-            if (has_min) c[i] += mw * x->s[i * nb + b];
-        }
+    const float dw = q8_f16(w), mw = has_min ? q8_f16(w + 2) : 0.0f;
+    const __m128i v = _mm_loadu_si128((const __m128i *)(w + qoff));
+    __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), m4);
+    if (five) { /* bit i of qh -> bit 4 of value i: byte i of qh's bytes spread 8 ways, tested per bit */
+        const __m256i bsel = _mm256_set_epi8(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0,
+                                             0, 0, 0, 0, 0, 0);
+        const __m256i bbit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+        uint32_t qh;
+        memcpy(&qh, w + (T == KVS_Q5_1 ? 4 : 2), 4);
+        const __m256i hb = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), bsel);
+        const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(hb, bbit), bbit);
+        q = _mm256_or_si256(q, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
     }
-    for (int64_t i = 0; i < n; i++) acc[i] = q8_hsum(a[i]) + c[i];
+    /* signed codes (q4_0, q5_0: code - offset; iq4_nl: the table values): |w| as u8, x takes w's sign */
+    const int sgn = !has_min;
+    if (T == KVS_IQ4_NL) q = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kvs_iq4_values)), q);
+    else if (sgn) q = _mm256_sub_epi8(q, _mm256_set1_epi8((char)off));
+    const __m256i wa = sgn ? _mm256_sign_epi8(q, q) : q;
+    for (int64_t i = 0; i < n; i++) {
+        __m256i y = Q8_LOAD(x->q + i * k + b * 32);
+        if (sgn) y = _mm256_sign_epi8(y, q);
+        const __m256i p = Q8_DPBUSD(_mm256_setzero_si256(), wa, y);
+        a[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * x->d[i * nb + b]), a[i]);
+        if (has_min) c[i] += mw * x->s[i * nb + b];
+    }
+}
+
+/* Blocks in pairs into two accumulator sets (two FMA chains per row), as q8_dot_q8_0. */
+static inline __attribute__((always_inline)) void q8_dot_b32(const uint8_t *w, const kvs_q8_rows *x, int64_t n,
+                                                              float *acc, const kvs_dtype T) {
+    const int64_t nb = x->k / 32;
+    const int bb = T == KVS_Q4_1 ? 20 : T == KVS_Q5_0 ? 22 : T == KVS_Q5_1 ? 24 : 18;
+    __m256 a[KVS_GEMV_MAX_N], a2[KVS_GEMV_MAX_N];
+    float c[KVS_GEMV_MAX_N] = {0}; /* the min's share, summed per row */
+    for (int64_t i = 0; i < n; i++) a[i] = a2[i] = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 1 < nb; b += 2, w += 2 * bb) {
+        q8_blk_b32(w, b, x, n, a, c, T);
+        q8_blk_b32(w + bb, b + 1, x, n, a2, c, T);
+    }
+    if (b < nb) q8_blk_b32(w, b, x, n, a, c, T);
+    for (int64_t i = 0; i < n; i++) acc[i] = q8_hsum(_mm256_add_ps(a[i], a2[i])) + c[i];
 }
 
 /* q4_K, and q5_K (five = 1: qh[32] @16 gives bit 4 of value 32j + l as bit j of qh[l]; qs @48) */
