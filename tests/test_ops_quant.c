@@ -7,7 +7,13 @@
  * dmin / m in [0, 0.02)), so every bit pattern of the codes and sub-scales occurs.
  * Shapes: m odd; k = 3 and 11 blocks of 32 (11: a 256-value chunk plus a remainder) or 1 and 3
  * super-blocks of 256; n = 1 and 3 (the decoding GEMV, one pass over W) and 13, 37 (the GEMM tiles
- * under the f32-activation variants; the 8-bit ones take up to 64 rows in groups of 4).
+ * under the f32-activation variants; the 8-bit ones take up to 64 rows in groups of 4); and for the
+ * 512-bit VNNI kernels' groups of 16 blocks: k = 35 blocks (two groups and an odd remainder) with
+ * n = 2, 22 (a group and an even remainder) with n = 4, 32 (groups only) with n = 1 (K types: 3,
+ * 2, 4 super-blocks).
+ * matmul-quant-rows: under the 8-bit activation variants a row's product does not depend on the
+ * rows beside it (QuantSpec's verify step relies on it: ops_dense.c): 7 rows at once (a group of 4
+ * and one of 3) equal, bit for bit, each row alone.
  * Guarded tensors: writes outside y, or any write to W and x, fail the case.
  *
  * Tolerance of the f32-activation variants (normalised MSE): 1e-7, the F32-weight budget. The CPU kernels decode each weight to f32
@@ -121,13 +127,13 @@ static void check_q8(kvs_dtype dt, const uint8_t *blocks, const double *Wd, cons
     t_check_nmse("y (8-bit activations)", y, ref, n * m, 1e-4);
 }
 
-#define N_SHAPES 4
+#define N_SHAPES 7
 static void qmm_run(int _i) {
     const kvs_dtype dt = qtypes[_i / N_SHAPES];
     const int shape = _i % N_SHAPES;
     const int blk = kvs_dtype_block(dt);
-    static const int ms[N_SHAPES] = {37, 5, 67, 301}, ns[N_SHAPES] = {1, 3, 13, 37};
-    const int kb32[N_SHAPES] = {3, 11, 11, 3}, kb256[N_SHAPES] = {1, 3, 3, 1};
+    static const int ms[N_SHAPES] = {37, 5, 67, 301, 19, 23, 9}, ns[N_SHAPES] = {1, 3, 13, 37, 2, 4, 1};
+    const int kb32[N_SHAPES] = {3, 11, 11, 3, 35, 22, 32}, kb256[N_SHAPES] = {1, 3, 3, 1, 3, 2, 4};
     const int64_t m = ms[shape], n = ns[shape], k = (int64_t)blk * (blk == 32 ? kb32[shape] : kb256[shape]);
     const int accumulate = shape % 2;
     t_case("matmul W=%s m=%lld k=%lld n=%lld accumulate=%d", kvs_dtype_name(dt), (long long)m, (long long)k,
@@ -162,9 +168,67 @@ static void qmm_run(int _i) {
     t_assert_unchanged(xt, "x");
 }
 
+/* Row independence under the 8-bit activation variants (see the top): W m x k (k = 35 blocks of
+ * 32, or 3 super-blocks), x 7 rows; y of the 7-row call against each row's own 1-row call. */
+static void qmm_rows_run(int _i) {
+    const kvs_dtype dt = qtypes[_i];
+    const int blk = kvs_dtype_block(dt);
+    const int64_t m = 13, k = blk == 32 ? 35 * 32 : 3 * 256, n = 7;
+    t_case("matmul W=%s m=%lld k=%lld: %lld rows at once against each alone", kvs_dtype_name(dt), (long long)m,
+           (long long)k, (long long)n);
+    /* the f32-activation variants take 7 rows through the GEMM tiles, and so does the automatic
+     * choice where it has no SIMD integer kernel (ops_quant.c kvs_cpu_q8_kernel: q2_K, q3_K,
+     * iq4_xs; x86 without AVX2; aarch64) */
+    if (!q8_may_apply(n)) return;
+    if (t_variant[0] == 0) {
+#if defined(__x86_64__)
+        if (!__builtin_cpu_supports("avx2") || dt == KVS_Q2_K || dt == KVS_Q3_K || dt == KVS_IQ4_XS) return;
+#else
+        return;
+#endif
+    }
+    uint8_t *blocks = t_alloc(kvs_dtype_bytes(dt, m * k));
+    random_blocks(dt, blocks, m * k / blk);
+    float *x = t_alloc(sizeof(float) * (size_t)(n * k)), *y = t_alloc(sizeof(float) * (size_t)(n * m));
+    float *y1 = t_alloc(sizeof(float) * (size_t)m);
+    t_fill_uniform(x, n * k, -1, 1);
+    tt *Wt = t_new2(dt, k, m), *xt = t_new2(KVS_F32, k, n), *yt = t_new2(KVS_F32, m, n);
+    tt *x1 = t_new2(KVS_F32, k, 1), *yt1 = t_new2(KVS_F32, m, 1);
+    t_upload(Wt, blocks);
+    t_upload_f32(xt, x);
+    if (t_query(kvs_matmul(t_dev(), Wt->t, xt->t, yt->t, 0))) {
+        check_refusal(dt);
+        return;
+    }
+    t_run_end(kvs_matmul(t_dev(), Wt->t, xt->t, yt->t, 0));
+    t_download(yt, y);
+    for (int64_t i = 0; i < n; i++) {
+        t_upload_f32(x1, x + i * k);
+        t_run_end(kvs_matmul(t_dev(), Wt->t, x1->t, yt1->t, 0));
+        t_download(yt1, y1);
+        for (int64_t r = 0; r < m; r++)
+            T_ASSERT(memcmp(&y1[r], &y[i * m + r], sizeof(float)) == 0,
+                     "y[%lld][%lld] = %.9g among %lld rows, %.9g alone", (long long)i, (long long)r,
+                     (double)y[i * m + r], (long long)n, (double)y1[r]);
+    }
+    t_assert_unchanged(Wt, "W");
+}
+
+START_TEST(test_qmatmul_rows) {
+    char name[64];
+    snprintf(name, sizeof name, "matmul-quant-rows#%d", _i);
+    t_begin(name);
+    qmm_rows_run(_i);
+    t_end();
+}
+END_TEST
+
 START_TEST(test_qmatmul) {
     char name[64];
-    snprintf(name, sizeof name, "matmul-quant#%d", _i);
+    /* the case's seed comes from its name: the first four shapes keep the numbers they had before
+     * the last three were added (type * 4 + shape), those three follow them */
+    const int t = _i / N_SHAPES, sh = _i % N_SHAPES;
+    snprintf(name, sizeof name, "matmul-quant#%d", sh < 4 ? t * 4 + sh : N_QT * 4 + t * (N_SHAPES - 4) + sh - 4);
     t_begin(name);
     qmm_run(_i);
     t_end();
@@ -260,6 +324,7 @@ Suite *suite_matmul_quant(void) {
     tcase_add_loop_test(tc, test_qmatmul, 0, N_QT * N_SHAPES);
     tcase_add_loop_test(tc, test_qembedding, 0, N_QT);
     tcase_add_loop_test(tc, test_qmatmul_nonfinite, 0, N_QT);
+    tcase_add_loop_test(tc, test_qmatmul_rows, 0, N_QT);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -94,8 +94,10 @@ size_t kvs_cpu_q8_bytes(int64_t k, int64_t n);
 void kvs_cpu_q8_quantize(kvs_dtype dt, const float *x, int64_t k, int64_t n, void *scratch, kvs_q8_rows *out);
 /* acc[i] = W_row . x_i for i < n (n <= KVS_GEMV_MAX_N), W row of x->k values of block type dt, in
  * integers per block as above. _portable: every type, plain C (the reference of the other two);
- * _avx2: q8_0, q4_0, q4_K, q6_K by AVX2 maddubs; _vnni: the same by AVX512-VNNI (256-bit, VL)
- * dot products; the other types fall back to the portable kernel in both. */
+ * _avx2: q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q4_K, q5_K, q6_K by AVX2 maddubs; _vnni: the same
+ * types by AVX512-VNNI dot products (the 32-value ones two blocks a 512-bit register, the K types
+ * on 256-bit registers); q2_K, q3_K, iq4_xs fall back to the portable kernel in both. A row's
+ * result does not depend on n or on the other rows (the same operations in the same order). */
 typedef void (*kvs_cpu_q8dot_fn)(const void *wrow, kvs_dtype dt, const kvs_q8_rows *x, int64_t n, float *acc);
 void kvs_cpu_q8dot_portable(const void *wrow, kvs_dtype dt, const kvs_q8_rows *x, int64_t n, float *acc);
 void kvs_cpu_q8dot_avx2(const void *wrow, kvs_dtype dt, const kvs_q8_rows *x, int64_t n, float *acc);

@@ -319,6 +319,13 @@ void bench_run_suite(bench *b) {
     static const kvs_dtype gemv_quant[] = {KVS_Q4_0, KVS_Q4_K, KVS_Q6_K, KVS_Q8_0};
     for (size_t i = 0; i < sizeof gemv_quant / sizeof gemv_quant[0]; i++)
         case_matmul(b, gemv_quant[i], q ? 1024 : 4096, q ? 1024 : 4096, 1);
+    /* the other 32-value types, and 4 x rows (a QuantSpec verify step of draft 3), one pass over W */
+    if (!q) {
+        static const kvs_dtype gemv_b32[] = {KVS_Q4_1, KVS_Q5_0, KVS_Q5_1, KVS_IQ4_NL};
+        for (size_t i = 0; i < sizeof gemv_b32 / sizeof gemv_b32[0]; i++) case_matmul(b, gemv_b32[i], 4096, 4096, 1);
+        case_matmul(b, KVS_Q4_0, 4096, 4096, 4);
+        case_matmul(b, KVS_Q8_0, 4096, 4096, 4);
+    }
 
     /* attention: prefill / diffusion block (n_q = n_kv), bidirectional; one causal row; decode */
     if (q) {

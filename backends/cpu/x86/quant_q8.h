@@ -2,7 +2,8 @@
  * activations") for q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q4_K, q5_K and q6_K weights on 256-bit
  * registers (q2_K, q3_K, iq4_xs: the portable kernel), written once and
  * included by quant_avx2.c (AVX2: vpmaddubsw + vpmaddwd) and quant_vnni.c (AVX512-VNNI with VL:
- * vpdpbusd / vpdpwssd), which define before including it:
+ * vpdpbusd / vpdpwssd; there only the K types run these, the 32-value types have 512-bit kernels of
+ * their own), which define before including it:
  *   Q8_DPBUSD(acc, u, s)  acc (8 x i32) += the sums of 4 adjacent u8 (u) x i8 (s) products;
  *   Q8_DPWSSD(acc, a, b)  acc (8 x i32) += the sums of 2 adjacent i16 x i16 products.
  * (AVX2's vpmaddubsw saturates pairs at i16: every use below stays inside it: |w| <= 128 for q8_0,
