@@ -38,6 +38,11 @@ def _candidates():
 
 
 def _load():
+    # OpenMP's idle threads spin by default; libgomp reads OMP_WAIT_POLICY when it loads (with the
+    # library, below). On a machine whose cores are busy a spinning team slowed a small diffusion
+    # decode many times over, so unless the user chose a policy it is passive (as the CLI does).
+    if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
+        os.environ["OMP_WAIT_POLICY"] = "passive"
     tried = []
     for path in _candidates():
         if os.sep in path and not os.path.exists(path):
