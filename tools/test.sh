@@ -24,7 +24,9 @@ kvs_setup
 
 kvs_log "models: $(kvs_model_dirs | paste -sd " " -)"
 rc=0
+t_main=$SECONDS
 meson test -C "$KVSIEVE_BUILD_DIR" --print-errorlogs "$@" || rc=$?
+kvs_log "main lane: $((SECONDS - t_main)) s"
 
 lane="${KVSIEVE_SANITIZE:-}"
 if [[ -z "$lane" ]]; then
