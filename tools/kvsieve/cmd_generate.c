@@ -189,7 +189,8 @@ int cmd_generate(int argc, char **argv) {
     if (o.draft_weights && cli_draft_weight_type(PROG, o.draft_weights, &draft_wt) != CLI_EXIT_OK) return CLI_EXIT_USAGE;
     if (o.speculative && (o.draft < 1 || o.draft > KVS_SPEC_MAX_DRAFT))
         return cli_fail(CLI_EXIT_USAGE, PROG, "--draft must be in 1..%d", KVS_SPEC_MAX_DRAFT);
-    if (o.speculative && !ct.k && !ct.v) ct.k = ct.v = "qh8"; /* QuantSpec's cache by default */
+    const int ct_given = ct.k || ct.v;
+    if (o.speculative && !ct_given) ct.k = ct.v = "qh8"; /* QuantSpec's cache by default */
     kvs_dtype ctypes[2];
     rc = cli_cache_types(PROG, &ct, ctypes);
     if (rc != CLI_EXIT_OK) return rc;
@@ -222,6 +223,11 @@ int cmd_generate(int argc, char **argv) {
     if (dlm && o.speculative) {
         exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "--speculative/--draft are for autoregressive models; '%s' is a "
                                                    "masked-diffusion model", kvs_arch_name(hp->arch));
+        goto done;
+    }
+    if (o.speculative && !ct_given && hp->head_dim % 32 != 0) { /* the qh8 cache --speculative chose */
+        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "--speculative/--draft decode on a qh8 cache (blocks of 32 values along "
+                                                   "head_dim); this model's head_dim is %d", hp->head_dim);
         goto done;
     }
     rc = cli_cache_types_fit(PROG, ctypes, hp);
