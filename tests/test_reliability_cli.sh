@@ -77,7 +77,7 @@ fi
 # outputs that are a FIFO (the open would block) or a symbolic link (the rename would replace it)
 run 2 "not a regular file" eval -m "$tiny" --text "$text" --policies h2o --budgets 0.5 --windows 1 --plot "$dir/fifo"
 ln -s "$dir/target.gguf" "$dir/link.gguf"
-run 2 "not a regular file" train --kind retention -m "$tiny" --text "$text" --out "$dir/link.gguf" --steps 1 --ctx 16
+run 2 "is a symbolic link" train --kind retention -m "$tiny" --text "$text" --out "$dir/link.gguf" --steps 1 --ctx 16
 [ ! -e "$dir/target.gguf" ] || { echo "FAIL: train wrote through the link"; fails=$((fails + 1)); }
 # WaveFilter's options without --wavefilter: refused, as the other schedules' options are
 run 2 "for --wavefilter" generate -m "$llada" -n 16 --block 16 --wf-levels 9

@@ -214,8 +214,11 @@ int cli_check_writable(const char *prog, const char *flag, const char *path) {
     if (existed && S_ISDIR(sb.st_mode)) return cli_fail(CLI_EXIT_USAGE, prog, "%s %s: is a directory", flag, path);
     /* a FIFO would block the open, and the outputs are replaced by a rename: a device node or a
      * symbolic link there would be replaced by a file */
+    if (existed && S_ISLNK(sb.st_mode))
+        return cli_fail(CLI_EXIT_USAGE, prog, "%s %s: is a symbolic link: outputs are written to a new file renamed over "
+                        "the path, which would replace the link, not write its target; give the target's path", flag, path);
     if (existed && !S_ISREG(sb.st_mode))
-        return cli_fail(CLI_EXIT_USAGE, prog, "%s %s: not a regular file (a FIFO, device or symbolic link); give a file path",
+        return cli_fail(CLI_EXIT_USAGE, prog, "%s %s: not a regular file (a FIFO or device); give a file path",
                         flag, path);
     FILE *f = fopen(path, "ab");
     if (!f) return cli_fail(CLI_EXIT_USAGE, prog, "%s %s: cannot write: %s", flag, path, strerror(errno));
