@@ -61,6 +61,9 @@ run 2 "does not run over spa" generate -m "$llada" -n 16 --block 16 --cache spa 
 # before decoding (it failed at the first step with exit 1)
 run 2 "1..4 for this model" generate -m "$llada" -n 16 --block 16 --cache spa --spa-rank 100000
 run 2 "1..4 for this model" eval --dlm -m "$llada" --prompts "$text" --gen 16 --block 16 --caches spa --spa-rank 5 --long-prompts 0
+# threads: more than the cores is a note, beyond 1024 a usage error naming --threads
+run 0 "more than this machine" generate -m "$tiny" -n 2 --no-stream -t 1024
+run 2 "--threads 1025: want 0" generate -m "$tiny" -n 2 --no-stream -t 1025
 # --speculative on a model whose head_dim is not a multiple of 32: the message names --speculative
 # (it named --cache-type-k, which the user never gave)
 run 2 "--speculative/--draft decode on a qh8 cache" generate -m "$tiny" -n 4 --speculative

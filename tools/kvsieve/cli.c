@@ -188,6 +188,14 @@ int cli_open_device(const char *prog, const char *spec, int n_threads, kvs_devic
     if (kvs_device_params_parse(spec, &p) != KVS_OK)
         return cli_fail(CLI_EXIT_USAGE, prog, "--backend: %s", kvs_last_error());
     p.n_threads = n_threads;
+    if (n_threads < 0 || n_threads > 1024)
+        return cli_fail(CLI_EXIT_USAGE, prog, "--threads %d: want 0 (all online cores) .. 1024", n_threads);
+    /* more threads than cores: allowed (a user may mean it), but each OpenMP region then waits for
+     * descheduled threads; say so */
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    if (p.backend == KVS_BACKEND_CPU && online > 0 && n_threads > online)
+        fprintf(stderr, "%s: note: --threads %d is more than this machine's %ld online cores (slower, not faster)\n",
+                prog, n_threads, online);
     kvs_status s = kvs_device_open(out, &p);
     if (s != KVS_OK) {
         /* what the user asked for does not exist here (a backend, a device, a KVS_VARIANT the device
