@@ -61,6 +61,8 @@ run 2 "does not run over spa" generate -m "$llada" -n 16 --block 16 --cache spa 
 # before decoding (it failed at the first step with exit 1)
 run 2 "1..4 for this model" generate -m "$llada" -n 16 --block 16 --cache spa --spa-rank 100000
 run 2 "1..4 for this model" eval --dlm -m "$llada" --prompts "$text" --gen 16 --block 16 --caches spa --spa-rank 5 --long-prompts 0
+# an option's value that is --help shows the help (it was read as a file name)
+run 0 "usage:" eval --dlm --tasks --help
 # threads: more than the cores is a note, beyond 1024 a usage error naming --threads
 run 0 "more than this machine" generate -m "$tiny" -n 2 --no-stream -t 1024
 run 2 "--threads 1025: want 0" generate -m "$tiny" -n 2 --no-stream -t 1025

@@ -171,6 +171,12 @@ int cli_parse(const cli_spec *spec, int argc, char **argv, char **pos, int *n_po
                 return cli_fail(CLI_EXIT_USAGE, spec->prog, "option %s needs a value (%s)", a,
                                 o->metavar ? o->metavar : "VALUE");
             val = argv[++i];
+            /* `--tasks --help`: the user asked for help, not for a file named --help (an inline
+             * --tasks=--help still passes it as the value) */
+            if (strcmp(val, "--help") == 0) {
+                cli_help(spec);
+                return CLI_EXIT_OK;
+            }
         }
         if (store(spec, o, a, val) != 0) return CLI_EXIT_USAGE;
     }
