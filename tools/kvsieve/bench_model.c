@@ -384,7 +384,7 @@ int bench_model(int argc, char **argv) {
                         (long long)n_decode, sh.hp.ctx_len);
     }
     if (speculative) no_dlm = no_ops = 1;
-    rc = cli_cache_types_fit(spec.prog, b.kv_types, &sh.hp);
+    rc = cli_cache_types_fit(spec.prog, b.kv_types, &sh.hp, NULL);
     if (rc != CLI_EXIT_OK) return rc;
     const int dlm = kvs_arch_is_diffusion(sh.hp.arch) && !no_dlm;
 

@@ -194,8 +194,8 @@ int cli_open_device(const char *prog, const char *spec, int n_threads, kvs_devic
     if (kvs_device_params_parse(spec, &p) != KVS_OK)
         return cli_fail(CLI_EXIT_USAGE, prog, "--backend: %s", kvs_last_error());
     p.n_threads = n_threads;
-    if (n_threads < 0 || n_threads > 1024)
-        return cli_fail(CLI_EXIT_USAGE, prog, "--threads %d: want 0 (all online cores) .. 1024", n_threads);
+    if (n_threads < 0 || n_threads > KVS_MAX_THREADS)
+        return cli_fail(CLI_EXIT_USAGE, prog, "--threads %d: want 0 (all online cores) .. %d", n_threads, KVS_MAX_THREADS);
     /* more threads than cores: allowed (a user may mean it), but each OpenMP region then waits for
      * descheduled threads; say so */
     long online = sysconf(_SC_NPROCESSORS_ONLN);

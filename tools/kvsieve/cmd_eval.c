@@ -231,7 +231,7 @@ int cmd_eval(int argc, char **argv) {
     if (e.think > 0.0 && (int)(e.hp->head_dim * e.think) == 0) /* floor(head_dim R) channels are pruned */
         fprintf(stderr, "%s: note: --think %g prunes floor(%d x %g) = 0 of the %d key channels: nothing is pruned (at least "
                         "%g prunes one)\n", prog, e.think, e.hp->head_dim, e.think, e.hp->head_dim, 1.0 / e.hp->head_dim);
-    rc = cli_cache_types_fit(prog, ctypes, e.hp);
+    rc = cli_cache_types_fit(prog, ctypes, e.hp, NULL);
     if (rc != CLI_EXIT_OK) goto done;
     rc = CLI_EXIT_FAIL;
     for (int i = 0; i < np; i++)

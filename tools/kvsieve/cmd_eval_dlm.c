@@ -272,7 +272,7 @@ int cmd_eval_dlm(int argc, char **argv) {
     if (!a) return cli_fail(CLI_EXIT_FAIL, PROG, "out of memory");
     rc = cli_model_open(PROG, model, &dv, &cm);
     if (rc == CLI_EXIT_OK) rc = cli_model_require_dlm(PROG, model, &cm);
-    if (rc == CLI_EXIT_OK) rc = cli_cache_types_fit(PROG, ctypes, cm.hp);
+    if (rc == CLI_EXIT_OK) rc = cli_cache_types_fit(PROG, ctypes, cm.hp, NULL);
     if (rc == CLI_EXIT_OK) rc = dlm_cache_check_model(PROG, &co, caches, nc, cm.hp);
     if (rc != CLI_EXIT_OK) {
         exit_code = rc;

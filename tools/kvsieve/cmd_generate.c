@@ -225,12 +225,8 @@ int cmd_generate(int argc, char **argv) {
                                                    "masked-diffusion model", kvs_arch_name(hp->arch));
         goto done;
     }
-    if (o.speculative && !ct_given && hp->head_dim % 32 != 0) { /* the qh8 cache --speculative chose */
-        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "--speculative/--draft decode on a qh8 cache (blocks of 32 values along "
-                                                   "head_dim); this model's head_dim is %d", hp->head_dim);
-        goto done;
-    }
-    rc = cli_cache_types_fit(PROG, ctypes, hp);
+    /* the qh8 cache --speculative chose is named as its choice, not as --cache-type flags never given */
+    rc = cli_cache_types_fit(PROG, ctypes, hp, o.speculative && !ct_given ? "--speculative/--draft decode on a qh8" : NULL);
     if (rc != CLI_EXIT_OK) {
         exit_code = rc;
         goto done;

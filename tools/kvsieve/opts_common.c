@@ -57,13 +57,18 @@ kvs_cache_params cli_cache_key_params(const cache_type_opts *o, const kvs_dtype 
     return p;
 }
 
-int cli_cache_types_fit(const char *prog, const kvs_dtype types[2], const kvs_model_hparams *hp) {
-    for (int w = 0; w < 2; w++)
-        if (kvs_dtype_block(types[w]) > 1 && hp->head_dim % kvs_dtype_block(types[w]) != 0)
-            return cli_fail(CLI_EXIT_USAGE, prog,
-                            "--cache-type-%c %s stores blocks of %d values along head_dim; this model's head_dim is %d "
-                            "(f32, f16 and bf16 fit any head_dim)",
-                            w ? 'v' : 'k', kvs_dtype_name(types[w]), kvs_dtype_block(types[w]), hp->head_dim);
+int cli_cache_types_fit(const char *prog, const kvs_dtype types[2], const kvs_model_hparams *hp, const char *chosen_by) {
+    for (int w = 0; w < 2; w++) {
+        const int blk = kvs_dtype_block(types[w]);
+        if (blk <= 1 || hp->head_dim % blk == 0) continue;
+        if (chosen_by)
+            return cli_fail(CLI_EXIT_USAGE, prog, "%s cache (blocks of %d values along head_dim); this model's head_dim is %d",
+                            chosen_by, blk, hp->head_dim);
+        return cli_fail(CLI_EXIT_USAGE, prog,
+                        "--cache-type-%c %s stores blocks of %d values along head_dim; this model's head_dim is %d "
+                        "(f32, f16 and bf16 fit any head_dim)",
+                        w ? 'v' : 'k', kvs_dtype_name(types[w]), blk, hp->head_dim);
+    }
     return CLI_EXIT_OK;
 }
 

@@ -52,8 +52,10 @@ typedef struct cache_type_opts {
  * "PROG: --cache-type-k: unknown cache type ..." for a name that is not one of the eight. */
 int cli_cache_types(const char *prog, const cache_type_opts *o, kvs_dtype types[2]);
 /* CLI_EXIT_OK when the model's head_dim takes the block types among types (a multiple of 32), else
- * CLI_EXIT_USAGE after "PROG: --cache-type-k q8_0 needs head_dim % 32 == 0; MODEL has head_dim 8 ...". */
-int cli_cache_types_fit(const char *prog, const kvs_dtype types[2], const kvs_model_hparams *hp);
+ * CLI_EXIT_USAGE after "PROG: --cache-type-k q8_0 stores blocks of 32 values along head_dim; this
+ * model's head_dim is 8 ...", or, when chosen_by names an option that picked the types itself (the
+ * user gave no --cache-type), "PROG: CHOSEN_BY cache (blocks of 32 values ...); ...". */
+int cli_cache_types_fit(const char *prog, const kvs_dtype types[2], const kvs_model_hparams *hp, const char *chosen_by);
 /* kvs_cache_params_default() with the parsed types and --kv-rotate (KVS_CACHE_ROTATE): what the
  * library's key-layout checks take (kvs_cache_check_rerotate, kvs_think_check_cache) before a model's
  * cache exists. */

@@ -12,6 +12,12 @@
  * lanes per x row); q6_K's offset -32 and the K types' mins through x's integer sums of 16 values,
  * q4_1 / q5_1's min through x's s. Not a public header; no include guard on purpose (one inclusion per ISA file). */
 
+/* The 32-value block layouts (quant/quant_blocks.h): bytes per block and the offset of the 4-bit
+ * codes qs, per kvs_dtype T (a constant); shared with quant_vnni.c's 512-bit kernels. */
+#define Q8_BLOCK_BYTES(T) \
+    ((T) == KVS_Q8_0 ? 34 : (T) == KVS_Q4_1 ? 20 : (T) == KVS_Q5_0 ? 22 : (T) == KVS_Q5_1 ? 24 : 18)
+#define Q8_QS_OFFSET(T) ((T) == KVS_Q4_1 ? 4 : (T) == KVS_Q5_0 ? 6 : (T) == KVS_Q5_1 ? 8 : 2)
+
 static inline float q8_hsum(__m256 s) {
     __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
     h = _mm_add_ps(h, _mm_movehl_ps(h, h));
@@ -60,7 +66,7 @@ static inline __attribute__((always_inline)) void q8_blk_b32(const uint8_t *w, i
                                                               int64_t n, __m256 *a, float *c, const kvs_dtype T) {
     const int64_t k = x->k, nb = k / 32;
     const int five = T == KVS_Q5_0 || T == KVS_Q5_1, has_min = T == KVS_Q4_1 || T == KVS_Q5_1;
-    const int qoff = T == KVS_Q4_1 ? 4 : T == KVS_Q5_0 ? 6 : T == KVS_Q5_1 ? 8 : 2;
+    const int qoff = Q8_QS_OFFSET(T);
     const float off = T == KVS_Q4_0 ? 8.0f : T == KVS_Q5_0 ? 16.0f : 0.0f;
     const __m256i m4 = _mm256_set1_epi8(15);
     const float dw = q8_f16(w), mw = has_min ? q8_f16(w + 2) : 0.0f;
@@ -94,7 +100,7 @@ static inline __attribute__((always_inline)) void q8_blk_b32(const uint8_t *w, i
 static inline __attribute__((always_inline)) void q8_dot_b32(const uint8_t *w, const kvs_q8_rows *x, int64_t n,
                                                               float *acc, const kvs_dtype T) {
     const int64_t nb = x->k / 32;
-    const int bb = T == KVS_Q4_1 ? 20 : T == KVS_Q5_0 ? 22 : T == KVS_Q5_1 ? 24 : 18;
+    const int bb = Q8_BLOCK_BYTES(T);
     __m256 a[KVS_GEMV_MAX_N], a2[KVS_GEMV_MAX_N];
     float c[KVS_GEMV_MAX_N] = {0}; /* the min's share, summed per row */
     for (int64_t i = 0; i < n; i++) a[i] = a2[i] = _mm256_setzero_ps();

@@ -41,8 +41,8 @@
 
 /* Bytes per block, offset of the 4-bit codes (qs), offset of q5_x's qh, the code offset taken
  * through bs, whether there is a min (m f16 @2), whether the high nibbles stay in place (x 16). */
-#define QZ_BB(T) ((T) == KVS_Q8_0 ? 34 : (T) == KVS_Q4_1 ? 20 : (T) == KVS_Q5_0 ? 22 : (T) == KVS_Q5_1 ? 24 : 18)
-#define QZ_QS(T) ((T) == KVS_Q4_1 ? 4 : (T) == KVS_Q5_0 ? 6 : (T) == KVS_Q5_1 ? 8 : 2)
+#define QZ_BB(T) Q8_BLOCK_BYTES(T) /* quant_q8.h */
+#define QZ_QS(T) Q8_QS_OFFSET(T)
 #define QZ_QH(T) ((T) == KVS_Q5_1 ? 4 : 2)
 #define QZ_OFF(T) ((T) == KVS_Q4_0 ? 8 : (T) == KVS_Q5_0 ? 16 : (T) == KVS_Q8_0 || (T) == KVS_IQ4_NL ? 128 : 0)
 #define QZ_MIN(T) ((T) == KVS_Q4_1 || (T) == KVS_Q5_1)
