@@ -60,7 +60,7 @@ bad "needs a learned policy" "${gen[@]}" --policy h2o --learned-threshold -3
 bad "fraction in \[0, 1\]" "${gen[@]}" --policy retention --policy-file "$dir/retention.gguf" --floor 1.5
 bad "fraction in \[0, 1\]" "${gen[@]}" --policy adakv --floor -0.1
 bad "applies to adakv" "${gen[@]}" --policy snapkv --floor 0.2
-bad "need --policy" "${gen[@]}" --floor 0.2
+bad "^kvsieve generate: --budget, --floor need --policy$" "${gen[@]}" --floor 0.2
 bad "needs a learned policy" eval -m $model --text "$text" --policies h2o,snapkv --budgets 0.25 --ctx 48 --windows 1 \
   --learned-threshold -3
 # refusals

@@ -101,11 +101,11 @@ run 2 "exceeds the model context" generate -m "$tiny" -p "Once upon a time there
 run 0 "^h2o  *0.001 " eval -m "$tiny" --text "$text" --policies h2o --budgets 0.001,1t --windows 1
 grep -q "^h2o  *1t  *1 " "$dir/out" || { echo "FAIL: no '1t' row with 1 token:"; cat "$dir/out"; fails=$((fails + 1)); }
 # flags that do not apply to the model are refused both ways
-run 2 "apply to autoregressive models" generate -m "$llada" --temp 0.5
-run 2 "apply to autoregressive models" generate -m "$llada" --seed 3
-run 2 "apply to diffusion models" generate -m "$tiny" --block 8
-run 2 "apply to diffusion models" generate -m "$tiny" --steps 4
-run 2 "for diffusion models" generate -m "$tiny" --threshold 0.5
+run 2 "^kvsieve generate: --temp applies to autoregressive models; .llada. is a diffusion model$" generate -m "$llada" --temp 0.5
+run 2 "--seed applies to autoregressive models" generate -m "$llada" --seed 3
+run 2 "--block applies to diffusion models" generate -m "$tiny" --block 8
+run 2 "--steps applies to diffusion models" generate -m "$tiny" --steps 4
+run 2 "--threshold is for diffusion models" generate -m "$tiny" --threshold 0.5
 # --budget-tokens N: N tokens per kv head (1 was impossible: --budget 1 is 100%)
 if "$exe" generate -m stories260K.bin -n 1 >/dev/null 2>&1; then
   run 0 '"budget_tokens":1' generate -m stories260K.bin -p "Once upon a time" -n 40 --policy h2o --budget-tokens 1 --json
@@ -117,7 +117,7 @@ fi
 # the summary line names the token budget, not the default fraction
 run 0 "budget 4 tokens" generate -m "$tiny" -p Once -n 20 --policy h2o --budget-tokens 4 --no-stream
 run 2 "not both" generate -m "$tiny" -n 8 --policy h2o --budget 0.5 --budget-tokens 1
-run 2 "need --policy" generate -m "$tiny" -n 8 --budget-tokens 1
+run 2 "--budget-tokens needs --policy" generate -m "$tiny" -n 8 --budget-tokens 1
 run 2 "budget-tokens must be >= 1" generate -m "$tiny" -n 8 --policy h2o --budget-tokens 0
 # NaN in a weight (a damaged file): a clear error naming non-finite logits, never text decoded from
 # NaN (the CPU attention used to turn a NaN softmax sum into zeros). nan_copy SRC DST TENSOR copies a
@@ -170,5 +170,14 @@ for t in blk.0.attn_norm.weight blk.1.ffn_down.weight output_norm.weight; do
   nan_copy "$llada" "$dir/nanl.gguf" "$t" || fails=$((fails + 1))
   run 1 "non-finite values" generate -m "$dir/nanl.gguf" -n 16 --block 16 --no-stream
 done
+# a bad parameter is named alone with its range, not every parameter of the schedule or command
+# (a fresh-clone run got "family 0, levels 9 (1..8), rho 0.5 ([0, 1]), budget 0.5 ..." for --wf-levels 9)
+run 2 "^kvsieve generate: --wf-levels 9: want 1..8$" generate -m "$llada" -n 16 --block 16 --wavefilter --wf-levels 9
+run 2 "^kvsieve generate: --gamma 2: want a threshold in \[0, 1\]$" generate -m "$llada" -n 16 --block 16 --cache elastic --gamma 2
+run 2 "^kvsieve generate: --spa-refresh 0: want >= 1$" generate -m "$llada" -n 16 --block 16 --cache spa --spa-refresh 0
+run 2 "^kvsieve generate: --top-p 2: want a mass in (0, 1\]$" generate -m "$tiny" -n 4 --top-p 2
+run 2 "^kvsieve generate: --scope, --sink need --policy$" generate -m "$tiny" -n 4 --scope head --sink 2
+run 2 "^kvsieve generate: --track is for the elastic cache, which is not run$" generate -m "$llada" -n 16 --block 16 --track 2
+run 2 "^kvsieve eval --dlm: --long-len 1: want >= 2$" eval --dlm -m "$llada" --prompts "$text" --long-len 1
 echo "$fails failures"
 [ $fails -eq 0 ]

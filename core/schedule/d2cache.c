@@ -291,10 +291,13 @@ kvs_status kvs_dlm_schedule_d2cache(kvs_dlm_schedule **out, const kvs_d2cache_pa
     if (!out) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_dlm_schedule_d2cache: out is NULL");
     *out = NULL;
     kvs_d2cache_params p = pp ? *pp : kvs_d2cache_params_default();
-    if (!(p.rollout_p >= 0.0f && p.rollout_p <= 1.0f) || p.current_k < 0 || !(p.sigma > 0.0f) || p.inflate_w < 0)
-        return kvs_error(KVS_ERR_INVALID_ARGUMENT,
-                         "kvs_dlm_schedule_d2cache: rollout_p %g in [0, 1], current_k %d >= 0, sigma %g > 0, inflate_w %d >= 0 required",
-                         (double)p.rollout_p, p.current_k, (double)p.sigma, p.inflate_w);
+    /* one message per field: the first one out of range, named alone */
+    const char *op = "kvs_dlm_schedule_d2cache";
+    if (!(p.rollout_p >= 0.0f && p.rollout_p <= 1.0f))
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: rollout_p %g outside [0, 1]", op, (double)p.rollout_p);
+    if (p.current_k < 0) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: current_k %d (want >= 0)", op, p.current_k);
+    if (!(p.sigma > 0.0f)) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: sigma %g (want > 0)", op, (double)p.sigma);
+    if (p.inflate_w < 0) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: inflate_w %d (want >= 0)", op, p.inflate_w);
     sched_d2 *s = calloc(1, sizeof *s);
     if (!s) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_dlm_schedule_d2cache: out of host memory");
     s->p = p;

@@ -462,12 +462,16 @@ kvs_status kvs_dlm_schedule_elastic(kvs_dlm_schedule **out, const kvs_elastic_pa
     if (!out) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_dlm_schedule_elastic: out is NULL");
     *out = NULL;
     kvs_elastic_params p = pp ? *pp : kvs_elastic_params_default();
-    if (!(p.gamma >= 0.0f && p.gamma <= 1.0f) || p.window < 1 || p.track < 1 ||
-        (p.sim != KVS_ELASTIC_SIM_HEADS && p.sim != KVS_ELASTIC_SIM_ROWS) || (p.block_refresh != 0 && p.block_refresh != 1))
-        return kvs_error(KVS_ERR_INVALID_ARGUMENT,
-                         "kvs_dlm_schedule_elastic: gamma %g (want [0, 1]), window %d, track %d (want >= 1), sim %d, "
-                         "block_refresh %d (want 0 or 1)",
-                         (double)p.gamma, p.window, p.track, (int)p.sim, p.block_refresh);
+    /* one message per field: the first one out of range, named alone */
+    const char *op = "kvs_dlm_schedule_elastic";
+    if (!(p.gamma >= 0.0f && p.gamma <= 1.0f))
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: gamma %g outside [0, 1]", op, (double)p.gamma);
+    if (p.window < 1) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: window %d (want >= 1)", op, p.window);
+    if (p.track < 1) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: track %d (want >= 1)", op, p.track);
+    if (p.sim != KVS_ELASTIC_SIM_HEADS && p.sim != KVS_ELASTIC_SIM_ROWS)
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: sim %d (want KVS_ELASTIC_SIM_ROWS or KVS_ELASTIC_SIM_HEADS)", op, (int)p.sim);
+    if (p.block_refresh != 0 && p.block_refresh != 1)
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: block_refresh %d (want 0 or 1)", op, p.block_refresh);
     sched_elastic *s = calloc(1, sizeof *s);
     if (!s) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_dlm_schedule_elastic: out of host memory");
     s->p = p;

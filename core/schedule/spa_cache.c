@@ -265,8 +265,8 @@ kvs_status kvs_dlm_schedule_spa(kvs_dlm_schedule **out, const kvs_spa_params *pp
     if (!(p.start > 0.0f && p.start < 1.0f) || !(p.end > 0.0f && p.end < 1.0f))
         return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: start %g and end %g must lie in (0, 1) (fractions of the peak)", op,
                          (double)p.start, (double)p.end);
-    if (p.refresh < 1 || p.refresh_gen < 1)
-        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: refresh %d and refresh_gen %d must be >= 1", op, p.refresh, p.refresh_gen);
+    if (p.refresh < 1) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: refresh %d (want >= 1)", op, p.refresh);
+    if (p.refresh_gen < 1) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: refresh_gen %d (want >= 1)", op, p.refresh_gen);
     sched_spa *s = calloc(1, sizeof *s);
     if (!s) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
     s->p = p;

@@ -407,16 +407,20 @@ kvs_status kvs_dlm_schedule_wavefilter(kvs_dlm_schedule **out, kvs_dlm_schedule 
                          "proxy-delta steps take no sparse keep-set); bases: none, prefix, dual, delayed, elastic, d2cache");
     }
     kvs_wavefilter_params p = pp ? *pp : kvs_wavefilter_params_default();
+    /* one message per field: the first one out of range, named alone */
+    const char *op = "kvs_dlm_schedule_wavefilter";
+    char why[96] = "";
     double lo[8];
-    if (kvs_wavelet_filter(p.family, lo) == 0 || p.levels < 1 || p.levels > 8 || !(p.rho >= 0.0f && p.rho <= 1.0f) ||
-        !(p.budget > 0.0f && p.budget <= 1.0f) || p.n_sink < 0 || p.n_recent < 0 ||
-        !(p.keep_mass >= 0.0f && p.keep_mass <= 1.0f)) {
+    if (kvs_wavelet_filter(p.family, lo) == 0) snprintf(why, sizeof why, "family %d (want haar, db2 or db4)", (int)p.family);
+    else if (p.levels < 1 || p.levels > 8) snprintf(why, sizeof why, "levels %d outside 1..8", p.levels);
+    else if (!(p.rho >= 0.0f && p.rho <= 1.0f)) snprintf(why, sizeof why, "rho %g outside [0, 1]", (double)p.rho);
+    else if (!(p.budget > 0.0f && p.budget <= 1.0f)) snprintf(why, sizeof why, "budget %g outside (0, 1]", (double)p.budget);
+    else if (p.n_sink < 0) snprintf(why, sizeof why, "n_sink %d (want >= 0)", p.n_sink);
+    else if (p.n_recent < 0) snprintf(why, sizeof why, "n_recent %d (want >= 0)", p.n_recent);
+    else if (!(p.keep_mass >= 0.0f && p.keep_mass <= 1.0f)) snprintf(why, sizeof why, "keep_mass %g outside [0, 1]", (double)p.keep_mass);
+    if (why[0]) {
         kvs_dlm_schedule_destroy(&base);
-        return kvs_error(KVS_ERR_INVALID_ARGUMENT,
-                         "kvs_dlm_schedule_wavefilter: family %d, levels %d (1..8), rho %g ([0, 1]), budget %g ((0, 1]), "
-                         "n_sink %d, n_recent %d (>= 0), keep_mass %g ([0, 1])",
-                         (int)p.family, p.levels, (double)p.rho, (double)p.budget, p.n_sink, p.n_recent,
-                         (double)p.keep_mass);
+        return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: %s", op, why);
     }
     sched_wf *s = calloc(1, sizeof *s);
     if (!s) {

@@ -232,8 +232,12 @@ int cmd_eval_dlm(int argc, char **argv) {
     if (ctypes[0] != KVS_F32 || ctypes[1] != KVS_F32)
         fprintf(stderr, "%s: cache types K %s, V %s in the schedules' caches (the no-cache baseline keeps f32)\n", PROG,
                 kvs_dtype_name(ctypes[0]), kvs_dtype_name(ctypes[1]));
-    if (block < 1 || threshold < 0 || threshold > 1 || long_n < 0 || long_n > MAX_PROMPTS || long_len < 2 || long_gen < 1)
-        return cli_fail(CLI_EXIT_USAGE, PROG, "bad --block, --threshold, --long-prompts, --long-len or --long-gen");
+    if (block < 1) return cli_fail(CLI_EXIT_USAGE, PROG, "--block %lld: want >= 1", (long long)block);
+    if (!(threshold >= 0 && threshold <= 1)) return cli_fail(CLI_EXIT_USAGE, PROG, "--threshold %g: want [0, 1]", threshold);
+    if (long_n < 0 || long_n > MAX_PROMPTS)
+        return cli_fail(CLI_EXIT_USAGE, PROG, "--long-prompts %d: want 0..%d", long_n, MAX_PROMPTS);
+    if (long_len < 2) return cli_fail(CLI_EXIT_USAGE, PROG, "--long-len %lld: want >= 2", (long long)long_len);
+    if (long_gen < 1) return cli_fail(CLI_EXIT_USAGE, PROG, "--long-gen %lld: want >= 1", (long long)long_gen);
     char gbuf[256], cbuf[256];
     snprintf(gbuf, sizeof gbuf, "%s", gens_s);
     snprintf(cbuf, sizeof cbuf, "%s", caches_s);

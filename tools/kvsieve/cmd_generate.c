@@ -172,16 +172,21 @@ int cmd_generate(int argc, char **argv) {
     if (rc >= 0) return rc;
     if (!o.model) return cli_fail(CLI_EXIT_USAGE, PROG, "-m MODEL is required");
     if (o.ctx < 0) return cli_fail(CLI_EXIT_USAGE, PROG, "-c/--ctx-size must be >= 0 (0 = the model's context)");
-    int ar_flags = !isnan(o.temp) || !isnan(o.top_p) || o.seed != CLI_UNSET_I64,
-        dlm_flags = o.block != CLI_UNSET_I64 || o.steps != CLI_UNSET_I64;
+    /* the first flag given that applies to one kind of model only, for the refusal on the other */
+    const char *ar_flag = !isnan(o.temp) ? "--temp" : !isnan(o.top_p) ? "--top-p" : o.seed != CLI_UNSET_I64 ? "--seed" : NULL,
+               *dlm_flag = o.block != CLI_UNSET_I64 ? "--block" : o.steps != CLI_UNSET_I64 ? "--steps" : NULL;
     if (isnan(o.temp)) o.temp = 0.0;
     if (isnan(o.top_p)) o.top_p = 1.0;
     if (o.seed == CLI_UNSET_I64) o.seed = 42;
     if (o.block == CLI_UNSET_I64) o.block = 32;
     if (o.steps == CLI_UNSET_I64) o.steps = 0;
-    if (o.temp < 0 || !(o.top_p > 0 && o.top_p <= 1)) return cli_fail(CLI_EXIT_USAGE, PROG, "need --temp >= 0 and --top-p in (0, 1]");
-    if (o.threshold < 0 || o.threshold > 1) return cli_fail(CLI_EXIT_USAGE, PROG, "--threshold must be in [0, 1]");
-    if ((o.n != CLI_UNSET_I64 && o.n < 1) || o.block < 1 || o.steps < 0) return cli_fail(CLI_EXIT_USAGE, PROG, "need -n >= 1, --block >= 1, --steps >= 0");
+    /* each bad value named alone */
+    if (!(o.temp >= 0)) return cli_fail(CLI_EXIT_USAGE, PROG, "--temp %g: want >= 0 (0 = greedy)", o.temp);
+    if (!(o.top_p > 0 && o.top_p <= 1)) return cli_fail(CLI_EXIT_USAGE, PROG, "--top-p %g: want a mass in (0, 1]", o.top_p);
+    if (!(o.threshold >= 0 && o.threshold <= 1)) return cli_fail(CLI_EXIT_USAGE, PROG, "--threshold %g: want [0, 1]", o.threshold);
+    if (o.n != CLI_UNSET_I64 && o.n < 1) return cli_fail(CLI_EXIT_USAGE, PROG, "-n %lld: want >= 1", (long long)o.n);
+    if (o.block < 1) return cli_fail(CLI_EXIT_USAGE, PROG, "--block %lld: want >= 1", (long long)o.block);
+    if (o.steps < 0) return cli_fail(CLI_EXIT_USAGE, PROG, "--steps %lld: want >= 0 (0 = -n)", (long long)o.steps);
 
     if (o.draft != CLI_UNSET_I64 || o.draft_weights) o.speculative = 1;
     if (o.draft == CLI_UNSET_I64) o.draft = 3;
@@ -244,10 +249,10 @@ int cmd_generate(int argc, char **argv) {
                         "does not extend it%s)\n",
                 PROG, (long long)o.ctx, hp->ctx_len, hp->ctx_len, can_stream ? "; --rerotate with a policy streams past it" : "");
     int64_t n_gen = o.n > 0 ? o.n : (dlm ? 64 : 256);
-    if (dlm ? ar_flags : dlm_flags) {
-        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "%s apply to %s models; '%s' is %s",
-                             dlm ? "--temp/--top-p/--seed" : "--block/--steps", dlm ? "autoregressive" : "diffusion",
-                             kvs_arch_name(hp->arch), dlm ? "a diffusion model" : "autoregressive");
+    if (dlm ? ar_flag != NULL : dlm_flag != NULL) {
+        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "%s applies to %s models; '%s' is %s", dlm ? ar_flag : dlm_flag,
+                             dlm ? "autoregressive" : "diffusion", kvs_arch_name(hp->arch),
+                             dlm ? "a diffusion model" : "autoregressive");
         goto done;
     }
     if (o.n == CLI_UNSET_I64 && n_gen > hp->ctx_len) { /* the default does not fit: the context does */
@@ -271,11 +276,12 @@ int cmd_generate(int argc, char **argv) {
         exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "-n %lld exceeds the model context %d%s", (long long)n_gen, hp->ctx_len, hint);
         goto done;
     }
-    if (!dlm && (o.compare || o.stop_eos || o.block_causal || o.threshold > 0 || co.wavefilter ||
-                 (co.cache && strcmp(co.cache, "none") != 0))) {
-        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "--cache/--wavefilter/--compare/--threshold/--stop-eos/--block-causal are for "
-                                                   "diffusion models; "
-                                                   "'%s' is autoregressive", kvs_arch_name(hp->arch));
+    const char *dlm_only = co.cache && strcmp(co.cache, "none") != 0 ? "--cache" : co.wavefilter ? "--wavefilter"
+                           : o.compare ? "--compare" : o.threshold > 0 ? "--threshold" : o.stop_eos ? "--stop-eos"
+                           : o.block_causal ? "--block-causal" : NULL;
+    if (!dlm && dlm_only) {
+        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "%s is for diffusion models; '%s' is autoregressive", dlm_only,
+                             kvs_arch_name(hp->arch));
         goto done;
     }
     if (dlm && o.threshold == 0 && o.steps > 0 && (o.steps % (n_gen / o.block ? n_gen / o.block : 1) || o.steps < n_gen / o.block)) {
@@ -382,13 +388,14 @@ int cmd_generate(int argc, char **argv) {
          * h2o/snapkv window on AR models */
         if (po.window > 0) co.window = (int)po.window;
         char *one[1] = {(char *)co.cache};
-        rc = dlm_cache_check_flags(PROG, &co, one, 1);
+        rc = 0;
         const dlm_cache_opts d0 = dlm_cache_opts_default();
-        if (rc == 0 && !co.wavefilter &&
+        if (!co.wavefilter &&
             (strcmp(co.wf_family, d0.wf_family) != 0 || co.wf_levels != d0.wf_levels || co.wf_budget != d0.wf_budget ||
              co.wf_rho != d0.wf_rho || co.wf_keep_mass != d0.wf_keep_mass))
             rc = cli_fail(CLI_EXIT_USAGE, PROG, "--wf-family, --wf-levels, --wf-budget, --wf-rho and --wf-keep-mass are for "
                           "--wavefilter, which is not on");
+        if (rc == 0) rc = dlm_cache_check_flags(PROG, &co, one, 1);
         if (rc == 0) rc = dlm_cache_check_model(PROG, &co, one, 1, hp);
         if (rc == 0) rc = dlm_cache_build(PROG, &co, NULL, 0, &sched);
         if (rc == 0 && o.block_causal && sched && strcmp(kvs_dlm_schedule_name(sched), "prefix") != 0)

@@ -15,6 +15,35 @@ dlm_cache_opts dlm_cache_opts_default(void) {
     return o;
 }
 
+/* The values of the given schedule options, each named alone with its range (the library's own
+ * check names its parameter field, not the option). */
+static int check_values(const char *prog, const dlm_cache_opts *o) {
+    if (!isnan(o->gamma) && !(o->gamma >= 0.0 && o->gamma <= 1.0))
+        return cli_fail(CLI_EXIT_USAGE, prog, "--gamma %g: want a threshold in [0, 1]", o->gamma);
+    if (o->window != CLI_UNSET_INT && o->window < 1) return cli_fail(CLI_EXIT_USAGE, prog, "--window %d: want >= 1", o->window);
+    if (o->track != CLI_UNSET_INT && o->track < 1) return cli_fail(CLI_EXIT_USAGE, prog, "--track %d: want >= 1", o->track);
+    if (o->sim && strcmp(o->sim, "rows") != 0 && strcmp(o->sim, "heads") != 0)
+        return cli_fail(CLI_EXIT_USAGE, prog, "--elastic-sim %s: want rows or heads", o->sim);
+    if (o->block_refresh != CLI_UNSET_INT && o->block_refresh != 0 && o->block_refresh != 1)
+        return cli_fail(CLI_EXIT_USAGE, prog, "--elastic-block-refresh %d: want 0 or 1", o->block_refresh);
+    if (o->reload != CLI_UNSET_INT && o->reload < 1) return cli_fail(CLI_EXIT_USAGE, prog, "--reload %d: want >= 1", o->reload);
+    if (o->wf_levels < 1 || o->wf_levels > 8) return cli_fail(CLI_EXIT_USAGE, prog, "--wf-levels %d: want 1..8", o->wf_levels);
+    if (!(o->wf_budget > 0.0 && o->wf_budget <= 1.0))
+        return cli_fail(CLI_EXIT_USAGE, prog, "--wf-budget %g: want a fraction in (0, 1]", o->wf_budget);
+    if (!(o->wf_rho >= 0.0 && o->wf_rho <= 1.0)) return cli_fail(CLI_EXIT_USAGE, prog, "--wf-rho %g: want [0, 1]", o->wf_rho);
+    if (!(o->wf_keep_mass >= 0.0 && o->wf_keep_mass <= 1.0))
+        return cli_fail(CLI_EXIT_USAGE, prog, "--wf-keep-mass %g: want [0, 1]", o->wf_keep_mass);
+    if (o->spa_rank != CLI_UNSET_INT && o->spa_rank < 0)
+        return cli_fail(CLI_EXIT_USAGE, prog, "--spa-rank %d: want 0 (automatic) or >= 1", o->spa_rank);
+    if (!isnan(o->spa_budget) && !(o->spa_budget > 0.0 && o->spa_budget <= 1.0))
+        return cli_fail(CLI_EXIT_USAGE, prog, "--spa-budget %g: want a share in (0, 1]", o->spa_budget);
+    if (o->spa_refresh != CLI_UNSET_INT && o->spa_refresh < 1)
+        return cli_fail(CLI_EXIT_USAGE, prog, "--spa-refresh %d: want >= 1", o->spa_refresh);
+    if (o->spa_refresh_gen != CLI_UNSET_INT && o->spa_refresh_gen < 1)
+        return cli_fail(CLI_EXIT_USAGE, prog, "--spa-refresh-gen %d: want >= 1", o->spa_refresh_gen);
+    return 0;
+}
+
 int dlm_cache_check_flags(const char *prog, const dlm_cache_opts *o, char *const *caches, int n) {
     int elastic = 0, delayed = 0, spa = 0;
     for (int i = 0; i < n; i++) {
@@ -22,17 +51,26 @@ int dlm_cache_check_flags(const char *prog, const dlm_cache_opts *o, char *const
         delayed |= !strcmp(caches[i], "delayed");
         spa |= !strcmp(caches[i], "spa");
     }
-    if (!spa && (o->spa_rank != CLI_UNSET_INT || !isnan(o->spa_budget) || o->spa_uniform || o->spa_refresh != CLI_UNSET_INT ||
-                 o->spa_refresh_gen != CLI_UNSET_INT))
-        return cli_fail(CLI_EXIT_USAGE, prog, "--spa-rank, --spa-budget, --spa-uniform, --spa-refresh and --spa-refresh-gen "
-                        "are for the spa cache, which is not run");
-    if (!elastic && (!isnan(o->gamma) || o->window != CLI_UNSET_INT || o->track != CLI_UNSET_INT || o->sim ||
-                     o->block_refresh != CLI_UNSET_INT))
-        return cli_fail(CLI_EXIT_USAGE, prog, "--gamma, --window, --track, --elastic-sim and --elastic-block-refresh "
-                        "are for the elastic cache, which is not run");
+    const char *given = NULL;
+    if (!spa) {
+        if (o->spa_rank != CLI_UNSET_INT) given = "--spa-rank";
+        else if (!isnan(o->spa_budget)) given = "--spa-budget";
+        else if (o->spa_uniform) given = "--spa-uniform";
+        else if (o->spa_refresh != CLI_UNSET_INT) given = "--spa-refresh";
+        else if (o->spa_refresh_gen != CLI_UNSET_INT) given = "--spa-refresh-gen";
+        if (given) return cli_fail(CLI_EXIT_USAGE, prog, "%s is for the spa cache, which is not run", given);
+    }
+    if (!elastic) {
+        if (!isnan(o->gamma)) given = "--gamma";
+        else if (o->window != CLI_UNSET_INT) given = "--window";
+        else if (o->track != CLI_UNSET_INT) given = "--track";
+        else if (o->sim) given = "--elastic-sim";
+        else if (o->block_refresh != CLI_UNSET_INT) given = "--elastic-block-refresh";
+        if (given) return cli_fail(CLI_EXIT_USAGE, prog, "%s is for the elastic cache, which is not run", given);
+    }
     if (!delayed && o->reload != CLI_UNSET_INT)
         return cli_fail(CLI_EXIT_USAGE, prog, "--reload is for the delayed cache, which is not run");
-    return 0;
+    return check_values(prog, o);
 }
 
 int dlm_cache_check_model(const char *prog, const dlm_cache_opts *o, char *const *caches, int n,

@@ -42,7 +42,8 @@ int dlm_cache_build(const char *prog, const dlm_cache_opts *o, const char *cache
 
 /* Refuses (CLI_EXIT_USAGE, one line) schedule-specific flags when no listed cache takes them:
  * --gamma/--window/--track/--elastic-sim/--elastic-block-refresh without elastic, --reload without
- * delayed, --spa-* without spa. 0 when fine. */
+ * delayed, --spa-* without spa (the first given flag named alone); then a value out of its range,
+ * named alone with the range (--gamma 2: want [0, 1]; --wf-levels, --wf-budget, ...). 0 when fine. */
 int dlm_cache_check_flags(const char *prog, const dlm_cache_opts *o, char *const *caches, int n);
 
 /* Refuses (CLI_EXIT_USAGE, one line naming the valid range or the reason) what the loaded model

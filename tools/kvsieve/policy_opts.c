@@ -109,10 +109,20 @@ int policy_opts_make(const char *prog, const policy_opts *po, kvs_policy **pol, 
     if (po->buffer != CLI_UNSET_I64 && po->buffer < 1) return cli_fail(CLI_EXIT_USAGE, prog, "--buffer must be >= 1");
     if (po->sink != CLI_UNSET_INT && po->sink < 0) return cli_fail(CLI_EXIT_USAGE, prog, "--sink must be >= 0");
     if (!po->policy) {
-        if (po->budget || po->scope || po->threshold || po->floor || po->budget_tokens != CLI_UNSET_I64 ||
-            po->sink != CLI_UNSET_INT || po->buffer != CLI_UNSET_I64)
-            return cli_fail(CLI_EXIT_USAGE, prog,
-                            "--budget/--budget-tokens/--scope/--learned-threshold/--floor/--sink/--buffer need --policy");
+        /* the flags given, named (not every flag that would need it) */
+        const struct { int on; const char *name; } f[] = {
+            {po->budget != NULL, "--budget"}, {po->budget_tokens != CLI_UNSET_I64, "--budget-tokens"},
+            {po->scope != NULL, "--scope"}, {po->threshold != NULL, "--learned-threshold"}, {po->floor != NULL, "--floor"},
+            {po->sink != CLI_UNSET_INT, "--sink"}, {po->buffer != CLI_UNSET_I64, "--buffer"}};
+        char given[160] = "";
+        int ng = 0;
+        for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+            if (f[i].on) {
+                size_t l = strlen(given);
+                snprintf(given + l, sizeof given - l, "%s%s", ng ? ", " : "", f[i].name);
+                ng++;
+            }
+        if (ng) return cli_fail(CLI_EXIT_USAGE, prog, "%s need%s --policy", given, ng == 1 ? "s" : "");
         return CLI_EXIT_OK;
     }
     kvs_policy_params pp = kvs_policy_params_default();
