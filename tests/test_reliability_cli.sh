@@ -179,5 +179,8 @@ run 2 "^kvsieve generate: --top-p 2: want a mass in (0, 1\]$" generate -m "$tiny
 run 2 "^kvsieve generate: --scope, --sink need --policy$" generate -m "$tiny" -n 4 --scope head --sink 2
 run 2 "^kvsieve generate: --track is for the elastic cache, which is not run$" generate -m "$llada" -n 16 --block 16 --track 2
 run 2 "^kvsieve eval --dlm: --long-len 1: want >= 2$" eval --dlm -m "$llada" --prompts "$text" --long-len 1
+# sizes below 0.1 MiB in KiB or bytes: the tiny model's cache read "cache peak 0.00 MiB"
+run 0 "cache peak [0-9]* bytes (allocated [0-9]* bytes; K f32, V f32)" generate -m "$tiny" -p Once -n 4 --no-stream
+run 0 "^model [0-9.]* KiB (" generate -m "$tiny" -p Once -n 4 --no-stream
 echo "$fails failures"
 [ $fails -eq 0 ]

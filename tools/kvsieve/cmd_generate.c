@@ -635,15 +635,17 @@ int cmd_generate(int argc, char **argv) {
         if (o.no_stream) printf("%s", text ? text : "");
         printf("\n");
         fflush(stdout);
+        char mb[4][32]; /* model, mapped, cache peak, allocated: MiB, or KiB / bytes below 0.1 MiB */
         fprintf(stderr,
                 "[%s on %s] %lld tokens in %.3f s (%.1f tokens/s), %lld %s\n"
                 "rows computed %lld of %lld without cache (compute fraction %.3f)\n"
-                "model %.2f MiB (%.2f MiB used in place from the file; loaded in %.3f s), cache peak %.2f MiB (allocated %.2f MiB; K %s, V %s)\n",
+                "model %s (%s used in place from the file; loaded in %.3f s), cache peak %s (allocated %s; K %s, V %s)\n",
                 dlm ? "diffusion" : "autoregressive", kvs_device_get_info(dev)->name, (long long)n_out, st.seconds,
                 st.tokens_per_s, (long long)st.steps, dlm ? "denoising steps" : "forward steps",
                 (long long)st.rows_computed, (long long)rows_baseline, st.compute_fraction,
-                (double)kvs_model_weight_bytes(m) / 1048576.0, (double)kvs_model_mapped_bytes(m) / 1048576.0, cm.load_s, (double)st.cache_bytes_peak / 1048576.0,
-                (double)st.cache_bytes_allocated / 1048576.0, kvs_dtype_name(ctypes[0]), kvs_dtype_name(ctypes[1]));
+                gen_bytes_str(mb[0], sizeof mb[0], kvs_model_weight_bytes(m)), gen_bytes_str(mb[1], sizeof mb[1], kvs_model_mapped_bytes(m)),
+                cm.load_s, gen_bytes_str(mb[2], sizeof mb[2], st.cache_bytes_peak),
+                gen_bytes_str(mb[3], sizeof mb[3], st.cache_bytes_allocated), kvs_dtype_name(ctypes[0]), kvs_dtype_name(ctypes[1]));
         if (st.seconds_build > 0.0005)
             fprintf(stderr, "kernel builds on first use: %.3f s of the %.3f s (not counted in tokens/s; the next run of "
                             "these shapes in this process reuses them)\n", st.seconds_build, st.seconds);

@@ -123,6 +123,13 @@ json_object *gen_profile_json(const gen_profile *p) {
     return a;
 }
 
+const char *gen_bytes_str(char *buf, size_t cap, int64_t bytes) {
+    if (bytes >= 104858) snprintf(buf, cap, "%.2f MiB", (double)bytes / 1048576.0);
+    else if (bytes >= 1024) snprintf(buf, cap, "%.2f KiB", (double)bytes / 1024.0);
+    else snprintf(buf, cap, "%lld bytes", (long long)bytes);
+    return buf;
+}
+
 /* Length of the well-formed UTF-8 sequence at p (Unicode 15, table 3-7), 0 if there is none. */
 static int utf8_len(const unsigned char *p) {
     const unsigned c = p[0];

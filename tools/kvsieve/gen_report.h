@@ -33,6 +33,10 @@ void gen_print_profile(FILE *f, const char *label, const gen_profile *p, int64_t
 /* The cells as a JSON array of {kind, layer, calls, ms, bytes}. */
 json_object *gen_profile_json(const gen_profile *p);
 
+/* bytes as text a reader can see: "%.2f MiB" from 0.1 MiB (104858 bytes) up, "%.2f KiB" from 1 KiB,
+ * else "N bytes" (a tiny model's cache printed as "0.00 MiB"). Writes buf (cap bytes), returns it. */
+const char *gen_bytes_str(char *buf, size_t cap, int64_t bytes);
+
 /* A JSON string of decoded text s (NUL-terminated bytes): valid UTF-8 sequences are kept, every
  * other byte (a byte token cut mid-character, as random or small models emit) becomes U+FFFD, so
  * the JSON stays valid UTF-8 (RFC 8259 sec. 8.1). NULL s gives "". */
