@@ -182,5 +182,16 @@ run 2 "^kvsieve eval --dlm: --long-len 1: want >= 2$" eval --dlm -m "$llada" --p
 # sizes below 0.1 MiB in KiB or bytes: the tiny model's cache read "cache peak 0.00 MiB"
 run 0 "cache peak [0-9]* bytes (allocated [0-9]* bytes; K f32, V f32)" generate -m "$tiny" -p Once -n 4 --no-stream
 run 0 "^model [0-9.]* KiB (" generate -m "$tiny" -p Once -n 4 --no-stream
+# --no-stream prints what streaming prints (the prompt, then the generated text; it printed the
+# generated text alone), --json has the prompt as its own field beside "text"
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+for m in "$repo/models/stories260K-f32.v3.gguf" "$repo/models/stories260K-llada-f32.gguf"; do
+  nb=(); case $m in *llada*) nb=(--block 16) ;; esac
+  "$exe" generate -m "$m" -p "Once upon" -n 16 "${nb[@]}" >"$dir/s.txt" 2>/dev/null
+  "$exe" generate -m "$m" -p "Once upon" -n 16 "${nb[@]}" --no-stream >"$dir/n.txt" 2>/dev/null
+  if cmp -s "$dir/s.txt" "$dir/n.txt" && grep -q "^Once upon" "$dir/n.txt"; then echo "ok: --no-stream = streamed ($m)"
+  else echo "FAIL: --no-stream differs from streaming ($m):"; cat "$dir/s.txt" "$dir/n.txt"; fails=$((fails + 1)); fi
+  run 0 '"prompt":"Once upon"' generate -m "$m" -p "Once upon" -n 16 "${nb[@]}" --json
+done
 echo "$fails failures"
 [ $fails -eq 0 ]

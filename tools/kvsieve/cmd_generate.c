@@ -71,6 +71,33 @@ static int on_token(void *user, int32_t id) {
     return 0;
 }
 
+/* What streaming prints, as one malloc'd string: the prompt echoed from its tokens (after the BOS),
+ * then each generated token's piece after the one before it (on_token's chain). NULL when out of memory. */
+static char *echo_text(const kvs_tokenizer *tok, const int32_t *prompt, int64_t n_prompt, const int32_t *out, int64_t n_out) {
+    size_t cap = 256, len = 0;
+    char *t = malloc(cap);
+    if (!t) return NULL;
+    for (int64_t i = 1; i < n_prompt + n_out; i++) {
+        const int32_t prev = i - 1 < n_prompt ? prompt[i - 1] : out[i - 1 - n_prompt], id = i < n_prompt ? prompt[i] : out[i - n_prompt];
+        char piece[256];
+        size_t pl = 0;
+        if (kvs_tokenizer_token_to_piece(tok, prev, id, piece, sizeof piece, &pl) != KVS_OK) continue;
+        if (len + pl + 1 > cap) {
+            while (len + pl + 1 > cap) cap *= 2;
+            char *g = realloc(t, cap);
+            if (!g) {
+                free(t);
+                return NULL;
+            }
+            t = g;
+        }
+        memcpy(t + len, piece, pl);
+        len += pl;
+    }
+    t[len] = '\0';
+    return t;
+}
+
 /* CPU time of the process, s: on a loaded machine it tracks what the wall time would be unloaded. */
 static double cpu_now_s(void) {
     struct timespec ts;
@@ -111,8 +138,10 @@ int cmd_generate(int argc, char **argv) {
         {"diffusion-block-length", 0, CLI_INT64, &o.block, "B", "llama-diffusion-cli's name of --block (default 32)"},
         {"threshold", 0, CLI_DOUBLE, &o.threshold, "E", "diffusion: Fast-dLLM parallel decoding threshold in [0, 1] "
                                                         "(default 0 = off: fixed steps)"},
-        {"json", 0, CLI_FLAG, &o.json, NULL, "print one JSON object on stdout instead of streaming text"},
-        {"no-stream", 0, CLI_FLAG, &o.no_stream, NULL, "print the text once at the end"},
+        {"json", 0, CLI_FLAG, &o.json, NULL, "print one JSON object on stdout instead of streaming text (\"prompt\": the "
+                                             "prompt as given, \"text\": the generated text alone)"},
+        {"no-stream", 0, CLI_FLAG, &o.no_stream, NULL, "print the text once at the end (the prompt, then the generated text, "
+                                                       "as streaming prints them)"},
         POLICY_OPTS(po),
         {"rerotate", 0, CLI_FLAG, &o.rerotate, NULL, "autoregressive: positions within the cache (StreamingLLM): after each "
                                                      "eviction the kept keys are re-rotated to positions 0..n-1 and a new token "
@@ -543,6 +572,7 @@ int cmd_generate(int argc, char **argv) {
     int64_t rows_baseline = st.rows_baseline;
     if (o.json) {
         json_object *j = json_object_new_object();
+        json_object_object_add(j, "prompt", gen_json_text(o.prompt)); /* as given; "text" is the generated text alone */
         json_object_object_add(j, "text", gen_json_text(text));
         json_object_object_add(j, "tokens", ids_json(out, n_out));
         json_object_object_add(j, "prompt_tokens", ids_json(prompt, n_prompt));
@@ -632,7 +662,11 @@ int cmd_generate(int argc, char **argv) {
         printf("%s\n", json_object_to_json_string_ext(j, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE));
         json_object_put(j);
     } else {
-        if (o.no_stream) printf("%s", text ? text : "");
+        if (o.no_stream) { /* what streaming prints: the prompt, then the generated text */
+            char *echo = echo_text(tok, prompt, n_prompt, out, n_out);
+            printf("%s", echo ? echo : text ? text : "");
+            free(echo);
+        }
         printf("\n");
         fflush(stdout);
         char mb[4][32]; /* model, mapped, cache peak, allocated: MiB, or KiB / bytes below 0.1 MiB */
