@@ -85,7 +85,21 @@ ln -s "$dir/target.gguf" "$dir/link.gguf"
 run 2 "is a symbolic link" train --kind retention -m "$tiny" --text "$text" --out "$dir/link.gguf" --steps 1 --ctx 16
 [ ! -e "$dir/target.gguf" ] || { echo "FAIL: train wrote through the link"; fails=$((fails + 1)); }
 # WaveFilter's options without --wavefilter: refused, as the other schedules' options are
-run 2 "for --wavefilter" generate -m "$llada" -n 16 --block 16 --wf-levels 9
+run 2 "^kvsieve generate: --wf-levels is for WaveFilter, which is not run (give --wavefilter)$" generate -m "$llada" -n 16 --block 16 --wf-levels 9
+# ... also at its default value (it compared against the defaults: --wf-levels 3 passed, unused)
+run 2 "--wf-levels is for WaveFilter, which is not run" generate -m "$llada" -n 16 --block 16 --wf-levels 3
+# eval --dlm runs the schedules of --caches and WaveFilter at each --budgets value: generate's
+# --cache, --wavefilter and --wf-budget are refused there (they were ignored), as are --wf-* when no
+# WaveFilter row runs (the check generate and eval --dlm share, dlm_cache_check_flags)
+run 2 "^kvsieve eval --dlm: --cache elastic: this command runs the schedules of --caches (give --caches elastic)$" \
+  eval --dlm -m "$llada" --prompts "$text" --gen 16 --cache elastic
+run 2 "^kvsieve eval --dlm: --wavefilter: this command runs every schedule also with WaveFilter at each --budgets" \
+  eval --dlm -m "$llada" --prompts "$text" --gen 16 --wavefilter
+run 2 "^kvsieve eval --dlm: --wf-budget: this command takes the WaveFilter budgets from --budgets F,F$" \
+  eval --dlm -m "$llada" --prompts "$text" --gen 16 --wf-budget 0.3
+run 2 "^kvsieve eval --dlm: --wf-family is for WaveFilter, which is not run (no --budgets rows)$" \
+  eval --dlm -m "$llada" --prompts "$text" --gen 16 --long-prompts 0 --wf-family db2
+run 2 "^kvsieve eval --dlm --tasks: --cache prefix: this command runs the schedules of --caches" eval --dlm --tasks "$text" --cache prefix
 # a policy file for a policy that reads none; a ThinK ratio that prunes no channel says so
 run 2 "for the learned policies" generate -m "$tiny" -n 4 --policy h2o --budget 0.5 --policy-file "$dir/none.gguf"
 run 0 "nothing is pruned" generate -m "$tiny" -n 8 --no-stream --policy h2o --budget 0.5 --think 0.01

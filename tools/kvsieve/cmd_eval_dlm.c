@@ -6,6 +6,7 @@
  * (prompts of --long-len tokens cut from a text file) with and without WaveFilter at the given
  * budgets. Text table, --json, and an SVG plot written by our own code (--plot). */
 #include <json-c/json.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,7 +120,7 @@ static int run_table(ctx *c, const dlm_cache_opts *co, char **caches, int nc, co
             agg *g = &a[(*na)++];
             memset(g, 0, sizeof *g);
             snprintf(g->name, sizeof g->name, "%s%s", caches[ci],
-                     bi < 0 ? "" : co->wf_keep_mass > 0 ? "+wavefilter-mass" : "+wavefilter");
+                     bi < 0 ? "" : !isnan(co->wf_keep_mass) && co->wf_keep_mass > 0 ? "+wavefilter-mass" : "+wavefilter");
             g->gen = gen;
             g->budget = bi >= 0 ? budgets[bi] : 0;
             g->cache = ci;
@@ -216,13 +217,13 @@ int cmd_eval_dlm(int argc, char **argv) {
                    "no-cache decode, per schedule and generation length, plus long-prompt rows with WaveFilter.",
         .opts = opts,
         .n_opts = n_opts,
-        .epilog = "The schedule options (--gamma, --window, --track, --reload, --wf-*) apply to every run;\n"
-                  "--cache and --wavefilter are ignored here (see --caches and --budgets).\n"
+        .epilog = "The schedule options (--gamma, --window, --track, --reload, --spa-*) apply to every run of their\n"
+                  "schedule, --wf-* (but --wf-budget) to the WaveFilter rows; generate's --cache, --wavefilter and\n"
+                  "--wf-budget are refused here (give --caches and --budgets).\n"
                   "Task accuracy instead: kvsieve eval --dlm --tasks FILE (see its --help).",
     };
     int rc = cli_parse(&spec, argc, argv, NULL, NULL);
     if (rc >= 0) return rc;
-    co.wavefilter = 0; /* ignored here, as the epilog says: the WaveFilter rows come from --budgets */
     if (!dlm_flag)
         return cli_fail(CLI_EXIT_USAGE, "kvsieve eval", "--dlm is required (the diffusion cache evaluation is the one built)");
     if (!prompts_path) return cli_fail(CLI_EXIT_USAGE, PROG, "--prompts FILE is required");
@@ -255,7 +256,6 @@ int cmd_eval_dlm(int argc, char **argv) {
             return cli_fail(CLI_EXIT_USAGE, PROG, "--caches: %s", kvs_last_error());
         kvs_dlm_schedule_destroy(&t);
     }
-    if (dlm_cache_check_flags(PROG, &co, caches, nc) != 0) return CLI_EXIT_USAGE;
     if (plot && cli_check_writable(PROG, "--plot", plot) != CLI_EXIT_OK) return CLI_EXIT_USAGE;
     double budgets[MAX_LIST];
     int nb = 0;
@@ -263,6 +263,8 @@ int cmd_eval_dlm(int argc, char **argv) {
         return cli_fail(CLI_EXIT_USAGE, PROG, "--budgets: bad list '%s'", budgets_s);
     for (int i = 0; i < nb; i++)
         if (!(budgets[i] > 0 && budgets[i] <= 1)) return cli_fail(CLI_EXIT_USAGE, PROG, "--budgets: %g outside (0, 1]", budgets[i]);
+    /* WaveFilter runs in the long-prompt rows, at each budget */
+    if (dlm_cache_check_flags(PROG, &co, caches, nc, 1, long_n > 0 && nb > 0) != 0) return CLI_EXIT_USAGE;
 
     /* model, tokenizer, device */
     cli_model cm = {0};

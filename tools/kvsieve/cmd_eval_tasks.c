@@ -124,8 +124,9 @@ int cmd_eval_dlm_tasks(int argc, char **argv) {
         .opts = opts,
         .n_opts = n_opts,
         .epilog = "Correct: the decoded text up to the first EOS, stripped, equals the answer stripped.\n"
-                  "The schedule options (--gamma, --window, --track, --reload, --wf-*) apply to every run;\n"
-                  "--cache and --wavefilter are ignored here (see --caches and --budgets).",
+                  "The schedule options (--gamma, --window, --track, --reload, --spa-*) apply to every run of their\n"
+                  "schedule, --wf-* (but --wf-budget) to the WaveFilter rows; generate's --cache, --wavefilter and\n"
+                  "--wf-budget are refused here (give --caches and --budgets).",
     };
     int rc = cli_parse(&spec, argc, argv, NULL, NULL);
     if (rc >= 0) return rc;
@@ -164,7 +165,6 @@ int cmd_eval_dlm_tasks(int argc, char **argv) {
             return cli_fail(CLI_EXIT_USAGE, PROG, "--caches: %s", kvs_last_error());
         kvs_dlm_schedule_destroy(&t);
     }
-    if (dlm_cache_check_flags(PROG, &co, caches, nc) != 0) return CLI_EXIT_USAGE;
     double budgets[MAX_LIST];
     int nb = 0;
     if (cli_parse_double_list(budgets_s, budgets, MAX_LIST, &nb))
@@ -172,6 +172,7 @@ int cmd_eval_dlm_tasks(int argc, char **argv) {
     if (nb == 1 && budgets[0] == 0) nb = 0;
     for (int i = 0; i < nb; i++)
         if (!(budgets[i] > 0 && budgets[i] <= 1)) return cli_fail(CLI_EXIT_USAGE, PROG, "--budgets: %g outside (0, 1]", budgets[i]);
+    if (dlm_cache_check_flags(PROG, &co, caches, nc, 1, nb > 0) != 0) return CLI_EXIT_USAGE;
     if (plot && cli_check_writable(PROG, "--plot", plot) != CLI_EXIT_OK) return CLI_EXIT_USAGE;
 
     char *text = NULL;

@@ -417,14 +417,7 @@ int cmd_generate(int argc, char **argv) {
          * h2o/snapkv window on AR models */
         if (po.window > 0) co.window = (int)po.window;
         char *one[1] = {(char *)co.cache};
-        rc = 0;
-        const dlm_cache_opts d0 = dlm_cache_opts_default();
-        if (!co.wavefilter &&
-            (strcmp(co.wf_family, d0.wf_family) != 0 || co.wf_levels != d0.wf_levels || co.wf_budget != d0.wf_budget ||
-             co.wf_rho != d0.wf_rho || co.wf_keep_mass != d0.wf_keep_mass))
-            rc = cli_fail(CLI_EXIT_USAGE, PROG, "--wf-family, --wf-levels, --wf-budget, --wf-rho and --wf-keep-mass are for "
-                          "--wavefilter, which is not on");
-        if (rc == 0) rc = dlm_cache_check_flags(PROG, &co, one, 1);
+        rc = dlm_cache_check_flags(PROG, &co, one, 1, 0, co.wavefilter);
         if (rc == 0) rc = dlm_cache_check_model(PROG, &co, one, 1, hp);
         if (rc == 0) rc = dlm_cache_build(PROG, &co, NULL, 0, &sched);
         if (rc == 0 && o.block_causal && sched && strcmp(kvs_dlm_schedule_name(sched), "prefix") != 0)

@@ -4,15 +4,26 @@
 
 #include "dlm_cache_opts.h"
 
+/* the defaults of the string options: --cache none / --wf-family haar were given when the pointer differs */
+static const char default_cache[] = "none", default_wf_family[] = "haar";
+
 dlm_cache_opts dlm_cache_opts_default(void) {
     /* the schedule-specific fields start "not given" (defaults resolved in dlm_cache_build), so a
      * flag for a schedule that is not run can be refused */
-    dlm_cache_opts o = {.cache = "none", .gamma = CLI_UNSET_DBL, .window = CLI_UNSET_INT, .track = CLI_UNSET_INT,
+    dlm_cache_opts o = {.cache = default_cache, .gamma = CLI_UNSET_DBL, .window = CLI_UNSET_INT, .track = CLI_UNSET_INT,
                         .reload = CLI_UNSET_INT, .sim = NULL, .block_refresh = CLI_UNSET_INT, .wavefilter = 0,
-                        .wf_family = "haar", .wf_levels = 3, .wf_budget = 0.5, .wf_rho = 0.5,
-                        .wf_keep_mass = 0.0, .spa_rank = CLI_UNSET_INT, .spa_budget = CLI_UNSET_DBL,
-                        .spa_uniform = 0, .spa_refresh = CLI_UNSET_INT, .spa_refresh_gen = CLI_UNSET_INT};
+                        .wf_family = default_wf_family, .wf_levels = CLI_UNSET_INT, .wf_budget = CLI_UNSET_DBL,
+                        .wf_rho = CLI_UNSET_DBL, .wf_keep_mass = CLI_UNSET_DBL, .spa_rank = CLI_UNSET_INT,
+                        .spa_budget = CLI_UNSET_DBL, .spa_uniform = 0, .spa_refresh = CLI_UNSET_INT,
+                        .spa_refresh_gen = CLI_UNSET_INT};
     return o;
+}
+
+/* The first --wf-* option given, or NULL. */
+static const char *wf_given(const dlm_cache_opts *o) {
+    return o->wf_family != default_wf_family ? "--wf-family" : o->wf_levels != CLI_UNSET_INT ? "--wf-levels"
+           : !isnan(o->wf_budget) ? "--wf-budget" : !isnan(o->wf_rho) ? "--wf-rho"
+           : !isnan(o->wf_keep_mass) ? "--wf-keep-mass" : NULL;
 }
 
 /* The values of the given schedule options, each named alone with its range (the library's own
@@ -27,11 +38,13 @@ static int check_values(const char *prog, const dlm_cache_opts *o) {
     if (o->block_refresh != CLI_UNSET_INT && o->block_refresh != 0 && o->block_refresh != 1)
         return cli_fail(CLI_EXIT_USAGE, prog, "--elastic-block-refresh %d: want 0 or 1", o->block_refresh);
     if (o->reload != CLI_UNSET_INT && o->reload < 1) return cli_fail(CLI_EXIT_USAGE, prog, "--reload %d: want >= 1", o->reload);
-    if (o->wf_levels < 1 || o->wf_levels > 8) return cli_fail(CLI_EXIT_USAGE, prog, "--wf-levels %d: want 1..8", o->wf_levels);
-    if (!(o->wf_budget > 0.0 && o->wf_budget <= 1.0))
+    if (o->wf_levels != CLI_UNSET_INT && (o->wf_levels < 1 || o->wf_levels > 8))
+        return cli_fail(CLI_EXIT_USAGE, prog, "--wf-levels %d: want 1..8", o->wf_levels);
+    if (!isnan(o->wf_budget) && !(o->wf_budget > 0.0 && o->wf_budget <= 1.0))
         return cli_fail(CLI_EXIT_USAGE, prog, "--wf-budget %g: want a fraction in (0, 1]", o->wf_budget);
-    if (!(o->wf_rho >= 0.0 && o->wf_rho <= 1.0)) return cli_fail(CLI_EXIT_USAGE, prog, "--wf-rho %g: want [0, 1]", o->wf_rho);
-    if (!(o->wf_keep_mass >= 0.0 && o->wf_keep_mass <= 1.0))
+    if (!isnan(o->wf_rho) && !(o->wf_rho >= 0.0 && o->wf_rho <= 1.0))
+        return cli_fail(CLI_EXIT_USAGE, prog, "--wf-rho %g: want [0, 1]", o->wf_rho);
+    if (!isnan(o->wf_keep_mass) && !(o->wf_keep_mass >= 0.0 && o->wf_keep_mass <= 1.0))
         return cli_fail(CLI_EXIT_USAGE, prog, "--wf-keep-mass %g: want [0, 1]", o->wf_keep_mass);
     if (o->spa_rank != CLI_UNSET_INT && o->spa_rank < 0)
         return cli_fail(CLI_EXIT_USAGE, prog, "--spa-rank %d: want 0 (automatic) or >= 1", o->spa_rank);
@@ -44,7 +57,19 @@ static int check_values(const char *prog, const dlm_cache_opts *o) {
     return 0;
 }
 
-int dlm_cache_check_flags(const char *prog, const dlm_cache_opts *o, char *const *caches, int n) {
+int dlm_cache_check_flags(const char *prog, const dlm_cache_opts *o, char *const *caches, int n, int table, int wf_runs) {
+    if (table && o->cache != default_cache)
+        return cli_fail(CLI_EXIT_USAGE, prog, "--cache %s: this command runs the schedules of --caches (give --caches %s)",
+                        o->cache, o->cache);
+    if (table && o->wavefilter)
+        return cli_fail(CLI_EXIT_USAGE, prog, "--wavefilter: this command runs every schedule also with WaveFilter at each "
+                        "--budgets value (give --budgets F,F)");
+    if (table && !isnan(o->wf_budget))
+        return cli_fail(CLI_EXIT_USAGE, prog, "--wf-budget: this command takes the WaveFilter budgets from --budgets F,F");
+    const char *wf = wf_given(o);
+    if (!wf_runs && wf)
+        return cli_fail(CLI_EXIT_USAGE, prog, "%s is for WaveFilter, which is not run (%s)", wf,
+                        table ? "no --budgets rows" : "give --wavefilter");
     int elastic = 0, delayed = 0, spa = 0;
     for (int i = 0; i < n; i++) {
         elastic |= !strcmp(caches[i], "elastic");
@@ -152,10 +177,11 @@ int dlm_cache_build(const char *prog, const dlm_cache_opts *o, const char *cache
             kvs_dlm_schedule_destroy(&s);
             return cli_fail(CLI_EXIT_USAGE, prog, "--wf-family %s: %s", o->wf_family, kvs_last_error());
         }
-        wp.levels = o->wf_levels;
-        wp.budget = (float)(budget > 0 ? budget : o->wf_budget);
-        wp.rho = (float)o->wf_rho;
-        wp.keep_mass = (float)o->wf_keep_mass;
+        /* not given: the CLI's defaults, levels 3, budget 0.5, rho 0.5, keep_mass 0 (off) */
+        wp.levels = o->wf_levels != CLI_UNSET_INT ? o->wf_levels : 3;
+        wp.budget = (float)(budget > 0 ? budget : !isnan(o->wf_budget) ? o->wf_budget : 0.5);
+        wp.rho = (float)(!isnan(o->wf_rho) ? o->wf_rho : 0.5);
+        wp.keep_mass = (float)(!isnan(o->wf_keep_mass) ? o->wf_keep_mass : 0.0);
         kvs_dlm_schedule *w = NULL;
         if (kvs_dlm_schedule_wavefilter(&w, s, &wp) != KVS_OK) /* takes s, also on error */
             return cli_fail(CLI_EXIT_USAGE, prog, "--wavefilter: %s", kvs_last_error());

@@ -10,7 +10,7 @@
 #include "kvsieve/schedule.h"
 
 typedef struct dlm_cache_opts {
-    const char *cache;      /* default "none" */
+    const char *cache;      /* default "none" (given: a pointer other than the default's) */
     double gamma;           /* elastic drift threshold, default 0.9 */
     int window, track;      /* elastic window 16, tracked tokens 1 */
     int reload;             /* delayed full refresh interval, default 4 */
@@ -18,10 +18,10 @@ typedef struct dlm_cache_opts {
     int block_refresh;      /* elastic: full step at every block start (1, default) or only the first (0) */
     int wavefilter;         /* 1: wrap the schedule in WaveFilter */
     const char *wf_family;  /* haar | db2 | db4, default haar */
-    int wf_levels;          /* default 3 */
-    double wf_budget;       /* kept fraction, default 0.5 */
-    double wf_rho;          /* skim share, default 0.5 */
-    double wf_keep_mass;    /* PSA-style top-p keep-sets (kvs_wavefilter_params.keep_mass); 0 = off */
+    int wf_levels;          /* default 3 (CLI_UNSET_INT: not given) */
+    double wf_budget;       /* kept fraction, default 0.5 (CLI_UNSET_DBL: not given) */
+    double wf_rho;          /* skim share, default 0.5 (CLI_UNSET_DBL: not given) */
+    double wf_keep_mass;    /* PSA-style top-p keep-sets (kvs_wavefilter_params.keep_mass); default 0 = off */
     int spa_rank;           /* SPA-Cache (kvs_spa_params): proxy rank, 0 = automatic */
     double spa_budget;      /* peak per-layer recompute share, default 0.25 */
     int spa_uniform;        /* 1: every layer gets the budget */
@@ -40,11 +40,14 @@ void dlm_cache_cli_opts(dlm_cache_opts *o, cli_opt *opts);
  * overrides o->wf_budget and turns WaveFilter on. */
 int dlm_cache_build(const char *prog, const dlm_cache_opts *o, const char *cache, double budget, kvs_dlm_schedule **out);
 
-/* Refuses (CLI_EXIT_USAGE, one line) schedule-specific flags when no listed cache takes them:
+/* Refuses (CLI_EXIT_USAGE, one line) what the command would not use, for `generate` (table 0: the
+ * schedule of --cache, WaveFilter with --wavefilter) and `eval --dlm` (table 1: the schedules of
+ * --caches, WaveFilter at each --budgets value): with table, --cache, --wavefilter and --wf-budget;
+ * without wf_runs (no WaveFilter decode), any --wf-* option; then schedule-specific flags when no listed cache takes them:
  * --gamma/--window/--track/--elastic-sim/--elastic-block-refresh without elastic, --reload without
  * delayed, --spa-* without spa (the first given flag named alone); then a value out of its range,
  * named alone with the range (--gamma 2: want [0, 1]; --wf-levels, --wf-budget, ...). 0 when fine. */
-int dlm_cache_check_flags(const char *prog, const dlm_cache_opts *o, char *const *caches, int n);
+int dlm_cache_check_flags(const char *prog, const dlm_cache_opts *o, char *const *caches, int n, int table, int wf_runs);
 
 /* Refuses (CLI_EXIT_USAGE, one line naming the valid range or the reason) what the loaded model
  * rules out for the listed caches before anything runs: --spa-rank above min(dim,
