@@ -207,5 +207,15 @@ for m in "$repo/models/stories260K-f32.v3.gguf" "$repo/models/stories260K-llada-
   else echo "FAIL: --no-stream differs from streaming ($m):"; cat "$dir/s.txt" "$dir/n.txt"; fails=$((fails + 1)); fi
   run 0 '"prompt":"Once upon"' generate -m "$m" -p "Once upon" -n 16 "${nb[@]}" --json
 done
+# generate and eval --dlm agree on short lengths: without --block a length below 32 is one block
+# (eval --dlm --gen 16 ran, generate -n 16 was refused for the default --block 32); a --block given
+# must divide the length in both; --steps is refused where it was cut (above -n) or ignored (--threshold)
+llr="$repo/models/stories260K-llada-f32.gguf"
+run 0 "16 tokens in" generate -m "$llr" -p Once -n 16 --no-stream
+run 2 "^kvsieve generate: -n 16 must be a multiple of --block 32$" generate -m "$llr" -n 16 --block 32
+run 2 "^kvsieve eval --dlm: --gen: bad length '16' (want a multiple of --block 32)$" \
+  eval --dlm -m "$llr" --prompts "$text" --gen 16 --block 32 --long-prompts 0
+run 2 "^kvsieve generate: --steps 64 exceeds -n 32" generate -m "$llr" -n 32 --steps 64
+run 2 "^kvsieve generate: --steps: --threshold 0.5 commits by confidence" generate -m "$llr" -n 32 --steps 4 --threshold 0.5
 echo "$fails failures"
 [ $fails -eq 0 ]

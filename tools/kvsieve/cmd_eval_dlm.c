@@ -58,7 +58,7 @@ static kvs_status decode(ctx *c, const prompt *p, int64_t gen, kvs_dlm_schedule 
     if (cs != KVS_OK) return cs;
     kvs_dlm_params dp = kvs_dlm_params_default();
     dp.gen_len = gen;
-    dp.block_len = c->block < gen ? c->block : gen;
+    dp.block_len = c->block < gen ? c->block : gen; /* shorter: one block (only when --block was not given) */
     dp.steps = gen;
     dp.threshold = c->threshold;
     dp.schedule = sc;
@@ -178,7 +178,7 @@ int cmd_eval_dlm(int argc, char **argv) {
     const char *model = "stories260K-llada-f32.gguf", *prompts_path = NULL, *gens_s = "64,128,256,448",
                *caches_s = "none,prefix,dual,delayed,elastic", *plot = NULL,
                *long_text = NULL, *budgets_s = "0.25,0.5";
-    int64_t block = 32, long_len = 320, long_gen = 128;
+    int64_t block = CLI_UNSET_I64, long_len = 320, long_gen = 128;
     int long_n = 3, json = 0, dlm_flag = 0, fidelity = 0;
     device_opts dv = {.backend = "cpu"};
     double threshold = 0.9;
@@ -190,7 +190,8 @@ int cmd_eval_dlm(int argc, char **argv) {
         {"prompts", 0, CLI_STRING, &prompts_path, "FILE", "prompts, one per line (required)"},
         {"gen", 0, CLI_STRING, &gens_s, "N,N,..", "generation lengths (default 64,128,256,448; prompt + gen must fit the context)"},
         {"caches", 0, CLI_STRING, &caches_s, "C,C,..", "schedules (default none,prefix,dual,delayed,elastic)"},
-        {"block", 0, CLI_INT64, &block, "B", "block length (default 32)"},
+        {"block", 0, CLI_INT64, &block, "B", "block length, divides each --gen length (default 32; a length below 32 is "
+                                             "one block of that length, as generate -n)"},
         {"diffusion-block-length", 0, CLI_INT64, &block, "B", "llama-diffusion-cli's name of --block (default 32)"},
         {"threshold", 0, CLI_DOUBLE, &threshold, "E", "parallel decoding threshold (default 0.9; 0 = one token per step)"},
         {"long-text", 0, CLI_STRING, &long_text, "FILE", "text the long prompts are cut from (default: tinystories-sample.txt, looked up like a model, then in ../text beside the model; long prompts are skipped when none is found)"},
@@ -233,6 +234,8 @@ int cmd_eval_dlm(int argc, char **argv) {
     if (ctypes[0] != KVS_F32 || ctypes[1] != KVS_F32)
         fprintf(stderr, "%s: cache types K %s, V %s in the schedules' caches (the no-cache baseline keeps f32)\n", PROG,
                 kvs_dtype_name(ctypes[0]), kvs_dtype_name(ctypes[1]));
+    const int block_given = block != CLI_UNSET_I64;
+    if (!block_given) block = 32;
     if (block < 1) return cli_fail(CLI_EXIT_USAGE, PROG, "--block %lld: want >= 1", (long long)block);
     if (!(threshold >= 0 && threshold <= 1)) return cli_fail(CLI_EXIT_USAGE, PROG, "--threshold %g: want [0, 1]", threshold);
     if (long_n < 0 || long_n > MAX_PROMPTS)
@@ -246,9 +249,9 @@ int cmd_eval_dlm(int argc, char **argv) {
     int ng = split_list(gbuf, gl, MAX_LIST), nc = split_list(cbuf, caches, MAX_LIST);
     int64_t gens[MAX_LIST];
     for (int i = 0; i < ng; i++)
-        if (cli_parse_int64(gl[i], &gens[i]) || gens[i] < 1 || (gens[i] > block && gens[i] % block != 0))
-            return cli_fail(CLI_EXIT_USAGE, PROG, "--gen: bad length '%s' (a length above the block must be a multiple "
-                            "of --block %lld)", gl[i], (long long)block);
+        if (cli_parse_int64(gl[i], &gens[i]) || gens[i] < 1 || (block_given ? gens[i] % block != 0 : gens[i] > block && gens[i] % block != 0))
+            return cli_fail(CLI_EXIT_USAGE, PROG, "--gen: bad length '%s' (want a multiple of --block %lld%s)", gl[i],
+                            (long long)block, block_given ? "" : ", or a length below it: one block");
     if (ng == 0 || nc == 0) return cli_fail(CLI_EXIT_USAGE, PROG, "--gen and --caches need at least one item");
     for (int i = 0; i < nc; i++) {
         kvs_dlm_schedule *t = NULL;
@@ -410,10 +413,13 @@ int cmd_eval_dlm(int argc, char **argv) {
         printf("%s\n", json_object_to_json_string_ext(j, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE));
         json_object_put(j);
     } else {
-        printf("%s on %s: %d prompts, block %lld, threshold %.2f; speedup = no-cache seconds / schedule seconds,\n"
+        int short_gen = 0;
+        for (int gi = 0; gi < ng; gi++) short_gen |= gens[gi] < block;
+        printf("%s on %s: %d prompts, block %lld%s, threshold %.2f; speedup = no-cache seconds / schedule seconds,\n"
                "compute = rows computed / no-cache rows, agreement = tokens equal to the no-cache decode,\n"
                "1st diff = mean position of the first token that differs (gen: none)%s\n\n",
-               model, kvs_device_get_info(c.dev)->name, np, (long long)block, threshold,
+               model, kvs_device_get_info(c.dev)->name, np, (long long)block,
+               short_gen ? " (a shorter gen: one block of its length)" : "", threshold,
                fidelity ? ",\nfidelity = steps' argmax equal to a no-cache forward of the same state" : "");
         printf("%-22s %5s %7s %9s %9s %10s %9s%s\n", "schedule", "gen", "prompts", "speedup", "compute", "agreement",
                "1st diff", fidelity ? "  fidelity" : "");

@@ -132,8 +132,9 @@ int cmd_generate(int argc, char **argv) {
         {"seed", 's', CLI_INT64, &o.seed, "S", "sampler seed (default 42)"},
         {"ctx-size", 'c', CLI_INT64, &o.ctx, "N", "context size: the prompt + N generated tokens must fit "
                                                   "(default 0 = the model's trained context)"},
-        {"block", 0, CLI_INT64, &o.block, "B", "diffusion block length (default 32)"},
-        {"steps", 0, CLI_INT64, &o.steps, "S", "diffusion denoising steps over all blocks (default: = N)"},
+        {"block", 0, CLI_INT64, &o.block, "B", "diffusion block length, divides N (default 32; N below 32: one block of N)"},
+        {"steps", 0, CLI_INT64, &o.steps, "S", "diffusion denoising steps over all blocks, a multiple of the block count, "
+                                              "at most N; not with --threshold (default: = N)"},
         {"diffusion-steps", 0, CLI_INT64, &o.steps, "S", "llama-diffusion-cli's name of --steps (default: = N)"},
         {"diffusion-block-length", 0, CLI_INT64, &o.block, "B", "llama-diffusion-cli's name of --block (default 32)"},
         {"threshold", 0, CLI_DOUBLE, &o.threshold, "E", "diffusion: Fast-dLLM parallel decoding threshold in [0, 1] "
@@ -207,6 +208,7 @@ int cmd_generate(int argc, char **argv) {
     if (isnan(o.temp)) o.temp = 0.0;
     if (isnan(o.top_p)) o.top_p = 1.0;
     if (o.seed == CLI_UNSET_I64) o.seed = 42;
+    const int block_given = o.block != CLI_UNSET_I64, steps_given = o.steps != CLI_UNSET_I64;
     if (o.block == CLI_UNSET_I64) o.block = 32;
     if (o.steps == CLI_UNSET_I64) o.steps = 0;
     /* each bad value named alone */
@@ -311,6 +313,20 @@ int cmd_generate(int argc, char **argv) {
     if (!dlm && dlm_only) {
         exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "%s is for diffusion models; '%s' is autoregressive", dlm_only,
                              kvs_arch_name(hp->arch));
+        goto done;
+    }
+    /* --block not given: a length below the default 32 is one block of that length (as eval --dlm
+     * decodes its --gen lengths); a --block given is kept, and must divide -n (below) */
+    if (dlm && !block_given && n_gen < o.block) o.block = n_gen;
+    /* --steps is the fixed-count rule's: never silently ignored or cut */
+    if (dlm && steps_given && o.threshold > 0) {
+        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "--steps: --threshold %g commits by confidence until each block is done "
+                             "(no step count); give one of them", o.threshold);
+        goto done;
+    }
+    if (dlm && o.steps > n_gen) {
+        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "--steps %lld exceeds -n %lld: a step commits at least one token, so the "
+                             "decode takes at most %lld steps", (long long)o.steps, (long long)n_gen, (long long)n_gen);
         goto done;
     }
     if (dlm && o.threshold == 0 && o.steps > 0 && (o.steps % (n_gen / o.block ? n_gen / o.block : 1) || o.steps < n_gen / o.block)) {
