@@ -217,5 +217,9 @@ run 2 "^kvsieve eval --dlm: --gen: bad length '16' (want a multiple of --block 3
   eval --dlm -m "$llr" --prompts "$text" --gen 16 --block 32 --long-prompts 0
 run 2 "^kvsieve generate: --steps 64 exceeds -n 32" generate -m "$llr" -n 32 --steps 64
 run 2 "^kvsieve generate: --steps: --threshold 0.5 commits by confidence" generate -m "$llr" -n 32 --steps 4 --threshold 0.5
+# --compare says what it times (a fresh-clone run on PoCL got 0.10x: the cold kernel compiles of the
+# blocks after the first were timed); the timed runs follow a full untimed decode of each
+run 0 "each is timed warm" generate --help
+run 0 "speedup [0-9.]*x, compute fraction" generate -m "$llr" -p Once -n 32 --cache prefix --compare --no-stream
 echo "$fails failures"
 [ $fails -eq 0 ]
