@@ -221,5 +221,14 @@ run 2 "^kvsieve generate: --steps: --threshold 0.5 commits by confidence" genera
 # blocks after the first were timed); the timed runs follow a full untimed decode of each
 run 0 "each is timed warm" generate --help
 run 0 "speedup [0-9.]*x, compute fraction" generate -m "$llr" -p Once -n 32 --cache prefix --compare --no-stream
+# an unusable POCL_CACHE_DIR: PoCL lists no device (CL_DEVICE_NOT_FOUND) and the OpenCL backend read
+# "0 devices" / "device 0 does not exist (0 found)"; now the error names the cache directory
+if "$exe" devices --no-open 2>/dev/null | grep -q "Portable Computing Language"; then
+  POCL_CACHE_DIR=/dev/null/pocl run 2 "POCL_CACHE_DIR=/dev/null/pocl: /dev/null is not a directory); set POCL_CACHE_DIR to a writable" \
+    generate -m "$tiny" -n 4 --backend opencl
+  POCL_CACHE_DIR=/dev/null/pocl run 1 "^opencl: error: opencl: the PoCL platform lists no device because its kernel cache" devices
+else
+  echo "note: no PoCL OpenCL platform: the POCL_CACHE_DIR case is skipped"
+fi
 echo "$fails failures"
 [ $fails -eq 0 ]

@@ -5,9 +5,12 @@
  * in platform order. One context and one in-order queue per open device. Tensors are cl_mem
  * buffers; tensor offsets are passed to kernels as element offsets (no sub-buffers, so no
  * CL_DEVICE_MEM_BASE_ADDR_ALIGN constraints). Uploads and downloads are blocking. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "ocl.h"
 #include "shaders/opencl/kvs_ocl_kernels.h"
@@ -53,7 +56,51 @@ kvs_status kvs_ocl_check(cl_int err, const char *call) {
 
 #define KVS_OCL_MAX_DEVICES 64
 
-/* Flat list of (platform, device) over all platforms. No ICD or no platform: 0 devices. */
+/* Why POCL_CACHE_DIR is unusable, into why[n] (empty when it is usable or not set). PoCL lists no
+ * device (clGetDeviceIDs: CL_DEVICE_NOT_FOUND) when it cannot create its kernel cache directory
+ * (pocl_cache_init_topdir); this repeats what it does, mkdir -p, then writes and removes a probe file
+ * (an access() test is not enough: root passes it on directories where mkdir fails, e.g. under /proc).
+ * Runs only when the PoCL platform listed no device. */
+static void ocl_pocl_cache_check(char *why, size_t n) {
+    why[0] = '\0';
+    const char *dir = getenv("POCL_CACHE_DIR");
+    if (!dir || !*dir) return;
+    char path[4096];
+    if (strlen(dir) >= sizeof path - 32) {
+        snprintf(why, n, "POCL_CACHE_DIR is %zu bytes long", strlen(dir));
+        return;
+    }
+    snprintf(path, sizeof path, "%s", dir);
+    for (char *c = path + 1;; c++) { /* mkdir -p */
+        const int end = *c == '\0';
+        if (*c == '/' || end) {
+            *c = '\0';
+            struct stat sb;
+            if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+                snprintf(why, n, "POCL_CACHE_DIR=%s: cannot create %s: %s", dir, path, strerror(errno));
+                return;
+            }
+            if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+                snprintf(why, n, "POCL_CACHE_DIR=%s: %s is not a directory", dir, path);
+                return;
+            }
+            if (end) break;
+            *c = '/';
+        }
+    }
+    snprintf(path, sizeof path, "%s/.kvsieve-probe-XXXXXX", dir);
+    int fd = mkstemp(path);
+    if (fd < 0) {
+        snprintf(why, n, "POCL_CACHE_DIR=%s is not writable: %s", dir, strerror(errno));
+        return;
+    }
+    close(fd);
+    unlink(path);
+}
+
+/* Flat list of (platform, device) over all platforms. No ICD or no platform: 0 devices; none at all
+ * while the PoCL platform lists none and POCL_CACHE_DIR is unusable: KVS_ERR_NO_DEVICE saying so
+ * (PoCL's only sign of it is an empty platform). */
 static kvs_status ocl_enumerate(cl_platform_id *plats, cl_device_id *devs, int *count) {
     *count = 0;
     cl_uint np = 0;
@@ -61,12 +108,19 @@ static kvs_status ocl_enumerate(cl_platform_id *plats, cl_device_id *devs, int *
     if (err == -1001 /* CL_PLATFORM_NOT_FOUND_KHR */ || np == 0) return KVS_OK;
     KVS_OCL_TRY(err, "clGetPlatformIDs");
     cl_platform_id pl[16];
+    int pocl_empty = 0; /* the PoCL platform listed no device */
     if (np > 16) np = 16;
     KVS_OCL_TRY(clGetPlatformIDs(np, pl, NULL), "clGetPlatformIDs");
     for (cl_uint p = 0; p < np; p++) {
         cl_uint nd = 0;
         err = clGetDeviceIDs(pl[p], CL_DEVICE_TYPE_ALL, 0, NULL, &nd);
-        if (err == CL_DEVICE_NOT_FOUND || nd == 0) continue;
+        if (err == CL_DEVICE_NOT_FOUND || nd == 0) {
+            char name[128] = "";
+            if (clGetPlatformInfo(pl[p], CL_PLATFORM_NAME, sizeof name - 1, name, NULL) == CL_SUCCESS &&
+                strstr(name, "Portable Computing Language"))
+                pocl_empty = 1;
+            continue;
+        }
         KVS_OCL_TRY(err, "clGetDeviceIDs");
         cl_device_id d[KVS_OCL_MAX_DEVICES];
         if (nd > KVS_OCL_MAX_DEVICES) nd = KVS_OCL_MAX_DEVICES;
@@ -76,6 +130,13 @@ static kvs_status ocl_enumerate(cl_platform_id *plats, cl_device_id *devs, int *
             devs[*count] = d[i];
             (*count)++;
         }
+    }
+    if (*count == 0 && pocl_empty) {
+        char why[4400];
+        ocl_pocl_cache_check(why, sizeof why);
+        if (why[0])
+            return kvs_error(KVS_ERR_NO_DEVICE, "opencl: the PoCL platform lists no device because its kernel cache "
+                             "directory is unusable (%s); set POCL_CACHE_DIR to a writable directory", why);
     }
     return KVS_OK;
 }
