@@ -251,9 +251,19 @@ class Tensor:
         return "Tensor(%s, shape=%s, device=%s)" % (self.dtype, self.shape, self.device.backend)
 
 
+_NUMPY_NAMES = {"f32": "float32", "f16": "float16", "bf16": "bf16 (uint16 bits)", "i32": "int32"}
+
+
 def as_tensor(device, x, what, dtype=None, shape=None):
-    """A Tensor for op argument `what`: a Tensor on `device` is used as is, a numpy array is
-    uploaded. dtype ('f32'/'i32'/...) and shape (tuple, None entries = any) are checked."""
+    """A Tensor for op argument `what`: a Tensor on `device` is used as is, a numpy array (or a
+    list) is uploaded. dtype ('f32'/'i32'/... or a tuple of them; None = float32, float16 or int32)
+    and shape (tuple, None entries = any) are checked.
+
+    The conversions, the only ones: a float64 array (numpy's default, a list of floats) becomes
+    float32 (a rounded copy) where the argument takes float32; an integer array becomes int32 where
+    the argument takes int32, its values checked to fit (KVS_ERR_OUT_OF_RANGE). Any other dtype
+    raises KvsError(KVS_ERR_DTYPE) naming the argument; a Tensor is never converted."""
+    want = () if dtype is None else dtype if isinstance(dtype, tuple) else (dtype,)
     if isinstance(x, Tensor):
         if x.device is not device:
             fail(INVALID_ARGUMENT, "%s lives on another device" % what)
@@ -262,10 +272,17 @@ def as_tensor(device, x, what, dtype=None, shape=None):
         fail(INVALID_ARGUMENT, "%s is required" % what)
     else:
         a = np.asarray(x)
-        if dtype == "i32" and a.dtype.kind in "iu":
+        if "i32" in want and a.dtype.kind in "iu" and a.dtype != np.int32:
+            if a.size and (int(a.min()) < -2**31 or int(a.max()) >= 2**31):
+                fail(OUT_OF_RANGE, "%s: a value does not fit int32 (range %d..%d)" % (what, a.min(), a.max()))
             a = a.astype(np.int32)
-        elif dtype == "f32" and a.dtype == np.float64:
+        elif "f32" in want and a.dtype == np.float64:
             a = a.astype(np.float32)
+        ok = want or ("f32", "f16", "i32")
+        if a.dtype not in [np.dtype(_NUMPY[_DTYPES[d]]) for d in ok if d in ("f32", "f16", "i32", "bf16")]:
+            fail(DTYPE, "%s: numpy dtype %s, want %s%s" % (
+                what, a.dtype, " or ".join(_NUMPY_NAMES.get(d, d) for d in ok),
+                " (float64 is converted to float32)" if "f32" in ok else ""))
         t = Tensor(device, a)
     try:
         if dtype is not None and t.dtype not in (dtype if isinstance(dtype, tuple) else (dtype,)):

@@ -4,13 +4,19 @@ Every function takes the device first, then arrays (numpy, uploaded for the call
 in place), and returns numpy arrays (downloaded). Shapes are numpy order, slowest first, as the C
 comments write them: q [n_q][n_heads][head_dim] is a numpy array of shape (n_q, n_heads, head_dim).
 Bad dtypes and shapes raise KvsError before or from the C call; nothing crashes.
+
+Dtypes: each argument's docstring names what it takes. A numpy float64 array (numpy's default, and
+a list of floats) is converted to float32 (a rounded copy) where float32 is taken, an integer array
+to int32 where int32 is taken (values checked to fit); every other dtype raises
+KvsError(KVS_ERR_DTYPE) naming the argument (float16 only where the docstring lists it; integers
+never become floats). Tensors are used as they are, never converted.
 """
 import ctypes
 
 import numpy as np
 
 from . import _lib as L
-from .core import INVALID_ARGUMENT, SHAPE, Tensor, as_tensor, check, fail
+from .core import DTYPE, INVALID_ARGUMENT, SHAPE, Tensor, as_tensor, check, fail
 
 _ptr = ctypes.c_void_p
 
@@ -274,7 +280,7 @@ def matmul(dev, W, x):
 
 def rope(dev, x, pos, mode="adjacent", theta_base=10000.0, n_rot=0):
     """RoPE of x (n, n_heads, head_dim) at int32 positions pos (n,) (kvs_rope); returns the rotated x."""
-    tx = as_tensor(dev, np.array(x, dtype=np.float32) if not isinstance(x, Tensor) else x, "x", "f32")
+    tx = as_tensor(dev, x, "x", "f32")  # a numpy x is uploaded as a copy: the caller's array is not rotated
     tp = as_tensor(dev, pos, "pos", "i32")
     made = [t for t, a in ((tx, x), (tp, pos)) if t is not a]
     try:
@@ -339,7 +345,10 @@ def embedding(dev, table, ids):
     try:
         if len(tt.shape) != 2:
             fail(SHAPE, "embedding: table shape %s, want (vocab, dim)" % (tt.shape,))
-        ids = np.ascontiguousarray(np.asarray(ids, dtype=np.int64).reshape(-1))
+        ids = np.asarray(ids)
+        if ids.size and ids.dtype.kind not in "iu":
+            fail(DTYPE, "embedding: ids dtype %s, want integers" % ids.dtype)
+        ids = np.ascontiguousarray(ids.astype(np.int64).reshape(-1))
         if ids.size and (ids.min() < -2**31 or ids.max() >= 2**31):
             fail(6, "embedding: an id does not fit int32")
         ids = ids.astype(np.int32)

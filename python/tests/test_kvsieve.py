@@ -231,6 +231,39 @@ class Ops(unittest.TestCase):
             self.assertTrue(e.exception.message)
         self.assertEqual(self.dev.bytes_allocated(), before)  # no tensor left behind on the error paths
 
+    def test_dtypes_converted_or_refused(self):
+        """float64 (numpy's default) becomes float32 wherever float32 is taken, k and v as q (k/v
+        float64 was refused while q float64 was converted); every other dtype is refused naming the
+        argument; integers never become floats."""
+        q, k, v = example_inputs()
+        ref = kvsieve.ops.attention(self.dev, q, k, v)["out"]
+        got = kvsieve.ops.attention(self.dev, q.astype(np.float64), k.astype(np.float64), v.astype(np.float64))["out"]
+        np.testing.assert_array_equal(got, ref)  # the inputs are exact in float32: the same bits
+        W = np.random.default_rng(9).standard_normal((5, 16))
+        x = np.random.default_rng(10).standard_normal((2, 16))
+        np.testing.assert_array_equal(kvsieve.ops.matmul(self.dev, W, x),
+                                      kvsieve.ops.matmul(self.dev, W.astype(np.float32), x.astype(np.float32)))
+        before = self.dev.bytes_allocated()
+        refused = [
+            ("q", lambda: kvsieve.ops.attention(self.dev, q.astype(np.int64), k, v)),
+            ("q", lambda: kvsieve.ops.attention(self.dev, q.astype(np.float16), k, v)),
+            ("k", lambda: kvsieve.ops.attention(self.dev, q, k.astype(np.int32), v)),
+            ("x", lambda: kvsieve.ops.rope(self.dev, np.arange(16).reshape(1, 2, 8), [0])),  # was cast to float32
+            ("x", lambda: kvsieve.ops.softmax(self.dev, np.ones((2, 3), np.int32))),
+            ("src", lambda: kvsieve.ops.gather(self.dev, np.zeros((4, 2)), [0, 1])),
+            ("ids", lambda: kvsieve.ops.embedding(self.dev, np.zeros((4, 2), np.float32), [0.5, 1.7])),  # was truncated
+        ]
+        for what, call in refused:
+            with self.assertRaises(kvsieve.KvsError) as e:
+                call()
+            self.assertEqual(e.exception.name, "KVS_ERR_DTYPE", e.exception.message)
+            self.assertTrue(e.exception.message.startswith(what + ":") or ("%s dtype" % what) in e.exception.message,
+                            e.exception.message)
+        with self.assertRaises(kvsieve.KvsError) as e:  # int64 positions that do not fit int32: not wrapped
+            kvsieve.ops.attention(self.dev, q, k, v, causal=True, q_pos=np.full(N_Q, 2**40))
+        self.assertEqual(e.exception.name, "KVS_ERR_OUT_OF_RANGE")
+        self.assertEqual(self.dev.bytes_allocated(), before)
+
     def test_dwt_idwt(self):
         x = np.random.default_rng(3).standard_normal((3, 40)).astype(np.float32)
         y = kvsieve.ops.dwt(self.dev, x, "db2", 3)
