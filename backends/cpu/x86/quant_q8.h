@@ -5,7 +5,10 @@
  * vpdpbusd / vpdpwssd; there only the K types run these, the 32-value types have 512-bit kernels of
  * their own), which define before including it:
  *   Q8_DPBUSD(acc, u, s)  acc (8 x i32) += the sums of 4 adjacent u8 (u) x i8 (s) products;
- *   Q8_DPWSSD(acc, a, b)  acc (8 x i32) += the sums of 2 adjacent i16 x i16 products.
+ *   Q8_DPWSSD(acc, a, b)  acc (8 x i32) += the sums of 2 adjacent i16 x i16 products;
+ * and optionally Q8_K_TYPES_ONLY 1 (quant_vnni.c): the 256-bit kernels of the 32-value types are
+ * left out (q8_dot then takes the K types, q2_K / q3_K / iq4_xs and any other type to the portable
+ * kernel), for a file whose own kernels run those types.
  * (AVX2's vpmaddubsw saturates pairs at i16: every use below stays inside it: |w| <= 128 for q8_0,
  * <= 63 otherwise, |x q| <= 127.)
  * Per block: the integer dot of the W codes with x's codes, times d_w d_x in f32 (FMA into eight f32
@@ -29,6 +32,7 @@ static inline float q8_f16(const uint8_t *p) { return _cvtsh_ss((unsigned short)
 
 #define Q8_LOAD(p) _mm256_loadu_si256((const __m256i *)(p))
 
+#if !Q8_K_TYPES_ONLY
 /* One q8_0 block b of the W row (34 bytes at w) into the n rows' accumulators a. */
 static inline __attribute__((always_inline)) void q8_blk_q8_0(const uint8_t *w, int64_t b, const kvs_q8_rows *x,
                                                                int64_t n, __m256 *a) {
@@ -112,6 +116,8 @@ static inline __attribute__((always_inline)) void q8_dot_b32(const uint8_t *w, c
     if (b < nb) q8_blk_b32(w, b, x, n, a, c, T);
     for (int64_t i = 0; i < n; i++) acc[i] = q8_hsum(_mm256_add_ps(a[i], a2[i])) + c[i];
 }
+
+#endif /* !Q8_K_TYPES_ONLY */
 
 /* q4_K, and q5_K (five = 1: qh[32] @16 gives bit 4 of value 32j + l as bit j of qh[l]; qs @48) */
 static inline __attribute__((always_inline)) void q8_dot_k45(const uint8_t *w, const kvs_q8_rows *x, int64_t n,
@@ -217,33 +223,37 @@ static inline __attribute__((always_inline)) void q8_dot_q6_k(const uint8_t *w, 
         default: CALL(4); break;                                                                         \
         }                                                                                                \
     }
-#define Q8_C_Q8_0(N) q8_dot_q8_0(w, x, N, acc)
 #define Q8_C_Q6_K(N) q8_dot_q6_k(w, x, N, acc)
 #define Q8_C_Q4_K(N) q8_dot_k45(w, x, N, acc, 0)
 #define Q8_C_Q5_K(N) q8_dot_k45(w, x, N, acc, 1)
+Q8_DEFINE_N(q8_n_q6_k, Q8_C_Q6_K)
+Q8_DEFINE_N(q8_n_q4_k, Q8_C_Q4_K)
+Q8_DEFINE_N(q8_n_q5_k, Q8_C_Q5_K)
+#if !Q8_K_TYPES_ONLY
+#define Q8_C_Q8_0(N) q8_dot_q8_0(w, x, N, acc)
 #define Q8_C_Q4_0(N) q8_dot_b32(w, x, N, acc, KVS_Q4_0)
 #define Q8_C_Q4_1(N) q8_dot_b32(w, x, N, acc, KVS_Q4_1)
 #define Q8_C_Q5_0(N) q8_dot_b32(w, x, N, acc, KVS_Q5_0)
 #define Q8_C_Q5_1(N) q8_dot_b32(w, x, N, acc, KVS_Q5_1)
 #define Q8_C_IQ4_NL(N) q8_dot_b32(w, x, N, acc, KVS_IQ4_NL)
 Q8_DEFINE_N(q8_n_q8_0, Q8_C_Q8_0)
-Q8_DEFINE_N(q8_n_q6_k, Q8_C_Q6_K)
-Q8_DEFINE_N(q8_n_q4_k, Q8_C_Q4_K)
-Q8_DEFINE_N(q8_n_q5_k, Q8_C_Q5_K)
 Q8_DEFINE_N(q8_n_q4_0, Q8_C_Q4_0)
 Q8_DEFINE_N(q8_n_q4_1, Q8_C_Q4_1)
 Q8_DEFINE_N(q8_n_q5_0, Q8_C_Q5_0)
 Q8_DEFINE_N(q8_n_q5_1, Q8_C_Q5_1)
 Q8_DEFINE_N(q8_n_iq4_nl, Q8_C_IQ4_NL)
+#endif
 
 static void q8_dot(const void *wrow, kvs_dtype dt, const kvs_q8_rows *x, int64_t n, float *acc) {
     switch (dt) {
+#if !Q8_K_TYPES_ONLY
     case KVS_Q8_0: q8_n_q8_0(wrow, x, n, acc); break;
     case KVS_Q4_0: q8_n_q4_0(wrow, x, n, acc); break;
     case KVS_Q4_1: q8_n_q4_1(wrow, x, n, acc); break;
     case KVS_Q5_0: q8_n_q5_0(wrow, x, n, acc); break;
     case KVS_Q5_1: q8_n_q5_1(wrow, x, n, acc); break;
     case KVS_IQ4_NL: q8_n_iq4_nl(wrow, x, n, acc); break;
+#endif
     case KVS_Q4_K: q8_n_q4_k(wrow, x, n, acc); break;
     case KVS_Q5_K: q8_n_q5_k(wrow, x, n, acc); break;
     case KVS_Q6_K: q8_n_q6_k(wrow, x, n, acc); break;

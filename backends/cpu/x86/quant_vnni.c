@@ -20,6 +20,10 @@
 
 #define Q8_DPBUSD(acc, u, s) _mm256_dpbusd_epi32((acc), (u), (s))
 #define Q8_DPWSSD(acc, a, b) _mm256_dpwssd_epi32((acc), (a), (b))
+/* the 32-value types run the 512-bit kernels below for every n (1..4) and block count (a group of
+ * 16 blocks, a shorter last group, an odd last block): quant_q8.h's 256-bit ones for them would be
+ * unreachable here, so they are left out */
+#define Q8_K_TYPES_ONLY 1
 #include "quant_q8.h"
 
 /* ---- the 32-value types (q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl) on 512-bit registers ----------
