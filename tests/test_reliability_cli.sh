@@ -193,6 +193,8 @@ run 2 "^kvsieve generate: --top-p 2: want a mass in (0, 1\]$" generate -m "$tiny
 run 2 "^kvsieve generate: --scope, --sink need --policy$" generate -m "$tiny" -n 4 --scope head --sink 2
 run 2 "^kvsieve generate: --track is for the elastic cache, which is not run$" generate -m "$llada" -n 16 --block 16 --track 2
 run 2 "^kvsieve eval --dlm: --long-len 1: want >= 2$" eval --dlm -m "$llada" --prompts "$text" --long-len 1
+run 2 "^kvsieve eval: --budgets: want 1 to 16 comma-separated items$" eval -m "$tiny" --text "$text" --policies h2o --budgets ,
+run 2 "^kvsieve bench model: --steps 40: want 1..32 (--gen)$" bench model --shape tiny --steps 40
 # sizes below 0.1 MiB in KiB or bytes: the tiny model's cache read "cache peak 0.00 MiB"
 run 0 "cache peak [0-9]* bytes (allocated [0-9]* bytes; K f32, V f32)" generate -m "$tiny" -p Once -n 4 --no-stream
 run 0 "^model [0-9.]* KiB (" generate -m "$tiny" -p Once -n 4 --no-stream

@@ -365,8 +365,11 @@ int bench_model(int argc, char **argv) {
     if (n_decode == CLI_UNSET_I64) n_decode = speculative ? 32 : tiny ? 8 : 16;
     if (gen == CLI_UNSET_I64) gen = 32;
     if (steps == CLI_UNSET_I64) steps = 8;
-    if (n_prompt < 1 || n_decode < 1 || gen < 1 || steps < 1 || steps > gen)
-        return cli_fail(CLI_EXIT_USAGE, spec.prog, "--prompt, --decode, --gen must be >= 1 and --steps in 1..gen");
+    if (n_prompt < 1) return cli_fail(CLI_EXIT_USAGE, spec.prog, "--prompt %lld: want >= 1", (long long)n_prompt);
+    if (n_decode < 1) return cli_fail(CLI_EXIT_USAGE, spec.prog, "--decode %lld: want >= 1", (long long)n_decode);
+    if (gen < 1) return cli_fail(CLI_EXIT_USAGE, spec.prog, "--gen %lld: want >= 1", (long long)gen);
+    if (steps < 1 || steps > gen)
+        return cli_fail(CLI_EXIT_USAGE, spec.prog, "--steps %lld: want 1..%lld (--gen)", (long long)steps, (long long)gen);
     const int context_given = context != CLI_UNSET_I64;
     if (speculative && context == CLI_UNSET_I64) /* 1024, or what the shape's context leaves beside --decode */
         context = sh.hp.ctx_len > 0 && sh.hp.ctx_len - n_decode < 1024 ? (sh.hp.ctx_len - n_decode > 0 ? sh.hp.ctx_len - n_decode : 1)

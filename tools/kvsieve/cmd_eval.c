@@ -170,7 +170,8 @@ int cmd_eval(int argc, char **argv) {
     snprintf(bud_buf, sizeof bud_buf, "%s", budgets);
     const char *pnames[MAX_POL], *bstr[MAX_BUD];
     int np = split_list(pol_buf, pnames, MAX_POL), nb = split_list(bud_buf, bstr, MAX_BUD);
-    if (np < 1 || nb < 1) return cli_fail(CLI_EXIT_USAGE, prog, "--policies/--budgets: 1 to 16 comma-separated items");
+    if (np < 1) return cli_fail(CLI_EXIT_USAGE, prog, "--policies: want 1 to %d comma-separated items", MAX_POL);
+    if (nb < 1) return cli_fail(CLI_EXIT_USAGE, prog, "--budgets: want 1 to %d comma-separated items", MAX_BUD);
     double bud[MAX_BUD];
     for (int i = 0; i < nb; i++)
         if (policy_parse_budget(bstr[i], &bud[i]) != 0)
