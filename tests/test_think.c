@@ -194,6 +194,20 @@ static void run_ex(kvs_model *m, kvs_device *dev, const char *policy, int64_t bu
     kvs_policy_destroy(&pol);
 }
 
+/* From dev's profile (kvs_device_profile), the forward's work inside the layers (layer >= 0): its
+ * attention calls and its downloads to the host. */
+static void layer_counts(const kvs_device *dev, int64_t *att, int64_t *down) {
+    kvs_profile_entry e[512];
+    int64_t n = kvs_device_profile_read(dev, e, 512);
+    ck_assert(n > 0 && n <= 512);
+    *att = *down = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (e[i].layer < 0) continue;
+        if (!strcmp(e[i].kind, "attention")) *att += e[i].calls;
+        if (!strcmp(e[i].kind, "download")) *down += e[i].calls;
+    }
+}
+
 static void run(kvs_model *m, kvs_device *dev, const char *policy, int64_t budget, double r, int64_t n, float *logits, int check,
                 kvs_evict_stats *es) {
     run_ex(m, dev, policy, budget, r, n, logits, check, es, 0, NULL);
@@ -242,8 +256,22 @@ START_TEST(test_think_pruned_anchor) {
         run_rec rb = {.km = calloc((size_t)per, sizeof(double)), .pr = calloc((size_t)(2 * n * hp->n_layers), sizeof(double))};
         kvs_evict_stats ea, eb;
         ra.rerotate = rb.rerotate = pi == 2;
+        int64_t att_a, att_b, down_a, down_b;
+        ck_assert(kvs_device_profile(dev, 1) == KVS_OK);
         run_ex(m, dev, pols[pi], 24, 0.4, n, a, 1, &ea, 1, &ra); /* zeroed in place */
+        layer_counts(dev, &att_a, &down_a);
+        ck_assert(kvs_device_profile(dev, 1) == KVS_OK); /* from zero */
         run_ex(m, dev, pols[pi], 24, 0.4, n, b, 1, &eb, 0, &rb); /* the pruned segment */
+        layer_counts(dev, &att_b, &down_b);
+        ck_assert(kvs_device_profile(dev, 0) == KVS_OK);
+        /* a (step, layer) in the pruned layout makes three attention calls instead of one, and its
+         * only downloads beyond the in-place run's are the two log-normalisers: the statistics (key
+         * mass, probe rows) are merged on the device, not through the host */
+        const int64_t pruned_steps = (att_b - att_a) / 2;
+        printf("think 0.4 %s%s: %lld (step, layer)s in the pruned layout; downloads in the layers %lld vs %lld in place\n",
+               pols[pi], pi == 2 ? " (rerotate)" : "", (long long)pruned_steps, (long long)down_b, (long long)down_a);
+        ck_assert_int_gt(pruned_steps, n);
+        ck_assert_int_eq(down_b - down_a, 2 * pruned_steps);
         ck_assert_int_eq(ea.evictions, eb.evictions);
         ck_assert_int_eq(ea.rows_evicted, eb.rows_evicted);
         ck_assert_int_eq(ea.channels_pruned, eb.channels_pruned);
