@@ -453,6 +453,47 @@ START_TEST(test_prune_storage) {
                     int held = r >= 6 || (!pr2[h * hd + t] && (r >= 4 || !pr[h * hd + t]));
                     ck_assert_float_eq(keys[(h * cap + r) * hd + t], held ? (float)(100 * h + 10 * r + t + 1) : 0.0f);
                 }
+        /* truncation (speculative decoding's rollback) keeps the pruned layout: to 7 rows drops the
+         * tail's row 1 (P stays 6), writing row 7 again restores the keys bit for bit, to 5 rows drops
+         * the tail and pruned row 5 (P = 5); nothing is allocated at full width meanwhile */
+        const int64_t alloc2 = kvs_cache_bytes_allocated(c);
+        float before[2 * 9 * 5], raw3[2 * 9 * 3];
+        ck_assert(kvs_cache_read_f32(c, 0, 0, before) == KVS_OK);
+        ck_assert_msg(kvs_cache_truncate(c, 7) == KVS_OK, "%s", kvs_last_error());
+        for (int h = 0; h < H; h++) ck_assert_int_eq(kvs_cache_pruned_rows(c, 0, h), 6);
+        ck_assert_ptr_nonnull(kvs_cache_k_pruned(c, 0));
+        ck_assert_int_eq(kvs_cache_bytes_allocated(c), alloc2);
+        ck_assert_int_eq(kvs_cache_bytes_used(c), (int64_t)H * (6 * (3 * es + vrow) + (hd * es + vrow)));
+        ck_assert(kvs_cache_read_f32(c, 0, 0, keys) == KVS_OK);
+        for (int h = 0; h < H; h++)
+            for (int r = 0; r < cap; r++)
+                for (int t = 0; t < hd; t++)
+                    ck_assert_float_eq(keys[(h * cap + r) * hd + t], r < 7 ? before[(h * cap + r) * hd + t] : 0.0f);
+        ck_assert(kvs_tensor_download(kvs_cache_tail_pos_tensor(c, 0), tp, 0, sizeof(int32_t) * 2 * 2) == KVS_OK);
+        ck_assert(kvs_tensor_download(kvs_cache_tail_len_tensor(c, 0), tl, 0, sizeof tl) == KVS_OK);
+        for (int h = 0; h < H; h++) {
+            ck_assert_int_eq(tl[h], 1);
+            ck_assert_int_eq(tp[h * 2], 6);
+            ck_assert_int_eq(tp[h * 2 + 1], INT32_MAX);
+        }
+        put_rows(dev, c, H, hd, 7, 1);
+        ck_assert(kvs_cache_read_f32(c, 0, 0, keys) == KVS_OK);
+        ck_assert(memcmp(keys, before, sizeof keys) == 0);
+        ck_assert_msg(kvs_cache_truncate(c, 5) == KVS_OK, "%s", kvs_last_error());
+        for (int h = 0; h < H; h++) ck_assert_int_eq(kvs_cache_pruned_rows(c, 0, h), 5);
+        ck_assert_int_eq(kvs_cache_bytes_allocated(c), alloc2);
+        ck_assert_int_eq(kvs_cache_bytes_used(c), (int64_t)H * 5 * (3 * es + vrow));
+        ck_assert(kvs_cache_read_f32(c, 0, 0, keys) == KVS_OK);
+        for (int h = 0; h < H; h++)
+            for (int r = 0; r < cap; r++)
+                for (int t = 0; t < hd; t++)
+                    ck_assert_float_eq(keys[(h * cap + r) * hd + t], r < 5 ? before[(h * cap + r) * hd + t] : 0.0f);
+        if (!f16) { /* the dropped pruned row's bytes are 0, as never written */
+            ck_assert(kvs_tensor_download(kvs_cache_k_pruned(c, 0), raw3, 0, sizeof raw3) == KVS_OK);
+            for (int h = 0; h < H; h++)
+                for (int r = 5; r < cap; r++)
+                    for (int t = 0; t < 3; t++) ck_assert_float_eq(raw3[(h * cap + r) * 3 + t], 0.0f);
+        }
         /* eviction: keep rows {1, 4} of head 0, {0} of head 1 -> full width again, zeros in place */
         const int32_t keep[4] = {1, 4, 0, 0};
         const int64_t nk[2] = {2, 1};
@@ -473,6 +514,23 @@ START_TEST(test_prune_storage) {
                     }
         }
         ck_assert_int_eq(kvs_cache_bytes_used(c), (int64_t)3 * (hd * es + vrow));
+        /* pruned again, then truncated to 1 row (head 1's only pruned row stays) and to 0 rows: no
+         * pruned row left, the layer returns to its full-width keys */
+        ck_assert(kvs_cache_prune_keys(c, 0, pr) == KVS_OK);
+        ck_assert(kvs_cache_truncate(c, 1) == KVS_OK);
+        ck_assert_int_eq(kvs_cache_pruned_rows(c, 0, 0), 1);
+        ck_assert_int_eq(kvs_cache_pruned_rows(c, 0, 1), 1);
+        ck_assert_ptr_nonnull(kvs_cache_k_pruned(c, 0));
+        ck_assert(kvs_cache_truncate(c, 0) == KVS_OK);
+        ck_assert_ptr_null(kvs_cache_k_pruned(c, 0));
+        ck_assert_int_eq(kvs_cache_pruned_rows(c, 0, 0), 0);
+        ck_assert_int_eq(kvs_tensor_ne(kvs_cache_k(c, 0), 1), cap);
+        ck_assert_int_eq(kvs_cache_bytes_allocated(c), alloc0);
+        ck_assert_int_eq(kvs_cache_bytes_used(c), 0);
+        put_rows(dev, c, H, hd, 0, 1);
+        ck_assert(kvs_cache_read_f32(c, 0, 0, keys) == KVS_OK);
+        for (int h = 0; h < H; h++)
+            for (int t = 0; t < hd; t++) ck_assert_float_eq(keys[(h * cap) * hd + t], (float)(100 * h + t + 1));
         /* refusals */
         uint8_t bad[10] = {1, 0, 0, 0, 0, 1, 1, 0, 0, 0};
         ck_assert_int_eq(kvs_cache_prune_keys(c, 0, bad), KVS_ERR_INVALID_ARGUMENT);

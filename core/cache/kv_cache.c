@@ -954,13 +954,15 @@ kvs_status kvs_cache_rerotate(kvs_kv_cache *c, int layer, const kvs_rope_params 
     return KVS_OK;
 }
 
-/* Zeroes rows [r0, r1) of kv head h of tensor t (upload of zero bytes: never-written rows are zero). */
-static kvs_status zero_rows(kvs_kv_cache *c, kvs_tensor *t, int64_t h, int64_t r0, int64_t r1) {
+/* Zeroes rows [r0, r1) of kv head h of tensor t [n_kv_heads][t->ne[1] rows][t->ne[0]] (upload of
+ * zero bytes: never-written rows are zero); also the pruned segment [..][capacity][d_k'] and the
+ * tail [..][tcap][head_dim]. */
+static kvs_status zero_rows(kvs_tensor *t, int64_t h, int64_t r0, int64_t r1) {
     if (!t || r1 <= r0) return KVS_OK;
-    const size_t rb = kvs_dtype_bytes(t->dtype, c->p.head_dim), nb = (size_t)(r1 - r0) * rb;
+    const size_t rb = kvs_dtype_bytes(t->dtype, t->ne[0]), nb = (size_t)(r1 - r0) * rb;
     void *z = calloc(1, nb);
     if (!z) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_cache_truncate: out of host memory");
-    kvs_status s = kvs_tensor_upload(t, z, (size_t)(h * c->p.capacity + r0) * rb, nb);
+    kvs_status s = kvs_tensor_upload(t, z, (size_t)(h * t->ne[1] + r0) * rb, nb);
     free(z);
     return s;
 }
@@ -979,15 +981,28 @@ kvs_status kvs_cache_truncate(kvs_kv_cache *c, int64_t n_rows) {
     int64_t next = 0;
     for (int l = 0; l < c->p.n_layers; l++) {
         int any = 0;
-        KVS_TRY(kvs_cache_unprune_keys(c, l)); /* pruned keys back to full width first */
+        /* ThinK's pruned layout stays: the dropped rows leave the tail (its rows j >= n_rows - P[h])
+         * and, below P[h], the pruned segment (P[h] becomes n_rows); a layer left with no pruned row
+         * in any head returns to the full-width keys (its rows are all in the tail, so no full-width
+         * copy of pruned keys is made) */
+        struct kvs_pruned_seg *g = kp_active(c, l) ? &c->kp[l] : NULL;
         for (int h = 0; h < H; h++) {
             int64_t *len = &c->host_len[(size_t)l * H + h];
             int32_t *pos = c->host_pos + ((size_t)l * H + h) * cap, *rpos = c->host_rpos + ((size_t)l * H + h) * cap;
             if (*len > n_rows) {
-                KVS_TRY(zero_rows(c, c->k[l], h, n_rows, *len));
-                KVS_TRY(zero_rows(c, c->v[l], h, n_rows, *len));
-                KVS_TRY(zero_rows(c, kvs_cache_k_lo(c, l), h, n_rows, *len));
-                KVS_TRY(zero_rows(c, kvs_cache_v_lo(c, l), h, n_rows, *len));
+                if (g) {
+                    const int64_t P = g->rows[h], A = *len - P;
+                    KVS_TRY(zero_rows(c->k[l], h, n_rows > P ? n_rows - P : 0, A)); /* the tail */
+                    if (n_rows < P) {
+                        KVS_TRY(zero_rows(g->k, h, n_rows, P));
+                        g->rows[h] = n_rows;
+                    }
+                } else {
+                    KVS_TRY(zero_rows(c->k[l], h, n_rows, *len));
+                    KVS_TRY(zero_rows(kvs_cache_k_lo(c, l), h, n_rows, *len));
+                }
+                KVS_TRY(zero_rows(c->v[l], h, n_rows, *len));
+                KVS_TRY(zero_rows(kvs_cache_v_lo(c, l), h, n_rows, *len));
                 for (int64_t r = n_rows; r < *len; r++) pos[r] = rpos[r] = -1;
                 *len = n_rows;
                 any = 1;
@@ -996,6 +1011,9 @@ kvs_status kvs_cache_truncate(kvs_kv_cache *c, int64_t n_rows) {
                 if (pos[r] + 1 > next) next = pos[r] + 1;
         }
         if (any) KVS_TRY(sync_layer(c, l));
+        int64_t maxp = 0;
+        for (int h = 0; g && h < H; h++) maxp = g->rows[h] > maxp ? g->rows[h] : maxp;
+        if (g && maxp == 0) KVS_TRY(kvs_cache_unprune_keys(c, l));
     }
     c->next_pos = next;
     return KVS_OK;

@@ -198,7 +198,9 @@ KVS_API int64_t kvs_cache_bytes_allocated(const kvs_kv_cache *c);
  * first n_rows rows; rows beyond are emptied exactly as if never written (bytes zeroed in every
  * plane, positions -1, len = min(len, n_rows)), and the next position becomes 1 + the largest
  * position still held, so the cache is bit-identical to one that never saw the removed rows (when
- * those were appended after the kept ones). APPEND caches only.
+ * those were appended after the kept ones). APPEND caches only. A layer in ThinK's pruned key
+ * layout (kvs_cache_prune_keys) stays in it (no full-width copy of its keys is made) unless no
+ * pruned row is left in any head.
  * Errors: KVS_ERR_INVALID_ARGUMENT (NULL, n_rows < 0), KVS_ERR_STATE (positional cache),
  * KVS_ERR_UNSUPPORTED (KVS_CACHE_KEEP_X caches), KVS_ERR_OUT_OF_MEMORY, upload errors. */
 KVS_API kvs_status kvs_cache_truncate(kvs_kv_cache *c, int64_t n_rows);
@@ -248,7 +250,9 @@ KVS_API kvs_status kvs_cache_rerotate(kvs_kv_cache *c, int layer, const kvs_rope
  * With every head empty it only records the channels (the layer stays full width).
  * kvs_cache_unprune_keys: back to the full-width key tensor (capacity rows; the pruned rows with 0
  * outside their channels, the tail's rows at P[h] + j); the segment and the tail are freed (P = 0);
- * kvs_cache_keep, kvs_cache_rerotate, kvs_cache_truncate and kvs_cache_reset call it first. A layer
+ * kvs_cache_keep, kvs_cache_rerotate and kvs_cache_reset call it first; kvs_cache_truncate keeps
+ * the layout (the dropped rows leave the tail, and below P[h] the pruned segment, P[h] becoming
+ * n_rows) and calls it only for a layer left with no pruned row in any head. A layer
  * without the pruned layout runs nothing. Both hold the old and the new key tensors on the device
  * for the duration of the call.
  * Errors: KVS_ERR_INVALID_ARGUMENT (NULL, bad layer, counts differing between heads, every channel
