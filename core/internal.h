@@ -265,6 +265,7 @@ struct kvs_device {
     kvs_caps caps;
     kvs_device_info info;
     int64_t bytes_allocated;
+    int64_t bytes_peak;         /* kvs_device_bytes_peak: the most bytes_allocated reached */
     int query;                  /* kvs_device_set_query: ops validate and ask supports(), run nothing */
     const kvs_variant *forced[KVS_OP_COUNT]; /* variant forced per op; NULL = automatic */
     struct kvs_profiler *prof;  /* kvs_device_profile: per-op timing table; NULL = off */

@@ -554,6 +554,7 @@ int cmd_generate(int argc, char **argv) {
         json_object_object_add(js, "compute_fraction", json_object_new_double(st.compute_fraction));
         json_object_object_add(js, "cache_bytes_peak", json_object_new_int64(st.cache_bytes_peak));
         json_object_object_add(js, "cache_bytes_allocated", json_object_new_int64(st.cache_bytes_allocated));
+        json_object_object_add(js, "device_bytes_peak", json_object_new_int64(kvs_device_bytes_peak(dev)));
         json_object_object_add(js, "cache_type_k", json_object_new_string(kvs_dtype_name(ctypes[0])));
         json_object_object_add(js, "cache_type_v", json_object_new_string(kvs_dtype_name(ctypes[1])));
         json_object_object_add(js, "kv_rotate", json_object_new_boolean(ct.rotate));
@@ -631,12 +632,13 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr,
                 "[%s on %s] %lld tokens in %.3f s (%.1f tokens/s), %lld %s\n"
                 "rows computed %lld of %lld without cache (compute fraction %.3f)\n"
-                "model %.2f MiB (%.2f MiB used in place from the file; loaded in %.3f s), cache peak %.2f MiB (allocated %.2f MiB; K %s, V %s)\n",
+                "model %.2f MiB (%.2f MiB used in place from the file; loaded in %.3f s), cache peak %.2f MiB (allocated %.2f MiB; K %s, V %s), device peak %.3f MiB\n",
                 dlm ? "diffusion" : "autoregressive", kvs_device_get_info(dev)->name, (long long)n_out, st.seconds,
                 st.tokens_per_s, (long long)st.steps, dlm ? "denoising steps" : "forward steps",
                 (long long)st.rows_computed, (long long)rows_baseline, st.compute_fraction,
                 (double)kvs_model_weight_bytes(m) / 1048576.0, (double)kvs_model_mapped_bytes(m) / 1048576.0, cm.load_s, (double)st.cache_bytes_peak / 1048576.0,
-                (double)st.cache_bytes_allocated / 1048576.0, kvs_dtype_name(ctypes[0]), kvs_dtype_name(ctypes[1]));
+                (double)st.cache_bytes_allocated / 1048576.0, kvs_dtype_name(ctypes[0]), kvs_dtype_name(ctypes[1]),
+                (double)kvs_device_bytes_peak(dev) / 1048576.0);
         if (st.seconds_build > 0.0005)
             fprintf(stderr, "kernel builds on first use: %.3f s of the %.3f s (not counted in tokens/s; the next run of "
                             "these shapes in this process reuses them)\n", st.seconds_build, st.seconds);
