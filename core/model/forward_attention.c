@@ -115,11 +115,6 @@ static int pruned_on(kvs_kv_cache *c, int l) {
     return 0;
 }
 
-/* log of the softmax mass of a call: m + log l; -inf when no key was visible (l = 0); NaN stays. */
-static void lse_of(const float *m, const float *l, float *out, int64_t n) {
-    for (int64_t i = 0; i < n; i++) out[i] = l[i] == 0.0f ? -INFINITY : m[i] + logf(l[i]);
-}
-
 /* Attention over ThinK's two key segments (cache.h, kvs_cache_prune_keys): the pruned rows [0, P[h])
  * (keys of d_k' channels, kvs_attention_params.q_channels, values kvs_cache_v's rows) and the tail,
  * the full-width rows appended since (kvs_cache_k [H][T][head_dim], its row j being cache row
@@ -131,8 +126,8 @@ static void lse_of(const float *m, const float *l, float *out, int64_t n) {
  * into cache rows P[h] + j on the device (kvs_scatter); out is the sum, argmax the one of the larger
  * row maximum (the pruned rows on ties: they are the lower rows). The pruned call reads q's kept
  * channels gathered into ws.tk_qg by an index kept per layer (ws.tk_qi). Per (step, layer) the host
- * sees only the two log-normalisers (row max and sum downloaded, lse uploaded) and, when asked for,
- * the argmax merge; index uploads happen when an eviction changed them. ap: the dense call's
+ * sees nothing but the argmax merge when one is asked for (the log-normalisers come from the row max
+ * and sum by kvs_log_mass on the device); index uploads happen when an eviction changed them. ap: the dense call's
  * parameters (cache positions, lengths, statistics, over the cache's capacity); out:
  * [n][n_heads][head_dim]. */
 static kvs_status pruned_attention(fwd_ctx *f, int l, int64_t n, const kvs_tensor *q, kvs_tensor *out,
@@ -254,7 +249,7 @@ static kvs_status pruned_attention(fwd_ctx *f, int l, int64_t n, const kvs_tenso
     if (s == KVS_OK) s = fwd_view3(m, &qdst, ws->tk_qg, 0, 1, NH * dk, n);
     if (s == KVS_OK) s = kvs_gather(m->dev, qsrc, qiv, qdst);
     if (s == KVS_OK) s = fwd_view3(m, &qg, ws->tk_qg, 0, dk, NH, n);
-    float *h = ws->h_tk; /* [rm_t, rs_t, rm_p, rs_p, lse_t, lse_p] */
+    float *h = ws->h_tk; /* host [rm_t, rs_t, rm_p, ...]: the argmax merge reads the row maxima */
 
     /* (1) the tail: its normaliser */
     kvs_attention_params a1 = kvs_attention_params_default();
@@ -267,11 +262,7 @@ static kvs_status pruned_attention(fwd_ctx *f, int l, int64_t n, const kvs_tenso
     a1.row_max = st[0];
     a1.row_sum = st[1];
     if (s == KVS_OK) s = kvs_attention(m->dev, q, kt, vtail, out2, &a1);
-    if (s == KVS_OK) s = kvs_tensor_download(ws->tk_stat, h, 0, sizeof(float) * 2 * (size_t)nr); /* st[0], st[1] */
-    if (s == KVS_OK) {
-        lse_of(h, h + nr, h + 4 * nr, nr);
-        s = kvs_tensor_upload(st[4], h + 4 * nr, 0, sizeof(float) * (size_t)nr);
-    }
+    if (s == KVS_OK) s = kvs_log_mass(m->dev, st[0], st[1], st[4]); /* lse_t, on the device */
     /* (2) the pruned rows, normalised with the tail's mass, statistics in cache rows */
     kvs_attention_params a2 = *ap;
     a2.n_kv = pmax;
@@ -282,11 +273,7 @@ static kvs_status pruned_attention(fwd_ctx *f, int l, int64_t n, const kvs_tenso
     a2.row_sum = st[3];
     a2.argmax = am2;
     if (s == KVS_OK) s = kvs_attention(m->dev, qg, kvs_cache_k_pruned(c, l), vv, out, &a2);
-    if (s == KVS_OK) s = kvs_tensor_download(ws->tk_stat, h + 2 * nr, sizeof(float) * 2 * (size_t)nr, sizeof(float) * 2 * (size_t)nr);
-    if (s == KVS_OK) {
-        lse_of(h + 2 * nr, h + 3 * nr, h + 5 * nr, nr);
-        s = kvs_tensor_upload(st[5], h + 5 * nr, 0, sizeof(float) * (size_t)nr);
-    }
+    if (s == KVS_OK) s = kvs_log_mass(m->dev, st[2], st[3], st[5]); /* lse_p */
     /* (3) the tail, normalised with the pruned rows' mass; statistics in tail rows */
     kvs_attention_params a3 = a1;
     a3.lse_extra = st[5];
@@ -359,9 +346,10 @@ static kvs_status pruned_attention(fwd_ctx *f, int l, int64_t n, const kvs_tenso
             if (s == KVS_OK) s = kvs_tensor_upload(ap->probs, pc, 0, sizeof(float) * (size_t)(rows * cap));
         }
     }
-    if (s == KVS_OK && ap->argmax) {
+    if (s == KVS_OK && ap->argmax) { /* the two calls' row maxima decide (the pruned rows on ties) */
         int32_t *at = ws->h_tk_am, *apr = at + nr;
-        s = kvs_tensor_download(ap->argmax, at, 0, sizeof(int32_t) * (size_t)nr);
+        s = kvs_tensor_download(ws->tk_stat, h, 0, sizeof(float) * 3 * (size_t)nr); /* st[0..2] */
+        if (s == KVS_OK) s = kvs_tensor_download(ap->argmax, at, 0, sizeof(int32_t) * (size_t)nr);
         if (s == KVS_OK) s = kvs_tensor_download(am2, apr, 0, sizeof(int32_t) * (size_t)nr);
         for (int64_t i = 0; s == KVS_OK && i < nr; i++) {
             if (at[i] >= 0) at[i] += (int32_t)P[(i % NH) / G]; /* tail row -> cache row */

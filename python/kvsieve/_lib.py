@@ -277,6 +277,7 @@ _PROTOS = {
     # ops.h
     "kvs_matmul": (_S, [_P, _P, _P, _P, c_int]),
     "kvs_add": (_S, [_P, _P, _P, _P]),
+    "kvs_log_mass": (_S, [_P, _P, _P, _P]),
     "kvs_copy": (_S, [_P, _P, _P]),
     "kvs_rmsnorm": (_S, [_P, _P, _P, _P, c_float]),
     "kvs_swiglu": (_S, [_P, _P, _P, _P]),
