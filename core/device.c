@@ -173,6 +173,10 @@ const kvs_caps *kvs_device_caps(const kvs_device *dev) { return dev ? &dev->caps
 const kvs_device_info *kvs_device_get_info(const kvs_device *dev) { return dev ? &dev->info : NULL; }
 kvs_backend kvs_device_backend(const kvs_device *dev) { return dev ? dev->info.backend : KVS_BACKEND_COUNT; }
 int64_t kvs_device_bytes_allocated(const kvs_device *dev) { return dev ? dev->bytes_allocated : 0; }
+int64_t kvs_device_bytes_peak(const kvs_device *dev) { return dev ? dev->bytes_peak : 0; }
+void kvs_device_reset_peak(kvs_device *dev) {
+    if (dev) dev->bytes_peak = dev->bytes_allocated;
+}
 
 double kvs_device_build_seconds(const kvs_device *dev) { return dev ? dev->build_seconds : 0.0; }
 

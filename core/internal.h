@@ -134,7 +134,8 @@ typedef struct kvs_rows_args {
                                               * bytes per row), both written by kvs_qh8_encode_row's rule */
 } kvs_rows_args;
 
-typedef struct kvs_binary_args {        /* add: y = a + b; swiglu: y = silu(a) * b */
+typedef struct kvs_binary_args {        /* add: y = a + b; swiglu: y = silu(a) * b; log_mass:
+                                          * y = b == 0 ? -inf : a + log(b) */
     const kvs_tensor *a, *b; kvs_tensor *y;
     int64_t n;                           /* elements of each */
 } kvs_binary_args;
@@ -184,7 +185,8 @@ typedef struct kvs_embedding_args {
     X(ctx, topp, kvs_topp_args)                                                                    \
     X(ctx, gather, kvs_rows_args)                                                                  \
     X(ctx, scatter, kvs_rows_args)                                                                 \
-    X(ctx, compact, kvs_rows_args)
+    X(ctx, compact, kvs_rows_args)                                                                 \
+    X(ctx, log_mass, kvs_binary_args)
 
 #define KVS_OP_ID_(ctx, name, args) KVS_OP_##name,
 typedef enum kvs_op_id { KVS_OP_LIST(KVS_OP_ID_, ~) KVS_OP_COUNT } kvs_op_id;
@@ -265,6 +267,7 @@ struct kvs_device {
     kvs_caps caps;
     kvs_device_info info;
     int64_t bytes_allocated;
+    int64_t bytes_peak;         /* kvs_device_bytes_peak: the most bytes_allocated reached */
     int query;                  /* kvs_device_set_query: ops validate and ask supports(), run nothing */
     const kvs_variant *forced[KVS_OP_COUNT]; /* variant forced per op; NULL = automatic */
     struct kvs_profiler *prof;  /* kvs_device_profile: per-op timing table; NULL = off */

@@ -127,6 +127,13 @@ kvs_status kvs_add(kvs_device *dev, const kvs_tensor *a, const kvs_tensor *b, kv
     return dispatch_add(dev, &args);
 }
 
+kvs_status kvs_log_mass(kvs_device *dev, const kvs_tensor *row_max, const kvs_tensor *row_sum, kvs_tensor *lse) {
+    int64_t n = 0;
+    KVS_TRY(check_ew2(dev, "kvs_log_mass", row_max, "row_max", row_sum, "row_sum", lse, "lse", &n));
+    kvs_binary_args args = {.a = row_max, .b = row_sum, .y = lse, .n = n};
+    return dispatch_log_mass(dev, &args);
+}
+
 kvs_status kvs_copy(kvs_device *dev, const kvs_tensor *src, kvs_tensor *dst) {
     const char *op = "kvs_copy";
     CHECK_NONNULL(op, src); CHECK_NONNULL(op, dst);

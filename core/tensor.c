@@ -119,6 +119,7 @@ kvs_status kvs_tensor_create(kvs_tensor **out, kvs_device *dev, kvs_dtype dtype,
     b->nbytes = nbytes;
     b->refs = 1;
     dev->bytes_allocated += (int64_t)nbytes;
+    if (dev->bytes_allocated > dev->bytes_peak) dev->bytes_peak = dev->bytes_allocated;
     t->dev = dev;
     t->buf = b;
     t->dtype = dtype;

@@ -9,7 +9,7 @@
 #include "probe.h"
 
 START_TEST(test_op_names) {
-    ck_assert_int_eq(KVS_OP_COUNT, 17);
+    ck_assert_int_eq(KVS_OP_COUNT, 18);
     for (int i = 0; i < KVS_OP_COUNT; i++) {
         const char *n = kvs_op_name((kvs_op_id)i);
         ck_assert_ptr_nonnull(n);

@@ -32,7 +32,7 @@ static const struct {
     {"tensor", suite_tensor, ""},
     {"matmul", suite_matmul, "matmul"},
     {"matmul-quant", suite_matmul_quant, "matmul,embedding"},
-    {"elementwise", suite_elementwise, "add,copy,rmsnorm,swiglu,softmax"},
+    {"elementwise", suite_elementwise, "add,copy,rmsnorm,swiglu,softmax,log_mass"},
     {"embedding", suite_embedding, "embedding"},
     {"rope", suite_rope, "rope"},
     {"attention", suite_attention, "attention"},
@@ -44,7 +44,7 @@ static const struct {
 };
 static const char *const all_ops[] = {"matmul", "add", "copy", "rmsnorm", "swiglu", "softmax", "embedding", "rope",
                                       "attention", "dwt", "idwt", "topk", "topk_global", "topp", "gather", "scatter",
-                                      "compact"};
+                                      "compact", "log_mass"};
 #define N_SUITES (sizeof all_suites / sizeof all_suites[0])
 
 static void usage(void) {

@@ -339,6 +339,49 @@ START_TEST(test_swiglu) {
 END_TEST
 
 /* ---------------------------------------------------------------------------------------------- */
+/* log_mass: lse = m + log(l), -inf where l == 0 (ThinK's pruned attention feeds it to lse_extra)  */
+
+static void log_mass_run(int _i) {
+    int64_t n = ew_sizes[_i % 4];
+    int mode = _i / 4; /* 0: separate, 1: lse aliases row_max, 2: lse aliases row_sum */
+    t_case("log_mass n=%lld mode=%s", (long long)n, (const char *[]){"separate", "lse=row_max", "lse=row_sum"}[mode]);
+    float *m = t_alloc(4 * (size_t)n), *l = t_alloc(4 * (size_t)n), *y = t_alloc(4 * (size_t)n);
+    t_fill_normal(m, n, 10.0);
+    t_fill_uniform(l, n, 1.0, 300.0); /* a row sum is >= 1 (its max term is 1) when a key is visible */
+    for (int64_t i = 0; i < n; i += 7) l[i] = 0.0f; /* no visible key: -inf */
+    if (n > 3) {
+        m[1] = -FLT_MAX, l[1] = 0.0f; /* the op's "no key" row max */
+        l[2] = 1.0f;                  /* log 1 = 0 exactly: lse = m */
+        l[3] = 3e38f;                 /* a large sum */
+    }
+    tt *mt = t_new1(KVS_F32, n), *lt = t_new1(KVS_F32, n);
+    tt *yt = mode == 1 ? mt : mode == 2 ? lt : t_new1(KVS_F32, n);
+    t_upload_f32(mt, m);
+    t_upload_f32(lt, l);
+    if (!t_op(kvs_log_mass(t_dev(), mt->t, lt->t, yt->t))) {
+        t_download(yt, y);
+        for (int64_t i = 0; i < n; i++) {
+            if (l[i] == 0.0f) {
+                T_ASSERT(y[i] == -INFINITY, "lse[%lld] = %g, want -inf (row_sum 0)", (long long)i, (double)y[i]);
+                continue;
+            }
+            const double ref = (double)m[i] + log((double)l[i]), tol = 4e-7 * (fabs((double)m[i]) + fabs(log((double)l[i])) + 1.0);
+            T_ASSERT(fabs((double)y[i] - ref) <= tol, "lse[%lld] = %.9g, float64 reference %.9g (m %g, l %g)", (long long)i,
+                     (double)y[i], ref, (double)m[i], (double)l[i]);
+        }
+        if (mode != 1) t_assert_unchanged(mt, "row_max");
+        if (mode != 2) t_assert_unchanged(lt, "row_sum");
+    }
+}
+
+START_TEST(test_log_mass) {
+    BEGIN_LOOP("log_mass");
+    log_mass_run(_i);
+    t_end();
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------------------------- */
 /* softmax                                                                                        */
 
 typedef struct sm_case {
@@ -398,7 +441,7 @@ START_TEST(test_softmax) {
 END_TEST
 
 static const t_seq test_elementwise_sequence_seq[] = {
-    {add_run, 16}, {copy_run, 27}, {rmsnorm_run, (int)(sizeof rn_cases / sizeof rn_cases[0])}, {swiglu_run, 12},
+    {add_run, 16}, {copy_run, 27}, {rmsnorm_run, (int)(sizeof rn_cases / sizeof rn_cases[0])}, {swiglu_run, 12}, {log_mass_run, 12},
     {softmax_run, (int)(sizeof sm_cases / sizeof sm_cases[0])}};
 T_SEQUENCE_TEST(test_elementwise_sequence, test_elementwise_sequence_seq)
 
@@ -415,6 +458,9 @@ Suite *suite_elementwise(void) {
     suite_add_tcase(s, tc);
     tc = tcase_create("swiglu");
     tcase_add_loop_test(tc, test_swiglu, 0, 12);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("log_mass");
+    tcase_add_loop_test(tc, test_log_mass, 0, 12);
     suite_add_tcase(s, tc);
     tc = tcase_create("softmax");
     tcase_add_loop_test(tc, test_softmax, 0, (int)(sizeof sm_cases / sizeof sm_cases[0]));

@@ -5,7 +5,8 @@
  *    and with think_ratio 0.5 every layer's every kv head has exactly head_dim/2 key channels zero
  *    in all its rows right after each eviction (the others not), counted in channels_pruned;
  *  - the cache's pruned key segment by hand (kvs_cache_prune_keys: values, channels, bytes, re-pruning,
- *    eviction back to full width, refusals);
+ *    truncation and eviction within the pruned layout, back to full width when no pruned row is
+ *    left, refusals);
  *  - the pruned layout's anchor: decoding with it equals decoding with the channels zeroed in place
  *    (snapkv and h2o at ratio 0.4; logits, key mass, probe rows), with fewer bytes in use;
  *  - the refusals at kvs_evictor_begin (bf16 keys, Hadamard-rotated keys). */
@@ -194,6 +195,20 @@ static void run_ex(kvs_model *m, kvs_device *dev, const char *policy, int64_t bu
     kvs_policy_destroy(&pol);
 }
 
+/* From dev's profile (kvs_device_profile), the forward's work inside the layers (layer >= 0): its
+ * attention calls and its downloads to the host. */
+static void layer_counts(const kvs_device *dev, int64_t *att, int64_t *down) {
+    kvs_profile_entry e[512];
+    int64_t n = kvs_device_profile_read(dev, e, 512);
+    ck_assert(n > 0 && n <= 512);
+    *att = *down = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (e[i].layer < 0) continue;
+        if (!strcmp(e[i].kind, "attention")) *att += e[i].calls;
+        if (!strcmp(e[i].kind, "download")) *down += e[i].calls;
+    }
+}
+
 static void run(kvs_model *m, kvs_device *dev, const char *policy, int64_t budget, double r, int64_t n, float *logits, int check,
                 kvs_evict_stats *es) {
     run_ex(m, dev, policy, budget, r, n, logits, check, es, 0, NULL);
@@ -242,8 +257,22 @@ START_TEST(test_think_pruned_anchor) {
         run_rec rb = {.km = calloc((size_t)per, sizeof(double)), .pr = calloc((size_t)(2 * n * hp->n_layers), sizeof(double))};
         kvs_evict_stats ea, eb;
         ra.rerotate = rb.rerotate = pi == 2;
+        int64_t att_a, att_b, down_a, down_b;
+        ck_assert(kvs_device_profile(dev, 1) == KVS_OK);
         run_ex(m, dev, pols[pi], 24, 0.4, n, a, 1, &ea, 1, &ra); /* zeroed in place */
+        layer_counts(dev, &att_a, &down_a);
+        ck_assert(kvs_device_profile(dev, 1) == KVS_OK); /* from zero */
         run_ex(m, dev, pols[pi], 24, 0.4, n, b, 1, &eb, 0, &rb); /* the pruned segment */
+        layer_counts(dev, &att_b, &down_b);
+        ck_assert(kvs_device_profile(dev, 0) == KVS_OK);
+        /* a (step, layer) in the pruned layout makes three attention calls instead of one, and no
+         * download beyond the in-place run's: the log-normalisers (kvs_log_mass) and the statistics
+         * (key mass, probe rows: kvs_scatter) are merged on the device, not through the host */
+        const int64_t pruned_steps = (att_b - att_a) / 2;
+        printf("think 0.4 %s%s: %lld (step, layer)s in the pruned layout; downloads in the layers %lld vs %lld in place\n",
+               pols[pi], pi == 2 ? " (rerotate)" : "", (long long)pruned_steps, (long long)down_b, (long long)down_a);
+        ck_assert_int_gt(pruned_steps, n);
+        ck_assert_int_eq(down_b, down_a);
         ck_assert_int_eq(ea.evictions, eb.evictions);
         ck_assert_int_eq(ea.rows_evicted, eb.rows_evicted);
         ck_assert_int_eq(ea.channels_pruned, eb.channels_pruned);
@@ -330,9 +359,10 @@ static void put_rows(kvs_device *dev, kvs_kv_cache *c, int H, int hd, int64_t r0
  * allocated), kvs_cache_read_f32 returns the keys with 0 in the other channels, bytes in use count
  * 3 key values a pruned row; 2 rows appended go to the tail at full width (its positions and
  * lengths); a second pruning onto head 0 {0, 1, 4} with a 1-row tail announced re-gathers the old
- * rows (channel 0, not held, reads 0) and takes the new ones; a 2-row write grows the tail; keeping
- * rows (eviction) returns the layer to full width (the allocation of before) with the zeros in place;
- * the refusals. */
+ * rows (channel 0, not held, reads 0) and takes the new ones; a 2-row write grows the tail;
+ * truncation (into the tail, into the pruned rows) and keeping rows (eviction, pruned and tail rows
+ * kept) stay in the pruned layout without allocating more; pruning again from it; truncation to no
+ * pruned row returns the layer to full width (the allocation of before); the refusals. */
 START_TEST(test_prune_storage) {
     kvs_device *dev = NULL;
     ck_assert_msg(kvs_device_open(&dev, &g_params) == KVS_OK, "%s", kvs_last_error());
@@ -425,26 +455,97 @@ START_TEST(test_prune_storage) {
                     int held = r >= 6 || (!pr2[h * hd + t] && (r >= 4 || !pr[h * hd + t]));
                     ck_assert_float_eq(keys[(h * cap + r) * hd + t], held ? (float)(100 * h + 10 * r + t + 1) : 0.0f);
                 }
-        /* eviction: keep rows {1, 4} of head 0, {0} of head 1 -> full width again, zeros in place */
-        const int32_t keep[4] = {1, 4, 0, 0};
-        const int64_t nk[2] = {2, 1};
-        ck_assert(kvs_cache_keep(c, 0, keep, nk, 2) == KVS_OK);
-        for (int h = 0; h < H; h++) ck_assert_int_eq(kvs_cache_pruned_rows(c, 0, h), 0);
+        /* truncation (speculative decoding's rollback) keeps the pruned layout: to 7 rows drops the
+         * tail's row 1 (P stays 6), writing row 7 again restores the keys bit for bit, to 5 rows drops
+         * the tail and pruned row 5 (P = 5); nothing is allocated at full width meanwhile */
+        const int64_t alloc2 = kvs_cache_bytes_allocated(c);
+        float before[2 * 9 * 5], raw3[2 * 9 * 3];
+        ck_assert(kvs_cache_read_f32(c, 0, 0, before) == KVS_OK);
+        ck_assert_msg(kvs_cache_truncate(c, 7) == KVS_OK, "%s", kvs_last_error());
+        for (int h = 0; h < H; h++) ck_assert_int_eq(kvs_cache_pruned_rows(c, 0, h), 6);
+        ck_assert_ptr_nonnull(kvs_cache_k_pruned(c, 0));
+        ck_assert_int_eq(kvs_cache_bytes_allocated(c), alloc2);
+        ck_assert_int_eq(kvs_cache_bytes_used(c), (int64_t)H * (6 * (3 * es + vrow) + (hd * es + vrow)));
+        ck_assert(kvs_cache_read_f32(c, 0, 0, keys) == KVS_OK);
+        for (int h = 0; h < H; h++)
+            for (int r = 0; r < cap; r++)
+                for (int t = 0; t < hd; t++)
+                    ck_assert_float_eq(keys[(h * cap + r) * hd + t], r < 7 ? before[(h * cap + r) * hd + t] : 0.0f);
+        ck_assert(kvs_tensor_download(kvs_cache_tail_pos_tensor(c, 0), tp, 0, sizeof(int32_t) * 2 * 2) == KVS_OK);
+        ck_assert(kvs_tensor_download(kvs_cache_tail_len_tensor(c, 0), tl, 0, sizeof tl) == KVS_OK);
+        for (int h = 0; h < H; h++) {
+            ck_assert_int_eq(tl[h], 1);
+            ck_assert_int_eq(tp[h * 2], 6);
+            ck_assert_int_eq(tp[h * 2 + 1], INT32_MAX);
+        }
+        put_rows(dev, c, H, hd, 7, 1);
+        ck_assert(kvs_cache_read_f32(c, 0, 0, keys) == KVS_OK);
+        ck_assert(memcmp(keys, before, sizeof keys) == 0);
+        ck_assert_msg(kvs_cache_truncate(c, 5) == KVS_OK, "%s", kvs_last_error());
+        for (int h = 0; h < H; h++) ck_assert_int_eq(kvs_cache_pruned_rows(c, 0, h), 5);
+        ck_assert_int_eq(kvs_cache_bytes_allocated(c), alloc2);
+        ck_assert_int_eq(kvs_cache_bytes_used(c), (int64_t)H * 5 * (3 * es + vrow));
+        ck_assert(kvs_cache_read_f32(c, 0, 0, keys) == KVS_OK);
+        for (int h = 0; h < H; h++)
+            for (int r = 0; r < cap; r++)
+                for (int t = 0; t < hd; t++)
+                    ck_assert_float_eq(keys[(h * cap + r) * hd + t], r < 5 ? before[(h * cap + r) * hd + t] : 0.0f);
+        if (!f16) { /* the dropped pruned row's bytes are 0, as never written */
+            ck_assert(kvs_tensor_download(kvs_cache_k_pruned(c, 0), raw3, 0, sizeof raw3) == KVS_OK);
+            for (int h = 0; h < H; h++)
+                for (int r = 5; r < cap; r++)
+                    for (int t = 0; t < 3; t++) ck_assert_float_eq(raw3[(h * cap + r) * 3 + t], 0.0f);
+        }
+        /* eviction in the pruned layout: rows 5 and 6 appended (the tail), then head 0 keeps rows
+         * {1, 4, 6} and head 1 {0, 5}: the pruned rows compact in the pruned segment (P = 2 and 1), the
+         * others in the tail; no full-width key tensor is made (allocation unchanged) */
+        put_rows(dev, c, H, hd, 5, 2);
+        const int32_t keep[6] = {1, 4, 6, 0, 5, 0};
+        const int64_t nk[2] = {3, 2};
+        ck_assert(kvs_cache_keep(c, 0, keep, nk, 3) == KVS_OK);
+        ck_assert_int_eq(kvs_cache_pruned_rows(c, 0, 0), 2);
+        ck_assert_int_eq(kvs_cache_pruned_rows(c, 0, 1), 1);
+        ck_assert_ptr_nonnull(kvs_cache_k_pruned(c, 0));
+        ck_assert_int_eq(kvs_cache_bytes_allocated(c), alloc2);
+        ck_assert_int_eq(kvs_cache_bytes_used(c), (int64_t)3 * (3 * es + vrow) + 2 * (hd * es + vrow));
+        ck_assert(kvs_cache_read_f32(c, 0, 0, keys) == KVS_OK);
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < cap; i++)
+                for (int t = 0; t < hd; t++) {
+                    const int r = i < nk[h] ? keep[h * 3 + i] : -1;
+                    const int held = r >= 5 || (r >= 0 && !pr2[h * hd + t] && (r >= 4 || !pr[h * hd + t]));
+                    ck_assert_float_eq(keys[(h * cap + i) * hd + t], held ? (float)(100 * h + 10 * r + t + 1) : 0.0f);
+                }
+        /* the values and positions moved with them */
+        int32_t kpos[2 * 9];
+        ck_assert(kvs_tensor_download(kvs_cache_pos_tensor(c, 0), kpos, 0, sizeof kpos) == KVS_OK);
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < nk[h]; i++) ck_assert_int_eq(kpos[h * cap + i], keep[h * 3 + i]);
+        float vals[2 * 9 * 5];
+        ck_assert(kvs_cache_read_f32(c, 0, 1, vals) == KVS_OK);
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < nk[h]; i++)
+                for (int t = 0; t < hd; t++)
+                    ck_assert_float_eq(vals[(h * cap + i) * hd + t], -(float)(100 * h + 10 * keep[h * 3 + i] + t + 1));
+        /* pruned again (from the pruned layout), then truncated to 1 row and to 0 rows: no pruned
+         * row left, the layer returns to its full-width keys */
+        ck_assert(kvs_cache_prune_keys(c, 0, pr) == KVS_OK);
+        ck_assert_int_eq(kvs_cache_pruned_rows(c, 0, 0), 3);
+        ck_assert_int_eq(kvs_cache_pruned_rows(c, 0, 1), 2);
+        ck_assert(kvs_cache_truncate(c, 1) == KVS_OK);
+        ck_assert_int_eq(kvs_cache_pruned_rows(c, 0, 0), 1);
+        ck_assert_int_eq(kvs_cache_pruned_rows(c, 0, 1), 1);
+        ck_assert_ptr_nonnull(kvs_cache_k_pruned(c, 0));
+        ck_assert(kvs_cache_truncate(c, 0) == KVS_OK);
         ck_assert_ptr_null(kvs_cache_k_pruned(c, 0));
+        ck_assert_int_eq(kvs_cache_pruned_rows(c, 0, 0), 0);
         ck_assert_int_eq(kvs_tensor_ne(kvs_cache_k(c, 0), 1), cap);
         ck_assert_int_eq(kvs_cache_bytes_allocated(c), alloc0);
-        float raw32[2 * 9 * 5];
-        if (!f16) {
-            ck_assert(kvs_tensor_download(kvs_cache_k(c, 0), raw32, 0, sizeof raw32) == KVS_OK);
-            for (int h = 0; h < H; h++)
-                for (int i = 0; i < nk[h]; i++)
-                    for (int t = 0; t < hd; t++) {
-                        int r = keep[h * 2 + i];
-                        int held = !pr2[h * hd + t] && (r >= 4 || !pr[h * hd + t]);
-                        ck_assert_float_eq(raw32[(h * cap + i) * hd + t], held ? (float)(100 * h + 10 * r + t + 1) : 0.0f);
-                    }
-        }
-        ck_assert_int_eq(kvs_cache_bytes_used(c), (int64_t)3 * (hd * es + vrow));
+        ck_assert_int_eq(kvs_cache_bytes_used(c), 0);
+        put_rows(dev, c, H, hd, 0, 1);
+        ck_assert(kvs_cache_read_f32(c, 0, 0, keys) == KVS_OK);
+        for (int h = 0; h < H; h++)
+            for (int t = 0; t < hd; t++) ck_assert_float_eq(keys[(h * cap) * hd + t], (float)(100 * h + t + 1));
         /* refusals */
         uint8_t bad[10] = {1, 0, 0, 0, 0, 1, 1, 0, 0, 0};
         ck_assert_int_eq(kvs_cache_prune_keys(c, 0, bad), KVS_ERR_INVALID_ARGUMENT);
@@ -470,14 +571,49 @@ START_TEST(test_prune_storage) {
         for (int h = 0; h < H2; h++)
             for (int t = 0; t < hd2 - d2; t++) prb[h * hd2 + (t * 5 + h) % hd2] = 1; /* 25 distinct channels */
         ck_assert(kvs_cache_set_tail_rows(c, 32) == KVS_OK);
+        /* device peak (kvs_device_bytes_peak) over the pruning: the full-width keys go before the
+         * segment is made, so it never holds both (the segment alone is 89856 bytes) */
+        const int64_t seg_b = (int64_t)H2 * cap2 * d2 * 2, full_b = (int64_t)H2 * cap2 * hd2 * 2;
+        ck_assert_int_eq(kvs_device_bytes_peak(NULL), 0);
+        int64_t held = kvs_device_bytes_allocated(dev);
+        kvs_device_reset_peak(dev);
+        ck_assert_int_eq(kvs_device_bytes_peak(dev), held);
         ck_assert_msg(kvs_cache_prune_keys(c, 0, prb) == KVS_OK, "%s", kvs_last_error());
         ck_assert_int_eq(kvs_cache_pruned_dim(c, 0), d2);
+        const int64_t peak_prune = kvs_device_bytes_peak(dev) - held;
+        ck_assert_msg(peak_prune < seg_b, "pruning held %lld bytes more at its peak (segment %lld)", (long long)peak_prune,
+                      (long long)seg_b);
         const int64_t alloc1 = kvs_cache_bytes_allocated(c), used1 = kvs_cache_bytes_used(c);
         ck_assert_int_eq(alloc1, (int64_t)H2 * (cap2 * d2 + 32 * hd2 + cap2 * hd2) * 2);
         ck_assert_int_eq(used1, (int64_t)H2 * 256 * (d2 + hd2) * 2);
         put_rows(dev, c, H2, hd2, 256, 32); /* the buffer fills the tail, no growth */
         ck_assert_int_eq(kvs_cache_tail_capacity(c, 0), 32);
         ck_assert_int_eq(kvs_cache_bytes_allocated(c), alloc1);
+        /* the next eviction in the pruned layout (keep 256 of the 288 rows: every 9th dropped), then
+         * pruning again onto other channels: no full-width key tensor on the way (peak above what was
+         * held: below the full-width keys; it was those plus the segment and the tail) */
+        int32_t *kk = malloc(sizeof(int32_t) * (size_t)H2 * 256);
+        int64_t nk2[4];
+        for (int h = 0; h < H2; h++) {
+            int n = 0;
+            for (int r = 0; r < 288 && n < 256; r++)
+                if (r % 9 != 4) kk[h * 256 + n++] = r;
+            nk2[h] = n;
+        }
+        held = kvs_device_bytes_allocated(dev);
+        kvs_device_reset_peak(dev);
+        ck_assert_msg(kvs_cache_keep(c, 0, kk, nk2, 256) == KVS_OK, "%s", kvs_last_error());
+        ck_assert_ptr_nonnull(kvs_cache_k_pruned(c, 0));
+        for (int h = 0; h < H2; h++) ck_assert_int_eq(kvs_cache_pruned_rows(c, 0, h), 228); /* rows < 256 kept */
+        for (int h = 0; h < H2; h++)
+            for (int t = 0; t < hd2; t++) prb[h * hd2 + t] = (uint8_t)(((t * 7 + h) % hd2) < hd2 - d2);
+        ck_assert_msg(kvs_cache_prune_keys(c, 0, prb) == KVS_OK, "%s", kvs_last_error());
+        const int64_t peak_evict = kvs_device_bytes_peak(dev) - held;
+        printf("head_dim 64, 4 kv heads, f16, ThinK 0.4: device bytes at the peak above those held: first pruning %lld, "
+               "eviction + pruning again %lld (full-width keys %lld, segment %lld)\n", (long long)peak_prune,
+               (long long)peak_evict, (long long)full_b, (long long)seg_b);
+        ck_assert_int_lt(peak_evict, full_b);
+        free(kk);
         printf("head_dim 64, 4 kv heads, f16, capacity 288, 256 rows, ThinK 0.4: allocated %lld -> %lld bytes (%.1f%%; keys "
                "%lld -> %lld), in use %lld -> %lld, full with the buffer %lld\n",
                (long long)alloc0, (long long)alloc1, 100.0 * (double)(alloc1 - alloc0) / (double)alloc0,

@@ -348,7 +348,7 @@ static const uint32_t off_scatter_cvt[] = PC_OFFSETS(KVS_VK_PC_SCATTER_CVT);
 static c_layout c_layout_of(kvs_vk_shader_id id) {
     static const c_layout none = {NULL, 0, 0};
     switch (id) {
-    case KVS_VK_SH_ADD: case KVS_VK_SH_SWIGLU: return (c_layout)C_LAYOUT(off_binary, kvs_vk_pc_binary);
+    case KVS_VK_SH_ADD: case KVS_VK_SH_LOG_MASS: case KVS_VK_SH_SWIGLU: return (c_layout)C_LAYOUT(off_binary, kvs_vk_pc_binary);
     case KVS_VK_SH_COPY: return (c_layout)C_LAYOUT(off_copy, kvs_vk_pc_copy);
     case KVS_VK_SH_RMSNORM: return (c_layout)C_LAYOUT(off_rmsnorm, kvs_vk_pc_rmsnorm);
     case KVS_VK_SH_SOFTMAX: return (c_layout)C_LAYOUT(off_softmax, kvs_vk_pc_softmax);

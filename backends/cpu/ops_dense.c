@@ -479,6 +479,14 @@ kvs_status kvs_cpu_add(kvs_device *dev, const kvs_binary_args *oa) {
     return KVS_OK;
 }
 
+kvs_status kvs_cpu_log_mass(kvs_device *dev, const kvs_binary_args *oa) {
+    (void)dev;
+    const float *m = kvs_tensor_host_ptr(oa->a), *l = kvs_tensor_host_ptr(oa->b);
+    float *y = kvs_tensor_host_ptr(oa->y);
+    for (int64_t i = 0; i < oa->n; i++) y[i] = l[i] == 0.0f ? -INFINITY : m[i] + logf(l[i]);
+    return KVS_OK;
+}
+
 KVS_CLONES
 static void conv_f32_f16(const float *KVS_RESTRICT s, uint16_t *KVS_RESTRICT d, int64_t n) {
     for (int64_t i = 0; i < n; i++) d[i] = kvs_f2h(s[i]);

@@ -69,6 +69,14 @@ kvs_status kvs_ocl_add(kvs_device *dev, const kvs_binary_args *oa) {
     return launch_1d(dev, k, "add_f32", n, 7, args);
 }
 
+kvs_status kvs_ocl_log_mass(kvs_device *dev, const kvs_binary_args *oa) {
+    cl_kernel k;
+    KVS_TRY(dense_kernel(dev, 0, 0, 256, "log_mass_f32", &k));
+    kvs_ocl_arg args[] = {ARG_MEM(kvs_ocl_mem(oa->a)), ARG_L(elem_off(oa->a)), ARG_MEM(kvs_ocl_mem(oa->b)),
+                          ARG_L(elem_off(oa->b)), ARG_MEM(kvs_ocl_mem(oa->y)), ARG_L(elem_off(oa->y)), ARG_L(oa->n)};
+    return launch_1d(dev, k, "log_mass_f32", oa->n, 7, args);
+}
+
 kvs_status kvs_ocl_swiglu(kvs_device *dev, const kvs_binary_args *oa) {
     const kvs_tensor *gate = oa->a, *up = oa->b;
     kvs_tensor *out = oa->y;

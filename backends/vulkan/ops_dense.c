@@ -29,6 +29,10 @@ kvs_status kvs_vk_add(kvs_device *dev, const kvs_binary_args *oa) {
     return vk_binary(dev, "kvs_add", KVS_VK_SH_ADD, a, b, y, n);
 }
 
+kvs_status kvs_vk_log_mass(kvs_device *dev, const kvs_binary_args *oa) {
+    return vk_binary(dev, "kvs_log_mass", KVS_VK_SH_LOG_MASS, oa->a, oa->b, oa->y, oa->n);
+}
+
 kvs_status kvs_vk_swiglu(kvs_device *dev, const kvs_binary_args *oa) {
     const kvs_tensor *gate = oa->a, *up = oa->b;
     kvs_tensor *out = oa->y;

@@ -149,6 +149,7 @@ int kvs_vk_supports(kvs_device *dev, kvs_op_id op, const void *args, char *why, 
         return fits_binding(v, t, 2, why, n);
     }
     case KVS_OP_add:
+    case KVS_OP_log_mass:
     case KVS_OP_swiglu: {
         const kvs_binary_args *a = args;
         const kvs_tensor *t[] = {a->a, a->b, a->y};

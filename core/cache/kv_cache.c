@@ -567,70 +567,102 @@ kvs_status kvs_cache_prune_keys(kvs_kv_cache *c, int l, const uint8_t *pruned) {
         d = kept;
     }
     if (d < 1) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: every channel pruned (keep at least one)", op);
-    KVS_TRY(kvs_cache_unprune_keys(c, l)); /* the old layout back to full width (0 outside the old channels) */
+    const size_t cap = (size_t)c->p.capacity;
+    int64_t maxp = 0;
+    for (int h = 0; h < H; h++) maxp = c->host_len[(size_t)l * H + h] > maxp ? c->host_len[(size_t)l * H + h] : maxp;
+    /* the keys at full width on the host: the full-width tensor's bytes, or a pruned layer's segment
+     * expanded (0 outside its old channels) with its tail (pruned_full), so that pruning again never
+     * makes a full-width device tensor */
+    const int was_on = kp_active(c, l);
+    if (maxp == 0) KVS_TRY(kvs_cache_unprune_keys(c, l)); /* nothing to prune: full width, the channels recorded */
+    const size_t es = kvs_dtype_bytes(c->p.type_k, 1), fb = (size_t)H * cap * hd * es;
+    uint8_t *buf = maxp > 0 ? calloc(1, fb + (size_t)H * cap * d * es) : NULL;
+    if (maxp > 0 && !buf) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
+    kvs_status s = KVS_OK;
+    if (buf) s = was_on ? pruned_full(c, l, buf, es) : kvs_tensor_download(c->k[l], buf, 0, fb);
+    if (s != KVS_OK) {
+        free(buf);
+        return s;
+    }
     if (!c->kp) {
         c->kp = calloc((size_t)c->p.n_layers, sizeof *c->kp);
-        if (!c->kp) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
-    }
-    struct kvs_pruned_seg *g = &c->kp[l];
-    if (g->d != d) {
-        int32_t *ch = malloc((size_t)H * d * sizeof *ch);
-        int64_t *rows = g->rows ? g->rows : calloc((size_t)H, sizeof *rows);
-        if (!ch || !rows) {
-            free(ch);
-            if (rows != g->rows) free(rows);
+        if (!c->kp) {
+            free(buf);
             return kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
         }
-        free(g->ch);
-        g->ch = ch;
-        g->rows = rows;
-        g->d = d;
+    }
+    struct kvs_pruned_seg *g = &c->kp[l];
+    /* the new channel list, recorded once the new segment is made (the old one describes the old
+     * segment until then) */
+    int32_t *nch = malloc((size_t)H * d * sizeof *nch);
+    if (!g->rows) g->rows = calloc((size_t)H, sizeof *g->rows);
+    if (!nch || !g->rows) {
+        free(nch);
+        free(buf);
+        return kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
     }
     for (int h = 0; h < H; h++) {
         int n = 0;
         for (int ch = 0; ch < hd; ch++)
-            if (!pruned[h * hd + ch]) g->ch[h * d + n++] = ch;
+            if (!pruned[h * hd + ch]) nch[h * d + n++] = ch;
     }
-    const size_t cap = (size_t)c->p.capacity;
-    int64_t maxp = 0;
-    for (int h = 0; h < H; h++) maxp = c->host_len[(size_t)l * H + h] > maxp ? c->host_len[(size_t)l * H + h] : maxp;
-    if (maxp == 0) return KVS_OK; /* nothing to prune: the layer stays full width */
+    if (maxp == 0) { /* nothing to prune: the layer stays full width */
+        free(g->ch);
+        g->ch = nch;
+        g->d = d;
+        return KVS_OK;
+    }
     /* the tail: the rows appended until the next eviction, at most capacity - max P */
     int64_t tcap = (int64_t)cap - maxp;
     if (c->tail_rows > 0 && c->tail_rows < tcap) tcap = c->tail_rows;
     if (tcap < 1) tcap = 1;
-    kvs_tensor *t = c->k[l], *kp = NULL, *plen = NULL, *tlen = NULL, *tail = NULL;
-    const size_t es = kvs_dtype_bytes(t->dtype, 1);
-    uint8_t *buf = malloc(t->nbytes + (size_t)H * cap * d * es);
-    if (!buf) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
-    uint8_t *pr = buf + t->nbytes;
-    memset(pr, 0, (size_t)H * cap * d * es);
-    kvs_status s = kvs_tensor_download(t, buf, 0, t->nbytes);
+    kvs_tensor *kp = NULL, *plen = NULL, *tlen = NULL, *tail = NULL;
+    uint8_t *pr = buf + fb;
     for (int h = 0; s == KVS_OK && h < H; h++) {
         const int64_t len = c->host_len[(size_t)l * H + h];
         for (int64_t r = 0; r < len; r++) {
             const uint8_t *src = buf + ((size_t)h * cap + (size_t)r) * hd * es;
             uint8_t *dst = pr + ((size_t)h * cap + (size_t)r) * d * es;
-            for (int x = 0; x < d; x++) memcpy(dst + (size_t)x * es, src + (size_t)g->ch[h * d + x] * es, es);
+            for (int x = 0; x < d; x++) memcpy(dst + (size_t)x * es, src + (size_t)nch[h * d + x] * es, es);
         }
     }
+    /* full-width keys on the device are freed before the segment is made (their bytes are in buf),
+     * so the two layouts are never held at once; restored from buf if the new layout fails */
+    if (s == KVS_OK && !was_on) kvs_tensor_destroy(&c->k[l]);
     if (s == KVS_OK) s = kvs_tensor_new(&kp, c->dev, c->p.type_k, d, (int64_t)cap, H, 0);
     if (s == KVS_OK) s = kvs_tensor_upload(kp, pr, 0, kp->nbytes);
     if (s == KVS_OK) s = kvs_tensor_new(&plen, c->dev, KVS_I32, H, 0, 0, 0);
     if (s == KVS_OK) s = kvs_tensor_new(&tlen, c->dev, KVS_I32, H, 0, 0, 0);
     if (s == KVS_OK) s = tail_new(c, g, tcap, &tail);
-    free(buf);
     if (s != KVS_OK) {
         kvs_tensor_destroy(&kp);
         kvs_tensor_destroy(&plen);
         kvs_tensor_destroy(&tlen);
+        free(nch);
+        if (!c->k[l]) { /* the full-width keys back */
+            kvs_status r = kvs_tensor_new(&c->k[l], c->dev, c->p.type_k, hd, (int64_t)cap, H, 0);
+            if (r == KVS_OK) r = kvs_tensor_upload(c->k[l], buf, 0, fb);
+            if (r == KVS_OK) kvs_tensor_set_name(c->k[l], "cache.k");
+            else s = kvs_error(KVS_ERR_STATE, "%s: layer %d's keys were lost (making the pruned segment failed, then "
+                               "restoring the full-width keys failed); reset the cache", op, l);
+        }
+        free(buf);
         return s;
     }
+    free(buf);
+    free(g->ch);
+    g->ch = nch;
+    g->d = d;
     kvs_tensor_set_name(kp, "cache.k_pruned");
+    if (was_on) { /* the old segment goes (tail_new replaced the tail's positions and write rows) */
+        kvs_tensor_destroy(&g->k);
+        kvs_tensor_destroy(&g->len);
+        kvs_tensor_destroy(&g->tlen);
+    }
     g->k = kp;
     g->len = plen;
     g->tlen = tlen;
-    kvs_tensor_destroy(&c->k[l]); /* the full-width keys: the tail replaces them */
+    kvs_tensor_destroy(&c->k[l]); /* the full-width keys or the old tail: the new tail replaces them */
     c->k[l] = tail;
     for (int h = 0; h < H; h++) g->rows[h] = c->host_len[(size_t)l * H + h];
     g->on = 1;
@@ -839,6 +871,71 @@ kvs_status kvs_cache_write_rows_rope(kvs_kv_cache *c, int l, const kvs_tensor *k
     return changed ? sync_layer(c, l) : KVS_OK;
 }
 
+/* Index list [H][n] (n >= 1) of the rows sel(h, i) for i < cnt[h], padded by repeating the head's
+ * last (0 when it keeps none): those rows lie beyond the head's new length, never read. */
+static kvs_status keep_index(kvs_kv_cache *c, kvs_tensor **t, int64_t n, const int64_t *cnt, const int32_t *keep,
+                             int64_t keep_stride, const int64_t *first, const int64_t *minus) {
+    const int H = c->p.n_kv_heads;
+    int32_t *idx = malloc((size_t)H * n * sizeof *idx);
+    if (!idx) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_cache_keep: out of host memory");
+    for (int h = 0; h < H; h++)
+        for (int64_t i = 0; i < n; i++)
+            idx[h * n + i] = cnt[h] == 0 ? 0
+                                         : keep[h * keep_stride + first[h] + (i < cnt[h] ? i : cnt[h] - 1)] - (int32_t)minus[h];
+    int64_t ne[2] = {n, H};
+    kvs_status s = kvs_tensor_create(t, c->dev, KVS_I32, 2, ne);
+    if (s == KVS_OK) s = kvs_tensor_upload(*t, idx, 0, (size_t)H * n * 4);
+    free(idx);
+    return s;
+}
+
+/* kvs_cache_keep on a layer in ThinK's pruned layout: per head the kept rows below P[h] (a prefix of
+ * the keep list, they are its lowest) move within the pruned segment, the rest within the tail
+ * (kept row r to tail row i - P'[h] from r - P[h] >= i - P'[h]: an in-place compaction), the values
+ * as usual; P[h] becomes P'[h], the count of the first kind. */
+static kvs_status keep_pruned(kvs_kv_cache *c, int layer, const int32_t *keep, const int64_t *n_keep, int64_t keep_stride,
+                              int64_t nmax) {
+    const int H = c->p.n_kv_heads;
+    struct kvs_pruned_seg *g = &c->kp[layer];
+    int64_t np[256] = {0}, na[256] = {0}, zero[256] = {0}, pmax = 0, amax = 0;
+    if (H > 256) return kvs_error(KVS_ERR_UNSUPPORTED, "kvs_cache_keep: ThinK's pruned keys support at most 256 kv heads");
+    for (int h = 0; h < H; h++) {
+        np[h] = 0;
+        while (np[h] < n_keep[h] && keep[h * keep_stride + np[h]] < g->rows[h]) np[h]++;
+        na[h] = n_keep[h] - np[h];
+        zero[h] = 0;
+        pmax = np[h] > pmax ? np[h] : pmax;
+        amax = na[h] > amax ? na[h] : amax;
+    }
+    kvs_tensor *ti = NULL;
+    kvs_status s = keep_index(c, &ti, pmax, np, keep, keep_stride, zero, zero);
+    if (s == KVS_OK) s = kvs_compact(c->dev, g->k, ti);
+    kvs_tensor_destroy(&ti);
+    if (s == KVS_OK && amax > 0) {
+        s = keep_index(c, &ti, amax, na, keep, keep_stride, np, g->rows);
+        if (s == KVS_OK) s = kvs_compact(c->dev, c->k[layer], ti);
+        kvs_tensor_destroy(&ti);
+    }
+    if (s == KVS_OK) s = keep_index(c, &ti, nmax, n_keep, keep, keep_stride, zero, zero);
+    if (s == KVS_OK) s = kvs_compact(c->dev, c->v[layer], ti);
+    if (s == KVS_OK && c->v_lo) s = kvs_compact(c->dev, c->v_lo[layer], ti);
+    kvs_tensor_destroy(&ti);
+    if (s != KVS_OK) return s;
+    for (int h = 0; h < H; h++) {
+        int32_t *pos = c->host_pos + ((size_t)layer * H + h) * c->p.capacity;
+        int32_t *rpos = c->host_rpos + ((size_t)layer * H + h) * c->p.capacity;
+        int64_t len = c->host_len[(size_t)layer * H + h];
+        for (int64_t i = 0; i < n_keep[h]; i++) {
+            pos[i] = pos[keep[h * keep_stride + i]];
+            rpos[i] = rpos[keep[h * keep_stride + i]];
+        }
+        for (int64_t i = n_keep[h]; i < len; i++) pos[i] = rpos[i] = -1;
+        c->host_len[(size_t)layer * H + h] = n_keep[h];
+        g->rows[h] = np[h];
+    }
+    return sync_layer(c, layer);
+}
+
 kvs_status kvs_cache_keep(kvs_kv_cache *c, int layer, const int32_t *keep, const int64_t *n_keep, int64_t keep_stride) {
     const char *op = "kvs_cache_keep";
     if (!LAYER_OK(c, layer) || !keep || !n_keep)
@@ -860,8 +957,19 @@ kvs_status kvs_cache_keep(kvs_kv_cache *c, int layer, const int32_t *keep, const
         }
         if (n_keep[h] > nmax) nmax = n_keep[h];
     }
-    /* pruned keys back to full width (0 outside their channels) before the rows move; ThinK prunes
-     * the kept rows again after the eviction (kvs_cache_prune_keys) */
+    /* ThinK's pruned layout stays (ThinK prunes the kept rows again after the eviction,
+     * kvs_cache_prune_keys): a head's kept rows below P[h] are compacted in the pruned segment, the
+     * others in the tail, so no full-width key tensor is made; a layer keeping no pruned row in any
+     * head returns to full width first (its kept keys are all in the tail) */
+    if (kp_active(c, layer) && nmax > 0) {
+        int64_t kp_max = 0;
+        for (int h = 0; h < H; h++) {
+            int64_t n = 0;
+            while (n < n_keep[h] && keep[h * keep_stride + n] < c->kp[layer].rows[h]) n++;
+            kp_max = n > kp_max ? n : kp_max;
+        }
+        if (kp_max > 0) return keep_pruned(c, layer, keep, n_keep, keep_stride, nmax);
+    }
     KVS_TRY(kvs_cache_unprune_keys(c, layer));
     if (nmax == 0) {
         for (int h = 0; h < H; h++) c->host_len[(size_t)layer * H + h] = 0;
@@ -954,13 +1062,15 @@ kvs_status kvs_cache_rerotate(kvs_kv_cache *c, int layer, const kvs_rope_params 
     return KVS_OK;
 }
 
-/* Zeroes rows [r0, r1) of kv head h of tensor t (upload of zero bytes: never-written rows are zero). */
-static kvs_status zero_rows(kvs_kv_cache *c, kvs_tensor *t, int64_t h, int64_t r0, int64_t r1) {
+/* Zeroes rows [r0, r1) of kv head h of tensor t [n_kv_heads][t->ne[1] rows][t->ne[0]] (upload of
+ * zero bytes: never-written rows are zero); also the pruned segment [..][capacity][d_k'] and the
+ * tail [..][tcap][head_dim]. */
+static kvs_status zero_rows(kvs_tensor *t, int64_t h, int64_t r0, int64_t r1) {
     if (!t || r1 <= r0) return KVS_OK;
-    const size_t rb = kvs_dtype_bytes(t->dtype, c->p.head_dim), nb = (size_t)(r1 - r0) * rb;
+    const size_t rb = kvs_dtype_bytes(t->dtype, t->ne[0]), nb = (size_t)(r1 - r0) * rb;
     void *z = calloc(1, nb);
     if (!z) return kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_cache_truncate: out of host memory");
-    kvs_status s = kvs_tensor_upload(t, z, (size_t)(h * c->p.capacity + r0) * rb, nb);
+    kvs_status s = kvs_tensor_upload(t, z, (size_t)(h * t->ne[1] + r0) * rb, nb);
     free(z);
     return s;
 }
@@ -979,15 +1089,28 @@ kvs_status kvs_cache_truncate(kvs_kv_cache *c, int64_t n_rows) {
     int64_t next = 0;
     for (int l = 0; l < c->p.n_layers; l++) {
         int any = 0;
-        KVS_TRY(kvs_cache_unprune_keys(c, l)); /* pruned keys back to full width first */
+        /* ThinK's pruned layout stays: the dropped rows leave the tail (its rows j >= n_rows - P[h])
+         * and, below P[h], the pruned segment (P[h] becomes n_rows); a layer left with no pruned row
+         * in any head returns to the full-width keys (its rows are all in the tail, so no full-width
+         * copy of pruned keys is made) */
+        struct kvs_pruned_seg *g = kp_active(c, l) ? &c->kp[l] : NULL;
         for (int h = 0; h < H; h++) {
             int64_t *len = &c->host_len[(size_t)l * H + h];
             int32_t *pos = c->host_pos + ((size_t)l * H + h) * cap, *rpos = c->host_rpos + ((size_t)l * H + h) * cap;
             if (*len > n_rows) {
-                KVS_TRY(zero_rows(c, c->k[l], h, n_rows, *len));
-                KVS_TRY(zero_rows(c, c->v[l], h, n_rows, *len));
-                KVS_TRY(zero_rows(c, kvs_cache_k_lo(c, l), h, n_rows, *len));
-                KVS_TRY(zero_rows(c, kvs_cache_v_lo(c, l), h, n_rows, *len));
+                if (g) {
+                    const int64_t P = g->rows[h], A = *len - P;
+                    KVS_TRY(zero_rows(c->k[l], h, n_rows > P ? n_rows - P : 0, A)); /* the tail */
+                    if (n_rows < P) {
+                        KVS_TRY(zero_rows(g->k, h, n_rows, P));
+                        g->rows[h] = n_rows;
+                    }
+                } else {
+                    KVS_TRY(zero_rows(c->k[l], h, n_rows, *len));
+                    KVS_TRY(zero_rows(kvs_cache_k_lo(c, l), h, n_rows, *len));
+                }
+                KVS_TRY(zero_rows(c->v[l], h, n_rows, *len));
+                KVS_TRY(zero_rows(kvs_cache_v_lo(c, l), h, n_rows, *len));
                 for (int64_t r = n_rows; r < *len; r++) pos[r] = rpos[r] = -1;
                 *len = n_rows;
                 any = 1;
@@ -996,6 +1119,9 @@ kvs_status kvs_cache_truncate(kvs_kv_cache *c, int64_t n_rows) {
                 if (pos[r] + 1 > next) next = pos[r] + 1;
         }
         if (any) KVS_TRY(sync_layer(c, l));
+        int64_t maxp = 0;
+        for (int h = 0; g && h < H; h++) maxp = g->rows[h] > maxp ? g->rows[h] : maxp;
+        if (g && maxp == 0) KVS_TRY(kvs_cache_unprune_keys(c, l));
     }
     c->next_pos = next;
     return KVS_OK;

@@ -44,10 +44,11 @@ void kvs_workspace_free(kvs_workspace *ws) {
                           &ws->rowsel, &ws->zeros, &ws->stat_rows, &ws->lat_max, &ws->lat_sum, &ws->argmax, &ws->logits,
                           &ws->key_mass, &ws->probs, &ws->probe_rows, &ws->ks, &ws->vs, &ws->ks_pos, &ws->ks_len,
                           &ws->keep_idx, &ws->qr, &ws->ks_lo, &ws->vs_lo, &ws->spa_a, &ws->spa_b, &ws->spa_idx,
-                          &ws->tk_stat, &ws->tk_out, &ws->tk_am, &ws->tk_probs, &ws->tk_v, &ws->tk_idx, &ws->tk_km};
+                          &ws->tk_stat, &ws->tk_out, &ws->tk_am, &ws->tk_probs, &ws->tk_v, &ws->tk_idx, &ws->tk_km,
+                          &ws->tk_qg, &ws->tk_qi, &ws->tk_si};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) kvs_tensor_destroy(all[i]);
     free(ws->h_q);
-    free(ws->h_tk), free(ws->h_tk_am), free(ws->h_tk_merge);
+    free(ws->h_tk), free(ws->h_tk_am), free(ws->h_tk_merge), free(ws->h_tk_qi), free(ws->h_tk_si);
     free(ws->h_pos), free(ws->h_rows), free(ws->h_pos_rows), free(ws->h_tmp), free(ws->h_keep), free(ws->h_spa);
     memset(ws, 0, sizeof *ws);
 }

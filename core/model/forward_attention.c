@@ -115,11 +115,6 @@ static int pruned_on(kvs_kv_cache *c, int l) {
     return 0;
 }
 
-/* log of the softmax mass of a call: m + log l; -inf when no key was visible (l = 0); NaN stays. */
-static void lse_of(const float *m, const float *l, float *out, int64_t n) {
-    for (int64_t i = 0; i < n; i++) out[i] = l[i] == 0.0f ? -INFINITY : m[i] + logf(l[i]);
-}
-
 /* Attention over ThinK's two key segments (cache.h, kvs_cache_prune_keys): the pruned rows [0, P[h])
  * (keys of d_k' channels, kvs_attention_params.q_channels, values kvs_cache_v's rows) and the tail,
  * the full-width rows appended since (kvs_cache_k [H][T][head_dim], its row j being cache row
@@ -127,10 +122,14 @@ static void lse_of(const float *m, const float *l, float *out, int64_t n) {
  * lse_extra (ops.h): (1) the tail alone gives its log-normaliser lse_t; (2) the pruned rows with
  * lse_extra = lse_t give their exact share of out, key mass and probe rows (and lse_p), in the cache's
  * row space (the tail's rows there are 0: untouched after the zero fill, or written 0 as invalid);
- * (3) the tail again with lse_extra = lse_p, its key mass, probe rows and argmax in tail rows, added
- * on the host into cache rows P[h] + j; out is the sum, argmax the one of the larger row maximum (the
- * pruned rows on ties: they are the lower rows). ap: the dense call's parameters (cache positions,
- * lengths, statistics, over the cache's capacity); out: [n][n_heads][head_dim]. */
+ * (3) the tail again with lse_extra = lse_p, its key mass, probe rows and argmax in tail rows, moved
+ * into cache rows P[h] + j on the device (kvs_scatter); out is the sum, argmax the one of the larger
+ * row maximum (the pruned rows on ties: they are the lower rows). The pruned call reads q's kept
+ * channels gathered into ws.tk_qg by an index kept per layer (ws.tk_qi). Per (step, layer) the host
+ * sees nothing but the argmax merge when one is asked for (the log-normalisers come from the row max
+ * and sum by kvs_log_mass on the device); index uploads happen when an eviction changed them. ap: the dense call's
+ * parameters (cache positions, lengths, statistics, over the cache's capacity); out:
+ * [n][n_heads][head_dim]. */
 static kvs_status pruned_attention(fwd_ctx *f, int l, int64_t n, const kvs_tensor *q, kvs_tensor *out,
                                    const kvs_attention_params *ap) {
     kvs_model *m = f->m;
@@ -154,6 +153,7 @@ static kvs_status pruned_attention(fwd_ctx *f, int l, int64_t n, const kvs_tenso
         s = fwd_grow_tensor(&ws->tk_stat, m->dev, KVS_F32, NH, ws->rows, 6, "ws.tk_stat");
         if (s == KVS_OK) s = fwd_grow_tensor(&ws->tk_out, m->dev, KVS_F32, (int64_t)NH * hp->head_dim, ws->rows, 0, "ws.tk_out");
         if (s == KVS_OK) s = fwd_grow_tensor(&ws->tk_am, m->dev, KVS_I32, NH, ws->rows, 0, "ws.tk_am");
+        if (s == KVS_OK) s = fwd_grow_tensor(&ws->tk_qg, m->dev, KVS_F32, (int64_t)NH * hp->head_dim, ws->rows, 0, "ws.tk_qg");
         float *hf = s == KVS_OK ? realloc(ws->h_tk, sizeof(float) * 6 * (size_t)(ws->rows * NH)) : NULL;
         if (hf) ws->h_tk = hf;
         int32_t *hi = hf ? realloc(ws->h_tk_am, sizeof(int32_t) * 2 * (size_t)(ws->rows * NH)) : NULL;
@@ -176,8 +176,36 @@ static kvs_status pruned_attention(fwd_ctx *f, int l, int64_t n, const kvs_tenso
         s = fwd_grow_tensor(&ws->tk_probs, m->dev, KVS_F32, T, NH, n_probe, "ws.tk_probs");
         if (s == KVS_OK) ws->tk_probs_n = n_probe * NH * T;
     }
+    /* the per-layer index buffers (made on first use; the scatter rows with tk_cap) */
+    const int64_t D = hp->head_dim, L = hp->n_layers;
+    if (s == KVS_OK && !ws->tk_qi) {
+        s = fwd_grow_tensor(&ws->tk_qi, m->dev, KVS_I32, NH * D, L, 0, "ws.tk_qi");
+        int32_t *hq = s == KVS_OK ? malloc(sizeof(int32_t) * (size_t)(L * NH * D)) : NULL;
+        if (hq) {
+            memset(hq, 0xff, sizeof(int32_t) * (size_t)(L * NH * D)); /* -1: nothing uploaded yet */
+            free(ws->h_tk_qi);
+            ws->h_tk_qi = hq;
+        } else if (s == KVS_OK) {
+            kvs_tensor_destroy(&ws->tk_qi);
+            s = kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_model_forward: out of host memory");
+        }
+    }
+    if (s == KVS_OK && ws->tk_si_cap != ws->tk_cap) {
+        const int64_t ne = L * (H + NH) * ws->tk_cap;
+        ws->tk_si_cap = 0;
+        s = fwd_grow_tensor(&ws->tk_si, m->dev, KVS_I32, (H + NH) * ws->tk_cap, L, 0, "ws.tk_si");
+        int32_t *hs = s == KVS_OK ? realloc(ws->h_tk_si, sizeof(int32_t) * (size_t)ne) : NULL;
+        if (hs) {
+            memset(hs, 0xff, sizeof(int32_t) * (size_t)ne); /* -1: nothing uploaded yet */
+            ws->h_tk_si = hs;
+            ws->tk_si_cap = ws->tk_cap;
+        } else if (s == KVS_OK) {
+            s = kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_model_forward: out of host memory");
+        }
+    }
     KVS_TRY(s);
     kvs_tensor *st[6] = {NULL}, *out2 = NULL, *am2 = NULL, *pv2 = NULL, *vtail = NULL, *iv = NULL, *km2 = NULL;
+    kvs_tensor *qsrc = NULL, *qdst = NULL, *qg = NULL, *qiv = NULL;
     for (int i = 0; i < 6 && s == KVS_OK; i++) s = fwd_view3(m, &st[i], ws->tk_stat, (int64_t)i * nr, NH, n, 1);
     if (s == KVS_OK) s = fwd_view3(m, &out2, ws->tk_out, 0, hp->head_dim, NH, n);
     if (s == KVS_OK && ap->argmax) s = fwd_view3(m, &am2, ws->tk_am, 0, NH, n, 1);
@@ -198,7 +226,30 @@ static kvs_status pruned_attention(fwd_ctx *f, int l, int64_t n, const kvs_tenso
         s = kvs_tensor_upload(iv, idx, 0, (size_t)(H * T) * 4);
     }
     if (s == KVS_OK) s = kvs_gather(m->dev, vv, iv, vtail);
-    float *h = ws->h_tk; /* [rm_t, rs_t, rm_p, rs_p, lse_t, lse_p] */
+    /* the queries' kept channels for the pruned rows: qg[i][g][t] = q[i][g][ch[g / G][t]], a gather of
+     * 4-byte rows with one index list [n_heads][d_k'] shared by the n query rows, uploaded when it
+     * changed (kvs_attention's q_channels does the same with temporaries made at every call) */
+    const int dk = kvs_cache_pruned_dim(c, l);
+    const int32_t *ch = kvs_cache_pruned_channels(c, l);
+    if (s == KVS_OK && (!ch || dk < 1 || dk > D))
+        s = kvs_error(KVS_ERR_STATE, "kvs_model_forward: layer %d's pruned keys have no channel list", l);
+    if (s == KVS_OK) {
+        int32_t *hq = ws->h_tk_qi + l * NH * D;
+        int changed = 0;
+        for (int g = 0; g < NH; g++)
+            for (int t = 0; t < dk; t++) {
+                const int32_t e = (int32_t)(g * D) + ch[(g / G) * dk + t];
+                if (hq[g * dk + t] != e) hq[g * dk + t] = e, changed = 1;
+            }
+        s = fwd_view3(m, &qiv, ws->tk_qi, l * NH * D, NH * dk, 1, 1);
+        if (s == KVS_OK && changed) s = kvs_tensor_upload(qiv, hq, 0, sizeof(int32_t) * (size_t)(NH * dk));
+        if (s != KVS_OK) hq[0] = -1; /* uploaded or not, send it again next time */
+    }
+    if (s == KVS_OK) s = fwd_view3(m, &qsrc, ws->q, 0, 1, NH * D, n);
+    if (s == KVS_OK) s = fwd_view3(m, &qdst, ws->tk_qg, 0, 1, NH * dk, n);
+    if (s == KVS_OK) s = kvs_gather(m->dev, qsrc, qiv, qdst);
+    if (s == KVS_OK) s = fwd_view3(m, &qg, ws->tk_qg, 0, dk, NH, n);
+    float *h = ws->h_tk; /* host [rm_t, rs_t, rm_p, ...]: the argmax merge reads the row maxima */
 
     /* (1) the tail: its normaliser */
     kvs_attention_params a1 = kvs_attention_params_default();
@@ -211,26 +262,18 @@ static kvs_status pruned_attention(fwd_ctx *f, int l, int64_t n, const kvs_tenso
     a1.row_max = st[0];
     a1.row_sum = st[1];
     if (s == KVS_OK) s = kvs_attention(m->dev, q, kt, vtail, out2, &a1);
-    if (s == KVS_OK) s = kvs_tensor_download(ws->tk_stat, h, 0, sizeof(float) * 2 * (size_t)nr); /* st[0], st[1] */
-    if (s == KVS_OK) {
-        lse_of(h, h + nr, h + 4 * nr, nr);
-        s = kvs_tensor_upload(st[4], h + 4 * nr, 0, sizeof(float) * (size_t)nr);
-    }
+    if (s == KVS_OK) s = kvs_log_mass(m->dev, st[0], st[1], st[4]); /* lse_t, on the device */
     /* (2) the pruned rows, normalised with the tail's mass, statistics in cache rows */
     kvs_attention_params a2 = *ap;
     a2.n_kv = pmax;
     a2.kv_len = kvs_cache_pruned_len_tensor(c, l);
-    a2.q_channels = kvs_cache_pruned_channels(c, l);
+    a2.scale = ap->scale > 0.0f ? ap->scale : (float)(1.0 / sqrt((double)D)); /* q's full width, as q_channels */
     a2.lse_extra = st[4];
     a2.row_max = st[2];
     a2.row_sum = st[3];
     a2.argmax = am2;
-    if (s == KVS_OK) s = kvs_attention(m->dev, q, kvs_cache_k_pruned(c, l), vv, out, &a2);
-    if (s == KVS_OK) s = kvs_tensor_download(ws->tk_stat, h + 2 * nr, sizeof(float) * 2 * (size_t)nr, sizeof(float) * 2 * (size_t)nr);
-    if (s == KVS_OK) {
-        lse_of(h + 2 * nr, h + 3 * nr, h + 5 * nr, nr);
-        s = kvs_tensor_upload(st[5], h + 5 * nr, 0, sizeof(float) * (size_t)nr);
-    }
+    if (s == KVS_OK) s = kvs_attention(m->dev, qg, kvs_cache_k_pruned(c, l), vv, out, &a2);
+    if (s == KVS_OK) s = kvs_log_mass(m->dev, st[2], st[3], st[5]); /* lse_p */
     /* (3) the tail, normalised with the pruned rows' mass; statistics in tail rows */
     kvs_attention_params a3 = a1;
     a3.lse_extra = st[5];
@@ -243,8 +286,43 @@ static kvs_status pruned_attention(fwd_ctx *f, int l, int64_t n, const kvs_tenso
     if (s == KVS_OK && km2) s = kvs_tensor_fill(km2, 0.0);
     if (s == KVS_OK) s = kvs_attention(m->dev, q, kt, vtail, out2, &a3);
     if (s == KVS_OK) s = kvs_add(m->dev, out, out2, out);
-    /* the tail's statistics into cache rows P[h] + j (added: the pruned call left 0 there) */
-    if (s == KVS_OK && (km2 || n_probe)) {
+    /* the tail's statistics into cache rows P[h] + j (the pruned call left 0 there, so adding is
+     * writing): on the device by kvs_scatter of 4-byte rows, key mass [1][H * cap] <- [1][H * T] at
+     * h * cap + P[h] + j, probe rows [n_probe][n_heads * cap] <- [n_probe][n_heads * T] at g * cap +
+     * P[g / G] + j (one index list shared by the probes; both uploaded when they changed). A tail row
+     * j >= A[h] moves a 0 onto a 0 (the fill, or an invalid key's probability); all of them land in the
+     * head's rows when P[h] + T <= cap, which a tail exceeds only when the pruned rows left it no row
+     * (kv_cache.c makes at least one): then on the host. */
+    int on_dev = 1;
+    for (int hh = 0; hh < H; hh++)
+        if (P[hh] + T > cap) on_dev = 0;
+    if (s == KVS_OK && (km2 || n_probe) && on_dev) {
+        int32_t *hs = ws->h_tk_si + l * (H + NH) * ws->tk_cap;
+        int changed = 0;
+        for (int r = 0; r < H + NH; r++) { /* r < H: key mass of head r; else query head r - H */
+            const int32_t base = (int32_t)(r < H ? r * cap + P[r] : (r - H) * cap + P[(r - H) / G]);
+            int32_t *hr = hs + r * T;
+            for (int32_t j = 0; j < (int32_t)T; j++)
+                if (hr[j] != base + j) hr[j] = base + j, changed = 1;
+        }
+        kvs_tensor *si = NULL, *a = NULL, *b = NULL;
+        s = fwd_view3(m, &si, ws->tk_si, l * (H + NH) * ws->tk_cap, (H + NH) * T, 1, 1);
+        if (s == KVS_OK && changed) s = kvs_tensor_upload(si, hs, 0, sizeof(int32_t) * (size_t)((H + NH) * T));
+        if (s != KVS_OK) hs[0] = -1;
+        if (s == KVS_OK && km2) {
+            s = fwd_view3(m, &si, ws->tk_si, l * (H + NH) * ws->tk_cap, H * T, 1, 1);
+            if (s == KVS_OK) s = fwd_view3(m, &a, ws->tk_km, 0, 1, H * T, 1);
+            if (s == KVS_OK) s = fwd_view3(m, &b, ws->key_mass, 0, 1, H * cap, 1);
+            if (s == KVS_OK) s = kvs_scatter(m->dev, a, si, b, 0);
+        }
+        if (s == KVS_OK && n_probe) {
+            s = fwd_view3(m, &si, ws->tk_si, l * (H + NH) * ws->tk_cap + H * T, NH * T, 1, 1);
+            if (s == KVS_OK) s = fwd_view3(m, &a, ws->tk_probs, 0, 1, NH * T, n_probe);
+            if (s == KVS_OK) s = fwd_view3(m, &b, ws->probs, 0, 1, NH * cap, n_probe);
+            if (s == KVS_OK) s = kvs_scatter(m->dev, a, si, b, 0);
+        }
+        fwd_view_done(&si), fwd_view_done(&a), fwd_view_done(&b);
+    } else if (s == KVS_OK && (km2 || n_probe)) {
         const int64_t nk = km2 ? (int64_t)H * (cap + T) : 0, np = n_probe * NH * (cap + T);
         s = fwd_host_grow((void **)&ws->h_tk_merge, &ws->h_tk_merge_cap, nk > np ? nk : np, sizeof(float));
         float *buf = ws->h_tk_merge;
@@ -268,9 +346,10 @@ static kvs_status pruned_attention(fwd_ctx *f, int l, int64_t n, const kvs_tenso
             if (s == KVS_OK) s = kvs_tensor_upload(ap->probs, pc, 0, sizeof(float) * (size_t)(rows * cap));
         }
     }
-    if (s == KVS_OK && ap->argmax) {
+    if (s == KVS_OK && ap->argmax) { /* the two calls' row maxima decide (the pruned rows on ties) */
         int32_t *at = ws->h_tk_am, *apr = at + nr;
-        s = kvs_tensor_download(ap->argmax, at, 0, sizeof(int32_t) * (size_t)nr);
+        s = kvs_tensor_download(ws->tk_stat, h, 0, sizeof(float) * 3 * (size_t)nr); /* st[0..2] */
+        if (s == KVS_OK) s = kvs_tensor_download(ap->argmax, at, 0, sizeof(int32_t) * (size_t)nr);
         if (s == KVS_OK) s = kvs_tensor_download(am2, apr, 0, sizeof(int32_t) * (size_t)nr);
         for (int64_t i = 0; s == KVS_OK && i < nr; i++) {
             if (at[i] >= 0) at[i] += (int32_t)P[(i % NH) / G]; /* tail row -> cache row */
@@ -278,7 +357,7 @@ static kvs_status pruned_attention(fwd_ctx *f, int l, int64_t n, const kvs_tenso
         }
         if (s == KVS_OK) s = kvs_tensor_upload(ap->argmax, at, 0, sizeof(int32_t) * (size_t)nr);
     }
-    kvs_tensor *all[] = {st[0], st[1], st[2], st[3], st[4], st[5], out2, am2, pv2, vtail, iv, km2};
+    kvs_tensor *all[] = {st[0], st[1], st[2], st[3], st[4], st[5], out2, am2, pv2, vtail, iv, km2, qsrc, qdst, qg, qiv};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) fwd_view_done(&all[i]);
     return s;
 }

@@ -75,10 +75,18 @@ typedef struct kvs_workspace {
      * cache rows [n_kv_heads][tk_cap] I32 and its key mass [n_kv_heads][tk_cap] F32 */
     int64_t tk_rows, tk_probs_n, tk_cap;
     kvs_tensor *tk_stat, *tk_out, *tk_am, *tk_probs, *tk_v, *tk_idx, *tk_km;
+    /* the queries' kept channels gathered [rows][n_heads][head_dim] F32 (a view of d_k' used) and, per
+     * layer, their gather index [n_layers][n_heads][head_dim] I32 (flat channel n_heads' g * head_dim +
+     * pruned_channels[g / G][t]), and the tail's statistics' cache rows [n_layers][n_kv_heads +
+     * n_heads][tk_cap] I32 (h * capacity + P[h] + j: the scatter into the key mass and probe rows);
+     * h_tk_qi / h_tk_si hold what was uploaded (re-uploaded only when it changes: at an eviction) */
+    kvs_tensor *tk_qg, *tk_qi, *tk_si;
+    int32_t *h_tk_qi, *h_tk_si;
+    int64_t tk_si_cap;       /* tk_cap that tk_si / h_tk_si were made for (0: none) */
     float *h_tk;             /* host [6][rows][n_heads] */
     int32_t *h_tk_am;        /* host [2][rows][n_heads] */
     float *h_tk_merge;       /* host: a pruned layer's statistics (cache rows + tail rows) while the tail's
-                              * are added in, grown on use */
+                              * are added in when they cannot be scattered on the device, grown on use */
     int64_t h_tk_merge_cap;
     kvs_tensor views[KVS_WS_VIEWS]; /* view arena (kvs_tensor_view_into: no references, never destroyed) */
     int n_views;

@@ -198,14 +198,17 @@ KVS_API int64_t kvs_cache_bytes_allocated(const kvs_kv_cache *c);
  * first n_rows rows; rows beyond are emptied exactly as if never written (bytes zeroed in every
  * plane, positions -1, len = min(len, n_rows)), and the next position becomes 1 + the largest
  * position still held, so the cache is bit-identical to one that never saw the removed rows (when
- * those were appended after the kept ones). APPEND caches only.
+ * those were appended after the kept ones). APPEND caches only. A layer in ThinK's pruned key
+ * layout (kvs_cache_prune_keys) stays in it (no full-width copy of its keys is made) unless no
+ * pruned row is left in any head.
  * Errors: KVS_ERR_INVALID_ARGUMENT (NULL, n_rows < 0), KVS_ERR_STATE (positional cache),
  * KVS_ERR_UNSUPPORTED (KVS_CACHE_KEEP_X caches), KVS_ERR_OUT_OF_MEMORY, upload errors. */
 KVS_API kvs_status kvs_cache_truncate(kvs_kv_cache *c, int64_t n_rows);
 
 /* Eviction: keeps, for every kv head h of `layer`, the rows keep[h][0..n_keep[h]) (strictly
  * increasing row indices < len), compacting them to rows 0..n_keep[h]-1 with their positions.
- * keep: host array [n_kv_heads][keep_stride] I32. APPEND caches only.
+ * keep: host array [n_kv_heads][keep_stride] I32. APPEND caches only. A layer in ThinK's pruned
+ * key layout stays in it (kvs_cache_prune_keys) unless no kept row is a pruned one.
  * Errors: KVS_ERR_STATE (positional cache), KVS_ERR_OUT_OF_RANGE (row >= len or not increasing). */
 KVS_API kvs_status kvs_cache_keep(kvs_kv_cache *c, int layer, const int32_t *keep, const int64_t *n_keep,
                                   int64_t keep_stride);
@@ -244,13 +247,18 @@ KVS_API kvs_status kvs_cache_rerotate(kvs_kv_cache *c, int layer, const kvs_rope
  * kvs_cache_prune_keys: moves every row in use of layer l into the pruned segment, keeping the
  * channels c with pruned[h * head_dim + c] == 0 (pruned: host [n_kv_heads][head_dim], 1 = drop; the
  * same count per head), and makes an empty tail. Rows pruned before are expanded first (0 outside
- * their old channels), so a channel kept now that they did not hold reads 0. Afterwards P[h] = len[h].
+ * their old channels; on the host, no full-width device tensor), so a channel kept now that they did
+ * not hold reads 0. Afterwards P[h] = len[h]. A layer at full width has its full-width keys freed
+ * before the segment is made (the device never holds both; restored on failure).
  * With every head empty it only records the channels (the layer stays full width).
  * kvs_cache_unprune_keys: back to the full-width key tensor (capacity rows; the pruned rows with 0
  * outside their channels, the tail's rows at P[h] + j); the segment and the tail are freed (P = 0);
- * kvs_cache_keep, kvs_cache_rerotate, kvs_cache_truncate and kvs_cache_reset call it first. A layer
- * without the pruned layout runs nothing. Both hold the old and the new key tensors on the device
- * for the duration of the call.
+ * kvs_cache_rerotate and kvs_cache_reset call it first (it holds both key layouts on the device for
+ * the duration of the call). kvs_cache_keep keeps the layout (per head the kept rows below P[h]
+ * compact in the pruned segment, the others in the tail; P[h] becomes the count of the former) and
+ * kvs_cache_truncate too (the dropped rows leave the tail, and below P[h] the pruned segment, P[h]
+ * becoming n_rows); both call it only for a layer left with no pruned row in any head. A layer
+ * without the pruned layout runs nothing.
  * Errors: KVS_ERR_INVALID_ARGUMENT (NULL, bad layer, counts differing between heads, every channel
  * pruned), KVS_ERR_STATE (positional cache), KVS_ERR_UNSUPPORTED (keys other than plain f32 / f16:
  * block types, bf16, KVS_CACHE_ROTATE), KVS_ERR_OUT_OF_MEMORY, transfer errors. */

@@ -132,6 +132,12 @@ KVS_API kvs_status kvs_device_sync(kvs_device *dev);
 
 /* Bytes of device memory currently held by tensors of this device (live allocations). */
 KVS_API int64_t kvs_device_bytes_allocated(const kvs_device *dev);
+/* The most bytes kvs_device_bytes_allocated has reached since the device was opened or since the
+ * last kvs_device_reset_peak (transients inside a call included, e.g. a cache's key layouts both
+ * held while one replaces the other). 0 for NULL. */
+KVS_API int64_t kvs_device_bytes_peak(const kvs_device *dev);
+/* Restarts the peak from the bytes held now. No-op for NULL. */
+KVS_API void kvs_device_reset_peak(kvs_device *dev);
 
 /* Wall time spent building kernels since the device was opened, s: OpenCL programs (clBuildProgram,
  * per source and set of compile-time constants) and Vulkan pipelines (per shader and specialization),

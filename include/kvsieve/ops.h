@@ -62,6 +62,16 @@ KVS_API kvs_status kvs_add(kvs_device *dev, const kvs_tensor *a, const kvs_tenso
 
 /* dst = convert(src): element-wise copy between F32, F16 and BF16 (any pair, including the same
  * dtype), identical element counts. Round-to-nearest-even. dst must not alias src. */
+/* The log of an attention call's softmax mass from its row_max m and row_sum l
+ * (kvs_attention_params): lse[i] = m[i] + log(l[i]), or -INFINITY where l[i] == 0 (no visible key;
+ * a NaN stays NaN), the form kvs_attention_params.lse_extra takes, so one call's mass reaches another
+ * without the host (ThinK's pruned attention, core/model/forward_attention.c). All F32 with equal
+ * element counts; lse may be row_max or row_sum itself (the same view) but not partly overlap one.
+ * Every backend (CPU: logf, as the host would; OpenCL and Vulkan: the device's log, within a few
+ * ulp). Errors: KVS_ERR_DTYPE, KVS_ERR_SHAPE, KVS_ERR_INVALID_ARGUMENT (NULL, another device, partial
+ * overlap). */
+KVS_API kvs_status kvs_log_mass(kvs_device *dev, const kvs_tensor *row_max, const kvs_tensor *row_sum,
+                                kvs_tensor *lse);
 KVS_API kvs_status kvs_copy(kvs_device *dev, const kvs_tensor *src, kvs_tensor *dst);
 
 /* RMSNorm (Zhang & Sennrich 2019; llama): y[i] = x[i] / sqrt(mean_c(x[i][c]^2) + eps) * w

@@ -263,6 +263,8 @@ _PROTOS = {
     "kvs_device_set_threads": (_S, [_P, c_int]),
     "kvs_device_sync": (_S, [_P]),
     "kvs_device_bytes_allocated": (c_int64, [_P]),
+    "kvs_device_bytes_peak": (c_int64, [_P]),
+    "kvs_device_reset_peak": (None, [_P]),
     # tensor.h
     "kvs_tensor_create": (_S, [_PP, _P, c_int, c_int, POINTER(c_int64)]),
     "kvs_tensor_destroy": (None, [_PP]),
@@ -275,6 +277,7 @@ _PROTOS = {
     # ops.h
     "kvs_matmul": (_S, [_P, _P, _P, _P, c_int]),
     "kvs_add": (_S, [_P, _P, _P, _P]),
+    "kvs_log_mass": (_S, [_P, _P, _P, _P]),
     "kvs_copy": (_S, [_P, _P, _P]),
     "kvs_rmsnorm": (_S, [_P, _P, _P, _P, c_float]),
     "kvs_swiglu": (_S, [_P, _P, _P, _P]),

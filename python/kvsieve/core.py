@@ -132,6 +132,13 @@ class Device:
     def bytes_allocated(self):
         return int(L.lib.kvs_device_bytes_allocated(self.handle))
 
+    def bytes_peak(self):
+        """The most device bytes held at once since open or reset_peak() (kvs_device_bytes_peak)."""
+        return int(L.lib.kvs_device_bytes_peak(self.handle))
+
+    def reset_peak(self):
+        L.lib.kvs_device_reset_peak(self.handle)
+
     def tensor(self, array=None, *, shape=None, dtype="f32"):
         """A tensor on this device: from a numpy array (uploaded; dtype from the array: float32,
         float16, int32) or empty with shape (slowest-first, numpy order) and dtype."""

@@ -308,6 +308,20 @@ def add(dev, a, b):
         _free(*made)
 
 
+def log_mass(dev, row_max, row_sum):
+    """row_max + log(row_sum), -inf where row_sum == 0 (kvs_log_mass: an attention call's log softmax
+    mass, the form lse_extra takes), float32, equal element counts; returns row_max's shape."""
+    tm, tl = as_tensor(dev, row_max, "row_max", "f32"), as_tensor(dev, row_sum, "row_sum", "f32")
+    made = [t for t, x in ((tm, row_max), (tl, row_sum)) if t is not x]
+    try:
+        y = _out(dev, tm.shape)
+        made.append(y)
+        check(L.lib.kvs_log_mass(dev.handle, tm.handle, tl.handle, y.handle))
+        return y.numpy()
+    finally:
+        _free(*made)
+
+
 def swiglu(dev, gate, up):
     """silu(gate) * up (kvs_swiglu), float32, identical shapes."""
     tg, tu = as_tensor(dev, gate, "gate", "f32"), as_tensor(dev, up, "up", "f32")

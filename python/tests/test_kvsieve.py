@@ -323,6 +323,14 @@ class Ops(unittest.TestCase):
         b = np.random.default_rng(8).standard_normal((4, 8)).astype(np.float32)
         np.testing.assert_allclose(kvsieve.ops.add(self.dev, a, b), a + b, rtol=1e-6)
         np.testing.assert_allclose(kvsieve.ops.swiglu(self.dev, a, b), a / (1 + np.exp(-a)) * b, rtol=1e-5, atol=1e-6)
+        l = np.abs(b) + 1.0
+        l[0, :2] = 0.0  # no visible key: -inf
+        want = np.where(l == 0, -np.inf, a.astype(np.float64) + np.log(l.astype(np.float64)))
+        np.testing.assert_allclose(kvsieve.ops.log_mass(self.dev, a, l), want, rtol=1e-6, atol=1e-6)
+        # kvs_device_bytes_peak: at least what is held; reset to what is held
+        self.assertGreaterEqual(self.dev.bytes_peak(), self.dev.bytes_allocated())
+        self.dev.reset_peak()
+        self.assertEqual(self.dev.bytes_peak(), self.dev.bytes_allocated())
         np.testing.assert_array_equal(kvsieve.ops.copy(self.dev, a, "f16"), a.astype(np.float16))
         bf = kvsieve.ops.copy(self.dev, np.array([1.0, -2.5, 3.0e38], np.float32), "bf16")
         np.testing.assert_array_equal(bf, [0x3F80, 0xC020, 0x7F62])

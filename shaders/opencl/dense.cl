@@ -71,6 +71,16 @@ __kernel void add_f32(__global const float *a, long a_off, __global const float 
     if (i < n) y[y_off + i] = a[a_off + i] + b[b_off + i];
 }
 
+/* y[i] = l[i] == 0 ? -inf : m[i] + log(l[i]) (f32; kvs_log_mass). */
+__kernel void log_mass_f32(__global const float *m, long m_off, __global const float *l, long l_off,
+                           __global float *y, long y_off, long n) {
+    long i = get_global_id(0);
+    if (i < n) {
+        float s = l[l_off + i];
+        y[y_off + i] = s == 0.0f ? -INFINITY : m[m_off + i] + log(s);
+    }
+}
+
 /* out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)) (f32). */
 __kernel void swiglu_f32(__global const float *g, long g_off, __global const float *u, long u_off,
                          __global float *y, long y_off, long n) {

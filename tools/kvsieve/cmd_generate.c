@@ -604,6 +604,7 @@ int cmd_generate(int argc, char **argv) {
         json_object_object_add(js, "compute_fraction", json_object_new_double(st.compute_fraction));
         json_object_object_add(js, "cache_bytes_peak", json_object_new_int64(st.cache_bytes_peak));
         json_object_object_add(js, "cache_bytes_allocated", json_object_new_int64(st.cache_bytes_allocated));
+        json_object_object_add(js, "device_bytes_peak", json_object_new_int64(kvs_device_bytes_peak(dev)));
         json_object_object_add(js, "cache_type_k", json_object_new_string(kvs_dtype_name(ctypes[0])));
         json_object_object_add(js, "cache_type_v", json_object_new_string(kvs_dtype_name(ctypes[1])));
         json_object_object_add(js, "kv_rotate", json_object_new_boolean(ct.rotate));
@@ -682,17 +683,18 @@ int cmd_generate(int argc, char **argv) {
         }
         printf("\n");
         fflush(stdout);
-        char mb[4][32]; /* model, mapped, cache peak, allocated: MiB, or KiB / bytes below 0.1 MiB */
+        char mb[5][32]; /* model, mapped, cache peak, allocated, device peak: MiB, or KiB / bytes below 0.1 MiB */
         fprintf(stderr,
                 "[%s on %s] %lld tokens in %.3f s (%.1f tokens/s), %lld %s\n"
                 "rows computed %lld of %lld without cache (compute fraction %.3f)\n"
-                "model %s (%s used in place from the file; loaded in %.3f s), cache peak %s (allocated %s; K %s, V %s)\n",
+                "model %s (%s used in place from the file; loaded in %.3f s), cache peak %s (allocated %s; K %s, V %s), device peak %s\n",
                 dlm ? "diffusion" : "autoregressive", kvs_device_get_info(dev)->name, (long long)n_out, st.seconds,
                 st.tokens_per_s, (long long)st.steps, dlm ? "denoising steps" : "forward steps",
                 (long long)st.rows_computed, (long long)rows_baseline, st.compute_fraction,
                 gen_bytes_str(mb[0], sizeof mb[0], kvs_model_weight_bytes(m)), gen_bytes_str(mb[1], sizeof mb[1], kvs_model_mapped_bytes(m)),
                 cm.load_s, gen_bytes_str(mb[2], sizeof mb[2], st.cache_bytes_peak),
-                gen_bytes_str(mb[3], sizeof mb[3], st.cache_bytes_allocated), kvs_dtype_name(ctypes[0]), kvs_dtype_name(ctypes[1]));
+                gen_bytes_str(mb[3], sizeof mb[3], st.cache_bytes_allocated), kvs_dtype_name(ctypes[0]), kvs_dtype_name(ctypes[1]),
+                gen_bytes_str(mb[4], sizeof mb[4], kvs_device_bytes_peak(dev)));
         if (st.seconds_build > 0.0005)
             fprintf(stderr, "kernel builds on first use: %.3f s of the %.3f s (not counted in tokens/s; the next run of "
                             "these shapes in this process reuses them)\n", st.seconds_build, st.seconds);
