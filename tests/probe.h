@@ -63,6 +63,40 @@ static inline int kvs_test_full_fixtures(char *dir, size_t cap) {
     return 1;
 }
 
+/* The CPU attention's 8-bit kernels (backends/cpu/attention_q8.h: 8-bit query codes against a q8_0 /
+ * q4_0 / q4_1 / qh8 K, 8-bit softmax weights against such a V) that variant spec ("op:variant,...",
+ * KVS_VARIANT's syntax) runs on backend b: "avx512-vnni" or "avx2-q8" when it forces one of those
+ * (or its -split); NULL when it forces another attention variant (avx512, avx2: the f32 query) or b
+ * is not the CPU; with no attention entry (or attention:auto) the kernels the automatic choice takes
+ * on this CPU (backends/cpu/cpu_kernels.h, kvs_cpu_att_q8: the VNNI ones where the CPU has
+ * AVX512-VNNI, BW and VL, else the AVX2 ones where its ISA is AVX2, i.e. where it runs the variant
+ * avx2 but not avx512; NULL on an AVX-512 CPU without VNNI and on aarch64), found by the variants a
+ * CPU device of its own accepts (asked once per process). */
+static inline const char *kvs_test_att_q8(kvs_backend b, const char *spec) {
+    if (b != KVS_BACKEND_CPU) return NULL;
+    if (spec && strstr(spec, "attention:avx512-vnni")) return "avx512-vnni";
+    if (spec && strstr(spec, "attention:avx2-q8")) return "avx2-q8";
+    if (spec && strstr(spec, "attention:") && !strstr(spec, "attention:auto")) return NULL;
+    static int asked = 0;
+    static const char *auto_q8 = NULL;
+    if (!asked) {
+        kvs_device_params p = kvs_device_params_default();
+        p.n_threads = 1;
+        kvs_device *dev = NULL;
+        if (kvs_device_open(&dev, &p) == KVS_OK) {
+            if (kvs_device_set_variants(dev, "attention:avx512-vnni") == KVS_OK)
+                auto_q8 = "avx512-vnni";
+            else if (kvs_device_set_variants(dev, "attention:avx512") != KVS_OK &&
+                     kvs_device_set_variants(dev, "attention:avx2") == KVS_OK)
+                auto_q8 = "avx2-q8";
+            kvs_device_destroy(&dev);
+        }
+        kvs_clear_error();
+        asked = 1;
+    }
+    return auto_q8;
+}
+
 /* Runs suite s (CK_NORMAL output) and returns the process status: 0 when every test passed. */
 static inline int kvs_test_run(Suite *s) {
     SRunner *sr = srunner_create(s);

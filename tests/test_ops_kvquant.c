@@ -14,11 +14,13 @@
  *    row_max within 1e-5 of the logit bound). Rows past the written ones hold the harness's poison
  *    bytes (NaN scales) and must not reach any output.
  *  - QuantSpec's qh8 (k_lo / v_lo) beside other types on every shape (test_attention_kvq_qh8), and on
- *    the CPU the output of a query row bit for bit the same in a 1-row and a 4-row call (qh8, q4_1);
+ *    the CPU the output of a query row bit for bit the same in a 1-row and a 4-row call (qh8, q4_1,
+ *    q8_0, q4_0);
  *  - refusals: a K of a block type the cache does not take (q4_k), a scatter from f16 into q8_0.
  * The suite's ops are attention and scatter, so test_ops sweeps every attention variant (CPU:
  * portable, avx2, avx512, with and without split keys, and avx512-vnni / avx2-q8, whose 8-bit query
- * codes for a q8_0 / q4_0 / q4_1 / qh8 K or V are checked against their derived bound instead: q8_check; OpenCL: attn_main, attn_dec, attn_main with
+ * codes for a q8_0 / q4_0 / q4_1 / qh8 K or V are checked against their derived bound instead: q8_check,
+ * as is the automatic choice on x86, which takes their kernels for those types: q8_kernels); OpenCL: attn_main, attn_dec, attn_main with
  * 4 key splits; Vulkan: single pass, 4 key splits). OpenCL reads and writes every pair (attention.cl
  * / rows.cl through qblocks.cl) and so does Vulkan (scatter_cvt.comp, attn.comp / attn_stats.comp
  * through quant.glsl); GPU backends run the subset kvq_selected names. A backend without a type
@@ -29,6 +31,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "probe.h"
 #include "ref_quant.h"
 #include "reference.h"
 #include "suites.h"
@@ -182,6 +185,11 @@ static int q8_variant(void) {
     return strstr(t_variant, "attention:avx512-vnni") != NULL || strstr(t_variant, "attention:avx2-q8") != NULL;
 }
 
+/* The 8-bit kernels the CPU's attention runs for the types below under the variants in force:
+ * "avx512-vnni" / "avx2-q8" (forced, or the automatic choice on x86: tests/probe.h), NULL for the
+ * f32 query. */
+static const char *q8_kernels(void) { return kvs_test_att_q8(t_params.backend, t_variant); }
+
 /* The types those variants read on 8-bit codes: q8_0, q4_0, q4_1 and qh8 (KVS_QH8 here: the q4_1
  * upper plane with k_lo / v_lo) */
 static int q8_type(kvs_dtype t) {
@@ -189,7 +197,7 @@ static int q8_type(kvs_dtype t) {
 }
 
 static int q8_applies(kvs_dtype kt, kvs_dtype vt) {
-    if (t_params.backend != KVS_BACKEND_CPU || !q8_variant()) return 0;
+    if (!q8_kernels()) return 0;
     return q8_type(kt) || q8_type(vt);
 }
 
@@ -225,7 +233,7 @@ static void q8_check(const ref_attn *r, kvs_dtype kt, kvs_dtype vt, const float 
      * constant cst_jb the 8-bit weights leave out (q4_1 m + 8 d, qh8 m + 120.5 d / 16, else 0) of
      * every (kv head, key, block) */
     double *dvb = t_alloc(sizeof(double) * (size_t)(Hkv * cap * nbv)), *cvb = t_alloc(sizeof(double) * (size_t)(Hkv * cap * nbv));
-    const double wmax = ((vt == KVS_Q8_0 || vt == KVS_QH8) && strstr(t_variant, "attention:avx2-q8")) ? 127.0 : 255.0;
+    const double wmax = ((vt == KVS_Q8_0 || vt == KVS_QH8) && strcmp(q8_kernels(), "avx2-q8") == 0) ? 127.0 : 255.0;
     if (vq) {
         const kvs_dtype st = vt == KVS_QH8 ? KVS_Q4_1 : vt;
         const size_t bb = kvs_dtype_bytes(st, 32);
@@ -711,8 +719,9 @@ END_TEST
  * depend on how many rows share the call (QuantSpec's greedy equality for drafts up to 3 rests on
  * it; the 8-bit variants take other qh8 P.V paths past 4 packed rows). CPU (the GPU kernels make no
  * such promise, nor does the portable variant's cblas_sgemm over a tile): 4 copies of one query row
- * against qh8/qh8 and q4_1/q4_1, G = 4, 300 keys (a full tile and 44 keys), head_dim 64, bit for bit
- * the one-row call's output. */
+ * against qh8/qh8, q4_1/q4_1, q8_0/q8_0 and q4_0/q4_0 (the caches a greedy speculative decode reads
+ * on 8-bit codes under the automatic choice on x86), G = 4, 300 keys (a full tile and 44 keys),
+ * head_dim 64, bit for bit the one-row call's output. */
 START_TEST(test_attention_kvq_rows_independent) {
     t_begin("attention_kvq_rows_independent");
     if (t_params.backend != KVS_BACKEND_CPU || strstr(t_variant, "portable")) {
@@ -720,8 +729,12 @@ START_TEST(test_attention_kvq_rows_independent) {
         return;
     }
     const int64_t d = 64, Hkv = 2, G = 4, H = Hkv * G, cap = 300;
-    for (int h8 = 0; h8 < 2; h8++) {
-        t_case("attention-kvq rows independent: %s, 1 vs 4 identical query rows", h8 ? "qh8/qh8" : "q4_1/q4_1");
+    static const kvs_dtype types[] = {KVS_QH8, KVS_Q4_1, KVS_Q8_0, KVS_Q4_0};
+    for (int ti = 0; ti < 4; ti++) {
+        const kvs_dtype ty = types[ti];
+        const int h8 = ty == KVS_QH8;
+        t_case("attention-kvq rows independent: %s/%s, 1 vs 4 identical query rows", h8 ? "qh8" : kvs_dtype_name(ty),
+               h8 ? "qh8" : kvs_dtype_name(ty));
         float *q = t_alloc(4 * (size_t)(4 * H * d)), *k = t_alloc(4 * (size_t)(Hkv * cap * d)), *v = t_alloc(4 * (size_t)(Hkv * cap * d));
         t_fill_normal(q, H * d, 1.0);
         for (int r = 1; r < 4; r++) memcpy(q + r * H * d, q, 4 * (size_t)(H * d));
@@ -729,9 +742,9 @@ START_TEST(test_attention_kvq_rows_independent) {
         t_fill_normal(v, Hkv * cap * d, 1.0);
         double *kd = NULL, *vd = NULL;
         tt *klo = NULL, *vlo = NULL;
-        tt *kt = h8 ? store_qh8(k, Hkv, cap, d, cap, &kd, &klo) : store(KVS_Q4_1, k, Hkv, cap, d, cap, &kd);
+        tt *kt = h8 ? store_qh8(k, Hkv, cap, d, cap, &kd, &klo) : store(ty, k, Hkv, cap, d, cap, &kd);
         if (!kt) return;
-        tt *vt = h8 ? store_qh8(v, Hkv, cap, d, cap, &vd, &vlo) : store(KVS_Q4_1, v, Hkv, cap, d, cap, &vd);
+        tt *vt = h8 ? store_qh8(v, Hkv, cap, d, cap, &vd, &vlo) : store(ty, v, Hkv, cap, d, cap, &vd);
         if (!vt) return;
         tt *q1 = t_new3(KVS_F32, d, H, 1), *q4 = t_new3(KVS_F32, d, H, 4), *o1 = t_new3(KVS_F32, d, H, 1), *o4 = t_new3(KVS_F32, d, H, 4);
         t_upload_f32(q1, q);

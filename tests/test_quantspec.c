@@ -12,7 +12,8 @@
  *    key mass of all rows and the probabilities of a probe row against float64), without them (the
  *    draft) against float64 attention over the reference 4-bit view, under every attention variant
  *    of the backend, causal, GQA, n_kv across a tile edge (normalised MSE <= 1e-7, the f32 budget;
- *    under the CPU's 8-bit variants, which read qh8 / q4_1 through 8-bit query codes and weights,
+ *    under the CPU's 8-bit variants and its automatic choice on x86 (tests/probe.h), which read qh8 /
+ *    q4_1 through 8-bit query codes and weights,
  *    2e-4 and the key mass and probabilities within their bound (e^(2E) - 1) p, E the logit
  *    bound of backends/cpu/attention_q8.h; the exact bounds are checked by ops-attention-kvq);
  *  - refusals: head_dim 8 (stories260K) KVS_ERR_DTYPE; a k_lo with a k that is not q4_1;
@@ -29,8 +30,8 @@
  *    variant, 3 and 8 under the portable matmul; on OpenCL and Vulkan drafts of 1, 3 and 8 and a
  *    draft of 8 under each of their attention variants; a sampling run; the draft pass really reads
  *    the 4-bit view (its logits differ from the 8-bit pass's); the refusals; kvs_generate_ar_continue
- *    after a 300-token context, also under the CPU's 8-bit attention variant (drafts 3, 1, 8 give
- *    that variant's plain tokens).
+ *    after a 300-token context, also under the CPU's other attention precision than the automatic
+ *    choice's (f32 query codes or 8-bit ones: drafts 3, 1, 8 give that variant's plain tokens).
  * Every case but the CPU-only format check and the CPU's 4-row bit-identity runs on each backend
  * (quantspec-cpu, -opencl, -vulkan): on OpenCL and Vulkan the cache's rows are coded on the device
  * (kvs_scatter_qh8) and must equal kvs_qh8_encode_row's bytes (test_encode, and every row of the
@@ -48,6 +49,17 @@
 #include "quant/quant.h"
 #include "quant/quant_blocks.h"
 #include "internal.h" /* kvs_scatter_qh8 */
+
+/* Forces on the CPU device dev the attention variant of the other query precision than the
+ * automatic choice's: the f32-query avx512 / avx2 where the automatic choice takes the 8-bit
+ * kernels (tests/probe.h, kvs_test_att_q8), else the 8-bit avx512-vnni, else avx2-q8. 0 when the CPU
+ * runs none of them. */
+static int set_other_attention(kvs_device *dev) {
+    const char *a = kvs_test_att_q8(KVS_BACKEND_CPU, "");
+    if (a) return kvs_device_set_variants(dev, strcmp(a, "avx512-vnni") == 0 ? "attention:avx512" : "attention:avx2") == KVS_OK;
+    return kvs_device_set_variants(dev, "attention:avx512-vnni") == KVS_OK ||
+           kvs_device_set_variants(dev, "attention:avx2-q8") == KVS_OK;
+}
 
 static kvs_device_params g_params;
 static char g_model[4096];
@@ -322,11 +334,12 @@ START_TEST(test_attention) {
                     num += (oh[e] - r[e]) * (oh[e] - r[e]);
                     den += r[e] * r[e];
                 }
-                /* the CPU's 8-bit variants take 8-bit softmax weights against a q8_0 / q4_0 / qh8 /
+                /* the CPU's 8-bit variants (and its automatic choice on x86: tests/probe.h) take 8-bit
+                 * softmax weights against a q8_0 / q4_0 / qh8 /
                  * q4_1 V (the view) and 8-bit query codes against such a K (backends/cpu/
                  * attention_q8.h; their bounds are checked by ops-attention-kvq): measured nmse
                  * 3e-6 .. 3e-5 on these shapes */
-                const int q8var = strstr(spec, "avx512-vnni") || strstr(spec, "avx2-q8");
+                const int q8var = kvs_test_att_q8(g_params.backend, spec) != NULL; /* also auto on x86 */
                 const int w8 = q8var && sh[si].tv != KVS_F16, k8v = q8var && sh[si].tk != KVS_F16;
                 ck_assert_msg(num <= (w8 || k8v ? 2e-4 : 1e-7) * den, "%s nq %lld nh %lld H %lld d %lld n_kv %lld %s: nmse %g", spec, (long long)nq,
                               (long long)nh, (long long)H, (long long)d, (long long)n_kv, full ? "8-bit" : "4-bit view",
@@ -853,11 +866,10 @@ START_TEST(test_greedy_equal) {
      * each row bit for bit as a one-row decode step does (more rows take the GEMM tiles, which round
      * differently, ~1e-6 of these logits: equal tokens then hold unless a near-tie flips). CPU only:
      * the GPU backends' GEMV widths and attention kernels make no such promise */
-    /* (also under the CPU's 8-bit attention variant, whose qh8 kernels take per-row paths too) */
+    /* (also under the CPU's other attention precision, set_other_attention: the 8-bit kernels' qh8
+     * paths are per row too) */
     for (int av = 0; cpu && av < 2; av++) {
-        if (av && kvs_device_set_variants(dev, "attention:avx512-vnni") != KVS_OK &&
-            kvs_device_set_variants(dev, "attention:avx2-q8") != KVS_OK)
-            break;
+        if (av && !set_other_attention(dev)) break;
         const int64_t V = kvs_model_get_hparams(m)->vocab;
         const int32_t nx[4] = {42, 7, 99, 300};
         float *one = malloc((size_t)(4 * V) * 4), *multi = malloc((size_t)(4 * V) * 4);
@@ -881,7 +893,7 @@ START_TEST(test_greedy_equal) {
             kvs_cache_destroy(&c);
         }
         ck_assert_msg(memcmp(one, multi, (size_t)(4 * V) * 4) == 0, "a 4-row verify is not bit-identical to 4 decode steps%s",
-                      av ? " (8-bit attention variant)" : "");
+                      av ? " (the other attention precision)" : "");
         free(one);
         free(multi);
     }
@@ -981,11 +993,11 @@ START_TEST(test_continue) {
             drafted += st.spec_drafted, accepted += st.spec_accepted;
         } else ck_assert_int_eq(st.spec_verify_steps, 0);
     }
-    /* the CPU's 8-bit attention variant (avx512-vnni, else avx2-q8: qh8 and the q4_1 view read on 8-bit
-     * query codes and weights, backends/cpu/attention_q8.h): greedy speculative (draft 3, 1, 8) gives
-     * the plain tokens of the same variant, over the 300-token context (two key tiles) */
-    if (cpu && (kvs_device_set_variants(dev, "attention:avx512-vnni") == KVS_OK ||
-                kvs_device_set_variants(dev, "attention:avx2-q8") == KVS_OK)) {
+    /* the CPU's other attention precision (set_other_attention: the f32 query where the automatic
+     * choice reads qh8 and the q4_1 view on 8-bit query codes and weights, backends/cpu/
+     * attention_q8.h, else those 8-bit kernels): greedy speculative (draft 3, 1, 8) gives the plain
+     * tokens of the same variant, over the 300-token context (two key tiles) */
+    if (cpu && set_other_attention(dev)) {
         int32_t plain8[24];
         const int d8[4] = {0, 3, 1, 8};
         for (int di = 0; di < 4; di++) {
@@ -999,7 +1011,8 @@ START_TEST(test_continue) {
             if (!di) continue;
             int same = 0;
             while (same < M - 1 && tok[same] == plain8[same]) same++;
-            ck_assert_msg(same == M - 1, "8-bit attention variant, draft %d: tokens differ from plain decoding's at %d", d8[di], same);
+            ck_assert_msg(same == M - 1, "the other attention precision, draft %d: tokens differ from plain decoding's at %d", d8[di],
+                          same);
             drafted += st.spec_drafted, accepted += st.spec_accepted;
         }
         kvs_device_set_variants(dev, "attention:auto");

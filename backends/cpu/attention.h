@@ -40,8 +40,8 @@
  * Kc/Vc tile buffers for cblas. With AVX-512/AVX2 the blocks are decoded in registers
  * (x86/att_quant_fused.h): S = Q.K^T four keys at a time against 4 (AVX2: 2) packed query rows with
  * the horizontal sums batched, O += P.V with each V vector decoded once and multiplied into 4 rows
- * of O held in registers; only the blocks are read from memory (the opt-in variants avx512-vnni /
- * avx2-q8 take 8-bit query codes for a q8_0 / q4_0 / q4_1 / qh8 K and 8-bit softmax weights for
+ * of O held in registers; only the blocks are read from memory (the variants avx512-vnni /
+ * avx2-q8, and the automatic choice on x86, take 8-bit query codes for a q8_0 / q4_0 / q4_1 / qh8 K and 8-bit softmax weights for
  * such a V: attention_q8.h). The f32 panel path
  * (many query rows) is used for F32/F16 caches only; BF16 tiles are converted as F16 ones.
  * Tasks are spread over OpenMP threads (dynamic schedule: causal tiles differ in cost). With fewer

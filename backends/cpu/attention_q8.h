@@ -43,8 +43,11 @@
  * <= (e^(2 E_r) - 1) sum_j p_j |v_jt| + B_rt (tests/test_ops_kvquant.c, q8_check). Chunks whose
  * largest weight is below 2^-100 are dropped (their share is below 2^-100 * 64 * 128 |d_v| / l).
  * A tile with a NaN in P or a non-finite V block scale takes the f32 kernel (NaN / inf as there).
- * Not bit-compatible with the f32 path: the variants are chosen explicitly
- * (KVS_VARIANT=attention:avx512-vnni etc.), never automatically. */
+ * Not bit-compatible with the f32 path. Chosen by the variants (KVS_VARIANT=attention:avx512-vnni
+ * etc.) and by the automatic choice on x86 for these K / V types (kvs_cpu_att_q8, cpu_kernels.h: the
+ * VNNI kernels on a CPU with AVX512-VNNI, the AVX2 ones where the ISA is AVX2), as llama.cpp's CPU
+ * path does; forcing attention:avx512 / avx2 keeps the f32 query. A row gets the same bits whatever
+ * the number of query rows beside it (the codes and weights are per row). */
 #ifndef KVS_BACKENDS_CPU_ATTENTION_Q8_H
 #define KVS_BACKENDS_CPU_ATTENTION_Q8_H
 

@@ -73,7 +73,9 @@ static const kvs_variant cpu_variants[] = {
     {KVS_OP_attention, "avx512-split", KVS_CPU_V_AVX512 | KVS_CPU_V_SPLIT, cpu_has_avx512},
     {KVS_OP_attention, "avx2", KVS_CPU_V_AVX2, cpu_has_avx2},
     {KVS_OP_attention, "avx2-split", KVS_CPU_V_AVX2 | KVS_CPU_V_SPLIT, cpu_has_avx2},
-    /* Q.K^T over q8_0 / q4_0 K on 8-bit query codes (attention_q8.h): opt-in, not bit-compatible */
+    /* Q.K^T over a q8_0 / q4_0 / q4_1 / qh8 K on 8-bit query codes, P.V over such a V on 8-bit weights
+     * (attention_q8.h): not bit-compatible with avx512 / avx2 (which keep the f32 query, the reference
+     * when forced); the automatic choice on x86 for those types (kvs_cpu_att_q8) */
     {KVS_OP_attention, "avx512-vnni", KVS_CPU_V_AVX512 | KVS_CPU_V_Q8, cpu_has_vnni},
     {KVS_OP_attention, "avx512-vnni-split", KVS_CPU_V_AVX512 | KVS_CPU_V_Q8 | KVS_CPU_V_SPLIT, cpu_has_vnni},
     {KVS_OP_attention, "avx2-q8", KVS_CPU_V_AVX2 | KVS_CPU_V_Q8, cpu_has_avx2},

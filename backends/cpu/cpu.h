@@ -72,7 +72,9 @@ enum { KVS_CPU_V_PORTABLE = 1, KVS_CPU_V_AVX512 = 2, KVS_CPU_V_BLAS = 4, KVS_CPU
 enum { KVS_CPU_V_NEON = 1 << 8, KVS_CPU_V_DOTPROD = 1 << 9, KVS_CPU_V_FP16 = 1 << 10 };
 /* matmul's GEMV of block-type weights on 8-bit activations (matmul.h, kvs_cpu_q8_kernel): Q8 with
  * PORTABLE (portable-q8), AVX2 (avx2-q8: maddubs) or AVX512 (avx512-vnni: AVX512-VNNI dot products);
- * the larger products (GEMM tiles) of these variants are their ISA's f32 ones. */
+ * the larger products (GEMM tiles) of these variants are their ISA's f32 ones. Attention: Q8 with
+ * AVX512 (avx512-vnni) or AVX2 (avx2-q8) reads a q8_0 / q4_0 / q4_1 / qh8 K / V on 8-bit query codes and
+ * weights (attention_q8.h), as the automatic choice does on x86 (kvs_cpu_att_q8). */
 enum { KVS_CPU_V_Q8 = 1 << 11 };
 
 #endif

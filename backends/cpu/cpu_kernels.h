@@ -210,6 +210,19 @@ static inline int kvs_cpu_isa(const kvs_device *dev, kvs_op_id op) {
     return kvs_cpu_avx512() ? KVS_ISA_AVX512 : kvs_cpu_avx2() ? KVS_ISA_AVX2 : neon ? KVS_ISA_NEON : KVS_ISA_C;
 }
 
+/* 1 when attention reads a q8_0 / q4_0 / q4_1 / qh8 K or V on 8-bit query codes and weights
+ * (attention_q8.h): under a forced -vnni / -q8 variant, and under the automatic choice on x86
+ * (KVS_CPU_Q8_DEFAULT, as matmul's 8-bit activations) when the CPU has AVX512-VNNI (+BW, VL: the VNNI
+ * kernels) or its ISA is AVX2 (the AVX2 kernels); 0 under every other forced variant (avx512, avx2:
+ * the f32 query, bit-compatible with the earlier releases), on an AVX-512 CPU without VNNI, on
+ * aarch64 and in portable builds. The other K / V types keep the f32 query either way. */
+static inline int kvs_cpu_att_q8(const kvs_device *dev) {
+    const int v = kvs_device_variant(dev, KVS_OP_attention);
+    if (v) return (v & KVS_CPU_V_Q8) != 0;
+    const int isa = kvs_cpu_isa(dev, KVS_OP_attention);
+    return KVS_CPU_Q8_DEFAULT && (isa == KVS_ISA_AVX512 ? kvs_cpu_avx512_vnni() : isa == KVS_ISA_AVX2);
+}
+
 /* 1 when op should run its AVX-512 kernels on dev: the forced variant's choice, else the CPU's. */
 static inline int kvs_cpu_use_avx512(const kvs_device *dev, kvs_op_id op) {
     return kvs_cpu_isa(dev, op) == KVS_ISA_AVX512;

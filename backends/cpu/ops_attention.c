@@ -315,7 +315,8 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
     /* the 8-bit query codes of the -vnni / -q8 variants: [M][d] i8, [M][d/32] f32, [M][d/4] +
      * [M][d/32] i32 */
     const size_t off_q8 = per;
-    if ((variant & KVS_CPU_V_Q8) && kvs_dtype_is_quant(c.k_dt)) per += (size_t)(M * d / 4 + M * d / 32 + M * d / 4 + M * d / 32 + 16);
+    const int q8 = kvs_cpu_att_q8(dev); /* forced -vnni / -q8, or automatic on x86 (cpu_kernels.h) */
+    if (q8 && kvs_dtype_is_quant(c.k_dt)) per += (size_t)(M * d / 4 + M * d / 32 + M * d / 4 + M * d / 32 + 16);
     /* the exponentials kept for the statistics pass (att_work.E): [M][ldl] + the tiles' maxima
      * + tile flags, without split keys and up to ATT_KEEP_WORDS a thread; beyond that the
      * statistics pass recomputes them */
@@ -368,22 +369,23 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
     if (c.kern) {
         c.qpv = isa == KVS_ISA_AVX512 ? kvs_cpu_att_pv_q_avx512 : kvs_cpu_att_pv_q_avx2;
         c.qqk = isa == KVS_ISA_AVX512 ? kvs_cpu_att_qk_q_avx512 : kvs_cpu_att_qk_q_avx2;
-        /* variants avx512-vnni / avx2-q8: Q.K^T on 8-bit query codes for q8_0 / q4_0 K
+        /* variants avx512-vnni / avx2-q8, and the automatic choice on x86 (kvs_cpu_att_q8: VNNI on an
+         * AVX-512 ISA, else the AVX2 ISA): Q.K^T on 8-bit query codes for q8_0 / q4_0 K
          * (attention_q8.h; the other K types keep the f32 query) */
         const int vnni = isa == KVS_ISA_AVX512;
         c.q8off = kvs_cpu_att_q8_offset(c.k_dt, vnni);
-        if ((variant & KVS_CPU_V_Q8) && c.q8off >= 0 && !c.k_lo)
+        if (q8 && c.q8off >= 0 && !c.k_lo)
             c.qqk8 = vnni ? kvs_cpu_att_qk_q8_vnni : kvs_cpu_att_qk_q8_avx2;
-        if ((variant & KVS_CPU_V_Q8) && (c.v_dt == KVS_Q8_0 || c.v_dt == KVS_Q4_0) && !c.v_lo)
+        if (q8 && (c.v_dt == KVS_Q8_0 || c.v_dt == KVS_Q4_0) && !c.v_lo)
             c.qpv8 = vnni ? kvs_cpu_att_pv_q8_vnni : kvs_cpu_att_pv_q8_avx2;
         /* qh8 (k_lo / v_lo) and q4_1 (the draft's 4-bit view): the same 8-bit schemes, read in place
          * or repacked per tile into the q8_0 / q4_0 kernels' blocks (attention_q8.h, "qh8 and q4_1");
          * head_dim <= 256 */
-        if ((variant & KVS_CPU_V_Q8) && c.k_dt == KVS_Q4_1 && d <= 256) {
+        if (q8 && c.k_dt == KVS_Q4_1 && d <= 256) {
             c.qqk8h = vnni ? kvs_cpu_att_qk_qh8_vnni : kvs_cpu_att_qk_qh8_avx2;
             c.q8off = kvs_cpu_att_q8_offset(c.k_lo ? KVS_Q8_0 : KVS_Q4_0, vnni);
         }
-        if ((variant & KVS_CPU_V_Q8) && c.v_dt == KVS_Q4_1 && d <= 256)
+        if (q8 && c.v_dt == KVS_Q4_1 && d <= 256)
             c.qpv8h = vnni ? kvs_cpu_att_pv_qh8_vnni : kvs_cpu_att_pv_qh8_avx2;
     }
 #endif

@@ -352,14 +352,23 @@ void bench_run_suite(bench *b) {
         bench_copy *cp = NULL;
         static const kvs_dtype t3[] = {KVS_F16, KVS_Q8_0, KVS_Q4_0};
         static const int64_t nks[] = {4096, 16384, 32768};
-        /* the opt-in 8-bit query variant of this CPU (attention_q8.h) for the block types, as extra rows:
-         * avx512-vnni, else avx2-q8 (also when KVS_VARIANT forces an avx2 attention), else none */
-        const char *env = getenv("KVS_VARIANT"), *v8 = NULL;
+        /* extra rows for the block types under the other query precision of this CPU's attention
+         * (attention_q8.h): the 8-bit variant avx512-vnni, else avx2-q8 (also when KVS_VARIANT forces
+         * an avx2 attention), and its f32-query twin avx512 / avx2. The plain rows run the automatic
+         * choice (or KVS_VARIANT's), which is the 8-bit one on a VNNI CPU and on an AVX2 one (not on
+         * AVX-512 without VNNI): the extra rows then run the f32 twin (the bit-compatible reference),
+         * else the 8-bit variant; none without either */
+        const char *env = getenv("KVS_VARIANT"), *v8 = NULL, *vf = NULL;
         if (kvs_device_backend(b->dev) == KVS_BACKEND_CPU) {
             if (!(env && strstr(env, "attention:avx2")) && kvs_device_set_variants(b->dev, "attention:avx512-vnni") == KVS_OK)
-                v8 = "avx512-vnni";
+                v8 = "avx512-vnni", vf = "avx512";
             else if (kvs_device_set_variants(b->dev, "attention:avx2-q8") == KVS_OK)
-                v8 = "avx2-q8";
+                v8 = "avx2-q8", vf = "avx2";
+            const int forced = env && strstr(env, "attention:") && !strstr(env, "attention:auto");
+            const int plain_q8 = forced ? strstr(env, "attention:avx512-vnni") || strstr(env, "attention:avx2-q8")
+                                        : v8 && (strcmp(v8, "avx512-vnni") == 0 ||
+                                                 kvs_device_set_variants(b->dev, "attention:avx512") != KVS_OK);
+            if (plain_q8) v8 = vf;
             kvs_clear_error();
         }
         for (int di = 0; di < 2; di++)
@@ -374,7 +383,7 @@ void bench_run_suite(bench *b) {
                     }
         /* QuantSpec's cache, n_kv 16k (quick: 4k), head_dim 128: qh8 (the verify's 8-bit read of both
          * planes, 36 bytes per 32 values) and q4_1 (the draft's 4-bit view: the upper planes alone),
-         * automatic and under the 8-bit query variant */
+         * automatic and under the other query precision (above) */
         static const kvs_dtype tq[] = {KVS_QH8, KVS_Q4_1};
         for (int ti = 0; ti < 2; ti++)
             for (int vi = 0; vi < (v8 ? 2 : 1); vi++) {

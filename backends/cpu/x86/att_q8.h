@@ -926,7 +926,7 @@ static int aq8h_qk(kvs_dtype dt, const void *K_, const void *K_lo, int64_t rb, c
                     for (int i = 0; i < 32; i++) sq += qb[i];
                     qs[(g0 + r) % 64 * nb + b] = Q->dq[(g0 + r) * nb + b] * (float)sq;
                 }
-            const float *qsr = qs - g0 % 64 * nb; /* indexed by the absolute row */
+            const float *qsr = qs - g0 * nb; /* indexed by the absolute row (qs holds rows g0 ..) */
             for (int64_t r0 = g0; r0 < g0 + G; r0 += 4) {
                 const int64_t R = g0 + G - r0 < 4 ? g0 + G - r0 : 4;
 #define AQ8H_T16(H8, RR)                                                                               \
@@ -1031,7 +1031,10 @@ AQ8_INLINE void aq8h_pv_chunk512(const int R, const uint8_t *V, const uint8_t *L
 static int aq8h_pv_inplace(const int h8, const uint8_t *V, const uint8_t *L, int64_t rb, const float *P, int64_t ldp,
                            int64_t M, int64_t n, int64_t d, float *O) {
     (void)L; /* (AVX2: q4_1 only) */
-    const int64_t nb = d / 32, n4 = (n + 3) & ~(int64_t)3, np = (n + 31) & ~(int64_t)31;
+    /* np: the keys the table is filled for, zeros past n: on VNNI the whole AQ8_PV_MAXN, as
+     * aq8_pv_tile's, since aq8_pv_weights reads whole tiles (0 x an unset adv could be NaN: the
+     * weights then depended on stack contents, and the output varied from run to run) */
+    const int64_t nb = d / 32, n4 = (n + 3) & ~(int64_t)3, np = AQ8_VNNI ? AQ8_PV_MAXN : (n + 31) & ~(int64_t)31;
     for (int64_t r = 0; r < M; r++) { /* NaN in P (NaN logits): the f32 kernel */
         const float *p = P + r * ldp;
         __m256 un = _mm256_setzero_ps();
