@@ -60,8 +60,6 @@ KVS_API kvs_status kvs_matmul(kvs_device *dev, const kvs_tensor *W, const kvs_te
 /* y = a + b, element-wise, F32, identical element counts (shapes may differ). y may alias a or b. */
 KVS_API kvs_status kvs_add(kvs_device *dev, const kvs_tensor *a, const kvs_tensor *b, kvs_tensor *y);
 
-/* dst = convert(src): element-wise copy between F32, F16 and BF16 (any pair, including the same
- * dtype), identical element counts. Round-to-nearest-even. dst must not alias src. */
 /* The log of an attention call's softmax mass from its row_max m and row_sum l
  * (kvs_attention_params): lse[i] = m[i] + log(l[i]), or -INFINITY where l[i] == 0 (no visible key;
  * a NaN stays NaN), the form kvs_attention_params.lse_extra takes, so one call's mass reaches another
@@ -72,6 +70,9 @@ KVS_API kvs_status kvs_add(kvs_device *dev, const kvs_tensor *a, const kvs_tenso
  * overlap). */
 KVS_API kvs_status kvs_log_mass(kvs_device *dev, const kvs_tensor *row_max, const kvs_tensor *row_sum,
                                 kvs_tensor *lse);
+
+/* dst = convert(src): element-wise copy between F32, F16 and BF16 (any pair, including the same
+ * dtype), identical element counts. Round-to-nearest-even. dst must not alias src. */
 KVS_API kvs_status kvs_copy(kvs_device *dev, const kvs_tensor *src, kvs_tensor *dst);
 
 /* RMSNorm (Zhang & Sennrich 2019; llama): y[i] = x[i] / sqrt(mean_c(x[i][c]^2) + eps) * w
