@@ -18,7 +18,10 @@
  *    kvs_cache_read_f32 returns the keys un-rotated, greedy decoding on an f32 cache is token for
  *    token the same with and without it (scores unchanged but for rounding), an odd head_dim is
  *    refused, and on keys with an outlier channel it lowers the q4_0 cache's key error (the reason
- *    it exists). */
+ *    it exists);
+ *  - the trained models/kjv-ar-hd64.gguf's keys after a held-out prompt: uneven channels (a head's
+ *    largest channel RMS > 3x its median; measured 4.7) and the rotation lowers their q4_0 error
+ *    (measured 0.0104 -> 0.0075 relative squared error; asserted: below 0.85x). */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -387,6 +390,86 @@ START_TEST(test_rotation) {
 }
 END_TEST
 
+/* The trained model's keys (models/kjv-ar-hd64.gguf: head_dim 64, RoPE'd keys of a trained llama):
+ * after a 77-token held-out prompt, the keys a q4_0 cache returns (kvs_cache_read_f32) against the f32
+ * cache's, per layer, with and without KVS_CACHE_ROTATE. The trained keys' channels are uneven (the
+ * largest channel RMS of a head is several times the median: printed) and the rotation lowers the
+ * q4_0 keys' relative squared error (measured 2026-12-03 on AVX-512: ratio 4.7, error 0.0104 ->
+ * 0.0075; asserted with margins: > 3 and < 0.85x), which is why `--kv-rotate` helps this model's fidelity (README, fidelity table) where it
+ * gave nothing on random weights. */
+START_TEST(test_trained_keys) {
+    char path[4096];
+    ck_assert_msg(kvs_model_locate("kjv-ar-hd64.gguf", path, sizeof path) == KVS_OK, "bundled fixture missing: %s",
+                  kvs_last_error());
+    kvs_device *dev = open_dev();
+    kvs_model *m = NULL;
+    ck_assert_msg(kvs_model_load(&m, dev, path, NULL) == KVS_OK, "%s", kvs_last_error());
+    const kvs_model_hparams *hp = kvs_model_get_hparams(m);
+    ck_assert_int_eq(hp->head_dim, 64);
+    /* [BOS] + "Pharisees confess both. And there arose a great cry: and the scribes that were of the
+     * Pharisees' part arose, and strove, saying, We find" (held-out KJV; as test_quantspec) */
+    static const int32_t prompt[] = {
+        1,   410, 460, 415, 295, 293, 411, 406, 280, 289, 431, 406, 419, 268, 309, 415, 426, 410, 447, 264,
+        383, 261, 420, 414, 372, 261, 298, 276, 294, 280, 420, 422, 467, 269, 265, 262, 429, 325, 430, 406,
+        351, 382, 276, 373, 265, 410, 460, 415, 295, 293, 411, 406, 439, 282, 295, 413, 261, 420, 414, 372,
+        432, 269, 349, 420, 414, 360, 432, 262, 283, 299, 432, 410, 448, 411, 272, 417, 264};
+    enum { NP = (int)(sizeof prompt / sizeof prompt[0]), CAP = 96 };
+    const int L = hp->n_layers, H = hp->n_kv_heads, D = hp->head_dim;
+    float *k[3];
+    for (int ci = 0; ci < 3; ci++) { /* f32, q4_0, q4_0 rotated */
+        kvs_cache_params cp = kvs_model_cache_params(m);
+        cp.mode = KVS_CACHE_APPEND;
+        cp.capacity = CAP;
+        cp.type_k = ci ? KVS_Q4_0 : KVS_F32;
+        cp.flags = ci == 2 ? KVS_CACHE_ROTATE : 0u;
+        kvs_kv_cache *c = NULL;
+        ck_assert_msg(kvs_cache_create(&c, dev, &cp) == KVS_OK, "%s", kvs_last_error());
+        int32_t last = NP - 1;
+        kvs_step_plan plan = {.tokens = prompt, .n_tokens = NP, .logit_rows = &last, .n_logit_rows = 1};
+        kvs_step_result r;
+        ck_assert_int_eq(kvs_model_forward(m, c, &plan, &r), KVS_OK);
+        k[ci] = malloc((size_t)L * H * CAP * D * sizeof(float));
+        for (int l = 0; l < L; l++) ck_assert(kvs_cache_read_f32(c, l, 0, k[ci] + (size_t)l * H * CAP * D) == KVS_OK);
+        kvs_cache_destroy(&c);
+    }
+    double e[2] = {0, 0}, ref = 0, worst_ratio = 0;
+    for (int l = 0; l < L; l++)
+        for (int h = 0; h < H; h++) {
+            const float *k0 = k[0] + ((size_t)l * H + h) * CAP * D;
+            double rms[64], sorted[64];
+            for (int t = 0; t < D; t++) {
+                double s2 = 0;
+                for (int i = 0; i < NP; i++) s2 += (double)k0[i * D + t] * k0[i * D + t];
+                rms[t] = sqrt(s2 / NP);
+            }
+            memcpy(sorted, rms, sizeof rms);
+            for (int a = 1; a < D; a++) /* insertion sort: 64 values */
+                for (int b = a; b > 0 && sorted[b] < sorted[b - 1]; b--) {
+                    const double tmp = sorted[b];
+                    sorted[b] = sorted[b - 1], sorted[b - 1] = tmp;
+                }
+            const double ratio = sorted[D - 1] / (0.5 * (sorted[D / 2 - 1] + sorted[D / 2]));
+            if (ratio > worst_ratio) worst_ratio = ratio;
+            for (int i = 0; i < NP; i++)
+                for (int t = 0; t < D; t++) {
+                    const double x = k0[i * D + t];
+                    ref += x * x;
+                    for (int q = 0; q < 2; q++) {
+                        const double d = (double)k[1 + q][((size_t)l * H + h) * CAP * D + (size_t)i * D + t] - x;
+                        e[q] += d * d;
+                    }
+                }
+        }
+    printf("# trained keys: largest channel RMS / median channel RMS up to %.1f (over %d layers x %d kv heads); q4_0 "
+           "key error (relative squared) %.3g, rotated %.3g\n", worst_ratio, L, H, e[0] / ref, e[1] / ref);
+    ck_assert_msg(worst_ratio > 3.0, "trained keys' channels are even (%.2f): the rotation has nothing to spread", worst_ratio);
+    ck_assert_msg(e[1] < 0.85 * e[0], "rotation does not lower the trained keys' q4_0 error: %g vs %g", e[1] / ref, e[0] / ref);
+    for (int ci = 0; ci < 3; ci++) free(k[ci]);
+    kvs_model_destroy(&m);
+    kvs_device_destroy(&dev);
+}
+END_TEST
+
 int main(int argc, char **argv) {
     int setup = kvs_test_setup(argc, argv, "test_kv_cache_quant", &g_params, "tiny-llama-mixed-q.gguf", g_model,
                                sizeof g_model);
@@ -398,6 +481,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_keep_matches_dequantized);
     tcase_add_test(tc, test_decode_with_eviction);
     tcase_add_test(tc, test_rotation);
+    tcase_add_test(tc, test_trained_keys);
     suite_add_tcase(s, tc);
     return kvs_test_run(s);
 }

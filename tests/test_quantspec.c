@@ -31,7 +31,10 @@
  *    draft of 8 under each of their attention variants; a sampling run; the draft pass really reads
  *    the 4-bit view (its logits differ from the 8-bit pass's); the refusals; kvs_generate_ar_continue
  *    after a 300-token context, also under the CPU's other attention precision than the automatic
- *    choice's (f32 query codes or 8-bit ones: drafts 3, 1, 8 give that variant's plain tokens).
+ *    choice's (f32 query codes or 8-bit ones: drafts 3, 1, 8 give that variant's plain tokens);
+ *  - on the trained models/kjv-ar-hd64.gguf: greedy speculative decoding (CPU: drafts 1-4, and 3 with
+ *    q4_0 draft weights; OpenCL / Vulkan: draft 3) gives plain greedy's 256 tokens after a held-out
+ *    prompt, with an acceptance above a measured bound.
  * Every case but the CPU-only format check and the CPU's 4-row bit-identity runs on each backend
  * (quantspec-cpu, -opencl, -vulkan): on OpenCL and Vulkan the cache's rows are coded on the device
  * (kvs_scatter_qh8) and must equal kvs_qh8_encode_row's bytes (test_encode, and every row of the
@@ -709,10 +712,12 @@ START_TEST(test_accept) {
 }
 END_TEST
 
-static int64_t gen(kvs_device *dev, kvs_model *m, const int32_t *prompt, int64_t np, int draft, float temp, int32_t *tok,
-                   kvs_gen_stats *st, kvs_status *status) {
+/* Decodes max_new tokens after prompt[np] (stop tokens off) on a fresh qh8 K/V cache; draft 0 = plain
+ * decoding, else QuantSpec with that draft length. Returns the token count; *status the result. */
+static int64_t gen_n(kvs_device *dev, kvs_model *m, const int32_t *prompt, int64_t np, int draft, float temp,
+                     int64_t max_new, int32_t *tok, kvs_gen_stats *st, kvs_status *status) {
     kvs_ar_params ap = kvs_ar_params_default();
-    ap.max_new = 40;
+    ap.max_new = max_new;
     ap.stop_at_bos = ap.stop_at_eos = 0;
     ap.draft = draft;
     ap.temperature = temp;
@@ -726,6 +731,11 @@ static int64_t gen(kvs_device *dev, kvs_model *m, const int32_t *prompt, int64_t
     *status = kvs_generate_ar(m, c, prompt, np, &ap, NULL, NULL, tok, &n, st);
     kvs_cache_destroy(&c);
     return n;
+}
+
+static int64_t gen(kvs_device *dev, kvs_model *m, const int32_t *prompt, int64_t np, int draft, float temp, int32_t *tok,
+                   kvs_gen_stats *st, kvs_status *status) {
+    return gen_n(dev, m, prompt, np, draft, temp, 40, tok, st, status);
 }
 
 START_TEST(test_greedy_equal) {
@@ -927,6 +937,60 @@ START_TEST(test_greedy_equal) {
     ck_assert_int_eq(no, 8);
     kvs_policy_destroy(&pol);
     kvs_cache_destroy(&c);
+    kvs_model_destroy(&m);
+    kvs_device_destroy(&dev);
+}
+END_TEST
+
+/* QuantSpec on a trained model: models/kjv-ar-hd64.gguf (llama, head_dim 64, trained on the KJV
+ * and two other public-domain texts; models/README.md), 256 greedy tokens after a held-out KJV prompt
+ * on a qh8 cache. Speculative decoding with drafts of 1-4 (the model's weights) and 3 (a q4_0 copy of
+ * them) gives plain decoding's tokens, and accepts at least the fraction of drafted tokens below
+ * (measured 2026-12-03 on this prompt with AVX-512: 0.992, 0.988, 0.995, 0.981 for drafts 1-4, 0.894
+ * with q4_0 draft weights; bounds 0.85 and 0.75 leave room for other kernels' rounding; README
+ * "QuantSpec", acceptance on a trained model). On the random-weight fixture the acceptance says
+ * nothing. OpenCL and Vulkan run draft 3 alone (measured there: 191 of 192, as on the CPU). */
+START_TEST(test_trained) {
+    const int cpu = g_params.backend == KVS_BACKEND_CPU;
+    char path[4096];
+    ck_assert_msg(kvs_model_locate("kjv-ar-hd64.gguf", path, sizeof path) == KVS_OK, "bundled fixture missing: %s",
+                  kvs_last_error());
+    kvs_device *dev = open_dev();
+    kvs_model *m = NULL;
+    ck_assert_msg(kvs_model_load(&m, dev, path, NULL) == KVS_OK, "%s", kvs_last_error());
+    ck_assert_int_eq(kvs_model_get_hparams(m)->head_dim, 64);
+    /* [BOS] + "Pharisees confess both. And there arose a great cry: and the scribes that were of the
+     * Pharisees' part arose, and strove, saying, We find" (Acts 23:8-9, in the held-out last 10%) */
+    static const int32_t prompt[] = {
+        1,   410, 460, 415, 295, 293, 411, 406, 280, 289, 431, 406, 419, 268, 309, 415, 426, 410, 447, 264,
+        383, 261, 420, 414, 372, 261, 298, 276, 294, 280, 420, 422, 467, 269, 265, 262, 429, 325, 430, 406,
+        351, 382, 276, 373, 265, 410, 460, 415, 295, 293, 411, 406, 439, 282, 295, 413, 261, 420, 414, 372,
+        432, 269, 349, 420, 414, 360, 432, 262, 283, 299, 432, 410, 448, 411, 272, 417, 264};
+    const int64_t np = (int64_t)(sizeof prompt / sizeof prompt[0]), N = 256;
+    int32_t ref[256], tok[256];
+    kvs_gen_stats st;
+    kvs_status s;
+    ck_assert_int_eq(gen_n(dev, m, prompt, np, 0, 0.0f, N, ref, &st, &s), N);
+    ck_assert_msg(s == KVS_OK, "%s", kvs_last_error());
+    /* draft length, draft weights (f32: the model's own), least acceptance */
+    static const struct { int draft; kvs_dtype w; double min_accept; } runs[] = {
+        {1, KVS_F32, 0.85}, {2, KVS_F32, 0.85}, {3, KVS_F32, 0.85}, {4, KVS_F32, 0.85}, {3, KVS_Q4_0, 0.75}};
+    for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
+        if (!cpu && (runs[r].draft != 3 || runs[r].w != KVS_F32)) continue; /* PoCL / lavapipe: draft 3 */
+        ck_assert_msg(kvs_model_set_draft_weights(m, runs[r].w) == KVS_OK, "%s", kvs_last_error());
+        ck_assert_int_eq(gen_n(dev, m, prompt, np, runs[r].draft, 0.0f, N, tok, &st, &s), N);
+        ck_assert_msg(s == KVS_OK, "%s", kvs_last_error());
+        int same = 0;
+        while (same < N && tok[same] == ref[same]) same++;
+        ck_assert_msg(same == N, "draft %d (%s weights): speculative greedy differs from plain greedy at token %d",
+                      runs[r].draft, runs[r].w == KVS_F32 ? "model" : "q4_0", same);
+        ck_assert(st.spec_drafted > 0 && st.spec_accepted <= st.spec_drafted);
+        const double acc = (double)st.spec_accepted / (double)st.spec_drafted;
+        printf("# trained model, draft %d (%s weights): acceptance %.3f (%lld of %lld)\n", runs[r].draft,
+               runs[r].w == KVS_F32 ? "model" : "q4_0", acc, (long long)st.spec_accepted, (long long)st.spec_drafted);
+        ck_assert_msg(acc >= runs[r].min_accept, "draft %d: acceptance %.3f below %.2f", runs[r].draft, acc,
+                      runs[r].min_accept);
+    }
     kvs_model_destroy(&m);
     kvs_device_destroy(&dev);
 }
@@ -1176,6 +1240,7 @@ int main(int argc, char **argv) {
     tcase_set_timeout(tg, 600);
     tcase_add_test(tg, test_greedy_equal);
     tcase_add_test(tg, test_continue);
+    tcase_add_test(tg, test_trained);
     suite_add_tcase(s, tg);
     TCase *tk = tcase_create("sparse");
     tcase_set_timeout(tk, 600);
