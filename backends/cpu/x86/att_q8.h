@@ -139,7 +139,9 @@ AQ8_INLINE void aq8_tile8(const int q4, const int R, const uint8_t *K, int64_t r
         __m256i cu[8], cs[8]; /* cu[g]: unsigned codes of word g (values 4g .. 4g+3), cs: signed (q8_0) */
 #if !AQ8_VNNI
         /* the 8 keys' d_k of block b: one vpgatherdd of the dword at each block's start (the f16
-         * scale and two code bytes), the low halves packed */
+         * scale and two code bytes), the low halves packed. (qemu-user before 8.2.7 / 9.0.3 decodes
+         * a VSIB index in ymm4 as "no index", every lane loading k0: wrong there when the compiler
+         * picks ymm4, as GCC 12 -O2 does; README, "Quantized KV cache".) */
         const __m256i g32 = _mm256_and_si256(_mm256_i32gather_epi32((const int *)(const void *)k0, kidx, 1), _mm256_set1_epi32(0xffff));
         const __m256 dk = _mm256_cvtph_ps(_mm256_castsi256_si128(
             _mm256_permute4x64_epi64(_mm256_packus_epi32(g32, _mm256_setzero_si256()), 0x08)));
