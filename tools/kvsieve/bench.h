@@ -6,6 +6,7 @@
  *   bench_report.c  the table rows and the JSON report
  *   bench_model.c   kvsieve bench model (a random-weight model of a real shape)
  *   bench_spec.c    its --speculative mode: QuantSpec against plain decoding at a long context
+ *   bench_context.c its --context mode (plain decoding after N cached rows) and the cache fill both use
  * Units, timing and budgets: cmd_bench.c's header. */
 #ifndef KVS_CLI_BENCH_H
 #define KVS_CLI_BENCH_H
@@ -154,6 +155,47 @@ void bench_spec_print(const bench_spec_result *r, const bench_spec_opts *o, kvs_
 /* The result as a JSON object (keys with their units; "ok": false and the options only on an error). */
 struct json_object;
 struct json_object *bench_spec_json(const bench_spec_result *r, const bench_spec_opts *o, kvs_status s);
+
+/* ---- bench_context.c ---- */
+
+/* Bytes of one cached row of head_dim values of type t that a reading pass touches: kvs_dtype_bytes,
+ * except qh8, whose 8-bit read (draft 0) reads both planes (upper q4_1 blocks + lower nibbles: 36
+ * bytes per 32 values) and whose draft (draft 1) reads only the upper blocks (20 bytes per 32). */
+int64_t bench_kv_row_bytes(kvs_dtype t, int head_dim, int draft);
+
+/* Fills cache c (of m's shape, capacity >= n) with rows for positions 0 .. n-1: prefill 1, a prefill
+ * of random token ids 3 .. vocab-1 in forwards of 256 rows; prefill 0, random K/V values uniform in
+ * [-1, 1) (keys as if after RoPE) written by kvs_cache_write_rows, 256 rows per layer at a time, no
+ * forward. rng: bench_rng_uniform's state, advanced. Ends with a device sync.
+ * Errors: KVS_ERR_OUT_OF_MEMORY, the forward's, kvs_cache_write_rows's. */
+kvs_status bench_fill_cache(kvs_model *m, kvs_kv_cache *c, int64_t n, int prefill, uint64_t *rng);
+
+typedef struct bench_context_opts {
+    int64_t context;  /* rows in the cache before decoding (positions 0 .. context-1), >= 1 */
+    int64_t decode;   /* tokens generated per run, >= 1 */
+    int reps;         /* timed runs, >= 1; the fastest is kept */
+    int fill_prefill; /* 1: fill by a prefill of random tokens; 0: random K/V rows written directly */
+} bench_context_opts;
+
+typedef struct bench_context_result {
+    double fill_s;                   /* wall seconds of filling the cache */
+    double seconds, cpu_seconds;     /* fastest wall / fastest process-CPU seconds of a run */
+    int64_t tokens;                  /* tokens a run generated (= decode) */
+    double attention_share;          /* "attention" op seconds / wall seconds of one profiled run; -1: unknown */
+    double profiled_seconds;         /* wall seconds of that run (slower than the timed ones by the profile) */
+    int64_t kv_bytes_per_token;      /* cache bytes per token: K and V rows of every layer and kv head */
+    int64_t kv_read_bytes_per_token; /* bytes per cached token one decode step's attention reads */
+    int64_t weight_bytes;            /* bytes of every weight tensor */
+} bench_context_result;
+
+/* The measurement of bench_context.c's header on model m (autoregressive) with cache types kv.
+ * Errors: the cache's, the fill's, kvs_generate_ar_continue's, KVS_ERR_OUT_OF_MEMORY. */
+kvs_status bench_context_measure(kvs_model *m, const kvs_dtype kv[2], const bench_context_opts *o, uint64_t *rng,
+                                 bench_context_result *r);
+/* Prints the result as text lines (s: bench_context_measure's status: its message on an error). */
+void bench_context_print(const bench_context_result *r, const bench_context_opts *o, kvs_status s);
+/* The result as a JSON object (keys with their units; "ok": false and the options only on an error). */
+struct json_object *bench_context_json(const bench_context_result *r, const bench_context_opts *o, kvs_status s);
 
 /* ---- bench_report.c ---- */
 

@@ -13,6 +13,9 @@
  *   --speculative  instead of all the above: QuantSpec self-speculative decoding against plain decoding
  *              on a qh8 cache filled to --context rows (bench_spec.c): acceptance, tokens per verify
  *              step, tokens/s of each, the wall and CPU-time speedup, tokens compared.
+ *   --context N    (without --speculative) instead of all the above: plain greedy decoding after N
+ *              cached rows of the --cache-type-k/-v types (bench_context.c): the cache's bytes per
+ *              token, the KV bytes a step reads, tokens/s (wall and CPU time), the attention share.
  * Peaks: bench_peaks.c (SGEMM through kvs_matmul; memcpy). Timing: median of --reps samples after a
  * warm-up (the forwards: one warm-up forward each); the GEMV/GEMM rows also report the process CPU
  * time per sweep (all threads), the figure that survives a loaded host. Units in the JSON keys. */
@@ -266,7 +269,8 @@ int bench_model(int argc, char **argv) {
         {"threads", 't', CLI_INT, &b.threads, "N", "CPU worker threads (default: all online cores)"},
         {"json", 0, CLI_FLAG, &b.json, NULL, "print one JSON object on stdout instead of the table"},
         {"prompt", 'p', CLI_INT64, &n_prompt, "N", "prefill tokens, also the GEMM rows (default 64; tiny shapes 16)"},
-        {"decode", 'n', CLI_INT64, &n_decode, "N", "decode steps timed after the prefill (default 16; tiny 8); --speculative: tokens per run (default 32)"},
+        {"decode", 'n', CLI_INT64, &n_decode, "N", "decode steps timed after the prefill (default 16; tiny 8); --context: tokens per run (same\n"
+         "default); --speculative: tokens per run (default 32)"},
         {"gen", 0, CLI_INT64, &gen, "N", "diffusion shapes: masked positions, one block (default 32)"},
         {"steps", 0, CLI_INT64, &steps, "N", "diffusion shapes: denoising steps over them (default 8)"},
         {"layers", 0, CLI_INT, &n_layers, "N",
@@ -277,7 +281,7 @@ int bench_model(int argc, char **argv) {
         {"variants", 0, CLI_STRING, &variants_arg, "LIST",
          "matmul variants the GEMV/GEMM rows run under, side by side (e.g. auto,avx512,avx512-vnni; default auto)"},
         {"reps", 'r', CLI_INT, &reps, "N", "timed samples per GEMV/GEMM row, median reported (default 3); --speculative: interleaved runs of each, the\n"
-                                            "fastest reported (default 3)"},
+                                            "fastest reported (default 3); --context: runs, the fastest reported (default 3)"},
         {"seed", 0, CLI_INT64, &seed, "N", "weight seed (default 1)"},
         {"speculative", 0, CLI_FLAG, &speculative, NULL,
          "measure only QuantSpec self-speculative decoding against plain decoding (greedy, same qh8 cache, --reps\n"
@@ -287,18 +291,22 @@ int bench_model(int argc, char **argv) {
          "--speculative: the draft multiplies by a copy of the weights quantized to T at build (q4_0, q4_1, iq4_nl, q8_0;\n"
          "implies --speculative); the verify keeps the --type weights (default: the draft uses them too)"},
         {"context", 'c', CLI_INT64, &context, "N", "--speculative: rows in the cache before decoding (default 1024, or the shape's context less --decode\n"
-         "when that is smaller)"},
+         "when that is smaller). Without --speculative: measure only plain greedy decoding of --decode tokens after N\n"
+         "cached rows of the --cache-type-k/-v types (cache bytes per token, KV bytes a step reads, tokens/s, attention\n"
+         "share); no prefill, GEMV/GEMM or diffusion rows"},
         {"fill", 0, CLI_STRING, &fill_arg, "HOW",
-         "--speculative: how the context gets into the cache: random (default: random K/V rows written directly, no\n"
-         "forward) or prefill (a prefill of random tokens, 256 per forward; slow at long contexts)"},
+         "--context/--speculative: how the context gets into the cache: random (default: random K/V rows written directly,\n"
+         "no forward) or prefill (a prefill of random tokens, 256 per forward; slow at long contexts)"},
         CACHE_TYPE_OPTS(ct),
     };
     const cli_spec spec = {
         .prog = "kvsieve bench model",
-        .usage = "--shape NAME|FILE [--type T] [--backend B] [--json] [--speculative [--draft N] [--context N] [--fill random|prefill]]",
+        .usage = "--shape NAME|FILE [--type T] [--backend B] [--json] [--cache-type-k/-v T] [--context N [--fill random|prefill]]\n"
+                 "       [--speculative [--draft N] [--context N] [--fill random|prefill]]",
         .summary = "Builds a random-weight model of a real shape in memory (no download) and measures\n"
                    "prefill and decode tokens/s, a diffusion step with and without elastic (diffusion\n"
-                   "shapes), and each matrix's GEMV/GEMM rate against this device's measured peaks.",
+                   "shapes), and each matrix's GEMV/GEMM rate against this device's measured peaks;\n"
+                   "with --context N, decode tokens/s after N cached rows of the KV cache type instead.",
         .opts = opts,
         .n_opts = (int)(sizeof opts / sizeof opts[0]),
         .epilog = "Matrices whose rows are not whole blocks of T take llama-quantize's fallback type\n"
@@ -315,16 +323,25 @@ int bench_model(int argc, char **argv) {
     kvs_dtype draft_wt = KVS_F32;
     if (draft_weights && cli_draft_weight_type(spec.prog, draft_weights, &draft_wt) != CLI_EXIT_OK) return CLI_EXIT_USAGE;
     if (draft == CLI_UNSET_I64) draft = 3;
-    if (!speculative && (context != CLI_UNSET_I64 || fill_arg))
-        return cli_fail(CLI_EXIT_USAGE, spec.prog, "--context and --fill belong to --speculative");
+    /* --context without --speculative: plain decoding after that many cached rows, only */
+    const int ctx_mode = !speculative && context != CLI_UNSET_I64;
+    if (!speculative && !ctx_mode && fill_arg)
+        return cli_fail(CLI_EXIT_USAGE, spec.prog, "--fill belongs to --context or --speculative");
     int fill_prefill = 0;
+    if (fill_arg && strcmp(fill_arg, "prefill") == 0) fill_prefill = 1;
+    else if (fill_arg && strcmp(fill_arg, "random") != 0)
+        return cli_fail(CLI_EXIT_USAGE, spec.prog, "--fill: '%s' is neither random nor prefill", fill_arg);
+    if (context != CLI_UNSET_I64 && context < 1) return cli_fail(CLI_EXIT_USAGE, spec.prog, "--context must be >= 1");
+    if (ctx_mode) {
+        const char *inert = n_prompt != CLI_UNSET_I64 ? "--prompt" : variants_arg ? "--variants" : gen != CLI_UNSET_I64 ? "--gen"
+                            : steps != CLI_UNSET_I64 ? "--steps" : no_dlm ? "--no-dlm" : no_ops ? "--no-ops" : NULL;
+        if (inert)
+            return cli_fail(CLI_EXIT_USAGE, spec.prog, "%s does not apply to --context (it decodes from --context cached rows "
+                            "and runs no prefill, GEMV/GEMM or diffusion rows)", inert);
+    }
     if (speculative) {
         if (draft < 1 || draft > KVS_SPEC_MAX_DRAFT)
             return cli_fail(CLI_EXIT_USAGE, spec.prog, "--draft must be in 1..%d", KVS_SPEC_MAX_DRAFT);
-        if (fill_arg && strcmp(fill_arg, "prefill") == 0) fill_prefill = 1;
-        else if (fill_arg && strcmp(fill_arg, "random") != 0)
-            return cli_fail(CLI_EXIT_USAGE, spec.prog, "--fill: '%s' is neither random nor prefill", fill_arg);
-        if (context != CLI_UNSET_I64 && context < 1) return cli_fail(CLI_EXIT_USAGE, spec.prog, "--context must be >= 1");
         if (n_decode != CLI_UNSET_I64 && n_decode < 2)
             return cli_fail(CLI_EXIT_USAGE, spec.prog, "--speculative needs --decode >= 2 (got %lld): with fewer than "
                             "two tokens to decode there is nothing to draft", (long long)n_decode);
@@ -374,8 +391,14 @@ int bench_model(int argc, char **argv) {
     if (speculative && context == CLI_UNSET_I64) /* 1024, or what the shape's context leaves beside --decode */
         context = sh.hp.ctx_len > 0 && sh.hp.ctx_len - n_decode < 1024 ? (sh.hp.ctx_len - n_decode > 0 ? sh.hp.ctx_len - n_decode : 1)
                                                                         : 1024;
-    if (!speculative && sh.hp.ctx_len > 0 && n_prompt + n_decode > sh.hp.ctx_len)
+    if (!speculative && !ctx_mode && sh.hp.ctx_len > 0 && n_prompt + n_decode > sh.hp.ctx_len)
         return cli_fail(CLI_EXIT_USAGE, spec.prog, "--prompt + --decode exceed the shape's context %d", sh.hp.ctx_len);
+    if (ctx_mode && kvs_arch_is_diffusion(sh.hp.arch))
+        return cli_fail(CLI_EXIT_USAGE, spec.prog, "--context decodes autoregressively; '%s' is a masked-diffusion model "
+                        "(its decode rows: drop --context)", sh.name);
+    if (ctx_mode && sh.hp.ctx_len > 0 && context + n_decode > sh.hp.ctx_len)
+        return cli_fail(CLI_EXIT_USAGE, spec.prog, "--context %lld + --decode %lld exceed the shape's context %d",
+                        (long long)context, (long long)n_decode, sh.hp.ctx_len);
     if (speculative && kvs_arch_is_diffusion(sh.hp.arch))
         return cli_fail(CLI_EXIT_USAGE, spec.prog, "--speculative is for autoregressive shapes; '%s' is a masked-diffusion "
                         "model", sh.name);
@@ -386,7 +409,7 @@ int bench_model(int argc, char **argv) {
         return cli_fail(CLI_EXIT_USAGE, spec.prog, "--decode %lld leaves no room for a cached context in the shape's context %d",
                         (long long)n_decode, sh.hp.ctx_len);
     }
-    if (speculative) no_dlm = no_ops = 1;
+    if (speculative || ctx_mode) no_dlm = no_ops = 1;
     rc = cli_cache_types_fit(spec.prog, b.kv_types, &sh.hp, NULL);
     if (rc != CLI_EXIT_OK) return rc;
     const int dlm = kvs_arch_is_diffusion(sh.hp.arch) && !no_dlm;
@@ -435,7 +458,7 @@ int bench_model(int argc, char **argv) {
     }
     b.reps = 5;
     b.min_sample_s = tiny ? 1e-3 : 5e-3;
-    if (!speculative) { /* the speculative rows are ratios of two decodes, no peak needed */
+    if (!speculative && !ctx_mode) { /* the speculative and context rows are decodes, no peak needed */
         bench_peak_gemm(&b, tiny ? 256 : 1024);
         bench_peak_bandwidth(&b, (size_t)(tiny ? 32 : 256) << 20);
     }
@@ -510,15 +533,25 @@ int bench_model(int argc, char **argv) {
         if (!b.json) bench_spec_print(&sr, &so, sst);
     }
 
+    /* --context: only the decode after the cached rows (bench_context.c) */
+    const bench_context_opts co = {.context = context, .decode = n_decode, .reps = reps, .fill_prefill = fill_prefill};
+    bench_context_result cr = {0};
+    kvs_status cst = KVS_OK;
+    if (ctx_mode) {
+        cst = bench_context_measure(m, b.kv_types, &co, &b.rng, &cr);
+        if (cst != KVS_OK) b.n_errors++;
+        if (!b.json) bench_context_print(&cr, &co, cst);
+    }
+
     /* forwards */
     fwd_times ft = {0};
-    if (!speculative) ft = time_forward(m, b.kv_types, n_prompt, n_decode, &b.rng);
+    if (!speculative && !ctx_mode) ft = time_forward(m, b.kv_types, n_prompt, n_decode, &b.rng);
     if (ft.st != KVS_OK) b.n_errors++;
     const double pre_tps = ft.st == KVS_OK && ft.prefill_s > 0 ? (double)n_prompt / ft.prefill_s : 0;
     const double dec_tps = ft.st == KVS_OK && ft.decode_s > 0 ? (double)n_decode / ft.decode_s : 0;
     const double dec_gbs = dec_tps * wbytes * 1e-9;
     if (!b.json) {
-        if (speculative) { /* printed above */
+        if (speculative || ctx_mode) { /* printed above */
         } else if (ft.st != KVS_OK) printf("forward        error: %s\n", kvs_last_error());
         else {
             printf("prefill        %6lld tokens  %10.2f tokens/s  (%.3f s)\n", (long long)n_prompt, pre_tps, ft.prefill_s);
@@ -642,7 +675,8 @@ int bench_model(int argc, char **argv) {
                                   .draft_weights = draft_wt};
             json_object_object_add(js, "speculative", bench_spec_json(&sr, &so, sst));
         }
-        json_object *fj = speculative ? NULL : json_object_new_object();
+        if (ctx_mode) json_object_object_add(js, "context_decode", bench_context_json(&cr, &co, cst));
+        json_object *fj = speculative || ctx_mode ? NULL : json_object_new_object();
         if (fj) {
             json_object_object_add(fj, "ok", json_object_new_boolean(ft.st == KVS_OK));
             json_object_object_add(fj, "prompt_tokens", json_object_new_int64(n_prompt));

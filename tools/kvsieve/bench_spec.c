@@ -3,9 +3,10 @@
  * wall-time speedup vs plain decoding ... in bench").
  *
  * One APPEND cache of the given K/V types (qh8 for the draft's 4-bit view) is filled with `context`
- * rows once, either by a prefill of random tokens (chunks of BENCH_SPEC_CHUNK rows) or by writing
- * random K/V rows straight into it (kvs_cache_write_rows: no forward at all, so a 32k context costs
- * seconds, not a long-context prefill's minutes). Then, `reps` times interleaved, the cache is cut
+ * rows once by bench_fill_cache (bench_context.c, shared with the plain --context mode): either a
+ * prefill of random tokens (chunks of 256 rows) or random K/V rows written straight into it
+ * (kvs_cache_write_rows: no forward at all, so a 32k context costs seconds, not a long-context
+ * prefill's minutes). Then, `reps` times interleaved, the cache is cut
  * back to the context (kvs_cache_truncate, exact) and `decode` tokens are generated from the same
  * next token by kvs_generate_ar_continue, plain (draft 0) and speculative (draft N), greedy, stop
  * tokens off: the fastest wall and the fastest process-CPU time of each are kept (the first
@@ -22,65 +23,10 @@
 
 #include "bench.h"
 
-#define BENCH_SPEC_CHUNK 256 /* rows per prefill forward and per direct write */
-
 static double proc_cpu_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* Bytes of one row of head_dim values of type t that a reading pass touches: the 8-bit read of qh8
- * reads both planes (upper q4_1 blocks + lower nibbles), the draft only the upper ones. */
-static int64_t row_bytes(kvs_dtype t, int head_dim, int draft) {
-    if (t == KVS_QH8) return (int64_t)(head_dim / 32) * (draft ? 20 : 36);
-    return (int64_t)kvs_dtype_bytes(t, head_dim);
-}
-
-/* Fills c with rows for positions 0 .. n-1: a prefill of random tokens, or random K/V values
- * uniform in [-1, 1) written by kvs_cache_write_rows (keys as if after RoPE). */
-static kvs_status fill_cache(kvs_model *m, kvs_kv_cache *c, int64_t n, int prefill, uint64_t *rng) {
-    const kvs_model_hparams *hp = kvs_model_get_hparams(m);
-    kvs_device *dev = kvs_model_device(m);
-    kvs_status s = KVS_OK;
-    const int64_t chunk = n < BENCH_SPEC_CHUNK ? n : BENCH_SPEC_CHUNK;
-    int32_t *tok = malloc(sizeof(int32_t) * (size_t)chunk), *pos = malloc(sizeof(int32_t) * (size_t)chunk);
-    const int64_t row = (int64_t)hp->n_kv_heads * hp->head_dim;
-    float *kv = prefill ? NULL : malloc(sizeof(float) * (size_t)(chunk * row));
-    kvs_tensor *kt = NULL, *vt = NULL;
-    if (!tok || !pos || (!prefill && !kv)) s = KVS_ERR_OUT_OF_MEMORY;
-    for (int64_t r0 = 0; r0 < n && s == KVS_OK; r0 += chunk) {
-        const int64_t nr = n - r0 < chunk ? n - r0 : chunk;
-        if (prefill) {
-            for (int64_t i = 0; i < nr; i++) { /* ids 3 .. vocab-1: no BOS/EOS inside the context */
-                tok[i] = 3 + (int32_t)((0.5f + 0.5f * bench_rng_uniform(rng)) * (float)(hp->vocab - 4));
-                if (tok[i] >= hp->vocab) tok[i] = hp->vocab - 1;
-                pos[i] = (int32_t)(r0 + i);
-            }
-            int32_t last = (int32_t)nr - 1;
-            kvs_step_plan p = {.tokens = tok, .n_tokens = nr, .positions = pos, .logit_rows = &last, .n_logit_rows = 1};
-            kvs_step_result res;
-            s = kvs_model_forward(m, c, &p, &res);
-            continue;
-        }
-        for (int64_t i = 0; i < nr; i++) pos[i] = (int32_t)(r0 + i);
-        s = kvs_tensor_new(&kt, dev, KVS_F32, hp->head_dim, hp->n_kv_heads, nr, 0);
-        if (s == KVS_OK) s = kvs_tensor_new(&vt, dev, KVS_F32, hp->head_dim, hp->n_kv_heads, nr, 0);
-        for (int l = 0; l < hp->n_layers && s == KVS_OK; l++) {
-            for (int64_t i = 0; i < nr * row; i++) kv[i] = bench_rng_uniform(rng);
-            s = kvs_tensor_upload(kt, kv, 0, sizeof(float) * (size_t)(nr * row));
-            for (int64_t i = 0; i < nr * row && s == KVS_OK; i++) kv[i] = bench_rng_uniform(rng);
-            if (s == KVS_OK) s = kvs_tensor_upload(vt, kv, 0, sizeof(float) * (size_t)(nr * row));
-            if (s == KVS_OK) s = kvs_cache_write_rows(c, l, kt, vt, pos, nr);
-        }
-        kvs_tensor_destroy(&kt);
-        kvs_tensor_destroy(&vt);
-    }
-    if (s == KVS_OK) s = kvs_device_sync(dev);
-    free(tok);
-    free(pos);
-    free(kv);
-    return s;
 }
 
 kvs_status bench_spec_measure(kvs_model *m, const kvs_dtype kv[2], const bench_spec_opts *o, uint64_t *rng,
@@ -98,12 +44,12 @@ kvs_status bench_spec_measure(kvs_model *m, const kvs_dtype kv[2], const bench_s
     /* bytes per context token read by one step (all layers and kv heads) */
     for (int w = 0; w < 2; w++)
         r->kv_bytes_per_token[w] = (int64_t)hp->n_layers * hp->n_kv_heads *
-                                   (row_bytes(kv[0], hp->head_dim, w) + row_bytes(kv[1], hp->head_dim, w));
+                                   (bench_kv_row_bytes(kv[0], hp->head_dim, w) + bench_kv_row_bytes(kv[1], hp->head_dim, w));
     r->weight_bytes = kvs_model_weight_bytes(m);
     r->draft_weight_bytes = kvs_model_draft_weight_bytes(m);
     if (s == KVS_OK) s = kvs_cache_create(&c, kvs_model_device(m), &cp);
     double t0 = cli_now();
-    if (s == KVS_OK) s = fill_cache(m, c, C, o->fill_prefill, rng);
+    if (s == KVS_OK) s = bench_fill_cache(m, c, C, o->fill_prefill, rng);
     r->fill_s = cli_now() - t0;
     int32_t first = 3 + (int32_t)((0.5f + 0.5f * bench_rng_uniform(rng)) * (float)(hp->vocab - 4));
     if (first >= hp->vocab) first = hp->vocab - 1;

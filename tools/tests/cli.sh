@@ -95,13 +95,38 @@ expect 2 bench model --shape tiny --layers 3 && one_line_error
 expect 0 bench model --shape tiny --layers 1 --json --reps 1 --prompt 4 --decode 2 -t 1 --no-ops && valid_json
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["shape"]["n_layers"] == 1, d["shape"]' "$tmp/out" \
   || fails=$((fails + 1))
+# bench model --context (plain decoding after N cached rows of the cache type): refusals, then a run
+# whose new fields must be there (never timing)
+expect 2 bench model --shape tiny --fill random && one_line_error && contains_err 'belongs to --context'
+expect 2 bench model --shape tiny --context 0 && one_line_error
+expect 2 bench model --shape tiny --context 64 --fill sideways && one_line_error
+expect 2 bench model --shape tiny --context 64 --prompt 8 && one_line_error && contains_err 'does not apply'
+expect 2 bench model --shape tiny --context 64 --no-ops && one_line_error && contains_err 'does not apply'
+expect 2 bench model --shape tiny --context 510 --decode 8 && one_line_error && contains_err context
+expect 2 bench model --shape tiny-dlm --context 64 && one_line_error && contains_err diffusion
+expect 0 bench model --shape tiny --context 64 --cache-type-k q4_0 --cache-type-v q4_0 --decode 2 --reps 1 -t 1 \
+  && contains 'context decode after 64 cached rows' && contains 'KiB per token' && contains 'tokens/s'
+expect 0 bench model --shape tiny --context 64 --cache-type-k q4_0 --cache-type-v q4_0 --decode 2 --reps 1 -t 1 --json && valid_json
+python3 - "$tmp/out" <<'PY' || fails=$((fails + 1))
+import json, sys
+d = json.load(open(sys.argv[1]))
+c = d["context_decode"]
+assert c["ok"] and c["context"] == 64 and c["fill"] == "random" and c["decode_tokens"] == 2 and c["tokens"] == 2, c
+# q4_0: 18 bytes per 32 values; 2 layers x 2 kv heads x (K + V) x 36 bytes per head row of 64
+assert c["kv_bytes_per_token"] == d["kv_bytes_per_token"] == 2 * 2 * 2 * 36, c
+assert c["kv_read_bytes"] == 64 * 2 * 2 * 2 * 36 and c["weight_bytes"] == d["model_bytes"], c
+assert c["seconds"] > 0 and c["cpu_seconds"] > 0 and c["tokens_per_s"] > 0, c
+assert c["attention_share"] is None or 0 <= c["attention_share"] <= 1, c
+assert d["cache_type_k"] == d["cache_type_v"] == "q4_0" and "forward" not in d and "speculative" not in d and d["matmul"] == [], d.keys()
+PY
+expect 0 bench model --shape tiny --context 40 --fill prefill --cache-type-k qh8 --cache-type-v f16 --decode 3 --reps 1 -t 1 \
+  && contains 'a prefill of random tokens'
 # bench model --speculative (QuantSpec against plain decoding at a context): refusals, then a run at a
 # long-ish context whose speculative tokens must equal the plain ones (the bench exits 1 otherwise)
 expect 2 bench model --shape tiny --draft 0 && one_line_error
 expect 2 bench model --shape tiny --draft 16 && one_line_error
 expect 2 bench model --shape tiny --speculative --context 0 && one_line_error
 expect 2 bench model --shape tiny --speculative --fill sideways && one_line_error
-expect 2 bench model --shape tiny --context 64 && one_line_error
 expect 2 bench model --shape tiny --speculative --cache-type-k q8_0 --cache-type-v q8_0 && one_line_error && contains_err qh8
 expect 2 bench model --shape tiny-dlm --speculative && one_line_error
 expect 2 bench model --shape tiny --speculative --decode 1 && one_line_error && contains_err 'decode >= 2'
