@@ -232,5 +232,15 @@ if "$exe" devices --no-open 2>/dev/null | grep -q "Portable Computing Language";
 else
   echo "note: no PoCL OpenCL platform: the POCL_CACHE_DIR case is skipped"
 fi
+# --sink / --window at least the budget in rows: the protected rows filled the budget and every
+# eviction dropped the newest tokens (exit 0, eval KL 0.72 vs 0.008); refused, naming both and the budget
+kjv="$repo/models/kjv-ar-hd64.gguf"
+run 2 "^kvsieve generate: kvs_evictor_create: policy 'streaming' always keeps sink 1000 + window 0 rows, at least the budget of 16 rows" \
+  generate -m "$kjv" -n 64 --policy streaming --budget 0.25 --sink 1000
+run 2 "policy 'h2o' always keeps sink 0 + window 1000 rows, at least the budget of 16 rows" \
+  generate -m "$kjv" -n 64 --policy h2o --budget 0.25 --window 1000
+run 2 "^kvsieve eval: kvs_evictor_create: policy 'streaming' always keeps sink 64 + window 0 rows" \
+  eval -m "$kjv" --text "$text" --ctx 64 --windows 1 --policies streaming --budgets 0.5 --sink 64
+run 0 "eviction: streaming, budget 0.25" generate -m "$kjv" -n 64 --policy streaming --budget 0.25 --sink 4 --stats
 echo "$fails failures"
 [ $fails -eq 0 ]

@@ -308,6 +308,7 @@ int cmd_eval(int argc, char **argv) {
     kvs_evictor **evs = calloc((size_t)ncell, sizeof *evs);
     kvs_kv_cache **caches = calloc((size_t)ncell, sizeof *caches);
     kvs_status s = evs && caches ? KVS_OK : KVS_ERR_OUT_OF_MEMORY;
+    int bad_usage = 0; /* a policy/budget pair the evictor refuses (e.g. sinks filling the budget): exit 2 */
     for (int i = 0; i < np && s == KVS_OK; i++)
         for (int j = 0; j < nb && s == KVS_OK; j++) {
             cell *c = &cells[1 + i * nb + j];
@@ -325,7 +326,10 @@ int cmd_eval(int argc, char **argv) {
             ep.think_ratio = e.think;
             ep.buffer = po.buffer == CLI_UNSET_I64 ? 0 : po.buffer; /* 0: automatic */
             s = kvs_evictor_create(&evs[1 + i * nb + j], &ep, e.hp, ctx);
-            if (s != KVS_OK) break;
+            if (s != KVS_OK) {
+                bad_usage = s == KVS_ERR_INVALID_ARGUMENT;
+                break;
+            }
             c->kept = kvs_evictor_budget(evs[1 + i * nb + j], 0);
             int64_t sum = 0;
             for (int l = 0; l < e.hp->n_layers; l++) sum += kvs_evictor_budget(evs[1 + i * nb + j], l);
@@ -374,7 +378,7 @@ int cmd_eval(int argc, char **argv) {
     free(caches);
     free(win);
     if (s != KVS_OK) {
-        rc = cli_fail(CLI_EXIT_FAIL, prog, "%s", kvs_last_error());
+        rc = cli_fail(bad_usage ? CLI_EXIT_USAGE : CLI_EXIT_FAIL, prog, "%s", kvs_last_error());
         goto done;
     }
 

@@ -413,6 +413,10 @@ int cmd_generate(int argc, char **argv) {
     kvs_cache_params cp = kvs_model_cache_params(m);
     cp.mode = dlm ? KVS_CACHE_POSITIONAL : KVS_CACHE_APPEND;
     cp.capacity = dlm ? n_prompt + n_gen : kvs_ar_capacity(m, n_prompt, &ap);
+    if (cp.capacity < 0) { /* the evictor refuses the policy and budget (e.g. --sink/--window filling the budget) */
+        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "%s", kvs_last_error());
+        goto done;
+    }
     if (stream && slots > hp->ctx_len && cp.capacity > (o.ctx > 0 && o.ctx < hp->ctx_len ? o.ctx : hp->ctx_len)) {
         exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "--rerotate past the context: the budget + buffer (%lld cache rows) must fit "
                              "the %s %lld", (long long)cp.capacity, o.ctx > 0 && o.ctx < hp->ctx_len ? "--ctx-size" : "model context",
