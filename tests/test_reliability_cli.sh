@@ -242,5 +242,17 @@ run 2 "policy 'h2o' always keeps sink 0 + window 1000 rows, at least the budget 
 run 2 "^kvsieve eval: kvs_evictor_create: policy 'streaming' always keeps sink 64 + window 0 rows" \
   eval -m "$kjv" --text "$text" --ctx 64 --windows 1 --policies streaming --budgets 0.5 --sink 64
 run 0 "eviction: streaming, budget 0.25" generate -m "$kjv" -n 64 --policy streaming --budget 0.25 --sink 4 --stats
+# -c N without -n: the automatic -n fitted the model's context (63 tokens for context 64), not -c
+run 0 "^kvsieve generate: -n not given: generating 8 tokens after the 9-token prompt (--ctx-size 16)$" \
+  generate -m "$kjv" -c 16 -p "And God said" --no-stream
+# --json "text" is the generated text exactly as streamed after the prompt (it dropped the leading space)
+"$exe" generate -m "$kjv" -p "And God said" -n 4 --no-stream >"$dir/plain" 2>/dev/null
+"$exe" generate -m "$kjv" -p "And God said" -n 4 --json >"$dir/json" 2>/dev/null
+if python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); s=open(sys.argv[2]).read().rstrip("\n"); sys.exit(0 if j["prompt"]+j["text"]==s and j["text"].startswith(" ") else 1)' "$dir/json" "$dir/plain"; then
+  echo "ok: --json prompt + text == the streamed text"
+else
+  echo "FAIL: --json prompt + text differs from the streamed text: $(cat "$dir/plain") vs $(cat "$dir/json" | head -3)"
+  fails=$((fails + 1))
+fi
 echo "$fails failures"
 [ $fails -eq 0 ]

@@ -289,11 +289,16 @@ int cmd_generate(int argc, char **argv) {
                              dlm ? "a diffusion model" : "autoregressive");
         goto done;
     }
-    if (o.n == CLI_UNSET_I64 && n_gen > hp->ctx_len) { /* the default does not fit: the context does */
-        n_gen = dlm ? hp->ctx_len / o.block * o.block : hp->ctx_len;
+    /* the context the default -n must fit: the model's, or -c/--ctx-size when smaller */
+    const int64_t ctx_fit = o.ctx > 0 && o.ctx < hp->ctx_len ? o.ctx : hp->ctx_len;
+    char ctx_what[64];
+    if (ctx_fit < hp->ctx_len) snprintf(ctx_what, sizeof ctx_what, "--ctx-size %lld", (long long)ctx_fit);
+    else snprintf(ctx_what, sizeof ctx_what, "model context %d", hp->ctx_len);
+    if (o.n == CLI_UNSET_I64 && n_gen > ctx_fit) { /* the default does not fit: the context does */
+        n_gen = dlm ? ctx_fit / o.block * o.block : ctx_fit;
         if (n_gen < 1) n_gen = 1;
-        fprintf(stderr, "%s: -n not given: generating %lld tokens (the default %d exceeds the model context %d)\n", PROG,
-                (long long)n_gen, dlm ? 64 : 256, hp->ctx_len);
+        fprintf(stderr, "%s: -n not given: generating %lld tokens (the default %d exceeds the %s)\n", PROG,
+                (long long)n_gen, dlm ? 64 : 256, ctx_what);
     }
     if (o.speculative && (dlm || po.policy || o.rerotate)) {
         exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "--speculative applies to autoregressive models without --policy/--rerotate");
@@ -358,12 +363,12 @@ int cmd_generate(int argc, char **argv) {
     }
     /* autoregressive: the last token generated is never fed back, so it needs no position */
     int64_t slots = n_prompt + n_gen - (dlm ? 0 : 1);
-    if (o.n == CLI_UNSET_I64 && slots > hp->ctx_len && n_prompt < hp->ctx_len + (dlm ? 0 : 1)) {
-        int64_t fit = hp->ctx_len - n_prompt + (dlm ? 0 : 1);
+    if (o.n == CLI_UNSET_I64 && slots > ctx_fit && n_prompt < ctx_fit + (dlm ? 0 : 1)) {
+        int64_t fit = ctx_fit - n_prompt + (dlm ? 0 : 1);
         if (dlm) fit = fit / o.block * o.block;
         if (fit >= 1) {
-            fprintf(stderr, "%s: -n not given: generating %lld tokens after the %lld-token prompt (model context %d)\n", PROG,
-                    (long long)fit, (long long)n_prompt, hp->ctx_len);
+            fprintf(stderr, "%s: -n not given: generating %lld tokens after the %lld-token prompt (%s)\n", PROG,
+                    (long long)fit, (long long)n_prompt, ctx_what);
             n_gen = fit;
             slots = n_prompt + n_gen - (dlm ? 0 : 1);
         }
@@ -581,10 +586,17 @@ int cmd_generate(int argc, char **argv) {
     if (all) {
         memcpy(all, prompt, (size_t)n_prompt * sizeof *all);
         memcpy(all + n_prompt, out, (size_t)n_out * sizeof *all);
-        /* generated text only (what follows the prompt) */
-        kvs_tokenizer_decode(tok, out, n_out, NULL, 0, &tlen);
-        text = malloc(tlen + 1);
-        if (text && kvs_tokenizer_decode(tok, out, n_out, text, tlen + 1, &tlen) != KVS_OK) text[0] = '\0';
+        /* generated text only: what streaming prints after the prompt's echo, byte for byte (a decode
+         * of the generated ids alone drops the leading space of the first piece) */
+        char *full = echo_text(tok, prompt, n_prompt, out, n_out), *head = echo_text(tok, prompt, n_prompt, NULL, 0);
+        if (full && head) {
+            size_t hl = strlen(head);
+            tlen = strlen(full) - hl;
+            text = malloc(tlen + 1);
+            if (text) memcpy(text, full + hl, tlen + 1);
+        }
+        free(full);
+        free(head);
     }
     int64_t rows_baseline = st.rows_baseline;
     if (o.json) {
