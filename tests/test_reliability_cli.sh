@@ -254,5 +254,7 @@ else
   echo "FAIL: --json prompt + text differs from the streamed text: $(cat "$dir/plain") vs $(cat "$dir/json" | head -3)"
   fails=$((fails + 1))
 fi
+# --speculative -n 1: the prefill's cache rows were not counted ("cache peak 0 bytes (allocated 576 bytes)")
+run 0 "cache peak 576 bytes (allocated 576 bytes" generate -m "$kjv" -n 1 --speculative --no-stream
 echo "$fails failures"
 [ $fails -eq 0 ]
