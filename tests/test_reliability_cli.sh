@@ -193,7 +193,7 @@ run 2 "^kvsieve generate: --top-p 2: want a mass in (0, 1\]$" generate -m "$tiny
 run 2 "^kvsieve generate: --scope, --sink need --policy$" generate -m "$tiny" -n 4 --scope head --sink 2
 run 2 "^kvsieve generate: --track is for the elastic cache, which is not run$" generate -m "$llada" -n 16 --block 16 --track 2
 run 2 "^kvsieve eval --dlm: --long-len 1: want >= 2$" eval --dlm -m "$llada" --prompts "$text" --long-len 1
-run 2 "^kvsieve eval: --budgets: want 1 to 16 comma-separated items$" eval -m "$tiny" --text "$text" --policies h2o --budgets ,
+run 2 "^kvsieve eval: --budgets ',': an empty item (want comma-separated budgets)$" eval -m "$tiny" --text "$text" --policies h2o --budgets ,
 run 2 "^kvsieve bench model: --steps 40: want 1..32 (--gen)$" bench model --shape tiny --steps 40
 # sizes below 0.1 MiB in KiB or bytes: the tiny model's cache read "cache peak 0.00 MiB"
 run 0 "cache peak [0-9]* bytes (allocated [0-9]* bytes; K f32, V f32)" generate -m "$tiny" -p Once -n 4 --no-stream
@@ -256,5 +256,16 @@ else
 fi
 # --speculative -n 1: the prefill's cache rows were not counted ("cache peak 0 bytes (allocated 576 bytes)")
 run 0 "cache peak 576 bytes (allocated 576 bytes" generate -m "$kjv" -n 1 --speculative --no-stream
+# silently accepted values: an empty --budgets item was dropped, a token budget above the context kept
+# everything, --seed -1 was a fixed seed (llama.cpp: random)
+run 2 "^kvsieve eval: --budgets '0.5,,0.25': an empty item" eval -m "$kjv" --text "$text" --budgets 0.5,,0.25 --windows 1
+run 2 "^kvsieve eval: --budgets: '100000' is above the window of --ctx 64 tokens" \
+  eval -m "$kjv" --text "$text" --ctx 64 --budgets 0.5,100000 --windows 1
+run 2 "^kvsieve generate: --budget 100000: a token count above the model context" generate -m "$kjv" -n 8 --policy h2o --budget 100000
+run 2 "^kvsieve generate: --budget-tokens 100: a token count above the --ctx-size 32" \
+  generate -m "$kjv" -n 8 -c 32 --policy h2o --budget-tokens 100
+run 0 "^kvsieve generate: --seed -1: random seed [0-9]*$" generate -m "$kjv" -n 4 --temp 1 --seed -1 --no-stream
+run 2 "^kvsieve generate: --seed -2: want >= 0, or -1 for a random seed$" generate -m "$kjv" -n 4 --temp 1 --seed -2
+run 2 "^kvsieve eval --dlm: --gen: an empty item in the comma-separated list$" eval --dlm -m "$llr" --prompts "$text" --gen 32,,64
 echo "$fails failures"
 [ $fails -eq 0 ]

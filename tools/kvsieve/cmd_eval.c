@@ -47,11 +47,18 @@
 
 /* ---- the command ---------------------------------------------------------------------------- */
 
+/* Splits s at commas in place: the item count, -1 for more than max items, -2 for an empty item
+ * ("0.5,,0.25", a leading or trailing comma): never silently dropped. */
 static int split_list(char *s, const char **out, int max) {
     int n = 0;
-    for (char *tok = strtok(s, ","); tok; tok = strtok(NULL, ",")) {
+    for (char *t = s;;) {
+        char *c = strchr(t, ',');
+        if (c) *c = '\0';
+        if (!*t) return -2;
         if (n == max) return -1;
-        out[n++] = tok;
+        out[n++] = t;
+        if (!c) break;
+        t = c + 1;
     }
     return n;
 }
@@ -170,6 +177,8 @@ int cmd_eval(int argc, char **argv) {
     snprintf(bud_buf, sizeof bud_buf, "%s", budgets);
     const char *pnames[MAX_POL], *bstr[MAX_BUD];
     int np = split_list(pol_buf, pnames, MAX_POL), nb = split_list(bud_buf, bstr, MAX_BUD);
+    if (np == -2) return cli_fail(CLI_EXIT_USAGE, prog, "--policies '%s': an empty item (want comma-separated names)", policies);
+    if (nb == -2) return cli_fail(CLI_EXIT_USAGE, prog, "--budgets '%s': an empty item (want comma-separated budgets)", budgets);
     if (np < 1) return cli_fail(CLI_EXIT_USAGE, prog, "--policies: want 1 to %d comma-separated items", MAX_POL);
     if (nb < 1) return cli_fail(CLI_EXIT_USAGE, prog, "--budgets: want 1 to %d comma-separated items", MAX_BUD);
     double bud[MAX_BUD];
@@ -263,6 +272,12 @@ int cmd_eval(int argc, char **argv) {
         goto done;
     }
     e.ctx = ctx;
+    for (int j = 0; j < nb; j++) /* a token budget above the window keeps everything: never silently a no-op */
+        if (bud[j] > (double)ctx || -bud[j] > (double)ctx) {
+            rc = cli_fail(CLI_EXIT_USAGE, prog, "--budgets: '%s' is above the window of --ctx %lld tokens (want a fraction in "
+                          "(0, 1] or at most %lld tokens)", bstr[j], (long long)ctx, (long long)ctx);
+            goto done;
+        }
     int64_t max_windows = n_ids / (ctx - 1);
     if (windows == 0 || windows > max_windows) windows = max_windows;
     if (windows < 1) {

@@ -129,7 +129,7 @@ int cmd_generate(int argc, char **argv) {
         KV_ROTATE_OPT(ct),
         {"temp", 0, CLI_DOUBLE, &o.temp, "T", "autoregressive sampling temperature; 0 = greedy (default 0)"},
         {"top-p", 0, CLI_DOUBLE, &o.top_p, "P", "nucleus sampling mass in (0, 1] (default 1 = off)"},
-        {"seed", 's', CLI_INT64, &o.seed, "S", "sampler seed (default 42)"},
+        {"seed", 's', CLI_INT64, &o.seed, "S", "sampler seed >= 0, or -1 for a random one (printed on stderr) (default 42)"},
         {"ctx-size", 'c', CLI_INT64, &o.ctx, "N", "context size: the prompt + N generated tokens must fit "
                                                   "(default 0 = the model's trained context)"},
         {"block", 0, CLI_INT64, &o.block, "B", "diffusion block length, divides N (default 32; N below 32: one block of N)"},
@@ -211,6 +211,16 @@ int cmd_generate(int argc, char **argv) {
     if (isnan(o.temp)) o.temp = 0.0;
     if (isnan(o.top_p)) o.top_p = 1.0;
     if (o.seed == CLI_UNSET_I64) o.seed = 42;
+    if (o.seed < -1) return cli_fail(CLI_EXIT_USAGE, PROG, "--seed %lld: want >= 0, or -1 for a random seed", (long long)o.seed);
+    if (o.seed == -1) { /* llama.cpp's -1: a random seed, printed so that the run can be repeated */
+        uint64_t r = 0;
+        FILE *ur = fopen("/dev/urandom", "rb");
+        if (!ur || fread(&r, sizeof r, 1, ur) != 1) r = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+        if (ur) fclose(ur);
+        o.seed = (int64_t)(r >> 1);
+        if (o.seed == 0) o.seed = 1;
+        fprintf(stderr, "%s: --seed -1: random seed %lld\n", PROG, (long long)o.seed);
+    }
     const int block_given = o.block != CLI_UNSET_I64, steps_given = o.steps != CLI_UNSET_I64;
     if (o.block == CLI_UNSET_I64) o.block = 32;
     if (o.steps == CLI_UNSET_I64) o.steps = 0;
@@ -395,6 +405,14 @@ int cmd_generate(int argc, char **argv) {
     }
     if (dlm && pol) {
         exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "--policy applies to autoregressive models only");
+        goto done;
+    }
+    /* a token budget above the context keeps everything: never silently a no-op */
+    const int64_t btok = ap.budget_tokens > 0 ? ap.budget_tokens : ap.budget > 1.0 ? (int64_t)ap.budget : 0;
+    if (pol && btok > ctx_fit) {
+        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "%s %lld: a token count above the %s (want a fraction in (0, 1] or at most "
+                             "%lld tokens)", ap.budget_tokens > 0 ? "--budget-tokens" : "--budget", (long long)btok, ctx_what,
+                             (long long)ctx_fit);
         goto done;
     }
     if (pol && kvs_policy_check_model(pol, m) != KVS_OK) { /* e.g. expected on a model with a q bias */
