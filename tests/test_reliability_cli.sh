@@ -251,7 +251,7 @@ run 0 "^kvsieve generate: -n not given: generating 8 tokens after the 9-token pr
 if python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); s=open(sys.argv[2]).read().rstrip("\n"); sys.exit(0 if j["prompt"]+j["text"]==s and j["text"].startswith(" ") else 1)' "$dir/json" "$dir/plain"; then
   echo "ok: --json prompt + text == the streamed text"
 else
-  echo "FAIL: --json prompt + text differs from the streamed text: $(cat "$dir/plain") vs $(cat "$dir/json" | head -3)"
+  echo "FAIL: --json prompt + text differs from the streamed text: $(cat "$dir/plain") vs $(head -3 "$dir/json")"
   fails=$((fails + 1))
 fi
 # --speculative -n 1: the prefill's cache rows were not counted ("cache peak 0 bytes (allocated 576 bytes)")
@@ -267,5 +267,14 @@ run 2 "^kvsieve generate: --budget-tokens 100: a token count above the --ctx-siz
 run 0 "^kvsieve generate: --seed -1: random seed [0-9]*$" generate -m "$kjv" -n 4 --temp 1 --seed -1 --no-stream
 run 2 "^kvsieve generate: --seed -2: want >= 0, or -1 for a random seed$" generate -m "$kjv" -n 4 --temp 1 --seed -2
 run 2 "^kvsieve eval --dlm: --gen: an empty item in the comma-separated list$" eval --dlm -m "$llr" --prompts "$text" --gen 32,,64
+# diffusion-schedule options on an autoregressive model were silently ignored (on a diffusion model
+# they are refused without their schedule); --window / --rerotate without --policy likewise
+for f in "--gamma 0.5" "--track 2" "--reload 2" "--wf-levels 2" "--wf-budget 0.5" "--spa-rank 4" "--spa-uniform" \
+  "--elastic-sim rows" "--elastic-block-refresh 0"; do
+  # shellcheck disable=SC2086
+  run 2 "^kvsieve generate: ${f%% *} is for diffusion models; 'llama' is autoregressive$" generate -m "$kjv" -n 8 $f
+done
+run 2 "^kvsieve generate: --window needs --policy on autoregressive models ('llama')$" generate -m "$kjv" -n 8 --window 8
+run 2 "^kvsieve generate: --rerotate needs --policy on autoregressive models ('llama')$" generate -m "$kjv" -n 8 --rerotate
 echo "$fails failures"
 [ $fails -eq 0 ]

@@ -327,10 +327,17 @@ int cmd_generate(int argc, char **argv) {
     }
     const char *dlm_only = co.cache && strcmp(co.cache, "none") != 0 ? "--cache" : co.wavefilter ? "--wavefilter"
                            : o.compare ? "--compare" : o.threshold > 0 ? "--threshold" : o.stop_eos ? "--stop-eos"
-                           : o.block_causal ? "--block-causal" : NULL;
+                           : o.block_causal ? "--block-causal" : dlm_cache_given(&co);
     if (!dlm && dlm_only) {
         exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "%s is for diffusion models; '%s' is autoregressive", dlm_only,
                              kvs_arch_name(hp->arch));
+        goto done;
+    }
+    /* --window is the h2o/snapkv window on autoregressive models, --rerotate re-rotates what eviction
+     * keeps: without --policy neither has anything to act on */
+    if (!dlm && !po.policy && (po.window != 0 || o.rerotate)) {
+        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "%s needs --policy on autoregressive models ('%s')",
+                             po.window != 0 ? "--window" : "--rerotate", kvs_arch_name(hp->arch));
         goto done;
     }
     /* --block not given: a length below the default 32 is one block of that length (as eval --dlm
