@@ -123,8 +123,8 @@ int cmd_eval(int argc, char **argv) {
          "weights of the learned policies (retention, indexer, rl) in --policies, from kvsieve train"},
         {"split", 0, CLI_STRING, &split, "S",
          "all (default), train (first 90% of the tokens) or held-out (the last 10%, never trained on)"},
-        {"sink", 0, CLI_INT, &po.sink, "N", "streaming: sink tokens (default 4)"},
-        {"window", 0, CLI_INT64, &po.window, "N", "h2o recent / snapkv observation window (default: policy's)"},
+        {"sink", 0, CLI_INT, &po.sink, "N", "streaming (also lagkv, expected, clusterkv, cascade): sink tokens always kept, below the budget in rows (default 4)"},
+        {"window", 0, CLI_INT64, &po.window, "N", "h2o recent / snapkv observation window, kept, below the budget in rows (default: policy's)"},
         {"buffer", 0, CLI_INT64, &po.buffer, "N", "tokens above the budget before evicting, >= 1 (default: budget/8 clamped to 1..128; as large as the sequence: never evicts)"},
         POLICY_MODE_OPTS(po),
         {"rerotate", 0, CLI_FLAG, &e.rerotate, NULL, "evicted runs use positions within the cache: after each eviction the "
