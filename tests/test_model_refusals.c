@@ -137,6 +137,48 @@ START_TEST(test_gguf_special_ids) {
 }
 END_TEST
 
+/* tokenizer.ggml.unknown_token_id outside the vocabulary was loaded silently (the tokenizer dropped it
+ * to "none") while BOS/EOS/mask were refused: refused the same way, naming the key. */
+START_TEST(test_gguf_unknown_id) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/models/kjv-ar-hd64.gguf", KVS_SOURCE_ROOT);
+    FILE *f = fopen(path, "rb");
+    if (!f) return; /* the repository's models/ holds it; nothing to check without it */
+    fseek(f, 0, SEEK_END);
+    size_t n = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = malloc(n);
+    ck_assert(b && fread(b, 1, n, f) == n);
+    fclose(f);
+    size_t at = after_key(b, n, "tokenizer.ggml.unknown_token_id");
+    uint32_t type;
+    memcpy(&type, b + at, 4);
+    ck_assert_msg(type == 4 || type == 5, "unknown_token_id has GGUF type %u, not a 32-bit integer", type);
+    uint32_t v = 99999;
+    memcpy(b + at + 4, &v, 4);
+    expect_open(put("unk.gguf", b, n), KVS_ERR_FORMAT, "unk.gguf", "tokenizer.ggml.unknown_token_id", "99999",
+                "outside the vocabulary", NULL);
+    free(b);
+}
+END_TEST
+
+/* An embedding_length the tensors do not have is named as the shape mismatch it is, not as the rope
+ * dimension it makes too large for the derived head_dim (tiny-f32: dim 8, 2 heads, head_dim 4). */
+START_TEST(test_gguf_embedding_length) {
+    size_t n;
+    unsigned char *b = slurp("gguf/tiny-f32.gguf", &n);
+    size_t at = after_key(b, n, "llama.embedding_length") + 4;
+    uint32_t v;
+    memcpy(&v, b + at, 4);
+    v /= 2;
+    memcpy(b + at, &v, 4);
+    char want[128];
+    snprintf(want, sizeof want, "embedding_length = %u does not match tensor 'token_embd.weight'", v);
+    expect_open(put("dim.gguf", b, n), KVS_ERR_SHAPE, "dim.gguf", want, NULL);
+    free(b);
+}
+END_TEST
+
 START_TEST(test_gguf_block_count) {
     size_t n;
     unsigned char *b = slurp("gguf/tiny-f32.gguf", &n);
@@ -327,6 +369,8 @@ int main(void) {
     tcase_add_test(tc, test_gguf_rope_base);
     tcase_add_test(tc, test_gguf_partial_rope);
     tcase_add_test(tc, test_gguf_special_ids);
+    tcase_add_test(tc, test_gguf_unknown_id);
+    tcase_add_test(tc, test_gguf_embedding_length);
     tcase_add_test(tc, test_gguf_block_count);
     tcase_add_test(tc, test_gguf_messages_name_the_file);
     tcase_add_test(tc, test_llama2c_sizes);

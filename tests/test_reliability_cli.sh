@@ -193,7 +193,7 @@ run 2 "^kvsieve generate: --top-p 2: want a mass in (0, 1\]$" generate -m "$tiny
 run 2 "^kvsieve generate: --scope, --sink need --policy$" generate -m "$tiny" -n 4 --scope head --sink 2
 run 2 "^kvsieve generate: --track is for the elastic cache, which is not run$" generate -m "$llada" -n 16 --block 16 --track 2
 run 2 "^kvsieve eval --dlm: --long-len 1: want >= 2$" eval --dlm -m "$llada" --prompts "$text" --long-len 1
-run 2 "^kvsieve eval: --budgets: want 1 to 16 comma-separated items$" eval -m "$tiny" --text "$text" --policies h2o --budgets ,
+run 2 "^kvsieve eval: --budgets ',': an empty item (want comma-separated budgets)$" eval -m "$tiny" --text "$text" --policies h2o --budgets ,
 run 2 "^kvsieve bench model: --steps 40: want 1..32 (--gen)$" bench model --shape tiny --steps 40
 # sizes below 0.1 MiB in KiB or bytes: the tiny model's cache read "cache peak 0.00 MiB"
 run 0 "cache peak [0-9]* bytes (allocated [0-9]* bytes; K f32, V f32)" generate -m "$tiny" -p Once -n 4 --no-stream
@@ -232,5 +232,49 @@ if "$exe" devices --no-open 2>/dev/null | grep -q "Portable Computing Language";
 else
   echo "note: no PoCL OpenCL platform: the POCL_CACHE_DIR case is skipped"
 fi
+# --sink / --window at least the budget in rows: the protected rows filled the budget and every
+# eviction dropped the newest tokens (exit 0, eval KL 0.72 vs 0.008); refused, naming both and the budget
+kjv="$repo/models/kjv-ar-hd64.gguf"
+run 2 "^kvsieve generate: kvs_evictor_create: policy 'streaming' always keeps sink 1000 + window 0 rows, at least the budget of 16 rows" \
+  generate -m "$kjv" -n 64 --policy streaming --budget 0.25 --sink 1000
+run 2 "policy 'h2o' always keeps sink 0 + window 1000 rows, at least the budget of 16 rows" \
+  generate -m "$kjv" -n 64 --policy h2o --budget 0.25 --window 1000
+run 2 "^kvsieve eval: kvs_evictor_create: policy 'streaming' always keeps sink 64 + window 0 rows" \
+  eval -m "$kjv" --text "$text" --ctx 64 --windows 1 --policies streaming --budgets 0.5 --sink 64
+run 0 "eviction: streaming, budget 0.25" generate -m "$kjv" -n 64 --policy streaming --budget 0.25 --sink 4 --stats
+# -c N without -n: the automatic -n fitted the model's context (63 tokens for context 64), not -c
+run 0 "^kvsieve generate: -n not given: generating 8 tokens after the 9-token prompt (--ctx-size 16)$" \
+  generate -m "$kjv" -c 16 -p "And God said" --no-stream
+# --json "text" is the generated text exactly as streamed after the prompt (it dropped the leading space)
+"$exe" generate -m "$kjv" -p "And God said" -n 4 --no-stream >"$dir/plain" 2>/dev/null
+"$exe" generate -m "$kjv" -p "And God said" -n 4 --json >"$dir/json" 2>/dev/null
+if python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); s=open(sys.argv[2]).read().rstrip("\n"); sys.exit(0 if j["prompt"]+j["text"]==s and j["text"].startswith(" ") else 1)' "$dir/json" "$dir/plain"; then
+  echo "ok: --json prompt + text == the streamed text"
+else
+  echo "FAIL: --json prompt + text differs from the streamed text: $(cat "$dir/plain") vs $(head -3 "$dir/json")"
+  fails=$((fails + 1))
+fi
+# --speculative -n 1: the prefill's cache rows were not counted ("cache peak 0 bytes (allocated 576 bytes)")
+run 0 "cache peak 576 bytes (allocated 576 bytes" generate -m "$kjv" -n 1 --speculative --no-stream
+# silently accepted values: an empty --budgets item was dropped, a token budget above the context kept
+# everything, --seed -1 was a fixed seed (llama.cpp: random)
+run 2 "^kvsieve eval: --budgets '0.5,,0.25': an empty item" eval -m "$kjv" --text "$text" --budgets 0.5,,0.25 --windows 1
+run 2 "^kvsieve eval: --budgets: '100000' is above the window of --ctx 64 tokens" \
+  eval -m "$kjv" --text "$text" --ctx 64 --budgets 0.5,100000 --windows 1
+run 2 "^kvsieve generate: --budget 100000: a token count above the model context" generate -m "$kjv" -n 8 --policy h2o --budget 100000
+run 2 "^kvsieve generate: --budget-tokens 100: a token count above the --ctx-size 32" \
+  generate -m "$kjv" -n 8 -c 32 --policy h2o --budget-tokens 100
+run 0 "^kvsieve generate: --seed -1: random seed [0-9]*$" generate -m "$kjv" -n 4 --temp 1 --seed -1 --no-stream
+run 2 "^kvsieve generate: --seed -2: want >= 0, or -1 for a random seed$" generate -m "$kjv" -n 4 --temp 1 --seed -2
+run 2 "^kvsieve eval --dlm: --gen: an empty item in the comma-separated list$" eval --dlm -m "$llr" --prompts "$text" --gen 32,,64
+# diffusion-schedule options on an autoregressive model were silently ignored (on a diffusion model
+# they are refused without their schedule); --window / --rerotate without --policy likewise
+for f in "--gamma 0.5" "--track 2" "--reload 2" "--wf-levels 2" "--wf-budget 0.5" "--spa-rank 4" "--spa-uniform" \
+  "--elastic-sim rows" "--elastic-block-refresh 0"; do
+  # shellcheck disable=SC2086
+  run 2 "^kvsieve generate: ${f%% *} is for diffusion models; 'llama' is autoregressive$" generate -m "$kjv" -n 8 $f
+done
+run 2 "^kvsieve generate: --window needs --policy on autoregressive models ('llama')$" generate -m "$kjv" -n 8 --window 8
+run 2 "^kvsieve generate: --rerotate needs --policy on autoregressive models ('llama')$" generate -m "$kjv" -n 8 --rerotate
 echo "$fails failures"
 [ $fails -eq 0 ]

@@ -89,6 +89,9 @@ static kvs_status spec_forward(spec_run *r, const int32_t *toks, int64_t n, int6
     double t0 = kvs_decode_now_s();
     KVS_TRY(kvs_model_forward(r->m, r->c, &plan, &res));
     double t1 = kvs_decode_now_s();
+    /* the cache peak after every forward, the prefill's included (as plain decoding records it) */
+    const int64_t used = kvs_cache_bytes_used(r->c);
+    if (used > r->st.cache_bytes_peak) r->st.cache_bytes_peak = used;
     memcpy(logits, res.logits, (size_t)(n_logits * r->V) * sizeof *logits);
     r->st.seconds_forward += t1 - t0 - res.seconds_logits;
     r->st.seconds_logits += res.seconds_logits;
@@ -138,8 +141,6 @@ static kvs_status spec_rounds(spec_run *r, const spec_bufs *b, int64_t L, int32_
         /* verify: one forward of N + 1 rows over the 8-bit cache */
         if (s == KVS_OK) s = spec_forward(r, toks, N + 1, N + 1, (int32_t)L, 0, rows, posv, lp);
         if (s != KVS_OK) break;
-        int64_t used = kvs_cache_bytes_used(cache); /* the peak: the verify's rows */
-        if (used > r->st.cache_bytes_peak) r->st.cache_bytes_peak = used;
         r->st.spec_verify_steps += N > 0;
         r->st.spec_drafted += N;
         int64_t k = 0;

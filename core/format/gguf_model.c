@@ -160,6 +160,14 @@ kvs_status kvs_mf_load_gguf(kvs_model_file *m) {
     KVS_TRY(get_i(m, arch, "vocab_size", 0, &h->vocab));
     int64_t te = kvs_gguf_find_tensor(m->gguf, "token_embd.weight");
     if (h->vocab == 0 && te >= 0) h->vocab = (int)kvs_gguf_tensor(m->gguf, te)->ne[1];
+    /* an embedding_length the tensors do not have is a shape mismatch, named before the checks of
+     * what is derived from it (head_dim, the rope dimension) */
+    if (te >= 0 && h->dim > 0 && kvs_gguf_tensor(m->gguf, te)->ne[0] != h->dim) {
+        const kvs_gguf_tensor_info *t = kvs_gguf_tensor(m->gguf, te);
+        return kvs_error(KVS_ERR_SHAPE, "%s: %s.embedding_length = %d does not match tensor 'token_embd.weight' (ne = [%lld, "
+                         "%lld]: %lld columns)", m->path, arch, h->dim, (long long)t->ne[0], (long long)t->ne[1],
+                         (long long)t->ne[0]);
+    }
     KVS_TRY(kvs_mf_check_hparams(m));
     /* none of the five architectures rotates part of a head: llama.cpp's graphs for them assert
      * n_embd_head == n_rot, and running the partial RoPE the key asks for would be another model */
@@ -178,6 +186,8 @@ kvs_status kvs_mf_load_gguf(kvs_model_file *m) {
     KVS_TRY(get_id(m, "tokenizer.ggml.bos_token_id", &h->bos_id));
     KVS_TRY(get_id(m, "tokenizer.ggml.eos_token_id", &h->eos_id));
     KVS_TRY(get_id(m, "tokenizer.ggml.mask_token_id", &h->mask_id));
+    int unk_id = -1; /* checked only: the tokenizer reads it (README: special-token ids outside the vocabulary are refused) */
+    KVS_TRY(get_id(m, "tokenizer.ggml.unknown_token_id", &unk_id));
     /* a masked-diffusion model decodes by filling its mask token (LLaDA, Dream; llama-diffusion-cli
      * refuses a file without one too): refused here with the key's name rather than at the first decode */
     if (kvs_arch_is_diffusion(h->arch) && h->mask_id < 0)

@@ -97,6 +97,15 @@ kvs_status kvs_evictor_create(kvs_evictor **out, const kvs_evict_params *pp, con
         int64_t hc = (int64_t)floor(p.head_cap * (double)e->B);
         e->ls[l].head_cap = hc < bl[l] ? bl[l] : (hc > seq_len ? seq_len : hc);
         e->ls[l].needs = kvs_policy_get_needs(e->pol, l, bl[l]);
+        /* rows the policy always keeps (sinks, a given recent window) must leave room below the
+         * budget, or every eviction drops the newest tokens */
+        int64_t prot = e->pol ? e->pol->protect_sink + e->pol->protect_window : 0;
+        if (s == KVS_OK && !e->noop && prot >= bl[l])
+            s = kvs_error(KVS_ERR_INVALID_ARGUMENT,
+                          "%s: policy '%s' always keeps sink %lld + window %lld rows, at least the budget of %lld rows per kv "
+                          "head (layer %d): every eviction would drop the newest tokens; keep sink + window below the budget",
+                          op, e->pol->name, (long long)e->pol->protect_sink, (long long)e->pol->protect_window,
+                          (long long)bl[l], l);
     }
     free(bl);
     if (s != KVS_OK) {

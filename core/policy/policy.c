@@ -277,6 +277,13 @@ kvs_status kvs_policy_create(kvs_policy **out, const char *name, const kvs_polic
     }
     snprintf((*out)->name, sizeof (*out)->name, "%s", name);
     (*out)->builtin = 1;
+    /* the rows kept whatever the scores (kvs_evictor_create refuses a budget they fill) */
+    const char *sc = strncmp(scorer, "critical:", 9) == 0 ? scorer + 9
+                     : strcmp(scorer, "critical") == 0 || strcmp(scorer, "prefixkv") == 0 ? p.base : scorer;
+    if (strcmp(sc, "streaming") == 0 || strcmp(sc, "lagkv") == 0 || strcmp(sc, "expected") == 0 ||
+        strcmp(sc, "clusterkv") == 0 || strcmp(sc, "cascade") == 0)
+        (*out)->protect_sink = p.n_sink;
+    if (strcmp(sc, "h2o") == 0 || strcmp(sc, "snapkv") == 0) (*out)->protect_window = p.window;
     (*out)->keep_mass = p.keep_mass;
     if (p.threshold > 0.0f) { /* DMS-style threshold mode: kvs_policy_score marks, the evictor evicts */
         (*out)->norm_threshold = p.threshold;

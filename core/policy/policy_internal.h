@@ -24,6 +24,10 @@ struct kvs_policy {
                                 * 0 = off */
     float keep_mass;           /* mass mode (params keep_mass): per head, the kvs_topp count of
                                 * the scores caps the kept rows; 0 = off */
+    int64_t protect_sink;      /* rows the scorer always keeps from the start (its n_sink: streaming,
+                                * lagkv, expected, clusterkv, cascade), else 0 */
+    int64_t protect_window;    /* rows the scorer always keeps at the end when the window was given
+                                * (h2o, snapkv, also as a base), else 0 (the defaults fit the budget) */
 };
 
 /* Score a threshold-mode row gets so that the evictor's threshold (KVS_POLICY_MARK_EVICT / 2)

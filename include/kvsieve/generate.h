@@ -136,7 +136,7 @@ KVS_API int64_t kvs_ar_capacity(const kvs_model *m, int64_t n_prompt, const kvs_
  * rerotate and a policy, a last forwarded position n_prompt + max_new - 2 >= ctx_len; with both,
  * a budget + buffer (kvs_ar_capacity) > ctx_len), KVS_ERR_UNSUPPORTED (rerotate on a cache whose keys
  * are not plain f32/f16; draft > 0 with a policy or rerotate; a policy that cannot score this model, kvs_policy_check_model), the forward's errors, and with a policy the evictor's (kvs_evictor_create:
- * bad budget or scope; eviction: the top-k and compaction ops' and the policy's own). */
+ * bad budget or scope, sinks or a window filling the budget; eviction: the top-k and compaction ops' and the policy's own). */
 KVS_API kvs_status kvs_generate_ar(kvs_model *m, kvs_kv_cache *cache, const int32_t *prompt, int64_t n_prompt,
                                    const kvs_ar_params *p, kvs_token_cb cb, void *user, int32_t *out,
                                    int64_t *n_out, kvs_gen_stats *stats);

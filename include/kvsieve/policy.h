@@ -184,10 +184,12 @@ typedef struct kvs_policy_ops {
 typedef struct kvs_policy kvs_policy;
 
 typedef struct kvs_policy_params {
-    int n_sink;         /* streaming: sink tokens always kept; default 4 */
+    int n_sink;         /* streaming: sink tokens always kept; default 4; must stay below the budget
+                         * in rows (kvs_evictor_create refuses n_sink >= B) */
     int64_t window;     /* h2o: recent tokens kept (default budget/2, H2O's half recent);
                          * snapkv/pyramidkv/adakv: observation window, also kept (default
-                         * min(64, budget/2)); 0 = the default */
+                         * min(64, budget/2)); 0 = the default; a given window must stay below
+                         * the budget in rows (kvs_evictor_create refuses window >= B) */
     int kernel;         /* snapkv: average-pooling kernel, odd, >= 1; default 5 */
     int beta;           /* pyramidkv: pyramid steepness, >= 1; default 20 */
     float alpha;        /* adakv: per-head floor as a fraction of the even share, [0, 1]; 0.2 */
@@ -324,7 +326,10 @@ typedef struct kvs_evictor kvs_evictor;
 
 /* Creates an evictor for a model of this shape, for a decode of seq_len planned tokens.
  * Errors: KVS_ERR_INVALID_ARGUMENT (bad shape, budget <= 0, a fractional count > 1, budget_tokens < 0, buffer < 0,
- * head_cap < 1, unknown scope), KVS_ERR_OUT_OF_MEMORY. */
+ * head_cap < 1, unknown scope; a policy whose always-kept rows fill a layer's budget when the budget
+ * evicts (B < seq_len): n_sink >= B rows for streaming, lagkv, expected, clusterkv, cascade (also as
+ * a base), a given window >= B for h2o and snapkv (also as a base); the message names sink, window
+ * and the budget in rows), KVS_ERR_OUT_OF_MEMORY. */
 KVS_API kvs_status kvs_evictor_create(kvs_evictor **out, const kvs_evict_params *p, const kvs_model_hparams *hp,
                                       int64_t seq_len);
 KVS_API void kvs_evictor_destroy(kvs_evictor **e);

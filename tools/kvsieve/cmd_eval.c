@@ -47,11 +47,18 @@
 
 /* ---- the command ---------------------------------------------------------------------------- */
 
+/* Splits s at commas in place: the item count, -1 for more than max items, -2 for an empty item
+ * ("0.5,,0.25", a leading or trailing comma): never silently dropped. */
 static int split_list(char *s, const char **out, int max) {
     int n = 0;
-    for (char *tok = strtok(s, ","); tok; tok = strtok(NULL, ",")) {
+    for (char *t = s;;) {
+        char *c = strchr(t, ',');
+        if (c) *c = '\0';
+        if (!*t) return -2;
         if (n == max) return -1;
-        out[n++] = tok;
+        out[n++] = t;
+        if (!c) break;
+        t = c + 1;
     }
     return n;
 }
@@ -116,8 +123,8 @@ int cmd_eval(int argc, char **argv) {
          "weights of the learned policies (retention, indexer, rl) in --policies, from kvsieve train"},
         {"split", 0, CLI_STRING, &split, "S",
          "all (default), train (first 90% of the tokens) or held-out (the last 10%, never trained on)"},
-        {"sink", 0, CLI_INT, &po.sink, "N", "streaming: sink tokens (default 4)"},
-        {"window", 0, CLI_INT64, &po.window, "N", "h2o recent / snapkv observation window (default: policy's)"},
+        {"sink", 0, CLI_INT, &po.sink, "N", "streaming (also lagkv, expected, clusterkv, cascade): sink tokens always kept, below the budget in rows (default 4)"},
+        {"window", 0, CLI_INT64, &po.window, "N", "h2o recent / snapkv observation window, kept, below the budget in rows (default: policy's)"},
         {"buffer", 0, CLI_INT64, &po.buffer, "N", "tokens above the budget before evicting, >= 1 (default: budget/8 clamped to 1..128; as large as the sequence: never evicts)"},
         POLICY_MODE_OPTS(po),
         {"rerotate", 0, CLI_FLAG, &e.rerotate, NULL, "evicted runs use positions within the cache: after each eviction the "
@@ -170,6 +177,8 @@ int cmd_eval(int argc, char **argv) {
     snprintf(bud_buf, sizeof bud_buf, "%s", budgets);
     const char *pnames[MAX_POL], *bstr[MAX_BUD];
     int np = split_list(pol_buf, pnames, MAX_POL), nb = split_list(bud_buf, bstr, MAX_BUD);
+    if (np == -2) return cli_fail(CLI_EXIT_USAGE, prog, "--policies '%s': an empty item (want comma-separated names)", policies);
+    if (nb == -2) return cli_fail(CLI_EXIT_USAGE, prog, "--budgets '%s': an empty item (want comma-separated budgets)", budgets);
     if (np < 1) return cli_fail(CLI_EXIT_USAGE, prog, "--policies: want 1 to %d comma-separated items", MAX_POL);
     if (nb < 1) return cli_fail(CLI_EXIT_USAGE, prog, "--budgets: want 1 to %d comma-separated items", MAX_BUD);
     double bud[MAX_BUD];
@@ -263,6 +272,12 @@ int cmd_eval(int argc, char **argv) {
         goto done;
     }
     e.ctx = ctx;
+    for (int j = 0; j < nb; j++) /* a token budget above the window keeps everything: never silently a no-op */
+        if (bud[j] > (double)ctx || -bud[j] > (double)ctx) {
+            rc = cli_fail(CLI_EXIT_USAGE, prog, "--budgets: '%s' is above the window of --ctx %lld tokens (want a fraction in "
+                          "(0, 1] or at most %lld tokens)", bstr[j], (long long)ctx, (long long)ctx);
+            goto done;
+        }
     int64_t max_windows = n_ids / (ctx - 1);
     if (windows == 0 || windows > max_windows) windows = max_windows;
     if (windows < 1) {
@@ -308,6 +323,7 @@ int cmd_eval(int argc, char **argv) {
     kvs_evictor **evs = calloc((size_t)ncell, sizeof *evs);
     kvs_kv_cache **caches = calloc((size_t)ncell, sizeof *caches);
     kvs_status s = evs && caches ? KVS_OK : KVS_ERR_OUT_OF_MEMORY;
+    int bad_usage = 0; /* a policy/budget pair the evictor refuses (e.g. sinks filling the budget): exit 2 */
     for (int i = 0; i < np && s == KVS_OK; i++)
         for (int j = 0; j < nb && s == KVS_OK; j++) {
             cell *c = &cells[1 + i * nb + j];
@@ -325,7 +341,10 @@ int cmd_eval(int argc, char **argv) {
             ep.think_ratio = e.think;
             ep.buffer = po.buffer == CLI_UNSET_I64 ? 0 : po.buffer; /* 0: automatic */
             s = kvs_evictor_create(&evs[1 + i * nb + j], &ep, e.hp, ctx);
-            if (s != KVS_OK) break;
+            if (s != KVS_OK) {
+                bad_usage = s == KVS_ERR_INVALID_ARGUMENT;
+                break;
+            }
             c->kept = kvs_evictor_budget(evs[1 + i * nb + j], 0);
             int64_t sum = 0;
             for (int l = 0; l < e.hp->n_layers; l++) sum += kvs_evictor_budget(evs[1 + i * nb + j], l);
@@ -374,7 +393,7 @@ int cmd_eval(int argc, char **argv) {
     free(caches);
     free(win);
     if (s != KVS_OK) {
-        rc = cli_fail(CLI_EXIT_FAIL, prog, "%s", kvs_last_error());
+        rc = cli_fail(bad_usage ? CLI_EXIT_USAGE : CLI_EXIT_FAIL, prog, "%s", kvs_last_error());
         goto done;
     }
 

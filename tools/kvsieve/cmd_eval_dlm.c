@@ -87,9 +87,19 @@ static kvs_status decode(ctx *c, const prompt *p, int64_t gen, kvs_dlm_schedule 
     return s;
 }
 
+/* Splits s at commas in place: the item count, -1 for more than max items, -2 for an empty item
+ * (never silently dropped or cut). */
 static int split_list(char *s, char **out, int max) {
     int n = 0;
-    for (char *t = strtok(s, ","); t && n < max; t = strtok(NULL, ",")) out[n++] = t;
+    for (char *t = s;;) {
+        char *c = strchr(t, ',');
+        if (c) *c = '\0';
+        if (!*t) return -2;
+        if (n == max) return -1;
+        out[n++] = t;
+        if (!c) break;
+        t = c + 1;
+    }
     return n;
 }
 
@@ -247,6 +257,9 @@ int cmd_eval_dlm(int argc, char **argv) {
     snprintf(cbuf, sizeof cbuf, "%s", caches_s);
     char *gl[MAX_LIST], *caches[MAX_LIST];
     int ng = split_list(gbuf, gl, MAX_LIST), nc = split_list(cbuf, caches, MAX_LIST);
+    if (ng < 0 || nc < 0)
+        return cli_fail(CLI_EXIT_USAGE, PROG, "%s: %s", ng < 0 ? "--gen" : "--caches",
+                        (ng < 0 ? ng : nc) == -2 ? "an empty item in the comma-separated list" : "too many items");
     int64_t gens[MAX_LIST];
     for (int i = 0; i < ng; i++)
         if (cli_parse_int64(gl[i], &gens[i]) || gens[i] < 1 || (block_given ? gens[i] % block != 0 : gens[i] > block && gens[i] % block != 0))

@@ -129,7 +129,7 @@ int cmd_generate(int argc, char **argv) {
         KV_ROTATE_OPT(ct),
         {"temp", 0, CLI_DOUBLE, &o.temp, "T", "autoregressive sampling temperature; 0 = greedy (default 0)"},
         {"top-p", 0, CLI_DOUBLE, &o.top_p, "P", "nucleus sampling mass in (0, 1] (default 1 = off)"},
-        {"seed", 's', CLI_INT64, &o.seed, "S", "sampler seed (default 42)"},
+        {"seed", 's', CLI_INT64, &o.seed, "S", "sampler seed >= 0, or -1 for a random one (printed on stderr) (default 42)"},
         {"ctx-size", 'c', CLI_INT64, &o.ctx, "N", "context size: the prompt + N generated tokens must fit "
                                                   "(default 0 = the model's trained context)"},
         {"block", 0, CLI_INT64, &o.block, "B", "diffusion block length, divides N (default 32; N below 32: one block of N)"},
@@ -211,6 +211,16 @@ int cmd_generate(int argc, char **argv) {
     if (isnan(o.temp)) o.temp = 0.0;
     if (isnan(o.top_p)) o.top_p = 1.0;
     if (o.seed == CLI_UNSET_I64) o.seed = 42;
+    if (o.seed < -1) return cli_fail(CLI_EXIT_USAGE, PROG, "--seed %lld: want >= 0, or -1 for a random seed", (long long)o.seed);
+    if (o.seed == -1) { /* llama.cpp's -1: a random seed, printed so that the run can be repeated */
+        uint64_t r = 0;
+        FILE *ur = fopen("/dev/urandom", "rb");
+        if (!ur || fread(&r, sizeof r, 1, ur) != 1) r = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+        if (ur) fclose(ur);
+        o.seed = (int64_t)(r >> 1);
+        if (o.seed == 0) o.seed = 1;
+        fprintf(stderr, "%s: --seed -1: random seed %lld\n", PROG, (long long)o.seed);
+    }
     const int block_given = o.block != CLI_UNSET_I64, steps_given = o.steps != CLI_UNSET_I64;
     if (o.block == CLI_UNSET_I64) o.block = 32;
     if (o.steps == CLI_UNSET_I64) o.steps = 0;
@@ -289,11 +299,16 @@ int cmd_generate(int argc, char **argv) {
                              dlm ? "a diffusion model" : "autoregressive");
         goto done;
     }
-    if (o.n == CLI_UNSET_I64 && n_gen > hp->ctx_len) { /* the default does not fit: the context does */
-        n_gen = dlm ? hp->ctx_len / o.block * o.block : hp->ctx_len;
+    /* the context the default -n must fit: the model's, or -c/--ctx-size when smaller */
+    const int64_t ctx_fit = o.ctx > 0 && o.ctx < hp->ctx_len ? o.ctx : hp->ctx_len;
+    char ctx_what[64];
+    if (ctx_fit < hp->ctx_len) snprintf(ctx_what, sizeof ctx_what, "--ctx-size %lld", (long long)ctx_fit);
+    else snprintf(ctx_what, sizeof ctx_what, "model context %d", hp->ctx_len);
+    if (o.n == CLI_UNSET_I64 && n_gen > ctx_fit) { /* the default does not fit: the context does */
+        n_gen = dlm ? ctx_fit / o.block * o.block : ctx_fit;
         if (n_gen < 1) n_gen = 1;
-        fprintf(stderr, "%s: -n not given: generating %lld tokens (the default %d exceeds the model context %d)\n", PROG,
-                (long long)n_gen, dlm ? 64 : 256, hp->ctx_len);
+        fprintf(stderr, "%s: -n not given: generating %lld tokens (the default %d exceeds the %s)\n", PROG,
+                (long long)n_gen, dlm ? 64 : 256, ctx_what);
     }
     if (o.speculative && (dlm || po.policy || o.rerotate)) {
         exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "--speculative applies to autoregressive models without --policy/--rerotate");
@@ -312,10 +327,17 @@ int cmd_generate(int argc, char **argv) {
     }
     const char *dlm_only = co.cache && strcmp(co.cache, "none") != 0 ? "--cache" : co.wavefilter ? "--wavefilter"
                            : o.compare ? "--compare" : o.threshold > 0 ? "--threshold" : o.stop_eos ? "--stop-eos"
-                           : o.block_causal ? "--block-causal" : NULL;
+                           : o.block_causal ? "--block-causal" : dlm_cache_given(&co);
     if (!dlm && dlm_only) {
         exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "%s is for diffusion models; '%s' is autoregressive", dlm_only,
                              kvs_arch_name(hp->arch));
+        goto done;
+    }
+    /* --window is the h2o/snapkv window on autoregressive models, --rerotate re-rotates what eviction
+     * keeps: without --policy neither has anything to act on */
+    if (!dlm && !po.policy && (po.window != 0 || o.rerotate)) {
+        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "%s needs --policy on autoregressive models ('%s')",
+                             po.window != 0 ? "--window" : "--rerotate", kvs_arch_name(hp->arch));
         goto done;
     }
     /* --block not given: a length below the default 32 is one block of that length (as eval --dlm
@@ -358,12 +380,12 @@ int cmd_generate(int argc, char **argv) {
     }
     /* autoregressive: the last token generated is never fed back, so it needs no position */
     int64_t slots = n_prompt + n_gen - (dlm ? 0 : 1);
-    if (o.n == CLI_UNSET_I64 && slots > hp->ctx_len && n_prompt < hp->ctx_len + (dlm ? 0 : 1)) {
-        int64_t fit = hp->ctx_len - n_prompt + (dlm ? 0 : 1);
+    if (o.n == CLI_UNSET_I64 && slots > ctx_fit && n_prompt < ctx_fit + (dlm ? 0 : 1)) {
+        int64_t fit = ctx_fit - n_prompt + (dlm ? 0 : 1);
         if (dlm) fit = fit / o.block * o.block;
         if (fit >= 1) {
-            fprintf(stderr, "%s: -n not given: generating %lld tokens after the %lld-token prompt (model context %d)\n", PROG,
-                    (long long)fit, (long long)n_prompt, hp->ctx_len);
+            fprintf(stderr, "%s: -n not given: generating %lld tokens after the %lld-token prompt (%s)\n", PROG,
+                    (long long)fit, (long long)n_prompt, ctx_what);
             n_gen = fit;
             slots = n_prompt + n_gen - (dlm ? 0 : 1);
         }
@@ -392,6 +414,14 @@ int cmd_generate(int argc, char **argv) {
         exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "--policy applies to autoregressive models only");
         goto done;
     }
+    /* a token budget above the context keeps everything: never silently a no-op */
+    const int64_t btok = ap.budget_tokens > 0 ? ap.budget_tokens : ap.budget > 1.0 ? (int64_t)ap.budget : 0;
+    if (pol && btok > ctx_fit) {
+        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "%s %lld: a token count above the %s (want a fraction in (0, 1] or at most "
+                             "%lld tokens)", ap.budget_tokens > 0 ? "--budget-tokens" : "--budget", (long long)btok, ctx_what,
+                             (long long)ctx_fit);
+        goto done;
+    }
     if (pol && kvs_policy_check_model(pol, m) != KVS_OK) { /* e.g. expected on a model with a q bias */
         exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "--policy %s: %s", po.policy, kvs_last_error());
         goto done;
@@ -413,6 +443,10 @@ int cmd_generate(int argc, char **argv) {
     kvs_cache_params cp = kvs_model_cache_params(m);
     cp.mode = dlm ? KVS_CACHE_POSITIONAL : KVS_CACHE_APPEND;
     cp.capacity = dlm ? n_prompt + n_gen : kvs_ar_capacity(m, n_prompt, &ap);
+    if (cp.capacity < 0) { /* the evictor refuses the policy and budget (e.g. --sink/--window filling the budget) */
+        exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "%s", kvs_last_error());
+        goto done;
+    }
     if (stream && slots > hp->ctx_len && cp.capacity > (o.ctx > 0 && o.ctx < hp->ctx_len ? o.ctx : hp->ctx_len)) {
         exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "--rerotate past the context: the budget + buffer (%lld cache rows) must fit "
                              "the %s %lld", (long long)cp.capacity, o.ctx > 0 && o.ctx < hp->ctx_len ? "--ctx-size" : "model context",
@@ -577,10 +611,17 @@ int cmd_generate(int argc, char **argv) {
     if (all) {
         memcpy(all, prompt, (size_t)n_prompt * sizeof *all);
         memcpy(all + n_prompt, out, (size_t)n_out * sizeof *all);
-        /* generated text only (what follows the prompt) */
-        kvs_tokenizer_decode(tok, out, n_out, NULL, 0, &tlen);
-        text = malloc(tlen + 1);
-        if (text && kvs_tokenizer_decode(tok, out, n_out, text, tlen + 1, &tlen) != KVS_OK) text[0] = '\0';
+        /* generated text only: what streaming prints after the prompt's echo, byte for byte (a decode
+         * of the generated ids alone drops the leading space of the first piece) */
+        char *full = echo_text(tok, prompt, n_prompt, out, n_out), *head = echo_text(tok, prompt, n_prompt, NULL, 0);
+        if (full && head) {
+            size_t hl = strlen(head);
+            tlen = strlen(full) - hl;
+            text = malloc(tlen + 1);
+            if (text) memcpy(text, full + hl, tlen + 1);
+        }
+        free(full);
+        free(head);
     }
     int64_t rows_baseline = st.rows_baseline;
     if (o.json) {

@@ -26,6 +26,17 @@ static const char *wf_given(const dlm_cache_opts *o) {
            : !isnan(o->wf_keep_mass) ? "--wf-keep-mass" : NULL;
 }
 
+const char *dlm_cache_given(const dlm_cache_opts *o) {
+    const char *wf = wf_given(o);
+    return o->cache != default_cache ? "--cache" : o->wavefilter ? "--wavefilter" : wf ? wf
+           : !isnan(o->gamma) ? "--gamma" : o->window != CLI_UNSET_INT ? "--window" : o->track != CLI_UNSET_INT ? "--track"
+           : o->sim ? "--elastic-sim" : o->block_refresh != CLI_UNSET_INT ? "--elastic-block-refresh"
+           : o->reload != CLI_UNSET_INT ? "--reload" : o->spa_rank != CLI_UNSET_INT ? "--spa-rank"
+           : !isnan(o->spa_budget) ? "--spa-budget" : o->spa_uniform ? "--spa-uniform"
+           : o->spa_refresh != CLI_UNSET_INT ? "--spa-refresh" : o->spa_refresh_gen != CLI_UNSET_INT ? "--spa-refresh-gen"
+           : NULL;
+}
+
 /* The values of the given schedule options, each named alone with its range (the library's own
  * check names its parameter field, not the option). */
 static int check_values(const char *prog, const dlm_cache_opts *o) {

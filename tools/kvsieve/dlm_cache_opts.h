@@ -40,6 +40,11 @@ void dlm_cache_cli_opts(dlm_cache_opts *o, cli_opt *opts);
  * overrides o->wf_budget and turns WaveFilter on. */
 int dlm_cache_build(const char *prog, const dlm_cache_opts *o, const char *cache, double budget, kvs_dlm_schedule **out);
 
+/* The first diffusion-schedule option given (--cache other than none, --wavefilter, --wf-*, --gamma,
+ * --window, --track, --elastic-sim, --elastic-block-refresh, --reload, --spa-*), or NULL: `generate`
+ * refuses them on autoregressive models. */
+const char *dlm_cache_given(const dlm_cache_opts *o);
+
 /* Refuses (CLI_EXIT_USAGE, one line) what the command would not use, for `generate` (table 0: the
  * schedule of --cache, WaveFilter with --wavefilter) and `eval --dlm` (table 1: the schedules of
  * --caches, WaveFilter at each --budgets value): with table, --cache, --wavefilter and --wf-budget;

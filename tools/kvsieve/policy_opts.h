@@ -51,8 +51,8 @@ typedef struct policy_opts {
     {"budget-tokens", 0, CLI_INT64, &(po).budget_tokens, "N",                                                      \
      "cache budget as a token count per kv head, N >= 1 (--budget 1 means 100%; this is how to keep 1 token)"},    \
     {"scope", 0, CLI_STRING, &(po).scope, "S", "budget scope: head, layer (pooled over heads), global (default head)"}, \
-    {"sink", 0, CLI_INT, &(po).sink, "N", "streaming: sink tokens always kept (default 4)"},                       \
-    {"window", 0, CLI_INT64, &(po).window, "N", "h2o recent / snapkv observation window (default: policy's); with --cache elastic: masked positions queried per step (default 16)"},     \
+    {"sink", 0, CLI_INT, &(po).sink, "N", "streaming (also lagkv, expected, clusterkv, cascade): sink tokens always kept, below the budget in rows (default 4)"},                       \
+    {"window", 0, CLI_INT64, &(po).window, "N", "h2o recent / snapkv observation window, kept, below the budget in rows (default: policy's); with --cache elastic: masked positions queried per step (default 16)"},     \
     {"buffer", 0, CLI_INT64, &(po).buffer, "N", "tokens above the budget before evicting, >= 1 (default: budget/8 clamped to 1..128; as large as the sequence: never evicts)"}, \
     POLICY_MODE_OPTS(po)
 

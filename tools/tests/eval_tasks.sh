@@ -6,7 +6,10 @@
 # FILE:LINE for bad task files.
 set -euo pipefail
 kvsieve="$1"
-models="${KVSIEVE_MODELS:-${KVSIEVE_SOURCE_ROOT:-.}/../shared/models}"
+# the fixtures: $KVSIEVE_MODELS, else the repository's models/ (a bare clone has them), else ../shared/models
+root="${KVSIEVE_SOURCE_ROOT:-.}"
+models="${KVSIEVE_MODELS:-$root/models}"
+if [ -z "${KVSIEVE_MODELS:-}" ] && [ ! -f "$models/stories260K-llada-ref.json" ]; then models="$root/../shared/models"; fi
 export KVSIEVE_MODELS="$models"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 ref="$models/stories260K-llada-ref.json"
