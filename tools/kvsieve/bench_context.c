@@ -23,12 +23,6 @@
 
 #define BENCH_FILL_CHUNK 256 /* rows per prefill forward and per direct write */
 
-static double proc_cpu_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 int64_t bench_kv_row_bytes(kvs_dtype t, int head_dim, int draft) {
     if (t == KVS_QH8) return (int64_t)(head_dim / 32) * (draft ? 20 : 36);
     return (int64_t)kvs_dtype_bytes(t, head_dim);
@@ -131,9 +125,9 @@ kvs_status bench_context_measure(kvs_model *m, const kvs_dtype kv[2], const benc
     p.max_new = M;
     for (int rep = 0; rep < o->reps && s == KVS_OK; rep++) {
         s = kvs_cache_truncate(c, C);
-        const double c0 = proc_cpu_s(), w0 = cli_now();
+        const double c0 = cli_cpu_now(), w0 = cli_now();
         if (s == KVS_OK) s = kvs_generate_ar_continue(m, c, first, &p, NULL, NULL, out, &n, &st);
-        const double w = cli_now() - w0, cpu = proc_cpu_s() - c0;
+        const double w = cli_now() - w0, cpu = cli_cpu_now() - c0;
         if (s != KVS_OK) break;
         r->seconds = fmin(r->seconds, w), r->cpu_seconds = fmin(r->cpu_seconds, cpu);
         r->tokens = n;

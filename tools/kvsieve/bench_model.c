@@ -110,12 +110,6 @@ static void types_used(const kvs_model *m, kvs_dtype used[N_ROLES], int *n_used)
     }
 }
 
-static double cpu_seconds(void) { /* CPU time of the process, all threads */
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static int cmp_dbl(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -139,11 +133,11 @@ static kvs_status time_matmul(bench *b, const kvs_tensor **W, int nW, int64_t n,
     if (inner > 1000) inner = 1000;
     double ws[MAX_REPS], cs[MAX_REPS];
     for (int r = 0; r < b->reps && s == KVS_OK; r++) {
-        const double c0 = cpu_seconds(), w0 = cli_now();
+        const double c0 = cli_cpu_now(), w0 = cli_now();
         for (int i = 0; i < inner && s == KVS_OK; i++) s = run_sweep(b, &g);
         if (s == KVS_OK) s = kvs_device_sync(b->dev);
         ws[r] = (cli_now() - w0) / inner;
-        cs[r] = (cpu_seconds() - c0) / inner;
+        cs[r] = (cli_cpu_now() - c0) / inner;
     }
     if (s == KVS_OK) {
         qsort(ws, (size_t)b->reps, sizeof(double), cmp_dbl);

@@ -23,12 +23,6 @@
 
 #include "bench.h"
 
-static double proc_cpu_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 kvs_status bench_spec_measure(kvs_model *m, const kvs_dtype kv[2], const bench_spec_opts *o, uint64_t *rng,
                               bench_spec_result *r) {
     memset(r, 0, sizeof *r);
@@ -76,9 +70,9 @@ kvs_status bench_spec_measure(kvs_model *m, const kvs_dtype kv[2], const bench_s
             kvs_gen_stats st;
             int64_t n = 0;
             s = kvs_cache_truncate(c, C);
-            const double c0 = proc_cpu_s(), w0 = cli_now();
+            const double c0 = cli_cpu_now(), w0 = cli_now();
             if (s == KVS_OK) s = kvs_generate_ar_continue(m, c, first, &p, NULL, NULL, which ? spec : plain, &n, &st);
-            const double w = cli_now() - w0, cpu = proc_cpu_s() - c0;
+            const double w = cli_now() - w0, cpu = cli_cpu_now() - c0;
             if (s != KVS_OK) break;
             if (which) {
                 if (w < r->spec_s) r->draft_s = st.seconds_draft; /* the draft share of the fastest run */

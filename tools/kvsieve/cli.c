@@ -222,6 +222,12 @@ double cli_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+double cli_cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 int cli_check_writable(const char *prog, const char *flag, const char *path) {
     struct stat sb;
     int existed = lstat(path, &sb) == 0;

@@ -95,6 +95,9 @@ int cli_open_device(const char *prog, const char *spec, int n_threads, kvs_devic
 
 /* Monotonic wall-clock seconds. */
 double cli_now(void);
+/* CPU time of the whole process (all threads), s: CLOCK_PROCESS_CPUTIME_ID; on a loaded machine it
+ * tracks what the wall time would be unloaded. */
+double cli_cpu_now(void);
 
 /* Opens path (given by option FLAG) for reading if it is a regular file (fstat). CLI_EXIT_OK and
  * *out, or CLI_EXIT_USAGE after one line "PROG: FLAG PATH: is a directory, not a file" (or cannot

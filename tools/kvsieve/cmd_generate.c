@@ -98,13 +98,6 @@ static char *echo_text(const kvs_tokenizer *tok, const int32_t *prompt, int64_t 
     return t;
 }
 
-/* CPU time of the process, s: on a loaded machine it tracks what the wall time would be unloaded. */
-static double cpu_now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static json_object *ids_json(const int32_t *ids, int64_t n) {
     json_object *a = json_object_new_array();
     for (int64_t i = 0; i < n; i++) json_object_array_add(a, json_object_new_int(ids[i]));
@@ -529,19 +522,19 @@ int cmd_generate(int argc, char **argv) {
         }
         p.schedule = sched;
         if (s == KVS_OK && o.profile) s = kvs_device_profile(dev, 1);
-        cpu_s = cpu_now_s();
+        cpu_s = cli_cpu_now();
         if (s == KVS_OK) s = kvs_generate_dlm(m, cache, prompt, n_prompt, &p, on_token, &sc, out, &st);
-        cpu_s = cpu_now_s() - cpu_s;
+        cpu_s = cli_cpu_now() - cpu_s;
         gen_profile_capture(dev, &prof);
         n_out = n_gen;
         if (s == KVS_OK && o.compare) {
             base_out = malloc((size_t)n_gen * sizeof *base_out);
             p.schedule = NULL;
             if (o.profile) s = kvs_device_profile(dev, 1);
-            cpu_base_s = cpu_now_s();
+            cpu_base_s = cli_cpu_now();
             if (s == KVS_OK)
                 s = base_out ? kvs_generate_dlm(m, cache, prompt, n_prompt, &p, NULL, NULL, base_out, &st_base) : KVS_ERR_OUT_OF_MEMORY;
-            cpu_base_s = cpu_now_s() - cpu_base_s;
+            cpu_base_s = cli_cpu_now() - cpu_base_s;
             gen_profile_capture(dev, &prof_base);
             if (s == KVS_OK)
                 for (int64_t i = 0; i < n_gen; i++) agree += out[i] == base_out[i];
@@ -563,9 +556,9 @@ int cmd_generate(int argc, char **argv) {
             p.draft = (int)o.draft;
             kvs_gen_stats sb;
             for (int rep = 0; rep < SPEC_REPEATS && s == KVS_OK; rep++) {
-                double c0 = cpu_now_s();
+                double c0 = cli_cpu_now();
                 s = kvs_generate_ar(m, cache, prompt, n_prompt, &pb, NULL, NULL, base_out, &base_n, &sb);
-                double c1 = cpu_now_s();
+                double c1 = cli_cpu_now();
                 if (s != KVS_OK) break;
                 if (rep == 0 || sb.seconds < st_base.seconds) st_base = sb;
                 if (rep == 0 || c1 - c0 < cpu_base_s) cpu_base_s = c1 - c0;
@@ -574,7 +567,7 @@ int cmd_generate(int argc, char **argv) {
                 kvs_gen_stats ss;
                 if (s == KVS_OK)
                     s = kvs_generate_ar(m, cache, prompt, n_prompt, &p, last ? on_token : NULL, last ? &sc : NULL, out, &n_out, &ss);
-                double c2 = cpu_now_s();
+                double c2 = cli_cpu_now();
                 if (s != KVS_OK) break;
                 if (rep == 0 || c2 - c1 < cpu_s) cpu_s = c2 - c1;
                 if (rep == 0 || ss.seconds < spec_best_s) spec_best_s = ss.seconds;
@@ -583,9 +576,9 @@ int cmd_generate(int argc, char **argv) {
             if (s == KVS_OK) gen_profile_capture(dev, &prof);
         } else {
             if (o.profile) s = kvs_device_profile(dev, 1);
-            cpu_s = cpu_now_s();
+            cpu_s = cli_cpu_now();
             if (s == KVS_OK) s = kvs_generate_ar(m, cache, prompt, n_prompt, &p, on_token, &sc, out, &n_out, &st);
-            cpu_s = cpu_now_s() - cpu_s;
+            cpu_s = cli_cpu_now() - cpu_s;
             gen_profile_capture(dev, &prof);
         }
         if (s == KVS_OK && o.speculative) {
