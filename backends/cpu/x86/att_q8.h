@@ -224,6 +224,33 @@ AQ8_INLINE void aq8_tile8(const int q4, const int R, const uint8_t *K, int64_t r
 }
 
 #if AQ8_VNNI
+/* The f16 block scales of 16 q4_0 rows (row0, row stride rb; nb <= 4 blocks of 18 bytes a row:
+ * head_dim <= 128) without a gather: each row's words 0, 9, 18, 27 (the scales, all within its first
+ * 56 bytes) by one masked load (words past the row's nb blocks not read), two rows at a time put by
+ * one vpermt2w into a register of 8 keys ([block][8 keys]), the two halves then into z[0] = blocks 0
+ * and 1, z[1] = blocks 2 and 3, each [block][16 keys] (word 16 (b % 2) + key; blocks >= nb: 0). */
+AQ8_INLINE void aq8_q4_scales16(const uint8_t *row0, int64_t rb, int64_t nb, __m512i z[2]) {
+    const __mmask32 lm = (__mmask32)(0x08040201u & (0xFFFFFFFFu >> (32 - 9 * nb + 8))); /* words 9b, b < nb */
+    /* pair step: word 8b + k <- row (k odd: the second) word 9b */
+    const __m512i ip = _mm512_set_epi16(59, 27, 59, 27, 59, 27, 59, 27, 50, 18, 50, 18, 50, 18, 50, 18,
+                                        41, 9, 41, 9, 41, 9, 41, 9, 32, 0, 32, 0, 32, 0, 32, 0);
+    __m512i y[2];
+    for (int h = 0; h < 2; h++) {
+        __m512i t[4];
+        for (int p = 0; p < 4; p++) {
+            const uint8_t *a = row0 + (8 * h + 2 * p) * rb;
+            t[p] = _mm512_maskz_permutex2var_epi16((__mmask32)(0x03030303u << (2 * p)), _mm512_maskz_loadu_epi16(lm, a), ip,
+                                                   _mm512_maskz_loadu_epi16(lm, a + rb));
+        }
+        y[h] = _mm512_or_si512(_mm512_ternarylogic_epi32(t[0], t[1], t[2], 0xFE), t[3]);
+    }
+    /* word 16 b' + j <- y[j / 8] word 8 (b' + 2 i) + j % 8 (z[i], b' = 0, 1) */
+    const __m512i i0 = _mm512_set_epi16(47, 46, 45, 44, 43, 42, 41, 40, 15, 14, 13, 12, 11, 10, 9, 8,
+                                        39, 38, 37, 36, 35, 34, 33, 32, 7, 6, 5, 4, 3, 2, 1, 0);
+    z[0] = _mm512_permutex2var_epi16(y[0], i0, y[1]);
+    z[1] = _mm512_permutex2var_epi16(y[0], _mm512_add_epi16(i0, _mm512_set1_epi16(16)), y[1]);
+}
+
 /* acc + vpdpbusd(a, the dword at p broadcast) with the broadcast embedded in the instruction's memory
  * operand (compilers load it into a register first: one more uop a step) */
 AQ8_INLINE __m512i aq8_dpbusd_bcst(__m512i acc, __m512i a, const void *p) {
@@ -391,13 +418,41 @@ __attribute__((noinline)) static int aq8_pv_tile(const int q4, const uint8_t *V,
     /* (VNNI: zeros up to AQ8_PV_MAXN keys; its weights take whole tiles, aq8_pv_weights) */
     const int64_t bb = q4 ? 18 : 34, np = AQ8_VNNI ? AQ8_PV_MAXN : (n + 31) & ~(int64_t)31;
     uint16_t h16[AQ8_PV_MAXD / 32][AQ8_PV_MAXN];
-    for (int64_t j = 0; j < n; j++) { /* the scales, key by key */
+    int64_t j0 = 0;
+#if AQ8_VNNI
+    if (q4 && nb <= 4) /* 16 keys at a time (aq8_q4_scales16) */
+        for (; j0 + 16 <= n; j0 += 16) {
+            __m512i z[2];
+            aq8_q4_scales16(V + j0 * rb, rb, nb, z);
+            for (int64_t b = 0; b < nb; b++)
+                _mm256_storeu_si256((__m256i *)&h16[b][j0], b & 1 ? _mm512_extracti64x4_epi64(z[b >> 1], 1) : _mm512_castsi512_si256(z[b >> 1]));
+        }
+#endif
+    for (int64_t j = j0; j < n; j++) { /* the scales, key by key */
         const uint8_t *row = V + j * rb;
         for (int64_t b = 0; b < nb; b++) memcpy(&h16[b][j], row + b * bb, 2);
     }
     for (int64_t b = 0; b < nb; b++) {
         __m256i bad = _mm256_setzero_si256();
         for (int64_t j = n; j < np; j++) h16[b][j] = 0;
+#if AQ8_VNNI
+        /* 32 keys a step (np a multiple of 32): the same values as the 8-key steps below */
+        __mmask32 bad32 = 0;
+        for (int64_t j = 0; j < np; j += 32) {
+            const __m512i h = _mm512_loadu_si512((const void *)&h16[b][j]);
+            const __mmask32 neg = _mm512_movepi16_mask(h);
+            const __m512i ah = _mm512_and_si512(h, _mm512_set1_epi16(0x7fff));
+            bad32 |= _mm512_cmpgt_epi16_mask(ah, _mm512_set1_epi16(0x7bff));
+            _mm512_storeu_ps(&t->adv[b][j], _mm512_cvtph_ps(_mm512_castsi512_si256(ah)));
+            _mm512_storeu_ps(&t->adv[b][j + 16], _mm512_cvtph_ps(_mm512_extracti64x4_epi64(ah, 1)));
+            const __m256i m8 = _mm256_movm_epi8(neg);
+            _mm256_storeu_si256((__m256i *)&t->nm[b][j], m8);
+            _mm256_storeu_si256((__m256i *)&t->off[b][j], q4 ? _mm256_add_epi8(m8, _mm256_set1_epi8(8)) : m8);
+        }
+        if (bad32) return 0; /* inf / NaN scale */
+        (void)bad;
+        continue;
+#endif
         for (int64_t j = 0; j < np; j += 8) {
             const __m128i h = _mm_loadu_si128((const __m128i *)&h16[b][j]);
             const __m128i neg = _mm_srai_epi16(h, 15);                                   /* 0xFFFF: negative */
