@@ -296,9 +296,9 @@ AQ8_INLINE void aq8_tile16(const int q4, const int R, const uint8_t *K, int64_t 
             const __m512i t[4] = {_mm512_unpacklo_epi64(a0, a2), _mm512_unpackhi_epi64(a0, a2),
                                   _mm512_unpacklo_epi64(a1, a3), _mm512_unpackhi_epi64(a1, a3)};
             const __m512i m4 = _mm512_set1_epi8(15);
-            for (int g = 0; g < 4; g++) {
+            for (int g = 0; g < 4; g++) { /* the high nibbles as 16 x (no vpsrlw: port 0 is vpdpbusd's) */
                 cu[g] = _mm512_and_si512(t[g], m4);
-                cu[g + 4] = _mm512_and_si512(_mm512_srli_epi16(t[g], 4), m4);
+                cu[g + 4] = _mm512_andnot_si512(m4, t[g]);
             }
         } else {
             __m512i x[8], a[8], u[8];
@@ -330,9 +330,13 @@ AQ8_INLINE void aq8_tile16(const int q4, const int R, const uint8_t *K, int64_t 
             __m512i p[2] = {_mm512_set1_epi32(Q->corrb[row * nb + b]), _mm512_setzero_si512()}; /* two chains */
             for (int g = 0; g < 8; g++) {
                 /* q4_0: word g < 4 holds values 4g..4g+3 (low nibbles), g >= 4 values 16 + 4(g-4) ..:
-                 * word g of the query either way; its broadcast embedded in the vpdpbusd */
-                p[g & 1] = aq8_dpbusd_bcst(p[g & 1], cu[g], qb + 4 * g);
+                 * word g of the query either way; its broadcast embedded in the vpdpbusd. q4_0: the
+                 * low nibbles into p[0], the high ones (16 x) into p[1], whose sum (|.| <= 4 * 4 * 240
+                 * * 127) is then shifted back exactly */
+                const int ch = q4 ? g >> 2 : g & 1;
+                p[ch] = aq8_dpbusd_bcst(p[ch], cu[g], qb + 4 * g);
             }
+            if (q4) p[1] = _mm512_srai_epi32(p[1], 4);
             acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(p[0], p[1])), _mm512_mul_ps(dkv, _mm512_set1_ps(Q->dq[row * nb + b])), acc[r]);
         }
     }
