@@ -349,6 +349,96 @@ static kvs_status matmul_own(kvs_device *dev, const kvs_matmul_args *a, int isa)
 #endif
 }
 
+/* ---- small f32 GEMM (k <= MM_KC, W up to MM_DIRECT_W floats; issue 16) ----------------------
+ * A diffusion step of a small model multiplies a few dozen x rows (the rows a cache schedule
+ * recomputes) by weights of 64-256 columns. OpenBLAS packs W on every call there (sgemm_incopy:
+ * 8% of an elastic step of stories260K-llada, nearly as long as its product kernel) and switches to
+ * its "small matrix" kernels below m * n = 1200, whose sums run in another order than its GEMM
+ * kernel's, so a row's result depended on how many rows were computed. Here W is read in place by the own GEMM's 8x32 tile (8 W rows x
+ * 32 x rows, one FMA chain per output over t = 0 .. k-1 from zero), x is transposed into panels of
+ * 32 rows, and each tile is transposed into y in registers. Every y[i][r] is then
+ * fma(x[i][k-1], W[r][k-1], ... fma(x[i][0], W[r][0], 0)): OpenBLAS's GEMM-kernel value, bit for
+ * bit (checked against cblas_sgemm at 261 x {32, 64, 172} x {64, 172}), whatever n is. */
+#define MM_DIRECT_W (256 * 1024)
+
+#if KVS_CPU_HAVE_AVX512
+typedef struct mmdir_ctx {
+    const kvs_matmul_args *a;
+    mm_kernel_fn tile;
+    const float *x, *W;
+    const float *Wt; /* the last m % 8 W rows zero-padded to [8][k] (scratch), or NULL */
+    float *y, *xP;   /* xP: [np/32][k][32] */
+    int64_t np, n_rb;
+} mmdir_ctx;
+
+static void mmdir_pack(void *cv, int tid, int64_t p) {
+    const mmdir_ctx *c = cv;
+    (void)tid;
+    kvs_cpu_mm_pack_x32_avx2(c->x, c->a->n, c->a->k, p * 32, c->xP + p * c->a->k * 32);
+}
+
+/* unit u: x panel u / n_rb against W rows [8 (u % n_rb), +8) */
+static void mmdir_unit(void *cv, int tid, int64_t u) {
+    const mmdir_ctx *c = cv;
+    const kvs_matmul_args *a = c->a;
+    const int64_t m = a->m, k = a->k, n = a->n, p = u / c->n_rb, r0 = (u % c->n_rb) * 8;
+    const int64_t nr = m - r0 < 8 ? m - r0 : 8, ni = n - p * 32 < 32 ? n - p * 32 : 32;
+    float Ct[8 * 32];
+    (void)tid;
+    c->tile(nr == 8 ? c->W + r0 * k : c->Wt, k, c->xP + p * k * 32, 32, k, Ct, 32, 0);
+    kvs_cpu_mm_store_t8x32_avx2(Ct, 32, c->y + p * 32 * m + r0, m, ni, nr, a->accumulate);
+}
+
+static void mmdir_thread(void *cv, int tid, int team) {
+    mmdir_ctx *c = cv;
+    kvs_team_for(tid, team, c->np / 32, 0, mmdir_pack, c);
+    kvs_team_for(tid, team, c->np / 32 * c->n_rb, 0, mmdir_unit, c);
+}
+#endif
+
+/* Whether the small GEMM takes this product (f32 W of at most MM_KC columns and MM_DIRECT_W values,
+ * more than KVS_GEMV_MAX_N x rows, an AVX-512 or AVX2 ISA) and, if so, runs it: 1, or 0 (nothing
+ * done). */
+static int matmul_direct(kvs_device *dev, const kvs_matmul_args *a, kvs_status *st) {
+#if KVS_CPU_HAVE_AVX512
+    const int64_t m = a->m, k = a->k, n = a->n;
+    const int isa = kvs_cpu_isa(dev, KVS_OP_matmul);
+    if (a->W->dtype != KVS_F32 || k > MM_KC || m * k > MM_DIRECT_W || n <= KVS_GEMV_MAX_N ||
+        (isa != KVS_ISA_AVX512 && isa != KVS_ISA_AVX2))
+        return 0;
+    mmdir_ctx c = {.a = a,
+                   .tile = isa == KVS_ISA_AVX2 ? kvs_cpu_mm_kernel_8x32_avx2 : kvs_cpu_mm_kernel_8x32_avx512,
+                   .x = kvs_tensor_host_ptr(a->x),
+                   .W = kvs_tensor_host_ptr(a->W),
+                   .y = kvs_tensor_host_ptr(a->y),
+                   .np = (n + 31) & ~(int64_t)31,
+                   .n_rb = (m + 7) / 8};
+    const int64_t tail = m % 8;
+    float *buf = kvs_cpu_scratch(dev, ((size_t)k * (size_t)c.np + (size_t)(8 * k) + 16) * sizeof(float));
+    if (!buf) {
+        *st = kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_matmul (cpu): cannot allocate GEMM scratch");
+        return 1;
+    }
+    c.xP = buf;
+    if (tail) {
+        float *wt = buf + (size_t)k * (size_t)c.np;
+        memcpy(wt, c.W + (m - tail) * k, (size_t)(tail * k) * sizeof(float));
+        memset(wt + tail * k, 0, (size_t)((8 - tail) * k) * sizeof(float));
+        c.Wt = wt;
+    }
+    int nt = kvs_cpu_nt(dev, (double)m * (double)k * (double)n / 64.0);
+    if (nt > c.np / 32 * c.n_rb) nt = (int)(c.np / 32 * c.n_rb);
+    kvs_par_team(nt, mmdir_thread, &c);
+    *st = KVS_OK;
+    return 1;
+#else
+    (void)dev;
+    (void)a;
+    (void)st;
+    return 0;
+#endif
+}
+
 typedef struct blasmm_ctx {
     const kvs_matmul_args *a;
     const float *x;
@@ -412,6 +502,8 @@ kvs_status kvs_cpu_matmul(kvs_device *dev, const kvs_matmul_args *a) {
         matmul_small_n(dev, a);
         return KVS_OK;
     }
+    kvs_status st;
+    if (matmul_direct(dev, a, &st)) return st;
     /* the own GEMM: variants avx512 and avx2, or automatically (AVX-512 tiles) when the BLAS lacks
      * AVX-512 kernels for this AVX-512 CPU */
     const int variant = kvs_device_variant(dev, KVS_OP_matmul);
