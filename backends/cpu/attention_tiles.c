@@ -99,6 +99,25 @@ static void att_scale_row(float *o, int64_t d, float f) {
     for (int64_t t = 0; t < d; t++) o[t] *= f;
 }
 
+/* The statistics of one row of a tile: p[t] = s[t] * inv; km[t] += fw * p[t] (km non-NULL);
+ * dst[t] = p[t] (dst non-NULL; else s is scaled in place). Same roundings as scaling s in place,
+ * then accumulating and copying it. */
+KVS_CLONES
+static void att_stat_row(float *KVS_RESTRICT s, int64_t n, float inv, float *KVS_RESTRICT km, float fw,
+                         float *KVS_RESTRICT dst) {
+    if (km && dst) {
+        for (int64_t t = 0; t < n; t++) {
+            const float p = s[t] * inv;
+            km[t] += fw * p;
+            dst[t] = p;
+        }
+    } else if (km) {
+        for (int64_t t = 0; t < n; t++) km[t] += fw * (s[t] * inv);
+    } else if (dst) {
+        for (int64_t t = 0; t < n; t++) dst[t] = s[t] * inv;
+    }
+}
+
 /* Per-row limit on keys (kv_len of the head, row_len of the row), clamped to [0, n_kv]. */
 static int64_t att_row_lim(const att_ctx *c, int64_t h, int64_t i) {
     int64_t lim = c->kv_len ? c->kv_len[h] : c->a->n_kv;
@@ -391,15 +410,12 @@ void kvs_cpu_att_stats(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int
                 else
                     att_exp_row(s, n, w->m[r]);
             }
-            att_scale_row(s, n, 1.0f / l);
-            if (wt) {
-                float *km = w->km + h * cap + j0;
-                float fw = (float)wt;
-                for (int64_t t = 0; t < n; t++) km[t] += fw * s[t];
-            }
+            /* p = s / l (as s * (1/l)) into the first probe's row, key_mass += wt p: one pass */
+            float *dst = has_probe ? c->probs + ((int64_t)c->probe_list[c->probe_start[i]] * a->n_heads + g) * cap + j0 : NULL;
+            att_stat_row(s, n, 1.0f / l, wt ? w->km + h * cap + j0 : NULL, (float)wt, dst);
             if (has_probe)
-                for (int32_t e = c->probe_start[i]; e < c->probe_start[i + 1]; e++)
-                    memcpy(c->probs + ((int64_t)c->probe_list[e] * a->n_heads + g) * cap + j0, s,
+                for (int32_t e = c->probe_start[i] + 1; e < c->probe_start[i + 1]; e++)
+                    memcpy(c->probs + ((int64_t)c->probe_list[e] * a->n_heads + g) * cap + j0, dst,
                            (size_t)n * sizeof(float));
         }
     }

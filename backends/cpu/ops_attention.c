@@ -132,7 +132,19 @@ static void att_kt_block(void *cv, int tid, int64_t hb) {
     int64_t h = hb / nb, j0 = (hb % nb) * 64, j1 = j0 + 64 < nkv ? j0 + 64 : nkv;
     /* panel p = j / 32 holds keys [32p, 32p+32): dst[p][t][j % 32] */
     float *dst = kc->kt + h * d * ldk;
-    for (int64_t j = j0; j < j1; j++) {
+#if KVS_CPU_HAVE_AVX512
+    /* f32 K (the panel path runs on x86 only): the small GEMM's x packing (AVX2 8x8 register
+     * transposes), a panel of 32 keys at a time, zero beyond n_kv */
+    const int f32k = c->k_dt == KVS_F32;
+    if (f32k) {
+        const float *kh = (const float *)c->k + h * cap_ * d;
+        for (int64_t p = j0 / 32; p < (j0 + 64) / 32 && p * 32 < ldk; p++)
+            kvs_cpu_mm_pack_x32_avx2(kh, nkv, d, p * 32, dst + p * d * 32);
+    }
+#else
+    const int f32k = 0;
+#endif
+    for (int64_t j = j0; j < j1 && !f32k; j++) {
         float *pj = dst + (j / 32) * d * 32 + (j % 32);
         if (c->k_dt == KVS_F16) {
             const uint16_t *src = (const uint16_t *)c->k + (h * cap_ + j) * d;
@@ -147,7 +159,7 @@ static void att_kt_block(void *cv, int tid, int64_t hb) {
             for (int64_t t = 0; t < d; t++) pj[t * 32] = src[t];
         }
     }
-    if (j1 == nkv)
+    if (j1 == nkv && !f32k)
         for (int64_t j = nkv; j < ldk; j++)
             for (int64_t t = 0; t < d; t++) dst[(j / 32) * d * 32 + t * 32 + (j % 32)] = 0.0f;
     if (c->v_dt == KVS_F16) {
