@@ -277,8 +277,10 @@ int64_t kvs_cpu_att_rows(const att_ctx *c, att_work *w, int64_t h, int64_t qt, i
 void kvs_cpu_att_pass(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int64_t M, int64_t ja, int64_t jb,
                      int64_t max_qpos) {
     const int64_t d = c->dv; /* P.V and O: d_v */
+    float *const S0 = w->S;
     for (int64_t j0 = ja; j0 < jb; j0 += ATT_BK) {
         int64_t n = jb - j0 < ATT_BK ? jb - j0 : ATT_BK;
+        if (w->E) w->S = w->E + (j0 - ja) / ATT_BK * w->ldl; /* this tile's block of E (kept for the statistics) */
         int ok = att_logits(c, w, h, i0, M, j0, n, max_qpos);
         if (w->tile_ok) w->tile_ok[(j0 - ja) / ATT_BK] = (uint8_t)ok;
         if (!ok) continue;
@@ -300,10 +302,7 @@ void kvs_cpu_att_pass(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int6
                 w->m[r] = mnew;
             }
             w->l[r] += c->kern ? c->kern->exp_row(s, n, mnew) : att_exp_row(s, n, mnew);
-            if (w->E && att_row_wants_stats(c, i0 + r / c->G)) {
-                memcpy(w->E + r * w->ldl + (j0 - ja), s, (size_t)n * sizeof(float));
-                w->mu[r * w->n_tiles + (j0 - ja) / ATT_BK] = mnew;
-            }
+            if (w->E && att_row_wants_stats(c, i0 + r / c->G)) w->mu[r * w->n_tiles + (j0 - ja) / ATT_BK] = mnew;
         }
         if (c->fast) {
             c->kern->pv(w->S, (M + 7) & ~(int64_t)7, n, c->V32 + (h * c->a->capacity + j0) * d, d, w->O);
@@ -338,6 +337,7 @@ void kvs_cpu_att_pass(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int6
                             (int)d, 1.0f, w->O, (int)d);
         }
     }
+    w->S = S0;
 }
 
 /* Writes out, row_max, row_sum and argmax of the M rows from w's final softmax state. */
@@ -402,7 +402,7 @@ void kvs_cpu_att_stats(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int
             if (!(l > 0.0f)) continue; /* nothing visible: p = 0 everywhere */
             float *s;
             if (w->E && w->mu[r * w->n_tiles + tix] == w->m[r]) {
-                s = w->E + r * w->ldl + (j0 - ja); /* = exp_row(logits, m) of the first pass, normalised in place */
+                s = w->E + tix * w->ldl + r * ATT_BK; /* = exp_row(logits, m) of the first pass */
             } else {
                 s = w->S + r * ATT_BK; /* the logits (recomputed above when E is kept) */
                 if (c->kern)

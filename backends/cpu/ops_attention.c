@@ -238,7 +238,7 @@ static void att_thread(void *rv, int tid, int team) {
     w->q8c = q8q ? (int32_t *)(base + r->off_q8 + M * d / 4 + M * d / 32) : NULL;
     /* every path: both passes call the same exp_row (c->kern's, or the portable one) */
     w->E = r->keep_exp ? base + r->off_e : NULL;
-    w->ldl = r->ldl;
+    w->ldl = M * ATT_BK; /* E tile-major: [n_tiles][M][ATT_BK] */
     w->mu = r->keep_exp ? base + r->off_e + M * r->ldl : NULL;
     w->n_tiles = r->n_tiles;
     w->tile_ok = r->keep_exp ? (uint8_t *)(base + r->off_e + M * r->ldl + M * r->n_tiles) : NULL;
@@ -329,13 +329,14 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
     const size_t off_q8 = per;
     const int q8 = kvs_cpu_att_q8(dev); /* forced -vnni / -q8, or automatic on x86 (cpu_kernels.h) */
     if (q8 && kvs_dtype_is_quant(c.k_dt)) per += (size_t)(M * d / 4 + M * d / 32 + M * d / 4 + M * d / 32 + 16);
-    /* the exponentials kept for the statistics pass (att_work.E): [M][ldl] + the tiles' maxima
+    /* the exponentials kept for the statistics pass (att_work.E): [n_tiles][M][ATT_BK] (M * ldl
+     * floats, ldl: n_kv rounded up to ATT_BK) + the tiles' maxima
      * + tile flags, without split keys and up to ATT_KEEP_WORDS a thread; beyond that the
      * statistics pass recomputes them */
     const int64_t ldl = (a->n_kv + ATT_BK - 1) / ATT_BK * ATT_BK, n_tiles = ldl / ATT_BK;
     const int keep_exp = splits == 1 && (want_km || a->n_probe) && M * ldl <= ATT_KEEP_WORDS;
     const size_t off_e = per;
-    /* E [M][ldl], mu [M][n_tiles], tile flags */
+    /* E [n_tiles][M][ATT_BK], mu [M][n_tiles], tile flags */
     if (keep_exp) per += (size_t)(M * ldl + M * n_tiles + n_tiles / 4 + 16);
     size_t meta = (size_t)(want_km ? a->n_q : 0) + (size_t)(a->n_probe ? 2 * a->n_q + 2 + a->n_probe : 0);
     c.part_words = M * (dv + 4);
