@@ -365,6 +365,7 @@ static kvs_status matmul_own(kvs_device *dev, const kvs_matmul_args *a, int isa)
 typedef struct mmdir_ctx {
     const kvs_matmul_args *a;
     mm_kernel_fn tile;
+    void (*tile16)(const float *A, int64_t lda, const float *B, int64_t ldb, int64_t K, float *C, int64_t ldc);
     const float *x, *W;
     const float *Wt; /* the last m % 8 W rows zero-padded to [8][k] (scratch), or NULL */
     float *y, *xP;   /* xP: [np/32][k][32] */
@@ -385,7 +386,17 @@ static void mmdir_unit(void *cv, int tid, int64_t u) {
     const int64_t nr = m - r0 < 8 ? m - r0 : 8, ni = n - p * 32 < 32 ? n - p * 32 : 32;
     float Ct[8 * 32];
     (void)tid;
-    c->tile(nr == 8 ? c->W + r0 * k : c->Wt, k, c->xP + p * k * 32, 32, k, Ct, 32, 0);
+    const float *A = nr == 8 ? c->W + r0 * k : c->Wt, *B = c->xP + p * k * 32;
+    if (ni > 24) {
+        c->tile(A, k, B, 32, k, Ct, 32, 0);
+    } else { /* the last x rows: 16 and / or 8 columns (a step recomputing ~20 rows wasted a third) */
+        int64_t c0 = 0;
+        if (ni > 8) {
+            c->tile16(A, k, B, 32, k, Ct, 32);
+            c0 = 16;
+        }
+        if (ni > c0) kvs_cpu_mm_kernel_8x8_avx2(A, k, B + c0, 32, k, Ct + c0, 32);
+    }
     kvs_cpu_mm_store_t8x32_avx2(Ct, 32, c->y + p * 32 * m + r0, m, ni, nr, a->accumulate);
 }
 
@@ -408,6 +419,7 @@ static int matmul_direct(kvs_device *dev, const kvs_matmul_args *a, kvs_status *
         return 0;
     mmdir_ctx c = {.a = a,
                    .tile = isa == KVS_ISA_AVX2 ? kvs_cpu_mm_kernel_8x32_avx2 : kvs_cpu_mm_kernel_8x32_avx512,
+                   .tile16 = isa == KVS_ISA_AVX2 ? kvs_cpu_mm_kernel_8x16_avx2 : kvs_cpu_mm_kernel_8x16_avx512,
                    .x = kvs_tensor_host_ptr(a->x),
                    .W = kvs_tensor_host_ptr(a->W),
                    .y = kvs_tensor_host_ptr(a->y),

@@ -156,6 +156,38 @@ void kvs_cpu_mm_kernel_8x32_avx2(const float *A, int64_t lda, const float *B, in
         for (int c = 0; c < 32; c += 16) mm_4x16(A + r * lda, lda, B + c, ldb, K, C + r * ldc + c, ldc, load_c);
 }
 
+/* C[8][16] = A[8][K] . B[K][16] from zero (two 4x16 blocks). */
+void kvs_cpu_mm_kernel_8x16_avx2(const float *A, int64_t lda, const float *B, int64_t ldb, int64_t K, float *C,
+                                 int64_t ldc) {
+    mm_4x16(A, lda, B, ldb, K, C, ldc, 0);
+    mm_4x16(A + 4 * lda, lda, B, ldb, K, C + 4 * ldc, ldc, 0);
+}
+
+/* C[8][8] = A[8][K] . B[K][8] from zero (one accumulator a row). */
+void kvs_cpu_mm_kernel_8x8_avx2(const float *A, int64_t lda, const float *B, int64_t ldb, int64_t K, float *C,
+                                int64_t ldc) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    for (int64_t t = 0; t < K; t++) {
+        const __m256 b = _mm256_loadu_ps(B + t * ldb);
+        a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(A + t), b, a0);
+        a1 = _mm256_fmadd_ps(_mm256_broadcast_ss(A + lda + t), b, a1);
+        a2 = _mm256_fmadd_ps(_mm256_broadcast_ss(A + 2 * lda + t), b, a2);
+        a3 = _mm256_fmadd_ps(_mm256_broadcast_ss(A + 3 * lda + t), b, a3);
+        a4 = _mm256_fmadd_ps(_mm256_broadcast_ss(A + 4 * lda + t), b, a4);
+        a5 = _mm256_fmadd_ps(_mm256_broadcast_ss(A + 5 * lda + t), b, a5);
+        a6 = _mm256_fmadd_ps(_mm256_broadcast_ss(A + 6 * lda + t), b, a6);
+        a7 = _mm256_fmadd_ps(_mm256_broadcast_ss(A + 7 * lda + t), b, a7);
+    }
+    _mm256_storeu_ps(C, a0);
+    _mm256_storeu_ps(C + ldc, a1);
+    _mm256_storeu_ps(C + 2 * ldc, a2);
+    _mm256_storeu_ps(C + 3 * ldc, a3);
+    _mm256_storeu_ps(C + 4 * ldc, a4);
+    _mm256_storeu_ps(C + 5 * ldc, a5);
+    _mm256_storeu_ps(C + 6 * ldc, a6);
+    _mm256_storeu_ps(C + 7 * ldc, a7);
+}
+
 /* Transposes the 8x8 block held in r[0..8) (r[j] = row j) in place: r[i] becomes column i. */
 static inline __attribute__((always_inline)) void tr8x8(__m256 r[8]) {
     const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
