@@ -367,6 +367,8 @@ typedef struct mmdir_ctx {
     mm_kernel_fn tile;
     void (*tile16)(const float *A, int64_t lda, const float *B, int64_t ldb, int64_t K, float *C, int64_t ldc);
     const float *x, *W;
+    int64_t wide;    /* last x rows above which the 32-row tile runs: 16 (AVX-512: a 16 + 8 split
+                      * issues as many FMAs as the 32-row tile), 24 (AVX2: 8-column FMAs) */
     const float *Wt; /* the last m % 8 W rows zero-padded to [8][k] (scratch), or NULL */
     float *y, *xP;   /* xP: [np/32][k][32] */
     int64_t np, n_rb;
@@ -387,7 +389,7 @@ static void mmdir_unit(void *cv, int tid, int64_t u) {
     float Ct[8 * 32];
     (void)tid;
     const float *A = nr == 8 ? c->W + r0 * k : c->Wt, *B = c->xP + p * k * 32;
-    if (ni > 24) {
+    if (ni > c->wide) {
         c->tile(A, k, B, 32, k, Ct, 32, 0);
     } else { /* the last x rows: 16 and / or 8 columns (a step recomputing ~20 rows wasted a third) */
         int64_t c0 = 0;
@@ -422,6 +424,7 @@ static int matmul_direct(kvs_device *dev, const kvs_matmul_args *a, kvs_status *
                    .tile16 = isa == KVS_ISA_AVX2 ? kvs_cpu_mm_kernel_8x16_avx2 : kvs_cpu_mm_kernel_8x16_avx512,
                    .x = kvs_tensor_host_ptr(a->x),
                    .W = kvs_tensor_host_ptr(a->W),
+                   .wide = isa == KVS_ISA_AVX2 ? 24 : 16,
                    .y = kvs_tensor_host_ptr(a->y),
                    .np = (n + 31) & ~(int64_t)31,
                    .n_rb = (m + 7) / 8};
