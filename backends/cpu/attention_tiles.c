@@ -135,9 +135,11 @@ static int att_row_wants_stats(const att_ctx *c, int64_t i) {
 }
 
 /* Computes S for rows [0, M) against keys [j0, j0+n) of kv head h and turns it into logits.
- * Returns 0 when the whole tile is invisible to every row (S then unspecified). */
+ * Returns 0 when the whole tile is invisible to every row (S then unspecified). blk: NULL, or
+ * flags per block of 8 rows (r / 8): on the panel path only the flagged blocks are computed (a row's
+ * logits do not depend on the other rows of the call), the other rows of S are left as they were. */
 static int att_logits(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int64_t M, int64_t j0, int64_t n,
-                      int64_t max_qpos) {
+                      int64_t max_qpos, const uint8_t *blk) {
     const kvs_attention_args *a = c->a;
     const int64_t d = c->d, G = c->G;
     const int32_t *kp = c->k_pos ? c->k_pos + h * a->capacity + j0 : NULL;
@@ -164,9 +166,17 @@ static int att_logits(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int6
         const uint8_t *K = (const uint8_t *)c->k + (size_t)(h * a->capacity + j0) * (size_t)c->k_rb;
         c->qqk8(c->k_dt, K, c->k_rb, &Q, M, n, a->p.scale, w->S, ATT_BK);
     } else if (c->fast) {
-        c->kern->qk(w->Qp, c->KT + h * d * c->ldk + j0 * d, d, (M + 7) & ~(int64_t)7, (n + 31) & ~(int64_t)31,
-                    a->p.scale, w->S);
+        if (blk) {
+            for (int64_t b = 0; b < (M + 7) / 8; b++)
+                if (blk[b])
+                    c->kern->qk(w->Qp + b * 8 * d, c->KT + h * d * c->ldk + j0 * d, d, 8, (n + 31) & ~(int64_t)31,
+                                a->p.scale, w->S + b * 8 * ATT_BK);
+        } else {
+            c->kern->qk(w->Qp, c->KT + h * d * c->ldk + j0 * d, d, (M + 7) & ~(int64_t)7, (n + 31) & ~(int64_t)31,
+                        a->p.scale, w->S);
+        }
     } else {
+        blk = NULL; /* the other paths compute every row */
         if (c->dec && kvs_dtype_is_quant(c->k_dt) && !c->k_lo) {
             /* block K decoded in registers: the fused QK (four keys at a time) where the type has
              * one, else the block GEMV, each key row against up to 4 packed query rows */
@@ -191,6 +201,7 @@ static int att_logits(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int6
         }
     }
     for (int64_t r = 0; r < M; r++) {
+        if (blk && !blk[r / 8]) continue;
         int64_t i = i0 + r / G;
         float *s = w->S + r * ATT_BK;
         int64_t lim = w->lim[r];
@@ -281,7 +292,7 @@ void kvs_cpu_att_pass(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int6
     for (int64_t j0 = ja; j0 < jb; j0 += ATT_BK) {
         int64_t n = jb - j0 < ATT_BK ? jb - j0 : ATT_BK;
         if (w->E) w->S = w->E + (j0 - ja) / ATT_BK * w->ldl; /* this tile's block of E (kept for the statistics) */
-        int ok = att_logits(c, w, h, i0, M, j0, n, max_qpos);
+        int ok = att_logits(c, w, h, i0, M, j0, n, max_qpos, NULL);
         if (w->tile_ok) w->tile_ok[(j0 - ja) / ATT_BK] = (uint8_t)ok;
         if (!ok) continue;
         for (int64_t r = 0; r < M; r++) {
@@ -386,12 +397,17 @@ void kvs_cpu_att_stats(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int
     for (int64_t j0 = ja; j0 < jb; j0 += ATT_BK) {
         int64_t n = jb - j0 < ATT_BK ? jb - j0 : ATT_BK;
         const int64_t tix = (j0 - ja) / ATT_BK;
-        if (w->tile_ok ? !w->tile_ok[tix] : !att_logits(c, w, h, i0, M, j0, n, max_qpos)) continue;
-        if (w->E) { /* a row whose maximum grew after this tile needs its logits again (rare) */
+        if (w->tile_ok ? !w->tile_ok[tix] : !att_logits(c, w, h, i0, M, j0, n, max_qpos, NULL)) continue;
+        if (w->E) { /* a row whose maximum grew after this tile needs its logits again: its blocks of 8 rows */
+            uint8_t blk[(ATT_M_TARGET + 7) / 8] = {0};
+            const int by_blk = M <= 8 * (int64_t)sizeof blk; /* (M exceeds it only where G > ATT_M_TARGET) */
             int again = 0;
-            for (int64_t r = 0; r < M && !again; r++)
-                again = att_row_wants_stats(c, i0 + r / G) && w->l[r] > 0.0f && w->mu[r * w->n_tiles + tix] != w->m[r];
-            if (again) att_logits(c, w, h, i0, M, j0, n, max_qpos);
+            for (int64_t r = 0; r < M; r++)
+                if (att_row_wants_stats(c, i0 + r / G) && w->l[r] > 0.0f && w->mu[r * w->n_tiles + tix] != w->m[r]) {
+                    again = 1;
+                    if (by_blk) blk[r / 8] = 1;
+                }
+            if (again) att_logits(c, w, h, i0, M, j0, n, max_qpos, by_blk ? blk : NULL);
         }
         for (int64_t r = 0; r < M; r++) {
             int64_t i = i0 + r / G, g = h * G + r % G;
