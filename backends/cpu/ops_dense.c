@@ -354,9 +354,10 @@ static kvs_status matmul_own(kvs_device *dev, const kvs_matmul_args *a, int isa)
  * recomputes) by weights of 64-256 columns. OpenBLAS packs W on every call there (sgemm_incopy:
  * 8% of an elastic step of stories260K-llada, nearly as long as its product kernel) and switches to
  * its "small matrix" kernels below m * n = 1200, whose sums run in another order than its GEMM
- * kernel's, so a row's result depended on how many rows were computed. Here W is read in place by the own GEMM's 8x32 tile (8 W rows x
- * 32 x rows, one FMA chain per output over t = 0 .. k-1 from zero), x is transposed into panels of
- * 32 rows, and each tile is transposed into y in registers. Every y[i][r] is then
+ * kernel's, so a row's result depended on how many rows were computed. Here W is read in place by
+ * the own GEMM's 8x32 tile (8 W rows x 32 x rows, one FMA chain per output over t = 0 .. k-1 from
+ * zero), x is transposed into panels of 32 rows (the threads split the panels: one parallel loop,
+ * no barrier inside a call), and each tile is transposed into y in registers. Every y[i][r] is then
  * fma(x[i][k-1], W[r][k-1], ... fma(x[i][0], W[r][0], 0)): OpenBLAS's GEMM-kernel value, bit for
  * bit (checked against cblas_sgemm at 261 x {32, 64, 172} x {64, 172}), whatever n is. */
 #define MM_DIRECT_W (256 * 1024)
@@ -371,41 +372,34 @@ typedef struct mmdir_ctx {
                       * issues as many FMAs as the 32-row tile), 24 (AVX2: 8-column FMAs) */
     const float *Wt; /* the last m % 8 W rows zero-padded to [8][k] (scratch), or NULL */
     float *y, *xP;   /* xP: [np/32][k][32] */
-    int64_t np, n_rb;
+    int64_t np;
 } mmdir_ctx;
 
-static void mmdir_pack(void *cv, int tid, int64_t p) {
-    const mmdir_ctx *c = cv;
-    (void)tid;
-    kvs_cpu_mm_pack_x32_avx2(c->x, c->a->n, c->a->k, p * 32, c->xP + p * c->a->k * 32);
-}
-
-/* unit u: x panel u / n_rb against W rows [8 (u % n_rb), +8) */
-static void mmdir_unit(void *cv, int tid, int64_t u) {
+/* x panel p (rows [32 p, 32 p + 32)): packed into xP, then against every block of 8 W rows; the
+ * panels are the parallel loop's iterations, so a call has no barrier but the loop's end */
+static void mmdir_panel(void *cv, int tid, int64_t p) {
     const mmdir_ctx *c = cv;
     const kvs_matmul_args *a = c->a;
-    const int64_t m = a->m, k = a->k, n = a->n, p = u / c->n_rb, r0 = (u % c->n_rb) * 8;
-    const int64_t nr = m - r0 < 8 ? m - r0 : 8, ni = n - p * 32 < 32 ? n - p * 32 : 32;
+    const int64_t m = a->m, k = a->k, n = a->n, ni = n - p * 32 < 32 ? n - p * 32 : 32;
+    float *B = c->xP + p * k * 32;
     float Ct[8 * 32];
     (void)tid;
-    const float *A = nr == 8 ? c->W + r0 * k : c->Wt, *B = c->xP + p * k * 32;
-    if (ni > c->wide) {
-        c->tile(A, k, B, 32, k, Ct, 32, 0);
-    } else { /* the last x rows: 16 and / or 8 columns (a step recomputing ~20 rows wasted a third) */
-        int64_t c0 = 0;
-        if (ni > 8) {
-            c->tile16(A, k, B, 32, k, Ct, 32);
-            c0 = 16;
+    kvs_cpu_mm_pack_x32_avx2(c->x, n, k, p * 32, B);
+    for (int64_t r0 = 0; r0 < m; r0 += 8) {
+        const int64_t nr = m - r0 < 8 ? m - r0 : 8;
+        const float *A = nr == 8 ? c->W + r0 * k : c->Wt;
+        if (ni > c->wide) {
+            c->tile(A, k, B, 32, k, Ct, 32, 0);
+        } else { /* the last x rows: 16 and / or 8 columns (a step recomputing ~20 rows wasted a third) */
+            int64_t c0 = 0;
+            if (ni > 8) {
+                c->tile16(A, k, B, 32, k, Ct, 32);
+                c0 = 16;
+            }
+            if (ni > c0) kvs_cpu_mm_kernel_8x8_avx2(A, k, B + c0, 32, k, Ct + c0, 32);
         }
-        if (ni > c0) kvs_cpu_mm_kernel_8x8_avx2(A, k, B + c0, 32, k, Ct + c0, 32);
+        kvs_cpu_mm_store_t8x32_avx2(Ct, 32, c->y + p * 32 * m + r0, m, ni, nr, a->accumulate);
     }
-    kvs_cpu_mm_store_t8x32_avx2(Ct, 32, c->y + p * 32 * m + r0, m, ni, nr, a->accumulate);
-}
-
-static void mmdir_thread(void *cv, int tid, int team) {
-    mmdir_ctx *c = cv;
-    kvs_team_for(tid, team, c->np / 32, 0, mmdir_pack, c);
-    kvs_team_for(tid, team, c->np / 32 * c->n_rb, 0, mmdir_unit, c);
 }
 #endif
 
@@ -426,8 +420,7 @@ static int matmul_direct(kvs_device *dev, const kvs_matmul_args *a, kvs_status *
                    .W = kvs_tensor_host_ptr(a->W),
                    .wide = isa == KVS_ISA_AVX2 ? 24 : 16,
                    .y = kvs_tensor_host_ptr(a->y),
-                   .np = (n + 31) & ~(int64_t)31,
-                   .n_rb = (m + 7) / 8};
+                   .np = (n + 31) & ~(int64_t)31};
     const int64_t tail = m % 8;
     float *buf = kvs_cpu_scratch(dev, ((size_t)k * (size_t)c.np + (size_t)(8 * k) + 16) * sizeof(float));
     if (!buf) {
@@ -442,8 +435,8 @@ static int matmul_direct(kvs_device *dev, const kvs_matmul_args *a, kvs_status *
         c.Wt = wt;
     }
     int nt = kvs_cpu_nt(dev, (double)m * (double)k * (double)n / 64.0);
-    if (nt > c.np / 32 * c.n_rb) nt = (int)(c.np / 32 * c.n_rb);
-    kvs_par_team(nt, mmdir_thread, &c);
+    if (nt > c.np / 32) nt = (int)(c.np / 32);
+    kvs_par_for(nt, c.np / 32, 0, mmdir_panel, &c);
     *st = KVS_OK;
     return 1;
 #else
