@@ -52,6 +52,9 @@ static const mm_case mm_cases[] = {
     /* tile edges: nothing a multiple of a power of two */
     {129, 333, 67, KVS_F32, 1, 0, 1},   {65, 200, 17, KVS_F16, 0, 0, 1},   {67, 352, 19, KVS_Q8_0, 1, 0, 1},
     {1, 4097, 1, KVS_F32, 0, 0, 1},     {513, 64, 1, KVS_BF16, 1, 0, 1},
+    /* the small f32 GEMM (k <= 256): x rows 32 + 21 (the last ones in a 16- and an 8-row tile),
+     * W rows 8 * 4 + 5 */
+    {37, 96, 53, KVS_F32, 1, 0, 1},     {37, 96, 53, KVS_F32, 0, 0, 1},
     /* GEMV (n <= 4) per x-row count and weight type: k = 1007 = 15 * 64 + 5 * 8 + 7 runs every loop
      * of the kernels (the 64-wide main loop of the one-row kernel, its 8-wide and scalar tails; the
      * 16-wide loop and scalar tail of the 2-4 row kernels) */

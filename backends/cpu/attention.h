@@ -143,13 +143,15 @@ typedef struct att_work {
     float *m, *l, *bestv;         /* [M] */
     int32_t *best, *qpos, *lim;   /* [M] */
     float *km;                    /* [n_kv_heads][capacity] partial key_mass of this thread, or NULL */
-    /* statistics without a second QK product: when set, the pass keeps, for the rows that need
-     * statistics, the exponentials e^(S - m_t) of each key tile in E (row r at E + r*ldl, key ja + t
-     * at t) with the running maximum m_t the tile used in mu[r * n_tiles + tile], and marks the key
+    /* statistics without a second QK product: when set, the pass computes each key tile's logits
+     * and exponentials e^(S - m_t) in E's block of that tile instead of S (tile-major: row r of
+     * tile (j0 - ja) / ATT_BK at E + tile * ldl + r * ATT_BK, key j0 + t at t; ldl = the work's
+     * padded M times ATT_BK), so they stay there without a copy, records for the rows that need
+     * statistics the running maximum m_t the tile used in mu[r * n_tiles + tile], and marks the key
      * tiles it computed in tile_ok (index (j0 - ja) / ATT_BK). Where m_t is the row's final maximum
-     * the statistics pass normalises them in place (both passes call the same exp_row: kern's, or
-     * the portable one, so the values are bit-identical to a recomputation); otherwise it recomputes
-     * that tile's logits. NULL: recompute every tile. */
+     * the statistics pass normalises them (both passes call the same exp_row: kern's, or the
+     * portable one, so the values are bit-identical to a recomputation); otherwise it recomputes
+     * that tile's logits in S. NULL: recompute every tile. */
     float *E, *mu;
     int64_t ldl;
     /* c->qqk8: the task's query rows quantized by kvs_cpu_att_rows (attention_q8.h), [M][d] codes,

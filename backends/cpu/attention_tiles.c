@@ -99,6 +99,25 @@ static void att_scale_row(float *o, int64_t d, float f) {
     for (int64_t t = 0; t < d; t++) o[t] *= f;
 }
 
+/* The statistics of one row of a tile: p[t] = s[t] * inv; km[t] += fw * p[t] (km non-NULL);
+ * dst[t] = p[t] (dst non-NULL; else s is scaled in place). Same roundings as scaling s in place,
+ * then accumulating and copying it. */
+KVS_CLONES
+static void att_stat_row(float *KVS_RESTRICT s, int64_t n, float inv, float *KVS_RESTRICT km, float fw,
+                         float *KVS_RESTRICT dst) {
+    if (km && dst) {
+        for (int64_t t = 0; t < n; t++) {
+            const float p = s[t] * inv;
+            km[t] += fw * p;
+            dst[t] = p;
+        }
+    } else if (km) {
+        for (int64_t t = 0; t < n; t++) km[t] += fw * (s[t] * inv);
+    } else if (dst) {
+        for (int64_t t = 0; t < n; t++) dst[t] = s[t] * inv;
+    }
+}
+
 /* Per-row limit on keys (kv_len of the head, row_len of the row), clamped to [0, n_kv]. */
 static int64_t att_row_lim(const att_ctx *c, int64_t h, int64_t i) {
     int64_t lim = c->kv_len ? c->kv_len[h] : c->a->n_kv;
@@ -116,9 +135,11 @@ static int att_row_wants_stats(const att_ctx *c, int64_t i) {
 }
 
 /* Computes S for rows [0, M) against keys [j0, j0+n) of kv head h and turns it into logits.
- * Returns 0 when the whole tile is invisible to every row (S then unspecified). */
+ * Returns 0 when the whole tile is invisible to every row (S then unspecified). blk: NULL, or
+ * flags per block of 8 rows (r / 8): on the panel path only the flagged blocks are computed (a row's
+ * logits do not depend on the other rows of the call), the other rows of S are left as they were. */
 static int att_logits(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int64_t M, int64_t j0, int64_t n,
-                      int64_t max_qpos) {
+                      int64_t max_qpos, const uint8_t *blk) {
     const kvs_attention_args *a = c->a;
     const int64_t d = c->d, G = c->G;
     const int32_t *kp = c->k_pos ? c->k_pos + h * a->capacity + j0 : NULL;
@@ -145,9 +166,17 @@ static int att_logits(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int6
         const uint8_t *K = (const uint8_t *)c->k + (size_t)(h * a->capacity + j0) * (size_t)c->k_rb;
         c->qqk8(c->k_dt, K, c->k_rb, &Q, M, n, a->p.scale, w->S, ATT_BK);
     } else if (c->fast) {
-        c->kern->qk(w->Qp, c->KT + h * d * c->ldk + j0 * d, d, (M + 7) & ~(int64_t)7, (n + 31) & ~(int64_t)31,
-                    a->p.scale, w->S);
+        if (blk) {
+            for (int64_t b = 0; b < (M + 7) / 8; b++)
+                if (blk[b])
+                    c->kern->qk(w->Qp + b * 8 * d, c->KT + h * d * c->ldk + j0 * d, d, 8, (n + 31) & ~(int64_t)31,
+                                a->p.scale, w->S + b * 8 * ATT_BK);
+        } else {
+            c->kern->qk(w->Qp, c->KT + h * d * c->ldk + j0 * d, d, (M + 7) & ~(int64_t)7, (n + 31) & ~(int64_t)31,
+                        a->p.scale, w->S);
+        }
     } else {
+        blk = NULL; /* the other paths compute every row */
         if (c->dec && kvs_dtype_is_quant(c->k_dt) && !c->k_lo) {
             /* block K decoded in registers: the fused QK (four keys at a time) where the type has
              * one, else the block GEMV, each key row against up to 4 packed query rows */
@@ -172,6 +201,7 @@ static int att_logits(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int6
         }
     }
     for (int64_t r = 0; r < M; r++) {
+        if (blk && !blk[r / 8]) continue;
         int64_t i = i0 + r / G;
         float *s = w->S + r * ATT_BK;
         int64_t lim = w->lim[r];
@@ -258,9 +288,11 @@ int64_t kvs_cpu_att_rows(const att_ctx *c, att_work *w, int64_t h, int64_t qt, i
 void kvs_cpu_att_pass(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int64_t M, int64_t ja, int64_t jb,
                      int64_t max_qpos) {
     const int64_t d = c->dv; /* P.V and O: d_v */
+    float *const S0 = w->S;
     for (int64_t j0 = ja; j0 < jb; j0 += ATT_BK) {
         int64_t n = jb - j0 < ATT_BK ? jb - j0 : ATT_BK;
-        int ok = att_logits(c, w, h, i0, M, j0, n, max_qpos);
+        if (w->E) w->S = w->E + (j0 - ja) / ATT_BK * w->ldl; /* this tile's block of E (kept for the statistics) */
+        int ok = att_logits(c, w, h, i0, M, j0, n, max_qpos, NULL);
         if (w->tile_ok) w->tile_ok[(j0 - ja) / ATT_BK] = (uint8_t)ok;
         if (!ok) continue;
         for (int64_t r = 0; r < M; r++) {
@@ -281,10 +313,7 @@ void kvs_cpu_att_pass(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int6
                 w->m[r] = mnew;
             }
             w->l[r] += c->kern ? c->kern->exp_row(s, n, mnew) : att_exp_row(s, n, mnew);
-            if (w->E && att_row_wants_stats(c, i0 + r / c->G)) {
-                memcpy(w->E + r * w->ldl + (j0 - ja), s, (size_t)n * sizeof(float));
-                w->mu[r * w->n_tiles + (j0 - ja) / ATT_BK] = mnew;
-            }
+            if (w->E && att_row_wants_stats(c, i0 + r / c->G)) w->mu[r * w->n_tiles + (j0 - ja) / ATT_BK] = mnew;
         }
         if (c->fast) {
             c->kern->pv(w->S, (M + 7) & ~(int64_t)7, n, c->V32 + (h * c->a->capacity + j0) * d, d, w->O);
@@ -319,6 +348,7 @@ void kvs_cpu_att_pass(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int6
                             (int)d, 1.0f, w->O, (int)d);
         }
     }
+    w->S = S0;
 }
 
 /* Writes out, row_max, row_sum and argmax of the M rows from w's final softmax state. */
@@ -367,12 +397,17 @@ void kvs_cpu_att_stats(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int
     for (int64_t j0 = ja; j0 < jb; j0 += ATT_BK) {
         int64_t n = jb - j0 < ATT_BK ? jb - j0 : ATT_BK;
         const int64_t tix = (j0 - ja) / ATT_BK;
-        if (w->tile_ok ? !w->tile_ok[tix] : !att_logits(c, w, h, i0, M, j0, n, max_qpos)) continue;
-        if (w->E) { /* a row whose maximum grew after this tile needs its logits again (rare) */
+        if (w->tile_ok ? !w->tile_ok[tix] : !att_logits(c, w, h, i0, M, j0, n, max_qpos, NULL)) continue;
+        if (w->E) { /* a row whose maximum grew after this tile needs its logits again: its blocks of 8 rows */
+            uint8_t blk[(ATT_M_TARGET + 7) / 8] = {0};
+            const int by_blk = M <= 8 * (int64_t)sizeof blk; /* (M exceeds it only where G > ATT_M_TARGET) */
             int again = 0;
-            for (int64_t r = 0; r < M && !again; r++)
-                again = att_row_wants_stats(c, i0 + r / G) && w->l[r] > 0.0f && w->mu[r * w->n_tiles + tix] != w->m[r];
-            if (again) att_logits(c, w, h, i0, M, j0, n, max_qpos);
+            for (int64_t r = 0; r < M; r++)
+                if (att_row_wants_stats(c, i0 + r / G) && w->l[r] > 0.0f && w->mu[r * w->n_tiles + tix] != w->m[r]) {
+                    again = 1;
+                    if (by_blk) blk[r / 8] = 1;
+                }
+            if (again) att_logits(c, w, h, i0, M, j0, n, max_qpos, by_blk ? blk : NULL);
         }
         for (int64_t r = 0; r < M; r++) {
             int64_t i = i0 + r / G, g = h * G + r % G;
@@ -383,7 +418,7 @@ void kvs_cpu_att_stats(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int
             if (!(l > 0.0f)) continue; /* nothing visible: p = 0 everywhere */
             float *s;
             if (w->E && w->mu[r * w->n_tiles + tix] == w->m[r]) {
-                s = w->E + r * w->ldl + (j0 - ja); /* = exp_row(logits, m) of the first pass, normalised in place */
+                s = w->E + tix * w->ldl + r * ATT_BK; /* = exp_row(logits, m) of the first pass */
             } else {
                 s = w->S + r * ATT_BK; /* the logits (recomputed above when E is kept) */
                 if (c->kern)
@@ -391,15 +426,12 @@ void kvs_cpu_att_stats(const att_ctx *c, att_work *w, int64_t h, int64_t i0, int
                 else
                     att_exp_row(s, n, w->m[r]);
             }
-            att_scale_row(s, n, 1.0f / l);
-            if (wt) {
-                float *km = w->km + h * cap + j0;
-                float fw = (float)wt;
-                for (int64_t t = 0; t < n; t++) km[t] += fw * s[t];
-            }
+            /* p = s / l (as s * (1/l)) into the first probe's row, key_mass += wt p: one pass */
+            float *dst = has_probe ? c->probs + ((int64_t)c->probe_list[c->probe_start[i]] * a->n_heads + g) * cap + j0 : NULL;
+            att_stat_row(s, n, 1.0f / l, wt ? w->km + h * cap + j0 : NULL, (float)wt, dst);
             if (has_probe)
-                for (int32_t e = c->probe_start[i]; e < c->probe_start[i + 1]; e++)
-                    memcpy(c->probs + ((int64_t)c->probe_list[e] * a->n_heads + g) * cap + j0, s,
+                for (int32_t e = c->probe_start[i] + 1; e < c->probe_start[i + 1]; e++)
+                    memcpy(c->probs + ((int64_t)c->probe_list[e] * a->n_heads + g) * cap + j0, dst,
                            (size_t)n * sizeof(float));
         }
     }

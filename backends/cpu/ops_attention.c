@@ -132,7 +132,19 @@ static void att_kt_block(void *cv, int tid, int64_t hb) {
     int64_t h = hb / nb, j0 = (hb % nb) * 64, j1 = j0 + 64 < nkv ? j0 + 64 : nkv;
     /* panel p = j / 32 holds keys [32p, 32p+32): dst[p][t][j % 32] */
     float *dst = kc->kt + h * d * ldk;
-    for (int64_t j = j0; j < j1; j++) {
+#if KVS_CPU_HAVE_AVX512
+    /* f32 K (the panel path runs on x86 only): the small GEMM's x packing (AVX2 8x8 register
+     * transposes), a panel of 32 keys at a time, zero beyond n_kv */
+    const int f32k = c->k_dt == KVS_F32;
+    if (f32k) {
+        const float *kh = (const float *)c->k + h * cap_ * d;
+        for (int64_t p = j0 / 32; p < (j0 + 64) / 32 && p * 32 < ldk; p++)
+            kvs_cpu_mm_pack_x32_avx2(kh, nkv, d, p * 32, dst + p * d * 32);
+    }
+#else
+    const int f32k = 0;
+#endif
+    for (int64_t j = j0; j < j1 && !f32k; j++) {
         float *pj = dst + (j / 32) * d * 32 + (j % 32);
         if (c->k_dt == KVS_F16) {
             const uint16_t *src = (const uint16_t *)c->k + (h * cap_ + j) * d;
@@ -147,7 +159,7 @@ static void att_kt_block(void *cv, int tid, int64_t hb) {
             for (int64_t t = 0; t < d; t++) pj[t * 32] = src[t];
         }
     }
-    if (j1 == nkv)
+    if (j1 == nkv && !f32k)
         for (int64_t j = nkv; j < ldk; j++)
             for (int64_t t = 0; t < d; t++) dst[(j / 32) * d * 32 + t * 32 + (j % 32)] = 0.0f;
     if (c->v_dt == KVS_F16) {
@@ -226,7 +238,7 @@ static void att_thread(void *rv, int tid, int team) {
     w->q8c = q8q ? (int32_t *)(base + r->off_q8 + M * d / 4 + M * d / 32) : NULL;
     /* every path: both passes call the same exp_row (c->kern's, or the portable one) */
     w->E = r->keep_exp ? base + r->off_e : NULL;
-    w->ldl = r->ldl;
+    w->ldl = M * ATT_BK; /* E tile-major: [n_tiles][M][ATT_BK] */
     w->mu = r->keep_exp ? base + r->off_e + M * r->ldl : NULL;
     w->n_tiles = r->n_tiles;
     w->tile_ok = r->keep_exp ? (uint8_t *)(base + r->off_e + M * r->ldl + M * r->n_tiles) : NULL;
@@ -317,13 +329,14 @@ kvs_status kvs_cpu_attention(kvs_device *dev, const kvs_attention_args *a) {
     const size_t off_q8 = per;
     const int q8 = kvs_cpu_att_q8(dev); /* forced -vnni / -q8, or automatic on x86 (cpu_kernels.h) */
     if (q8 && kvs_dtype_is_quant(c.k_dt)) per += (size_t)(M * d / 4 + M * d / 32 + M * d / 4 + M * d / 32 + 16);
-    /* the exponentials kept for the statistics pass (att_work.E): [M][ldl] + the tiles' maxima
+    /* the exponentials kept for the statistics pass (att_work.E): [n_tiles][M][ATT_BK] (M * ldl
+     * floats, ldl: n_kv rounded up to ATT_BK) + the tiles' maxima
      * + tile flags, without split keys and up to ATT_KEEP_WORDS a thread; beyond that the
      * statistics pass recomputes them */
     const int64_t ldl = (a->n_kv + ATT_BK - 1) / ATT_BK * ATT_BK, n_tiles = ldl / ATT_BK;
     const int keep_exp = splits == 1 && (want_km || a->n_probe) && M * ldl <= ATT_KEEP_WORDS;
     const size_t off_e = per;
-    /* E [M][ldl], mu [M][n_tiles], tile flags */
+    /* E [n_tiles][M][ATT_BK], mu [M][n_tiles], tile flags */
     if (keep_exp) per += (size_t)(M * ldl + M * n_tiles + n_tiles / 4 + 16);
     size_t meta = (size_t)(want_km ? a->n_q : 0) + (size_t)(a->n_probe ? 2 * a->n_q + 2 + a->n_probe : 0);
     c.part_words = M * (dv + 4);

@@ -349,6 +349,104 @@ static kvs_status matmul_own(kvs_device *dev, const kvs_matmul_args *a, int isa)
 #endif
 }
 
+/* ---- small f32 GEMM (k <= MM_KC, W up to MM_DIRECT_W floats; issue 16) ----------------------
+ * A diffusion step of a small model multiplies a few dozen x rows (the rows a cache schedule
+ * recomputes) by weights of 64-256 columns. OpenBLAS packs W on every call there (sgemm_incopy:
+ * 8% of an elastic step of stories260K-llada, nearly as long as its product kernel) and switches to
+ * its "small matrix" kernels below m * n = 1200, whose sums run in another order than its GEMM
+ * kernel's, so a row's result depended on how many rows were computed. Here W is read in place by
+ * the own GEMM's 8x32 tile (8 W rows x 32 x rows, one FMA chain per output over t = 0 .. k-1 from
+ * zero), x is transposed into panels of 32 rows (the threads split the panels: one parallel loop,
+ * no barrier inside a call), and each tile is transposed into y in registers. Every y[i][r] is then
+ * fma(x[i][k-1], W[r][k-1], ... fma(x[i][0], W[r][0], 0)): OpenBLAS's GEMM-kernel value, bit for
+ * bit (checked against cblas_sgemm at 261 x {32, 64, 172} x {64, 172}), whatever n is. */
+#define MM_DIRECT_W (256 * 1024)
+
+#if KVS_CPU_HAVE_AVX512
+typedef struct mmdir_ctx {
+    const kvs_matmul_args *a;
+    mm_kernel_fn tile;
+    void (*tile16)(const float *A, int64_t lda, const float *B, int64_t ldb, int64_t K, float *C, int64_t ldc);
+    const float *x, *W;
+    int64_t wide;    /* last x rows above which the 32-row tile runs: 16 (AVX-512: a 16 + 8 split
+                      * issues as many FMAs as the 32-row tile), 24 (AVX2: 8-column FMAs) */
+    const float *Wt; /* the last m % 8 W rows zero-padded to [8][k] (scratch), or NULL */
+    float *y, *xP;   /* xP: [np/32][k][32] */
+    int64_t np;
+} mmdir_ctx;
+
+/* x panel p (rows [32 p, 32 p + 32)): packed into xP, then against every block of 8 W rows; the
+ * panels are the parallel loop's iterations, so a call has no barrier but the loop's end */
+static void mmdir_panel(void *cv, int tid, int64_t p) {
+    const mmdir_ctx *c = cv;
+    const kvs_matmul_args *a = c->a;
+    const int64_t m = a->m, k = a->k, n = a->n, ni = n - p * 32 < 32 ? n - p * 32 : 32;
+    float *B = c->xP + p * k * 32;
+    float Ct[8 * 32];
+    (void)tid;
+    kvs_cpu_mm_pack_x32_avx2(c->x, n, k, p * 32, B);
+    for (int64_t r0 = 0; r0 < m; r0 += 8) {
+        const int64_t nr = m - r0 < 8 ? m - r0 : 8;
+        const float *A = nr == 8 ? c->W + r0 * k : c->Wt;
+        if (ni > c->wide) {
+            c->tile(A, k, B, 32, k, Ct, 32, 0);
+        } else { /* the last x rows: 16 and / or 8 columns (a step recomputing ~20 rows wasted a third) */
+            int64_t c0 = 0;
+            if (ni > 8) {
+                c->tile16(A, k, B, 32, k, Ct, 32);
+                c0 = 16;
+            }
+            if (ni > c0) kvs_cpu_mm_kernel_8x8_avx2(A, k, B + c0, 32, k, Ct + c0, 32);
+        }
+        kvs_cpu_mm_store_t8x32_avx2(Ct, 32, c->y + p * 32 * m + r0, m, ni, nr, a->accumulate);
+    }
+}
+#endif
+
+/* Whether the small GEMM takes this product (f32 W of at most MM_KC columns and MM_DIRECT_W values,
+ * more than KVS_GEMV_MAX_N x rows, an AVX-512 or AVX2 ISA) and, if so, runs it: 1, or 0 (nothing
+ * done). */
+static int matmul_direct(kvs_device *dev, const kvs_matmul_args *a, kvs_status *st) {
+#if KVS_CPU_HAVE_AVX512
+    const int64_t m = a->m, k = a->k, n = a->n;
+    const int isa = kvs_cpu_isa(dev, KVS_OP_matmul);
+    if (a->W->dtype != KVS_F32 || k > MM_KC || m * k > MM_DIRECT_W || n <= KVS_GEMV_MAX_N ||
+        (isa != KVS_ISA_AVX512 && isa != KVS_ISA_AVX2))
+        return 0;
+    mmdir_ctx c = {.a = a,
+                   .tile = isa == KVS_ISA_AVX2 ? kvs_cpu_mm_kernel_8x32_avx2 : kvs_cpu_mm_kernel_8x32_avx512,
+                   .tile16 = isa == KVS_ISA_AVX2 ? kvs_cpu_mm_kernel_8x16_avx2 : kvs_cpu_mm_kernel_8x16_avx512,
+                   .x = kvs_tensor_host_ptr(a->x),
+                   .W = kvs_tensor_host_ptr(a->W),
+                   .wide = isa == KVS_ISA_AVX2 ? 24 : 16,
+                   .y = kvs_tensor_host_ptr(a->y),
+                   .np = (n + 31) & ~(int64_t)31};
+    const int64_t tail = m % 8;
+    float *buf = kvs_cpu_scratch(dev, ((size_t)k * (size_t)c.np + (size_t)(8 * k) + 16) * sizeof(float));
+    if (!buf) {
+        *st = kvs_error(KVS_ERR_OUT_OF_MEMORY, "kvs_matmul (cpu): cannot allocate GEMM scratch");
+        return 1;
+    }
+    c.xP = buf;
+    if (tail) {
+        float *wt = buf + (size_t)k * (size_t)c.np;
+        memcpy(wt, c.W + (m - tail) * k, (size_t)(tail * k) * sizeof(float));
+        memset(wt + tail * k, 0, (size_t)((8 - tail) * k) * sizeof(float));
+        c.Wt = wt;
+    }
+    int nt = kvs_cpu_nt(dev, (double)m * (double)k * (double)n / 64.0);
+    if (nt > c.np / 32) nt = (int)(c.np / 32);
+    kvs_par_for(nt, c.np / 32, 0, mmdir_panel, &c);
+    *st = KVS_OK;
+    return 1;
+#else
+    (void)dev;
+    (void)a;
+    (void)st;
+    return 0;
+#endif
+}
+
 typedef struct blasmm_ctx {
     const kvs_matmul_args *a;
     const float *x;
@@ -412,6 +510,8 @@ kvs_status kvs_cpu_matmul(kvs_device *dev, const kvs_matmul_args *a) {
         matmul_small_n(dev, a);
         return KVS_OK;
     }
+    kvs_status st;
+    if (matmul_direct(dev, a, &st)) return st;
     /* the own GEMM: variants avx512 and avx2, or automatically (AVX-512 tiles) when the BLAS lacks
      * AVX-512 kernels for this AVX-512 CPU */
     const int variant = kvs_device_variant(dev, KVS_OP_matmul);

@@ -221,16 +221,22 @@ static void elastic_similarity(const sched_elastic *s, const float *now, const f
                                int64_t *count) {
     const double eps = 1e-8;
     if (s->p.sim == KVS_ELASTIC_SIM_ROWS) {
-        for (int g = 0; g < s->nh; g++) {
-            const float *a = now + (int64_t)g * n, *b = prev + (int64_t)g * n;
-            double dot = 0, na = 0, nb = 0;
-            for (int64_t j = 0; j < n; j++) {
-                dot += (double)a[j] * b[j];
-                na += (double)a[j] * a[j];
-                nb += (double)b[j] * b[j];
+        /* each head's three sums run over j in order; up to 8 heads side by side (independent
+         * chains: the loop was bound by the latency of one head's additions) */
+        for (int g0 = 0; g0 < s->nh; g0 += 8) {
+            const int G = s->nh - g0 < 8 ? s->nh - g0 : 8;
+            double dot[8] = {0}, na[8] = {0}, nb[8] = {0};
+            for (int64_t j = 0; j < n; j++)
+                for (int g = 0; g < G; g++) {
+                    const double a = now[(int64_t)(g0 + g) * n + j], b = prev[(int64_t)(g0 + g) * n + j];
+                    dot[g] += a * b;
+                    na[g] += a * a;
+                    nb[g] += b * b;
+                }
+            for (int g = 0; g < G; g++) {
+                *sum += dot[g] / (fmax(sqrt(na[g]), eps) * fmax(sqrt(nb[g]), eps));
+                (*count)++;
             }
-            *sum += dot / (fmax(sqrt(na), eps) * fmax(sqrt(nb), eps));
-            (*count)++;
         }
     } else {
         for (int64_t j = 0; j < n; j++) {

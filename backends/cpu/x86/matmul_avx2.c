@@ -155,4 +155,99 @@ void kvs_cpu_mm_kernel_8x32_avx2(const float *A, int64_t lda, const float *B, in
     for (int r = 0; r < 8; r += 4)
         for (int c = 0; c < 32; c += 16) mm_4x16(A + r * lda, lda, B + c, ldb, K, C + r * ldc + c, ldc, load_c);
 }
+
+/* C[8][16] = A[8][K] . B[K][16] from zero (two 4x16 blocks). */
+void kvs_cpu_mm_kernel_8x16_avx2(const float *A, int64_t lda, const float *B, int64_t ldb, int64_t K, float *C,
+                                 int64_t ldc) {
+    mm_4x16(A, lda, B, ldb, K, C, ldc, 0);
+    mm_4x16(A + 4 * lda, lda, B, ldb, K, C + 4 * ldc, ldc, 0);
+}
+
+/* C[8][8] = A[8][K] . B[K][8] from zero (one accumulator a row). */
+void kvs_cpu_mm_kernel_8x8_avx2(const float *A, int64_t lda, const float *B, int64_t ldb, int64_t K, float *C,
+                                int64_t ldc) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    for (int64_t t = 0; t < K; t++) {
+        const __m256 b = _mm256_loadu_ps(B + t * ldb);
+        a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(A + t), b, a0);
+        a1 = _mm256_fmadd_ps(_mm256_broadcast_ss(A + lda + t), b, a1);
+        a2 = _mm256_fmadd_ps(_mm256_broadcast_ss(A + 2 * lda + t), b, a2);
+        a3 = _mm256_fmadd_ps(_mm256_broadcast_ss(A + 3 * lda + t), b, a3);
+        a4 = _mm256_fmadd_ps(_mm256_broadcast_ss(A + 4 * lda + t), b, a4);
+        a5 = _mm256_fmadd_ps(_mm256_broadcast_ss(A + 5 * lda + t), b, a5);
+        a6 = _mm256_fmadd_ps(_mm256_broadcast_ss(A + 6 * lda + t), b, a6);
+        a7 = _mm256_fmadd_ps(_mm256_broadcast_ss(A + 7 * lda + t), b, a7);
+    }
+    _mm256_storeu_ps(C, a0);
+    _mm256_storeu_ps(C + ldc, a1);
+    _mm256_storeu_ps(C + 2 * ldc, a2);
+    _mm256_storeu_ps(C + 3 * ldc, a3);
+    _mm256_storeu_ps(C + 4 * ldc, a4);
+    _mm256_storeu_ps(C + 5 * ldc, a5);
+    _mm256_storeu_ps(C + 6 * ldc, a6);
+    _mm256_storeu_ps(C + 7 * ldc, a7);
+}
+
+/* Transposes the 8x8 block held in r[0..8) (r[j] = row j) in place: r[i] becomes column i. */
+static inline __attribute__((always_inline)) void tr8x8(__m256 r[8]) {
+    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+    r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+    r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+    r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+    r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+    r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+    r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+    r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+/* panel[t][ii] = x[i0 + ii][t] for ii < 32, t < k (rows i0 + ii >= n read as 0): x [n][k] row-major
+ * -> one panel [k][32] of the small GEMM (8x8 register transposes; the k % 8 tail columns scalar).
+ * Pure data movement (no rounding). */
+void kvs_cpu_mm_pack_x32_avx2(const float *x, int64_t n, int64_t k, int64_t i0, float *panel) {
+    for (int64_t ii0 = 0; ii0 < 32; ii0 += 8) {
+        int64_t t = 0;
+        for (; t + 8 <= k; t += 8) {
+            __m256 r[8];
+            for (int j = 0; j < 8; j++)
+                r[j] = i0 + ii0 + j < n ? _mm256_loadu_ps(x + (i0 + ii0 + j) * k + t) : _mm256_setzero_ps();
+            tr8x8(r);
+            for (int j = 0; j < 8; j++) _mm256_storeu_ps(panel + (t + j) * 32 + ii0, r[j]);
+        }
+        for (; t < k; t++)
+            for (int64_t j = 0; j < 8; j++) panel[t * 32 + ii0 + j] = i0 + ii0 + j < n ? x[(i0 + ii0 + j) * k + t] : 0.0f;
+    }
+}
+
+/* y[i * ldy + r] = Ct[r * ldc + i] (accumulate: y[..] + Ct[..], one rounded add) for i < ni (<= 32),
+ * r < nr (<= 8): the small GEMM's tile [8 W rows][32 x rows] written to y [n][m] through 8x8
+ * register transposes, masked to the nr valid W rows. */
+void kvs_cpu_mm_store_t8x32_avx2(const float *Ct, int64_t ldc, float *y, int64_t ldy, int64_t ni, int64_t nr,
+                                 int accumulate) {
+    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)nr), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    for (int64_t i0 = 0; i0 < ni; i0 += 8) {
+        __m256 r[8];
+        for (int j = 0; j < 8; j++) r[j] = _mm256_loadu_ps(Ct + j * ldc + i0);
+        tr8x8(r);
+        const int64_t cnt = ni - i0 < 8 ? ni - i0 : 8;
+        for (int64_t j = 0; j < cnt; j++) {
+            float *yr = y + (i0 + j) * ldy;
+            __m256 v = r[j];
+            if (nr == 8) {
+                if (accumulate) v = _mm256_add_ps(_mm256_loadu_ps(yr), v);
+                _mm256_storeu_ps(yr, v);
+            } else {
+                if (accumulate) v = _mm256_add_ps(_mm256_maskload_ps(yr, mask), v);
+                _mm256_maskstore_ps(yr, mask, v);
+            }
+        }
+    }
+}
 #endif

@@ -69,4 +69,31 @@ void kvs_cpu_mm_kernel_8x32_avx512(const float *A, int64_t lda, const float *B, 
     MM_STORE(0) MM_STORE(1) MM_STORE(2) MM_STORE(3) MM_STORE(4) MM_STORE(5) MM_STORE(6) MM_STORE(7)
 #undef MM_STORE
 }
+
+/* C[8][16] = A[8][K] . B[K][16] (from zero; the 8x32 tile's arithmetic for half its columns:
+ * the small GEMM's last x rows). */
+__attribute__((target("avx512f")))
+void kvs_cpu_mm_kernel_8x16_avx512(const float *A, int64_t lda, const float *B, int64_t ldb, int64_t K, float *C,
+                                   int64_t ldc) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    for (int64_t t = 0; t < K; t++) {
+        const __m512 b = _mm512_loadu_ps(B + t * ldb);
+        a0 = _mm512_fmadd_ps(_mm512_set1_ps(A[t]), b, a0);
+        a1 = _mm512_fmadd_ps(_mm512_set1_ps(A[lda + t]), b, a1);
+        a2 = _mm512_fmadd_ps(_mm512_set1_ps(A[2 * lda + t]), b, a2);
+        a3 = _mm512_fmadd_ps(_mm512_set1_ps(A[3 * lda + t]), b, a3);
+        a4 = _mm512_fmadd_ps(_mm512_set1_ps(A[4 * lda + t]), b, a4);
+        a5 = _mm512_fmadd_ps(_mm512_set1_ps(A[5 * lda + t]), b, a5);
+        a6 = _mm512_fmadd_ps(_mm512_set1_ps(A[6 * lda + t]), b, a6);
+        a7 = _mm512_fmadd_ps(_mm512_set1_ps(A[7 * lda + t]), b, a7);
+    }
+    _mm512_storeu_ps(C, a0);
+    _mm512_storeu_ps(C + ldc, a1);
+    _mm512_storeu_ps(C + 2 * ldc, a2);
+    _mm512_storeu_ps(C + 3 * ldc, a3);
+    _mm512_storeu_ps(C + 4 * ldc, a4);
+    _mm512_storeu_ps(C + 5 * ldc, a5);
+    _mm512_storeu_ps(C + 6 * ldc, a6);
+    _mm512_storeu_ps(C + 7 * ldc, a7);
+}
 #endif
