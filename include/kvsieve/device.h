@@ -53,7 +53,9 @@ typedef struct kvs_caps {
     int64_t max_buffer_bytes;  /* largest single buffer/tensor the device accepts, bytes */
     int64_t max_binding_bytes; /* largest range one kernel may address in one buffer, bytes */
     int64_t total_memory_bytes;/* device memory (host RAM for CPU devices), bytes; 0: unknown */
-    int compute_units;         /* cores / compute units / SMs */
+    int compute_units;         /* cores (CPU), compute units (OpenCL: CL_DEVICE_MAX_COMPUTE_UNITS; PoCL
+                                * reports the host's cores); 0: not reported (Vulkan has no such
+                                * query; an OpenCL device whose query fails) */
     int unified_memory;        /* 1: device memory is host memory */
     int n_threads;             /* CPU backend: worker threads in use; else 0 */
     int kv_hierarchical;       /* 1: the attention op reads a hierarchical qh8 cache's lower plane

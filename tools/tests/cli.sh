@@ -65,7 +65,19 @@ names = [b["name"] for b in d["backends"]]
 assert names == ["cpu", "opencl", "vulkan"], names
 cpu = d["backends"][0]
 assert cpu["built"] and cpu["devices"][0]["caps"]["compute_units"] >= 1, cpu
+# Vulkan has no compute-unit query: null (not reported), never 0; OpenCL reports a count
+for b in d["backends"][1:]:
+    for dev in b.get("devices", []):
+        cu = dev.get("caps", {}).get("compute_units", "absent")
+        if b["name"] == "vulkan" and "caps" in dev:
+            assert cu is None, dev
+        assert cu != 0, dev
 PY
+expect 0 devices
+if grep -q '^vulkan: [1-9]' "$tmp/out" 2>/dev/null; then
+  contains 'compute units not reported'
+fi
+! grep -q ' 0 compute units' "$tmp/out" || { echo "FAIL: devices prints 0 compute units" >&2; fails=$((fails + 1)); }
 expect 2 devices --bogus && one_line_error
 expect 2 devices extra-arg && one_line_error
 expect 2 bench && true
