@@ -157,7 +157,7 @@ echo
 # ---- 3. the bundled trained model: a 4-bit KV cache next to f16 -----------------------------------
 # kjv-ar-hd64 (models/, trained on the KJV, head_dim 64) takes the block types; q8_0 keys with q4_0
 # values is the best pair with a 4-bit half in README's fidelity table (KL 0.0035, top-1 96.8%)
-kjv=kjv-ar-hd64.gguf
+kjv="kjv-ar-hd64.gguf"
 kjv_prompt="And God said unto Moses"
 kvs_model_path "$kjv" >/dev/null || kvs_die "$kjv not found in: $(kvs_model_dirs | paste -sd " " -)"
 kvs_log "trained model: $kjv, greedy, 128 tokens: f16 KV cache, then K q8_0 / V q4_0"
