@@ -7,7 +7,9 @@
 
 #include "internal.h"
 
-#define PROF_SLOTS (KVS_PROFILE_MAX_LAYERS + 1) /* slot 0: outside any layer; slot l + 1: layer l */
+/* slot 0: the token embedding (KVS_PROFILE_EMBED); slot 1: outside any layer (the logits head,
+ * other callers' work); slot l + 2: layer l */
+#define PROF_SLOTS (KVS_PROFILE_MAX_LAYERS + 2)
 
 typedef struct prof_cell {
     int64_t calls, bytes;
@@ -15,7 +17,7 @@ typedef struct prof_cell {
 } prof_cell;
 
 typedef struct kvs_profiler {
-    int slot;                              /* current layer slot */
+    int slot;                              /* current layer slot (PROF_SLOTS) */
     prof_cell cells[KVS_PROF_KINDS][PROF_SLOTS];
 } kvs_profiler;
 
@@ -72,7 +74,9 @@ int kvs_device_profiling(const kvs_device *dev) { return dev && dev->prof; }
 
 void kvs_device_profile_layer(kvs_device *dev, int layer) {
     if (!dev || !dev->prof) return;
-    dev->prof->slot = layer < 0 ? 0 : (layer < KVS_PROFILE_MAX_LAYERS ? layer : KVS_PROFILE_MAX_LAYERS - 1) + 1;
+    dev->prof->slot = layer == KVS_PROFILE_EMBED ? 0
+                      : layer < 0                ? 1
+                                                 : (layer < KVS_PROFILE_MAX_LAYERS ? layer : KVS_PROFILE_MAX_LAYERS - 1) + 2;
 }
 
 static const char *prof_kind_name(int k) {
@@ -88,7 +92,7 @@ int64_t kvs_device_profile_read(const kvs_device *dev, kvs_profile_entry *out, i
             const prof_cell *c = &dev->prof->cells[k][sl];
             if (!c->calls) continue;
             if (out && n < max)
-                out[n] = (kvs_profile_entry){.kind = prof_kind_name(k), .layer = sl - 1, .calls = c->calls,
+                out[n] = (kvs_profile_entry){.kind = prof_kind_name(k), .layer = sl - 2, .calls = c->calls,
                                              .seconds = c->seconds, .bytes = c->bytes};
             n++;
         }

@@ -424,9 +424,10 @@ START_TEST(test_forward_errors) {
 }
 END_TEST
 
-/* generate --profile / --stats underneath: the device profile counts every op per layer (7 matmuls,
- * one attention per layer and step, the logits head outside the layers, its downloads byte for
- * byte) and the decode's time breakdown is consistent (no timing asserted beyond signs and sums). */
+/* generate --profile / --stats underneath: the device profile counts every op per layer (the
+ * embedding in its own cell, 7 matmuls, one attention per layer and step, the logits head outside
+ * the layers, its downloads byte for byte) and the decode's time breakdown is consistent (no timing
+ * asserted beyond signs and sums). */
 START_TEST(test_profile_counts) {
     kvs_device *dev = open_dev();
     ck_assert_int_eq(kvs_device_profile(NULL, 1), KVS_ERR_INVALID_ARGUMENT);
@@ -456,15 +457,21 @@ START_TEST(test_profile_counts) {
     kvs_profile_entry *e = calloc((size_t)n, sizeof *e);
     ck_assert_ptr_nonnull(e);
     ck_assert_int_eq(kvs_device_profile_read(dev, e, n), n);
-    int64_t mm[KVS_PROFILE_MAX_LAYERS + 1] = {0}, att[KVS_PROFILE_MAX_LAYERS + 1] = {0}, head_down = 0, emb = 0;
+    int64_t mm[KVS_PROFILE_MAX_LAYERS + 1] = {0}, att[KVS_PROFILE_MAX_LAYERS + 1] = {0}, head_down = 0, emb = 0,
+            emb_elsewhere = 0;
     for (int64_t i = 0; i < n; i++) {
         ck_assert_ptr_nonnull(e[i].kind);
-        ck_assert(e[i].layer >= -1 && e[i].layer < hp->n_layers);
+        ck_assert(e[i].layer >= KVS_PROFILE_EMBED && e[i].layer < hp->n_layers);
         ck_assert(e[i].calls > 0 && e[i].seconds >= 0.0 && e[i].bytes >= 0);
         if (i > 0) ck_assert(strcmp(e[i - 1].kind, e[i].kind) != 0 || e[i - 1].layer < e[i].layer);
+        if (e[i].layer == KVS_PROFILE_EMBED) {
+            ck_assert(strcmp(e[i].kind, "matmul") != 0 && strcmp(e[i].kind, "attention") != 0);
+            if (!strcmp(e[i].kind, "embedding")) emb += e[i].calls;
+            continue;
+        }
+        if (!strcmp(e[i].kind, "embedding")) emb_elsewhere += e[i].calls;
         if (!strcmp(e[i].kind, "matmul")) mm[e[i].layer + 1] += e[i].calls;
         if (!strcmp(e[i].kind, "attention")) att[e[i].layer + 1] += e[i].calls;
-        if (!strcmp(e[i].kind, "embedding")) emb += e[i].calls * (e[i].layer == 0);
         if (!strcmp(e[i].kind, "download") && e[i].layer == -1) head_down += e[i].bytes;
     }
     ck_assert_int_eq(mm[0], gen); /* the logits head */
@@ -473,7 +480,8 @@ START_TEST(test_profile_counts) {
         ck_assert_int_eq(mm[l + 1], 7 * gen);
         ck_assert_int_eq(att[l + 1], gen);
     }
-    ck_assert_int_eq(emb, gen);
+    ck_assert_int_eq(emb, gen); /* one lookup per step, tagged KVS_PROFILE_EMBED, not layer 0 */
+    ck_assert_int_eq(emb_elsewhere, 0);
     /* logits of the block's masked rows: 32 + 31 + ... + 1 rows of vocab floats */
     ck_assert_int_eq(head_down, (int64_t)(gen * (gen + 1) / 2) * hp->vocab * 4);
     double parts = st.seconds_plan + st.seconds_forward + st.seconds_logits + st.seconds_confidence + st.seconds_commit;

@@ -6,7 +6,11 @@
 #      answers side by side with the wall-time speedup, the compute fraction and whether they agree;
 #   2. an autoregressive decode of stories260K with H2O eviction at a 25% cache budget next to the
 #      full cache, and the teacher-forced KL / top-1 agreement of that budget;
-#   3. every diffusion cache schedule against no cache (speedup, agreement) as a table and an SVG
+#   3. the bundled trained model kjv-ar-hd64 (models/) greedy with an f16 KV cache and with q8_0 keys
+#      and q4_0 values, side by side, with the cache bytes of each;
+#   4. QuantSpec self-speculative decoding on the same model (--speculative: qh8 cache, draft 3): its
+#      acceptance rate and whether the output equals plain greedy decoding;
+#   5. every diffusion cache schedule against no cache (speedup, agreement) as a table and an SVG
 #      plot, written to build/demo/dlm-schedules.svg (the path is printed).
 # Extra arguments go to every decode, e.g. `tools/demo.sh --backend vulkan`.
 # Environment: DEMO_DLM_MODEL / DEMO_DLM_PROMPTS override the diffusion model and its prompts;
@@ -150,7 +154,53 @@ print("teacher-forced on the model's own 256-token text: KL(full || h2o 25%%) = 
 PY
 echo
 
-# ---- 3. every diffusion schedule: table and SVG ---------------------------------------------------
+# ---- 3. the bundled trained model: a 4-bit KV cache next to f16 -----------------------------------
+# kjv-ar-hd64 (models/, trained on the KJV, head_dim 64) takes the block types; q8_0 keys with q4_0
+# values is the best pair with a 4-bit half in README's fidelity table (KL 0.0035, top-1 96.8%)
+kjv="kjv-ar-hd64.gguf"
+kjv_prompt="And God said unto Moses"
+kvs_model_path "$kjv" >/dev/null || kvs_die "$kjv not found in: $(kvs_model_dirs | paste -sd " " -)"
+kvs_log "trained model: $kjv, greedy, 128 tokens: f16 KV cache, then K q8_0 / V q4_0"
+kjv_gen=(generate -m "$kjv" -p "$kjv_prompt" -n 128 --stats --json "${threads[@]}")
+"$KVSIEVE_BIN" "${kjv_gen[@]}" --cache-type-k f16 --cache-type-v f16 "$@" >"$out_dir/kjv-f16.json"
+"$KVSIEVE_BIN" "${kjv_gen[@]}" --cache-type-k q8_0 --cache-type-v q4_0 "$@" >"$out_dir/kjv-q4.json"
+python3 - "$kjv_prompt" "$out_dir/kjv-f16.json" "$out_dir/kjv-q4.json" <<'PY'
+import json, sys, textwrap
+prompt, a, b = sys.argv[1], json.load(open(sys.argv[2])), json.load(open(sys.argv[3]))
+w = 44
+left, right = textwrap.wrap(a["text"], w), textwrap.wrap(b["text"], w)
+print("prompt: %s" % prompt)
+print("%-*s | %s" % (w, "f16 cache", "K q8_0 / V q4_0 cache"))
+print("-" * w + "-+-" + "-" * w)
+for i in range(max(len(left), len(right))):
+    print("%-*s | %s" % (w, left[i] if i < len(left) else "", right[i] if i < len(right) else ""))
+print("-" * w + "-+-" + "-" * w)
+sa, sb = a["stats"], b["stats"]
+first = next((i for i, (x, y) in enumerate(zip(a["tokens"], b["tokens"])) if x != y), None)
+same = sum(x == y for x, y in zip(a["tokens"], b["tokens"]))
+print("cache peak %.1f KiB (f16) vs %.1f KiB (K q8_0, V q4_0): %.2fx smaller; %d of %d tokens equal%s" % (
+    sa["cache_bytes_peak"] / 1024, sb["cache_bytes_peak"] / 1024, sa["cache_bytes_peak"] / sb["cache_bytes_peak"],
+    same, len(a["tokens"]), "" if first is None else ", first difference at token %d" % first))
+PY
+echo
+
+# ---- 4. QuantSpec: self-speculative decoding on the hierarchical 4/8-bit cache ---------------------
+kvs_log "QuantSpec on $kjv: draft 3 tokens from the cache's 4-bit view, verify with its 8-bit reading (qh8), 128 tokens"
+"$KVSIEVE_BIN" generate -m "$kjv" -p "$kjv_prompt" -n 128 --speculative --json "${threads[@]}" "$@" >"$out_dir/kjv-spec.json"
+python3 - "$out_dir/kjv-spec.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+s = j["stats"]["speculative"]
+print("%d verify steps: acceptance %.3f (%d of %d drafted), %.2f tokens per verify step" % (
+    s["verify_steps"], s["acceptance_rate"], s["accepted"], s["drafted"], s["tokens_per_verify_step"]))
+print("output equals plain greedy decoding (same qh8 cache): %s (%d tokens)" % (
+    "yes" if j["tokens"] == s["plain_tokens"] else "no", len(j["tokens"])))
+print("fastest of %d interleaved runs: plain %.4f s, speculative %.4f s (%.2fx wall; this model is too small "
+      "for drafting to pay: README, QuantSpec)" % (s["repeats"], s["plain_seconds"], s["seconds"], s["speedup"]))
+PY
+echo
+
+# ---- 5. every diffusion schedule: table and SVG ---------------------------------------------------
 svg="$out_dir/dlm-schedules.svg"
 if [[ "$DLM_PROMPTS" == *.jsonl ]] && "$KVSIEVE_BIN" eval --dlm --help | grep -q -- '--tasks'; then
   # a task file: accuracy against the answers per schedule (kvsieve eval --dlm --tasks)

@@ -256,7 +256,8 @@ static kvs_status ocl_device_open(kvs_device *dev, const kvs_device_params *p) {
     clGetDeviceInfo(o->device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof maxalloc, &maxalloc, NULL);
     clGetDeviceInfo(o->device, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof global, &global, NULL);
     clGetDeviceInfo(o->device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof maxwg, &maxwg, NULL);
-    clGetDeviceInfo(o->device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof cus, &cus, NULL);
+    if (clGetDeviceInfo(o->device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof cus, &cus, NULL) != CL_SUCCESS)
+        cus = 0; /* not reported (kvs_caps.compute_units) */
     clGetDeviceInfo(o->device, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof unified, &unified, NULL);
     clGetDeviceInfo(o->device, CL_DEVICE_TYPE, sizeof t, &t, NULL);
     o->max_wg = maxwg ? maxwg : 64;

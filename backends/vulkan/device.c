@@ -217,7 +217,7 @@ kvs_status kvs_vk_create_device(kvs_device *dev, kvs_vk *v) {
     c->shared_mem_bytes = v->props.limits.maxComputeSharedMemorySize;
     c->max_workgroup_size = (int)v->props.limits.maxComputeWorkGroupInvocations;
     c->max_binding_bytes = v->props.limits.maxStorageBufferRange;
-    c->compute_units = 0;
+    c->compute_units = 0; /* not reported: Vulkan has no compute-unit query (kvs_caps) */
     c->kv_hierarchical = 1; /* attn.comp / attn_stats.comp read qh8's lower planes, scatter_cvt writes them */
     for (int i = 0; i < 3; i++) v->max_groups[i] = v->props.limits.maxComputeWorkGroupCount[i];
     return KVS_OK;

@@ -303,11 +303,16 @@ kvs_status kvs_gguf_writer_write(const kvs_gguf_writer *w, const char *path) {
         free(data);
         return kvs_error(KVS_ERR_IO, "gguf writer: cannot create '%s': %s", path, strerror(e));
     }
+    /* the errno of the call that failed: fwrite's when it wrote short, else fclose's (a full disk
+     * usually shows only when the buffer is flushed at the close) */
+    errno = 0;
     size_t put = fwrite(data, 1, size, f);
-    int e = errno;
+    int e = put != size ? errno : 0;
+    errno = 0;
     int rc = fclose(f);
+    if (!e && rc != 0) e = errno;
     free(data);
     if (put != size || rc != 0)
-        return kvs_error(KVS_ERR_IO, "gguf writer: cannot write '%s': %s", path, strerror(e));
+        return kvs_error(KVS_ERR_IO, "gguf writer: cannot write '%s': %s", path, strerror(e ? e : EIO));
     return KVS_OK;
 }

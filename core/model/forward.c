@@ -678,7 +678,9 @@ kvs_status kvs_model_forward(kvs_model *m, kvs_kv_cache *c, const kvs_step_plan 
             int32_t *ids = f.tmp;
             for (int64_t i = 0; i < n; i++) ids[i] = plan->tokens[rows[i]];
             s = fwd_view3(m, &x, m->ws.x, 0, hp->dim, n, 1);
+            kvs_device_profile_layer(m->dev, KVS_PROFILE_EMBED);
             if (s == KVS_OK) s = kvs_embedding(m->dev, m->tok_embd, ids, n, x);
+            kvs_device_profile_layer(m->dev, 0);
             fwd_view_done(&x);
             if (s == KVS_OK && (cp->flags & KVS_CACHE_KEEP_X)) s = exchange_x(&f, 0, rows, n, NULL, 0, 0);
         } else if (cp->flags & KVS_CACHE_KEEP_X) {

@@ -53,7 +53,9 @@ typedef struct kvs_caps {
     int64_t max_buffer_bytes;  /* largest single buffer/tensor the device accepts, bytes */
     int64_t max_binding_bytes; /* largest range one kernel may address in one buffer, bytes */
     int64_t total_memory_bytes;/* device memory (host RAM for CPU devices), bytes; 0: unknown */
-    int compute_units;         /* cores / compute units / SMs */
+    int compute_units;         /* cores (CPU), compute units (OpenCL: CL_DEVICE_MAX_COMPUTE_UNITS; PoCL
+                                * reports the host's cores); 0: not reported (Vulkan has no such
+                                * query; an OpenCL device whose query fails) */
     int unified_memory;        /* 1: device memory is host memory */
     int n_threads;             /* CPU backend: worker threads in use; else 0 */
     int kv_hierarchical;       /* 1: the attention op reads a hierarchical qh8 cache's lower plane
@@ -150,14 +152,20 @@ KVS_API double kvs_device_build_seconds(const kvs_device *dev);
 /* Layers the profile tells apart; work tagged with a higher layer counts as layer
  * KVS_PROFILE_MAX_LAYERS - 1. */
 #define KVS_PROFILE_MAX_LAYERS 256
+/* The layer tag of the token embedding (kvs_model_forward's lookup of the input tokens' rows, before
+ * layer 0): its own cell, apart from layer 0 and from the work outside the layers (-1). */
+#define KVS_PROFILE_EMBED (-2)
 
 /* One cell of the profile: the device work of one kind done for one layer. */
 typedef struct kvs_profile_entry {
     const char *kind;   /* an op's name ("matmul", "attention", "gather", ...: the op functions' names
                          * without "kvs_"), or "upload", "download", "fill" (kvs_tensor_upload/
                          * download/fill and the cache's clears), "sync" (kvs_device_sync) */
-    int layer;          /* the model layer the work was for (kvs_model_forward tags them); -1: outside
-                         * any layer (the embedding, the logits head, work of other callers) */
+    int layer;          /* the model layer the work was for (kvs_model_forward tags them), in the order
+                         * the forward runs: KVS_PROFILE_EMBED (-2): the token embedding; 0 ..
+                         * n_layers-1: the layers (a KEEP_X cache's store of layer l's input counts as
+                         * layer l); -1: outside any layer (the final norm and logits head, and work
+                         * of other callers between forwards: plan uploads, sampling) */
     int64_t calls;
     double seconds;     /* wall time, s: on OpenCL and Vulkan each piece is bracketed by waits for the
                          * queue, so it is the piece's execution time (and the run is slower) */
@@ -171,10 +179,12 @@ typedef struct kvs_profile_entry {
 KVS_API kvs_status kvs_device_profile(kvs_device *dev, int on);
 /* 1 while dev is profiling (0 for NULL). */
 KVS_API int kvs_device_profiling(const kvs_device *dev);
-/* Tags the work that follows as layer `layer` (< 0: outside any layer); a no-op when not profiling. */
+/* Tags the work that follows as layer `layer` (KVS_PROFILE_EMBED: the token embedding; other values
+ * < 0: outside any layer); a no-op when not profiling. */
 KVS_API void kvs_device_profile_layer(kvs_device *dev, int layer);
-/* Copies up to max non-empty cells, ordered by kind then layer (-1 first), to out[] (NULL with
- * max 0 to count) and returns how many there are; 0 when not profiling or dev is NULL. */
+/* Copies up to max non-empty cells, ordered by kind then layer (KVS_PROFILE_EMBED, then -1, then
+ * 0, 1, ...), to out[] (NULL with max 0 to count) and returns how many there are; 0 when not
+ * profiling or dev is NULL. */
 KVS_API int64_t kvs_device_profile_read(const kvs_device *dev, kvs_profile_entry *out, int64_t max);
 
 /* ---- support queries (as ggml's supports_op) ---------------------------------------------- */

@@ -247,6 +247,50 @@ int cli_check_writable(const char *prog, const char *flag, const char *path) {
     return CLI_EXIT_OK;
 }
 
+int cli_write_all(int fd, const void *data, size_t len) {
+    const char *p = data;
+    while (len > 0) {
+        const ssize_t w = write(fd, p, len);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return errno ? errno : EIO;
+        }
+        if (w == 0) return EIO;
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+int cli_out_open(cli_out *o) {
+    o->buf = NULL;
+    o->len = 0;
+    o->f = open_memstream(&o->buf, &o->len);
+    return o->f ? 0 : (errno ? errno : ENOMEM);
+}
+
+int cli_out_close(cli_out *o, const char *path) {
+    int e = 0;
+    if (!o->f) return ENOMEM;
+    if (ferror(o->f)) e = ENOMEM;
+    if (fclose(o->f) != 0 && !e) e = errno ? errno : ENOMEM;
+    o->f = NULL;
+    if (!e) {
+        const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+        if (fd < 0) {
+            e = errno;
+        } else {
+            e = cli_write_all(fd, o->buf, o->len);
+            if (close(fd) != 0 && !e) e = errno; /* NFS and some file systems report ENOSPC here */
+            if (e) remove(path); /* no truncated file left behind */
+        }
+    }
+    free(o->buf);
+    o->buf = NULL;
+    o->len = 0;
+    return e;
+}
+
 int cli_open_regular(const char *prog, const char *flag, const char *path, FILE **out) {
     *out = NULL;
     /* O_NONBLOCK: opening a FIFO without a writer must not hang (no effect on regular files) */

@@ -115,4 +115,21 @@ int cli_read_file(const char *prog, const char *flag, const char *path, char **b
  * "PROG: FLAG PATH: reason". */
 int cli_check_writable(const char *prog, const char *flag, const char *path);
 
+/* An output file built in memory and written to its path in one go, so that a write error (a full
+ * disk: ENOSPC, a size limit: EFBIG) is reported with the errno of the write that failed: open
+ * with cli_out_open (a memory stream, open_memstream), write *o->f with stdio, then cli_out_close,
+ * which writes the bytes to path (created or truncated, mode 0666 & ~umask) and closes it.
+ * cli_out_close returns 0 or the errno of the first failure (ENOMEM for the memory stream); a file
+ * whose write failed is removed (a partial output is never left behind). */
+typedef struct cli_out {
+    FILE *f;
+    char *buf;
+    size_t len;
+} cli_out;
+int cli_out_open(cli_out *o);
+int cli_out_close(cli_out *o, const char *path);
+/* Writes len bytes of data to the file descriptor fd (retrying short writes and EINTR): 0 or the
+ * errno of the write that failed. */
+int cli_write_all(int fd, const void *data, size_t len);
+
 #endif

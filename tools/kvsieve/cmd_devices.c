@@ -30,7 +30,8 @@ static const char *fmt_bytes(char *buf, size_t n, int64_t b) {
 static json_object *caps_json(const kvs_caps *c) {
     json_object *o = json_object_new_object();
     json_object_object_add(o, "total_memory_bytes", json_object_new_int64(c->total_memory_bytes));
-    json_object_object_add(o, "compute_units", json_object_new_int(c->compute_units));
+    /* null: the device does not report it (Vulkan), never a count of 0 */
+    json_object_object_add(o, "compute_units", c->compute_units > 0 ? json_object_new_int(c->compute_units) : NULL);
     json_object_object_add(o, "subgroup_size", json_object_new_int(c->subgroup_size));
     json_object_object_add(o, "subgroup_ops", json_object_new_boolean(c->subgroup_ops));
     json_object_object_add(o, "shared_mem_bytes", json_object_new_int64(c->shared_mem_bytes));
@@ -47,9 +48,10 @@ static json_object *caps_json(const kvs_caps *c) {
 }
 
 static void caps_text(const kvs_caps *c) {
-    char a[32], b[32], d[32];
-    printf("      memory %s, %d compute unit%s%s", fmt_bytes(a, sizeof a, c->total_memory_bytes),
-           c->compute_units, c->compute_units == 1 ? "" : "s", c->unified_memory ? " (unified)" : "");
+    char a[32], b[32], d[32], cu[48];
+    if (c->compute_units > 0) snprintf(cu, sizeof cu, "%d compute unit%s", c->compute_units, c->compute_units == 1 ? "" : "s");
+    else snprintf(cu, sizeof cu, "compute units not reported");
+    printf("      memory %s, %s%s", fmt_bytes(a, sizeof a, c->total_memory_bytes), cu, c->unified_memory ? " (unified)" : "");
     if (c->n_threads) printf(", %d thread%s", c->n_threads, c->n_threads == 1 ? "" : "s");
     printf("\n");
     printf("      subgroup %s%s, shared memory %s, max work-group %d\n",

@@ -516,17 +516,15 @@ int cmd_eval(int argc, char **argv) {
             {.title = "passkey log-probability (mean of 10/50/90% depth)", .xlabel = "budget (fraction of ctx)",
              .ylabel = "log-probability per answer token (nats)", .n_series = np, .n_points = nb, .x = x, .y = yn},
         };
-        FILE *pf = x && ya && yk && yn ? fopen(plot, "w") : NULL;
-        if (!pf || svg_write_plot(pf, title, pnames, panels, needle ? 3 : 2) != 0) {
-            if (pf) fclose(pf);
-            free(x), free(ya), free(yk), free(yn);
-            rc = cli_fail(CLI_EXIT_FAIL, prog, "cannot write plot %s", plot);
-            goto done;
+        cli_out svg;
+        int perr = x && ya && yk && yn ? cli_out_open(&svg) : ENOMEM;
+        if (!perr) {
+            (void)svg_write_plot(svg.f, title, pnames, panels, needle ? 3 : 2); /* errors: cli_out_close */
+            perr = cli_out_close(&svg, plot);
         }
-        const int werr = ferror(pf) | (fclose(pf) != 0);
         free(x), free(ya), free(yk), free(yn);
-        if (werr) {
-            rc = cli_fail(CLI_EXIT_FAIL, prog, "cannot write plot %s: %s", plot, strerror(errno));
+        if (perr) {
+            rc = cli_fail(CLI_EXIT_FAIL, prog, "cannot write plot %s: %s", plot, strerror(perr));
             goto done;
         }
         if (!json) printf("plot written to %s\n", plot);

@@ -453,8 +453,9 @@ int cmd_eval_dlm(int argc, char **argv) {
             }
         }
     }
-    if (plot && eval_dlm_write_svg(plot, a, na, gens, ng, model) != 0) {
-        exit_code = cli_fail(CLI_EXIT_FAIL, PROG, "cannot write --plot %s", plot);
+    const int perr = plot ? eval_dlm_write_svg(plot, a, na, gens, ng, model) : 0;
+    if (perr) {
+        exit_code = cli_fail(CLI_EXIT_FAIL, PROG, "cannot write --plot %s: %s", plot, strerror(perr));
         goto done;
     }
     exit_code = CLI_EXIT_OK;

@@ -367,8 +367,9 @@ int cmd_eval_dlm_tasks(int argc, char **argv) {
         for (int t = 0; t < nt; t++)
             for (int k = 0; k < nv; k++) eval_tasks_cell_print(tasks[t], &v[k], &v[k].cells[t]);
     }
-    if (plot && eval_tasks_write_svg(plot, model, v, nv, tasks, nt) != 0) {
-        exit_code = cli_fail(CLI_EXIT_FAIL, PROG, "cannot write --plot %s", plot);
+    const int perr = plot ? eval_tasks_write_svg(plot, model, v, nv, tasks, nt) : 0;
+    if (perr) {
+        exit_code = cli_fail(CLI_EXIT_FAIL, PROG, "cannot write --plot %s: %s", plot, strerror(perr));
         goto done;
     }
     exit_code = CLI_EXIT_OK;

@@ -26,8 +26,8 @@ typedef struct agg {
 json_object *eval_dlm_agg_json(const agg *a);
 /* The row on stdout; with_budget adds WaveFilter's kept share, fid_col the step-fidelity column. */
 void eval_dlm_agg_print(const agg *a, int with_budget, int fid_col);
-/* Three line charts (speedup, compute fraction, agreement) against gens[0..ng) to path: 0, or
- * -1 / fclose's EOF when the file cannot be written. */
+/* Three line charts (speedup, compute fraction, agreement) against gens[0..ng) to path: 0, or the
+ * errno of the failure when the file cannot be written (cli_out_close). */
 int eval_dlm_write_svg(const char *path, const agg *a, int na, const int64_t *gens, int ng, const char *model);
 
 /* eval --dlm --tasks: one (variant, task) cell; variant -1 is the LLaDA baseline. */
@@ -52,7 +52,7 @@ json_object *eval_tasks_cell_json(const char *task, const variant *v, const cell
 /* The cell as one table row on stdout. */
 void eval_tasks_cell_print(const char *task, const variant *v, const cell *c);
 /* Grouped bars of accuracy and speedup vs the LLaDA baseline, one group per variant, one bar per
- * task, to path: 0, or -1 / fclose's EOF when the file cannot be written. */
+ * task, to path: 0, or the errno of the failure when the file cannot be written (cli_out_close). */
 int eval_tasks_write_svg(const char *path, const char *model, const variant *v, int nv, char **tasks, int nt);
 
 #endif

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli.h"
 #include "eval_dlm.h"
 
 /* ---- SVG: three small line charts (speedup, compute fraction, agreement) against gen ---------- */
@@ -50,8 +51,10 @@ static void svg_panel(FILE *f, double x0, double y0, double w, double h, const c
 }
 
 int eval_dlm_write_svg(const char *path, const agg *a, int na, const int64_t *gens, int ng, const char *model) {
-    FILE *f = fopen(path, "w");
-    if (!f) return -1;
+    cli_out o;
+    int e = cli_out_open(&o);
+    if (e) return e;
+    FILE *f = o.f;
     double maxsp = 1.0;
     for (int i = 0; i < na; i++)
         if (a[i].sec > 0 && a[i].sec_base / a[i].sec > maxsp) maxsp = a[i].sec_base / a[i].sec;
@@ -64,8 +67,7 @@ int eval_dlm_write_svg(const char *path, const agg *a, int na, const int64_t *ge
     svg_panel(f, 370, 60, 260, 220, "compute fraction", a, na, gens, ng, 1, 1.0);
     svg_panel(f, 690, 60, 260, 220, "token agreement", a, na, gens, ng, 2, 1.0);
     fprintf(f, "</svg>\n");
-    const int werr = ferror(f);
-    return (fclose(f) != 0 || werr) ? -1 : 0;
+    return cli_out_close(&o, path);
 }
 
 json_object *eval_dlm_agg_json(const agg *a) {
@@ -132,8 +134,10 @@ void eval_tasks_cell_print(const char *task, const variant *v, const cell *c) {
  * variant, one bar per task. */
 int eval_tasks_write_svg(const char *path, const char *model, const variant *v, int nv, char **tasks, int nt) {
     static const char *colors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"};
-    FILE *f = fopen(path, "w");
-    if (!f) return -1;
+    cli_out o;
+    int e = cli_out_open(&o);
+    if (e) return e;
+    FILE *f = o.f;
     const double pw = 560, ph = 260, top = 60, left = 60, gap = 90;
     double maxsp = 1.0;
     for (int i = 0; i < nv; i++)
@@ -177,6 +181,5 @@ int eval_tasks_write_svg(const char *path, const char *model, const variant *v, 
         }
     }
     fprintf(f, "</g>\n</svg>\n");
-    const int werr = ferror(f);
-    return (fclose(f) != 0 || werr) ? -1 : 0;
+    return cli_out_close(&o, path);
 }

@@ -84,26 +84,34 @@ void gen_print_profile(FILE *f, const char *label, const gen_profile *p, int64_t
         fprintf(f, "  %-12s %10.1f %10.4f %6.1f%% %10.4f\n", kinds[c], (double)calls * k, s * k * 1e3,
                 total > 0 ? 100.0 * s / total : 0.0, (double)bytes * k / 1e6);
     }
-    /* ms per step per kind and layer: columns head, 0 .. n_layers-1 */
+    /* ms per step per kind and place, in the order the forward runs: the embedding, layers 0 ..
+     * n_layers-1, then the head (the logits head and work outside the forward); each row sums to
+     * its kind's ms above, the last row ("all") to the device work */
     int nl = n_layers < KVS_PROFILE_MAX_LAYERS ? n_layers : KVS_PROFILE_MAX_LAYERS;
-    fprintf(f, "  ms per layer %7s", "head");
+    if (nl < 0) nl = 0;
+    fprintf(f, "  ms per layer %7s", "embed");
     for (int l = 0; l < nl; l++) fprintf(f, " %7d", l);
-    fprintf(f, "\n");
-    double *col = calloc((size_t)nl + 1, sizeof *col);
+    fprintf(f, " %7s\n", "head");
+    const int ncol = nl + 2;
+    double *col = calloc((size_t)ncol, sizeof *col);
     for (int c = 0; c < nk; c++) {
         fprintf(f, "  %-12s", kinds[c]);
-        for (int l = -1; l < nl; l++) {
+        for (int j = 0; j < ncol; j++) {
+            const int l = j == 0 ? KVS_PROFILE_EMBED : (j <= nl ? j - 1 : -1);
             double s = 0;
-            for (int64_t i = 0; i < p->n; i++)
-                if (p->e[i].layer == l && strcmp(p->e[i].kind, kinds[c]) == 0) s += p->e[i].seconds;
-            if (col) col[l + 1] += s;
+            for (int64_t i = 0; i < p->n; i++) {
+                /* layers beyond the table's (n_layers wrong) count in the last layer's column */
+                const int el = p->e[i].layer >= nl && nl > 0 ? nl - 1 : p->e[i].layer;
+                if (el == l && strcmp(p->e[i].kind, kinds[c]) == 0) s += p->e[i].seconds;
+            }
+            if (col) col[j] += s;
             fprintf(f, " %7.4f", s * k * 1e3);
         }
         fprintf(f, "\n");
     }
     if (col) {
         fprintf(f, "  %-12s", "all");
-        for (int l = -1; l < nl; l++) fprintf(f, " %7.4f", col[l + 1] * k * 1e3);
+        for (int j = 0; j < ncol; j++) fprintf(f, " %7.4f", col[j] * k * 1e3);
         fprintf(f, "\n");
     }
     free(col);
@@ -114,7 +122,9 @@ json_object *gen_profile_json(const gen_profile *p) {
     for (int64_t i = 0; i < p->n; i++) {
         json_object *o = json_object_new_object();
         json_object_object_add(o, "kind", json_object_new_string(p->e[i].kind));
-        json_object_object_add(o, "layer", json_object_new_int(p->e[i].layer));
+        const int l = p->e[i].layer;
+        json_object_object_add(o, "part", json_object_new_string(l == KVS_PROFILE_EMBED ? "embed" : l < 0 ? "head" : "layer"));
+        json_object_object_add(o, "layer", l >= 0 ? json_object_new_int(l) : NULL);
         json_object_object_add(o, "calls", json_object_new_int64(p->e[i].calls));
         json_object_object_add(o, "ms", json_object_new_double(p->e[i].seconds * 1e3));
         json_object_object_add(o, "bytes", json_object_new_int64(p->e[i].bytes));

@@ -27,10 +27,14 @@ void gen_print_breakdown(FILE *f, const char *label, const kvs_gen_stats *st);
 json_object *gen_breakdown_json(const kvs_gen_stats *st);
 
 /* Two tables for a decode of `steps` steps over n_layers layers: per op kind (calls and ms per
- * step, share of the profiled time, MB moved per step), then ms per step per kind and layer
- * (column "head": work outside the layers). */
+ * step, share of the profiled time, MB moved per step), then ms per step per kind and place, in the
+ * order the forward runs: column "embed" (the token embedding, KVS_PROFILE_EMBED), 0 .. n_layers-1
+ * (the layers), "head" (layer -1: the final norm and logits head, and work outside the forward);
+ * each kind's row sums to its ms in the first table, the "all" row to the device work. */
 void gen_print_profile(FILE *f, const char *label, const gen_profile *p, int64_t steps, int n_layers);
-/* The cells as a JSON array of {kind, layer, calls, ms, bytes}. */
+/* The cells as a JSON array of {kind, part, layer, calls, ms, bytes}: part "embed" (the token
+ * embedding), "layer" (layer: its index) or "head" (the logits head and work outside the forward);
+ * layer is null unless part is "layer". ms and bytes: totals over the decode, not per step. */
 json_object *gen_profile_json(const gen_profile *p);
 
 /* bytes as text a reader can see: "%.2f MiB" from 0.1 MiB (104858 bytes) up, "%.2f KiB" from 1 KiB,

@@ -58,13 +58,51 @@ static void usage(FILE *f) {
                "                          threads can hang at exit\n");
 }
 
+/* The errno of the first write to standard output that failed (0: none). stdio keeps only a sticky
+ * error flag, and a write that fails inside a printf or a mid-run fflush has its errno overwritten
+ * long before the exit: standard output is therefore a stream (fopencookie, glibc) whose write
+ * function records it. Elsewhere the plain stdout and the errno at the final flush. */
+static int out_errno;
+
+#ifdef __GLIBC__
+static ssize_t out_write(void *cookie, const char *buf, size_t n) {
+    (void)cookie;
+    const int e = cli_write_all(STDOUT_FILENO, buf, n);
+    if (e) {
+        if (!out_errno) out_errno = e;
+        errno = e;
+        return 0; /* fopencookie: 0 is the error */
+    }
+    return (ssize_t)n;
+}
+
+static void stdout_recording(void) {
+    cookie_io_functions_t io = {.write = out_write};
+    FILE *f = fopencookie(NULL, "w", io);
+    if (!f) return;
+    /* as the C library's stdout: line-buffered on a terminal, fully buffered otherwise */
+    if (setvbuf(f, NULL, isatty(STDOUT_FILENO) ? _IOLBF : _IOFBF, BUFSIZ) != 0 || fflush(stdout) != 0) {
+        fclose(f);
+        return;
+    }
+    stdout = f;
+}
+#else
+static void stdout_recording(void) {}
+#endif
+
 /* A command's output that could not be written (a full disk, a closed pipe's reader gone, /dev/full)
- * is a failure: exit 1 with the reason, never 0 with the result lost. */
+ * is a failure: exit 1 with one line naming standard output, the file behind it where /proc tells
+ * (/proc/self/fd/1), and the reason (strerror of the failed write), never 0 with the result lost. */
 static int output_checked(int rc) {
     errno = 0;
     if (fflush(stdout) != 0 || ferror(stdout)) {
-        const int e = errno;
-        fprintf(stderr, "kvsieve: writing the output failed%s%s\n", e ? ": " : "", e ? strerror(e) : "");
+        const int e = out_errno ? out_errno : errno;
+        char target[512] = "";
+        const ssize_t n = readlink("/proc/self/fd/1", target, sizeof target - 1);
+        target[n > 0 ? n : 0] = '\0';
+        fprintf(stderr, "kvsieve: cannot write the output to standard output%s%s%s: %s\n", n > 0 ? " (" : "",
+                target, n > 0 ? ")" : "", e ? strerror(e) : "write error");
         return rc == CLI_EXIT_OK ? CLI_EXIT_FAIL : rc;
     }
     return rc;
@@ -87,6 +125,7 @@ static void omp_passive_by_default(char **argv) {
 
 int main(int argc, char **argv) {
     omp_passive_by_default(argv);
+    stdout_recording();
     if (argc < 2) {
         usage(stderr);
         return CLI_EXIT_USAGE;
@@ -94,14 +133,14 @@ int main(int argc, char **argv) {
     const char *name = argv[1];
     if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0 || strcmp(name, "help") == 0) {
         usage(stdout);
-        return CLI_EXIT_OK;
+        return output_checked(CLI_EXIT_OK);
     }
     if (strcmp(name, "--version") == 0 || strcmp(name, "version") == 0) {
         printf("kvsieve %s\nbackends built in:", kvs_version());
         for (int b = 0; b < KVS_BACKEND_COUNT; b++)
             if (kvs_backend_built((kvs_backend)b)) printf(" %s", kvs_backend_name((kvs_backend)b));
         printf("\n");
-        return CLI_EXIT_OK;
+        return output_checked(CLI_EXIT_OK);
     }
     for (int i = 0; i < N_COMMANDS; i++)
         if (strcmp(name, commands[i].name) == 0) return output_checked(commands[i].run(argc - 1, argv + 1));

@@ -65,7 +65,19 @@ names = [b["name"] for b in d["backends"]]
 assert names == ["cpu", "opencl", "vulkan"], names
 cpu = d["backends"][0]
 assert cpu["built"] and cpu["devices"][0]["caps"]["compute_units"] >= 1, cpu
+# Vulkan has no compute-unit query: null (not reported), never 0; OpenCL reports a count
+for b in d["backends"][1:]:
+    for dev in b.get("devices", []):
+        cu = dev.get("caps", {}).get("compute_units", "absent")
+        if b["name"] == "vulkan" and "caps" in dev:
+            assert cu is None, dev
+        assert cu != 0, dev
 PY
+expect 0 devices
+if grep -q '^vulkan: [1-9]' "$tmp/out" 2>/dev/null; then
+  contains 'compute units not reported'
+fi
+! grep -q ' 0 compute units' "$tmp/out" || { echo "FAIL: devices prints 0 compute units" >&2; fails=$((fails + 1)); }
 expect 2 devices --bogus && one_line_error
 expect 2 devices extra-arg && one_line_error
 expect 2 bench && true
@@ -290,6 +302,51 @@ import json, sys
 a, b = (json.load(open(p)) for p in sys.argv[1:])
 assert a["tokens"] == b["tokens"] and a["tokens"][:4] == [432, 383, 286, 261], (a["tokens"][:4], b["tokens"][:4])
 PY
+
+  # a full disk: every output, on standard output (/dev/full: ENOSPC) or to a file (a file-size limit
+  # of 0: EFBIG; SIGXFSZ ignored), fails with exit 1 and one line naming the file and the errno's text
+  full_out() {
+    local rc=0 err
+    err=$("$KVSIEVE" "$@" 2>&1 >/dev/full) || rc=$?
+    if [[ "$rc" != 1 ]] || ! grep -q '/dev/full.*No space left on device' <<<"$err"; then
+      echo "FAIL: kvsieve $* >/dev/full exited $rc, want 1 and '/dev/full: No space left on device'; stderr: $err"
+      fails=$((fails + 1))
+    else
+      echo "ok: kvsieve $* >/dev/full -> 1"
+    fi
+  }
+  full_file() { # full_file PATH ARGS...: ARGS write PATH
+    local path="$1" rc=0 err
+    shift
+    err=$( (trap '' XFSZ; ulimit -f 0; exec "$KVSIEVE" "$@" 2>&1 >/dev/null) ) || rc=$?
+    if [[ "$rc" != 1 ]] || ! grep -qF "$path" <<<"$err" || ! grep -q 'File too large' <<<"$err" || [[ -e "$path" ]]; then
+      echo "FAIL: kvsieve $* under ulimit -f 0 exited $rc, want 1, '$path ... File too large', no file left; stderr: $err"
+      fails=$((fails + 1))
+    else
+      echo "ok: kvsieve $* under ulimit -f 0 -> 1"
+    fi
+  }
+  text="${KVSIEVE_SOURCE_ROOT:-$(dirname "$0")/../..}/tools/data/dlm-prompts.txt"
+  ev=(eval -m stories260K-f32.v3.gguf --text "$text" --ctx 32 --windows 1 --budgets 0.5 --policies h2o -t 1)
+  full_out --version
+  full_out --help
+  full_out devices
+  full_out devices --json
+  full_out generate -m stories260K-f32.v3.gguf -n 8 -t 1
+  full_out generate -m stories260K-f32.v3.gguf -n 8 -t 1 --json
+  full_out generate -m stories260K-f32.v3.gguf -n 300 -t 1 --no-stream
+  full_out generate -m stories260K-llada-f32.gguf -p "Once" -n 16 -t 1
+  full_out "${ev[@]}"
+  full_out "${ev[@]}" --json
+  full_out eval --dlm -m stories260K-llada-f32.gguf --prompts "$text" --gen 16 --caches none,dual --long-prompts 0 -t 1 --json
+  full_out bench ops --quick --filter dwt --json
+  full_out train --kind retention -m stories260K-f32.v3.gguf --text "$text" --out "$tmp/pol.gguf" --steps 1 -t 1
+  full_file "$tmp/p.svg" "${ev[@]}" --plot "$tmp/p.svg"
+  full_file "$tmp/d.svg" eval --dlm -m stories260K-llada-f32.gguf --prompts "$text" --gen 16 --caches none,dual \
+    --long-prompts 0 -t 1 --plot "$tmp/d.svg"
+  full_file "$tmp/pol2.gguf" train --kind retention -m stories260K-f32.v3.gguf --text "$text" --out "$tmp/pol2.gguf" \
+    --steps 1 -t 1
+  [[ ! -e "$tmp/pol2.gguf.tmp" ]] || { echo "FAIL: train left $tmp/pol2.gguf.tmp"; fails=$((fails + 1)); }
 else
   echo "skip: the bundled models are not found: llama.cpp flag checks skipped"
 fi

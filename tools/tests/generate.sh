@@ -51,6 +51,44 @@ assert j["tokens"][:8] == [432, 383, 286, 261, 376, 298, 315, 421], j["tokens"][
 assert j["stats"]["tokens_decoded"] == 64 and j["stats"]["tokens_eos_filled"] == 0, j["stats"]
 PY
 
+# --profile: the per-layer table has columns embed, 0 .. L-1, head (the order the forward runs); the
+# embedding is timed in "embed" only, and every kind's row sums to its ms in the per-kind table; the
+# JSON cells name their part (embed / layer / head) the same way
+prof=(generate -m stories260K-llada-f32.gguf -p "Once upon a time" -n 16 --block 16 --cache elastic --threads 1 --profile)
+err=$("$kvsieve" "${prof[@]}" 2>&1 >/dev/null)
+"$kvsieve" "${prof[@]}" --json >"${TMPDIR:-/tmp}/kvs-gen-profile.$$.json"
+python3 - "$err" "${TMPDIR:-/tmp}/kvs-gen-profile.$$.json" <<'PY' || fail "--profile table"
+import json, sys
+lines = sys.argv[1].splitlines()
+i = next(k for k, l in enumerate(lines) if "profile, per step" in l)
+kinds, k = {}, i + 2
+while not lines[k].lstrip().startswith("ms per layer"):
+    f = lines[k].split()
+    kinds[f[0]] = float(f[2])
+    k += 1
+head = lines[k].split()[3:]
+assert head == ["embed", "0", "1", "2", "3", "4", "head"], head
+rows = {}
+for l in lines[k + 1:k + 2 + len(kinds)]:
+    f = l.split()
+    rows[f[0]] = [float(x) for x in f[1:]]
+assert set(rows) == set(kinds) | {"all"}, rows.keys()
+for kind, ms in kinds.items():
+    assert abs(sum(rows[kind]) - ms) <= 5e-4 * len(head), (kind, rows[kind], ms)
+emb = rows["embedding"]
+assert emb[0] > 0 and all(x == 0 for x in emb[1:]), emb
+assert rows["matmul"][0] == 0 and all(x > 0 for x in rows["matmul"][1:]), rows["matmul"]
+for c in range(len(head)):
+    assert abs(sum(r[c] for kd, r in rows.items() if kd != "all") - rows["all"][c]) <= 5e-4 * len(kinds)
+cells = json.load(open(sys.argv[2]))["stats"]["profile"]
+for c in cells:
+    assert c["part"] in ("embed", "layer", "head"), c
+    assert (c["layer"] is None) == (c["part"] != "layer"), c
+assert [c["part"] for c in cells if c["kind"] == "embedding"] == ["embed"], cells
+assert {c["layer"] for c in cells if c["kind"] == "attention"} == {0, 1, 2, 3, 4}
+PY
+rm -f "${TMPDIR:-/tmp}/kvs-gen-profile.$$.json"
+
 # errors: one line on stderr, exit 2
 expect_usage() {
   local rc=0 err

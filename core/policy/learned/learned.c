@@ -209,7 +209,10 @@ kvs_status kvs_learned_save(const kvs_learned *w, const char *path) {
     char tmp[4096];
     if (s == KVS_OK && snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
         s = kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: path too long", op);
-    if (s == KVS_OK) s = kvs_gguf_writer_write(g, tmp);
+    if (s == KVS_OK) {
+        s = kvs_gguf_writer_write(g, tmp);
+        if (s != KVS_OK) remove(tmp); /* a full disk: no partial PATH.tmp left behind */
+    }
     kvs_gguf_writer_destroy(&g);
     if (s == KVS_OK && rename(tmp, path) != 0) {
         remove(tmp);
