@@ -3,8 +3,11 @@
 # the command line (--json), and one-line errors with exit status 2 for bad flags and files.
 set -euo pipefail
 kvsieve="$1"
-# the reference JSON: $KVSIEVE_MODELS, else the repository's models/ (kvs_model_locate's order)
-models="${KVSIEVE_MODELS:-${KVSIEVE_SOURCE_ROOT:-.}/models}"
+# the fixtures and the reference JSON: $KVSIEVE_MODELS, else the repository's models/, else
+# ../shared/models (kvs_model_locate's order; models.sh)
+# shellcheck source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/models.sh"
+models=$(kvs_test_models stories260K-f32.v3.gguf)
 export MODELS_DIR="$models"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
