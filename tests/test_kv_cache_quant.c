@@ -1,7 +1,8 @@
 /* The quantized KV cache (issue 17), one backend per run:
  *  - creation: every K/V type pair of the seven cache types is created on the CPU with the
  *    documented footprint (bytes per row: f32 4d, f16/bf16 2d, q8_0 34 d/32, q4_0/iq4_nl 18 d/32,
- *    q4_1 20 d/32), and on OpenCL (attention.cl reads them, rows.cl writes them) and Vulkan (its
+ *    q4_1 20 d/32; kvs_cache_row_bytes gives the same, and qh8's 36 d/32 as stored, 20 d/32 as the
+ *    draft reads it, refusing what is no cache row), and on OpenCL (attention.cl reads them, rows.cl writes them) and Vulkan (its
  *    scatter converts, its attention reads every type); a block type with head_dim % 32 != 0 and a
  *    type that is not a cache type are KVS_ERR_DTYPE on any backend; the type names parse;
  *  - eviction on quantized rows: a cache of each type written in three appends, then evicted to a
@@ -78,6 +79,9 @@ START_TEST(test_create_types) {
                 ck_assert_msg(s == KVS_OK, "k=%s v=%s: %s", kvs_dtype_name(types[a]), kvs_dtype_name(types[b]), kvs_last_error());
                 int64_t want = 2 * 3 * 37 * (row_bytes(types[a], 64) + row_bytes(types[b], 64));
                 ck_assert_int_eq(kvs_cache_bytes_allocated(c), want);
+                /* the public per-row size: the same bytes, draft or not (no qh8 here) */
+                for (int draft = 0; draft < 2; draft++)
+                    ck_assert_int_eq(kvs_cache_row_bytes(types[a], types[b], 64, draft), want / (2 * 3 * 37));
                 ck_assert_int_eq(kvs_cache_bytes_used(c), 0);
                 kvs_cache_destroy(&c);
             } else {
@@ -87,6 +91,28 @@ START_TEST(test_create_types) {
                 ck_assert(c == NULL);
             }
         }
+    /* kvs_cache_row_bytes of qh8: 36 bytes per 32 values as stored (20 upper q4_1 + 16 lower
+     * nibbles), the allocated bytes of a qh8 cache per row; the draft reads the 20 of the upper plane */
+    ck_assert_int_eq(kvs_cache_row_bytes(KVS_QH8, KVS_QH8, 64, 0), 72 + 72);
+    ck_assert_int_eq(kvs_cache_row_bytes(KVS_QH8, KVS_QH8, 64, 1), 40 + 40);
+    ck_assert_int_eq(kvs_cache_row_bytes(KVS_QH8, KVS_F16, 64, 1), 40 + 128);
+    ck_assert_int_eq(kvs_cache_row_bytes(KVS_Q8_0, KVS_QH8, 128, 0), 136 + 144);
+    if (qc) {
+        p.type_k = p.type_v = KVS_QH8;
+        kvs_kv_cache *cq = NULL;
+        ck_assert_msg(kvs_cache_create(&cq, dev, &p) == KVS_OK, "%s", kvs_last_error());
+        ck_assert_int_eq(kvs_cache_bytes_allocated(cq), 2 * 3 * 37 * kvs_cache_row_bytes(KVS_QH8, KVS_QH8, 64, 0));
+        kvs_cache_destroy(&cq);
+    }
+    /* refusals: a block type over head_dim 48, a type that is no cache type, head_dim, draft */
+    ck_assert_int_eq(kvs_cache_row_bytes(KVS_F32, KVS_Q8_0, 48, 0), -1);
+    ck_assert_msg(strstr(kvs_last_error(), "multiple of 32") && strstr(kvs_last_error(), "type_v q8_0"), "%s", kvs_last_error());
+    ck_assert_int_eq(kvs_cache_row_bytes(KVS_QH8, KVS_F32, 48, 1), -1);
+    ck_assert_int_eq(kvs_cache_row_bytes(KVS_I32, KVS_F32, 64, 0), -1);
+    ck_assert_msg(strstr(kvs_last_error(), "not a cache type"), "%s", kvs_last_error());
+    ck_assert_int_eq(kvs_cache_row_bytes(KVS_F32, KVS_F32, 0, 0), -1);
+    ck_assert_int_eq(kvs_cache_row_bytes(KVS_F32, KVS_F32, 64, 2), -1);
+    ck_assert_int_eq(kvs_cache_row_bytes(KVS_F32, KVS_F32, 48, 0), 2 * 48 * 4);
     /* head_dim not a multiple of 32: the block types only */
     p.head_dim = 48;
     p.type_k = KVS_F32;

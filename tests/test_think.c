@@ -9,6 +9,8 @@
  *    left, refusals);
  *  - the pruned layout's anchor: decoding with it equals decoding with the channels zeroed in place
  *    (snapkv and h2o at ratio 0.4; logits, key mass, probe rows), with fewer bytes in use;
+ *  - the host merge of the tail's statistics when the tail runs past a head's capacity (a per-head
+ *    keep, then a write that grows the tail) equals the dense full-width path;
  *  - the refusals at kvs_evictor_begin (bf16 keys, Hadamard-rotated keys). */
 #include <check.h>
 #include <math.h>
@@ -324,6 +326,163 @@ START_TEST(test_think_pruned_anchor) {
         free(ra.km), free(rb.km), free(ra.pr), free(rb.pr);
         free(a), free(b);
     }
+    kvs_model_destroy(&m);
+    kvs_device_destroy(&dev);
+}
+END_TEST
+
+/* One forward step of the n tokens tok[0..n) at positions p0.. into c, with key mass over all rows,
+ * probe rows {0, n-1} and the argmax in every layer when stats; the step's result in *res. */
+static void step_rows(kvs_model *m, kvs_kv_cache *c, const int32_t *tok, int64_t n, int32_t p0, int stats,
+                      kvs_step_result *res) {
+    const kvs_model_hparams *hp = kvs_model_get_hparams(m);
+    int32_t pos[16], probe[2] = {0, (int32_t)(n - 1)}, last = (int32_t)(n - 1);
+    ck_assert(n <= 16);
+    for (int64_t i = 0; i < n; i++) pos[i] = p0 + (int32_t)i;
+    kvs_layer_plan lp[16];
+    ck_assert(hp->n_layers <= 16);
+    memset(lp, 0, sizeof lp);
+    for (int l = 0; l < hp->n_layers; l++) {
+        lp[l].stat_all_rows = 1;
+        lp[l].probe_rows = probe;
+        lp[l].n_probe = 2;
+        lp[l].want_argmax = 1;
+    }
+    kvs_step_plan plan = {.tokens = tok, .n_tokens = n, .positions = pos, .logit_rows = &last, .n_logit_rows = 1,
+                          .layers = stats ? lp : NULL};
+    ck_assert_msg(kvs_model_forward(m, c, &plan, res) == KVS_OK, "%s", kvs_last_error());
+}
+
+/* The pruned layout's host merge of the tail's statistics (core/model/forward_attention.c,
+ * pruned_attention: the tail's key mass and probe rows go to cache rows P[h] + j on the host when
+ * some head's P[h] + T exceeds the capacity, T the tail's capacity). kv_cache.c does not rule it
+ * out: after kvs_cache_keep keeps, per head, a different split of pruned rows and tail rows
+ * (head 0: pruned rows 0, 1 and the 4 tail rows; the others: their 8 pruned rows), a write of 6 rows
+ * grows the tail to the 10 rows head 0 needs (tail_grow: at least the need), past the 16 - 8 = 8
+ * the heads keeping 8 pruned rows have left. That step's key mass, probe rows, argmax and logits
+ * equal the dense device path's on a copy of the cache with the same channels zeroed at full width
+ * (kvs_cache_unprune_keys after the same pruning; same tokens, same keep). */
+START_TEST(test_think_tail_past_capacity) {
+    kvs_device *dev = NULL;
+    ck_assert_msg(kvs_device_open(&dev, &g_params) == KVS_OK, "%s", kvs_last_error());
+    kvs_model *m = NULL;
+    ck_assert_msg(kvs_model_load(&m, dev, g_model, NULL) == KVS_OK, "%s", kvs_last_error());
+    const kvs_model_hparams *hp = kvs_model_get_hparams(m);
+    const int L = hp->n_layers, H = hp->n_kv_heads, NH = hp->n_heads, hd = hp->head_dim;
+    const int64_t cap = 16;
+    ck_assert_int_ge(H, 2);
+    ck_assert_int_le(H, 8);
+    kvs_kv_cache *c[2] = {NULL, NULL}; /* 0: the pruned layout, 1: full width, the channels zeroed */
+    kvs_cache_params cp = kvs_model_cache_params(m);
+    cp.mode = KVS_CACHE_APPEND;
+    cp.capacity = cap;
+    cp.type_k = cp.type_v = KVS_F32;
+    for (int i = 0; i < 2; i++) ck_assert_msg(kvs_cache_create(&c[i], dev, &cp) == KVS_OK, "%s", kvs_last_error());
+    int32_t tok[18];
+    uint32_t st = 4242;
+    for (int i = 0; i < 18; i++) {
+        st = st * 1664525u + 1013904223u;
+        tok[i] = i == 0 && hp->bos_id >= 0 ? hp->bos_id : 3 + (int32_t)((st >> 8) % (uint32_t)(hp->vocab - 3));
+    }
+    uint8_t *pr = calloc((size_t)H * hd, 1);
+    for (int h = 0; h < H; h++) /* a quarter of the channels, a different set per head */
+        for (int t = 0; t < hd / 4; t++) pr[h * hd + (4 * t + h) % hd] = 1;
+    int32_t keep[8 * 16];
+    int64_t nk[8];
+    for (int h = 0; h < H; h++) {
+        int n = 0;
+        if (h == 0) {
+            const int32_t k0[6] = {0, 1, 8, 9, 10, 11}; /* 2 pruned rows and the 4 tail rows */
+            for (int i = 0; i < 6; i++) keep[h * 16 + n++] = k0[i];
+        } else {
+            for (int r = 0; r < 8; r++) keep[h * 16 + n++] = r; /* the 8 pruned rows */
+        }
+        nk[h] = n;
+    }
+    kvs_step_result res;
+    for (int i = 0; i < 2; i++) {
+        step_rows(m, c[i], tok, 8, 0, 0, &res);
+        for (int l = 0; l < L; l++) {
+            ck_assert_msg(kvs_cache_prune_keys(c[i], l, pr) == KVS_OK, "%s", kvs_last_error());
+            if (i == 1) ck_assert_msg(kvs_cache_unprune_keys(c[i], l) == KVS_OK, "%s", kvs_last_error());
+        }
+        step_rows(m, c[i], tok + 8, 4, 8, 0, &res);
+        for (int l = 0; l < L; l++) ck_assert_msg(kvs_cache_keep(c[i], l, keep, nk, 16) == KVS_OK, "%s", kvs_last_error());
+    }
+    for (int l = 0; l < L; l++) {
+        ck_assert_int_eq(kvs_cache_pruned_rows(c[0], l, 0), 2);
+        for (int h = 1; h < H; h++) ck_assert_int_eq(kvs_cache_pruned_rows(c[0], l, h), 8);
+        ck_assert_int_eq(kvs_cache_tail_capacity(c[0], l), 8);
+        for (int h = 0; h < H; h++) ck_assert_int_eq(kvs_cache_pruned_rows(c[1], l, h), 0);
+    }
+    /* the step under test: 6 rows, key mass, probe rows 0 and 5, argmax */
+    const int64_t n = 6;
+    float *km[2], *pv[2], *lg[2];
+    int32_t *am[2];
+    int64_t nkv[2];
+    for (int i = 0; i < 2; i++) {
+        step_rows(m, c[i], tok + 12, n, 12, 1, &res);
+        nkv[i] = res.layers[0].n_kv;
+        km[i] = malloc(sizeof(float) * (size_t)(L * H * cap));
+        pv[i] = malloc(sizeof(float) * (size_t)(L * 2 * NH * cap));
+        am[i] = malloc(sizeof(int32_t) * (size_t)(L * n * NH));
+        lg[i] = malloc(sizeof(float) * (size_t)hp->vocab);
+        memcpy(lg[i], res.logits, sizeof(float) * (size_t)hp->vocab);
+        for (int l = 0; l < L; l++) {
+            const kvs_layer_stats *ls = &res.layers[l];
+            ck_assert_int_eq(ls->n_kv, 14);
+            ck_assert(ls->key_mass && ls->probs && ls->argmax);
+            memcpy(km[i] + (size_t)l * H * cap, ls->key_mass, sizeof(float) * (size_t)(H * ls->n_kv));
+            memcpy(pv[i] + (size_t)l * 2 * NH * cap, ls->probs, sizeof(float) * (size_t)(2 * NH * ls->n_kv));
+            memcpy(am[i] + (size_t)l * n * NH, ls->argmax, sizeof(int32_t) * (size_t)(n * NH));
+        }
+    }
+    ck_assert_int_eq(nkv[0], nkv[1]);
+    /* the merge's condition held: the tail grew to head 0's need, past what heads 1.. have left */
+    for (int l = 0; l < L; l++) {
+        ck_assert_int_eq(kvs_cache_tail_capacity(c[0], l), 10);
+        ck_assert_int_gt(kvs_cache_pruned_rows(c[0], l, 1) + kvs_cache_tail_capacity(c[0], l), cap);
+        ck_assert_int_eq(kvs_cache_len(c[0], l, 0), 12);
+        ck_assert_int_eq(kvs_cache_len(c[0], l, 1), 14);
+    }
+    const int64_t K = nkv[0];
+    double kworst = 0.0, pworst = 0.0, lworst = 0.0, kmass = 0.0;
+    for (int l = 0; l < L; l++)
+        for (int h = 0; h < H; h++)
+            for (int64_t j = 0; j < K; j++) {
+                const double a = km[0][(size_t)l * H * cap + h * K + j], b = km[1][(size_t)l * H * cap + h * K + j];
+                if (fabs(a - b) > kworst) kworst = fabs(a - b);
+                kmass += b;
+            }
+    for (int l = 0; l < L; l++)
+        for (int64_t r = 0; r < 2 * NH; r++) {
+            double sum = 0.0;
+            for (int64_t j = 0; j < K; j++) {
+                const double a = pv[0][(size_t)l * 2 * NH * cap + r * K + j], b = pv[1][(size_t)l * 2 * NH * cap + r * K + j];
+                if (fabs(a - b) > pworst) pworst = fabs(a - b);
+                sum += a;
+            }
+            ck_assert_msg(fabs(sum - 1.0) < 1e-4, "layer %d probe row %lld sums to %g", l, (long long)r, sum);
+        }
+    for (int64_t v = 0; v < hp->vocab; v++)
+        if (fabs((double)lg[0][v] - (double)lg[1][v]) > lworst) lworst = fabs((double)lg[0][v] - (double)lg[1][v]);
+    int am_diff = 0;
+    for (int64_t i = 0; i < L * n * NH; i++) am_diff += am[0][i] != am[1][i];
+    printf("think: the tail past the capacity (P + T = %lld > %lld): vs the dense full-width path: max |key mass diff| "
+           "%.3g (total mass %.3g), max |probe diff| %.3g, max |logit diff| %.3g, argmax differs at %d of %lld\n",
+           (long long)(kvs_cache_pruned_rows(c[0], 0, 1) + kvs_cache_tail_capacity(c[0], 0)), (long long)cap, kworst, kmass,
+           pworst, lworst, am_diff, (long long)(L * n * NH));
+    /* the key mass (the group's mean probability summed over the n rows) is n per kv head and layer */
+    ck_assert_msg(fabs(kmass - (double)(L * H * n)) < 1e-3 * L * H * n, "total key mass %g, want %d", kmass, L * H * (int)n);
+    ck_assert_msg(kworst < 1e-4, "key mass differs by %g", kworst);
+    ck_assert_msg(pworst < 1e-5, "probe rows differ by %g", pworst);
+    ck_assert_msg(lworst < 1e-3, "logits differ by %g", lworst);
+    ck_assert_int_eq(am_diff, 0);
+    for (int i = 0; i < 2; i++) {
+        free(km[i]), free(pv[i]), free(am[i]), free(lg[i]);
+        kvs_cache_destroy(&c[i]);
+    }
+    free(pr);
     kvs_model_destroy(&m);
     kvs_device_destroy(&dev);
 }
@@ -691,6 +850,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_prune_storage);
     tcase_add_test(tc, test_think_model);
     tcase_add_test(tc, test_think_pruned_anchor);
+    tcase_add_test(tc, test_think_tail_past_capacity);
     tcase_add_test(tc, test_think_refusals);
     suite_add_tcase(s, tc);
     return kvs_test_run(s);

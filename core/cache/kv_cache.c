@@ -404,6 +404,32 @@ int64_t kvs_cache_bytes_allocated(const kvs_kv_cache *c) {
     return tot;
 }
 
+int64_t kvs_cache_row_bytes(kvs_dtype type_k, kvs_dtype type_v, int head_dim, int draft) {
+    const char *op = "kvs_cache_row_bytes";
+    if (head_dim < 1 || (draft != 0 && draft != 1)) {
+        kvs_error(KVS_ERR_INVALID_ARGUMENT, "%s: head_dim %d < 1 or draft %d not 0 or 1", op, head_dim, draft);
+        return -1;
+    }
+    const kvs_dtype t[2] = {type_k, type_v};
+    int64_t sum = 0;
+    for (int w = 0; w < 2; w++) {
+        if (!cache_type_ok(t[w])) {
+            kvs_error(KVS_ERR_DTYPE, "%s: %s %s is not a cache type (f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, qh8)", op,
+                      w ? "type_v" : "type_k", kvs_dtype_name(t[w]));
+            return -1;
+        }
+        /* qh8 as stored: both planes (kvs_dtype_bytes' 36 per 32); the draft reads the upper one */
+        const size_t b = kvs_dtype_bytes(draft ? plane_type(t[w]) : t[w], head_dim);
+        if (b == 0) {
+            kvs_error(KVS_ERR_DTYPE, "%s: %s %s stores blocks of 32 values along head_dim, and head_dim %d is not a multiple "
+                      "of 32", op, w ? "type_v" : "type_k", kvs_dtype_name(t[w]), head_dim);
+            return -1;
+        }
+        sum += (int64_t)b;
+    }
+    return sum;
+}
+
 kvs_status kvs_cache_set_tail_rows(kvs_kv_cache *c, int64_t rows) {
     if (!c || rows < 0) return kvs_error(KVS_ERR_INVALID_ARGUMENT, "kvs_cache_set_tail_rows: NULL cache or rows %lld < 0",
                                          (long long)rows);

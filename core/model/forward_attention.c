@@ -291,8 +291,10 @@ static kvs_status pruned_attention(fwd_ctx *f, int l, int64_t n, const kvs_tenso
      * h * cap + P[h] + j, probe rows [n_probe][n_heads * cap] <- [n_probe][n_heads * T] at g * cap +
      * P[g / G] + j (one index list shared by the probes; both uploaded when they changed). A tail row
      * j >= A[h] moves a 0 onto a 0 (the fill, or an invalid key's probability); all of them land in the
-     * head's rows when P[h] + T <= cap, which a tail exceeds only when the pruned rows left it no row
-     * (kv_cache.c makes at least one): then on the host. */
+     * head's rows when P[h] + T <= cap; otherwise on the host. kv_cache.c does not rule that out: after a
+     * kvs_cache_keep that left the heads different splits of pruned and tail rows, a write grows the
+     * tail to the largest need (tail_grow), past what a head with more pruned rows has left (test_think.c,
+     * test_think_tail_past_capacity, checks this merge against the dense full-width path). */
     int on_dev = 1;
     for (int hh = 0; hh < H; hh++)
         if (P[hh] + T > cap) on_dev = 0;

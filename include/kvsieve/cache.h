@@ -194,6 +194,22 @@ KVS_API kvs_status kvs_cache_read_f32(kvs_kv_cache *c, int layer, int which, flo
 KVS_API int64_t kvs_cache_bytes_used(const kvs_kv_cache *c);
 KVS_API int64_t kvs_cache_bytes_allocated(const kvs_kv_cache *c);
 
+/* Bytes of one cache row (one token's key and value at one kv head of one layer, head_dim values
+ * each) for keys of cache type type_k and values of cache type type_v (kvs_cache_params), as a step
+ * reads them:
+ *  - draft 0 (a plain step; the row as stored, the per-row size kvs_cache_bytes_used counts):
+ *    head_dim x 4 bytes for f32, x 2 for f16 / bf16; head_dim / 32 blocks of 34 (q8_0), 18 (q4_0,
+ *    iq4_nl), 20 (q4_1) or 36 (qh8: its 20-byte q4_1 upper plane + its 16-byte lower-nibble plane)
+ *    bytes, per K and per V;
+ *  - draft 1 (a QuantSpec draft step, kvs_step_plan.kv_draft): a qh8 K or V reads its upper plane
+ *    alone (20 bytes per 32 values: the 4-bit view); the other types as stored.
+ * Not counted: positions, kept layer inputs (KVS_CACHE_KEEP_X / KEEP_DELTA), ThinK's narrower pruned
+ * keys (kvs_cache_bytes_used counts those of a cache). Source: the cache's storage (kvs_cache_create;
+ * qh8: Tiwari et al. 2025, QuantSpec, format in core/quant/quant_blocks.h). Returns -1 and sets the
+ * error: KVS_ERR_DTYPE (a type that is not a cache type, or a block type or qh8 with head_dim not a
+ * multiple of 32), KVS_ERR_INVALID_ARGUMENT (head_dim < 1, draft not 0 or 1). */
+KVS_API int64_t kvs_cache_row_bytes(kvs_dtype type_k, kvs_dtype type_v, int head_dim, int draft);
+
 /* Rollback (speculative decoding: rows of rejected drafts): every kv head of every layer keeps its
  * first n_rows rows; rows beyond are emptied exactly as if never written (bytes zeroed in every
  * plane, positions -1, len = min(len, n_rows)), and the next position becomes 1 + the largest

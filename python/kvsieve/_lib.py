@@ -327,6 +327,7 @@ _PROTOS = {
     "kvs_cache_len": (c_int64, [_P, c_int, c_int]),
     "kvs_cache_bytes_used": (c_int64, [_P]),
     "kvs_cache_bytes_allocated": (c_int64, [_P]),
+    "kvs_cache_row_bytes": (c_int64, [c_int, c_int, c_int, c_int]),
     # policy.h
     "kvs_policy_params_default": (PolicyParams, []),
     "kvs_policy_names": (POINTER(c_char_p), []),

@@ -158,11 +158,6 @@ struct json_object *bench_spec_json(const bench_spec_result *r, const bench_spec
 
 /* ---- bench_context.c ---- */
 
-/* Bytes of one cached row of head_dim values of type t that a reading pass touches: kvs_dtype_bytes,
- * except qh8, whose 8-bit read (draft 0) reads both planes (upper q4_1 blocks + lower nibbles: 36
- * bytes per 32 values) and whose draft (draft 1) reads only the upper blocks (20 bytes per 32). */
-int64_t bench_kv_row_bytes(kvs_dtype t, int head_dim, int draft);
-
 /* Fills cache c (of m's shape, capacity >= n) with rows for positions 0 .. n-1: prefill 1, a prefill
  * of random token ids 3 .. vocab-1 in forwards of 256 rows; prefill 0, random K/V values uniform in
  * [-1, 1) (keys as if after RoPE) written by kvs_cache_write_rows, 256 rows per layer at a time, no

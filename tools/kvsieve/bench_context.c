@@ -23,11 +23,6 @@
 
 #define BENCH_FILL_CHUNK 256 /* rows per prefill forward and per direct write */
 
-int64_t bench_kv_row_bytes(kvs_dtype t, int head_dim, int draft) {
-    if (t == KVS_QH8) return (int64_t)(head_dim / 32) * (draft ? 20 : 36);
-    return (int64_t)kvs_dtype_bytes(t, head_dim);
-}
-
 kvs_status bench_fill_cache(kvs_model *m, kvs_kv_cache *c, int64_t n, int prefill, uint64_t *rng) {
     const kvs_model_hparams *hp = kvs_model_get_hparams(m);
     kvs_device *dev = kvs_model_device(m);
@@ -99,10 +94,9 @@ kvs_status bench_context_measure(kvs_model *m, const kvs_dtype kv[2], const benc
     kvs_kv_cache *c = NULL;
     int32_t *out = malloc(sizeof(int32_t) * (size_t)M);
     kvs_status s = out ? KVS_OK : KVS_ERR_OUT_OF_MEMORY;
-    r->kv_bytes_per_token = (int64_t)hp->n_layers * hp->n_kv_heads *
-                            (int64_t)(kvs_dtype_bytes(kv[0], hp->head_dim) + kvs_dtype_bytes(kv[1], hp->head_dim));
-    r->kv_read_bytes_per_token = (int64_t)hp->n_layers * hp->n_kv_heads *
-                                 (bench_kv_row_bytes(kv[0], hp->head_dim, 0) + bench_kv_row_bytes(kv[1], hp->head_dim, 0));
+    /* a plain step reads every stored byte of a row (qh8: both planes) */
+    r->kv_bytes_per_token = (int64_t)hp->n_layers * hp->n_kv_heads * kvs_cache_row_bytes(kv[0], kv[1], hp->head_dim, 0);
+    r->kv_read_bytes_per_token = r->kv_bytes_per_token;
     r->weight_bytes = kvs_model_weight_bytes(m);
     if (s == KVS_OK) s = kvs_cache_create(&c, dev, &cp);
     double t0 = cli_now();

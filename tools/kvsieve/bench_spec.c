@@ -38,7 +38,7 @@ kvs_status bench_spec_measure(kvs_model *m, const kvs_dtype kv[2], const bench_s
     /* bytes per context token read by one step (all layers and kv heads) */
     for (int w = 0; w < 2; w++)
         r->kv_bytes_per_token[w] = (int64_t)hp->n_layers * hp->n_kv_heads *
-                                   (bench_kv_row_bytes(kv[0], hp->head_dim, w) + bench_kv_row_bytes(kv[1], hp->head_dim, w));
+                                   kvs_cache_row_bytes(kv[0], kv[1], hp->head_dim, w);
     r->weight_bytes = kvs_model_weight_bytes(m);
     r->draft_weight_bytes = kvs_model_draft_weight_bytes(m);
     if (s == KVS_OK) s = kvs_cache_create(&c, kvs_model_device(m), &cp);

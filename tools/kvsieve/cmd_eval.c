@@ -193,9 +193,9 @@ int cmd_eval(int argc, char **argv) {
     kvs_policy_params pp = kvs_policy_params_default();
     if (po.sink != CLI_UNSET_INT && po.sink < 0) return cli_fail(CLI_EXIT_USAGE, prog, "--sink must be >= 0");
     if (po.sink != CLI_UNSET_INT) pp.n_sink = po.sink;
-    if (po.window < 0) return cli_fail(CLI_EXIT_USAGE, prog, "--window must be >= 0");
+    if (po.window != CLI_UNSET_I64 && po.window < 0) return cli_fail(CLI_EXIT_USAGE, prog, "--window must be >= 0");
     if (po.buffer != CLI_UNSET_I64 && po.buffer < 1) return cli_fail(CLI_EXIT_USAGE, prog, "--buffer must be >= 1");
-    pp.window = po.window;
+    pp.window = po.window != CLI_UNSET_I64 ? po.window : 0;
     if (strcmp(split, "all") != 0 && strcmp(split, "train") != 0 && strcmp(split, "held-out") != 0)
         return cli_fail(CLI_EXIT_USAGE, prog, "--split '%s': all, train or held-out", split);
     if (plot && cli_check_writable(prog, "--plot", plot) != CLI_EXIT_OK) return CLI_EXIT_USAGE;

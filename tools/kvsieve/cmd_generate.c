@@ -3,6 +3,7 @@
  * (AR: per token; diffusion: per block); stats go to stderr, or everything to stdout as one JSON
  * object with --json. */
 #include <json-c/json.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -327,10 +328,10 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     /* --window is the h2o/snapkv window on autoregressive models, --rerotate re-rotates what eviction
-     * keeps: without --policy neither has anything to act on */
-    if (!dlm && !po.policy && (po.window != 0 || o.rerotate)) {
+     * keeps: without --policy neither has anything to act on (a --window given as 0 too) */
+    if (!dlm && !po.policy && (po.window != CLI_UNSET_I64 || o.rerotate)) {
         exit_code = cli_fail(CLI_EXIT_USAGE, PROG, "%s needs --policy on autoregressive models ('%s')",
-                             po.window != 0 ? "--window" : "--rerotate", kvs_arch_name(hp->arch));
+                             po.window != CLI_UNSET_I64 ? "--window" : "--rerotate", kvs_arch_name(hp->arch));
         goto done;
     }
     /* --block not given: a length below the default 32 is one block of that length (as eval --dlm
@@ -460,8 +461,10 @@ int cmd_generate(int argc, char **argv) {
     if (dlm) {
         /* the schedule before anything reaches stdout: a bad --cache / WaveFilter flag is a usage
          * error with nothing printed. --window is shared: the elastic query window here, the
-         * h2o/snapkv window on AR models */
-        if (po.window > 0) co.window = (int)po.window;
+         * h2o/snapkv window on AR models. Given (0 and negatives too) it is the elastic window, checked
+         * as such (kept apart from CLI_UNSET_INT, saturated to the int range) */
+        if (po.window != CLI_UNSET_I64)
+            co.window = po.window > INT_MAX ? INT_MAX : po.window <= CLI_UNSET_INT ? CLI_UNSET_INT + 1 : (int)po.window;
         char *one[1] = {(char *)co.cache};
         rc = dlm_cache_check_flags(PROG, &co, one, 1, 0, co.wavefilter);
         if (rc == 0) rc = dlm_cache_check_model(PROG, &co, one, 1, hp);

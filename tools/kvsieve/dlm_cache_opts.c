@@ -1,5 +1,7 @@
 /* kvsieve CLI — DLM cache schedule options (see dlm_cache_opts.h). */
+#include <limits.h>
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "dlm_cache_opts.h"
@@ -19,52 +21,105 @@ dlm_cache_opts dlm_cache_opts_default(void) {
     return o;
 }
 
-/* The first --wf-* option given, or NULL. */
-static const char *wf_given(const dlm_cache_opts *o) {
-    return o->wf_family != default_wf_family ? "--wf-family" : o->wf_levels != CLI_UNSET_INT ? "--wf-levels"
-           : !isnan(o->wf_budget) ? "--wf-budget" : !isnan(o->wf_rho) ? "--wf-rho"
-           : !isnan(o->wf_keep_mass) ? "--wf-keep-mass" : NULL;
+/* The schedule options, one row each: how "given" is told from the unset marker (CLI_UNSET_INT,
+ * CLI_UNSET_DBL, a string other than its default pointer, a flag set), the schedule they are for,
+ * and the range a given value must lie in. dlm_cache_given, wf_given, dlm_cache_check_flags and
+ * check_values walk it. Order: check_values' (elastic, delayed, WaveFilter, spa); dlm_cache_given
+ * names --cache and --wavefilter first, then the --wf-* rows, then the others in this order. */
+enum { FOR_ANY, FOR_ELASTIC, FOR_DELAYED, FOR_WF, FOR_SPA };
+typedef struct dlm_opt {
+    const char *name;   /* as the messages name it: "--gamma" */
+    cli_kind type;      /* the field's type: CLI_INT (int), CLI_DOUBLE, CLI_STRING, CLI_FLAG (int) */
+    size_t off;         /* offsetof(dlm_cache_opts, field) */
+    int group;          /* FOR_*: the schedule that takes it (FOR_ANY: --cache, --wavefilter) */
+    const char *dflt;   /* CLI_STRING: given when the field is another pointer (NULL: when not NULL) */
+    double lo, hi;      /* CLI_INT / CLI_DOUBLE range of a given value; lo > hi: not checked */
+    int lo_open;        /* CLI_DOUBLE: (lo, hi] instead of [lo, hi] */
+    const char *choices; /* CLI_STRING: the values taken, '|'-separated (NULL: not checked) */
+    const char *want;   /* how the refusal names the range */
+} dlm_opt;
+
+#define OFF(f) offsetof(dlm_cache_opts, f)
+static const dlm_opt dlm_opts[] = {
+    {"--cache", CLI_STRING, OFF(cache), FOR_ANY, default_cache, 1, 0, 0, NULL, NULL},
+    {"--wavefilter", CLI_FLAG, OFF(wavefilter), FOR_ANY, NULL, 1, 0, 0, NULL, NULL},
+    {"--gamma", CLI_DOUBLE, OFF(gamma), FOR_ELASTIC, NULL, 0.0, 1.0, 0, NULL, "want a threshold in [0, 1]"},
+    {"--window", CLI_INT, OFF(window), FOR_ELASTIC, NULL, 1, INT_MAX, 0, NULL, "want >= 1"},
+    {"--track", CLI_INT, OFF(track), FOR_ELASTIC, NULL, 1, INT_MAX, 0, NULL, "want >= 1"},
+    {"--elastic-sim", CLI_STRING, OFF(sim), FOR_ELASTIC, NULL, 1, 0, 0, "rows|heads", "want rows or heads"},
+    {"--elastic-block-refresh", CLI_INT, OFF(block_refresh), FOR_ELASTIC, NULL, 0, 1, 0, NULL, "want 0 or 1"},
+    {"--reload", CLI_INT, OFF(reload), FOR_DELAYED, NULL, 1, INT_MAX, 0, NULL, "want >= 1"},
+    {"--wf-family", CLI_STRING, OFF(wf_family), FOR_WF, default_wf_family, 1, 0, 0, NULL, NULL},
+    {"--wf-levels", CLI_INT, OFF(wf_levels), FOR_WF, NULL, 1, 8, 0, NULL, "want 1..8"},
+    {"--wf-budget", CLI_DOUBLE, OFF(wf_budget), FOR_WF, NULL, 0.0, 1.0, 1, NULL, "want a fraction in (0, 1]"},
+    {"--wf-rho", CLI_DOUBLE, OFF(wf_rho), FOR_WF, NULL, 0.0, 1.0, 0, NULL, "want [0, 1]"},
+    {"--wf-keep-mass", CLI_DOUBLE, OFF(wf_keep_mass), FOR_WF, NULL, 0.0, 1.0, 0, NULL, "want [0, 1]"},
+    {"--spa-rank", CLI_INT, OFF(spa_rank), FOR_SPA, NULL, 0, INT_MAX, 0, NULL, "want 0 (automatic) or >= 1"},
+    {"--spa-budget", CLI_DOUBLE, OFF(spa_budget), FOR_SPA, NULL, 0.0, 1.0, 1, NULL, "want a share in (0, 1]"},
+    {"--spa-uniform", CLI_FLAG, OFF(spa_uniform), FOR_SPA, NULL, 1, 0, 0, NULL, NULL},
+    {"--spa-refresh", CLI_INT, OFF(spa_refresh), FOR_SPA, NULL, 1, INT_MAX, 0, NULL, "want >= 1"},
+    {"--spa-refresh-gen", CLI_INT, OFF(spa_refresh_gen), FOR_SPA, NULL, 1, INT_MAX, 0, NULL, "want >= 1"},
+};
+#undef OFF
+#define N_DLM_OPTS (sizeof dlm_opts / sizeof dlm_opts[0])
+
+static int opt_int(const dlm_cache_opts *o, const dlm_opt *e) { return *(const int *)((const char *)o + e->off); }
+static double opt_dbl(const dlm_cache_opts *o, const dlm_opt *e) { return *(const double *)((const char *)o + e->off); }
+static const char *opt_str(const dlm_cache_opts *o, const dlm_opt *e) { return *(const char *const *)((const char *)o + e->off); }
+
+/* Whether option e was given (its field differs from the unset marker / default). */
+static int opt_given(const dlm_cache_opts *o, const dlm_opt *e) {
+    switch (e->type) {
+    case CLI_INT: return opt_int(o, e) != CLI_UNSET_INT;
+    case CLI_DOUBLE: return !isnan(opt_dbl(o, e));
+    case CLI_STRING: return opt_str(o, e) != e->dflt;
+    default: return opt_int(o, e) != 0; /* CLI_FLAG */
+    }
 }
 
+/* The first option of group g given (table order), or NULL. */
+static const char *group_given(const dlm_cache_opts *o, int g) {
+    for (size_t i = 0; i < N_DLM_OPTS; i++)
+        if (dlm_opts[i].group == g && opt_given(o, &dlm_opts[i])) return dlm_opts[i].name;
+    return NULL;
+}
+
+/* The first --wf-* option given, or NULL. */
+static const char *wf_given(const dlm_cache_opts *o) { return group_given(o, FOR_WF); }
+
 const char *dlm_cache_given(const dlm_cache_opts *o) {
-    const char *wf = wf_given(o);
-    return o->cache != default_cache ? "--cache" : o->wavefilter ? "--wavefilter" : wf ? wf
-           : !isnan(o->gamma) ? "--gamma" : o->window != CLI_UNSET_INT ? "--window" : o->track != CLI_UNSET_INT ? "--track"
-           : o->sim ? "--elastic-sim" : o->block_refresh != CLI_UNSET_INT ? "--elastic-block-refresh"
-           : o->reload != CLI_UNSET_INT ? "--reload" : o->spa_rank != CLI_UNSET_INT ? "--spa-rank"
-           : !isnan(o->spa_budget) ? "--spa-budget" : o->spa_uniform ? "--spa-uniform"
-           : o->spa_refresh != CLI_UNSET_INT ? "--spa-refresh" : o->spa_refresh_gen != CLI_UNSET_INT ? "--spa-refresh-gen"
-           : NULL;
+    const char *g = group_given(o, FOR_ANY);
+    if (!g) g = wf_given(o);
+    for (size_t i = 0; !g && i < N_DLM_OPTS; i++)
+        if (dlm_opts[i].group != FOR_ANY && dlm_opts[i].group != FOR_WF && opt_given(o, &dlm_opts[i])) g = dlm_opts[i].name;
+    return g;
+}
+
+/* Whether s is one of the '|'-separated words of list. */
+static int one_of(const char *s, const char *list) {
+    const size_t n = strlen(s);
+    for (const char *w = list; w; w = strchr(w, '|') ? strchr(w, '|') + 1 : NULL)
+        if (!strncmp(w, s, n) && (w[n] == '|' || w[n] == '\0')) return 1;
+    return 0;
 }
 
 /* The values of the given schedule options, each named alone with its range (the library's own
  * check names its parameter field, not the option). */
 static int check_values(const char *prog, const dlm_cache_opts *o) {
-    if (!isnan(o->gamma) && !(o->gamma >= 0.0 && o->gamma <= 1.0))
-        return cli_fail(CLI_EXIT_USAGE, prog, "--gamma %g: want a threshold in [0, 1]", o->gamma);
-    if (o->window != CLI_UNSET_INT && o->window < 1) return cli_fail(CLI_EXIT_USAGE, prog, "--window %d: want >= 1", o->window);
-    if (o->track != CLI_UNSET_INT && o->track < 1) return cli_fail(CLI_EXIT_USAGE, prog, "--track %d: want >= 1", o->track);
-    if (o->sim && strcmp(o->sim, "rows") != 0 && strcmp(o->sim, "heads") != 0)
-        return cli_fail(CLI_EXIT_USAGE, prog, "--elastic-sim %s: want rows or heads", o->sim);
-    if (o->block_refresh != CLI_UNSET_INT && o->block_refresh != 0 && o->block_refresh != 1)
-        return cli_fail(CLI_EXIT_USAGE, prog, "--elastic-block-refresh %d: want 0 or 1", o->block_refresh);
-    if (o->reload != CLI_UNSET_INT && o->reload < 1) return cli_fail(CLI_EXIT_USAGE, prog, "--reload %d: want >= 1", o->reload);
-    if (o->wf_levels != CLI_UNSET_INT && (o->wf_levels < 1 || o->wf_levels > 8))
-        return cli_fail(CLI_EXIT_USAGE, prog, "--wf-levels %d: want 1..8", o->wf_levels);
-    if (!isnan(o->wf_budget) && !(o->wf_budget > 0.0 && o->wf_budget <= 1.0))
-        return cli_fail(CLI_EXIT_USAGE, prog, "--wf-budget %g: want a fraction in (0, 1]", o->wf_budget);
-    if (!isnan(o->wf_rho) && !(o->wf_rho >= 0.0 && o->wf_rho <= 1.0))
-        return cli_fail(CLI_EXIT_USAGE, prog, "--wf-rho %g: want [0, 1]", o->wf_rho);
-    if (!isnan(o->wf_keep_mass) && !(o->wf_keep_mass >= 0.0 && o->wf_keep_mass <= 1.0))
-        return cli_fail(CLI_EXIT_USAGE, prog, "--wf-keep-mass %g: want [0, 1]", o->wf_keep_mass);
-    if (o->spa_rank != CLI_UNSET_INT && o->spa_rank < 0)
-        return cli_fail(CLI_EXIT_USAGE, prog, "--spa-rank %d: want 0 (automatic) or >= 1", o->spa_rank);
-    if (!isnan(o->spa_budget) && !(o->spa_budget > 0.0 && o->spa_budget <= 1.0))
-        return cli_fail(CLI_EXIT_USAGE, prog, "--spa-budget %g: want a share in (0, 1]", o->spa_budget);
-    if (o->spa_refresh != CLI_UNSET_INT && o->spa_refresh < 1)
-        return cli_fail(CLI_EXIT_USAGE, prog, "--spa-refresh %d: want >= 1", o->spa_refresh);
-    if (o->spa_refresh_gen != CLI_UNSET_INT && o->spa_refresh_gen < 1)
-        return cli_fail(CLI_EXIT_USAGE, prog, "--spa-refresh-gen %d: want >= 1", o->spa_refresh_gen);
+    for (size_t i = 0; i < N_DLM_OPTS; i++) {
+        const dlm_opt *e = &dlm_opts[i];
+        if (!e->want || !opt_given(o, e)) continue;
+        if (e->type == CLI_INT) {
+            const int v = opt_int(o, e);
+            if (v < e->lo || v > e->hi) return cli_fail(CLI_EXIT_USAGE, prog, "%s %d: %s", e->name, v, e->want);
+        } else if (e->type == CLI_DOUBLE) {
+            const double v = opt_dbl(o, e);
+            if (!((e->lo_open ? v > e->lo : v >= e->lo) && v <= e->hi))
+                return cli_fail(CLI_EXIT_USAGE, prog, "%s %g: %s", e->name, v, e->want);
+        } else if (e->type == CLI_STRING && e->choices && !one_of(opt_str(o, e), e->choices)) {
+            return cli_fail(CLI_EXIT_USAGE, prog, "%s %s: %s", e->name, opt_str(o, e), e->want);
+        }
+    }
     return 0;
 }
 
@@ -87,25 +142,12 @@ int dlm_cache_check_flags(const char *prog, const dlm_cache_opts *o, char *const
         delayed |= !strcmp(caches[i], "delayed");
         spa |= !strcmp(caches[i], "spa");
     }
-    const char *given = NULL;
-    if (!spa) {
-        if (o->spa_rank != CLI_UNSET_INT) given = "--spa-rank";
-        else if (!isnan(o->spa_budget)) given = "--spa-budget";
-        else if (o->spa_uniform) given = "--spa-uniform";
-        else if (o->spa_refresh != CLI_UNSET_INT) given = "--spa-refresh";
-        else if (o->spa_refresh_gen != CLI_UNSET_INT) given = "--spa-refresh-gen";
-        if (given) return cli_fail(CLI_EXIT_USAGE, prog, "%s is for the spa cache, which is not run", given);
+    const struct { int run, group; const char *cache; } sched[3] = {
+        {spa, FOR_SPA, "spa"}, {elastic, FOR_ELASTIC, "elastic"}, {delayed, FOR_DELAYED, "delayed"}};
+    for (int i = 0; i < 3; i++) {
+        const char *given = sched[i].run ? NULL : group_given(o, sched[i].group);
+        if (given) return cli_fail(CLI_EXIT_USAGE, prog, "%s is for the %s cache, which is not run", given, sched[i].cache);
     }
-    if (!elastic) {
-        if (!isnan(o->gamma)) given = "--gamma";
-        else if (o->window != CLI_UNSET_INT) given = "--window";
-        else if (o->track != CLI_UNSET_INT) given = "--track";
-        else if (o->sim) given = "--elastic-sim";
-        else if (o->block_refresh != CLI_UNSET_INT) given = "--elastic-block-refresh";
-        if (given) return cli_fail(CLI_EXIT_USAGE, prog, "%s is for the elastic cache, which is not run", given);
-    }
-    if (!delayed && o->reload != CLI_UNSET_INT)
-        return cli_fail(CLI_EXIT_USAGE, prog, "--reload is for the delayed cache, which is not run");
     return check_values(prog, o);
 }
 

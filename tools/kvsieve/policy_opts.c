@@ -127,8 +127,8 @@ int policy_opts_make(const char *prog, const policy_opts *po, kvs_policy **pol, 
     }
     kvs_policy_params pp = kvs_policy_params_default();
     if (po->sink != CLI_UNSET_INT) pp.n_sink = po->sink;
-    if (po->window < 0) return cli_fail(CLI_EXIT_USAGE, prog, "--window must be >= 0");
-    pp.window = po->window;
+    if (po->window != CLI_UNSET_I64 && po->window < 0) return cli_fail(CLI_EXIT_USAGE, prog, "--window must be >= 0");
+    pp.window = po->window != CLI_UNSET_I64 ? po->window : 0;
     float thr, fl;
     int rc = policy_parse_modes(prog, po, &po->policy, 1, &thr, &fl);
     if (rc != CLI_EXIT_OK) return rc;

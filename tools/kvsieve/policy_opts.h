@@ -17,7 +17,7 @@ typedef struct policy_opts {
     const char *budget;   /* "0.25" (fraction of the planned length) or "64" (tokens per kv head) */
     const char *scope;    /* "head" (default), "layer", "global" */
     int sink;             /* streaming sinks (CLI_UNSET_INT: default 4) */
-    int64_t window;       /* h2o / snapkv window (0: the policy's default) */
+    int64_t window;       /* h2o / snapkv window (0: the policy's default; CLI_UNSET_I64: not given, also 0) */
     int64_t buffer;       /* tokens above the budget before eviction (CLI_UNSET_I64: automatic) */
     const char *policy_file; /* learned policies (retention, indexer, rl): GGUF side file(s),
                               * comma-separated; the file whose kind matches the policy is used */
@@ -27,7 +27,7 @@ typedef struct policy_opts {
     int64_t budget_tokens;   /* --budget-tokens N: N tokens per kv head (CLI_UNSET_I64: --budget applies) */
 } policy_opts;
 
-#define POLICY_OPTS_INIT {NULL, NULL, NULL, CLI_UNSET_INT, 0, CLI_UNSET_I64, NULL, NULL, NULL, NULL, CLI_UNSET_I64}
+#define POLICY_OPTS_INIT {NULL, NULL, NULL, CLI_UNSET_INT, CLI_UNSET_I64, CLI_UNSET_I64, NULL, NULL, NULL, NULL, CLI_UNSET_I64}
 
 /* The rows of --learned-threshold and --floor (also in POLICY_OPTS). */
 #define POLICY_MODE_OPTS(po)                                                                                       \
@@ -52,7 +52,7 @@ typedef struct policy_opts {
      "cache budget as a token count per kv head, N >= 1 (--budget 1 means 100%; this is how to keep 1 token)"},    \
     {"scope", 0, CLI_STRING, &(po).scope, "S", "budget scope: head, layer (pooled over heads), global (default head)"}, \
     {"sink", 0, CLI_INT, &(po).sink, "N", "streaming (also lagkv, expected, clusterkv, cascade): sink tokens always kept, below the budget in rows (default 4)"},                       \
-    {"window", 0, CLI_INT64, &(po).window, "N", "h2o recent / snapkv observation window, kept, below the budget in rows (default: policy's); with --cache elastic: masked positions queried per step (default 16)"},     \
+    {"window", 0, CLI_INT64, &(po).window, "N", "h2o recent / snapkv observation window, kept, below the budget in rows (default or 0: policy's); with --cache elastic: masked positions queried per step (default 16)"},     \
     {"buffer", 0, CLI_INT64, &(po).buffer, "N", "tokens above the budget before evicting, >= 1 (default: budget/8 clamped to 1..128; as large as the sequence: never evicts)"}, \
     POLICY_MODE_OPTS(po)
 

@@ -6,10 +6,11 @@
 # FILE:LINE for bad task files.
 set -euo pipefail
 kvsieve="$1"
-# the fixtures: $KVSIEVE_MODELS, else the repository's models/ (a bare clone has them), else ../shared/models
-root="${KVSIEVE_SOURCE_ROOT:-.}"
-models="${KVSIEVE_MODELS:-$root/models}"
-if [ -z "${KVSIEVE_MODELS:-}" ] && [ ! -f "$models/stories260K-llada-ref.json" ]; then models="$root/../shared/models"; fi
+# the fixtures: $KVSIEVE_MODELS, else the repository's models/ (a bare clone has them), else
+# ../shared/models (models.sh)
+# shellcheck source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/models.sh"
+models=$(kvs_test_models stories260K-llada-ref.json)
 export KVSIEVE_MODELS="$models"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 ref="$models/stories260K-llada-ref.json"

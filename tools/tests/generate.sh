@@ -3,8 +3,11 @@
 # the command line (--json), and one-line errors with exit status 2 for bad flags and files.
 set -euo pipefail
 kvsieve="$1"
-# the reference JSON: $KVSIEVE_MODELS, else the repository's models/ (kvs_model_locate's order)
-models="${KVSIEVE_MODELS:-${KVSIEVE_SOURCE_ROOT:-.}/models}"
+# the fixtures and the reference JSON: $KVSIEVE_MODELS, else the repository's models/, else
+# ../shared/models (kvs_model_locate's order; models.sh)
+# shellcheck source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/models.sh"
+models=$(kvs_test_models stories260K-f32.v3.gguf)
 export MODELS_DIR="$models"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
@@ -108,6 +111,22 @@ expect_usage -m stories260K-f32.v3.gguf -n 8 --policy streaming --budget 0.5 --s
 expect_usage -m stories260K-f32.v3.gguf -n 8 --sink 2
 expect_usage -m stories260K-f32.v3.gguf -n 8 --buffer 4
 expect_usage -m stories260K-f32.v3.gguf -n 8 --policy h2o --budget 0.5 --buffer 0
+# an explicit --window 0 is given (0 was the unset value): it needs --policy on an AR model, is the
+# elastic window (>= 1) on a diffusion model; with --policy h2o it is the policy's default window
+expect_msg() {
+  local want="$1" rc=0 err; shift
+  err=$("$kvsieve" generate "$@" 2>&1 >/dev/null) || rc=$?
+  [ "$rc" -eq 2 ] || fail "generate $* exited $rc, want 2"
+  [ "$err" = "kvsieve generate: $want" ] || fail "generate $*: got '$err', want 'kvsieve generate: $want'"
+}
+expect_msg "--window needs --policy on autoregressive models ('llama')" -m stories260K-f32.v3.gguf -n 8 --window 0
+expect_msg "--window is for the elastic cache, which is not run" -m stories260K-llada-f32.gguf -n 32 --window 0
+expect_msg "--window 0: want >= 1" -m stories260K-llada-f32.gguf -n 32 --cache elastic --window 0
+expect_msg "--window -3: want >= 1" -m stories260K-llada-f32.gguf -n 32 --cache elastic --window -3
+"$kvsieve" generate -m stories260K-f32.v3.gguf -n 8 --policy h2o --budget 0.5 --window 0 --no-stream >/dev/null 2>&1 ||
+  fail "generate --policy h2o --window 0 refused"
+"$kvsieve" generate -m stories260K-llada-f32.gguf -n 32 --cache elastic --window 4 --no-stream >/dev/null 2>&1 ||
+  fail "generate --cache elastic --window 4 refused"
 # a flag for a schedule that is not run
 expect_usage -m stories260K-llada-f32.gguf -n 32 --gamma 0.5
 expect_usage -m stories260K-llada-f32.gguf -n 32 --cache prefix --reload 2
