@@ -28,10 +28,6 @@ void kvs_cpu_dot_rows_avx2(const void *wrow, kvs_dtype dt, const float *x, int64
 void kvs_cpu_mm_kernel_8x32_avx2(const float *A, int64_t lda, const float *B, int64_t ldb, int64_t K, float *C,
                                  int64_t ldc, int load_c);
 
-/* The small GEMM's data movement (x86/matmul_avx2.c; AVX2, so both x86 ISAs share them): x rows
- * [i0, i0 + 32) of x [n][k] into one panel [k][32] (rows >= n zero), and a finished tile Ct
- * [8][ldc] (8 W rows x 32 x rows) into y rows [0, ni) (row stride ldy), W rows [0, nr), added to y
- * when accumulate is set. */
 /* Narrower tiles of the small GEMM's last x rows, from zero, with the 8x32 tile's arithmetic (one
  * FMA chain per output over t = 0 .. K-1): C[8][16] and C[8][8] = A[8][K] . B[K][w]. */
 void kvs_cpu_mm_kernel_8x16_avx512(const float *A, int64_t lda, const float *B, int64_t ldb, int64_t K, float *C,
@@ -40,6 +36,11 @@ void kvs_cpu_mm_kernel_8x16_avx2(const float *A, int64_t lda, const float *B, in
                                  int64_t ldc);
 void kvs_cpu_mm_kernel_8x8_avx2(const float *A, int64_t lda, const float *B, int64_t ldb, int64_t K, float *C,
                                 int64_t ldc);
+
+/* The small GEMM's data movement (x86/matmul_avx2.c; AVX2, so both x86 ISAs share them): x rows
+ * [i0, i0 + 32) of x [n][k] into one panel [k][32] (rows >= n zero), and a finished tile Ct
+ * [8][ldc] (8 W rows x 32 x rows) into y rows [0, ni) (row stride ldy), W rows [0, nr), added to y
+ * when accumulate is set. */
 void kvs_cpu_mm_pack_x32_avx2(const float *x, int64_t n, int64_t k, int64_t i0, float *panel);
 void kvs_cpu_mm_store_t8x32_avx2(const float *Ct, int64_t ldc, float *y, int64_t ldy, int64_t ni, int64_t nr,
                                  int accumulate);

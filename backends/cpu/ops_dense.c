@@ -241,19 +241,12 @@ typedef struct mmown_ctx {
     int qblk;
 } mmown_ctx;
 
-/* x [n][k] -> xP [np/32][k][32] panel p, zero beyond n */
+/* x [n][k] -> xP [np/32][k][32] panel p, zero beyond n (the small GEMM's register-transposing pack;
+ * both ISAs of the own GEMM have AVX2) */
 static void mmown_pack_x(void *cv, int tid, int64_t p) {
     const mmown_ctx *c = cv;
-    const int64_t n = c->a->n, k = c->a->k;
     (void)tid;
-    float *panel = c->buf + p * k * 32;
-    for (int64_t ii = 0; ii < 32; ii++) {
-        int64_t i = p * 32 + ii;
-        if (i < n)
-            for (int64_t col = 0; col < k; col++) panel[col * 32 + ii] = c->x[i * k + col];
-        else
-            for (int64_t col = 0; col < k; col++) panel[col * 32 + ii] = 0.0f;
-    }
+    kvs_cpu_mm_pack_x32_avx2(c->x, c->a->n, c->a->k, p * 32, c->buf + p * c->a->k * 32);
 }
 
 /* W rows [rb * MM_RB, +MM_RB) against every x row, in thread tid's Wp / Ct / row scratch */
