@@ -226,10 +226,9 @@ kvs_status kvs_cache_create(kvs_kv_cache **out, kvs_device *dev, const kvs_cache
      * size_t) is refused with the figure instead of allocating until the OS stops it. */
     {
         const double rows = (double)p->n_layers * p->n_kv_heads * (double)p->capacity;
-        double row = (double)kvs_dtype_bytes(p->type_k == KVS_QH8 ? KVS_Q4_1 : p->type_k, p->head_dim) +
-                     (double)kvs_dtype_bytes(p->type_v == KVS_QH8 ? KVS_Q4_1 : p->type_v, p->head_dim) + 4.0 + 8.0;
-        if (p->type_k == KVS_QH8) row += p->head_dim / 2.0;
-        if (p->type_v == KVS_QH8) row += p->head_dim / 2.0;
+        /* K and V as stored (qh8: both planes, kvs_cache_row_bytes), positions and lengths */
+        const double row = (double)kvs_dtype_bytes(p->type_k, p->head_dim) + (double)kvs_dtype_bytes(p->type_v, p->head_dim) +
+                           4.0 + 8.0;
         const double per_layer = 512.0 * 8 + (double)p->n_kv_heads * 8.0 +
                                  ((p->flags & (KVS_CACHE_KEEP_X | KVS_CACHE_KEEP_DELTA)) ? 8.0 * p->dim * (double)p->capacity : 0.0);
         const double total = rows * row + (double)p->n_layers * per_layer;
